@@ -1,0 +1,16 @@
+//! The gateway: composes the pure crates with I/O and proxies requests.
+//!
+//! # I/O boundary
+//!
+//! This crate owns the gateway's clocks, sockets and TLS: it polls its local operator's
+//! `GET /v1/site/signals` over mutual TLS, feeds each body to the `grid-signals` store,
+//! publishes the `grid-score` snapshot atomically, serves OpenAI-style requests with hyper
+//! and reports rejected readings back through `grid-feedback`.
+//!
+//! # Data flow
+//!
+//! ```text
+//! operator relay --poll--> store --refresh--> RouteSnapshot (arc-swap)
+//! request --load snapshot once--> pick --> proxy to the chosen site (x-grid-site)
+//! skew drops --Reporter--> POST /v1/site/signals/ingest
+//! ```

@@ -1,0 +1,17 @@
+//! The site operator: composes the pure crates with I/O.
+//!
+//! # I/O boundary
+//!
+//! This crate owns every clock, socket, file and TLS session on the operator side: it
+//! scrapes EPP `/metrics` (hyper), serves `GET /v1/site/signals` and
+//! `POST /v1/site/signals/ingest` over mutual TLS (rustls), polls peer operators, persists
+//! its high-water marks and feedback state, and exports Prometheus `/metrics`. All
+//! decisions are made by `grid-signals` and `grid-feedback`, fed by the driver with `now`.
+//!
+//! # Data flow
+//!
+//! ```text
+//! EPP /metrics --scrape--> grid-signals::epp --batch--> store --serve--> peers and local gateway
+//! peer operators --poll--> grid-signals ordering --> store (relayed to the local gateway)
+//! local gateway --POST ingest--> grid-feedback::Receiver --persist--> 204 echo
+//! ```

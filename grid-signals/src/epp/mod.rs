@@ -1,0 +1,1 @@
+//! What an operator concludes from its EPP scrapes: readiness, in-flight, latency (issue 5).

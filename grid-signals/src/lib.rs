@@ -1,0 +1,29 @@
+//! Everything grid knows about load arrives as Prometheus text exposition; this crate
+//! decides what of it to believe.
+//!
+//! # I/O boundary
+//!
+//! Pure: no sockets, files, clocks, environment or randomness. Callers hand in bytes they
+//! already read (capped at [`exposition::MAX_EXPOSITION_BYTES`]) and the current time as a
+//! `now` parameter; the crate hands back samples, verdicts, drop counts and events.
+//!
+//! # Data flow
+//!
+//! ```text
+//! EPP /metrics bytes --exposition--> samples --epp--> readiness, in-flight, latency
+//!                                                        |
+//!                                                  batch (metadata + samples)
+//!                                                        v
+//! peer / relay bytes --exposition--> batches --batch (fences)--> store --> ordering (grid-score)
+//!                                                                  |
+//!                                                                  +--> relay text (exposition writer)
+//! ```
+#![deny(clippy::disallowed_methods)]
+
+pub mod batch;
+pub mod epp;
+mod error;
+pub mod exposition;
+pub mod store;
+
+pub use error::Error;
