@@ -6,7 +6,7 @@
 //! provider's pool, and counts every sample it refuses with a [`SampleRejection`].
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::names::{
     self, BUCKET_BOUND_LABEL, EppMetric, GENERATIONS, HistogramPart, INFLIGHT_ENDPOINT_LABEL,
@@ -30,6 +30,8 @@ pub trait SampleView {
     fn label(&self, name: &str) -> Option<Cow<'_, str>>;
     /// The sample's value.
     fn value(&self) -> f64;
+    /// Calls `f` with each label's name and unescaped value, in written order.
+    fn for_each_label(&self, f: &mut dyn FnMut(&str, &str));
 }
 
 impl<T: SampleView + ?Sized> SampleView for &T {
@@ -41,6 +43,46 @@ impl<T: SampleView + ?Sized> SampleView for &T {
     }
     fn value(&self) -> f64 {
         (**self).value()
+    }
+    fn for_each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+        (**self).for_each_label(f);
+    }
+}
+
+impl SampleView for crate::exposition::Sample<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn label(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.labels.get(name).map(|v| v.unescaped())
+    }
+    fn value(&self) -> f64 {
+        self.value
+    }
+    fn for_each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+        for (name, value) in self.labels.iter() {
+            f(name, &value.unescaped());
+        }
+    }
+}
+
+impl SampleView for crate::exposition::OwnedSample {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn label(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| Cow::Borrowed(v.as_str()))
+    }
+    fn value(&self) -> f64 {
+        self.value
+    }
+    fn for_each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+        for (name, value) in &self.labels {
+            f(name, value);
+        }
     }
 }
 
@@ -63,11 +105,14 @@ pub enum SampleRejection {
     TooManyEndpoints,
     /// A bucket bound past [`MAX_HISTOGRAM_BUCKETS`].
     TooManyBuckets,
+    /// The same name and label set a second time in one scrape; summing it again would
+    /// double count (the first is kept).
+    DuplicateSeries,
 }
 
 impl SampleRejection {
     /// Every reason, in label order of declaration.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::NonFiniteValue,
         Self::NegativeValue,
         Self::MissingPoolLabel,
@@ -76,6 +121,7 @@ impl SampleRejection {
         Self::TooManyPools,
         Self::TooManyEndpoints,
         Self::TooManyBuckets,
+        Self::DuplicateSeries,
     ];
 
     /// The metric label value.
@@ -89,6 +135,7 @@ impl SampleRejection {
             Self::TooManyPools => "too_many_pools",
             Self::TooManyEndpoints => "too_many_endpoints",
             Self::TooManyBuckets => "too_many_buckets",
+            Self::DuplicateSeries => "duplicate_series",
         }
     }
 }
@@ -271,10 +318,15 @@ where
 {
     let mut data: [GenerationData; GENERATIONS] = Default::default();
     let mut rejected = RejectionCounts::default();
+    let mut series = BTreeSet::new();
     for sample in samples {
         let Some(found) = names::recognize(sample.name()) else {
             continue;
         };
+        if !series.insert(series_key(&sample)) {
+            rejected.add(SampleRejection::DuplicateSeries);
+            continue;
+        }
         let slot = &mut data[found.generation as usize];
         match accept(slot, found, &sample) {
             Ok(true) => slot.seen |= bit(found.metric),
@@ -283,6 +335,19 @@ where
         }
     }
     resolve(&data, pool, rejected)
+}
+
+/// The sample's identity: name and labels in written order, unescaped, so the same
+/// series written with `", "` or `","` between labels is still the same series.
+fn series_key<S: SampleView>(sample: &S) -> String {
+    let mut key = String::from(sample.name());
+    sample.for_each_label(&mut |name, value| {
+        key.push('\u{0}');
+        key.push_str(name);
+        key.push('\u{0}');
+        key.push_str(value);
+    });
+    key
 }
 
 /// Files one recognized sample; `Ok(false)` when it is deliberately not read (a
@@ -541,6 +606,11 @@ pub(crate) mod test_support {
         fn value(&self) -> f64 {
             self.2
         }
+        fn for_each_label(&self, f: &mut dyn FnMut(&str, &str)) {
+            for (k, v) in self.1 {
+                f(k, v);
+            }
+        }
     }
 }
 
@@ -658,9 +728,19 @@ mod tests {
     }
 
     #[test]
+    fn a_series_written_twice_is_read_once() {
+        let r = read(vec![
+            Fake("llm_d_epp_request_total", &[("model_name", "m")], 5.0),
+            Fake("llm_d_epp_request_total", &[("model_name", "m")], 5.0),
+            Fake("llm_d_epp_request_total", &[("model_name", "n")], 1.0),
+        ]);
+        assert_eq!(r.counters.requests, Some(6.0));
+        assert_eq!(r.rejected.get(SampleRejection::DuplicateSeries), 1);
+    }
+
+    #[test]
     fn every_rejection_reason_has_a_distinct_label() {
-        let labels: std::collections::BTreeSet<_> =
-            SampleRejection::ALL.iter().map(|r| r.as_str()).collect();
+        let labels: BTreeSet<_> = SampleRejection::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(labels.len(), SampleRejection::ALL.len());
     }
 
