@@ -14,3 +14,13 @@
 //! request --load snapshot once--> pick --> proxy to the chosen site (x-grid-site)
 //! skew drops --Reporter--> POST /v1/site/signals/ingest
 //! ```
+
+pub mod api_error;
+pub mod clock;
+pub mod config;
+mod error;
+pub mod headers;
+pub mod model_field;
+
+pub use config::Config;
+pub use error::Error;
