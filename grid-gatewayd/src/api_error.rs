@@ -13,8 +13,10 @@ use http::{HeaderValue, Response, StatusCode, header};
 pub enum ApiErrorKind {
     /// 400: the body is not JSON or has no usable `model`.
     BadRequest,
-    /// 404: no route or no such model.
+    /// 404: no such model.
     NotFound,
+    /// 404: no such route.
+    UnknownRoute,
     /// 405: the route exists with another method.
     MethodNotAllowed,
     /// 413: the body is larger than `body_limit_bytes`.
@@ -32,7 +34,7 @@ impl ApiErrorKind {
     pub fn status(self) -> StatusCode {
         match self {
             Self::BadRequest => StatusCode::BAD_REQUEST,
-            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::UnknownRoute => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Shedding => StatusCode::TOO_MANY_REQUESTS,
@@ -44,9 +46,11 @@ impl ApiErrorKind {
     /// The OpenAI `type` field.
     pub fn error_type(self) -> &'static str {
         match self {
-            Self::BadRequest | Self::NotFound | Self::MethodNotAllowed | Self::BodyTooLarge => {
-                "invalid_request_error"
-            }
+            Self::BadRequest
+            | Self::NotFound
+            | Self::UnknownRoute
+            | Self::MethodNotAllowed
+            | Self::BodyTooLarge => "invalid_request_error",
             Self::Shedding => "rate_limit_error",
             Self::Unavailable | Self::UpstreamFailed => "server_error",
         }
@@ -57,6 +61,7 @@ impl ApiErrorKind {
         match self {
             Self::BadRequest => "invalid_request",
             Self::NotFound => "model_not_found",
+            Self::UnknownRoute => "unknown_url",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::BodyTooLarge => "body_too_large",
             Self::Shedding => "shedding",
@@ -78,7 +83,10 @@ pub fn error_response<B: From<Bytes>>(
     let mut resp = Response::new(B::from(Bytes::from(body.to_string())));
     *resp.status_mut() = kind.status();
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(s) = retry_after_s {
         h.insert(header::RETRY_AFTER, HeaderValue::from(s));
     }

@@ -192,15 +192,19 @@ fn default_replica() -> String {
 }
 
 fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
-    Error::ConfigField { field: field.into(), reason: reason.into() }
+    Error::ConfigField {
+        field: field.into(),
+        reason: reason.into(),
+    }
 }
 
 impl Config {
     /// Parses and validates a TOML document. Relative TLS paths stay relative; see
     /// [`Config::load`].
     pub fn from_toml_str(text: &str) -> Result<Self, Error> {
-        let config: Config =
-            toml::from_str(text).map_err(|e| Error::ConfigSyntax { message: e.to_string() })?;
+        let config: Config = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+            message: e.to_string(),
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -208,11 +212,17 @@ impl Config {
     /// Reads, parses and validates the file; relative TLS paths are resolved against the
     /// file's directory so a config and its PEM files can move together.
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let mut config = Self::from_toml_str(&text)?;
         if let Some(dir) = path.parent() {
-            for p in [&mut config.tls.cert, &mut config.tls.key, &mut config.tls.ca] {
+            for p in [
+                &mut config.tls.cert,
+                &mut config.tls.key,
+                &mut config.tls.ca,
+            ] {
                 if p.is_relative() {
                     *p = dir.join(&*p);
                 }
@@ -230,8 +240,18 @@ impl Config {
             MIN_BODY_LIMIT_BYTES as u64,
             MAX_BODY_LIMIT_BYTES as u64,
         )?;
-        check_range("unavailable_retry_after_s", self.unavailable_retry_after_s, 1, MAX_RETRY_AFTER_S)?;
-        check_range("connect_timeout_ms", self.connect_timeout_ms, 1, MAX_EXCHANGE_TIMEOUT_MS)?;
+        check_range(
+            "unavailable_retry_after_s",
+            self.unavailable_retry_after_s,
+            1,
+            MAX_RETRY_AFTER_S,
+        )?;
+        check_range(
+            "connect_timeout_ms",
+            self.connect_timeout_ms,
+            1,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
         self.operator.validate()?;
         let s = &self.availability.shedding;
         for (field, v) in [
@@ -243,19 +263,30 @@ impl Config {
             }
         }
         if let Some(v) = s.retry_after_s {
-            check_range("availability.shedding.retry_after_s", v, 1, MAX_RETRY_AFTER_S)?;
+            check_range(
+                "availability.shedding.retry_after_s",
+                v,
+                1,
+                MAX_RETRY_AFTER_S,
+            )?;
         }
         if self.models.is_empty() {
             return Err(field_err("models", "must list at least one model"));
         }
         if self.models.len() > MAX_MODELS {
-            return Err(field_err("models", format!("lists more than {MAX_MODELS} models")));
+            return Err(field_err(
+                "models",
+                format!("lists more than {MAX_MODELS} models"),
+            ));
         }
         let mut names = HashSet::new();
         for (i, m) in self.models.iter().enumerate() {
             m.validate(i)?;
             if !names.insert(m.name.as_str()) {
-                return Err(field_err(format!("models[{i}].name"), format!("repeats model {:?}", m.name)));
+                return Err(field_err(
+                    format!("models[{i}].name"),
+                    format!("repeats model {:?}", m.name),
+                ));
             }
         }
         Ok(())
@@ -266,14 +297,35 @@ impl OperatorConfig {
     fn validate(&self) -> Result<(), Error> {
         let uri = parse_base_url("operator.url", &self.url)?;
         if uri.scheme_str() != Some("https") {
-            return Err(field_err("operator.url", "must be https:// (the signals listener is mTLS)"));
+            return Err(field_err(
+                "operator.url",
+                "must be https:// (the signals listener is mTLS)",
+            ));
         }
         if rustls_pki_types::ServerName::try_from(self.identity.as_str()).is_err() {
-            return Err(field_err("operator.identity", "is not a DNS name or IP address"));
+            return Err(field_err(
+                "operator.identity",
+                "is not a DNS name or IP address",
+            ));
         }
-        check_range("operator.poll_interval_ms", self.poll_interval_ms, MIN_POLL_INTERVAL_MS, MAX_POLL_INTERVAL_MS)?;
-        check_range("operator.poll_timeout_ms", self.poll_timeout_ms, 1, MAX_EXCHANGE_TIMEOUT_MS)?;
-        check_range("operator.feedback_timeout_ms", self.feedback_timeout_ms, 1, MAX_EXCHANGE_TIMEOUT_MS)?;
+        check_range(
+            "operator.poll_interval_ms",
+            self.poll_interval_ms,
+            MIN_POLL_INTERVAL_MS,
+            MAX_POLL_INTERVAL_MS,
+        )?;
+        check_range(
+            "operator.poll_timeout_ms",
+            self.poll_timeout_ms,
+            1,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        check_range(
+            "operator.feedback_timeout_ms",
+            self.feedback_timeout_ms,
+            1,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
         check_name("operator.replica", &self.replica)
     }
 }
@@ -287,7 +339,10 @@ impl ModelConfig {
             ));
         }
         if self.candidates.is_empty() {
-            return Err(field_err(format!("models[{i}].candidates"), "must list at least one candidate"));
+            return Err(field_err(
+                format!("models[{i}].candidates"),
+                "must list at least one candidate",
+            ));
         }
         if self.candidates.len() > MAX_CANDIDATES_PER_MODEL {
             return Err(field_err(
@@ -302,7 +357,10 @@ impl ModelConfig {
             check_name(&format!("{at}.provider"), &c.provider)?;
             parse_base_url(&format!("{at}.base_url"), &c.base_url)?;
             if !seen.insert((c.site.as_str(), c.provider.as_str())) {
-                return Err(field_err(at, format!("repeats site {:?} provider {:?}", c.site, c.provider)));
+                return Err(field_err(
+                    at,
+                    format!("repeats site {:?} provider {:?}", c.site, c.provider),
+                ));
             }
         }
         Ok(())
@@ -311,7 +369,9 @@ impl ModelConfig {
 
 /// Parses an `http(s)://host[:port][/prefix]` URL with no query.
 pub(crate) fn parse_base_url(field: &str, url: &str) -> Result<Uri, Error> {
-    let uri: Uri = url.parse().map_err(|e| field_err(field, format!("is not a URL: {e}")))?;
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| field_err(field, format!("is not a URL: {e}")))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(field_err(field, "must start with http:// or https://"));
     }
@@ -327,7 +387,9 @@ pub(crate) fn parse_base_url(field: &str, url: &str) -> Result<Uri, Error> {
 fn check_name(field: &str, name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if ok {
         Ok(())
     } else {
@@ -342,7 +404,10 @@ fn check_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), Error> {
     if (lo..=hi).contains(&v) {
         Ok(())
     } else {
-        Err(field_err(field, format!("is {v}, must be within {lo}..={hi}")))
+        Err(field_err(
+            field,
+            format!("is {v}, must be within {lo}..={hi}"),
+        ))
     }
 }
 
@@ -432,20 +497,34 @@ mod tests {
 
     #[test]
     fn body_limit_is_bounded_at_both_ends() {
-        let with = |n: usize| MINIMAL.replace("listen =", &format!("body_limit_bytes = {n}\nlisten ="));
+        let with =
+            |n: usize| MINIMAL.replace("listen =", &format!("body_limit_bytes = {n}\nlisten ="));
         assert!(Config::from_toml_str(&with(MIN_BODY_LIMIT_BYTES)).is_ok());
-        assert_eq!(refused_field(&with(MIN_BODY_LIMIT_BYTES - 1)), "body_limit_bytes");
+        assert_eq!(
+            refused_field(&with(MIN_BODY_LIMIT_BYTES - 1)),
+            "body_limit_bytes"
+        );
         assert!(Config::from_toml_str(&with(MAX_BODY_LIMIT_BYTES)).is_ok());
-        assert_eq!(refused_field(&with(MAX_BODY_LIMIT_BYTES + 1)), "body_limit_bytes");
+        assert_eq!(
+            refused_field(&with(MAX_BODY_LIMIT_BYTES + 1)),
+            "body_limit_bytes"
+        );
     }
 
     #[test]
     fn poll_interval_is_bounded_at_both_ends() {
-        let with = |n: u64| MINIMAL.replace("[operator]", &format!("[operator]\npoll_interval_ms = {n}"));
+        let with =
+            |n: u64| MINIMAL.replace("[operator]", &format!("[operator]\npoll_interval_ms = {n}"));
         assert!(Config::from_toml_str(&with(MIN_POLL_INTERVAL_MS)).is_ok());
-        assert_eq!(refused_field(&with(MIN_POLL_INTERVAL_MS - 1)), "operator.poll_interval_ms");
+        assert_eq!(
+            refused_field(&with(MIN_POLL_INTERVAL_MS - 1)),
+            "operator.poll_interval_ms"
+        );
         assert!(Config::from_toml_str(&with(MAX_POLL_INTERVAL_MS)).is_ok());
-        assert_eq!(refused_field(&with(MAX_POLL_INTERVAL_MS + 1)), "operator.poll_interval_ms");
+        assert_eq!(
+            refused_field(&with(MAX_POLL_INTERVAL_MS + 1)),
+            "operator.poll_interval_ms"
+        );
     }
 
     #[test]
@@ -453,19 +532,32 @@ mod tests {
         let with = |n: usize| {
             let mut t = MINIMAL.to_owned();
             for k in 1..n {
-                t += &format!("[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbase_url = \"http://x\"\n");
+                t += &format!(
+                    "[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbase_url = \"http://x\"\n"
+                );
             }
             t
         };
         assert!(Config::from_toml_str(&with(MAX_CANDIDATES_PER_MODEL)).is_ok());
-        assert_eq!(refused_field(&with(MAX_CANDIDATES_PER_MODEL + 1)), "models[0].candidates");
+        assert_eq!(
+            refused_field(&with(MAX_CANDIDATES_PER_MODEL + 1)),
+            "models[0].candidates"
+        );
     }
 
     #[test]
     fn names_are_capped_at_the_boundary() {
-        let with = |n: usize| MINIMAL.replace("provider = \"p\"", &format!("provider = \"{}\"", "p".repeat(n)));
+        let with = |n: usize| {
+            MINIMAL.replace(
+                "provider = \"p\"",
+                &format!("provider = \"{}\"", "p".repeat(n)),
+            )
+        };
         assert!(Config::from_toml_str(&with(MAX_NAME_BYTES)).is_ok());
-        assert_eq!(refused_field(&with(MAX_NAME_BYTES + 1)), "models[0].candidates[0].provider");
+        assert_eq!(
+            refused_field(&with(MAX_NAME_BYTES + 1)),
+            "models[0].candidates[0].provider"
+        );
     }
 
     #[test]

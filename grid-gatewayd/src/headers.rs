@@ -67,10 +67,16 @@ mod tests {
     #[test]
     fn hop_by_hop_and_connection_named_headers_are_removed() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         h.insert(header::TE, HeaderValue::from_static("trailers"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
         strip_hop_by_hop(&mut h);
@@ -84,7 +90,10 @@ mod tests {
         h.insert("x-grid-site", HeaderValue::from_static("b"));
         h.insert("X-Grid-Anything", HeaderValue::from_static("1"));
         h.insert(header::HOST, HeaderValue::from_static("gw"));
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         h.insert("x-gridiron", HeaderValue::from_static("kept"));
         sanitize_request(&mut h);
         assert_eq!(h.len(), 2);

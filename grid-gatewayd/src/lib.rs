@@ -16,11 +16,20 @@
 //! ```
 
 pub mod api_error;
+pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod driver;
 mod error;
+pub mod gateway_tls;
 pub mod headers;
+pub mod http_api;
 pub mod model_field;
+pub mod request_metrics;
+mod request_rng;
+pub mod routing;
+pub mod server;
+pub mod upstream;
 
 pub use config::Config;
 pub use error::Error;

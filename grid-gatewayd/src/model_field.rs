@@ -73,7 +73,9 @@ impl std::fmt::Display for ModelFieldError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotAnObject => f.write_str("the request body is not a JSON object"),
-            Self::Syntax { offset } => write!(f, "the request body is not valid JSON (byte {offset})"),
+            Self::Syntax { offset } => {
+                write!(f, "the request body is not valid JSON (byte {offset})")
+            }
             Self::TooDeep { offset } => write!(
                 f,
                 "the request body nests deeper than {MAX_JSON_DEPTH} levels (byte {offset})"
@@ -81,9 +83,15 @@ impl std::fmt::Display for ModelFieldError {
             Self::Missing => f.write_str("the request body has no `model` field"),
             Self::NotAString => f.write_str("the `model` field is not a string"),
             Self::Empty => f.write_str("the `model` field is empty"),
-            Self::TooLong => write!(f, "the `model` field is longer than {MAX_MODEL_NAME_BYTES} bytes"),
+            Self::TooLong => write!(
+                f,
+                "the `model` field is longer than {MAX_MODEL_NAME_BYTES} bytes"
+            ),
             Self::Duplicate { offset } => {
-                write!(f, "the request body has a second `model` field (byte {offset})")
+                write!(
+                    f,
+                    "the request body has a second `model` field (byte {offset})"
+                )
             }
         }
     }
@@ -169,7 +177,9 @@ impl<'a> RawString<'a> {
     }
 
     fn unescape(&self) -> Result<Cow<'a, str>, ModelFieldError> {
-        let syntax = |i: usize| ModelFieldError::Syntax { offset: self.at + i };
+        let syntax = |i: usize| ModelFieldError::Syntax {
+            offset: self.at + i,
+        };
         if !self.escaped {
             return std::str::from_utf8(self.raw)
                 .map(Cow::Borrowed)
@@ -183,7 +193,8 @@ impl<'a> RawString<'a> {
                 .position(|&b| b == b'\\')
                 .map_or(self.raw.len(), |p| i + p);
             out.push_str(
-                std::str::from_utf8(&self.raw[i..run_end]).map_err(|e| syntax(i + e.valid_up_to()))?,
+                std::str::from_utf8(&self.raw[i..run_end])
+                    .map_err(|e| syntax(i + e.valid_up_to()))?,
             );
             i = run_end;
             if i == self.raw.len() {
@@ -203,11 +214,12 @@ impl<'a> RawString<'a> {
                     let hi = hex4(&self.raw[i + 2..i + 6]).ok_or_else(|| syntax(i))?;
                     i += 6;
                     if (0xD800..0xDC00).contains(&hi) {
-                        let lo = (self.raw.get(i) == Some(&b'\\') && self.raw.get(i + 1) == Some(&b'u'))
-                            .then(|| self.raw.get(i + 2..i + 6).and_then(hex4))
-                            .flatten()
-                            .filter(|lo| (0xDC00..0xE000).contains(lo))
-                            .ok_or_else(|| syntax(i))?;
+                        let lo = (self.raw.get(i) == Some(&b'\\')
+                            && self.raw.get(i + 1) == Some(&b'u'))
+                        .then(|| self.raw.get(i + 2..i + 6).and_then(hex4))
+                        .flatten()
+                        .filter(|lo| (0xDC00..0xE000).contains(lo))
+                        .ok_or_else(|| syntax(i))?;
                         i += 6;
                         let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
                         out.push(char::from_u32(cp).ok_or_else(|| syntax(i))?);
@@ -228,7 +240,8 @@ fn hex4(b: &[u8]) -> Option<u32> {
     if b.len() != 4 {
         return None;
     }
-    b.iter().try_fold(0u32, |acc, &c| Some(acc * 16 + (c as char).to_digit(16)?))
+    b.iter()
+        .try_fold(0u32, |acc, &c| Some(acc * 16 + (c as char).to_digit(16)?))
 }
 
 struct Lexer<'a> {
@@ -282,14 +295,26 @@ impl<'a> Lexer<'a> {
                             }
                             self.pos += 4;
                         }
-                        _ => return Err(ModelFieldError::Syntax { offset: self.pos.saturating_sub(1) }),
+                        _ => {
+                            return Err(ModelFieldError::Syntax {
+                                offset: self.pos.saturating_sub(1),
+                            });
+                        }
                     }
                 }
-                Some(0..0x20) => return Err(ModelFieldError::Syntax { offset: self.pos - 1 }),
+                Some(0..0x20) => {
+                    return Err(ModelFieldError::Syntax {
+                        offset: self.pos - 1,
+                    });
+                }
                 Some(_) => {}
             }
         }
-        Ok(RawString { raw: &self.body[start..self.pos - 1], at: start, escaped })
+        Ok(RawString {
+            raw: &self.body[start..self.pos - 1],
+            at: start,
+            escaped,
+        })
     }
 
     /// Skips one value: a string, a scalar, or a balanced array/object. Inside nested
@@ -361,19 +386,28 @@ mod tests {
 
     #[test]
     fn escaped_model_key_and_value_are_unescaped() {
-        assert_eq!(model(r#"{"mod\u0065l":"a\/b\u00e9\ud83d\ude00"}"#).unwrap(), "a/bé😀");
+        assert_eq!(
+            model(r#"{"mod\u0065l":"a\/b\u00e9\ud83d\ude00"}"#).unwrap(),
+            "a/bé😀"
+        );
     }
 
     #[test]
     fn unescaped_model_is_borrowed_from_the_body() {
-        assert!(matches!(find_model(br#"{"model":"m"}"#).unwrap(), Cow::Borrowed("m")));
+        assert!(matches!(
+            find_model(br#"{"model":"m"}"#).unwrap(),
+            Cow::Borrowed("m")
+        ));
     }
 
     #[test]
     fn missing_model_is_refused() {
         assert_eq!(model(r#"{"prompt":"x"}"#), Err(ModelFieldError::Missing));
         assert_eq!(model("{}"), Err(ModelFieldError::Missing));
-        assert_eq!(model(r#"{"x":{"model":"nested"}}"#), Err(ModelFieldError::Missing));
+        assert_eq!(
+            model(r#"{"x":{"model":"nested"}}"#),
+            Err(ModelFieldError::Missing)
+        );
     }
 
     #[test]
@@ -385,24 +419,54 @@ mod tests {
 
     #[test]
     fn malformed_json_is_refused_with_its_offset() {
-        assert_eq!(model(r#"{"model":"m""#), Err(ModelFieldError::Syntax { offset: 12 }));
-        assert_eq!(model(r#"{"model":"m"} x"#), Err(ModelFieldError::Syntax { offset: 14 }));
-        assert!(matches!(model(r#"{"a":[1,2}"#), Err(ModelFieldError::Syntax { .. })));
-        assert!(matches!(model(r#"{"a" 1}"#), Err(ModelFieldError::Syntax { .. })));
-        assert!(matches!(model("{\"model\":\"a\u{1}\"}"), Err(ModelFieldError::Syntax { .. })));
-        assert!(matches!(model(r#"{"model":"\x"}"#), Err(ModelFieldError::Syntax { .. })));
-        assert!(matches!(model(r#"{"model":"\ud800"}"#), Err(ModelFieldError::Syntax { .. })));
-        assert!(matches!(model(r#"{"a":@}"#), Err(ModelFieldError::Syntax { .. })));
+        assert_eq!(
+            model(r#"{"model":"m""#),
+            Err(ModelFieldError::Syntax { offset: 12 })
+        );
+        assert_eq!(
+            model(r#"{"model":"m"} x"#),
+            Err(ModelFieldError::Syntax { offset: 14 })
+        );
+        assert!(matches!(
+            model(r#"{"a":[1,2}"#),
+            Err(ModelFieldError::Syntax { .. })
+        ));
+        assert!(matches!(
+            model(r#"{"a" 1}"#),
+            Err(ModelFieldError::Syntax { .. })
+        ));
+        assert!(matches!(
+            model("{\"model\":\"a\u{1}\"}"),
+            Err(ModelFieldError::Syntax { .. })
+        ));
+        assert!(matches!(
+            model(r#"{"model":"\x"}"#),
+            Err(ModelFieldError::Syntax { .. })
+        ));
+        assert!(matches!(
+            model(r#"{"model":"\ud800"}"#),
+            Err(ModelFieldError::Syntax { .. })
+        ));
+        assert!(matches!(
+            model(r#"{"a":@}"#),
+            Err(ModelFieldError::Syntax { .. })
+        ));
     }
 
     #[test]
     fn invalid_utf8_in_model_is_refused() {
-        assert!(matches!(find_model(b"{\"model\":\"\xff\"}"), Err(ModelFieldError::Syntax { .. })));
+        assert!(matches!(
+            find_model(b"{\"model\":\"\xff\"}"),
+            Err(ModelFieldError::Syntax { .. })
+        ));
     }
 
     #[test]
     fn non_string_model_is_refused() {
-        assert_eq!(model(r#"{"model":["a"]}"#), Err(ModelFieldError::NotAString));
+        assert_eq!(
+            model(r#"{"model":["a"]}"#),
+            Err(ModelFieldError::NotAString)
+        );
         assert_eq!(model(r#"{"model":null}"#), Err(ModelFieldError::NotAString));
         assert_eq!(model(r#"{"model":""}"#), Err(ModelFieldError::Empty));
     }
@@ -420,14 +484,22 @@ mod tests {
         let at = "m".repeat(MAX_MODEL_NAME_BYTES);
         assert_eq!(model(&format!(r#"{{"model":"{at}"}}"#)).unwrap(), at);
         let over = "m".repeat(MAX_MODEL_NAME_BYTES + 1);
-        assert_eq!(model(&format!(r#"{{"model":"{over}"}}"#)), Err(ModelFieldError::TooLong));
+        assert_eq!(
+            model(&format!(r#"{{"model":"{over}"}}"#)),
+            Err(ModelFieldError::TooLong)
+        );
     }
 
     #[test]
     fn nesting_is_capped_at_its_boundary() {
         let nest = |n: usize| format!(r#"{{"a":{}{}, "model":"m"}}"#, "[".repeat(n), "]".repeat(n));
         assert_eq!(model(&nest(MAX_JSON_DEPTH)).unwrap(), "m");
-        assert_eq!(model(&nest(MAX_JSON_DEPTH + 1)), Err(ModelFieldError::TooDeep { offset: 5 + MAX_JSON_DEPTH }));
+        assert_eq!(
+            model(&nest(MAX_JSON_DEPTH + 1)),
+            Err(ModelFieldError::TooDeep {
+                offset: 5 + MAX_JSON_DEPTH
+            })
+        );
     }
 
     #[test]

@@ -1,0 +1,74 @@
+//! What the request path counts: one counter increment per request, no allocation beyond
+//! the first sight of a label set.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// `{outcome}`: `proxied` or the OpenAI error code the gateway answered with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// The outcome.
+    pub outcome: &'static str,
+}
+
+/// `{site, reason}`: a request routed to `site` because of `reason` (the selection rule,
+/// or `retry` for the second attempt after a refused connection).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The chosen site.
+    pub site: String,
+    /// The selection rule.
+    pub reason: &'static str,
+}
+
+/// `{site, reason}` of an upstream failure before any byte of the answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamFailureLabels {
+    /// The site that failed.
+    pub site: String,
+    /// `connect` (nothing was sent) or `request` (the exchange broke after sending).
+    pub reason: &'static str,
+}
+
+/// The request path's metric handles.
+#[derive(Clone, Debug, Default)]
+pub struct RequestMetrics {
+    /// `grid_gateway_requests_total{outcome}`.
+    pub requests: Family<OutcomeLabels, Counter>,
+    /// `grid_gateway_route_decisions_total{site,reason}`.
+    pub routes: Family<RouteLabels, Counter>,
+    /// `grid_gateway_upstream_failures_total{site,reason}`.
+    pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
+}
+
+impl RequestMetrics {
+    /// Registers the handles under `grid_gateway_*`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grid_gateway_requests",
+            "Requests answered, by outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "grid_gateway_route_decisions",
+            "Requests sent to a site, by selection rule",
+            m.routes.clone(),
+        );
+        registry.register(
+            "grid_gateway_upstream_failures",
+            "Upstream exchanges that failed before any byte of the answer",
+            m.upstream_failures.clone(),
+        );
+        m
+    }
+
+    /// Counts one answered request.
+    pub fn outcome(&self, outcome: &'static str) {
+        self.requests
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+}
