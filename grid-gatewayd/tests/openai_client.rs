@@ -24,7 +24,18 @@ async fn openai_python_client_streams_and_completes_through_the_gateway() {
         python.display()
     );
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", vec![Cand { site: "a", provider: "p", base_url: up.base_url() }])]).await;
+    let gw = start_gateway(
+        "",
+        &[(
+            "m",
+            vec![Cand {
+                site: "a",
+                provider: "p",
+                base_url: up.base_url(),
+            }],
+        )],
+    )
+    .await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/openai_chat.py");
     let base_url = gw.url("/v1");
 
@@ -50,7 +61,11 @@ async fn openai_python_client_streams_and_completes_through_the_gateway() {
     })
     .await
     .unwrap();
-    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
     assert_eq!(got["content"], "hello from a");
     assert_eq!(got["site"], "a");

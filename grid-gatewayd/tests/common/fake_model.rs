@@ -46,6 +46,15 @@ impl Drop for FakeModel {
 impl FakeModel {
     /// Starts a plain-HTTP fake named `name` on 127.0.0.1.
     pub async fn start(name: &str) -> Self {
+        Self::start_with(name, None).await
+    }
+
+    /// Starts an HTTPS fake that requires a client certificate (the remote-site case).
+    pub async fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(name, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -56,11 +65,21 @@ impl FakeModel {
                     continue;
                 };
                 let (name, seen) = (name2.clone(), Arc::clone(&seen2));
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(name.clone(), Arc::clone(&seen), req));
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        Some(acceptor) => {
+                            // A refused handshake (no or untrusted client certificate) just ends here.
+                            if let Ok(tls) = acceptor.accept(stream).await {
+                                let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -74,6 +93,10 @@ impl FakeModel {
 
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    pub fn https_base_url(&self) -> String {
+        format!("https://{}", self.addr)
     }
 
     pub fn seen(&self) -> Vec<Seen> {

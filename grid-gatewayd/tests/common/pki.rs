@@ -57,3 +57,37 @@ impl Pki {
         files
     }
 }
+
+/// A server configuration for `files` that requires a client certificate chaining to
+/// `client_ca_pem`, offering HTTP/2 and HTTP/1.1.
+pub fn server_config(
+    files: &PemFiles,
+    client_ca_pem: &str,
+) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let chain: Vec<_> = CertificateDer::pem_file_iter(&files.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&files.key).unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    std::sync::Arc::new(cfg)
+}
