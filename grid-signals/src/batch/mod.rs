@@ -19,6 +19,7 @@ mod meta;
 mod owned;
 mod revision;
 mod row;
+mod write;
 mod rule;
 
 pub use admission::{Admission, MAX_EPOCH_LEAD_MS, OrderGate, epoch_too_far};

@@ -1,9 +1,11 @@
 //! Admitting batches into the store.
 
+use super::decode::decode_batches;
 use super::entry::RowRefusal;
 use super::learning::Lifetime;
 use super::{DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Store, StoreEvent};
 use crate::batch::{Admission, Batch, epoch_too_far};
+use crate::exposition::MAX_EXPOSITION_BYTES;
 
 /// Who sent a body, as verified by the transport (mTLS identity), not as claimed by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +66,34 @@ fn rebase(stamp_ms: u64, reference_ms: u64, now_ms: u64) -> u64 {
 }
 
 impl Store {
+    /// Ingests one body from `sender` (its verified identity), dated `reference_ms` (the
+    /// body's HTTP `Date`), at receiver wall-clock `now_ms` (both milliseconds since the
+    /// Unix epoch).
+    ///
+    /// Expires old readings first, then parses the body leniently, groups it into batches
+    /// ([`super::decode_batches`]) and admits each with [`Store::ingest_batch`]. Never
+    /// fails as a whole: a body over [`MAX_EXPOSITION_BYTES`] is one `body_cap` drop, and
+    /// every other refusal is counted per line in the report.
+    pub fn ingest(
+        &mut self,
+        body: &[u8],
+        sender: Sender<'_>,
+        reference_ms: u64,
+        now_ms: u64,
+    ) -> IngestReport {
+        if body.len() > MAX_EXPOSITION_BYTES {
+            return IngestReport::body_cap();
+        }
+        self.expire(now_ms);
+        let mut report = IngestReport::default();
+        let mut drops = DropCounts::default();
+        decode_batches(body, &mut drops, |batch| {
+            self.ingest_batch(batch, sender, reference_ms, now_ms, &mut report);
+        });
+        report.dropped.merge(&drops);
+        report
+    }
+
     /// Admits one decoded batch from `sender`, whose body was dated `reference_ms`,
     /// at receiver wall-clock `now_ms`; counts into `report`.
     ///

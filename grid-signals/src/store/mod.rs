@@ -42,6 +42,7 @@
 //! [`Store::import_fences`] carry the fences across restarts.
 
 mod caps;
+mod decode;
 mod drop;
 mod entry;
 mod event;
@@ -49,6 +50,7 @@ mod fences;
 mod ingest;
 mod learning;
 mod metrics;
+mod relay;
 mod window;
 
 use std::collections::BTreeMap;
@@ -58,6 +60,7 @@ pub use caps::{
     MAX_PENDING_EVENTS, MAX_PROVIDERS, MAX_PROVIDERS_PER_SITE, MAX_SAMPLE_AGE_MS,
     MAX_SAMPLES_PER_SERIES, MAX_SERIES_PER_PROVIDER,
 };
+pub use decode::decode_batches;
 pub use drop::{DropCounts, DropReason};
 pub use entry::{Entry, SeriesView};
 pub use event::StoreEvent;
@@ -65,6 +68,7 @@ pub use fences::FenceImport;
 pub use ingest::{IngestReport, Sender};
 pub use learning::{Learning, PauseReason};
 pub use metrics::IngestMetrics;
+pub use relay::{DEFAULT_RELAY_MAX_LINES, RelayBudget, RelayReport};
 pub use window::Reading;
 
 use event::EventQueue;
