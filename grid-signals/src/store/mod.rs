@@ -47,6 +47,8 @@ mod drop;
 mod entry;
 mod event;
 mod fences;
+#[cfg(test)]
+mod fixture;
 mod ingest;
 mod learning;
 mod metrics;
