@@ -106,6 +106,35 @@ impl Catalog {
     pub fn models(&self) -> &[ModelEntry] {
         &self.models
     }
+
+    /// The model-to-candidates map grid-score refreshes over.
+    pub fn routes(&self) -> grid_score::Routes {
+        let mut routes = grid_score::Routes::new();
+        for m in &self.models {
+            let keys = m
+                .upstreams
+                .iter()
+                .map(|u| {
+                    grid_score::CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider))
+                })
+                .collect();
+            routes.insert(Arc::clone(&m.name), keys);
+        }
+        routes
+    }
+
+    /// Every distinct (site, provider) pair, each once.
+    pub fn candidate_keys(&self) -> Vec<grid_score::CandidateKey> {
+        let mut keys: Vec<_> = self
+            .models
+            .iter()
+            .flat_map(|m| &m.upstreams)
+            .map(|u| grid_score::CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider)))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
 }
 
 #[cfg(test)]

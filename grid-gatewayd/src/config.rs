@@ -38,9 +38,13 @@ pub const MAX_POLL_INTERVAL_MS: u64 = 60_000;
 pub const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
 /// Default budget of one poll exchange; below the interval so polls never overlap.
 pub const DEFAULT_POLL_TIMEOUT_MS: u64 = 900;
-/// Default budget of one feedback POST; it has its own bound so a slow report never
-/// delays the next poll by much.
-pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = 500;
+/// Default and largest budget of one feedback POST: grid-feedback's `REPORT_BUDGET`, the
+/// operator's own persist budget plus a second. The POST runs on its own task, so even a
+/// slow one never delays a poll; a shorter budget only turns slow persists into `timeout`
+/// failures.
+pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::reporter::REPORT_BUDGET.as_millis() as u64;
+/// Default budget of one feedback POST (see [`MAX_FEEDBACK_TIMEOUT_MS`]).
+pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
 /// Longest accepted poll or feedback timeout.
 pub const MAX_EXCHANGE_TIMEOUT_MS: u64 = 60_000;
 /// Default time to establish a connection to a serving site.
@@ -167,6 +171,27 @@ pub struct Candidate {
     /// Where requests go: `http://` for the local site, `https://` (with the gateway's
     /// certificate) for remote ones; a path prefix is kept before `/v1/...`.
     pub base_url: String,
+}
+
+impl Config {
+    /// grid-score's configuration from `availability.shedding` and the 503 Retry-After;
+    /// unset shedding knobs keep grid-score's defaults.
+    pub fn score_config(&self) -> grid_score::ScoreConfig {
+        let mut c = grid_score::ScoreConfig::default();
+        let s = &self.availability.shedding;
+        c.shedding.enabled = s.enabled;
+        if let Some(v) = s.full_after_ms {
+            c.shedding.full_after_ms = v;
+        }
+        if let Some(v) = s.room_after_ms {
+            c.shedding.room_after_ms = v;
+        }
+        if let Some(v) = s.retry_after_s {
+            c.shedding.retry_after_ms = v.saturating_mul(1000);
+        }
+        c.unavailable_retry_after_ms = self.unavailable_retry_after_s.saturating_mul(1000);
+        c
+    }
 }
 
 fn default_body_limit() -> usize {
@@ -324,7 +349,7 @@ impl OperatorConfig {
             "operator.feedback_timeout_ms",
             self.feedback_timeout_ms,
             1,
-            MAX_EXCHANGE_TIMEOUT_MS,
+            MAX_FEEDBACK_TIMEOUT_MS,
         )?;
         check_name("operator.replica", &self.replica)
     }
@@ -455,6 +480,33 @@ mod tests {
         assert_eq!(c.operator.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS);
         assert_eq!(c.operator.feedback_timeout_ms, DEFAULT_FEEDBACK_TIMEOUT_MS);
         assert!(!c.availability.shedding.enabled);
+    }
+
+    #[test]
+    fn feedback_timeout_is_capped_at_the_report_budget() {
+        let with = |n: u64| {
+            MINIMAL.replace(
+                "[operator]",
+                &format!("[operator]\nfeedback_timeout_ms = {n}"),
+            )
+        };
+        assert!(Config::from_toml_str(&with(MAX_FEEDBACK_TIMEOUT_MS)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_FEEDBACK_TIMEOUT_MS + 1)),
+            "operator.feedback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn shedding_knobs_reach_the_score_config_and_unset_ones_keep_its_defaults() {
+        let text = MINIMAL.to_owned()
+            + "[availability.shedding]\nenabled = true\nfull_after_ms = 700\nretry_after_s = 3\n";
+        let c = Config::from_toml_str(&text).unwrap().score_config();
+        assert!(c.shedding.enabled);
+        assert_eq!(c.shedding.full_after_ms, 700);
+        assert_eq!(c.shedding.room_after_ms, grid_score::DEFAULT_ROOM_AFTER_MS);
+        assert_eq!(c.shedding.retry_after_ms, 3000);
+        assert_eq!(c.unavailable_retry_after_ms, DEFAULT_RETRY_AFTER_S * 1000);
     }
 
     #[test]

@@ -9,7 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use grid_feedback::metrics::ReporterMetrics;
+use grid_feedback::reporter::Reporter;
+use grid_score::ScoreMetrics;
+use grid_signals::store::{IngestMetrics, StoreConfig};
 use prometheus_client::registry::Registry;
+use rustls_pki_types::ServerName;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -18,16 +23,31 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::gateway_tls::Identity;
 use crate::http_api::Api;
+use crate::poller::{PollMetrics, Poller, PollerConfig};
+use crate::refresh::Refresher;
 use crate::request_metrics::RequestMetrics;
-use crate::routing::{Published, RoutingView};
-use crate::{Error, server, upstream};
+use crate::routing::Published;
+use crate::{Error, poller, server, upstream};
+
+/// Metric handles a test or an embedder may read directly.
+#[derive(Clone, Debug)]
+pub struct Handles {
+    /// Poll results, shedding and routability per model.
+    pub poll: PollMetrics,
+    /// `grid_signals_ingest_dropped_total{reason}`.
+    pub ingest: IngestMetrics,
+    /// `grid_signals_feedback_failures_total{reason}`.
+    pub feedback: ReporterMetrics,
+}
 
 /// A running gateway.
 #[derive(Debug)]
 pub struct Running {
     local_addr: SocketAddr,
     published: Published,
+    handles: Handles,
     stop: watch::Sender<bool>,
+    poller: JoinHandle<Reporter>,
     server: JoinHandle<()>,
 }
 
@@ -42,28 +62,57 @@ impl Running {
         &self.published
     }
 
+    /// Metric handles.
+    pub fn handles(&self) -> &Handles {
+        &self.handles
+    }
+
     /// Stops polling, then drains open requests and returns once the listener is closed.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        let _ = self.poller.await;
         let _ = self.server.await;
     }
 }
 
-/// Loads the TLS identity, binds the listener and starts serving.
+/// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
     let identity = Identity::load(&config.tls)?;
     let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
     let sites = upstream::site_client(identity.client_config("sites")?, connect_timeout);
-
-    let catalog = Arc::new(Catalog::from_config(&config));
-    let published: Published = Arc::new(ArcSwap::from_pointee(RoutingView::unmeasured(
-        Arc::clone(&catalog),
-        config.unavailable_retry_after_s,
-    )));
+    let operator_name =
+        ServerName::try_from(config.operator.identity.clone()).map_err(|e| Error::ConfigField {
+            field: "operator.identity".into(),
+            reason: e.to_string(),
+        })?;
+    let operator = upstream::operator_client(
+        identity.client_config("operator")?,
+        operator_name,
+        connect_timeout,
+    );
+    let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
 
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
+    let score_metrics = ScoreMetrics::register(registry.sub_registry_with_prefix("grid"));
+    let handles = Handles {
+        poll: PollMetrics::register(&mut registry),
+        ingest: IngestMetrics::register(&mut registry),
+        feedback: ReporterMetrics::register(&mut registry),
+    };
     let registry = Arc::new(registry);
+
+    let catalog = Arc::new(Catalog::from_config(&config));
+    let mut refresher = Refresher::new(
+        Arc::clone(&catalog),
+        config.score_config(),
+        StoreConfig::default(),
+        Some(score_metrics.clone()),
+    );
+    // Before the first poll every candidate is unmeasured: routable, least preferred.
+    let published: Published = Arc::new(ArcSwap::from_pointee(
+        refresher.refresh(crate::clock::now_unix_ms()),
+    ));
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -80,18 +129,43 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         sites,
         config.body_limit_bytes,
         request_metrics,
+        score_metrics,
         registry,
     );
 
-    let (stop, mut stopped) = watch::channel(false);
+    let (stop, stopped) = watch::channel(false);
+    let mut server_stop = stopped.clone();
     let server = tokio::spawn(server::serve(listener, api, async move {
-        let _ = stopped.wait_for(|s| *s).await;
+        let _ = server_stop.wait_for(|s| *s).await;
     }));
     tracing::info!(%local_addr, site = %config.site, "gateway serving");
+
+    let reporter = Reporter::new(
+        poller::random_epoch(),
+        poller::replica(&config.operator.replica),
+        handles.feedback.clone(),
+    );
+    let poller = Poller::new(
+        PollerConfig {
+            operator: operator_uri,
+            interval: Duration::from_millis(config.operator.poll_interval_ms),
+            poll_timeout: Duration::from_millis(config.operator.poll_timeout_ms),
+            feedback_timeout: Duration::from_millis(config.operator.feedback_timeout_ms),
+        },
+        operator,
+        refresher,
+        reporter,
+        Arc::clone(&published),
+        handles.ingest.clone(),
+        handles.poll.clone(),
+    );
+    let poller = tokio::spawn(poller.run(stopped));
     Ok(Running {
         local_addr,
         published,
+        handles,
         stop,
+        poller,
         server,
     })
 }

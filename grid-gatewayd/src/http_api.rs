@@ -29,8 +29,9 @@ use prometheus_client::registry::Registry;
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
 use crate::model_field::find_model;
-use crate::request_metrics::{RequestMetrics, RouteLabels, UpstreamFailureLabels};
-use crate::routing::{Published, Route};
+use crate::request_metrics::{RequestMetrics, RetryLabels, UpstreamFailureLabels};
+use crate::request_rng::ThreadRng;
+use crate::routing::{Published, RETRY_PATH, Route};
 use crate::upstream::HttpClient;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
@@ -50,6 +51,7 @@ struct Inner {
     client: HttpClient,
     body_limit: usize,
     metrics: RequestMetrics,
+    score: grid_score::ScoreMetrics,
     registry: Arc<Registry>,
 }
 
@@ -79,12 +81,13 @@ fn api_error(
 
 impl Api {
     /// A handler over the published routing slot. `registry` is what `/metrics` encodes;
-    /// it must already hold `metrics`.
+    /// it must already hold `metrics` and `score`.
     pub fn new(
         routes: Published,
         client: HttpClient,
         body_limit: usize,
         metrics: RequestMetrics,
+        score: grid_score::ScoreMetrics,
         registry: Arc<Registry>,
     ) -> Self {
         Self {
@@ -93,6 +96,7 @@ impl Api {
                 client,
                 body_limit,
                 metrics,
+                score,
                 registry,
             }),
         }
@@ -207,45 +211,33 @@ impl Api {
             .to_owned();
 
         let view = self.inner.routes.load();
-        let mut failed_site: Option<&str> = None;
-        let mut reason_override = None;
+        let decision = view.pick(&model, &mut ThreadRng);
+        self.inner.score.record(&decision);
+        let (mut upstream, mut retried) = match view.route(&model, &decision) {
+            Route::To { upstream, .. } => (upstream, false),
+            Route::UnknownModel => {
+                return api_error(
+                    ApiErrorKind::NotFound,
+                    &format!("model {model:?} is not served here"),
+                    None,
+                );
+            }
+            Route::Shed { retry_after_s } => {
+                return api_error(
+                    ApiErrorKind::Shedding,
+                    &format!("every site serving {model:?} is full; retry later"),
+                    Some(retry_after_s),
+                );
+            }
+            Route::Unavailable { retry_after_s } => {
+                return api_error(
+                    ApiErrorKind::Unavailable,
+                    &format!("no site can serve {model:?} now"),
+                    Some(retry_after_s),
+                );
+            }
+        };
         loop {
-            let (upstream, path) =
-                match view.decide(&model, crate::request_rng::next_u64(), failed_site) {
-                    Route::To { upstream, path } => (upstream, path),
-                    Route::UnknownModel => {
-                        return api_error(
-                            ApiErrorKind::NotFound,
-                            &format!("model {model:?} is not served here"),
-                            None,
-                        );
-                    }
-                    Route::Shed { retry_after_s } => {
-                        return api_error(
-                            ApiErrorKind::Shedding,
-                            &format!("every site serving {model:?} is full; retry later"),
-                            Some(retry_after_s),
-                        );
-                    }
-                    Route::Unavailable { retry_after_s } => {
-                        if failed_site.is_some() {
-                            return upstream_failed(&model);
-                        }
-                        return api_error(
-                            ApiErrorKind::Unavailable,
-                            &format!("no site can serve {model:?} now"),
-                            Some(retry_after_s),
-                        );
-                    }
-                };
-            self.inner
-                .metrics
-                .routes
-                .get_or_create(&RouteLabels {
-                    site: upstream.site.to_string(),
-                    reason: reason_override.unwrap_or(path),
-                })
-                .inc();
             let uri = match upstream.uri_for(&path_and_query) {
                 Ok(u) => u,
                 Err(e) => {
@@ -280,10 +272,20 @@ impl Api {
                         })
                         .inc();
                     tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
-                    if connect && failed_site.is_none() {
-                        failed_site = Some(&upstream.site);
-                        reason_override = Some("retry");
-                        continue;
+                    if connect && !retried {
+                        if let Some(next) = view.retry_target(&model, &upstream.site) {
+                            self.inner
+                                .metrics
+                                .retries
+                                .get_or_create(&RetryLabels {
+                                    site: next.site.to_string(),
+                                })
+                                .inc();
+                            tracing::debug!(site = %next.site, path = RETRY_PATH, "retrying on another site");
+                            upstream = next;
+                            retried = true;
+                            continue;
+                        }
                     }
                     return upstream_failed(&model);
                 }

@@ -13,14 +13,12 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
-/// `{site, reason}`: a request routed to `site` because of `reason` (the selection rule,
-/// or `retry` for the second attempt after a refused connection).
+/// `{site}`: the site a request was sent to on its second attempt, after the first site
+/// refused the connection.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
-    /// The chosen site.
+pub struct RetryLabels {
+    /// The site tried second.
     pub site: String,
-    /// The selection rule.
-    pub reason: &'static str,
 }
 
 /// `{site, reason}` of an upstream failure before any byte of the answer.
@@ -37,8 +35,9 @@ pub struct UpstreamFailureLabels {
 pub struct RequestMetrics {
     /// `grid_gateway_requests_total{outcome}`.
     pub requests: Family<OutcomeLabels, Counter>,
-    /// `grid_gateway_route_decisions_total{site,reason}`.
-    pub routes: Family<RouteLabels, Counter>,
+    /// `grid_gateway_retries_total{site}`. First attempts are counted by grid-score's
+    /// `grid_score_decisions_total{site,path,outcome}`.
+    pub retries: Family<RetryLabels, Counter>,
     /// `grid_gateway_upstream_failures_total{site,reason}`.
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
 }
@@ -53,9 +52,9 @@ impl RequestMetrics {
             m.requests.clone(),
         );
         registry.register(
-            "grid_gateway_route_decisions",
-            "Requests sent to a site, by selection rule",
-            m.routes.clone(),
+            "grid_gateway_retries",
+            "Requests sent to a second site after the first refused the connection",
+            m.retries.clone(),
         );
         registry.register(
             "grid_gateway_upstream_failures",

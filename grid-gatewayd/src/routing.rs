@@ -1,17 +1,22 @@
 //! What the request path reads: one immutable routing view, published atomically.
 //!
-//! The poller builds a new [`RoutingView`] after each committed ingest and stores it in
-//! the shared [`Published`] slot; a request loads the slot once (`ArcSwap::load`: no lock,
-//! no allocation) and decides from that one view, never from the store.
+//! The poller builds a new [`RoutingView`] after each refresh (grid-score's
+//! [`RouteTable`]) and stores it in the shared [`Published`] slot; a request loads the
+//! slot once (`ArcSwap::load`: no lock, no allocation) and decides from that one view,
+//! never from the store.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use grid_score::{CandidateKey, Decision, Rng, RouteTable};
 
-use crate::catalog::{Catalog, Upstream};
+use crate::catalog::{Catalog, ModelEntry, Upstream};
 
 /// The slot the poller publishes into and requests load from.
 pub type Published = Arc<ArcSwap<RoutingView>>;
+
+/// The selection label of the second attempt after a refused connection.
+pub const RETRY_PATH: &str = "retry";
 
 /// Where one request goes.
 #[derive(Debug)]
@@ -37,20 +42,23 @@ pub enum Route<'a> {
     UnknownModel,
 }
 
-/// One published routing state: the catalog and the order computed at the last refresh.
+/// One published routing state: the catalog and the table of the last refresh.
 #[derive(Debug)]
 pub struct RoutingView {
     catalog: Arc<Catalog>,
-    unavailable_retry_after_s: u64,
+    table: RouteTable,
+}
+
+/// Retry-After seconds from grid-score's milliseconds: rounded up, at least 1, so a
+/// client never retries at once.
+fn retry_after_s(ms: u64) -> u64 {
+    ms.div_ceil(1000).max(1)
 }
 
 impl RoutingView {
-    /// The view before any reading arrived: every candidate unmeasured.
-    pub fn unmeasured(catalog: Arc<Catalog>, unavailable_retry_after_s: u64) -> Self {
-        Self {
-            catalog,
-            unavailable_retry_after_s,
-        }
+    /// A view over `table`.
+    pub fn new(catalog: Arc<Catalog>, table: RouteTable) -> Self {
+        Self { catalog, table }
     }
 
     /// The catalog this view routes over.
@@ -58,36 +66,89 @@ impl RoutingView {
         &self.catalog
     }
 
-    /// Decides where a request for `model` goes, skipping `exclude_site` (a site that
-    /// just refused a connection); `draw` is a uniform random word.
-    pub fn decide(&self, model: &str, draw: u64, exclude_site: Option<&str>) -> Route<'_> {
-        let Some(entry) = self.catalog.get(model) else {
-            return Route::UnknownModel;
-        };
-        let eligible = |u: &&Upstream| exclude_site.is_none_or(|s| *u.site != *s);
-        let n = entry.upstreams.iter().filter(eligible).count();
-        if n == 0 {
-            return Route::Unavailable {
-                retry_after_s: self.unavailable_retry_after_s,
-            };
-        }
-        let k = (draw % n as u64) as usize;
-        let upstream = entry
-            .upstreams
-            .iter()
-            .filter(eligible)
-            .nth(k)
-            .expect("k < n");
-        Route::To {
-            upstream,
-            path: "unmeasured",
+    /// The grid-score table of this view.
+    pub fn table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// grid-score's pick for `model`, for callers that count decisions themselves.
+    pub fn pick<R: Rng + ?Sized>(&self, model: &str, rng: &mut R) -> Decision<'_> {
+        self.table.pick(model, rng)
+    }
+
+    /// Maps a decision onto the catalog: where to send the request, or how to refuse.
+    pub fn route<'a>(&'a self, model: &str, decision: &Decision<'a>) -> Route<'a> {
+        match decision {
+            Decision::Route {
+                candidate, path, ..
+            } => {
+                match self
+                    .catalog
+                    .get(model)
+                    .and_then(|m| upstream_of(m, candidate.key()))
+                {
+                    Some(upstream) => Route::To {
+                        upstream,
+                        path: path.as_str(),
+                    },
+                    // The table and catalog are built from the same config, so this is
+                    // unreachable in the daemon; refusing is the safe answer regardless.
+                    None => Route::Unavailable { retry_after_s: 1 },
+                }
+            }
+            Decision::Shed { retry_after_ms } => Route::Shed {
+                retry_after_s: retry_after_s(*retry_after_ms),
+            },
+            Decision::Unavailable { retry_after_ms } => Route::Unavailable {
+                retry_after_s: retry_after_s(*retry_after_ms),
+            },
+            Decision::UnknownModel => Route::UnknownModel,
         }
     }
 
-    /// Whether `model` has at least one candidate that could be routed to now.
+    /// The least-loaded routable candidate of `model` at a site other than `failed_site`:
+    /// where a request goes once when its first site refused the connection.
+    pub fn retry_target(&self, model: &str, failed_site: &str) -> Option<&Upstream> {
+        let entry = self.catalog.get(model)?;
+        let snapshot = self.table.get(model)?;
+        snapshot
+            .candidates()
+            .iter()
+            .filter(|c| &**c.site() != failed_site)
+            .find_map(|c| upstream_of(entry, c.key()))
+    }
+
+    /// Whether `model` has at least one candidate that is not excluded.
     pub fn is_routable(&self, model: &str) -> bool {
-        self.catalog
+        self.table
             .get(model)
-            .is_some_and(|m| !m.upstreams.is_empty())
+            .is_some_and(|s| !s.candidates().is_empty())
+    }
+
+    /// Whether `model` is refusing with 429 now: it has healthy candidates but no path.
+    pub fn is_shedding(&self, model: &str) -> bool {
+        self.table
+            .get(model)
+            .is_some_and(|s| !s.candidates().is_empty() && s.path().is_none())
+    }
+}
+
+fn upstream_of<'a>(entry: &'a ModelEntry, key: &CandidateKey) -> Option<&'a Upstream> {
+    entry
+        .upstreams
+        .iter()
+        .find(|u| u.site == key.site && u.provider == key.provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_s(0), 1);
+        assert_eq!(retry_after_s(1), 1);
+        assert_eq!(retry_after_s(1000), 1);
+        assert_eq!(retry_after_s(1001), 2);
     }
 }

@@ -309,8 +309,20 @@ async fn models_lists_configured_models_and_metrics_count_outcomes() {
         "{text}"
     );
     assert!(
-        text.contains(r#"grid_gateway_route_decisions_total{site="a",reason="#),
+        text.lines()
+            .any(|l| l.starts_with("grid_score_decisions_total{")
+                && l.contains(r#"site="a""#)
+                && l.contains(r#"outcome="routed""#)),
         "{text}"
     );
+    for series in [
+        "grid_gateway_polls_total",
+        "grid_signals_ingest_dropped_total",
+        "grid_signals_feedback_failures_total",
+        "grid_score_rho{",
+        "grid_gateway_model_shedding{",
+    ] {
+        assert!(text.contains(series), "{series} missing: {text}");
+    }
     gw.shutdown().await;
 }

@@ -89,8 +89,17 @@ mod tests {
 
     #[test]
     fn digest_tells_a_changed_duplicate_from_an_exact_repeat() {
-        assert_eq!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[1.0, 2.0]).digest());
-        assert_ne!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[1.0, 2.5]).digest());
-        assert_ne!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[2.0, 1.0]).digest());
+        assert_eq!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.0]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.5]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[2.0, 1.0]).digest()
+        );
     }
 }
