@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_model;
+pub mod fake_operator;
 pub mod pki;
 
 use std::net::SocketAddr;
