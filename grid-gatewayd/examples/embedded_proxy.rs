@@ -77,7 +77,7 @@ async fn proxy(
         .await
     {
         Ok(resp) => {
-            let mut resp = resp.map(|b| b.boxed());
+            let mut resp = resp.map(http_body_util::BodyExt::boxed);
             if let Ok(v) = site.parse() {
                 resp.headers_mut().insert("x-grid-site", v);
             }

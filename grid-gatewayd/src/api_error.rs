@@ -1,6 +1,6 @@
 //! OpenAI-style error answers: `{"error": {"message", "type", "code"}}`.
 //!
-//! Clients written against the OpenAI API (its SDKs retry on 429 and 5xx and honour
+//! Clients written for OpenAI-compatible servers (the official SDKs retry on 429 and 5xx and honour
 //! Retry-After) understand these without knowing grid exists.
 
 use bytes::Bytes;
@@ -43,7 +43,7 @@ impl ApiErrorKind {
         }
     }
 
-    /// The OpenAI `type` field.
+    /// The OpenAI-style `type` field.
     pub fn error_type(self) -> &'static str {
         match self {
             Self::BadRequest
@@ -56,7 +56,7 @@ impl ApiErrorKind {
         }
     }
 
-    /// The OpenAI `code` field, also the metric label.
+    /// The OpenAI-style `code` field, also the metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "invalid_request",

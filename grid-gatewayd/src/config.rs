@@ -440,6 +440,8 @@ fn check_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    use std::fmt::Write as _;
+
     const MINIMAL: &str = r#"
         site = "a"
         listen = "127.0.0.1:8080"
@@ -584,7 +586,8 @@ mod tests {
         let with = |n: usize| {
             let mut t = MINIMAL.to_owned();
             for k in 1..n {
-                t += &format!(
+                let _ = write!(
+                    t,
                     "[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbase_url = \"http://x\"\n"
                 );
             }

@@ -147,7 +147,7 @@ impl Signals {
         ));
         let reporter = Reporter::new(
             poller::random_epoch(),
-            poller::replica(&config.operator.replica),
+            poller::replica(&config.operator.replica)?,
             handles.feedback.clone(),
         );
         let poller = Poller::new(

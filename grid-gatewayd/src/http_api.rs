@@ -27,6 +27,7 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use prometheus_client::registry::Registry;
 
 use crate::api_error::{ApiErrorKind, error_response};
+use crate::catalog::Upstream;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
 use crate::model_field::find_model;
 use crate::request_metrics::{RequestMetrics, RetryLabels, UpstreamFailureLabels};
@@ -238,60 +239,83 @@ impl Api {
             }
         };
         loop {
-            let uri = match upstream.uri_for(&path_and_query) {
-                Ok(u) => u,
-                Err(e) => {
-                    return api_error(
-                        ApiErrorKind::BadRequest,
-                        &format!("request path: {e}"),
-                        None,
-                    );
+            match self.send_to(upstream, &parts, &path_and_query, &body).await {
+                Ok(resp) => return resp,
+                Err(Failed::Path(message)) => {
+                    return api_error(ApiErrorKind::BadRequest, &message, None);
                 }
-            };
-            let mut out = Request::new(Full::new(body.clone()));
-            *out.method_mut() = parts.method.clone();
-            *out.uri_mut() = uri;
-            *out.headers_mut() = parts.headers.clone();
-            match self.inner.client.request(out).await {
-                Ok(resp) => {
-                    let (mut rparts, rbody) = resp.into_parts();
-                    strip_hop_by_hop(&mut rparts.headers);
-                    if let Ok(v) = HeaderValue::from_str(&upstream.site) {
-                        rparts.headers.insert(SITE_HEADER, v);
-                    }
-                    return Response::from_parts(rparts, rbody.boxed());
+                Err(Failed::Connect) if !retried => {
+                    let Some(next) = view.retry_target(&model, &upstream.site) else {
+                        return upstream_failed(&model);
+                    };
+                    let labels = RetryLabels {
+                        site: next.site.to_string(),
+                    };
+                    self.inner.metrics.retries.get_or_create(&labels).inc();
+                    tracing::debug!(site = %next.site, path = RETRY_PATH, "retrying on another site");
+                    upstream = next;
+                    retried = true;
                 }
-                Err(e) => {
-                    let connect = e.is_connect();
-                    self.inner
-                        .metrics
-                        .upstream_failures
-                        .get_or_create(&UpstreamFailureLabels {
-                            site: upstream.site.to_string(),
-                            reason: if connect { "connect" } else { "request" },
-                        })
-                        .inc();
-                    tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
-                    if connect && !retried {
-                        if let Some(next) = view.retry_target(&model, &upstream.site) {
-                            self.inner
-                                .metrics
-                                .retries
-                                .get_or_create(&RetryLabels {
-                                    site: next.site.to_string(),
-                                })
-                                .inc();
-                            tracing::debug!(site = %next.site, path = RETRY_PATH, "retrying on another site");
-                            upstream = next;
-                            retried = true;
-                            continue;
-                        }
-                    }
-                    return upstream_failed(&model);
-                }
+                Err(_) => return upstream_failed(&model),
             }
         }
     }
+
+    /// One attempt at one upstream: the answer streamed back with `x-grid-site`, or why
+    /// it failed (counted here).
+    async fn send_to(
+        &self,
+        upstream: &Upstream,
+        parts: &http::request::Parts,
+        path_and_query: &str,
+        body: &Bytes,
+    ) -> Result<Response<ResponseBody>, Failed> {
+        let uri = upstream
+            .uri_for(path_and_query)
+            .map_err(|e| Failed::Path(format!("request path: {e}")))?;
+        let mut out = Request::new(Full::new(body.clone()));
+        *out.method_mut() = parts.method.clone();
+        *out.uri_mut() = uri;
+        *out.headers_mut() = parts.headers.clone();
+        match self.inner.client.request(out).await {
+            Ok(resp) => {
+                let (mut rparts, rbody) = resp.into_parts();
+                strip_hop_by_hop(&mut rparts.headers);
+                if let Ok(v) = HeaderValue::from_str(&upstream.site) {
+                    rparts.headers.insert(SITE_HEADER, v);
+                }
+                Ok(Response::from_parts(rparts, rbody.boxed()))
+            }
+            Err(e) => {
+                let connect = e.is_connect();
+                let labels = UpstreamFailureLabels {
+                    site: upstream.site.to_string(),
+                    reason: if connect { "connect" } else { "request" },
+                };
+                self.inner
+                    .metrics
+                    .upstream_failures
+                    .get_or_create(&labels)
+                    .inc();
+                tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
+                Err(if connect {
+                    Failed::Connect
+                } else {
+                    Failed::Exchange
+                })
+            }
+        }
+    }
+}
+
+/// Why one upstream attempt failed.
+enum Failed {
+    /// The request path cannot be joined to the base URL.
+    Path(String),
+    /// Connecting failed: nothing was sent.
+    Connect,
+    /// The exchange failed after the request may have been sent.
+    Exchange,
 }
 
 fn too_large(limit: usize) -> Response<ResponseBody> {

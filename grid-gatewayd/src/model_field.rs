@@ -326,7 +326,6 @@ impl<'a> Lexer<'a> {
             self.skip_ws();
             let at = self.pos;
             match self.peek() {
-                None => return Err(ModelFieldError::Syntax { offset: at }),
                 Some(b'"') => {
                     self.string()?;
                 }
@@ -355,7 +354,7 @@ impl<'a> Lexer<'a> {
                         self.pos += 1;
                     }
                 }
-                Some(_) => return Err(ModelFieldError::Syntax { offset: at }),
+                None | Some(_) => return Err(ModelFieldError::Syntax { offset: at }),
             }
             if depth == 0 {
                 return Ok(());

@@ -382,10 +382,13 @@ fn operator_uri(base: &Uri, path: &'static str) -> Uri {
     Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
 }
 
-/// The replica name for feedback, falling back to `gateway` if the configured one is
-/// refused by the wire contract (the config already checked it as a DNS label).
-pub fn replica(name: &str) -> Replica {
-    Replica::new(name).unwrap_or_else(|_| Replica::new("gateway").expect("static name is valid"))
+/// The feedback replica name from `operator.replica`, refused naming the field when the
+/// wire contract does not accept it.
+pub fn replica(name: &str) -> Result<Replica, crate::Error> {
+    Replica::new(name).map_err(|e| crate::Error::ConfigField {
+        field: "operator.replica".into(),
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -85,6 +85,7 @@ fn count(v: f64) -> u32 {
 mod tests {
     use super::*;
     use grid_signals::store::{Sender, Store, StoreConfig};
+    use std::fmt::Write as _;
 
     const NOW: u64 = 1_700_000_000_000;
 
@@ -97,7 +98,10 @@ mod tests {
         );
         for (name, extra, v) in rows {
             let sep = if extra.is_empty() { "" } else { "," };
-            t += &format!("{name}{{grid_site=\"b\",grid_provider=\"p\"{sep}{extra}}} {v} {NOW}\n");
+            let _ = writeln!(
+                t,
+                "{name}{{grid_site=\"b\",grid_provider=\"p\"{sep}{extra}}} {v} {NOW}"
+            );
         }
         t
     }

@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-/// `{outcome}`: `proxied` or the OpenAI error code the gateway answered with.
+/// `{outcome}`: `proxied` or the OpenAI-style error code the gateway answered with.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// The outcome.

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fake_model::{FakeModel, SSE_EVENTS};
 use common::{Cand, start_gateway};
@@ -49,9 +49,9 @@ async fn openai_python_client_streams_and_completes_through_the_gateway() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("python starts");
-        let deadline = Instant::now() + CLIENT_TIMEOUT;
+        let deadline = grid_gatewayd::clock::monotonic() + CLIENT_TIMEOUT;
         while child.try_wait().expect("wait").is_none() {
-            if Instant::now() > deadline {
+            if grid_gatewayd::clock::monotonic() > deadline {
                 let _ = child.kill();
                 panic!("the openai client did not finish within {CLIENT_TIMEOUT:?}");
             }

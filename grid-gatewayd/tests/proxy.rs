@@ -132,7 +132,7 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
             first_at.unwrap() < produced / 2,
             "first event after {first_at:?}, stream took {total:?}"
         );
-        assert!(total >= produced - Duration::from_millis(20), "{total:?}");
+        assert!(total + Duration::from_millis(20) >= produced, "{total:?}");
         let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
         assert_eq!(events.len(), SSE_EVENTS + 1, "{text}");
         assert_eq!(*events.last().unwrap(), "data: [DONE]");

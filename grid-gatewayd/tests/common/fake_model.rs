@@ -106,7 +106,7 @@ impl FakeModel {
 
 type Body = BoxBody<Bytes, Infallible>;
 
-fn json(status: StatusCode, v: serde_json::Value) -> Response<Body> {
+fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
@@ -129,7 +129,7 @@ async fn handle(
         .into_body()
         .collect()
         .await
-        .map(|c| c.to_bytes())
+        .map(http_body_util::Collected::to_bytes)
         .unwrap_or_default();
     seen.lock().unwrap().push(Seen {
         path: path.clone(),
@@ -142,7 +142,7 @@ async fn handle(
         "/v1/chat/completions" if v["stream"] == true => sse(name, model),
         "/v1/chat/completions" => json(
             StatusCode::OK,
-            serde_json::json!({
+            &serde_json::json!({
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": format!("hello from {name}")}}],
@@ -151,14 +151,14 @@ async fn handle(
         ),
         "/v1/completions" => json(
             StatusCode::OK,
-            serde_json::json!({
+            &serde_json::json!({
                 "id": "cmpl-1", "object": "text_completion", "created": 1, "model": model,
                 "choices": [{"index": 0, "text": format!("hello from {name}"), "finish_reason": "stop", "logprobs": null}]
             }),
         ),
         "/v1/embeddings" => json(
             StatusCode::OK,
-            serde_json::json!({
+            &serde_json::json!({
                 "object": "list", "model": model,
                 "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
                 "usage": {"prompt_tokens": 1, "total_tokens": 1}
@@ -166,7 +166,7 @@ async fn handle(
         ),
         _ => json(
             StatusCode::NOT_FOUND,
-            serde_json::json!({"error": {"message": "no route", "type": "x", "code": null}}),
+            &serde_json::json!({"error": {"message": "no route", "type": "x", "code": null}}),
         ),
     };
     Ok(resp)

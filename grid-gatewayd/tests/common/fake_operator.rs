@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -245,12 +246,16 @@ fn relay(sites: &BTreeMap<String, SiteLoad>, epoch: u64, sequence: u64, now: u64
                 if u < l.units_waiting { 2.0 } else { 0.0 },
             ));
         }
-        out += &format!(
-            "grid_provider_config_generation{{grid_site=\"{site}\",grid_provider=\"p\",provider_uid=\"uid-{site}\",publisher_epoch=\"{epoch}\",batch_sequence=\"{sequence}\",batch_samples=\"{}\"}} 1 {t}\n",
+        let _ = writeln!(
+            out,
+            "grid_provider_config_generation{{grid_site=\"{site}\",grid_provider=\"p\",provider_uid=\"uid-{site}\",publisher_epoch=\"{epoch}\",batch_sequence=\"{sequence}\",batch_samples=\"{}\"}} 1 {t}",
             rows.len()
         );
         for (name, extra, v) in rows {
-            out += &format!("{name}{{grid_site=\"{site}\",grid_provider=\"p\"{extra}}} {v} {t}\n");
+            let _ = writeln!(
+                out,
+                "{name}{{grid_site=\"{site}\",grid_provider=\"p\"{extra}}} {v} {t}"
+            );
         }
     }
     out

@@ -6,6 +6,7 @@ pub mod fake_model;
 pub mod fake_operator;
 pub mod pki;
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -64,13 +65,16 @@ pub fn config_toml(
     let mut t = format!(
         "site = \"a\"\nlisten = \"127.0.0.1:0\"\n{extra}\n\
          [operator]\nurl = \"{operator_url}\"\nidentity = \"operator.a.grid\"\n\
-         [tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
-        gw.cert, gw.key, gw.ca
+         [tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+        gw.cert.display(),
+        gw.key.display(),
+        gw.ca.display()
     );
     for (name, cands) in models {
-        t += &format!("[[models]]\nname = \"{name}\"\n");
+        let _ = writeln!(t, "[[models]]\nname = \"{name}\"");
         for c in cands {
-            t += &format!(
+            let _ = write!(
+                t,
                 "[[models.candidates]]\nsite = \"{}\"\nprovider = \"{}\"\nbase_url = \"{}\"\n",
                 c.site, c.provider, c.base_url
             );
@@ -114,7 +118,7 @@ impl Answer {
             .and_then(|v| v.to_str().ok())
     }
 
-    /// The OpenAI error code.
+    /// The OpenAI-style error code.
     pub fn error_code(&self) -> String {
         self.json()["error"]["code"]
             .as_str()
