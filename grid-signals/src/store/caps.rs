@@ -45,6 +45,8 @@ pub const DEFAULT_TTL_MS: u64 = 30_000;
 pub const MAX_PENDING_EVENTS: usize = 2 * MAX_PROVIDERS;
 
 #[cfg(test)]
+// Stored values are copies of the ones sent, so exact comparison is the point.
+#[allow(clippy::float_cmp)]
 mod tests {
     use super::super::fixture::{T0, admit, batch, meta};
     use super::super::{DropReason, Store, StoreConfig};
@@ -59,7 +61,10 @@ mod tests {
     fn a_site_holds_max_providers_per_site_and_the_next_is_cap_for_that_site_only() {
         let mut s = Store::new(StoreConfig::default());
         for p in 0..MAX_PROVIDERS_PER_SITE {
-            assert_eq!(admit(&mut s, one("b", &format!("p{p}")), T0).batches_stored, 1);
+            assert_eq!(
+                admit(&mut s, one("b", &format!("p{p}")), T0).batches_stored,
+                1
+            );
         }
         let r = admit(&mut s, one("b", "extra"), T0);
         assert_eq!(r.dropped.get(DropReason::Cap), 2);
@@ -98,13 +103,19 @@ mod tests {
         let mut s = Store::new(StoreConfig::default());
         let names = (0..=MAX_METRICS_PER_PROVIDER).map(|i| (format!("m{i}"), vec![]));
         let rows = rows(names);
-        let b = Batch::new(meta("b", "p", "u", Fence::new(T0, 1), rows.len() as u64, T0), rows);
+        let b = Batch::new(
+            meta("b", "p", "u", Fence::new(T0, 1), rows.len() as u64, T0),
+            rows,
+        );
         let r = admit(&mut s, b, T0);
         assert_eq!(r.rows_stored, MAX_METRICS_PER_PROVIDER as u64);
         assert_eq!(r.dropped.get(DropReason::Cap), 1);
         let e = s.entry("b", "p").unwrap();
         assert_eq!(e.metric_names().count(), MAX_METRICS_PER_PROVIDER);
-        assert!(e.latest(&format!("m{MAX_METRICS_PER_PROVIDER}"), &[]).is_none());
+        assert!(
+            e.latest(&format!("m{MAX_METRICS_PER_PROVIDER}"), &[])
+                .is_none()
+        );
     }
 
     #[test]
@@ -112,24 +123,45 @@ mod tests {
         let mut s = Store::new(StoreConfig::default());
         let endpoint = |i: usize| ("e".to_owned(), vec![("ep".to_owned(), format!("{i}"))]);
         let first = rows((0..MAX_SERIES_PER_PROVIDER).map(endpoint));
-        let b = Batch::new(meta("b", "p", "u", Fence::new(T0, 1), first.len() as u64, T0), first);
-        assert_eq!(admit(&mut s, b, T0).rows_stored, MAX_SERIES_PER_PROVIDER as u64);
+        let b = Batch::new(
+            meta("b", "p", "u", Fence::new(T0, 1), first.len() as u64, T0),
+            first,
+        );
+        assert_eq!(
+            admit(&mut s, b, T0).rows_stored,
+            MAX_SERIES_PER_PROVIDER as u64
+        );
         let more = rows([endpoint(0), endpoint(MAX_SERIES_PER_PROVIDER)].into_iter());
         let b = Batch::new(meta("b", "p", "u", Fence::new(T0, 2), 2, T0), more);
         let r = admit(&mut s, b, T0);
         assert_eq!((r.rows_stored, r.dropped.get(DropReason::Cap)), (1, 1));
-        assert_eq!(s.entry("b", "p").unwrap().series_count(), MAX_SERIES_PER_PROVIDER);
+        assert_eq!(
+            s.entry("b", "p").unwrap().series_count(),
+            MAX_SERIES_PER_PROVIDER
+        );
     }
 
     #[test]
     fn a_series_keeps_max_samples_per_series_readings() {
         let mut s = Store::new(StoreConfig::default());
         for seq in 0..=MAX_SAMPLES_PER_SERIES as u64 {
-            let b = batch("b", "p", Fence::new(T0, seq), &[("q", seq as f64)], T0 + seq);
+            let b = batch(
+                "b",
+                "p",
+                Fence::new(T0, seq),
+                &[("q", seq as f64)],
+                T0 + seq,
+            );
             admit(&mut s, b, T0 + seq);
         }
         let e = s.entry("b", "p").unwrap();
-        let held: Vec<f64> = e.series("q").next().unwrap().readings().map(|r| r.value).collect();
+        let held: Vec<f64> = e
+            .series("q")
+            .next()
+            .unwrap()
+            .readings()
+            .map(|r| r.value)
+            .collect();
         assert_eq!(held.len(), MAX_SAMPLES_PER_SERIES);
         assert_eq!(held[0], 1.0);
         assert_eq!(*held.last().unwrap(), MAX_SAMPLES_PER_SERIES as f64);

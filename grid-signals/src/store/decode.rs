@@ -5,8 +5,7 @@ use super::{DropCounts, DropReason};
 use crate::Error;
 use crate::batch::{
     Batch, BatchMeta, BatchRule, EPOCH_LABEL, Fence, METADATA_NAME, PROVIDER_LABEL, Row,
-    SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value,
-    parse_decimal_u64,
+    SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value, parse_decimal_u64,
 };
 use crate::exposition::{Line, Sample, lines};
 
@@ -101,10 +100,7 @@ fn close_if_full(open: &mut Option<Batch>, on_batch: &mut impl FnMut(Batch)) {
 }
 
 fn label_is(sample: &Sample<'_>, name: &str, expected: &str) -> bool {
-    sample
-        .labels
-        .get(name)
-        .is_some_and(|v| v.eq_str(expected))
+    sample.labels.get(name).is_some_and(|v| v.eq_str(expected))
 }
 
 fn rule_of(e: &Error) -> BatchRule {
@@ -124,7 +120,7 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
     let mut epoch = None;
     let mut sequence = None;
     let mut samples = None;
-    for (name, value) in sample.labels.iter() {
+    for (name, value) in sample.labels {
         let slot = match name {
             SITE_LABEL => &mut site,
             PROVIDER_LABEL => &mut provider,
@@ -144,7 +140,10 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
         return Err(BatchRule::MissingLabel);
     };
     let decimal = |field, text: &str| parse_decimal_u64(field, text).map_err(|e| rule_of(&e));
-    let fence = Fence::new(decimal(EPOCH_LABEL, &epoch)?, decimal(SEQUENCE_LABEL, &sequence)?);
+    let fence = Fence::new(
+        decimal(EPOCH_LABEL, &epoch)?,
+        decimal(SEQUENCE_LABEL, &sequence)?,
+    );
     let samples = decimal(SAMPLES_LABEL, &samples)?;
     let generation = generation_from_value(sample.value).map_err(|e| rule_of(&e))?;
     let stamp_ms = stamp(sample)?;

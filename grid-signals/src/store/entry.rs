@@ -217,21 +217,20 @@ impl Entry {
             value: row.value(),
             stamp_ms: row.stamp_ms(),
         };
-        let metric_at = match self.metrics.iter().position(|m| m.name == row.name()) {
-            Some(i) => i,
-            None => {
-                if self.metrics.len() >= MAX_METRICS_PER_PROVIDER {
-                    return Err(RowRefusal::Metrics);
-                }
-                if self.series_count >= MAX_SERIES_PER_PROVIDER {
-                    return Err(RowRefusal::Series);
-                }
-                self.metrics.push(Metric {
-                    name: row.name().to_owned(),
-                    series: Vec::new(),
-                });
-                self.metrics.len() - 1
+        let metric_at = if let Some(i) = self.metrics.iter().position(|m| m.name == row.name()) {
+            i
+        } else {
+            if self.metrics.len() >= MAX_METRICS_PER_PROVIDER {
+                return Err(RowRefusal::Metrics);
             }
+            if self.series_count >= MAX_SERIES_PER_PROVIDER {
+                return Err(RowRefusal::Series);
+            }
+            self.metrics.push(Metric {
+                name: row.name().to_owned(),
+                series: Vec::new(),
+            });
+            self.metrics.len() - 1
         };
         let metric = &mut self.metrics[metric_at];
         if let Some(series) = metric.series.iter_mut().find(|s| s.labels == row.labels()) {

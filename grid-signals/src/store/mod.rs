@@ -200,7 +200,11 @@ mod tests {
     #[test]
     fn readings_exactly_one_ttl_old_are_kept_and_older_ones_expire() {
         let mut s = store();
-        admit(&mut s, batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0), T0);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
         s.expire(T0 + DEFAULT_TTL_MS);
         assert!(s.entry("b", "m").unwrap().latest("q", &[]).is_some());
         s.expire(T0 + DEFAULT_TTL_MS + 1);
@@ -214,7 +218,11 @@ mod tests {
     #[test]
     fn an_idle_entry_is_forgotten_one_ms_after_fence_retention_with_one_expired_event() {
         let mut s = store();
-        admit(&mut s, batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0), T0);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
         assert!(matches!(s.poll_event(), Some(StoreEvent::Reset { .. })));
         s.expire(T0 + FENCE_RETENTION_MS);
         assert_eq!(s.len(), 1);
@@ -234,7 +242,11 @@ mod tests {
     #[test]
     fn a_custom_ttl_is_honoured() {
         let mut s = Store::new(StoreConfig { ttl_ms: 5_000 });
-        admit(&mut s, batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0), T0);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
         s.expire(T0 + 5_001);
         assert!(s.entry("b", "m").unwrap().latest("q", &[]).is_none());
     }
@@ -243,7 +255,11 @@ mod tests {
     fn entries_iterate_sorted_by_site_then_provider() {
         let mut s = store();
         for (site, provider) in [("c", "a"), ("a", "z"), ("a", "b")] {
-            admit(&mut s, batch(site, provider, Fence::new(T0, 1), &[("q", 1.0)], T0), T0);
+            admit(
+                &mut s,
+                batch(site, provider, Fence::new(T0, 1), &[("q", 1.0)], T0),
+                T0,
+            );
         }
         let keys: Vec<(&str, &str)> = s.entries().map(|e| (e.site(), e.provider())).collect();
         assert_eq!(keys, [("a", "b"), ("a", "z"), ("c", "a")]);
