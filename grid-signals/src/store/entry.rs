@@ -66,7 +66,7 @@ impl<'a> SeriesView<'a> {
     }
 
     /// Every held reading, oldest admitted first.
-    pub fn readings(&self) -> impl DoubleEndedIterator<Item = Reading> + 'a {
+    pub fn readings(&self) -> impl DoubleEndedIterator<Item = Reading> + use<'a> {
         self.series.window.iter()
     }
 }
@@ -152,7 +152,7 @@ impl Entry {
     }
 
     /// The series of `metric` (one per label set; several for per-endpoint series).
-    pub fn series<'a>(&'a self, metric: &str) -> impl Iterator<Item = SeriesView<'a>> + 'a {
+    pub fn series<'a>(&'a self, metric: &str) -> impl Iterator<Item = SeriesView<'a>> + use<'a> {
         self.metric(metric)
             .into_iter()
             .flat_map(|m| m.series.iter().map(|series| SeriesView { series }))
