@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use grid_signals::batch::{Batch, BatchMeta, Fence, MAX_EPOCH_LEAD_MS, Revision, Row};
 use grid_signals::store::{
-    DropReason, IngestReport, Learning, MAX_SAMPLES_PER_SERIES, PauseReason, Sender, Store,
-    StoreConfig, StoreEvent, decode_batches,
+    DropCounts, DropReason, IngestReport, Learning, MAX_SAMPLES_PER_SERIES, PauseReason, Sender,
+    Store, StoreConfig, StoreEvent, decode_batches,
 };
 use proptest::prelude::*;
 
@@ -21,6 +21,9 @@ const PROVIDERS: [&str; 2] = ["m0", "m1"];
 const METRICS: [&str; 2] = ["q", "r"];
 /// An epoch far past the lead bound at every `now` the scenarios reach.
 const FUTURE_EPOCH: u64 = T0 + 10 * MAX_EPOCH_LEAD_MS;
+
+/// A provider's name, fence and readings, to compare two stores.
+type View = (String, Option<Fence>, Vec<(f64, u64)>);
 
 /// One step of a scenario.
 #[derive(Clone, Debug)]
@@ -160,15 +163,30 @@ impl Model {
 }
 
 fn build(op: &Op, step: usize, now: u64) -> Batch {
-    let Op::Publish { provider, epoch, sequence, uid, generation, metrics, damage } = op else {
+    let Op::Publish {
+        provider,
+        epoch,
+        sequence,
+        uid,
+        generation,
+        metrics,
+        damage,
+    } = op
+    else {
         unreachable!("only publications are built")
     };
-    let epoch = if *epoch == 3 { FUTURE_EPOCH } else { T0 + *epoch as u64 * 1_000 };
+    let epoch = if *epoch == 3 {
+        FUTURE_EPOCH
+    } else {
+        T0 + *epoch as u64 * 1_000
+    };
     // Unique values per step let the test trace every held reading to its batch.
     let rows: Vec<Row> = metrics
         .iter()
         .enumerate()
-        .map(|(i, &m)| Row::new(METRICS[m], vec![], (step * 10 + i) as f64, now - i as u64).unwrap())
+        .map(|(i, &m)| {
+            Row::new(METRICS[m], vec![], (step * 10 + i) as f64, now - i as u64).unwrap()
+        })
         .collect();
     let meta = BatchMeta::new(
         SITE,
@@ -193,7 +211,13 @@ fn build(op: &Op, step: usize, now: u64) -> Batch {
 
 fn changed(mut batch: Batch, step: usize) -> Batch {
     if let Some(first) = batch.rows.first_mut() {
-        *first = Row::new(first.name(), vec![], (step * 10 + 9) as f64, first.stamp_ms()).unwrap();
+        *first = Row::new(
+            first.name(),
+            vec![],
+            (step * 10 + 9) as f64,
+            first.stamp_ms(),
+        )
+        .unwrap();
     } else {
         batch.lines_refused += 1;
     }
@@ -206,7 +230,10 @@ fn learning_of(p: &Provider, now: u64, ttl: u64, meta_stamp: Option<u64>) -> Lea
         Lifetime::Invalidated => Learning::Paused(PauseReason::ZeroSamples),
         Lifetime::Live(revision, since_ms) => {
             if meta_stamp.is_some_and(|s| s + ttl >= now) {
-                Learning::Allowed { revision, since_ms: *since_ms }
+                Learning::Allowed {
+                    revision,
+                    since_ms: *since_ms,
+                }
             } else {
                 Learning::Paused(PauseReason::MetadataStale)
             }
@@ -224,6 +251,8 @@ proptest! {
         let mut model = Model::default();
         let mut sent: Vec<Option<Batch>> = Vec::new();
         let mut now = T0 + 5_000;
+        // The revision of each provider's last stored batch with rows.
+        let mut learned: BTreeMap<String, Revision> = BTreeMap::new();
         for (step, op) in ops.iter().enumerate() {
             let earlier = |i: usize| sent[..step].iter().flatten().nth(i % sent[..step].iter().flatten().count().max(1)).cloned();
             let batch = match op {
@@ -263,11 +292,20 @@ proptest! {
                 },
             };
             prop_assert_eq!(&got, &expect, "step {} {:?}", step, op);
+            // Stated on its own: a stored batch whose revision differs from the one
+            // learned before raises exactly one reset, for that revision.
+            if got.stored == 1 && !batch.rows.is_empty() {
+                let revision = batch.meta.revision();
+                let previous = learned.insert(batch.meta.provider().to_owned(), revision.clone());
+                if previous.as_ref() != Some(&revision) {
+                    prop_assert_eq!(got.reset.as_ref(), Some(&revision));
+                }
+            }
             prop_assert_eq!(report.dropped.total(), expect.skew + expect.delayed + expect.incomplete);
 
             for (name, p) in &model.providers {
                 let entry = store.entry(SITE, name);
-                prop_assert_eq!(entry.and_then(|e| e.fence()), p.fence);
+                prop_assert_eq!(entry.and_then(grid_signals::store::Entry::fence), p.fence);
                 let Some(entry) = entry else { continue };
                 prop_assert_eq!(entry.revision(), p.revision.as_ref());
                 let ttl = config.ttl_ms;
@@ -327,7 +365,7 @@ proptest! {
             let en: Vec<_> = std::iter::from_fn(|| many.poll_event()).collect();
             prop_assert_eq!(e1, en);
         }
-        let view = |s: &Store| -> Vec<(String, Option<Fence>, Vec<(f64, u64)>)> {
+        let view = |s: &Store| -> Vec<View> {
             s.entries()
                 .map(|e| {
                     let readings = METRICS
@@ -356,7 +394,7 @@ proptest! {
         for b in &batches {
             b.write(&mut body);
         }
-        let mut drops = Default::default();
+        let mut drops = DropCounts::default();
         let mut decoded = Vec::new();
         decode_batches(&body, &mut drops, |b| decoded.push(b));
         prop_assert_eq!(drops.total(), 0);
