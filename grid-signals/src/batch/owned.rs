@@ -45,7 +45,7 @@ impl Batch {
     /// A digest of everything the batch says, as received.
     ///
     /// Two batches with the same digest are treated as the same publication (an exact
-    /// repeat). 64 bits of SipHash with fixed keys: deterministic, and a collision between
+    /// repeat). 64 bits of `SipHash` with fixed keys: deterministic, and a collision between
     /// two publications at the same fence is not a practical concern.
     pub fn digest(&self) -> u64 {
         let mut h = DefaultHasher::new();

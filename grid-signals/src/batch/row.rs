@@ -88,10 +88,9 @@ impl Row {
         self.stamp_ms
     }
 
-    /// The same row with its stamp moved into another clock.
-    pub(crate) fn with_stamp(mut self, stamp_ms: u64) -> Self {
+    /// Moves the stamp into another clock.
+    pub(crate) fn set_stamp(&mut self, stamp_ms: u64) {
         self.stamp_ms = stamp_ms;
-        self
     }
 
     /// Whether this row's extra labels are exactly `labels` (any order).

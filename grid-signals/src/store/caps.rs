@@ -45,6 +45,8 @@ pub const DEFAULT_TTL_MS: u64 = 30_000;
 pub const MAX_PENDING_EVENTS: usize = 2 * MAX_PROVIDERS;
 
 #[cfg(test)]
+// Stored values are copies of the ones sent, so exact comparison is the point.
+#[allow(clippy::float_cmp)]
 mod tests {
     use super::super::fixture::{T0, admit, batch, meta};
     use super::super::{DropReason, Store, StoreConfig};

@@ -36,7 +36,9 @@ pub fn decode_batches(body: &[u8], drops: &mut DropCounts, mut on_batch: impl Fn
                 }
                 match meta_from_sample(&sample) {
                     Ok(meta) => {
-                        open = Some(Batch::new(meta, Vec::new()));
+                        // Bounded by MAX_BATCH_SAMPLES, so reserving up front is safe.
+                        let rows = Vec::with_capacity(meta.samples() as usize);
+                        open = Some(Batch::new(meta, rows));
                         close_if_full(&mut open, &mut on_batch);
                     }
                     Err(rule) => drops.add(
@@ -120,7 +122,7 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
     let mut epoch = None;
     let mut sequence = None;
     let mut samples = None;
-    for (name, value) in sample.labels.iter() {
+    for (name, value) in sample.labels {
         let slot = match name {
             SITE_LABEL => &mut site,
             PROVIDER_LABEL => &mut provider,

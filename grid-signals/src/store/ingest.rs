@@ -149,7 +149,7 @@ impl Store {
 
         // Valid ordering metadata counts whether or not the payload is whole.
         let complete = batch.is_complete();
-        let Batch { meta, rows, .. } = batch;
+        let Batch { meta, mut rows, .. } = batch;
         let revision = meta.revision();
         entry.gate.advance(meta.fence());
         entry.touched_ms = now_ms;
@@ -183,25 +183,25 @@ impl Store {
         }
         entry.revision = Some(revision);
 
-        let mut kept = Vec::with_capacity(rows.len());
-        for row in rows {
+        // The rows kept become the held publication, in place.
+        rows.retain_mut(|row| {
             if !plausible(row.stamp_ms(), reference_ms) {
                 report.dropped.add(DropReason::Skew, 1);
-                continue;
+                return false;
             }
-            let stamp_ms = rebase(row.stamp_ms(), reference_ms, now_ms);
-            let row = row.with_stamp(stamp_ms);
-            match entry.store_row(&row) {
-                Ok(()) => kept.push(row),
+            row.set_stamp(rebase(row.stamp_ms(), reference_ms, now_ms));
+            match entry.store_row(row) {
+                Ok(()) => true,
                 Err(RowRefusal::Metrics | RowRefusal::Series) => {
                     report.dropped.add(DropReason::Cap, 1);
+                    false
                 }
             }
-        }
-        report.rows_stored += kept.len() as u64;
+        });
+        report.rows_stored += rows.len() as u64;
         let stamp = rebase(meta.stamp_ms(), reference_ms, now_ms);
-        let held = meta.with_stamp(stamp).with_samples(kept.len() as u64);
-        entry.publication = Some(Batch::new(held, kept));
+        let held = meta.with_stamp(stamp).with_samples(rows.len() as u64);
+        entry.publication = Some(Batch::new(held, rows));
         if let Some(event) = reset {
             self.events.push(event);
         }
@@ -209,6 +209,8 @@ impl Store {
 }
 
 #[cfg(test)]
+// Stored values are copies of the ones sent, so exact comparison is the point.
+#[allow(clippy::float_cmp)]
 mod tests {
     use super::super::fixture::{T0, admit, batch, body, meta, store};
     use super::super::{DropReason, Learning, PauseReason, StoreEvent};
@@ -538,9 +540,7 @@ mod tests {
         let mut lines: Vec<&str> = cut.lines().collect();
         lines.pop();
         let mut text = lines.join("\n");
-        text.push_str(&format!(
-            "\nr{{grid_site=\"b\",grid_provider=\"x\"}} 2 {T0}\n"
-        ));
+        text = format!("{text}\nr{{grid_site=\"b\",grid_provider=\"x\"}} 2 {T0}\n");
         let r = s.ingest(text.as_bytes(), Sender::Local, T0, T0);
         assert_eq!(r.dropped.get(DropReason::Incomplete), 2);
         assert_eq!(r.dropped.get(DropReason::Unbatched), 1);
