@@ -61,6 +61,7 @@ mod capacity;
 mod config;
 mod error;
 pub mod fuzzing;
+mod hash;
 mod learner;
 mod metrics;
 mod reading;

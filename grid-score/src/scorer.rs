@@ -1,11 +1,12 @@
 //! The control step: learners for every candidate, fed readings and revision events, and
 //! a refresh that turns them into a [`RouteTable`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::ScoreConfig;
 use crate::error::Error;
+use crate::hash::FnvMap;
 use crate::learner::{Learner, LearnerView, Observed};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
@@ -61,8 +62,8 @@ pub enum ScoreInput<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct Scorer {
     config: ScoreConfig,
-    learners: HashMap<CandidateKey, Learner>,
-    shed: HashMap<Arc<str>, ShedState>,
+    learners: FnvMap<CandidateKey, Learner>,
+    shed: FnvMap<Arc<str>, ShedState>,
 }
 
 impl Scorer {
@@ -159,7 +160,8 @@ impl Scorer {
     fn snapshot(&mut self, now_ms: u64, model: &Arc<str>, keys: &[CandidateKey]) -> RouteSnapshot {
         let mut candidates = Vec::with_capacity(keys.len());
         let mut excluded = Vec::new();
-        let mut saturation = Vec::with_capacity(keys.len());
+        let shedding_on = self.config.shedding.enabled;
+        let mut saturation = Vec::with_capacity(if shedding_on { keys.len() } else { 0 });
         for key in keys {
             let v = self.view(now_ms, key);
             if let Some(reason) = v.excluded {
@@ -169,11 +171,13 @@ impl Scorer {
                 });
                 continue;
             }
-            saturation.push(SiteSaturation {
-                unknown: v.load.is_none(),
-                full_since: v.full_since,
-                last_full: v.last_full,
-            });
+            if shedding_on {
+                saturation.push(SiteSaturation {
+                    unknown: v.load.is_none(),
+                    full_since: v.full_since,
+                    last_full: v.last_full,
+                });
+            }
             candidates.push(match v.load {
                 Some((rho, worst)) => {
                     Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)

@@ -211,9 +211,9 @@ pub struct RouteSnapshot {
 }
 
 impl RouteSnapshot {
-    /// Orders `candidates` least-loaded first (score, then larger capacity, then key) and
-    /// decides the selection path. Public so simulators and tests can build snapshots
-    /// without a learner.
+    /// Orders `candidates` least-loaded first (score, then larger capacity; full ties keep
+    /// the given order) and decides the selection path. Public so simulators and tests can
+    /// build snapshots without a learner.
     pub fn new(
         model: impl Into<Arc<str>>,
         mut candidates: Vec<Candidate>,
@@ -224,7 +224,6 @@ impl RouteSnapshot {
             a.score
                 .total_cmp(&b.score)
                 .then(b.capacity.total_cmp(&a.capacity))
-                .then_with(|| a.key.cmp(&b.key))
         });
         let plan = plan(&candidates, refusals);
         Self {
@@ -310,7 +309,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteTable {
-    models: std::collections::HashMap<Arc<str>, RouteSnapshot>,
+    models: crate::hash::FnvMap<Arc<str>, RouteSnapshot>,
 }
 
 impl RouteTable {
