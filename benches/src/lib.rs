@@ -8,3 +8,4 @@
 //! anywhere but loopback.
 
 pub mod clock;
+pub mod epp_exposition;
