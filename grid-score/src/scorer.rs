@@ -133,6 +133,14 @@ impl Scorer {
         }
     }
 
+    /// Forgets everything learned about every candidate (the store's event queue
+    /// overflowed, so some revision change may have been missed).
+    pub fn reset_all(&mut self) {
+        for learner in self.learners.values_mut() {
+            learner.reset();
+        }
+    }
+
     /// Drops a candidate entirely (it left the serving config).
     pub fn forget(&mut self, key: &CandidateKey) {
         self.learners.remove(key);
@@ -299,7 +307,7 @@ mod tests {
         let cap = |s: &mut Scorer| {
             s.refresh(1, &routes(&["a"])).get("m").unwrap().candidates()[0].capacity()
         };
-        assert!((cap(&mut s) - 40.0).abs() < 1e-9);
+        assert!((cap(&mut s) - 40.0 * crate::SOFT_BOUND_HEADROOM).abs() < 1e-9);
         s.handle(ScoreInput::RevisionReset(&key("a"))).unwrap();
         assert!((cap(&mut s) - crate::CAPACITY_FLOOR).abs() < 1e-9);
     }
@@ -317,9 +325,9 @@ mod tests {
                 waiting: 1,
             }),
             queue_depth: Some(3.0),
-            ..reading(stamp, 8.0)
+            ..reading(stamp, 16.0)
         };
-        s.observe(&key("a"), &reading(0, 4.0)).unwrap(); // soft bound 4
+        s.observe(&key("a"), &reading(0, 4.0)).unwrap(); // soft bound 4: capacity 8
         let r = routes(&["a"]);
         let mut rng = SplitMix64::new(1);
         s.observe(&key("a"), &full(1_000)).unwrap();
