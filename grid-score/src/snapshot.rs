@@ -186,7 +186,7 @@ pub(crate) enum Plan {
     },
     TwoChoices(Pool),
     ByCapacity(Pool),
-    Fallback(u32),
+    Fallback(Pool),
 }
 
 /// What a snapshot answers when it cannot route.
@@ -283,8 +283,15 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
         [] => {
             let not_full = indices_in(candidates, CandidateState::NoRoom);
             if not_full.is_empty() {
-                // Best-scored first: measured-full sites before unmeasured ones.
-                Plan::Fallback(0)
+                // Measured-full sites before unmeasured ones (loss of signal is least
+                // preferred), spread by capacity rather than herded onto one.
+                let full = indices_in(candidates, CandidateState::Full);
+                let pool = if full.is_empty() {
+                    indices_in(candidates, CandidateState::Unmeasured)
+                } else {
+                    full
+                };
+                Plan::Fallback(Pool::new(pool, candidates))
             } else {
                 Plan::ByCapacity(Pool::new(not_full, candidates))
             }
