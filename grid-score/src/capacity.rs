@@ -1,8 +1,8 @@
 //! Capacity bounds: what a site has shown it can hold, and where it has shown a limit.
 //!
 //! The soft bound is the most in-flight the site held with nothing queued; the hard bound
-//! is the least in-flight it held at a demonstrated limit. Capacity is the lesser, never
-//! below [`CAPACITY_FLOOR`]. Both bounds lose their evidence with a half-life
+//! is the least in-flight it held at a demonstrated limit. Capacity is the lesser (the soft
+//! bound counted with [`SOFT_BOUND_HEADROOM`]), never below [`CAPACITY_FLOOR`]. Both bounds lose their evidence with a half-life
 //! ([`BOUND_HALF_LIFE_MS`]) so a site that was resized is relearned rather than trusted
 //! forever at its old size.
 
@@ -14,6 +14,15 @@
 /// deliberately not larger: a larger floor would let an unproven site look emptier than
 /// the sites that have shown their size, and herd traffic onto it.
 pub const CAPACITY_FLOOR: f64 = 1.0;
+
+/// How far past its soft bound a site that has never shown a limit is read to reach.
+///
+/// The soft bound only proves the site held that many without queueing; read as capacity
+/// itself, every site would read rho 1 (no room) at its busiest calm moment, and a site
+/// holding a steady load that never queues would read full forever. Doubling it leaves a
+/// never-limited site room to be offered more, so it is explored; once it shows a limit,
+/// the hard bound (read as is) takes over.
+pub const SOFT_BOUND_HEADROOM: f64 = 2.0;
 
 /// How long a bound keeps half of its evidence, in milliseconds (5 minutes).
 ///
@@ -59,9 +68,12 @@ impl Bounds {
         self.hard.map(|b| b.value * b.half_lives(now_ms).exp2())
     }
 
-    /// The lesser bound, never below [`CAPACITY_FLOOR`]; the floor when nothing is known.
+    /// The lesser of the hard bound and the soft bound with headroom, never below
+    /// [`CAPACITY_FLOOR`]; the floor when nothing is known.
     pub(crate) fn capacity(&self, now_ms: u64) -> f64 {
-        let soft = self.soft(now_ms).unwrap_or(f64::INFINITY);
+        let soft = self
+            .soft(now_ms)
+            .map_or(f64::INFINITY, |s| s * SOFT_BOUND_HEADROOM);
         let hard = self.hard(now_ms).unwrap_or(f64::INFINITY);
         let lesser = soft.min(hard);
         if lesser.is_finite() {
@@ -109,16 +121,16 @@ mod tests {
     fn idle_site_reads_at_the_floor_not_zero() {
         let mut b = Bounds::default();
         b.held_unqueued(0.0, 0);
-        assert!(close(b.capacity(0), CAPACITY_FLOOR));
+        assert!(close(b.capacity(0), CAPACITY_FLOOR * SOFT_BOUND_HEADROOM));
         b.held_at_limit(0.0, 0);
         assert!(close(b.capacity(0), CAPACITY_FLOOR));
     }
 
     #[test]
-    fn capacity_is_the_lesser_bound() {
+    fn capacity_is_the_lesser_bound_with_soft_headroom() {
         let mut b = Bounds::default();
         b.held_unqueued(40.0, 0);
-        assert!(close(b.capacity(0), 40.0));
+        assert!(close(b.capacity(0), 40.0 * SOFT_BOUND_HEADROOM));
         b.held_at_limit(30.0, 0);
         assert!(close(b.capacity(0), 30.0));
         b.held_at_limit(35.0, 0); // not less: the least limit stands
@@ -144,7 +156,10 @@ mod tests {
         assert!(close(b.hard(BOUND_HALF_LIFE_MS).unwrap(), 20.0));
         // Soft decays too, but far more slowly towards the floor than hard relaxes.
         let later = 3 * BOUND_HALF_LIFE_MS;
-        assert!(close(b.capacity(later), 80.0_f64.min(1.0 + 99.0 / 8.0)));
+        assert!(close(
+            b.capacity(later),
+            80.0_f64.min((1.0 + 99.0 / 8.0) * SOFT_BOUND_HEADROOM)
+        ));
     }
 
     #[test]

@@ -51,6 +51,9 @@
 //! # Ok::<(), grid_score::Error>(())
 //! ```
 //!
+//! A gateway fed by `grid_signals::store` calls [`from_store::sync`] before each refresh:
+//! it turns the store's entries into readings and its events into resets.
+//!
 //! The table is immutable and cheap to share; a pick never allocates, locks or reads the
 //! store. [`ScoreMetrics`] mirrors a table into gauges and counts decisions; the
 //! [`fuzzing`] module decodes arbitrary bytes into input sequences and checks the
@@ -60,7 +63,9 @@
 mod capacity;
 mod config;
 mod error;
+pub mod from_store;
 pub mod fuzzing;
+mod hash;
 mod learner;
 mod metrics;
 mod reading;
@@ -71,7 +76,7 @@ mod select;
 mod shed;
 mod snapshot;
 
-pub use capacity::{BOUND_HALF_LIFE_MS, CAPACITY_FLOOR};
+pub use capacity::{BOUND_HALF_LIFE_MS, CAPACITY_FLOOR, SOFT_BOUND_HEADROOM};
 pub use config::{
     DEFAULT_FRESH_FOR_MS, DEFAULT_FULL_AFTER_MS, DEFAULT_ROOM_AFTER_MS,
     DEFAULT_SHED_RETRY_AFTER_MS, DEFAULT_UNAVAILABLE_RETRY_AFTER_MS, ScoreConfig, ShedConfig,

@@ -211,13 +211,13 @@ mod tests {
             line(&text, r#"score_capacity{site="a",provider="p"}"#)
                 .split(' ')
                 .nth(1),
-            Some("4.0")
+            Some("8.0")
         );
         assert_eq!(
             line(&text, r#"score_rho{site="a",provider="p"}"#)
                 .split(' ')
                 .nth(1),
-            Some("1.0")
+            Some("0.5")
         );
         assert!(line(&text, r#"score_score{site="b",provider="p"}"#).ends_with("NaN"));
 

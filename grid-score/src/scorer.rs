@@ -1,11 +1,12 @@
 //! The control step: learners for every candidate, fed readings and revision events, and
 //! a refresh that turns them into a [`RouteTable`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::ScoreConfig;
 use crate::error::Error;
+use crate::hash::FnvMap;
 use crate::learner::{Learner, LearnerView, Observed};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
@@ -61,8 +62,8 @@ pub enum ScoreInput<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct Scorer {
     config: ScoreConfig,
-    learners: HashMap<CandidateKey, Learner>,
-    shed: HashMap<Arc<str>, ShedState>,
+    learners: FnvMap<CandidateKey, Learner>,
+    shed: FnvMap<Arc<str>, ShedState>,
 }
 
 impl Scorer {
@@ -132,6 +133,14 @@ impl Scorer {
         }
     }
 
+    /// Forgets everything learned about every candidate (the store's event queue
+    /// overflowed, so some revision change may have been missed).
+    pub fn reset_all(&mut self) {
+        for learner in self.learners.values_mut() {
+            learner.reset();
+        }
+    }
+
     /// Drops a candidate entirely (it left the serving config).
     pub fn forget(&mut self, key: &CandidateKey) {
         self.learners.remove(key);
@@ -159,7 +168,8 @@ impl Scorer {
     fn snapshot(&mut self, now_ms: u64, model: &Arc<str>, keys: &[CandidateKey]) -> RouteSnapshot {
         let mut candidates = Vec::with_capacity(keys.len());
         let mut excluded = Vec::new();
-        let mut saturation = Vec::with_capacity(keys.len());
+        let shedding_on = self.config.shedding.enabled;
+        let mut saturation = Vec::with_capacity(if shedding_on { keys.len() } else { 0 });
         for key in keys {
             let v = self.view(now_ms, key);
             if let Some(reason) = v.excluded {
@@ -169,11 +179,13 @@ impl Scorer {
                 });
                 continue;
             }
-            saturation.push(SiteSaturation {
-                unknown: v.load.is_none(),
-                full_since: v.full_since,
-                last_full: v.last_full,
-            });
+            if shedding_on {
+                saturation.push(SiteSaturation {
+                    unknown: v.load.is_none(),
+                    full_since: v.full_since,
+                    last_full: v.last_full,
+                });
+            }
             candidates.push(match v.load {
                 Some((rho, worst)) => {
                     Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
@@ -295,7 +307,7 @@ mod tests {
         let cap = |s: &mut Scorer| {
             s.refresh(1, &routes(&["a"])).get("m").unwrap().candidates()[0].capacity()
         };
-        assert!((cap(&mut s) - 40.0).abs() < 1e-9);
+        assert!((cap(&mut s) - 40.0 * crate::SOFT_BOUND_HEADROOM).abs() < 1e-9);
         s.handle(ScoreInput::RevisionReset(&key("a"))).unwrap();
         assert!((cap(&mut s) - crate::CAPACITY_FLOOR).abs() < 1e-9);
     }
@@ -313,9 +325,9 @@ mod tests {
                 waiting: 1,
             }),
             queue_depth: Some(3.0),
-            ..reading(stamp, 8.0)
+            ..reading(stamp, 16.0)
         };
-        s.observe(&key("a"), &reading(0, 4.0)).unwrap(); // soft bound 4
+        s.observe(&key("a"), &reading(0, 4.0)).unwrap(); // soft bound 4: capacity 8
         let r = routes(&["a"]);
         let mut rng = SplitMix64::new(1);
         s.observe(&key("a"), &full(1_000)).unwrap();

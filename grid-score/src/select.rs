@@ -19,8 +19,8 @@ pub enum Path {
     /// None with room: two distinct drawn by capacity among measured sites not full, the
     /// one with less work waiting wins.
     ByCapacity,
-    /// None with room and none merely without room: the best-scored healthy candidate
-    /// (measured-full before unmeasured).
+    /// None with room and none merely without room: the by-capacity rule among the
+    /// measured-full sites, or among the unmeasured ones when none is measured.
     Fallback,
 }
 
@@ -200,20 +200,25 @@ impl RouteSnapshot {
                 let i = if c[b].score() < c[a].score() { b } else { a };
                 route(i, Path::TwoChoices)
             }
-            Plan::ByCapacity(pool) => {
-                if pool.members.len() == 1 {
-                    return route(pool.members[0] as usize, Path::ByCapacity);
-                }
-                let (a, b) = pool.draw_two(rng);
-                let c = self.candidates();
-                let i = if c[b].waiting() < c[a].waiting() {
-                    b
-                } else {
-                    a
-                };
-                route(i, Path::ByCapacity)
-            }
-            Plan::Fallback(i) => route(*i as usize, Path::Fallback),
+            Plan::ByCapacity(pool) => route(self.less_waiting(pool, rng), Path::ByCapacity),
+            Plan::Fallback(pool) => route(self.less_waiting(pool, rng), Path::Fallback),
+        }
+    }
+}
+
+impl RouteSnapshot {
+    /// Two distinct pool members drawn by capacity, the one with less work waiting (ties
+    /// to the first drawn); a lone member is taken.
+    fn less_waiting<R: Rng + ?Sized>(&self, pool: &Pool, rng: &mut R) -> usize {
+        if pool.members.len() == 1 {
+            return pool.members[0] as usize;
+        }
+        let (a, b) = pool.draw_two(rng);
+        let c = self.candidates();
+        if c[b].waiting() < c[a].waiting() {
+            b
+        } else {
+            a
         }
     }
 }
@@ -303,6 +308,45 @@ mod tests {
             assert_eq!(d.path(), Some(Path::ByCapacity));
             assert_eq!(picked_site(d), "b");
         }
+    }
+
+    #[test]
+    fn fallback_prefers_measured_full_sites_to_unmeasured_and_spreads_among_them() {
+        let full = |site: &str, waiting: f64| {
+            Candidate::measured(CandidateKey::new(site, "p"), 10.0, 2.0, 2.0, waiting, true)
+        };
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                full("a", 4.0),
+                full("b", 4.0),
+                Candidate::unmeasured(CandidateKey::new("u", "p"), 100.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        let mut rng = SplitMix64::new(5);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let d = s.pick(&mut rng);
+            assert_eq!(d.path(), Some(Path::Fallback));
+            seen.insert(picked_site(d));
+        }
+        assert_eq!(seen, ["a", "b"].map(String::from).into());
+
+        let only_unmeasured = RouteSnapshot::new(
+            "m",
+            vec![
+                Candidate::unmeasured(CandidateKey::new("u1", "p"), 1.0),
+                Candidate::unmeasured(CandidateKey::new("u2", "p"), 1.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        let picks: Vec<_> = (0..200)
+            .map(|_| picked_site(only_unmeasured.pick(&mut rng)))
+            .collect();
+        assert!(picks.iter().any(|p| p == "u1") && picks.iter().any(|p| p == "u2"));
     }
 
     #[test]

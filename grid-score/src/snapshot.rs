@@ -186,7 +186,7 @@ pub(crate) enum Plan {
     },
     TwoChoices(Pool),
     ByCapacity(Pool),
-    Fallback(u32),
+    Fallback(Pool),
 }
 
 /// What a snapshot answers when it cannot route.
@@ -211,9 +211,9 @@ pub struct RouteSnapshot {
 }
 
 impl RouteSnapshot {
-    /// Orders `candidates` least-loaded first (score, then larger capacity, then key) and
-    /// decides the selection path. Public so simulators and tests can build snapshots
-    /// without a learner.
+    /// Orders `candidates` least-loaded first (score, then larger capacity; full ties keep
+    /// the given order) and decides the selection path. Public so simulators and tests can
+    /// build snapshots without a learner.
     pub fn new(
         model: impl Into<Arc<str>>,
         mut candidates: Vec<Candidate>,
@@ -224,7 +224,6 @@ impl RouteSnapshot {
             a.score
                 .total_cmp(&b.score)
                 .then(b.capacity.total_cmp(&a.capacity))
-                .then_with(|| a.key.cmp(&b.key))
         });
         let plan = plan(&candidates, refusals);
         Self {
@@ -284,8 +283,15 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
         [] => {
             let not_full = indices_in(candidates, CandidateState::NoRoom);
             if not_full.is_empty() {
-                // Best-scored first: measured-full sites before unmeasured ones.
-                Plan::Fallback(0)
+                // Measured-full sites before unmeasured ones (loss of signal is least
+                // preferred), spread by capacity rather than herded onto one.
+                let full = indices_in(candidates, CandidateState::Full);
+                let pool = if full.is_empty() {
+                    indices_in(candidates, CandidateState::Unmeasured)
+                } else {
+                    full
+                };
+                Plan::Fallback(Pool::new(pool, candidates))
             } else {
                 Plan::ByCapacity(Pool::new(not_full, candidates))
             }
@@ -310,7 +316,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteTable {
-    models: std::collections::HashMap<Arc<str>, RouteSnapshot>,
+    models: crate::hash::FnvMap<Arc<str>, RouteSnapshot>,
 }
 
 impl RouteTable {

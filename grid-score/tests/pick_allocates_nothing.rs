@@ -111,22 +111,29 @@ fn picks_on_every_path_allocate_nothing() {
     let mut rng = SplitMix64::new(11);
     let mut routed = 0u64;
 
-    let region = Region::new(GLOBAL);
-    for i in 0..10_000 {
-        let d = table.pick(models[i % models.len()], &mut rng);
-        routed += u64::from(matches!(d, Decision::Route { .. }));
-        let d = scored.pick("real", &mut rng);
-        routed += u64::from(matches!(d, Decision::Route { .. }));
-    }
-    let stats = region.change();
-
-    assert_eq!(stats.allocations, 0, "{stats:?}");
-    assert_eq!(stats.reallocations, 0, "{stats:?}");
+    // The counter is process-wide: the test harness's own threads can allocate while
+    // this test starts. Measure several batches of 10,000 picks and take the quietest; a
+    // pick that allocated on any path would show in every batch.
+    let quietest = (0..5)
+        .map(|_| {
+            let region = Region::new(GLOBAL);
+            for i in 0..10_000 {
+                let d = table.pick(models[i % models.len()], &mut rng);
+                routed += u64::from(matches!(d, Decision::Route { .. }));
+                let d = scored.pick("real", &mut rng);
+                routed += u64::from(matches!(d, Decision::Route { .. }));
+            }
+            region.change()
+        })
+        .min_by_key(|s| s.allocations + s.reallocations)
+        .unwrap();
+    assert_eq!(quietest.allocations, 0, "{quietest:?}");
+    assert_eq!(quietest.reallocations, 0, "{quietest:?}");
     // Control: the counter does see an allocation when one happens.
     let control = Region::new(GLOBAL);
     let boxed = std::hint::black_box(Box::new(routed));
-    assert_eq!(control.change().allocations, 1);
+    assert!(control.change().allocations >= 1);
     drop(boxed);
     // 5 of 7 models route, and the scored table always routes.
-    assert!(routed > 10_000 + 10_000 * 5 / 7 - 10, "{routed}");
+    assert!(routed > 5 * (10_000 + 10_000 * 5 / 7 - 10), "{routed}");
 }
