@@ -983,6 +983,9 @@ mod tests {
         h.send(&report(1, 1, 1, false));
         let waiting = h.send(&report(2, 1, 1, false));
         assert_eq!(h.rx.poll_timeout(), Some(deadline_for(T0)));
+        h.now = deadline_for(T0) - 1;
+        h.rx.handle(h.now, ReceiverInput::Timeout);
+        assert_eq!(h.reply(waiting), None, "one millisecond inside the budget");
         h.now = deadline_for(T0);
         h.rx.handle(h.now, ReceiverInput::Timeout);
         assert_eq!(
