@@ -122,19 +122,6 @@ impl Catalog {
         }
         routes
     }
-
-    /// Every distinct (site, provider) pair, each once.
-    pub fn candidate_keys(&self) -> Vec<grid_score::CandidateKey> {
-        let mut keys: Vec<_> = self
-            .models
-            .iter()
-            .flat_map(|m| &m.upstreams)
-            .map(|u| grid_score::CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider)))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys
-    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ pub mod headers;
 pub mod http_api;
 pub mod model_field;
 pub mod poller;
-pub mod readings;
 pub mod refresh;
 pub mod request_metrics;
 pub mod request_rng;

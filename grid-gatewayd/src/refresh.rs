@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use grid_score::{CandidateKey, ScoreConfig, ScoreMetrics, Scorer};
-use grid_signals::store::{IngestReport, Sender, Store, StoreConfig, StoreEvent};
+use grid_score::{ScoreConfig, ScoreMetrics, Scorer};
+use grid_signals::store::{IngestReport, Sender, Store, StoreConfig};
 
 use crate::catalog::Catalog;
-use crate::readings::reading_of;
 use crate::routing::RoutingView;
 
 /// Store plus scorer for one gateway's configured candidates.
@@ -18,7 +17,6 @@ pub struct Refresher {
     scorer: Scorer,
     catalog: Arc<Catalog>,
     routes: grid_score::Routes,
-    keys: Vec<CandidateKey>,
     metrics: Option<ScoreMetrics>,
 }
 
@@ -35,7 +33,6 @@ impl Refresher {
             store: Store::new(store),
             scorer: Scorer::new(score),
             routes: catalog.routes(),
-            keys: catalog.candidate_keys(),
             catalog,
             metrics,
         }
@@ -52,36 +49,16 @@ impl Refresher {
         &self.store
     }
 
-    /// Applies the store's events, feeds every candidate's newest reading to the scorer
-    /// and builds the view to publish. Run after every poll, failed ones included: time
+    /// Applies the store's events and feeds every entry's newest reading to the scorer
+    /// (grid-score's `from_store::sync`), then builds the view to publish. Run after every poll, failed ones included: time
     /// passing is what ages a silent site into "unmeasured".
     pub fn refresh(&mut self, now_ms: u64) -> RoutingView {
         self.store.expire(now_ms);
-        while let Some(event) = self.store.poll_event() {
-            match event {
-                StoreEvent::Reset { site, provider, .. }
-                | StoreEvent::Expired { site, provider } => {
-                    self.scorer.reset(&CandidateKey::new(site, provider));
-                }
-                StoreEvent::Resync => {
-                    for key in &self.keys {
-                        self.scorer.reset(key);
-                    }
-                }
-            }
-        }
-        for key in &self.keys {
-            let Some(entry) = self.store.entry(&key.site, &key.provider) else {
-                continue;
-            };
-            let Some(reading) = reading_of(entry, now_ms) else {
-                continue;
-            };
-            if let Err(e) = self.scorer.observe(key, &reading) {
-                tracing::debug!(site = %key.site, provider = %key.provider, error = %e, "reading refused");
-                if let Some(m) = &self.metrics {
-                    m.rejected(e.reason());
-                }
+        let synced = grid_score::from_store::sync(&mut self.scorer, &mut self.store, now_ms);
+        for e in &synced.refused {
+            tracing::debug!(error = %e, "reading refused");
+            if let Some(m) = &self.metrics {
+                m.rejected(e.reason());
             }
         }
         let table = self.scorer.refresh(now_ms, &self.routes);
