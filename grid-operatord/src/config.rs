@@ -334,51 +334,8 @@ impl Config {
                 "must differ from listen.signals: /metrics is plain HTTP, signals are mTLS",
             ));
         }
-        let trust = match raw.trust.mode.as_str() {
-            "pin" => {
-                if raw.trust.trust_domain.is_some() {
-                    return Err(field_err(
-                        "trust.trustDomain",
-                        "only applies in `spiffe` mode",
-                    ));
-                }
-                TrustMode::Pin
-            }
-            "spiffe" => {
-                let domain = raw
-                    .trust
-                    .trust_domain
-                    .ok_or_else(|| field_err("trust.trustDomain", "required in `spiffe` mode"))?;
-                check_trust_domain(&domain)?;
-                if raw.tls.ca.is_none() {
-                    return Err(field_err("tls.ca", "required in `spiffe` mode"));
-                }
-                TrustMode::Spiffe {
-                    trust_domain: domain,
-                }
-            }
-            other => {
-                return Err(field_err(
-                    "trust.mode",
-                    format!("`{other}` is not a trust mode; use `pin` or `spiffe`"),
-                ));
-            }
-        };
-        let transport = match raw.signal_transport.as_ref().map(|t| t.mode.as_str()) {
-            Some("poll") => TransportMode::Poll,
-            None | Some(TransportMode::GOSSIP) => {
-                return Err(field_err(
-                    "signalTransport.mode",
-                    "`gossip` (also what an absent mode means) is not implemented by this operator yet; set `poll`",
-                ));
-            }
-            Some(other) => {
-                return Err(field_err(
-                    "signalTransport.mode",
-                    format!("`{other}` is not a mode; use `poll`"),
-                ));
-            }
-        };
+        let trust = validate_trust(&raw.trust, &raw.tls)?;
+        let transport = validate_transport(raw.signal_transport.as_ref())?;
         let scrape_interval = period(
             "intervals.scrapeSeconds",
             raw.intervals.scrape_seconds,
@@ -430,6 +387,57 @@ impl Config {
             providers,
         })
     }
+}
+
+fn validate_trust(trust: &RawTrust, tls: &RawTls) -> Result<TrustMode, Error> {
+    Ok(match trust.mode.as_str() {
+        "pin" => {
+            if trust.trust_domain.is_some() {
+                return Err(field_err(
+                    "trust.trustDomain",
+                    "only applies in `spiffe` mode",
+                ));
+            }
+            TrustMode::Pin
+        }
+        "spiffe" => {
+            let domain = trust
+                .trust_domain
+                .clone()
+                .ok_or_else(|| field_err("trust.trustDomain", "required in `spiffe` mode"))?;
+            check_trust_domain(&domain)?;
+            if tls.ca.is_none() {
+                return Err(field_err("tls.ca", "required in `spiffe` mode"));
+            }
+            TrustMode::Spiffe {
+                trust_domain: domain,
+            }
+        }
+        other => {
+            return Err(field_err(
+                "trust.mode",
+                format!("`{other}` is not a trust mode; use `pin` or `spiffe`"),
+            ));
+        }
+    })
+}
+
+fn validate_transport(t: Option<&RawTransport>) -> Result<TransportMode, Error> {
+    Ok(match t.map(|t| t.mode.as_str()) {
+        Some("poll") => TransportMode::Poll,
+        None | Some(TransportMode::GOSSIP) => {
+            return Err(field_err(
+                "signalTransport.mode",
+                "`gossip` (also what an absent mode means) is not implemented by this operator yet; set `poll`",
+            ));
+        }
+        Some(other) => {
+            return Err(field_err(
+                "signalTransport.mode",
+                format!("`{other}` is not a mode; use `poll`"),
+            ));
+        }
+    })
 }
 
 fn validate_peer(
@@ -617,6 +625,8 @@ fn period(field: &str, seconds: Option<f64>, default: Duration) -> Result<Durati
 
 #[cfg(test)]
 mod tests {
+    use std::fmt::Write as _;
+
     use super::*;
 
     const PIN: &str = "AB:CD:EF:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89";
@@ -801,9 +811,11 @@ staleMetricsSeconds = 10
     fn with_peers(n: usize) -> String {
         let mut text = base();
         for i in 0..n - 1 {
-            text.push_str(&format!(
-                "[[peers]]\nname = \"p{i}\"\nurl = \"https://p{i}.example/v1/site/signals\"\nfingerprints = [\"{PIN}\"]\n"
-            ));
+            writeln!(
+                text,
+                "[[peers]]\nname = \"p{i}\"\nurl = \"https://p{i}.example/v1/site/signals\"\nfingerprints = [\"{PIN}\"]"
+            )
+            .unwrap();
         }
         text
     }
@@ -819,9 +831,11 @@ staleMetricsSeconds = 10
         let with = |n: usize| {
             let mut text = base();
             for i in 0..n - 1 {
-                text.push_str(&format!(
-                    "[[providers]]\nname = \"m{i}\"\nurl = \"http://e{i}.local\"\n"
-                ));
+                writeln!(
+                    text,
+                    "[[providers]]\nname = \"m{i}\"\nurl = \"http://e{i}.local\""
+                )
+                .unwrap();
             }
             text
         };

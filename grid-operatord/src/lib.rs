@@ -21,5 +21,10 @@ pub mod clock;
 pub mod config;
 mod error;
 pub mod fingerprint;
+pub mod tls;
 
 pub use error::Error;
+
+#[cfg(test)]
+#[path = "../tests/support/pki.rs"]
+mod test_pki;
