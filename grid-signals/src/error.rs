@@ -14,4 +14,31 @@ pub enum Error {
         /// The cap that was reached, in bytes.
         limit: usize,
     },
+    /// An exposition line did not match the grammar.
+    #[error("exposition line {line}, column {column}: {kind}")]
+    Parse {
+        /// 1-based line number in the body.
+        line: usize,
+        /// 1-based byte column in that line where the parser expected something else.
+        column: usize,
+        /// What the parser expected there.
+        kind: crate::exposition::SyntaxError,
+    },
+    /// Reading a body through [`crate::exposition::read_capped`] failed before its end.
+    #[error("reading the exposition body failed ({kind:?}): {message}")]
+    Read {
+        /// The I/O error's kind, e.g. `ConnectionReset` or `TimedOut`.
+        kind: std::io::ErrorKind,
+        /// The I/O error's text.
+        message: String,
+    },
+    /// A batch's metadata or one of its rows broke a wire rule of `docs/wire.md`; the
+    /// store turns this into a counted drop instead of failing the body.
+    #[error("batch field `{field}` breaks the wire rule `{}`", rule.as_str())]
+    Batch {
+        /// The label or part of the line at fault (`publisher_epoch`, `value`, ...).
+        field: &'static str,
+        /// Which rule it broke.
+        rule: crate::batch::BatchRule,
+    },
 }

@@ -1,0 +1,426 @@
+//! The grammar of one exposition line, as nom parsers over the line's bytes.
+//!
+//! Both modes (strict and lenient) run every line through [`parse_line`]; they differ
+//! only in what they do with its result. Each parser step is wrapped in [`expect`], which
+//! names what that step wanted, so a failure reports the column and the expectation.
+
+use nom::bytes::complete::{take_while, take_while1};
+use nom::error::{ErrorKind, ParseError};
+use nom::{Err, IResult, Offset, Parser};
+
+use super::labels::Labels;
+use super::sample::{Line, MetricType, Sample};
+use super::syntax_error::SyntaxError;
+use super::value::{parse_timestamp, parse_value};
+
+/// Where and why a line failed: 0-based byte column and the expectation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LineError {
+    pub(crate) column: usize,
+    pub(crate) kind: SyntaxError,
+}
+
+/// nom's error for this grammar: the remaining input where a step failed and what that
+/// step expected. nom's own kinds are replaced by ours in [`expect`].
+#[derive(Debug)]
+struct Fail<'a> {
+    at: &'a [u8],
+    kind: SyntaxError,
+}
+
+impl<'a> ParseError<&'a [u8]> for Fail<'a> {
+    fn from_error_kind(input: &'a [u8], _: ErrorKind) -> Self {
+        // Every step is wrapped in `expect`, which overwrites this placeholder.
+        Fail {
+            at: input,
+            kind: SyntaxError::LineEnd,
+        }
+    }
+
+    fn append(_: &'a [u8], _: ErrorKind, other: Self) -> Self {
+        other
+    }
+}
+
+type PResult<'a, O> = IResult<&'a [u8], O, Fail<'a>>;
+
+/// Byte classes: which bytes may appear in names.
+const METRIC_CHAR: u8 = 1;
+const LABEL_CHAR: u8 = 2;
+
+static CLASS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() || c == b'_' {
+            table[b] = METRIC_CHAR | LABEL_CHAR;
+        } else if c == b':' {
+            table[b] = METRIC_CHAR;
+        }
+        b += 1;
+    }
+    table
+};
+
+#[inline]
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Runs `parser`; on failure reports `kind` at the position the inner parser failed.
+#[inline]
+fn expect<'a, O>(
+    kind: SyntaxError,
+    mut parser: impl Parser<&'a [u8], Output = O, Error = Fail<'a>>,
+) -> impl Parser<&'a [u8], Output = O, Error = Fail<'a>> {
+    move |i: &'a [u8]| {
+        parser
+            .parse(i)
+            .map_err(|e| e.map(|f| Fail { at: f.at, kind }))
+    }
+}
+
+fn fail<O>(at: &[u8], kind: SyntaxError) -> PResult<'_, O> {
+    Err(Err::Error(Fail { at, kind }))
+}
+
+#[inline]
+fn blanks(i: &[u8]) -> PResult<'_, &[u8]> {
+    take_while(is_blank)(i)
+}
+
+/// `[a-zA-Z_:][a-zA-Z0-9_:]*`
+#[inline]
+fn metric_name(i: &[u8]) -> PResult<'_, &[u8]> {
+    let (rest, name) = take_while1(|b: u8| CLASS[usize::from(b)] & METRIC_CHAR != 0)(i)?;
+    if name[0].is_ascii_digit() {
+        return fail(i, SyntaxError::MetricName);
+    }
+    Ok((rest, name))
+}
+
+/// `[a-zA-Z_][a-zA-Z0-9_]*`
+#[inline]
+fn label_name(i: &[u8]) -> PResult<'_, &[u8]> {
+    let (rest, name) = take_while1(|b: u8| CLASS[usize::from(b)] & LABEL_CHAR != 0)(i)?;
+    if name[0].is_ascii_digit() {
+        return fail(i, SyntaxError::LabelName);
+    }
+    Ok((rest, name))
+}
+
+/// A quoted label value: the text between the quotes, escapes checked.
+#[inline]
+fn quoted(i: &[u8]) -> PResult<'_, &[u8]> {
+    let Some((b'"', body)) = i.split_first() else {
+        return fail(i, SyntaxError::LabelValue);
+    };
+    let mut pos = 0;
+    loop {
+        let Some(found) = memchr::memchr2(b'"', b'\\', &body[pos..]) else {
+            return fail(&body[body.len()..], SyntaxError::LabelValue);
+        };
+        let hit = pos + found;
+        if body[hit] == b'"' {
+            return Ok((&body[hit + 1..], &body[..hit]));
+        }
+        match body.get(hit + 1) {
+            Some(b'\\' | b'"' | b'n') => pos = hit + 2,
+            _ => return fail(&body[hit..], SyntaxError::LabelValue),
+        }
+    }
+}
+
+/// A token up to the next blank (the line has no line end left in it).
+#[inline]
+fn token(i: &[u8]) -> PResult<'_, &[u8]> {
+    take_while1(|b: u8| !is_blank(b))(i)
+}
+
+#[inline]
+fn byte<'a>(want: u8) -> impl Parser<&'a [u8], Output = u8, Error = Fail<'a>> {
+    move |i: &'a [u8]| match i.split_first() {
+        Some((&b, rest)) if b == want => Ok((rest, b)),
+        _ => fail(i, SyntaxError::LineEnd),
+    }
+}
+
+/// The `&str` of `piece`, which lies inside `line` (whose bytes were validated as UTF-8).
+#[inline]
+fn text_of<'a>(line: &'a str, piece: &[u8]) -> &'a str {
+    let start = line.as_bytes().offset(piece);
+    &line[start..start + piece.len()]
+}
+
+/// The label set after `{`: pairs separated by `,` (blanks allowed), optional trailing
+/// comma, then `}`. Returns the text between the braces and the pair count.
+#[inline]
+fn label_set<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Labels<'a>> {
+    let start = i;
+    let mut count: u32 = 0;
+    let mut i = i;
+    loop {
+        (i, _) = blanks(i)?;
+        if let Some((b'}', rest)) = i.split_first() {
+            let inside = &start[..start.len() - i.len()];
+            return Ok((rest, Labels::from_validated(text_of(line, inside), count)));
+        }
+        (i, _) = expect(SyntaxError::LabelName, label_name).parse(i)?;
+        (i, _) = blanks(i)?;
+        (i, _) = expect(SyntaxError::LabelEquals, byte(b'=')).parse(i)?;
+        (i, _) = blanks(i)?;
+        (i, _) = expect(SyntaxError::LabelValue, quoted).parse(i)?;
+        count += 1;
+        (i, _) = blanks(i)?;
+        match i.split_first() {
+            Some((b',', rest)) => i = rest,
+            Some((b'}', _)) => {}
+            _ => return fail(i, SyntaxError::LabelSeparator),
+        }
+    }
+}
+
+/// `name[{labels}] value [timestamp]`
+#[inline]
+fn sample_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Sample<'a>> {
+    let (i, name) = expect(SyntaxError::MetricName, metric_name).parse(i)?;
+    let (i, labels) = match i.first() {
+        Some(b'{') => label_set(line, &i[1..])?,
+        Some(b' ' | b'\t') => (i, Labels::EMPTY),
+        _ => return fail(i, SyntaxError::NameEnd),
+    };
+    let (i, _) = blanks(i)?;
+    let (after, value_text) = expect(SyntaxError::Value, token).parse(i)?;
+    let Some(value) = parse_value(value_text) else {
+        return fail(i, SyntaxError::Value);
+    };
+    let (i, _) = blanks(after)?;
+    let (i, timestamp_ms) = if i.is_empty() {
+        (i, None)
+    } else {
+        let (after, ts_text) = token(i)?;
+        let Some(ts) = parse_timestamp(ts_text) else {
+            return fail(i, SyntaxError::Timestamp);
+        };
+        (blanks(after)?.0, Some(ts))
+    };
+    if !i.is_empty() {
+        return fail(i, SyntaxError::LineEnd);
+    }
+    let sample = Sample {
+        name: text_of(line, name),
+        labels,
+        value,
+        timestamp_ms,
+    };
+    Ok((i, sample))
+}
+
+/// Everything after `#`.
+fn comment_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Line<'a>> {
+    let (body, _) = blanks(i)?;
+    let (after_word, word) = take_while(|b: u8| !is_blank(b))(body)?;
+    let (rest, _) = blanks(after_word)?;
+    let blank_after_word = after_word.len() != rest.len();
+    match word {
+        b"HELP" if blank_after_word => {
+            let (i, name) = expect(SyntaxError::MetricName, metric_name).parse(rest)?;
+            let (text, _) = blanks(i)?;
+            if !text.is_empty() && text.len() == i.len() {
+                return fail(i, SyntaxError::NameEnd);
+            }
+            let help = Line::Help {
+                name: text_of(line, name),
+                text: text_of(line, text),
+            };
+            Ok((&text[text.len()..], help))
+        }
+        b"TYPE" if blank_after_word => {
+            let (i, name) = expect(SyntaxError::MetricName, metric_name).parse(rest)?;
+            let (kind_at, gap) = blanks(i)?;
+            if gap.is_empty() {
+                return fail(i, SyntaxError::NameEnd);
+            }
+            let (i, kind_text) = expect(SyntaxError::MetricType, token).parse(kind_at)?;
+            let Some(kind) = MetricType::from_text(text_of(line, kind_text)) else {
+                return fail(kind_at, SyntaxError::MetricType);
+            };
+            let (i, _) = blanks(i)?;
+            if !i.is_empty() {
+                return fail(i, SyntaxError::LineEnd);
+            }
+            let name = text_of(line, name);
+            Ok((i, Line::Type { name, kind }))
+        }
+        b"UNIT" if blank_after_word => {
+            let (i, name) = expect(SyntaxError::MetricName, metric_name).parse(rest)?;
+            let (unit, _) = blanks(i)?;
+            if !unit.is_empty() && unit.len() == i.len() {
+                return fail(i, SyntaxError::NameEnd);
+            }
+            let name = text_of(line, name);
+            let unit = text_of(line, unit).trim_end_matches([' ', '\t']);
+            Ok((&i[i.len()..], Line::Unit { name, unit }))
+        }
+        b"EOF" if rest.is_empty() => Ok((rest, Line::Eof)),
+        _ => Ok((&body[body.len()..], Line::Comment(text_of(line, body)))),
+    }
+}
+
+/// Parses one line (without its `\n`); `Ok(None)` for a blank line.
+#[inline]
+pub(crate) fn parse_line(raw: &[u8]) -> Result<Option<Line<'_>>, LineError> {
+    let raw = match raw.split_last() {
+        Some((b'\r', rest)) => rest,
+        _ => raw,
+    };
+    let line = std::str::from_utf8(raw).map_err(|e| LineError {
+        column: e.valid_up_to(),
+        kind: SyntaxError::Utf8,
+    })?;
+    let bytes = line.as_bytes();
+    let start = bytes
+        .iter()
+        .position(|&b| !is_blank(b))
+        .unwrap_or(bytes.len());
+    let i = &bytes[start..];
+    let parsed = match i.first() {
+        None => return Ok(None),
+        Some(b'#') => comment_line(line, &i[1..]),
+        Some(_) => sample_line(line, i).map(|(rest, s)| (rest, Line::Sample(s))),
+    };
+    match parsed {
+        Ok((_, parsed)) => Ok(Some(parsed)),
+        Err(Err::Error(f) | Err::Failure(f)) => Err(LineError {
+            column: bytes.len() - f.at.len(),
+            kind: f.kind,
+        }),
+        // Complete parsers never ask for more input; report it as a truncated line.
+        Err(Err::Incomplete(_)) => Err(LineError {
+            column: bytes.len(),
+            kind: SyntaxError::LineEnd,
+        }),
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::float_cmp,
+    reason = "parsed values must be exactly the written ones"
+)]
+mod tests {
+    use super::*;
+
+    fn sample(text: &str) -> Sample<'_> {
+        match parse_line(text.as_bytes()) {
+            Ok(Some(Line::Sample(s))) => s,
+            other => panic!("{text:?} gave {other:?}"),
+        }
+    }
+
+    fn error(text: &str) -> (usize, SyntaxError) {
+        match parse_line(text.as_bytes()) {
+            Err(e) => (e.column + 1, e.kind),
+            other => panic!("{text:?} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bare_sample_parses() {
+        let s = sample("up 1");
+        assert_eq!((s.name, s.value, s.timestamp_ms), ("up", 1.0, None));
+        assert!(s.labels.is_empty());
+    }
+
+    #[test]
+    fn labels_with_blanks_commas_braces_and_escapes_parse() {
+        let s = sample(r#"a:b_c{x="1,}{", y = "q\"\\\n" ,} -Inf 1700000000000"#);
+        assert_eq!(s.name, "a:b_c");
+        assert_eq!(s.labels.len(), 2);
+        assert_eq!(s.labels.get("x").unwrap().raw(), "1,}{");
+        assert!(s.labels.get("y").unwrap().eq_str("q\"\\\n"));
+        assert_eq!(s.value, f64::NEG_INFINITY);
+        assert_eq!(s.timestamp_ms, Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn crlf_and_trailing_blanks_are_accepted() {
+        assert_eq!(sample("m{} 2 \t\r").value, 2.0);
+        assert_eq!(sample("  m 3 4  ").timestamp_ms, Some(4));
+    }
+
+    #[test]
+    fn blank_lines_are_nothing() {
+        assert_eq!(parse_line(b""), Ok(None));
+        assert_eq!(parse_line(b" \t\r"), Ok(None));
+    }
+
+    #[test]
+    fn metadata_lines_parse() {
+        assert_eq!(
+            parse_line(b"# HELP m_total Says \\\\ hi\\n."),
+            Ok(Some(Line::Help {
+                name: "m_total",
+                text: "Says \\\\ hi\\n."
+            }))
+        );
+        assert_eq!(
+            parse_line(b"# HELP m"),
+            Ok(Some(Line::Help {
+                name: "m",
+                text: ""
+            }))
+        );
+        assert_eq!(
+            parse_line(b"# TYPE m histogram\r"),
+            Ok(Some(Line::Type {
+                name: "m",
+                kind: MetricType::Histogram
+            }))
+        );
+        assert_eq!(
+            parse_line(b"# UNIT m seconds"),
+            Ok(Some(Line::Unit {
+                name: "m",
+                unit: "seconds"
+            }))
+        );
+        assert_eq!(parse_line(b"# EOF"), Ok(Some(Line::Eof)));
+        assert_eq!(parse_line(b"#EOF"), Ok(Some(Line::Eof)));
+        assert_eq!(
+            parse_line(b"# free text"),
+            Ok(Some(Line::Comment("free text")))
+        );
+        assert_eq!(parse_line(b"# EOF now"), Ok(Some(Line::Comment("EOF now"))));
+    }
+
+    #[test]
+    fn invalid_utf8_is_reported_where_it_starts() {
+        let e = parse_line(b"m{a=\"\xff\"} 1").unwrap_err();
+        assert_eq!((e.column + 1, e.kind), (6, SyntaxError::Utf8));
+    }
+
+    #[test]
+    fn errors_name_column_and_expectation() {
+        assert_eq!(error("1m 1"), (1, SyntaxError::MetricName));
+        assert_eq!(error("m\"x\" 1"), (2, SyntaxError::NameEnd));
+        assert_eq!(error("m{9=\"1\"} 1"), (3, SyntaxError::LabelName));
+        assert_eq!(error("m{a \"1\"} 1"), (5, SyntaxError::LabelEquals));
+        assert_eq!(error("m{a=1} 1"), (5, SyntaxError::LabelValue));
+        assert_eq!(error("m{a=\"1} 1"), (10, SyntaxError::LabelValue));
+        assert_eq!(error("m{a=\"\\t\"} 1"), (6, SyntaxError::LabelValue));
+        assert_eq!(
+            error("m{a=\"1\" b=\"2\"} 1"),
+            (9, SyntaxError::LabelSeparator)
+        );
+        assert_eq!(error("m{a=\"1\",,} 1"), (9, SyntaxError::LabelName));
+        assert_eq!(error("m 1x"), (3, SyntaxError::Value));
+        assert_eq!(error("m{}"), (4, SyntaxError::Value));
+        assert_eq!(error("m 1 1.5"), (5, SyntaxError::Timestamp));
+        assert_eq!(error("m 1 2 3"), (7, SyntaxError::LineEnd));
+        assert_eq!(error("# TYPE m countr"), (10, SyntaxError::MetricType));
+        assert_eq!(error("# TYPE m"), (9, SyntaxError::NameEnd));
+        assert_eq!(error("# HELP 1m x"), (8, SyntaxError::MetricName));
+    }
+}

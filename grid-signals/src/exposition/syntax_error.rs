@@ -1,0 +1,119 @@
+//! What the parser expected when a line did not match the exposition grammar.
+
+use std::fmt;
+
+/// The closed set of reasons a line is refused, each naming what the parser expected at
+/// the reported column.
+///
+/// Callers count refused lines by [`SyntaxError::as_str`], so the set is closed and each
+/// reason is a stable metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SyntaxError {
+    /// Expected a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+    MetricName,
+    /// Expected `{` or a blank right after the metric name.
+    NameEnd,
+    /// Expected a label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
+    LabelName,
+    /// Expected `=` after a label name.
+    LabelEquals,
+    /// Expected a double-quoted label value with only `\\`, `\"` and `\n` escapes,
+    /// closed on the same line.
+    LabelValue,
+    /// Expected `,` or `}` after a label value.
+    LabelSeparator,
+    /// Expected a sample value (a float as Go prints it: `1`, `1.5e-07`, `NaN`, `+Inf`).
+    Value,
+    /// Expected an integer millisecond timestamp.
+    Timestamp,
+    /// Expected the end of the line.
+    LineEnd,
+    /// The line is not valid UTF-8.
+    Utf8,
+    /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or an
+    /// `OpenMetrics` type) in a `# TYPE` line.
+    MetricType,
+    /// Expected nothing after `# EOF` (strict mode only).
+    AfterEof,
+}
+
+impl SyntaxError {
+    /// The reason as a metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MetricName => "metric_name",
+            Self::NameEnd => "name_end",
+            Self::LabelName => "label_name",
+            Self::LabelEquals => "label_equals",
+            Self::LabelValue => "label_value",
+            Self::LabelSeparator => "label_separator",
+            Self::Value => "value",
+            Self::Timestamp => "timestamp",
+            Self::LineEnd => "line_end",
+            Self::Utf8 => "utf8",
+            Self::MetricType => "metric_type",
+            Self::AfterEof => "after_eof",
+        }
+    }
+
+    /// Every reason, so callers can pre-register one counter per label value.
+    pub const ALL: [SyntaxError; 12] = [
+        Self::MetricName,
+        Self::NameEnd,
+        Self::LabelName,
+        Self::LabelEquals,
+        Self::LabelValue,
+        Self::LabelSeparator,
+        Self::Value,
+        Self::Timestamp,
+        Self::LineEnd,
+        Self::Utf8,
+        Self::MetricType,
+        Self::AfterEof,
+    ];
+
+    fn expected(self) -> &'static str {
+        match self {
+            Self::MetricName => "a metric name",
+            Self::NameEnd => "'{' or a blank after the metric name",
+            Self::LabelName => "a label name",
+            Self::LabelEquals => "'=' after the label name",
+            Self::LabelValue => "a double-quoted label value (escapes: \\\\ \\\" \\n)",
+            Self::LabelSeparator => "',' or '}' after the label value",
+            Self::Value => "a sample value",
+            Self::Timestamp => "an integer millisecond timestamp",
+            Self::LineEnd => "the end of the line",
+            Self::Utf8 => "valid UTF-8",
+            Self::MetricType => "a metric type",
+            Self::AfterEof => "nothing after '# EOF'",
+        }
+    }
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {}", self.expected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SyntaxError;
+
+    #[test]
+    fn every_reason_has_a_distinct_label() {
+        let mut labels: Vec<&str> = SyntaxError::ALL.iter().map(|k| k.as_str()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), SyntaxError::ALL.len());
+    }
+
+    #[test]
+    fn display_names_what_was_expected() {
+        assert_eq!(
+            SyntaxError::LabelEquals.to_string(),
+            "expected '=' after the label name"
+        );
+    }
+}

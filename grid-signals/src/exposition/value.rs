@@ -1,0 +1,224 @@
+//! Sample values and timestamps as Go's exporters print them.
+//!
+//! Most values are short decimals (`0`, `3`, `0.25`, `1.9429106442e+10`); those take an
+//! exact fast path (Clinger: an integer mantissa below 2^53 scaled by an exactly
+//! representable power of ten is correctly rounded by one multiply or divide). Everything
+//! else (long mantissas, large exponents, `NaN`, `+Inf`) goes through the standard
+//! library's correctly rounded parser, so both paths give the same bits.
+
+/// Exactly representable powers of ten, 1e0 through 1e22.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The largest mantissa the fast path may scale: 2^53, every integer up to it is exact.
+const MAX_EXACT_MANTISSA: u64 = 1 << 53;
+
+/// Parses one value token; `None` when it is not a float.
+#[inline]
+pub(crate) fn parse_value(token: &[u8]) -> Option<f64> {
+    fast_decimal(token).or_else(|| slow_value(token))
+}
+
+/// The exact fast path; `None` means "not simple enough", not "invalid".
+#[inline]
+fn fast_decimal(token: &[u8]) -> Option<f64> {
+    let (negative, digits) = match token.split_first()? {
+        (b'-', rest) => (true, rest),
+        (b'+', rest) => (false, rest),
+        _ => (false, token),
+    };
+    let mut mantissa: u64 = 0;
+    let mut significant = 0usize;
+    let mut exp10: i32 = 0;
+    let mut i = 0;
+    let mut any_digit = false;
+    while let Some(&b) = digits.get(i) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+        significant += usize::from(mantissa != 0);
+        any_digit = true;
+        i += 1;
+    }
+    if digits.get(i) == Some(&b'.') {
+        i += 1;
+        while let Some(&b) = digits.get(i) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+            significant += usize::from(mantissa != 0);
+            exp10 -= 1;
+            any_digit = true;
+            i += 1;
+        }
+    }
+    if !any_digit || significant > 18 {
+        return None;
+    }
+    if let Some(&(b'e' | b'E')) = digits.get(i) {
+        i += 1;
+        let exp_negative = match digits.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let start = i;
+        let mut exp: i32 = 0;
+        while let Some(&b) = digits.get(i) {
+            if !b.is_ascii_digit() || i - start >= 4 {
+                break;
+            }
+            exp = exp * 10 + i32::from(b - b'0');
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        exp10 += if exp_negative { -exp } else { exp };
+    }
+    if i != digits.len() || mantissa > MAX_EXACT_MANTISSA {
+        return None;
+    }
+    let magnitude = mantissa as f64;
+    let value = if exp10 >= 0 {
+        magnitude * *POW10.get(exp10 as usize)?
+    } else {
+        magnitude / *POW10.get(exp10.unsigned_abs() as usize)?
+    };
+    Some(if negative { -value } else { value })
+}
+
+/// Everything the fast path declines: the standard library parser, which is correctly
+/// rounded and knows `NaN`, `Inf` and `infinity` in any case, with a sign.
+#[cold]
+fn slow_value(token: &[u8]) -> Option<f64> {
+    std::str::from_utf8(token).ok()?.parse().ok()
+}
+
+/// Parses a millisecond timestamp: an optionally signed decimal integer that fits `i64`.
+#[inline]
+pub(crate) fn parse_timestamp(token: &[u8]) -> Option<i64> {
+    let (negative, digits) = match token.split_first()? {
+        (b'-', rest) => (true, rest),
+        (b'+', rest) => (false, rest),
+        _ => (false, token),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut magnitude: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(b - b'0');
+        magnitude = magnitude.checked_mul(10)?;
+        magnitude = if negative {
+            magnitude.checked_sub(digit)?
+        } else {
+            magnitude.checked_add(digit)?
+        };
+    }
+    Some(magnitude)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::float_cmp,
+    reason = "parsed values must be exactly the written ones"
+)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn go_value_forms_parse() {
+        let cases: [(&str, f64); 12] = [
+            ("0", 0.0),
+            ("1", 1.0),
+            ("-1", -1.0),
+            ("0.25", 0.25),
+            ("7.6238e-05", 7.6238e-05),
+            ("1.9429106442e+10", 1.942_910_644_2e10),
+            ("+Inf", f64::INFINITY),
+            ("-Inf", f64::NEG_INFINITY),
+            ("1E3", 1000.0),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("9.03676723e+08", 9.036_767_23e8),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_value(text.as_bytes()), Some(want), "{text}");
+        }
+        assert!(parse_value(b"NaN").unwrap().is_nan());
+    }
+
+    #[test]
+    fn non_values_are_refused() {
+        for text in [
+            "", "-", "+", "e5", "1e", "1e+", "1.2.3", "0x10", "1,5", "abc", "1 ",
+        ] {
+            assert_eq!(parse_value(text.as_bytes()), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn hard_values_match_the_standard_library() {
+        for text in [
+            "9007199254740993",
+            "123456789012345678901234567890",
+            "1e-400",
+            "1e400",
+            "2.2250738585072011e-308",
+            "0.1000000000000000055511151231257827",
+            "4.9e-324",
+        ] {
+            let want: f64 = text.parse().unwrap();
+            assert_eq!(
+                parse_value(text.as_bytes()).map(f64::to_bits),
+                Some(want.to_bits())
+            );
+        }
+    }
+
+    #[test]
+    fn timestamps_are_signed_integers_that_fit() {
+        assert_eq!(parse_timestamp(b"1395066363000"), Some(1_395_066_363_000));
+        assert_eq!(parse_timestamp(b"-5"), Some(-5));
+        assert_eq!(parse_timestamp(b"+5"), Some(5));
+        assert_eq!(parse_timestamp(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_timestamp(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_timestamp(b"9223372036854775808"), None);
+        for bad in ["", "-", "1.5", "1e3", "12a"] {
+            assert_eq!(parse_timestamp(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn fast_path_agrees_with_std_on_printed_floats(v in any::<f64>()) {
+            for text in [format!("{v}"), format!("{v:e}"), format!("{v:.3}")] {
+                let want: f64 = text.parse().unwrap();
+                let got = parse_value(text.as_bytes()).unwrap();
+                prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{text}");
+            }
+        }
+
+        #[test]
+        fn fast_path_agrees_with_std_on_decimals(m in 0u64..10_000_000_000_000_000_000, e in -30i32..30, neg in any::<bool>()) {
+            let text = format!("{}{m}e{e}", if neg { "-" } else { "" });
+            let want: f64 = text.parse().unwrap();
+            prop_assert_eq!(parse_value(text.as_bytes()).map(f64::to_bits), Some(want.to_bits()));
+        }
+    }
+}
