@@ -21,6 +21,7 @@ pub mod clock;
 pub mod config;
 mod error;
 pub mod fingerprint;
+pub mod scrape;
 pub mod tls;
 
 pub use error::Error;
@@ -28,3 +29,7 @@ pub use error::Error;
 #[cfg(test)]
 #[path = "../tests/support/pki.rs"]
 mod test_pki;
+
+#[cfg(test)]
+#[path = "../tests/support/fake_epp.rs"]
+mod test_epp;
