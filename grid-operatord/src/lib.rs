@@ -22,6 +22,7 @@ pub mod config;
 mod error;
 pub mod fingerprint;
 pub mod scrape;
+pub mod state;
 pub mod tls;
 
 pub use error::Error;
