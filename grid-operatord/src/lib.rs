@@ -21,7 +21,9 @@ pub mod clock;
 pub mod config;
 mod error;
 pub mod fingerprint;
+pub mod listener;
 pub mod scrape;
+pub mod slots;
 pub mod state;
 pub mod tls;
 

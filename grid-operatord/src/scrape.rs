@@ -71,10 +71,29 @@ impl Scraper {
             .acquire()
             .await
             .map_err(|_| ScrapeFailure::Connect)?;
-        match tokio::time::timeout(target.timeout, fetch(target)).await {
-            Ok(result) => result,
-            Err(_) => Err(ScrapeFailure::Timeout),
-        }
+        fetch(target).await.map(|f| f.body)
+    }
+}
+
+/// A successful GET: the body (at most [`grid_signals::exposition::MAX_EXPOSITION_BYTES`])
+/// and the response's `Date`, the reference time of the ages in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// The body.
+    pub body: Vec<u8>,
+    /// The `Date` header in milliseconds since the Unix epoch, if present and valid.
+    pub date_ms: Option<u64>,
+    /// The `Content-Type` header, if present.
+    pub content_type: Option<String>,
+}
+
+/// One bounded GET of `target` (also used to poll peers, with an mTLS client
+/// configuration): the whole exchange within `target.timeout`, the body within the cap,
+/// every failure classified.
+pub async fn fetch(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
+    match tokio::time::timeout(target.timeout, exchange(target)).await {
+        Ok(result) => result,
+        Err(_) => Err(ScrapeFailure::Timeout),
     }
 }
 
@@ -106,7 +125,7 @@ async fn connect(url: &http::Uri, https: bool) -> Result<TcpStream, ScrapeFailur
     Err(ScrapeFailure::Connect)
 }
 
-async fn fetch(target: &ScrapeTarget) -> Result<Vec<u8>, ScrapeFailure> {
+async fn exchange(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
     let url = &target.url;
     let https = url.scheme_str() == Some("https");
     let tcp = connect(url, https).await?;
@@ -146,6 +165,18 @@ async fn fetch(target: &ScrapeTarget) -> Result<Vec<u8>, ScrapeFailure> {
             s if !s.is_success() => return Err(ScrapeFailure::Http),
             _ => {}
         }
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v: &http::HeaderValue| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let date_ms = header(http::header::DATE)
+            .and_then(|d| httpdate::parse_http_date(&d).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64);
+        let content_type = header(http::header::CONTENT_TYPE);
         let mut body = response.into_body();
         let mut buf = BodyBuf::new();
         while let Some(frame) = body.frame().await {
@@ -154,7 +185,11 @@ async fn fetch(target: &ScrapeTarget) -> Result<Vec<u8>, ScrapeFailure> {
                 buf.push(data).map_err(|_| ScrapeFailure::BodyCap)?;
             }
         }
-        Ok(buf.into_vec())
+        Ok(Fetched {
+            body: buf.into_vec(),
+            date_ms,
+            content_type,
+        })
     };
     tokio::pin!(exchange);
     tokio::pin!(conn);

@@ -2,7 +2,7 @@
 //! and the ingest-feedback state.
 //!
 //! Both sit behind [`StateStore`], so a Kubernetes controller can keep them in a
-//! ConfigMap or a status instead; the standalone daemon uses [`FileStateStore`], which
+//! `ConfigMap` or a status instead; the standalone daemon uses [`FileStateStore`], which
 //! replaces each file atomically (write a temporary file, fsync it, rename it over the old
 //! one, fsync the directory) so a crash leaves either the old or the new state, never a
 //! torn one.
@@ -82,7 +82,7 @@ impl FileStateStore {
     }
 }
 
-fn corrupt(path: PathBuf, reason: impl ToString) -> Error {
+fn corrupt(path: PathBuf, reason: &impl ToString) -> Error {
     Error::StateCorrupt {
         path,
         reason: reason.to_string(),
@@ -96,18 +96,18 @@ impl StateStore for FileStateStore {
         };
         let path = self.dir.join(EPOCH_FILE);
         let file: EpochFile =
-            serde_json::from_slice(&bytes).map_err(|e| corrupt(path.clone(), e))?;
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(path.clone(), &e))?;
         file.high_water_mark
             .parse()
             .map(Some)
-            .map_err(|e| corrupt(path, format!("highWaterMark: {e}")))
+            .map_err(|e| corrupt(path, &format!("highWaterMark: {e}")))
     }
 
     fn store_epoch_hwm(&self, hwm: u64) -> Result<(), Error> {
         let body = serde_json::to_vec(&EpochFile {
             high_water_mark: hwm.to_string(),
         })
-        .map_err(|e| corrupt(self.dir.join(EPOCH_FILE), e))?;
+        .map_err(|e| corrupt(self.dir.join(EPOCH_FILE), &e))?;
         self.write(EPOCH_FILE, &body)
     }
 
@@ -117,12 +117,12 @@ impl StateStore for FileStateStore {
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| corrupt(self.dir.join(FEEDBACK_FILE), e))
+            .map_err(|e| corrupt(self.dir.join(FEEDBACK_FILE), &e))
     }
 
     fn store_feedback(&self, state: &ReceiverState) -> Result<(), Error> {
         let body = serde_json::to_vec_pretty(state)
-            .map_err(|e| corrupt(self.dir.join(FEEDBACK_FILE), e))?;
+            .map_err(|e| corrupt(self.dir.join(FEEDBACK_FILE), &e))?;
         self.write(FEEDBACK_FILE, &body)
     }
 }

@@ -1,0 +1,5 @@
+//! Shared test support: certificates and fake EPPs.
+#![allow(dead_code)]
+
+pub mod fake_epp;
+pub mod pki;
