@@ -202,6 +202,8 @@ pub struct ProviderConfig {
     pub uid: String,
     /// Config generation published as the batch metadata value.
     pub generation: u64,
+    /// CA bundle for an `https` EPP; defaults to `tls.ca`.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -284,6 +286,7 @@ struct RawProvider {
     stale_metrics_seconds: Option<f64>,
     uid: Option<String>,
     generation: Option<u64>,
+    ca_file: Option<PathBuf>,
 }
 
 fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
@@ -368,6 +371,14 @@ impl Config {
         let mut providers = Vec::with_capacity(raw.providers.len());
         for (i, p) in raw.providers.into_iter().enumerate() {
             providers.push(validate_provider(i, p, &raw.site, &providers)?);
+        }
+        for (i, p) in providers.iter().enumerate() {
+            if p.url.scheme_str() == Some("https") && p.ca_file.is_none() && raw.tls.ca.is_none() {
+                return Err(field_err(
+                    format!("providers[{i}].caFile"),
+                    "an https EPP needs `caFile` here or `tls.ca`",
+                ));
+            }
         }
         Ok(Self {
             site: raw.site,
@@ -542,6 +553,7 @@ fn validate_provider(
         stale_metrics,
         uid,
         generation: p.generation.unwrap_or(1),
+        ca_file: p.ca_file,
     })
 }
 
@@ -748,6 +760,11 @@ staleMetricsSeconds = 10
                 "staleMetricsSeconds = 10",
                 "path = \"metrics\"",
                 "providers[0].path",
+            ),
+            (
+                "url = \"http://epp.local:9090\"",
+                "url = \"https://epp.local:9090\"",
+                "providers[0].caFile",
             ),
         ];
         for (from, to, field) in cases {

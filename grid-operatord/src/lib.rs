@@ -19,10 +19,17 @@
 
 pub mod clock;
 pub mod config;
+pub mod driver;
 mod error;
+pub mod feedback;
 pub mod fingerprint;
 pub mod listener;
+pub mod metrics;
+pub mod peers;
+pub mod providers;
+pub mod publish;
 pub mod scrape;
+pub mod signals;
 pub mod slots;
 pub mod state;
 pub mod tls;

@@ -1,0 +1,159 @@
+//! The operator's Prometheus `/metrics`: one registry nesting every library's series,
+//! the provider series read from the store at scrape time, and a plain-HTTP listener.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use grid_feedback::ReceiverMetrics;
+use grid_signals::epp::publication::{
+    ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
+    TTFT_P90_SECONDS,
+};
+use grid_signals::store::IngestMetrics;
+use http::{Method, StatusCode, header};
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::listener::ListenerMetrics;
+use crate::peers::PollMetrics;
+use crate::providers::ScrapeMetrics;
+use crate::signals::{SharedSignals, lock};
+use crate::slots::HEADER_READ_TIMEOUT;
+
+/// Content type of the `/metrics` answer (prometheus-client writes OpenMetrics text).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The provider series exported for every site held, with their help text.
+pub const PROVIDER_SERIES: [(&str, &str); 7] = [
+    (READY, "Whether the provider can serve (1) or not (0); absent when unknown"),
+    (READY_ENDPOINTS, "Endpoints with fresh metrics in the provider's EPP pool"),
+    (IN_FLIGHT_REQUESTS, "Requests the provider holds (see docs/metrics.md)"),
+    (TTFT_P50_SECONDS, "Median time to first token over the last 30 s"),
+    (TTFT_P90_SECONDS, "90th percentile time to first token over the last 30 s"),
+    (TPOT_SECONDS, "Mean time per output token over the last 30 s"),
+    (ERROR_RATIO, "Failed over all requests over the last 30 s"),
+];
+
+/// Reads the provider series out of the store on every scrape, so a series the operator
+/// does not hold is absent rather than 0, and a peer's value is what was last polled.
+#[derive(Debug)]
+pub struct ProviderSeries {
+    signals: SharedSignals,
+}
+
+impl Collector for ProviderSeries {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let signals = lock(&self.signals);
+        for (name, help) in PROVIDER_SERIES {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for entry in signals.all().entries() {
+                if let Some(reading) = entry.latest(name, &[]) {
+                    let labels = [("grid_site", entry.site()), ("grid_provider", entry.provider())];
+                    ConstGauge::new(reading.value).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every series handle the operator counts into.
+#[derive(Clone, Debug)]
+pub struct OperatorMetrics {
+    /// Scrape results.
+    pub scrapes: ScrapeMetrics,
+    /// Peer poll outcomes.
+    pub polls: PollMetrics,
+    /// Ingest and relay drops (grid-signals).
+    pub ingest: IngestMetrics,
+    /// Signals-listener connections.
+    pub listener: ListenerMetrics,
+    /// Feedback events and refusals (grid-feedback).
+    pub feedback: ReceiverMetrics,
+    /// `GatewayAgesRejected` as 1 (True) or 0.
+    pub ages_rejected: Gauge,
+    /// This process's publisher epoch.
+    pub epoch: Gauge,
+}
+
+impl OperatorMetrics {
+    /// Builds the registry: the libraries' series, the operator's own, and the provider
+    /// series read from `signals`.
+    pub fn register(registry: &mut Registry, signals: SharedSignals) -> Self {
+        let ages_rejected = Gauge::default();
+        registry.register(
+            "grid_operator_gateway_ages_rejected",
+            "GatewayAgesRejected: 1 while a local gateway replica's rejected reading ages are unresolved",
+            ages_rejected.clone(),
+        );
+        let epoch = Gauge::default();
+        registry.register(
+            "grid_operator_publisher_epoch_milliseconds",
+            "This process's publisher epoch (wall-clock ms, above every persisted one)",
+            epoch.clone(),
+        );
+        registry.register_collector(Box::new(ProviderSeries { signals }));
+        Self {
+            scrapes: ScrapeMetrics::register(registry),
+            polls: PollMetrics::register(registry),
+            ingest: IngestMetrics::register(registry),
+            listener: ListenerMetrics::register(registry),
+            feedback: ReceiverMetrics::register(registry),
+            ages_rejected,
+            epoch,
+        }
+    }
+}
+
+/// The text of `registry` as `/metrics` answers it.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
+/// Serves `GET /metrics` (plain HTTP) until the task is dropped.
+pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                let registry = registry.clone();
+                async move {
+                    let mut r = Response::new(Full::new(Bytes::new()));
+                    if request.uri().path() != "/metrics" {
+                        *r.status_mut() = StatusCode::NOT_FOUND;
+                    } else if request.method() != Method::GET {
+                        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+                    } else {
+                        *r.body_mut() = Full::new(Bytes::from(render(&registry)));
+                        r.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            header::HeaderValue::from_static(METRICS_CONTENT_TYPE),
+                        );
+                    }
+                    Ok::<_, Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
