@@ -331,7 +331,7 @@ impl Config {
             signals: parse_addr("listen.signals", &raw.listen.signals)?,
             metrics: parse_addr("listen.metrics", &raw.listen.metrics)?,
         };
-        if listen.signals == listen.metrics {
+        if listen.signals == listen.metrics && listen.signals.port() != 0 {
             return Err(field_err(
                 "listen.metrics",
                 "must differ from listen.signals: /metrics is plain HTTP, signals are mTLS",

@@ -94,10 +94,12 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Io {
-        path: "state".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Io {
+            path: "state".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
 }
 
 fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<ScrapeTarget>, Error> {
@@ -168,15 +170,15 @@ pub async fn start(
     let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone());
     metrics.epoch.set(epoch as i64);
-    let receiver = match restored {
-        Some(persisted) => Receiver::restore(persisted, now, metrics.feedback.clone()).map_err(|e| {
-            Error::StateCorrupt {
-                path: config.state_dir.join(crate::state::FEEDBACK_FILE),
-                reason: e.to_string(),
-            }
-        })?,
-        None => Receiver::new(now, metrics.feedback.clone()),
-    };
+    let receiver =
+        match restored {
+            Some(persisted) => Receiver::restore(persisted, now, metrics.feedback.clone())
+                .map_err(|e| Error::StateCorrupt {
+                    path: config.state_dir.join(crate::state::FEEDBACK_FILE),
+                    reason: e.to_string(),
+                })?,
+            None => Receiver::new(now, metrics.feedback.clone()),
+        };
     let registry = Arc::new(registry);
 
     let mut tasks = JoinSet::new();
@@ -194,7 +196,14 @@ pub async fn start(
         .zip(targets)
         .map(|(p, target)| ScrapedProvider {
             target,
-            publisher: Publisher::new(&config.site, p, epoch, interval_ms, store_config.ttl_ms, now),
+            publisher: Publisher::new(
+                &config.site,
+                p,
+                epoch,
+                interval_ms,
+                store_config.ttl_ms,
+                now,
+            ),
             name: p.name.clone(),
         })
         .collect();

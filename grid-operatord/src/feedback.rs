@@ -40,7 +40,9 @@ pub struct FeedbackHandle {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("caller", &self.caller).finish_non_exhaustive()
+        f.debug_struct("Job")
+            .field("caller", &self.caller)
+            .finish_non_exhaustive()
     }
 }
 

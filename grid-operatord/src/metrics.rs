@@ -34,12 +34,30 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 
 /// The provider series exported for every site held, with their help text.
 pub const PROVIDER_SERIES: [(&str, &str); 7] = [
-    (READY, "Whether the provider can serve (1) or not (0); absent when unknown"),
-    (READY_ENDPOINTS, "Endpoints with fresh metrics in the provider's EPP pool"),
-    (IN_FLIGHT_REQUESTS, "Requests the provider holds (see docs/metrics.md)"),
-    (TTFT_P50_SECONDS, "Median time to first token over the last 30 s"),
-    (TTFT_P90_SECONDS, "90th percentile time to first token over the last 30 s"),
-    (TPOT_SECONDS, "Mean time per output token over the last 30 s"),
+    (
+        READY,
+        "Whether the provider can serve (1) or not (0); absent when unknown",
+    ),
+    (
+        READY_ENDPOINTS,
+        "Endpoints with fresh metrics in the provider's EPP pool",
+    ),
+    (
+        IN_FLIGHT_REQUESTS,
+        "Requests the provider holds (see docs/metrics.md)",
+    ),
+    (
+        TTFT_P50_SECONDS,
+        "Median time to first token over the last 30 s",
+    ),
+    (
+        TTFT_P90_SECONDS,
+        "90th percentile time to first token over the last 30 s",
+    ),
+    (
+        TPOT_SECONDS,
+        "Mean time per output token over the last 30 s",
+    ),
     (ERROR_RATIO, "Failed over all requests over the last 30 s"),
 ];
 
@@ -57,7 +75,10 @@ impl Collector for ProviderSeries {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for entry in signals.all().entries() {
                 if let Some(reading) = entry.latest(name, &[]) {
-                    let labels = [("grid_site", entry.site()), ("grid_provider", entry.provider())];
+                    let labels = [
+                        ("grid_site", entry.site()),
+                        ("grid_provider", entry.provider()),
+                    ];
                     ConstGauge::new(reading.value).encode(family.encode_family(&labels)?)?;
                 }
             }

@@ -121,9 +121,7 @@ impl ScrapeLoop {
             let Ok((i, outcome)) = joined else { continue };
             let now = clock::wall_ms();
             let p = &mut self.providers[i];
-            let failure = p
-                .publisher
-                .observe(now, outcome.as_deref().map_err(|f| *f));
+            let failure = p.publisher.observe(now, outcome.as_deref().map_err(|f| *f));
             self.metrics
                 .scrapes
                 .get_or_create(&ScrapeLabels {

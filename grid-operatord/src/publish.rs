@@ -7,8 +7,8 @@
 use grid_signals::Error as SignalsError;
 use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
 use grid_signals::epp::{
-    PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample,
-    ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
+    PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample, ScrapeFailure,
+    ScrapeInput, ScrapeTiming, StaleWindow,
 };
 use grid_signals::exposition;
 
@@ -59,7 +59,11 @@ impl Publisher {
 
     /// Feeds one scrape outcome observed at `now`. A body that does not parse becomes a
     /// `parse` failure; the returned class is what the scrape counts as (`None`: ok).
-    pub fn observe(&mut self, now: u64, outcome: Result<&[u8], ScrapeFailure>) -> Option<ScrapeFailure> {
+    pub fn observe(
+        &mut self,
+        now: u64,
+        outcome: Result<&[u8], ScrapeFailure>,
+    ) -> Option<ScrapeFailure> {
         let failure = match outcome {
             Ok(body) => match exposition::parse_strict(body) {
                 Ok(samples) => {
@@ -70,8 +74,10 @@ impl Publisher {
             },
             Err(failure) => failure,
         };
-        self.tracker
-            .handle(now, ScrapeInput::<Vec<exposition::Sample<'_>>>::Failed(failure));
+        self.tracker.handle(
+            now,
+            ScrapeInput::<Vec<exposition::Sample<'_>>>::Failed(failure),
+        );
         Some(failure)
     }
 
@@ -109,7 +115,15 @@ pub fn frame(
     now: u64,
     samples: &[PublishedSample],
 ) -> Result<Batch, SignalsError> {
-    let meta = BatchMeta::new(site, provider, uid, fence, samples.len() as u64, generation, now)?;
+    let meta = BatchMeta::new(
+        site,
+        provider,
+        uid,
+        fence,
+        samples.len() as u64,
+        generation,
+        now,
+    )?;
     let rows = samples
         .iter()
         .map(|s| {
@@ -117,7 +131,8 @@ pub fn frame(
                 .labels
                 .iter()
                 .filter(|(k, _)| {
-                    *k != grid_signals::batch::SITE_LABEL && *k != grid_signals::batch::PROVIDER_LABEL
+                    *k != grid_signals::batch::SITE_LABEL
+                        && *k != grid_signals::batch::PROVIDER_LABEL
                 })
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect();
@@ -156,9 +171,17 @@ mod tests {
         assert_eq!(first.meta.generation(), 3);
         assert_eq!(first.meta.uid(), "a/m");
         assert!(first.is_complete());
-        let ready = first.rows.iter().find(|r| r.name() == "grid_provider_ready").unwrap();
+        let ready = first
+            .rows
+            .iter()
+            .find(|r| r.name() == "grid_provider_ready")
+            .unwrap();
         assert_eq!(ready.value(), 1.0);
-        let endpoints = first.rows.iter().find(|r| r.name() == "grid_provider_ready_endpoints").unwrap();
+        let endpoints = first
+            .rows
+            .iter()
+            .find(|r| r.name() == "grid_provider_ready_endpoints")
+            .unwrap();
         assert_eq!(endpoints.value(), 2.0);
         let second = p.publish(11_000, 0).unwrap();
         assert_eq!(second.meta.fence(), Fence::new(7_000, 2));
@@ -167,8 +190,14 @@ mod tests {
     #[test]
     fn a_body_that_does_not_parse_is_a_parse_failure() {
         let mut p = Publisher::new("a", &provider(), 1, 1_000, 30_000, 0);
-        assert_eq!(p.observe(0, Ok(b"not exposition {")), Some(ScrapeFailure::Parse));
-        assert_eq!(p.observe(0, Err(ScrapeFailure::Timeout)), Some(ScrapeFailure::Timeout));
+        assert_eq!(
+            p.observe(0, Ok(b"not exposition {")),
+            Some(ScrapeFailure::Parse)
+        );
+        assert_eq!(
+            p.observe(0, Err(ScrapeFailure::Timeout)),
+            Some(ScrapeFailure::Timeout)
+        );
     }
 
     #[test]

@@ -97,6 +97,28 @@ pub async fn fetch(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
     }
 }
 
+/// A transport error after the handshake: `tls` when TLS caused it (with TLS 1.3 a
+/// server refuses a client certificate only after the client thinks the handshake is
+/// done, so the refusal surfaces here), `http` otherwise.
+fn classify_transport(error: &hyper::Error) -> ScrapeFailure {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<rustls::Error>().is_some() {
+            return ScrapeFailure::Tls;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+            {
+                return ScrapeFailure::Tls;
+            }
+        }
+        source = e.source();
+    }
+    ScrapeFailure::Http
+}
+
 fn host_of(url: &http::Uri) -> Option<&str> {
     let host = url.host()?;
     Some(
@@ -157,7 +179,7 @@ async fn exchange(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
         let response = sender
             .send_request(request)
             .await
-            .map_err(|_| ScrapeFailure::Http)?;
+            .map_err(|e| classify_transport(&e))?;
         match response.status() {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 return Err(ScrapeFailure::Unauthorized);
@@ -180,7 +202,7 @@ async fn exchange(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
         let mut body = response.into_body();
         let mut buf = BodyBuf::new();
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| ScrapeFailure::Http)?;
+            let frame = frame.map_err(|e| classify_transport(&e))?;
             if let Some(data) = frame.data_ref() {
                 buf.push(data).map_err(|_| ScrapeFailure::BodyCap)?;
             }

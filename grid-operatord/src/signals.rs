@@ -11,9 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use grid_feedback::{Caller, Reply};
 use grid_signals::batch::Batch;
-use grid_signals::store::{
-    IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig,
-};
+use grid_signals::store::{IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig};
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -87,7 +85,13 @@ impl Signals {
     }
 
     /// The relay body for `caller`, with ages relative to `reference_ms`.
-    pub fn relay_for(&self, caller: &Identity, now: u64, reference_ms: u64, metrics: &IngestMetrics) -> Vec<u8> {
+    pub fn relay_for(
+        &self,
+        caller: &Identity,
+        now: u64,
+        reference_ms: u64,
+        metrics: &IngestMetrics,
+    ) -> Vec<u8> {
         let store = match caller {
             Identity::Local => &self.all,
             Identity::Peer(_) => &self.own,
@@ -133,15 +137,25 @@ impl SignalsService {
         let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(reference_ms));
         let mut r = Response::new(Full::new(Bytes::from(body)));
         let h = r.headers_mut();
-        h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(SIGNALS_CONTENT_TYPE));
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(SIGNALS_CONTENT_TYPE),
+        );
         if let Ok(v) = header::HeaderValue::from_str(&date) {
             h.insert(header::DATE, v);
         }
-        h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+        h.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
         r
     }
 
-    async fn ingest(self, caller: Option<Identity>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn ingest(
+        self,
+        caller: Option<Identity>,
+        request: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
         let received_ms = clock::wall_ms();
         let caller = match caller {
             Some(Identity::Local) => Caller::Local,
@@ -164,7 +178,11 @@ impl SignalsService {
             Ok(Err(_)) => vec![0],
             Err(_) => return empty(StatusCode::REQUEST_TIMEOUT),
         };
-        match self.feedback.submit(caller, headers, body, received_ms).await {
+        match self
+            .feedback
+            .submit(caller, headers, body, received_ms)
+            .await
+        {
             Some(reply) => reply_response(&reply),
             None => empty(StatusCode::SERVICE_UNAVAILABLE),
         }
@@ -172,7 +190,8 @@ impl SignalsService {
 }
 
 fn reply_response(reply: &Reply) -> Response<Full<Bytes>> {
-    let mut r = empty(StatusCode::from_u16(reply.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    let mut r =
+        empty(StatusCode::from_u16(reply.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
     for (name, value) in reply.headers() {
         if let Ok(v) = header::HeaderValue::from_str(&value) {
             r.headers_mut().insert(name, v);

@@ -3,3 +3,4 @@
 
 pub mod fake_epp;
 pub mod pki;
+pub mod site;
