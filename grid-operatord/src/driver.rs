@@ -85,10 +85,12 @@ impl Running {
     }
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
+/// Binds `addr`, returning the listener and the address it really has (port 0 chosen).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let bind_err = |source| Error::Bind { addr, source };
+    let tcp = TcpListener::bind(addr).await.map_err(bind_err)?;
+    let bound = tcp.local_addr().map_err(bind_err)?;
+    Ok((tcp, bound))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -144,16 +146,8 @@ pub async fn start(
     let trust = Arc::new(tls::trust_from_config(&config, &material)?);
     let server_tls = tls::server_config(&material, trust.clone())?;
     let targets = scrape_targets(&config, &material)?;
-    let signals_tcp = bind(config.listen.signals).await?;
-    let metrics_tcp = bind(config.listen.metrics).await?;
-    let signals_addr = signals_tcp.local_addr().map_err(|source| Error::Bind {
-        addr: config.listen.signals,
-        source,
-    })?;
-    let metrics_addr = metrics_tcp.local_addr().map_err(|source| Error::Bind {
-        addr: config.listen.metrics,
-        source,
-    })?;
+    let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
+    let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
 
     let now = clock::wall_ms();
     let epoch = {
@@ -170,15 +164,7 @@ pub async fn start(
     let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone());
     metrics.epoch.set(epoch as i64);
-    let receiver =
-        match restored {
-            Some(persisted) => Receiver::restore(persisted, now, metrics.feedback.clone())
-                .map_err(|e| Error::StateCorrupt {
-                    path: config.state_dir.join(crate::state::FEEDBACK_FILE),
-                    reason: e.to_string(),
-                })?,
-            None => Receiver::new(now, metrics.feedback.clone()),
-        };
+    let receiver = restore_receiver(restored, now, &metrics, &config)?;
     let registry = Arc::new(registry);
 
     let mut tasks = JoinSet::new();
@@ -189,32 +175,15 @@ pub async fn start(
         Ok(())
     });
 
-    let interval_ms = config.scrape_interval.as_millis() as u64;
-    let providers = config
-        .providers
-        .iter()
-        .zip(targets)
-        .map(|(p, target)| ScrapedProvider {
-            target,
-            publisher: Publisher::new(
-                &config.site,
-                p,
-                epoch,
-                interval_ms,
-                store_config.ttl_ms,
-                now,
-            ),
-            name: p.name.clone(),
-        })
-        .collect();
-    let scrape_loop = ScrapeLoop {
-        providers,
-        scraper: Scraper::new(),
-        signals: signals.clone(),
-        metrics: metrics.scrapes.clone(),
-        ingest: metrics.ingest.clone(),
-        interval: config.scrape_interval,
-    };
+    let scrape_loop = scrape_loop(
+        &config,
+        targets,
+        epoch,
+        now,
+        &signals,
+        &metrics,
+        store_config,
+    );
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
@@ -271,6 +240,62 @@ pub async fn start(
         registry,
         tasks,
     })
+}
+
+fn restore_receiver(
+    restored: Option<grid_feedback::ReceiverState>,
+    now: u64,
+    metrics: &OperatorMetrics,
+    config: &Config,
+) -> Result<Receiver, Error> {
+    match restored {
+        Some(persisted) => {
+            Receiver::restore(persisted, now, metrics.feedback.clone()).map_err(|e| {
+                Error::StateCorrupt {
+                    path: config.state_dir.join(crate::state::FEEDBACK_FILE),
+                    reason: e.to_string(),
+                }
+            })
+        }
+        None => Ok(Receiver::new(now, metrics.feedback.clone())),
+    }
+}
+
+fn scrape_loop(
+    config: &Config,
+    targets: Vec<ScrapeTarget>,
+    epoch: u64,
+    now: u64,
+    signals: &SharedSignals,
+    metrics: &OperatorMetrics,
+    store_config: StoreConfig,
+) -> ScrapeLoop {
+    let interval_ms = config.scrape_interval.as_millis() as u64;
+    let providers = config
+        .providers
+        .iter()
+        .zip(targets)
+        .map(|(p, target)| ScrapedProvider {
+            target,
+            publisher: Publisher::new(
+                &config.site,
+                p,
+                epoch,
+                interval_ms,
+                store_config.ttl_ms,
+                now,
+            ),
+            name: p.name.clone(),
+        })
+        .collect();
+    ScrapeLoop {
+        providers,
+        scraper: Scraper::new(),
+        signals: signals.clone(),
+        metrics: metrics.scrapes.clone(),
+        ingest: metrics.ingest.clone(),
+        interval: config.scrape_interval,
+    }
 }
 
 /// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`.

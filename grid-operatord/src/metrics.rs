@@ -2,6 +2,7 @@
 //! the provider series read from the store at scrape time, and a plain-HTTP listener.
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,8 +30,13 @@ use crate::providers::ScrapeMetrics;
 use crate::signals::{SharedSignals, lock};
 use crate::slots::HEADER_READ_TIMEOUT;
 
-/// Content type of the `/metrics` answer (prometheus-client writes OpenMetrics text).
-pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the `OpenMetrics` answer (what prometheus-client writes), served to
+/// callers whose `Accept` names it, as a Prometheus server's does.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the Prometheus text answer, served to everyone else (`curl`,
+/// `promtool check metrics`).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The provider series exported for every site held, with their help text.
 pub const PROVIDER_SERIES: [(&str, &str); 7] = [
@@ -118,8 +124,8 @@ impl OperatorMetrics {
         );
         let epoch = Gauge::default();
         registry.register(
-            "grid_operator_publisher_epoch_milliseconds",
-            "This process's publisher epoch (wall-clock ms, above every persisted one)",
+            "grid_operator_publisher_epoch",
+            "This process's publisher epoch: wall-clock milliseconds since the Unix epoch, above every persisted one",
             epoch.clone(),
         );
         registry.register_collector(Box::new(ProviderSeries { signals }));
@@ -143,6 +149,63 @@ pub fn render(registry: &Registry) -> String {
     out
 }
 
+/// Rewrites prometheus-client's `OpenMetrics` text as Prometheus text 0.0.4: a counter's
+/// `HELP` and `TYPE` name its `_total` samples (`OpenMetrics` names the family without the
+/// suffix), and the OpenMetrics-only `# UNIT` and `# EOF` lines are dropped.
+pub fn to_text_004(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some(previous) = help.replace(rest) {
+                push_line(&mut out, "# HELP ", previous);
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let rename = kind == "counter" && !name.ends_with("_total");
+            let suffix = if rename { "_total" } else { "" };
+            if let Some(h) = help.take() {
+                let (help_name, text) = h.split_once(' ').unwrap_or((h, ""));
+                if help_name == name {
+                    let _ = writeln!(out, "# HELP {name}{suffix} {text}");
+                } else {
+                    push_line(&mut out, "# HELP ", h);
+                }
+            }
+            let _ = writeln!(out, "# TYPE {name}{suffix} {kind}");
+            continue;
+        }
+        if let Some(h) = help.take() {
+            push_line(&mut out, "# HELP ", h);
+        }
+        push_line(&mut out, "", line);
+    }
+    if let Some(h) = help {
+        push_line(&mut out, "# HELP ", h);
+    }
+    out
+}
+
+fn push_line(out: &mut String, prefix: &str, line: &str) {
+    out.push_str(prefix);
+    out.push_str(line);
+    out.push('\n');
+}
+
+fn wants_openmetrics(request: &Request<hyper::body::Incoming>) -> bool {
+    request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"))
+}
+
 /// Serves `GET /metrics` (plain HTTP) until the task is dropped.
 pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
     loop {
@@ -161,11 +224,15 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
                     } else if request.method() != Method::GET {
                         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
                     } else {
-                        *r.body_mut() = Full::new(Bytes::from(render(&registry)));
-                        r.headers_mut().insert(
-                            header::CONTENT_TYPE,
-                            header::HeaderValue::from_static(METRICS_CONTENT_TYPE),
-                        );
+                        let openmetrics = render(&registry);
+                        let (body, kind) = if wants_openmetrics(&request) {
+                            (openmetrics, OPENMETRICS_CONTENT_TYPE)
+                        } else {
+                            (to_text_004(&openmetrics), TEXT_CONTENT_TYPE)
+                        };
+                        *r.body_mut() = Full::new(Bytes::from(body));
+                        r.headers_mut()
+                            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
                     }
                     Ok::<_, Infallible>(r)
                 }
@@ -176,5 +243,29 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
                 .serve_connection(TokioIo::new(tcp), service)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_renamed_to_their_samples_and_openmetrics_lines_dropped() {
+        let om = "# HELP a_events Events.\n# TYPE a_events counter\na_events_total{k=\"v\"} 1\n\
+                  # HELP g A gauge.\n# TYPE g gauge\n# UNIT g seconds\ng 2\n# EOF\n";
+        assert_eq!(
+            to_text_004(om),
+            "# HELP a_events_total Events.\n# TYPE a_events_total counter\na_events_total{k=\"v\"} 1\n\
+             # HELP g A gauge.\n# TYPE g gauge\ng 2\n"
+        );
+    }
+
+    #[test]
+    fn a_help_without_a_type_is_kept() {
+        assert_eq!(
+            to_text_004("# HELP x Lonely.\nx 1\n"),
+            "# HELP x Lonely.\nx 1\n"
+        );
     }
 }

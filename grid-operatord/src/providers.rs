@@ -27,13 +27,13 @@ struct ScrapeLabels {
 #[derive(Clone, Debug, Default)]
 pub struct ScrapeMetrics {
     scrapes: Family<ScrapeLabels, Counter>,
-    pass_ms: Gauge,
+    pass_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     publish_failures: Counter,
 }
 
 impl ScrapeMetrics {
     /// Registers `grid_operator_scrapes_total{provider,result}`,
-    /// `grid_operator_scrape_pass_milliseconds` and
+    /// `grid_operator_scrape_pass_seconds` and
     /// `grid_operator_publish_failures_total`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
@@ -43,9 +43,9 @@ impl ScrapeMetrics {
             m.scrapes.clone(),
         );
         registry.register(
-            "grid_operator_scrape_pass_milliseconds",
+            "grid_operator_scrape_pass_seconds",
             "Duration of the latest complete scrape pass over every provider",
-            m.pass_ms.clone(),
+            m.pass_seconds.clone(),
         );
         registry.register(
             "grid_operator_publish_failures",
@@ -106,7 +106,9 @@ impl ScrapeLoop {
             let started = clock::monotonic();
             self.pass(latest_pass_ms).await;
             latest_pass_ms = started.elapsed().as_millis() as u64;
-            self.metrics.pass_ms.set(latest_pass_ms as i64);
+            self.metrics
+                .pass_seconds
+                .set(latest_pass_ms as f64 / 1000.0);
             lock(&self.signals).expire(clock::wall_ms());
         }
     }

@@ -176,13 +176,13 @@ mod tests {
             .iter()
             .find(|r| r.name() == "grid_provider_ready")
             .unwrap();
-        assert_eq!(ready.value(), 1.0);
+        assert!((ready.value() - 1.0).abs() < f64::EPSILON);
         let endpoints = first
             .rows
             .iter()
             .find(|r| r.name() == "grid_provider_ready_endpoints")
             .unwrap();
-        assert_eq!(endpoints.value(), 2.0);
+        assert!((endpoints.value() - 2.0).abs() < f64::EPSILON);
         let second = p.publish(11_000, 0).unwrap();
         assert_eq!(second.meta.fence(), Fence::new(7_000, 2));
     }

@@ -109,7 +109,7 @@ fn classify_transport(error: &hyper::Error) -> ScrapeFailure {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             if io
                 .get_ref()
-                .is_some_and(|inner| inner.is::<rustls::Error>())
+                .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
             {
                 return ScrapeFailure::Tls;
             }

@@ -152,6 +152,16 @@ async fn a_peer_operator_is_polled_and_peers_see_only_the_serving_site() {
     assert_eq!(value_of(&m, "grid_provider_ready", "a", "llama"), Some(1.0));
 }
 
+/// With TLS 1.3 the server refuses a client certificate after the client finished its
+/// side of the handshake: the client sees the alert (`tls`) or, if the server closed
+/// first, a dropped connection (`http`). What the server counted is asserted separately.
+fn refused(result: &Result<grid_operatord::scrape::Fetched, ScrapeFailure>) {
+    assert!(
+        matches!(result, Err(ScrapeFailure::Tls | ScrapeFailure::Http)),
+        "{result:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
     let grid = Grid::new();
@@ -168,10 +178,7 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
     let rogue_grid = Grid::new();
     let rogue = rogue_grid.site("a");
     let tls = grid.client(&rogue.cert, "a", "a");
-    assert_eq!(
-        get_signals(op.signals_addr, tls).await,
-        Err(ScrapeFailure::Tls)
-    );
+    refused(&get_signals(op.signals_addr, tls).await);
     // An expired certificate from the right CA.
     let expired = grid.ca.mint(&support::pki::Mint {
         spiffe: Some("spiffe://grid.test/site/a".into()),
@@ -179,10 +186,7 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
         cn: "a",
     });
     let tls = grid.client(&expired, "a", "a");
-    assert_eq!(
-        get_signals(op.signals_addr, tls).await,
-        Err(ScrapeFailure::Tls)
-    );
+    refused(&get_signals(op.signals_addr, tls).await);
     let m = op.metrics.listener.clone();
     eventually("two refused handshakes counted", 5, || {
         let m = m.clone();
@@ -254,7 +258,7 @@ async fn a_hanging_peer_does_not_delay_the_others() {
         .count("h", PollOutcome::Failed(ScrapeFailure::Timeout));
     assert!(ok_b >= 5, "b polled only {ok_b} times in 4 s");
     assert!(
-        timeouts_h >= 1 && timeouts_h <= 4,
+        (1..=4).contains(&timeouts_h),
         "h timed out {timeouts_h} times"
     );
     let body = text(
