@@ -6,3 +6,5 @@
 //! Unlike the pure crates, this crate may read clocks and open loopback sockets: it plays
 //! the world around grid (EPPs, model servers, load generators). It never sends traffic
 //! anywhere but loopback.
+
+pub mod epp_exposition;

@@ -145,7 +145,10 @@ mod tests {
         let mut gate = OrderGate::default();
         gate.advance(Fence::new(NOW, 5));
         assert_eq!(gate.judge(Fence::new(NOW, 4), 1, NOW), Admission::Delayed);
-        assert_eq!(gate.judge(Fence::new(NOW - 1, 99), 1, NOW), Admission::Delayed);
+        assert_eq!(
+            gate.judge(Fence::new(NOW - 1, 99), 1, NOW),
+            Admission::Delayed
+        );
     }
 
     #[test]

@@ -184,8 +184,7 @@ pub fn parse_decimal_u64(field: &'static str, s: &str) -> Result<u64, Error> {
 /// Reads the generation carried as the metadata line's value: a whole number in
 /// `0..=MAX_GENERATION`.
 pub fn generation_from_value(value: f64) -> Result<u64, Error> {
-    if value.is_finite() && value >= 0.0 && value.fract() == 0.0 && value <= MAX_GENERATION as f64
-    {
+    if value.is_finite() && value >= 0.0 && value.fract() == 0.0 && value <= MAX_GENERATION as f64 {
         Ok(value as u64)
     } else {
         Err(Error::Batch {
@@ -228,7 +227,11 @@ mod tests {
             " 1",
             "18446744073709551616",
         ] {
-            assert_eq!(rule(parse_decimal_u64("f", bad)), BatchRule::Decimal, "{bad:?}");
+            assert_eq!(
+                rule(parse_decimal_u64("f", bad)),
+                BatchRule::Decimal,
+                "{bad:?}"
+            );
         }
     }
 
@@ -239,7 +242,13 @@ mod tests {
             generation_from_value(MAX_GENERATION as f64).unwrap(),
             MAX_GENERATION
         );
-        for bad in [-1.0, 1.5, f64::NAN, f64::INFINITY, (MAX_GENERATION as f64) * 2.0] {
+        for bad in [
+            -1.0,
+            1.5,
+            f64::NAN,
+            f64::INFINITY,
+            (MAX_GENERATION as f64) * 2.0,
+        ] {
             assert_eq!(rule(generation_from_value(bad)), BatchRule::Generation);
         }
     }
@@ -247,7 +256,10 @@ mod tests {
     #[test]
     fn generation_exactly_at_the_bound_is_accepted_and_one_past_refused() {
         assert!(meta("s", "u", 0, MAX_GENERATION).is_ok());
-        assert_eq!(rule(meta("s", "u", 0, MAX_GENERATION + 1)), BatchRule::Generation);
+        assert_eq!(
+            rule(meta("s", "u", 0, MAX_GENERATION + 1)),
+            BatchRule::Generation
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ mod meta;
 mod owned;
 mod revision;
 mod row;
-mod write;
 mod rule;
+mod write;
 
 pub use admission::{Admission, MAX_EPOCH_LEAD_MS, OrderGate, epoch_too_far};
 pub use bounds::{

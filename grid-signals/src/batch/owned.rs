@@ -45,7 +45,7 @@ impl Batch {
     /// A digest of everything the batch says, as received.
     ///
     /// Two batches with the same digest are treated as the same publication (an exact
-    /// repeat). 64 bits of SipHash with fixed keys: deterministic, and a collision between
+    /// repeat). 64 bits of `SipHash` with fixed keys: deterministic, and a collision between
     /// two publications at the same fence is not a practical concern.
     pub fn digest(&self) -> u64 {
         let mut h = DefaultHasher::new();
@@ -89,8 +89,17 @@ mod tests {
 
     #[test]
     fn digest_tells_a_changed_duplicate_from_an_exact_repeat() {
-        assert_eq!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[1.0, 2.0]).digest());
-        assert_ne!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[1.0, 2.5]).digest());
-        assert_ne!(batch(2, &[1.0, 2.0]).digest(), batch(2, &[2.0, 1.0]).digest());
+        assert_eq!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.0]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.5]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[2.0, 1.0]).digest()
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! One sample row of a batch, owned and validated.
 
+use super::BatchRule;
 use super::bounds::{MAX_EXTRA_LABELS, MAX_KEY_BYTES, MAX_LABEL_VALUE_BYTES};
 use super::meta::{METADATA_NAME, PROVIDER_LABEL, SITE_LABEL, check_bounded};
-use super::BatchRule;
 use crate::Error;
 
 /// One reading of a batch: a series (metric name and extra labels) with its value and the
@@ -88,10 +88,9 @@ impl Row {
         self.stamp_ms
     }
 
-    /// The same row with its stamp moved into another clock.
-    pub(crate) fn with_stamp(mut self, stamp_ms: u64) -> Self {
+    /// Moves the stamp into another clock.
+    pub(crate) fn set_stamp(&mut self, stamp_ms: u64) {
         self.stamp_ms = stamp_ms;
-        self
     }
 
     /// Whether this row's extra labels are exactly `labels` (any order).
@@ -206,9 +205,18 @@ mod tests {
     #[test]
     fn malformed_rows_are_refused() {
         assert_eq!(rule(Row::new("1m", vec![], 1.0, 5)), BatchRule::Name);
-        assert_eq!(rule(Row::new("m", vec![], f64::NAN, 5)), BatchRule::NotANumber);
-        let twice = vec![("a".to_owned(), "1".to_owned()), ("a".to_owned(), "2".to_owned())];
-        assert_eq!(rule(Row::new("m", twice, 1.0, 5)), BatchRule::UnexpectedLabel);
+        assert_eq!(
+            rule(Row::new("m", vec![], f64::NAN, 5)),
+            BatchRule::NotANumber
+        );
+        let twice = vec![
+            ("a".to_owned(), "1".to_owned()),
+            ("a".to_owned(), "2".to_owned()),
+        ];
+        assert_eq!(
+            rule(Row::new("m", twice, 1.0, 5)),
+            BatchRule::UnexpectedLabel
+        );
         let bad_label = vec![("a:b".to_owned(), "1".to_owned())];
         assert_eq!(rule(Row::new("m", bad_label, 1.0, 5)), BatchRule::Name);
     }

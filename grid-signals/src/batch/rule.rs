@@ -36,7 +36,7 @@ pub enum BatchRule {
 }
 
 impl BatchRule {
-    /// The stable snake_case spelling of the rule.
+    /// The stable `snake_case` spelling of the rule.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MissingLabel => "missing_label",

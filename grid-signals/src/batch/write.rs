@@ -26,7 +26,8 @@ impl Batch {
             let moved = i128::from(stamp) + i128::from(shift_ms);
             moved.clamp(0, i128::from(i64::MAX)) as i64
         };
-        let (mut epoch_buf, mut sequence_buf, mut samples_buf) = (itoa_buf(), itoa_buf(), itoa_buf());
+        let (mut epoch_buf, mut sequence_buf, mut samples_buf) =
+            (itoa_buf(), itoa_buf(), itoa_buf());
         let epoch = format_u64(&mut epoch_buf, meta.fence().epoch);
         let sequence = format_u64(&mut sequence_buf, meta.fence().sequence);
         let samples = format_u64(&mut samples_buf, self.rows.len() as u64);

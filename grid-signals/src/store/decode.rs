@@ -5,8 +5,7 @@ use super::{DropCounts, DropReason};
 use crate::Error;
 use crate::batch::{
     Batch, BatchMeta, BatchRule, EPOCH_LABEL, Fence, METADATA_NAME, PROVIDER_LABEL, Row,
-    SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value,
-    parse_decimal_u64,
+    SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value, parse_decimal_u64,
 };
 use crate::exposition::{Line, Sample, lines};
 
@@ -37,7 +36,9 @@ pub fn decode_batches(body: &[u8], drops: &mut DropCounts, mut on_batch: impl Fn
                 }
                 match meta_from_sample(&sample) {
                     Ok(meta) => {
-                        open = Some(Batch::new(meta, Vec::new()));
+                        // Bounded by MAX_BATCH_SAMPLES, so reserving up front is safe.
+                        let rows = Vec::with_capacity(meta.samples() as usize);
+                        open = Some(Batch::new(meta, rows));
                         close_if_full(&mut open, &mut on_batch);
                     }
                     Err(rule) => drops.add(
@@ -101,10 +102,7 @@ fn close_if_full(open: &mut Option<Batch>, on_batch: &mut impl FnMut(Batch)) {
 }
 
 fn label_is(sample: &Sample<'_>, name: &str, expected: &str) -> bool {
-    sample
-        .labels
-        .get(name)
-        .is_some_and(|v| v.eq_str(expected))
+    sample.labels.get(name).is_some_and(|v| v.eq_str(expected))
 }
 
 fn rule_of(e: &Error) -> BatchRule {
@@ -124,7 +122,7 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
     let mut epoch = None;
     let mut sequence = None;
     let mut samples = None;
-    for (name, value) in sample.labels.iter() {
+    for (name, value) in sample.labels {
         let slot = match name {
             SITE_LABEL => &mut site,
             PROVIDER_LABEL => &mut provider,
@@ -144,7 +142,10 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
         return Err(BatchRule::MissingLabel);
     };
     let decimal = |field, text: &str| parse_decimal_u64(field, text).map_err(|e| rule_of(&e));
-    let fence = Fence::new(decimal(EPOCH_LABEL, &epoch)?, decimal(SEQUENCE_LABEL, &sequence)?);
+    let fence = Fence::new(
+        decimal(EPOCH_LABEL, &epoch)?,
+        decimal(SEQUENCE_LABEL, &sequence)?,
+    );
     let samples = decimal(SAMPLES_LABEL, &samples)?;
     let generation = generation_from_value(sample.value).map_err(|e| rule_of(&e))?;
     let stamp_ms = stamp(sample)?;

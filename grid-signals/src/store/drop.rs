@@ -116,7 +116,11 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for r in DropReason::ALL {
             assert!(seen.insert(r.as_str()));
-            assert!(r.as_str().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+            assert!(
+                r.as_str()
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'_')
+            );
         }
         assert_eq!(DropReason::SiteMismatch.as_str(), "site_mismatch");
     }

@@ -66,7 +66,7 @@ impl<'a> SeriesView<'a> {
     }
 
     /// Every held reading, oldest admitted first.
-    pub fn readings(&self) -> impl DoubleEndedIterator<Item = Reading> + 'a {
+    pub fn readings(&self) -> impl DoubleEndedIterator<Item = Reading> + use<'a> {
         self.series.window.iter()
     }
 }
@@ -152,7 +152,7 @@ impl Entry {
     }
 
     /// The series of `metric` (one per label set; several for per-endpoint series).
-    pub fn series<'a>(&'a self, metric: &str) -> impl Iterator<Item = SeriesView<'a>> + 'a {
+    pub fn series<'a>(&'a self, metric: &str) -> impl Iterator<Item = SeriesView<'a>> + use<'a> {
         self.metric(metric)
             .into_iter()
             .flat_map(|m| m.series.iter().map(|series| SeriesView { series }))
@@ -217,21 +217,20 @@ impl Entry {
             value: row.value(),
             stamp_ms: row.stamp_ms(),
         };
-        let metric_at = match self.metrics.iter().position(|m| m.name == row.name()) {
-            Some(i) => i,
-            None => {
-                if self.metrics.len() >= MAX_METRICS_PER_PROVIDER {
-                    return Err(RowRefusal::Metrics);
-                }
-                if self.series_count >= MAX_SERIES_PER_PROVIDER {
-                    return Err(RowRefusal::Series);
-                }
-                self.metrics.push(Metric {
-                    name: row.name().to_owned(),
-                    series: Vec::new(),
-                });
-                self.metrics.len() - 1
+        let metric_at = if let Some(i) = self.metrics.iter().position(|m| m.name == row.name()) {
+            i
+        } else {
+            if self.metrics.len() >= MAX_METRICS_PER_PROVIDER {
+                return Err(RowRefusal::Metrics);
             }
+            if self.series_count >= MAX_SERIES_PER_PROVIDER {
+                return Err(RowRefusal::Series);
+            }
+            self.metrics.push(Metric {
+                name: row.name().to_owned(),
+                series: Vec::new(),
+            });
+            self.metrics.len() - 1
         };
         let metric = &mut self.metrics[metric_at];
         if let Some(series) = metric.series.iter_mut().find(|s| s.labels == row.labels()) {

@@ -8,17 +8,33 @@ pub(crate) const T0: u64 = 1_700_000_000_000;
 
 /// Metadata for `samples` rows of provider `provider` at `site`, revision (`uid`, 1,
 /// `epoch`), stamped `stamp`.
-pub(crate) fn meta(site: &str, provider: &str, uid: &str, fence: Fence, samples: u64, stamp: u64) -> BatchMeta {
+pub(crate) fn meta(
+    site: &str,
+    provider: &str,
+    uid: &str,
+    fence: Fence,
+    samples: u64,
+    stamp: u64,
+) -> BatchMeta {
     BatchMeta::new(site, provider, uid, fence, samples, 1, stamp).expect("valid test metadata")
 }
 
 /// A complete batch of unlabeled rows `(metric, value)`, all stamped `stamp`.
-pub(crate) fn batch(site: &str, provider: &str, fence: Fence, rows: &[(&str, f64)], stamp: u64) -> Batch {
+pub(crate) fn batch(
+    site: &str,
+    provider: &str,
+    fence: Fence,
+    rows: &[(&str, f64)],
+    stamp: u64,
+) -> Batch {
     let rows: Vec<Row> = rows
         .iter()
         .map(|&(name, value)| Row::new(name, vec![], value, stamp).expect("valid test row"))
         .collect();
-    Batch::new(meta(site, provider, "u1", fence, rows.len() as u64, stamp), rows)
+    Batch::new(
+        meta(site, provider, "u1", fence, rows.len() as u64, stamp),
+        rows,
+    )
 }
 
 /// The exposition text of `batches`.

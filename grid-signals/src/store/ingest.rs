@@ -122,8 +122,7 @@ impl Store {
                 return;
             }
         }
-        if !plausible(meta.stamp_ms(), reference_ms) || epoch_too_far(meta.fence().epoch, now_ms)
-        {
+        if !plausible(meta.stamp_ms(), reference_ms) || epoch_too_far(meta.fence().epoch, now_ms) {
             report.dropped.add(DropReason::Skew, lines);
             return;
         }
@@ -150,7 +149,7 @@ impl Store {
 
         // Valid ordering metadata counts whether or not the payload is whole.
         let complete = batch.is_complete();
-        let Batch { meta, rows, .. } = batch;
+        let Batch { meta, mut rows, .. } = batch;
         let revision = meta.revision();
         entry.gate.advance(meta.fence());
         entry.touched_ms = now_ms;
@@ -184,25 +183,25 @@ impl Store {
         }
         entry.revision = Some(revision);
 
-        let mut kept = Vec::with_capacity(rows.len());
-        for row in rows {
+        // The rows kept become the held publication, in place.
+        rows.retain_mut(|row| {
             if !plausible(row.stamp_ms(), reference_ms) {
                 report.dropped.add(DropReason::Skew, 1);
-                continue;
+                return false;
             }
-            let stamp_ms = rebase(row.stamp_ms(), reference_ms, now_ms);
-            let row = row.with_stamp(stamp_ms);
-            match entry.store_row(&row) {
-                Ok(()) => kept.push(row),
+            row.set_stamp(rebase(row.stamp_ms(), reference_ms, now_ms));
+            match entry.store_row(row) {
+                Ok(()) => true,
                 Err(RowRefusal::Metrics | RowRefusal::Series) => {
                     report.dropped.add(DropReason::Cap, 1);
+                    false
                 }
             }
-        }
-        report.rows_stored += kept.len() as u64;
+        });
+        report.rows_stored += rows.len() as u64;
         let stamp = rebase(meta.stamp_ms(), reference_ms, now_ms);
-        let held = meta.with_stamp(stamp).with_samples(kept.len() as u64);
-        entry.publication = Some(Batch::new(held, kept));
+        let held = meta.with_stamp(stamp).with_samples(rows.len() as u64);
+        entry.publication = Some(Batch::new(held, rows));
         if let Some(event) = reset {
             self.events.push(event);
         }
@@ -210,6 +209,8 @@ impl Store {
 }
 
 #[cfg(test)]
+// Stored values are copies of the ones sent, so exact comparison is the point.
+#[allow(clippy::float_cmp)]
 mod tests {
     use super::super::fixture::{T0, admit, batch, body, meta, store};
     use super::super::{DropReason, Learning, PauseReason, StoreEvent};
@@ -242,7 +243,10 @@ mod tests {
         let mut s = store();
         let text = body(&[batch("b", "m", f(1), &[("q", 1.0)], T0)]);
         let r = s.ingest(&text, Sender::Peer { site: "b" }, T0, T0);
-        assert_eq!((r.batches_stored, r.rows_stored, r.dropped.total()), (1, 1, 0));
+        assert_eq!(
+            (r.batches_stored, r.rows_stored, r.dropped.total()),
+            (1, 1, 0)
+        );
         assert_eq!(latest(&s, "q"), Some(1.0));
     }
 
@@ -272,7 +276,9 @@ mod tests {
 
     #[test]
     fn row_exactly_max_sample_age_old_is_kept_and_one_more_is_skew() {
-        let mut s = Store::new(super::super::StoreConfig { ttl_ms: 2 * MAX_SAMPLE_AGE_MS });
+        let mut s = Store::new(super::super::StoreConfig {
+            ttl_ms: 2 * MAX_SAMPLE_AGE_MS,
+        });
         let mut b = batch("b", "m", f(1), &[("q", 1.0), ("r", 2.0)], T0);
         b.rows[0] = Row::new("q", vec![], 1.0, T0 - MAX_SAMPLE_AGE_MS).unwrap();
         b.rows[1] = Row::new("r", vec![], 2.0, T0 - MAX_SAMPLE_AGE_MS - 1).unwrap();
@@ -306,11 +312,21 @@ mod tests {
     fn epoch_too_far_ahead_is_skew_and_retains_no_fence() {
         let mut s = store();
         let far = Fence::new(T0 + MAX_EPOCH_LEAD_MS + 1, 0);
-        let r = s.ingest(&body(&[batch("b", "m", far, &[("q", 1.0)], T0)]), Sender::Local, T0, T0);
+        let r = s.ingest(
+            &body(&[batch("b", "m", far, &[("q", 1.0)], T0)]),
+            Sender::Local,
+            T0,
+            T0,
+        );
         assert_eq!(r.dropped.get(DropReason::Skew), 2);
         assert!(s.entry("b", "m").is_none());
         let edge = Fence::new(T0 + MAX_EPOCH_LEAD_MS, 0);
-        let r = s.ingest(&body(&[batch("b", "m", edge, &[("q", 1.0)], T0)]), Sender::Local, T0, T0);
+        let r = s.ingest(
+            &body(&[batch("b", "m", edge, &[("q", 1.0)], T0)]),
+            Sender::Local,
+            T0,
+            T0,
+        );
         assert_eq!(r.batches_stored, 1);
     }
 
@@ -322,7 +338,11 @@ mod tests {
         assert_eq!(r.dropped.get(DropReason::Delayed), 2);
         assert_eq!(latest(&s, "q"), Some(5.0));
         // An older epoch with a higher sequence is delayed too.
-        let r = admit(&mut s, batch("b", "m", Fence::new(T0 - 1, 99), &[("q", 9.0)], T0), T0);
+        let r = admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0 - 1, 99), &[("q", 9.0)], T0),
+            T0,
+        );
         assert_eq!(r.dropped.get(DropReason::Delayed), 2);
     }
 
@@ -371,11 +391,18 @@ mod tests {
     fn first_complete_batch_and_each_revision_change_emit_exactly_one_reset() {
         let mut s = store();
         admit(&mut s, batch("b", "m", f(1), &[("q", 1.0)], T0), T0);
-        assert!(matches!(drain(&mut s).as_slice(), [StoreEvent::Reset { .. }]));
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [StoreEvent::Reset { .. }]
+        ));
         admit(&mut s, batch("b", "m", f(2), &[("q", 1.0)], T0), T0);
         assert!(drain(&mut s).is_empty());
         // A new publisher epoch is a new revision.
-        admit(&mut s, batch("b", "m", Fence::new(T0 + 1, 0), &[("q", 1.0)], T0), T0);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0 + 1, 0), &[("q", 1.0)], T0),
+            T0,
+        );
         let events = drain(&mut s);
         let [StoreEvent::Reset { revision, .. }] = events.as_slice() else {
             panic!("{events:?}")
@@ -399,7 +426,11 @@ mod tests {
         // Fresh pressure readings stay readable.
         assert_eq!(latest(&s, "q"), Some(1.0));
         assert!(drain(&mut s).is_empty());
-        admit(&mut s, batch("b", "m", f(3), &[("q", 2.0)], T0 + 10), T0 + 10);
+        admit(
+            &mut s,
+            batch("b", "m", f(3), &[("q", 2.0)], T0 + 10),
+            T0 + 10,
+        );
         assert_eq!(drain(&mut s).len(), 1);
         let Learning::Allowed { since_ms, .. } = s.entry("b", "m").unwrap().learning(T0 + 10)
         else {
@@ -431,10 +462,17 @@ mod tests {
         short.rows.clear();
         admit(&mut s, short, T0);
         let e = s.entry("b", "m").unwrap();
-        assert_eq!(e.learning(T0), Learning::Paused(PauseReason::MetadataMissing));
+        assert_eq!(
+            e.learning(T0),
+            Learning::Paused(PauseReason::MetadataMissing)
+        );
         assert_eq!(e.revision().unwrap().epoch, T0 + 1);
         assert!(drain(&mut s).is_empty());
-        admit(&mut s, batch("b", "m", Fence::new(T0 + 1, 1), &[("q", 1.0)], T0), T0);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0 + 1, 1), &[("q", 1.0)], T0),
+            T0,
+        );
         assert_eq!(drain(&mut s).len(), 1);
     }
 
@@ -446,7 +484,10 @@ mod tests {
         let mut short = batch("b", "m", f(2), &[("q", 1.0)], T0);
         short.rows.clear();
         admit(&mut s, short, T0);
-        assert!(matches!(s.entry("b", "m").unwrap().learning(T0), Learning::Allowed { .. }));
+        assert!(matches!(
+            s.entry("b", "m").unwrap().learning(T0),
+            Learning::Allowed { .. }
+        ));
         admit(&mut s, batch("b", "m", f(3), &[("q", 1.0)], T0), T0);
         assert!(drain(&mut s).is_empty());
     }
@@ -478,7 +519,12 @@ mod tests {
     #[test]
     fn sample_lines_outside_a_batch_are_unbatched() {
         let mut s = store();
-        let r = s.ingest(b"q{grid_site=\"b\",grid_provider=\"m\"} 1 1\n", Sender::Local, T0, T0);
+        let r = s.ingest(
+            b"q{grid_site=\"b\",grid_provider=\"m\"} 1 1\n",
+            Sender::Local,
+            T0,
+            T0,
+        );
         assert_eq!(r.dropped.get(DropReason::Unbatched), 1);
         assert!(s.is_empty());
     }
@@ -494,7 +540,7 @@ mod tests {
         let mut lines: Vec<&str> = cut.lines().collect();
         lines.pop();
         let mut text = lines.join("\n");
-        text.push_str(&format!("\nr{{grid_site=\"b\",grid_provider=\"x\"}} 2 {T0}\n"));
+        text = format!("{text}\nr{{grid_site=\"b\",grid_provider=\"x\"}} 2 {T0}\n");
         let r = s.ingest(text.as_bytes(), Sender::Local, T0, T0);
         assert_eq!(r.dropped.get(DropReason::Incomplete), 2);
         assert_eq!(r.dropped.get(DropReason::Unbatched), 1);
@@ -572,13 +618,25 @@ mod tests {
             .unwrap()
         };
         let rows = vec![ep("a:1", 3.0), ep("b:1", 7.0)];
-        admit(&mut s, Batch::new(meta("b", "m", "u", f(1), 2, T0), rows), T0);
+        admit(
+            &mut s,
+            Batch::new(meta("b", "m", "u", f(1), 2, T0), rows),
+            T0,
+        );
         let e = s.entry("b", "m").unwrap();
         let m = "llm_d_epp_per_endpoint_queue_size";
-        assert_eq!(e.latest(m, &[("model_server_endpoint", "a:1")]).unwrap().value, 3.0);
+        assert_eq!(
+            e.latest(m, &[("model_server_endpoint", "a:1")])
+                .unwrap()
+                .value,
+            3.0
+        );
         assert_eq!(e.latest(m, &[]), None);
         assert_eq!(e.series(m).count(), 2);
-        assert_eq!(e.series(m).next().unwrap().label("model_server_endpoint"), Some("a:1"));
+        assert_eq!(
+            e.series(m).next().unwrap().label("model_server_endpoint"),
+            Some("a:1")
+        );
         assert_eq!(e.window_worst(m, T0, 1_000), Some(7.0));
         assert_eq!(e.metric_newest_at(m), Some(T0));
         assert_eq!(e.newest_at(), Some(T0));
@@ -588,7 +646,11 @@ mod tests {
     fn window_worst_keeps_a_drained_burst_until_it_leaves_the_window() {
         let mut s = store();
         admit(&mut s, batch("b", "m", f(1), &[("q", 9.0)], T0), T0);
-        admit(&mut s, batch("b", "m", f(2), &[("q", 0.0)], T0 + 1_000), T0 + 1_000);
+        admit(
+            &mut s,
+            batch("b", "m", f(2), &[("q", 0.0)], T0 + 1_000),
+            T0 + 1_000,
+        );
         let e = s.entry("b", "m").unwrap();
         assert_eq!(e.window_worst("q", T0 + 1_000, 1_000), Some(9.0));
         assert_eq!(e.window_worst("q", T0 + 1_001, 1_000), Some(0.0));

@@ -81,7 +81,10 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("grid_signals_ingest_dropped_total{reason=\"skew\"} 6"));
         for reason in DropReason::ALL {
-            let line = format!("grid_signals_ingest_dropped_total{{reason=\"{}\"}}", reason.as_str());
+            let line = format!(
+                "grid_signals_ingest_dropped_total{{reason=\"{}\"}}",
+                reason.as_str()
+            );
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
         assert!(text.contains("grid_signals_relay_dropped_providers_total 2"));

@@ -190,3 +190,78 @@ impl Store {
         self.sites.get_mut(site)?.get_mut(provider)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::{T0, admit, batch, store};
+    use super::*;
+    use crate::batch::Fence;
+
+    #[test]
+    fn readings_exactly_one_ttl_old_are_kept_and_older_ones_expire() {
+        let mut s = store();
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
+        s.expire(T0 + DEFAULT_TTL_MS);
+        assert!(s.entry("b", "m").unwrap().latest("q", &[]).is_some());
+        s.expire(T0 + DEFAULT_TTL_MS + 1);
+        let e = s.entry("b", "m").unwrap();
+        assert!(e.latest("q", &[]).is_none());
+        assert_eq!(e.series_count(), 0);
+        // The fence outlives the readings.
+        assert_eq!(e.fence(), Some(Fence::new(T0, 1)));
+    }
+
+    #[test]
+    fn an_idle_entry_is_forgotten_one_ms_after_fence_retention_with_one_expired_event() {
+        let mut s = store();
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
+        assert!(matches!(s.poll_event(), Some(StoreEvent::Reset { .. })));
+        s.expire(T0 + FENCE_RETENTION_MS);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.poll_event(), None);
+        s.expire(T0 + FENCE_RETENTION_MS + 1);
+        assert!(s.is_empty());
+        assert_eq!(
+            s.poll_event(),
+            Some(StoreEvent::Expired {
+                site: "b".into(),
+                provider: "m".into()
+            })
+        );
+        assert_eq!(s.poll_event(), None);
+    }
+
+    #[test]
+    fn a_custom_ttl_is_honoured() {
+        let mut s = Store::new(StoreConfig { ttl_ms: 5_000 });
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
+        s.expire(T0 + 5_001);
+        assert!(s.entry("b", "m").unwrap().latest("q", &[]).is_none());
+    }
+
+    #[test]
+    fn entries_iterate_sorted_by_site_then_provider() {
+        let mut s = store();
+        for (site, provider) in [("c", "a"), ("a", "z"), ("a", "b")] {
+            admit(
+                &mut s,
+                batch(site, provider, Fence::new(T0, 1), &[("q", 1.0)], T0),
+                T0,
+            );
+        }
+        let keys: Vec<(&str, &str)> = s.entries().map(|e| (e.site(), e.provider())).collect();
+        assert_eq!(keys, [("a", "b"), ("a", "z"), ("c", "a")]);
+    }
+}

@@ -61,7 +61,11 @@ impl Window {
     /// a newer one waits until it reaches the front, and every read filters by stamp, so
     /// it is never reported as fresh.
     pub(crate) fn expire(&mut self, cutoff_ms: u64) {
-        while self.readings.front().is_some_and(|r| r.stamp_ms < cutoff_ms) {
+        while self
+            .readings
+            .front()
+            .is_some_and(|r| r.stamp_ms < cutoff_ms)
+        {
             self.readings.pop_front();
         }
     }
