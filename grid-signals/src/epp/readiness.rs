@@ -569,6 +569,40 @@ mod tests {
         }
     }
 
+    fn any_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..4).prop_map(|c| Count(f64::from(c))),
+            Just(NoSeries),
+            proptest::sample::select(ScrapeFailure::ALL.to_vec()).prop_map(Fail),
+            Just(Answer),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn while_scrapes_answer_only_the_endpoint_count_can_fail_the_verdict(
+            // At most 10 steps one second apart: everything happens inside the 10 s window.
+            steps in proptest::collection::vec(any_step(), 1..=10),
+        ) {
+            for (status, reason) in run(&steps) {
+                if status == NotReady {
+                    proptest::prop_assert!(
+                        reason == "NoReadyEndpoints" || reason == "RecoveryUnconfirmed",
+                        "{reason} within the stale window"
+                    );
+                }
+            }
+        }
+
+        #[test]
+        fn two_positive_scrapes_always_end_ready(steps in proptest::collection::vec(any_step(), 0..40)) {
+            let mut steps = steps;
+            steps.extend([Count(3.0), Count(3.0)]);
+            proptest::prop_assert_eq!(*run(&steps).last().unwrap(), (Ready, "EndpointsReady"));
+        }
+    }
+
     #[test]
     fn every_reason_string_is_distinct() {
         let mut reasons: Vec<&str> = [

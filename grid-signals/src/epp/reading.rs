@@ -60,7 +60,7 @@ impl SampleView for crate::exposition::Sample<'_> {
         self.value
     }
     fn for_each_label(&self, f: &mut dyn FnMut(&str, &str)) {
-        for (name, value) in self.labels.iter() {
+        for (name, value) in self.labels {
             f(name, &value.unescaped());
         }
     }
