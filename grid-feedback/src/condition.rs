@@ -142,10 +142,18 @@ mod tests {
         let c = Condition::derive(&records, None, 5);
         assert_eq!(c.status, ConditionStatus::True);
         assert_eq!(c.unresolved_replicas, 2);
-        assert!(c.message.starts_with("2 gateway replicas "), "{}", c.message);
+        assert!(
+            c.message.starts_with("2 gateway replicas "),
+            "{}",
+            c.message
+        );
         assert!(c.message.contains("(gw-a, gw-b)"), "{}", c.message);
         let one = Condition::derive(&records[..1], None, 5);
-        assert!(one.message.starts_with("1 gateway replica rejected"), "{}", one.message);
+        assert!(
+            one.message.starts_with("1 gateway replica rejected"),
+            "{}",
+            one.message
+        );
     }
 
     #[test]

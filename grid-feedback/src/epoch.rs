@@ -11,8 +11,9 @@ use crate::headers::{EPOCH_HEX_LEN, HEADER_EPOCH};
 /// process is a new reporter identity with its own sequence and counter.
 ///
 /// On the wire and in persisted state it is [`EPOCH_HEX_LEN`] lowercase hex digits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct Epoch(NonZeroU64);
 

@@ -285,7 +285,10 @@ mod tests {
     #[test]
     fn every_refusal_status_is_a_documented_one() {
         for reason in RefusalReason::ALL {
-            assert!([400, 403, 409, 413, 503].contains(&reason.status()), "{reason:?}");
+            assert!(
+                [400, 403, 409, 413, 503].contains(&reason.status()),
+                "{reason:?}"
+            );
         }
     }
 

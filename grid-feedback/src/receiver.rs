@@ -504,7 +504,11 @@ fn deadline_error() -> Error {
 }
 
 /// The per-identity rules. `records` is sorted by epoch.
-fn apply(records: &mut Vec<ReporterRecord>, report: &Report, now_ms: u64) -> Result<Applied, Error> {
+fn apply(
+    records: &mut Vec<ReporterRecord>,
+    report: &Report,
+    now_ms: u64,
+) -> Result<Applied, Error> {
     match records.binary_search_by_key(&report.epoch(), |r| r.epoch) {
         Ok(index) => {
             let record = &mut records[index];
@@ -584,3 +588,588 @@ fn stalest_resolved(records: &[ReporterRecord]) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ConditionStatus, Epoch, RefusalReason, Replica};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn epoch(n: u64) -> Epoch {
+        Epoch::new(n).unwrap()
+    }
+
+    fn report(e: u64, sequence: u64, rejected: u64, clean: bool) -> Report {
+        Report::new(
+            epoch(e),
+            sequence,
+            rejected,
+            clean,
+            Replica::new("gw-0").unwrap(),
+        )
+        .unwrap()
+    }
+
+    struct Harness {
+        rx: Receiver,
+        metrics: ReceiverMetrics,
+        now: u64,
+        next_id: u64,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let metrics = ReceiverMetrics::default();
+            Self {
+                rx: Receiver::new(T0, metrics.clone()),
+                metrics,
+                now: T0,
+                next_id: 0,
+            }
+        }
+
+        fn send_raw(
+            &mut self,
+            caller: Caller,
+            headers: &[(String, String)],
+            body: &[u8],
+        ) -> RequestId {
+            let pairs: Vec<(&[u8], &[u8])> = headers
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect();
+            let id = RequestId(self.next_id);
+            self.next_id += 1;
+            self.rx.handle(
+                self.now,
+                ReceiverInput::Request(Request {
+                    id,
+                    caller,
+                    headers: &pairs,
+                    body,
+                    deadline_ms: deadline_for(self.now),
+                }),
+            );
+            id
+        }
+
+        fn send(&mut self, report: &Report) -> RequestId {
+            let headers: Vec<(String, String)> = report
+                .headers()
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                .collect();
+            self.send_raw(Caller::Local, &headers, b"")
+        }
+
+        /// Completes the write in flight (if any) with `outcome`.
+        fn finish_write(&mut self, outcome: WriteOutcome) -> Option<Write> {
+            let write = self.rx.poll_write()?;
+            self.rx.handle(
+                self.now,
+                ReceiverInput::WriteResult {
+                    write: write.id,
+                    outcome,
+                },
+            );
+            Some(write)
+        }
+
+        fn reply(&mut self, id: RequestId) -> Option<Reply> {
+            let mut found = None;
+            while let Some(response) = self.rx.poll_response() {
+                if response.request == id {
+                    found = Some(response.reply);
+                }
+            }
+            found
+        }
+
+        /// Sends a report, persists every write it causes, and returns its answer.
+        fn submit(&mut self, report: &Report) -> Reply {
+            let id = self.send(report);
+            while self.finish_write(WriteOutcome::Persisted).is_some() {}
+            self.reply(id).expect("every request is answered")
+        }
+    }
+
+    fn refusal(reply: &Reply) -> Option<RefusalReason> {
+        match reply {
+            Reply::Refuse(error) => error.refusal(),
+            Reply::Acknowledge(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_peer_is_refused_and_counted_unauthorized() {
+        let mut h = Harness::new();
+        let headers: Vec<(String, String)> = report(1, 1, 1, false)
+            .headers()
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect();
+        let id = h.send_raw(Caller::Peer, &headers, b"");
+        let reply = h.reply(id).unwrap();
+        assert_eq!(reply.status(), 403);
+        assert_eq!(refusal(&reply), Some(RefusalReason::Unauthorized));
+        assert_eq!(h.metrics.event_count(Event::Unauthorized), 1);
+        assert!(h.rx.poll_write().is_none());
+        assert!(h.rx.state().reporters.is_empty());
+    }
+
+    #[test]
+    fn a_peer_is_refused_before_its_headers_are_judged() {
+        let mut h = Harness::new();
+        let id = h.send_raw(Caller::Peer, &[], b"junk");
+        assert_eq!(
+            refusal(&h.reply(id).unwrap()),
+            Some(RefusalReason::Unauthorized)
+        );
+    }
+
+    #[test]
+    fn a_malformed_request_is_refused_with_a_typed_reason_and_counted() {
+        let mut h = Harness::new();
+        let id = h.send_raw(Caller::Local, &[], b"");
+        let reply = h.reply(id).unwrap();
+        assert_eq!(reply.status(), 400);
+        assert_eq!(refusal(&reply), Some(RefusalReason::MissingHeader));
+        assert_eq!(
+            reply.headers(),
+            vec![(crate::HEADER_REFUSAL, "missing_header".to_owned())]
+        );
+        assert_eq!(h.metrics.refusal_count(RefusalReason::MissingHeader), 1);
+    }
+
+    #[test]
+    fn a_report_is_acknowledged_only_after_its_write_is_persisted() {
+        let mut h = Harness::new();
+        let r = report(1, 1, 3, false);
+        let id = h.send(&r);
+        assert!(h.rx.poll_response().is_none(), "no answer before the write");
+        let write = h.rx.poll_write().expect("a write is asked for");
+        assert_eq!(write.attempt, 1);
+        assert_eq!(write.state.reporter(epoch(1)).unwrap().rejected, 3);
+        assert_eq!(write.state.condition.status, ConditionStatus::True);
+        assert!(
+            h.rx.state().reporters.is_empty(),
+            "durable only after the result"
+        );
+        assert!(h.rx.poll_write().is_none(), "one announcement per attempt");
+        h.rx.handle(
+            h.now,
+            ReceiverInput::WriteResult {
+                write: write.id,
+                outcome: WriteOutcome::Persisted,
+            },
+        );
+        let reply = h.reply(id).unwrap();
+        assert_eq!(reply, Reply::Acknowledge(r.ack()));
+        assert_eq!(reply.status(), 204);
+        assert_eq!(h.rx.state(), &write.state);
+    }
+
+    #[test]
+    fn a_counter_increase_establishes_rejection_even_when_the_flag_claims_clean() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 1, 0, true));
+        assert_eq!(h.rx.condition().status, ConditionStatus::False);
+        h.submit(&report(1, 2, 4, true));
+        let record = h.rx.state().reporter(epoch(1)).unwrap();
+        assert_eq!(record.unresolved_since_ms, Some(T0));
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
+        // A first report that already counts drops is rejection too.
+        h.submit(&report(2, 1, 1, true));
+        assert!(
+            h.rx.state()
+                .reporter(epoch(2))
+                .unwrap()
+                .unresolved_since_ms
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_newer_clean_report_at_the_same_counter_clears_only_that_process() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 1, 2, false));
+        h.submit(&report(2, 1, 5, false));
+        assert_eq!(h.rx.condition().unresolved_replicas, 2);
+        h.submit(&report(1, 2, 2, true));
+        assert!(
+            h.rx.state()
+                .reporter(epoch(1))
+                .unwrap()
+                .unresolved_since_ms
+                .is_none()
+        );
+        assert!(
+            h.rx.state()
+                .reporter(epoch(2))
+                .unwrap()
+                .unresolved_since_ms
+                .is_some()
+        );
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
+        assert_eq!(h.rx.condition().unresolved_replicas, 1);
+        h.submit(&report(2, 2, 5, true));
+        assert_eq!(h.rx.condition().status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn a_newer_bad_report_at_the_same_counter_keeps_the_evidence_and_its_start() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 1, 2, false));
+        h.now += 1_000;
+        h.submit(&report(1, 2, 2, false));
+        let record = h.rx.state().reporter(epoch(1)).unwrap();
+        assert_eq!(record.unresolved_since_ms, Some(T0));
+        assert_eq!(record.last_accepted_ms, T0 + 1_000);
+    }
+
+    #[test]
+    fn an_exact_duplicate_is_acknowledged_without_a_write_or_new_freshness() {
+        let mut h = Harness::new();
+        let r = report(1, 1, 2, false);
+        h.submit(&r);
+        h.now += 60_000;
+        let id = h.send(&r);
+        assert!(h.rx.poll_write().is_none());
+        assert_eq!(h.reply(id), Some(Reply::Acknowledge(r.ack())));
+        assert_eq!(
+            h.rx.state().reporter(epoch(1)).unwrap().last_accepted_ms,
+            T0
+        );
+    }
+
+    #[test]
+    fn a_replay_a_changed_duplicate_and_a_decreasing_counter_are_refused() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 5, 7, false));
+        let cases = [
+            (report(1, 4, 7, false), RefusalReason::Replay),
+            (report(1, 5, 8, false), RefusalReason::ChangedDuplicate),
+            (report(1, 5, 7, true), RefusalReason::ChangedDuplicate),
+            (
+                Report::new(epoch(1), 5, 7, false, Replica::new("gw-1").unwrap()).unwrap(),
+                RefusalReason::ChangedDuplicate,
+            ),
+            (report(1, 6, 6, false), RefusalReason::DecreasingCounter),
+        ];
+        for (r, expected) in cases {
+            let reply = h.submit(&r);
+            assert_eq!(refusal(&reply), Some(expected), "{r:?}");
+            assert_eq!(reply.status(), 409);
+        }
+        let record = h.rx.state().reporter(epoch(1)).unwrap();
+        assert_eq!((record.sequence, record.rejected), (5, 7));
+    }
+
+    #[test]
+    fn a_conflict_is_retried_and_then_acknowledged() {
+        let mut h = Harness::new();
+        let r = report(1, 1, 1, false);
+        let id = h.send(&r);
+        let first = h.finish_write(WriteOutcome::Conflict).unwrap();
+        let second = h.rx.poll_write().unwrap();
+        assert_eq!((first.attempt, second.attempt), (1, 2));
+        assert_ne!(first.id, second.id);
+        assert_eq!(first.state, second.state);
+        h.rx.handle(
+            h.now,
+            ReceiverInput::WriteResult {
+                write: second.id,
+                outcome: WriteOutcome::Persisted,
+            },
+        );
+        assert_eq!(h.reply(id), Some(Reply::Acknowledge(r.ack())));
+        assert_eq!(h.metrics.event_count(Event::Conflict), 1);
+        assert_eq!(h.metrics.event_count(Event::ConflictExhausted), 0);
+    }
+
+    #[test]
+    fn the_third_conflict_exhausts_the_write_and_refuses_it() {
+        let mut h = Harness::new();
+        let id = h.send(&report(1, 1, 1, false));
+        for attempt in 1..=MAX_WRITE_ATTEMPTS {
+            assert_eq!(
+                h.finish_write(WriteOutcome::Conflict).unwrap().attempt,
+                attempt
+            );
+        }
+        assert!(h.rx.poll_write().is_none(), "no fourth attempt");
+        let reply = h.reply(id).unwrap();
+        assert_eq!(refusal(&reply), Some(RefusalReason::ConflictExhausted));
+        assert_eq!(reply.status(), 503);
+        assert_eq!(h.metrics.event_count(Event::Conflict), 3);
+        assert_eq!(h.metrics.event_count(Event::ConflictExhausted), 1);
+        assert!(h.rx.state().reporters.is_empty());
+    }
+
+    #[test]
+    fn a_write_failure_refuses_and_keeps_the_durable_state() {
+        let mut h = Harness::new();
+        let r = report(1, 1, 1, false);
+        let id = h.send(&r);
+        h.finish_write(WriteOutcome::Failed).unwrap();
+        let reply = h.reply(id).unwrap();
+        assert_eq!(refusal(&reply), Some(RefusalReason::WriteFailure));
+        assert_eq!(h.metrics.event_count(Event::WriteFailure), 1);
+        assert!(h.rx.state().reporters.is_empty());
+        // The retry of the same report is written again, not waved through as a duplicate.
+        let id = h.send(&r);
+        assert!(h.rx.poll_response().is_none());
+        h.finish_write(WriteOutcome::Persisted).unwrap();
+        assert_eq!(h.reply(id), Some(Reply::Acknowledge(r.ack())));
+    }
+
+    #[test]
+    fn a_stale_write_result_is_ignored() {
+        let mut h = Harness::new();
+        let id = h.send(&report(1, 1, 1, false));
+        let first = h.finish_write(WriteOutcome::Conflict).unwrap();
+        h.rx.handle(
+            h.now,
+            ReceiverInput::WriteResult {
+                write: first.id,
+                outcome: WriteOutcome::Persisted,
+            },
+        );
+        assert!(h.rx.state().reporters.is_empty());
+        assert_eq!(h.reply(id), None);
+        assert!(h.rx.poll_write().is_some());
+    }
+
+    #[test]
+    fn requests_that_arrive_during_a_write_share_the_next_write() {
+        let mut h = Harness::new();
+        let a = h.send(&report(1, 1, 1, false));
+        let b = h.send(&report(2, 1, 1, false));
+        let c = h.send(&report(2, 2, 3, false));
+        let dup = h.send(&report(2, 2, 3, false));
+        let first = h.finish_write(WriteOutcome::Persisted).unwrap();
+        assert_eq!(first.state.reporters.len(), 1);
+        let second = h.finish_write(WriteOutcome::Persisted).unwrap();
+        assert_eq!(second.state.reporter(epoch(2)).unwrap().sequence, 2);
+        assert!(
+            h.rx.poll_write().is_none(),
+            "one write for the three waiting"
+        );
+        let mut acked = Vec::new();
+        while let Some(response) = h.rx.poll_response() {
+            assert_eq!(response.reply.status(), 204);
+            acked.push(response.request);
+        }
+        assert_eq!(acked, vec![a, b, c, dup]);
+    }
+
+    #[test]
+    fn the_queue_takes_exactly_its_capacity_and_refuses_one_more() {
+        let mut h = Harness::new();
+        h.send(&report(1, 1, 1, false)); // in flight, not queued
+        for n in 0..MAX_QUEUED_REQUESTS as u64 {
+            h.send(&report(2, n + 1, 1, false));
+        }
+        assert!(h.rx.poll_response().is_none());
+        let id = h.send(&report(3, 1, 1, false));
+        let reply = h.reply(id).unwrap();
+        assert_eq!(refusal(&reply), Some(RefusalReason::Busy));
+        assert_eq!(reply.status(), 503);
+    }
+
+    #[test]
+    fn a_request_past_its_deadline_is_refused_while_it_waits() {
+        let mut h = Harness::new();
+        h.send(&report(1, 1, 1, false));
+        let waiting = h.send(&report(2, 1, 1, false));
+        assert_eq!(h.rx.poll_timeout(), Some(deadline_for(T0)));
+        h.now = deadline_for(T0) - 1;
+        h.rx.handle(h.now, ReceiverInput::Timeout);
+        assert_eq!(h.reply(waiting), None, "one millisecond inside the budget");
+        h.now = deadline_for(T0);
+        h.rx.handle(h.now, ReceiverInput::Timeout);
+        assert_eq!(
+            refusal(&h.reply(waiting).unwrap()),
+            Some(RefusalReason::Deadline)
+        );
+        // The write in flight still lands in the durable state when it is persisted.
+        h.finish_write(WriteOutcome::Persisted).unwrap();
+        assert!(h.rx.state().reporter(epoch(1)).is_some());
+        assert!(h.rx.state().reporter(epoch(2)).is_none());
+    }
+
+    #[test]
+    fn a_request_arriving_after_its_deadline_is_refused_at_once() {
+        let mut h = Harness::new();
+        let pairs: Vec<(String, String)> = report(1, 1, 1, false)
+            .headers()
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect();
+        let borrowed: Vec<(&[u8], &[u8])> = pairs
+            .iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        h.rx.handle(
+            T0,
+            ReceiverInput::Request(Request {
+                id: RequestId(9),
+                caller: Caller::Local,
+                headers: &borrowed,
+                body: b"",
+                deadline_ms: T0,
+            }),
+        );
+        assert_eq!(
+            refusal(&h.reply(RequestId(9)).unwrap()),
+            Some(RefusalReason::Deadline)
+        );
+    }
+
+    #[test]
+    fn the_deadline_is_the_arrival_plus_the_ingest_budget() {
+        assert_eq!(deadline_for(1_000), 6_000);
+        assert_eq!(deadline_for(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn reporter_capacity_holds_exactly_max_unresolved_identities_and_overflows_past_it() {
+        let mut h = Harness::new();
+        for e in 1..=MAX_REPORTERS as u64 {
+            assert_eq!(h.submit(&report(e, 1, 1, false)).status(), 204);
+        }
+        assert_eq!(h.rx.state().reporters.len(), MAX_REPORTERS);
+        let reply = h.submit(&report(1_000, 1, 1, false));
+        assert_eq!(refusal(&reply), Some(RefusalReason::Overflow));
+        assert_eq!(reply.status(), 503);
+        assert_eq!(h.metrics.event_count(Event::Overflow), 1);
+        // Known identities still report.
+        assert_eq!(h.submit(&report(3, 2, 1, true)).status(), 204);
+    }
+
+    #[test]
+    fn a_new_identity_at_capacity_evicts_the_stalest_resolved_one() {
+        let mut h = Harness::new();
+        for e in 1..=MAX_REPORTERS as u64 {
+            h.now += 1;
+            h.submit(&report(e, 1, 1, false));
+        }
+        h.now += 1;
+        h.submit(&report(7, 2, 1, true));
+        h.now += 1;
+        h.submit(&report(5, 2, 1, true));
+        h.now += 1;
+        assert_eq!(h.submit(&report(1_000, 1, 0, true)).status(), 204);
+        let state = h.rx.state();
+        assert_eq!(state.reporters.len(), MAX_REPORTERS);
+        assert!(
+            state.reporter(epoch(7)).is_none(),
+            "stalest resolved evicted"
+        );
+        assert!(state.reporter(epoch(5)).is_some());
+        assert!(state.reporter(epoch(1_000)).is_some());
+        assert_eq!(h.metrics.event_count(Event::Overflow), 0);
+    }
+
+    #[test]
+    fn terminal_evidence_can_never_be_cleared() {
+        let mut h = Harness::new();
+        h.submit(&report(1, u64::MAX - 1, 2, false));
+        h.submit(&report(1, u64::MAX, 2, false));
+        assert!(h.rx.state().reporter(epoch(1)).unwrap().is_terminal());
+        // Nothing is newer than the maximum sequence, and clean cannot be sent at it.
+        assert_eq!(
+            refusal(&h.submit(&report(1, u64::MAX - 1, 2, true))),
+            Some(RefusalReason::Replay)
+        );
+        assert!(Report::new(epoch(1), u64::MAX, 2, true, Replica::new("a").unwrap()).is_err());
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
+        // The counter latches the same way.
+        h.submit(&report(2, 1, u64::MAX, false));
+        assert_eq!(
+            refusal(&h.submit(&report(2, 2, u64::MAX - 1, true))),
+            Some(RefusalReason::DecreasingCounter)
+        );
+        assert_eq!(h.submit(&report(2, 2, u64::MAX, false)).status(), 204);
+        assert!(
+            h.rx.state()
+                .reporter(epoch(2))
+                .unwrap()
+                .unresolved_since_ms
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_restored_receiver_keeps_unresolved_evidence_and_its_rules() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 3, u64::MAX - 5, false));
+        h.submit(&report(2, 1, 0, true));
+        let json = serde_json::to_string(h.rx.state()).unwrap();
+        assert!(json.contains("\"18446744073709551610\""), "{json}");
+        let state: ReceiverState = serde_json::from_str(&json).unwrap();
+        let mut restored = Harness::new();
+        restored.rx = Receiver::restore(state, T0 + 5, restored.metrics.clone()).unwrap();
+        assert_eq!(restored.rx.state(), h.rx.state());
+        assert_eq!(restored.rx.condition().last_transition_ms, T0);
+        assert_eq!(
+            refusal(&restored.submit(&report(1, 2, 0, true))),
+            Some(RefusalReason::Replay)
+        );
+        assert_eq!(
+            restored.submit(&report(1, 3, u64::MAX - 5, false)).status(),
+            204,
+            "an exact duplicate of persisted evidence"
+        );
+    }
+
+    #[test]
+    fn restore_refuses_state_it_cannot_trust() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 1, 1, false));
+        h.submit(&report(2, 1, 1, false));
+        let good = h.rx.state().clone();
+
+        let mut unsorted = good.clone();
+        unsorted.reporters.reverse();
+        let mut rejected_but_resolved = good.clone();
+        rejected_but_resolved.reporters[0].unresolved_since_ms = None;
+        let mut terminal_clean = good.clone();
+        terminal_clean.reporters[0].sequence = u64::MAX;
+        terminal_clean.reporters[0].clean = true;
+        let mut too_many = good.clone();
+        too_many.reporters = (1..=MAX_REPORTERS as u64 + 1)
+            .map(|e| ReporterRecord {
+                epoch: epoch(e),
+                ..good.reporters[0].clone()
+            })
+            .collect();
+        for bad in [unsorted, rejected_but_resolved, terminal_clean, too_many] {
+            assert!(matches!(
+                Receiver::restore(bad, T0, ReceiverMetrics::default()),
+                Err(Error::InvalidState { .. })
+            ));
+        }
+        let mut at_capacity = good.clone();
+        at_capacity.reporters = (1..=MAX_REPORTERS as u64)
+            .map(|e| ReporterRecord {
+                epoch: epoch(e),
+                ..good.reporters[0].clone()
+            })
+            .collect();
+        assert!(Receiver::restore(at_capacity, T0, ReceiverMetrics::default()).is_ok());
+    }
+
+    #[test]
+    fn a_restored_condition_is_derived_again_from_the_records() {
+        let mut h = Harness::new();
+        h.submit(&report(1, 1, 1, false));
+        let mut state = h.rx.state().clone();
+        state.condition.status = ConditionStatus::False;
+        state.condition.message = "stale wording".into();
+        let rx = Receiver::restore(state, T0 + 9, ReceiverMetrics::default()).unwrap();
+        assert_eq!(rx.condition().status, ConditionStatus::True);
+        assert_eq!(rx.condition().last_transition_ms, T0 + 9);
+        assert!(rx.condition().message.starts_with("1 gateway replica"));
+    }
+}

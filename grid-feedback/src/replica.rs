@@ -10,8 +10,9 @@ use crate::headers::{HEADER_REPLICA, MAX_REPLICA_LEN};
 ///
 /// It only helps a human find the replica in the condition message. It is never a metric
 /// label and never authorizes anything: the TLS identity does that.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct Replica(String);
 

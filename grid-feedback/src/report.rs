@@ -317,7 +317,16 @@ mod tests {
             })
         );
         let almost = u64::MAX - 1;
-        assert!(Report::new(report(1, 0, true).epoch, almost, almost, true, report(1, 0, true).replica).is_ok());
+        assert!(
+            Report::new(
+                report(1, 0, true).epoch,
+                almost,
+                almost,
+                true,
+                report(1, 0, true).replica
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -166,8 +166,10 @@ impl Reporter {
         }
     }
 
-    /// Hands the evidence to the reporter of a committed reload.
+    /// Hands the evidence to the reporter of a committed reload. An exchange in flight is
+    /// abandoned uncounted, and its attempt is given back so the new poller may retry.
     pub fn into_handover(self) -> ReporterHandover {
+        let may_send = self.may_send || self.exchange.is_some();
         ReporterHandover {
             epoch: self.epoch,
             replica: self.replica,
@@ -176,7 +178,7 @@ impl Reporter {
             pending: self.pending,
             acknowledged: self.acknowledged,
             next_exchange: self.next_exchange,
-            may_send: self.may_send,
+            may_send,
         }
     }
 
@@ -213,7 +215,11 @@ impl Reporter {
             ReporterInput::Cycle(cycle) => self.on_cycle(cycle),
             ReporterInput::Response { exchange, outcome } => self.on_response(exchange, outcome),
             ReporterInput::Timeout => {
-                if self.exchange.as_ref().is_some_and(|e| e.deadline_ms <= now_ms) {
+                if self
+                    .exchange
+                    .as_ref()
+                    .is_some_and(|e| e.deadline_ms <= now_ms)
+                {
                     self.exchange = None;
                     self.metrics.failure(FailureReason::Timeout);
                 }
@@ -355,5 +361,440 @@ impl Reporter {
             // Drops folded while a bad report was pending: report them next.
             self.create(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::{HEADER_EPOCH, HEADER_SEQUENCE};
+
+    struct Gateway {
+        reporter: Reporter,
+        metrics: ReporterMetrics,
+        now: u64,
+    }
+
+    impl Gateway {
+        fn new() -> Self {
+            let metrics = ReporterMetrics::default();
+            let reporter = Reporter::new(
+                Epoch::new(0xabc).unwrap(),
+                Replica::new("gw-0").unwrap(),
+                metrics.clone(),
+            );
+            Self {
+                reporter,
+                metrics,
+                now: 0,
+            }
+        }
+
+        fn cycle(&mut self, skew_drops: u64) {
+            self.now += 1_000;
+            self.reporter.handle(
+                self.now,
+                ReporterInput::Cycle(Cycle::Committed { skew_drops }),
+            );
+        }
+
+        fn fetch_failed(&mut self) {
+            self.now += 1_000;
+            self.reporter
+                .handle(self.now, ReporterInput::Cycle(Cycle::FetchFailed));
+        }
+
+        fn send(&mut self) -> Option<Transmit> {
+            self.reporter.poll_transmit(self.now)
+        }
+
+        fn respond(&mut self, exchange: ExchangeId, outcome: Outcome<'_>) {
+            self.reporter
+                .handle(self.now, ReporterInput::Response { exchange, outcome });
+        }
+
+        fn echo(&mut self, exchange: ExchangeId, ack: Ack) {
+            let owned = ack.headers();
+            let headers: Vec<(&[u8], &[u8])> = owned
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect();
+            self.respond(
+                exchange,
+                Outcome::Http {
+                    status: 204,
+                    headers: &headers,
+                },
+            );
+        }
+
+        fn ack(&mut self, transmit: &Transmit) {
+            self.echo(transmit.exchange, transmit.report.ack());
+        }
+
+        fn pending(&self) -> Option<(u64, u64, bool)> {
+            self.reporter
+                .pending()
+                .map(|p| (p.sequence(), p.rejected(), p.clean()))
+        }
+    }
+
+    #[test]
+    fn a_bad_cycle_makes_a_rejected_report_with_the_cumulative_count() {
+        let mut g = Gateway::new();
+        g.cycle(3);
+        let t = g.send().unwrap();
+        assert_eq!(
+            (t.report.sequence(), t.report.rejected(), t.report.clean()),
+            (1, 3, false)
+        );
+        assert_eq!(t.deadline_ms, g.now + REPORT_BUDGET.as_millis() as u64);
+        assert_eq!(
+            t.report.headers()[0],
+            ("x-grid-ingest-version", "1".to_owned())
+        );
+    }
+
+    #[test]
+    fn clean_cycles_with_nothing_unresolved_send_nothing_and_count_nothing() {
+        let mut g = Gateway::new();
+        for _ in 0..3 {
+            g.cycle(0);
+            assert!(g.send().is_none());
+        }
+        assert_eq!(g.metrics.total_failures(), 0);
+    }
+
+    #[test]
+    fn later_clean_cycles_do_not_replace_an_unacknowledged_bad_report() {
+        let mut g = Gateway::new();
+        g.cycle(2);
+        let first = g.send().unwrap();
+        g.respond(first.exchange, Outcome::Transport);
+        g.cycle(0);
+        g.cycle(0);
+        let retry = g.send().unwrap();
+        assert_eq!(retry.report, first.report, "resent exactly");
+        assert_ne!(retry.exchange, first.exchange);
+    }
+
+    #[test]
+    fn drops_during_a_pending_bad_report_are_reported_once_it_is_acknowledged() {
+        let mut g = Gateway::new();
+        g.cycle(2);
+        let first = g.send().unwrap();
+        g.cycle(5);
+        assert_eq!(g.pending(), Some((1, 2, false)), "kept exactly");
+        g.ack(&first);
+        assert_eq!(g.pending(), Some((2, 7, false)));
+        let next = g.send().unwrap();
+        assert_eq!(next.report.rejected(), 7);
+    }
+
+    #[test]
+    fn a_clean_report_follows_an_acknowledged_bad_one_and_then_nothing_is_pending() {
+        let mut g = Gateway::new();
+        g.cycle(2);
+        let bad = g.send().unwrap();
+        g.ack(&bad);
+        assert_eq!(g.pending(), None);
+        g.cycle(0);
+        let clean = g.send().unwrap();
+        assert_eq!(
+            (
+                clean.report.sequence(),
+                clean.report.rejected(),
+                clean.report.clean()
+            ),
+            (2, 2, true)
+        );
+        g.ack(&clean);
+        assert_eq!(g.pending(), None);
+        g.cycle(0);
+        assert!(g.send().is_none());
+        assert_eq!(g.metrics.total_failures(), 0);
+    }
+
+    #[test]
+    fn a_new_rejection_supersedes_an_unacknowledged_clean_report() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let bad = g.send().unwrap();
+        g.ack(&bad);
+        g.cycle(0);
+        assert_eq!(g.pending(), Some((2, 1, true)));
+        g.cycle(4);
+        assert_eq!(g.pending(), Some((3, 5, false)));
+    }
+
+    #[test]
+    fn a_delayed_acknowledgment_of_a_superseded_clean_report_clears_nothing() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let bad = g.send().unwrap();
+        g.ack(&bad);
+        g.cycle(0);
+        let clean = g.send().unwrap();
+        g.cycle(4); // new rejection while the clean report is in flight
+        g.ack(&clean); // the operator persisted the clean one; its echo arrives late
+        assert_eq!(g.pending(), Some((3, 5, false)), "newer bad evidence kept");
+        assert_eq!(g.reporter.acknowledged().unwrap().sequence(), 1);
+        let next = g.send().unwrap();
+        assert_eq!(next.report.sequence(), 3);
+        assert_eq!(g.metrics.total_failures(), 0, "a good echo is no failure");
+    }
+
+    #[test]
+    fn a_failed_fetch_makes_no_clean_report_but_retries_pending_evidence() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let bad = g.send().unwrap();
+        g.ack(&bad);
+        g.fetch_failed();
+        assert!(
+            g.send().is_none(),
+            "no clean observation from a failed fetch"
+        );
+        g.cycle(3);
+        let t = g.send().unwrap();
+        g.respond(t.exchange, Outcome::Transport);
+        g.fetch_failed();
+        assert_eq!(g.send().unwrap().report, t.report);
+    }
+
+    #[test]
+    fn each_cycle_grants_one_attempt() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let t = g.send().unwrap();
+        assert!(g.send().is_none(), "never two at a time");
+        g.respond(
+            t.exchange,
+            Outcome::Http {
+                status: 503,
+                headers: &[],
+            },
+        );
+        assert!(
+            g.send().is_none(),
+            "the failed attempt used this cycle's grant"
+        );
+        g.cycle(0);
+        assert!(g.send().is_some());
+    }
+
+    #[test]
+    fn each_failed_delivery_is_counted_once_by_reason() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let t = g.send().unwrap();
+        g.respond(t.exchange, Outcome::Transport);
+        g.respond(t.exchange, Outcome::Transport); // a repeat of a closed exchange
+        g.cycle(0);
+        let t = g.send().unwrap();
+        g.respond(
+            t.exchange,
+            Outcome::Http {
+                status: 404,
+                headers: &[],
+            },
+        );
+        g.cycle(0);
+        let t = g.send().unwrap();
+        g.respond(t.exchange, Outcome::TimedOut);
+        g.cycle(0);
+        let t = g.send().unwrap();
+        g.respond(
+            t.exchange,
+            Outcome::Http {
+                status: 204,
+                headers: &[],
+            },
+        );
+        for reason in FailureReason::ALL {
+            assert_eq!(g.metrics.failure_count(reason), 1, "{reason:?}");
+        }
+        assert_eq!(g.pending(), Some((1, 1, false)), "evidence kept for retry");
+    }
+
+    #[test]
+    fn a_mismatched_or_repeated_echo_is_an_acknowledgment_failure() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let t = g.send().unwrap();
+        let wrong = Ack {
+            epoch: t.report.epoch(),
+            sequence: 2,
+        };
+        g.echo(t.exchange, wrong);
+        g.cycle(0);
+        let t = g.send().unwrap();
+        let epoch = t.report.epoch().to_string();
+        let headers: [(&[u8], &[u8]); 3] = [
+            (HEADER_EPOCH.as_bytes(), epoch.as_bytes()),
+            (HEADER_SEQUENCE.as_bytes(), b"1"),
+            (HEADER_SEQUENCE.as_bytes(), b"1"),
+        ];
+        g.respond(
+            t.exchange,
+            Outcome::Http {
+                status: 204,
+                headers: &headers,
+            },
+        );
+        assert_eq!(g.metrics.failure_count(FailureReason::Acknowledgment), 2);
+        assert!(g.pending().is_some());
+    }
+
+    #[test]
+    fn an_older_operator_refusing_the_route_is_a_status_failure_and_polling_goes_on() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        for _ in 0..3 {
+            let t = g.send().unwrap();
+            g.respond(
+                t.exchange,
+                Outcome::Http {
+                    status: 404,
+                    headers: &[],
+                },
+            );
+            g.cycle(0);
+        }
+        assert_eq!(g.metrics.failure_count(FailureReason::Status), 3);
+        assert_eq!(g.pending(), Some((1, 1, false)));
+    }
+
+    #[test]
+    fn a_timeout_is_counted_once_and_a_late_acknowledgment_still_counts_as_delivery() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let t = g.send().unwrap();
+        assert_eq!(g.reporter.poll_timeout(), Some(t.deadline_ms));
+        g.reporter.handle(t.deadline_ms - 1, ReporterInput::Timeout);
+        assert_eq!(g.metrics.total_failures(), 0, "not yet");
+        g.reporter.handle(t.deadline_ms, ReporterInput::Timeout);
+        g.reporter.handle(t.deadline_ms, ReporterInput::Timeout);
+        g.respond(t.exchange, Outcome::TimedOut);
+        assert_eq!(g.metrics.failure_count(FailureReason::Timeout), 1);
+        g.ack(&t);
+        assert_eq!(
+            g.pending(),
+            None,
+            "the echo proves the exact report is persisted"
+        );
+        assert_eq!(g.metrics.total_failures(), 1);
+    }
+
+    #[test]
+    fn an_echo_from_another_epoch_acknowledges_nothing() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let t = g.send().unwrap();
+        g.respond(t.exchange, Outcome::Transport);
+        g.echo(
+            t.exchange,
+            Ack {
+                epoch: Epoch::new(0xdef).unwrap(),
+                sequence: 1,
+            },
+        );
+        assert!(g.pending().is_some());
+    }
+
+    #[test]
+    fn a_reload_hands_over_epoch_sequence_count_and_pending_evidence() {
+        let mut g = Gateway::new();
+        g.cycle(1);
+        let bad = g.send().unwrap();
+        g.ack(&bad);
+        g.cycle(2); // folded before the poller is replaced
+        let in_flight = g.send().unwrap();
+        let handover = g.reporter.into_handover();
+        g.reporter = Reporter::resume(handover, g.metrics.clone());
+        assert_eq!(g.reporter.epoch(), Epoch::new(0xabc).unwrap());
+        assert_eq!(g.reporter.cumulative(), 3);
+        assert_eq!(g.pending(), Some((2, 3, false)));
+        assert_eq!(
+            g.reporter.poll_timeout(),
+            None,
+            "the exchange was abandoned"
+        );
+        assert_eq!(g.metrics.total_failures(), 0, "abandoning is not a failure");
+        let retry = g.send().unwrap();
+        assert_eq!(retry.report, in_flight.report);
+        assert_ne!(retry.exchange, in_flight.exchange);
+        // The old exchange's late echo still acknowledges the same report.
+        g.ack(&in_flight);
+        assert_eq!(g.pending(), None);
+        g.ack(&retry);
+        assert_eq!(g.metrics.total_failures(), 0);
+        g.cycle(0);
+        assert_eq!(g.send().unwrap().report.sequence(), 3);
+    }
+
+    #[test]
+    fn the_counter_latches_at_the_maximum_instead_of_wrapping() {
+        let mut g = Gateway::new();
+        g.cycle(u64::MAX - 1);
+        let t = g.send().unwrap();
+        g.ack(&t);
+        g.cycle(5);
+        let t = g.send().unwrap();
+        assert_eq!((t.report.rejected(), t.report.clean()), (u64::MAX, false));
+        assert!(t.report.is_terminal());
+        g.ack(&t);
+        g.cycle(7);
+        g.cycle(0);
+        assert_eq!(g.reporter.cumulative(), u64::MAX);
+        assert_eq!(g.pending(), None, "no clean report at the maximum counter");
+        assert!(g.send().is_none());
+    }
+
+    #[test]
+    fn the_sequence_latches_at_the_maximum_instead_of_wrapping() {
+        let mut g = Gateway::new();
+        g.reporter.last_sequence = u64::MAX - 2;
+        g.cycle(1);
+        let t = g.send().unwrap();
+        assert_eq!(t.report.sequence(), u64::MAX - 1);
+        g.ack(&t);
+        g.cycle(1);
+        let t = g.send().unwrap();
+        assert_eq!(
+            (t.report.sequence(), t.report.clean()),
+            (u64::MAX, false),
+            "the last sequence carries rejected evidence"
+        );
+        g.ack(&t);
+        assert!(g.reporter.is_latched());
+        g.cycle(0);
+        g.cycle(9);
+        assert_eq!(g.pending(), None);
+        assert!(g.send().is_none());
+    }
+
+    #[test]
+    fn a_clean_report_is_never_made_at_the_maximum_sequence() {
+        let mut g = Gateway::new();
+        g.reporter.last_sequence = u64::MAX - 2;
+        g.cycle(1);
+        let t = g.send().unwrap();
+        assert_eq!(t.report.sequence(), u64::MAX - 1);
+        g.ack(&t);
+        g.cycle(0);
+        assert!(g.send().is_none(), "clean cannot take the last sequence");
+        g.cycle(2);
+        let last = g.send().unwrap();
+        assert_eq!(
+            (last.report.sequence(), last.report.clean()),
+            (u64::MAX, false)
+        );
+        g.ack(&last);
+        g.cycle(0);
+        assert!(
+            g.send().is_none(),
+            "the evidence at the maximum stays unresolved"
+        );
     }
 }
