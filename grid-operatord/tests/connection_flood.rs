@@ -249,3 +249,50 @@ async fn a_silent_connection_is_closed_at_the_header_read_timeout() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_at_the_header_read_timeout() {
+    use http_body_util::{BodyExt, Empty};
+    let setup = start(Timeouts {
+        handshake: Duration::from_secs(5),
+        header_read: Duration::from_millis(300),
+        max_age: Duration::from_secs(300),
+    })
+    .await;
+    let cert = setup.ca.site("grid.test", "b");
+    let tls = client_config(
+        &material(&cert, &setup.ca),
+        setup.trust.clone(),
+        Identity::Local,
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(setup.addr).await.unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let request = Request::get("/v1/site/signals")
+        .header("host", "localhost")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"peer b");
+    // The connection stays open for keep-alive, idle: the server closes it.
+    let m = setup.metrics.clone();
+    let slots = setup.slots.clone();
+    wait_until("idle keep-alive closed", || {
+        m.shed_count(ShedReason::HeaderTimeout) == 1 && slots.held() == (0, 0)
+    })
+    .await;
+    // The client's connection ends (the server drops it without close_notify).
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("client saw the close");
+    assert!(ended.is_ok());
+}
