@@ -32,6 +32,10 @@ use crate::tls::{self, Identity, TlsMaterial};
 
 /// How often the declared signal transport mode is re-read.
 pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the batch fences are persisted when they moved. A restart loses at most
+/// this much fence progress; a batch admitted in that window could be admitted once more
+/// after the restart, never an older one than the persisted fence.
+pub const FENCE_PERSIST_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Knobs tests turn; the daemon uses the defaults.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +44,8 @@ pub struct Options {
     pub timeouts: Timeouts,
     /// How often the declared mode is re-read.
     pub mode_check: Duration,
+    /// How often the fences are persisted.
+    pub fence_persist: Duration,
 }
 
 impl Default for Options {
@@ -47,6 +53,7 @@ impl Default for Options {
         Self {
             timeouts: Timeouts::default(),
             mode_check: MODE_CHECK_INTERVAL,
+            fence_persist: FENCE_PERSIST_INTERVAL,
         }
     }
 }
@@ -158,9 +165,22 @@ pub async fn start(
         let state = state.clone();
         blocking(move || state.load_feedback()).await?
     };
+    let fences = {
+        let state = state.clone();
+        blocking(move || state.load_fences()).await?
+    };
 
     let store_config = StoreConfig::default();
-    let signals: SharedSignals = Arc::new(Mutex::new(Signals::new(store_config)));
+    let mut held = Signals::new(store_config);
+    if let Some(fences) = fences {
+        let import = held.import_fences(&fences, now);
+        tracing::info!(
+            applied = import.applied,
+            refused = import.refused,
+            "batch fences restored"
+        );
+    }
+    let signals: SharedSignals = Arc::new(Mutex::new(held));
     let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone());
     metrics.epoch.set(epoch as i64);
@@ -215,6 +235,7 @@ pub async fn start(
             signals: signals.clone(),
             feedback,
             metrics: metrics.ingest.clone(),
+            refusals: metrics.refusals.clone(),
         }),
     };
     tasks.spawn(async move {
@@ -226,6 +247,11 @@ pub async fn start(
         metrics::serve(metrics_tcp, served).await;
         Ok(())
     });
+    tasks.spawn(persist_fences(
+        signals.clone(),
+        state.clone(),
+        options.fence_persist,
+    ));
     if let Some(source) = source {
         let running = config.transport;
         tasks.spawn(watch_mode(source, running, options.mode_check));
@@ -295,6 +321,32 @@ fn scrape_loop(
         metrics: metrics.scrapes.clone(),
         ingest: metrics.ingest.clone(),
         interval: config.scrape_interval,
+    }
+}
+
+/// Writes the fences whenever they moved since the last write. A failed write is
+/// logged and retried next time; it never stops the operator.
+async fn persist_fences(
+    signals: SharedSignals,
+    state: Arc<dyn StateStore>,
+    every: Duration,
+) -> Result<(), Error> {
+    let mut written = None;
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let fences = crate::signals::lock(&signals).export_fences();
+        if written.as_ref() == Some(&fences) {
+            continue;
+        }
+        let state = state.clone();
+        let copy = fences.clone();
+        match tokio::task::spawn_blocking(move || state.store_fences(&copy)).await {
+            Ok(Ok(())) => written = Some(fences),
+            Ok(Err(e)) => tracing::warn!(error = %e, "persisting batch fences failed"),
+            Err(e) => tracing::warn!(error = %e, "persisting batch fences failed"),
+        }
     }
 }
 

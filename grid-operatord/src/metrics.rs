@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use crate::listener::ListenerMetrics;
 use crate::peers::PollMetrics;
 use crate::providers::ScrapeMetrics;
-use crate::signals::{SharedSignals, lock};
+use crate::signals::{RefusalMetrics, SharedSignals, lock};
 use crate::slots::HEADER_READ_TIMEOUT;
 
 /// Content type of the `OpenMetrics` answer (what prometheus-client writes), served to
@@ -106,6 +106,8 @@ pub struct OperatorMetrics {
     pub listener: ListenerMetrics,
     /// Feedback events and refusals (grid-feedback).
     pub feedback: ReceiverMetrics,
+    /// Refused signals requests.
+    pub refusals: RefusalMetrics,
     /// `GatewayAgesRejected` as 1 (True) or 0.
     pub ages_rejected: Gauge,
     /// This process's publisher epoch.
@@ -135,6 +137,7 @@ impl OperatorMetrics {
             ingest: IngestMetrics::register(registry),
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
+            refusals: RefusalMetrics::register(registry),
             ages_rejected,
             epoch,
         }

@@ -10,12 +10,17 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, Reply};
-use grid_signals::batch::Batch;
-use grid_signals::store::{IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig};
+use grid_signals::batch::{Batch, FenceSet};
+use grid_signals::store::{
+    FenceImport, IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig,
+};
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 use crate::clock;
 use crate::feedback::FeedbackHandle;
@@ -79,6 +84,17 @@ impl Signals {
         while self.all.poll_event().is_some() {}
     }
 
+    /// The fences of everything held, to persist.
+    pub fn export_fences(&self) -> FenceSet {
+        self.all.export_fences()
+    }
+
+    /// Raises fences to persisted ones after a restart, so a batch older than one already
+    /// admitted before the restart is still refused as `delayed`.
+    pub fn import_fences(&mut self, fences: &FenceSet, now: u64) -> FenceImport {
+        self.all.import_fences(fences, now)
+    }
+
     /// Everything held, own providers and polled peers (read by `/metrics`).
     pub fn all(&self) -> &Store {
         &self.all
@@ -103,6 +119,69 @@ impl Signals {
     }
 }
 
+/// Why the signals listener refused a request (feedback refusals are counted by
+/// grid-feedback); the label of `grid_operator_signals_refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// A trusted certificate that is neither this site nor a configured peer (403).
+    Forbidden,
+    /// A path the listener does not serve (404).
+    NotFound,
+    /// A method the path does not take (405).
+    Method,
+}
+
+impl Refusal {
+    /// Every reason, to pre-register label values.
+    pub const ALL: [Self; 3] = [Self::Forbidden, Self::NotFound, Self::Method];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not_found",
+            Self::Method => "method",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Method => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+}
+
+/// `grid_operator_signals_refused_total{reason}`.
+#[derive(Clone, Debug, Default)]
+pub struct RefusalMetrics {
+    refused: Family<[(&'static str, &'static str); 1], Counter>,
+}
+
+impl RefusalMetrics {
+    /// Registers the series with every reason at 0.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for r in Refusal::ALL {
+            let _ = m.refused.get_or_create(&[("reason", r.as_str())]);
+        }
+        registry.register(
+            "grid_operator_signals_refused",
+            "Signals-listener requests refused, by reason",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    /// Refusals for `reason` so far.
+    pub fn count(&self, reason: Refusal) -> u64 {
+        self.refused
+            .get_or_create(&[("reason", reason.as_str())])
+            .get()
+    }
+}
+
 /// Answers the signals listener's requests.
 #[derive(Clone, Debug)]
 pub struct SignalsService {
@@ -112,6 +191,8 @@ pub struct SignalsService {
     pub feedback: FeedbackHandle,
     /// Relay drop counter.
     pub metrics: IngestMetrics,
+    /// Refused requests.
+    pub refusals: RefusalMetrics,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -127,9 +208,17 @@ fn reference(now: u64) -> u64 {
 }
 
 impl SignalsService {
+    fn refuse(&self, reason: Refusal) -> Response<Full<Bytes>> {
+        self.refusals
+            .refused
+            .get_or_create(&[("reason", reason.as_str())])
+            .inc();
+        empty(reason.status())
+    }
+
     fn serve_signals(&self, caller: Option<Identity>) -> Response<Full<Bytes>> {
         let Some(caller) = caller else {
-            return empty(StatusCode::FORBIDDEN);
+            return self.refuse(Refusal::Forbidden);
         };
         let now = clock::wall_ms();
         let reference_ms = reference(now);
@@ -211,9 +300,13 @@ impl Handler for SignalsService {
             }
             (INGEST_PATH, Method::POST) => Box::pin(self.clone().ingest(caller, request)),
             (SIGNALS_PATH | INGEST_PATH, _) => {
-                Box::pin(async { empty(StatusCode::METHOD_NOT_ALLOWED) })
+                let r = self.refuse(Refusal::Method);
+                Box::pin(async move { r })
             }
-            _ => Box::pin(async { empty(StatusCode::NOT_FOUND) }),
+            _ => {
+                let r = self.refuse(Refusal::NotFound);
+                Box::pin(async move { r })
+            }
         }
     }
 }

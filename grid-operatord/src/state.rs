@@ -1,5 +1,5 @@
-//! What the operator must remember across restarts: the publisher-epoch high-water mark
-//! and the ingest-feedback state.
+//! What the operator must remember across restarts: the publisher-epoch high-water mark,
+//! the batch fences of every provider it holds, and the ingest-feedback state.
 //!
 //! Both sit behind [`StateStore`], so a Kubernetes controller can keep them in a
 //! `ConfigMap` or a status instead; the standalone daemon uses [`FileStateStore`], which
@@ -11,6 +11,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use grid_feedback::ReceiverState;
+use grid_signals::batch::FenceSet;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -19,6 +20,8 @@ use crate::Error;
 pub const EPOCH_FILE: &str = "publisher-epoch.json";
 /// File name of the feedback receiver state under the state directory.
 pub const FEEDBACK_FILE: &str = "feedback.json";
+/// File name of the store's batch fences (per site and provider) under the state directory.
+pub const FENCES_FILE: &str = "fences.json";
 
 /// Durable storage of the operator's state.
 pub trait StateStore: Send + Sync {
@@ -30,6 +33,10 @@ pub trait StateStore: Send + Sync {
     fn load_feedback(&self) -> Result<Option<ReceiverState>, Error>;
     /// Persists the feedback state durably before returning.
     fn store_feedback(&self, state: &ReceiverState) -> Result<(), Error>;
+    /// The last persisted batch fences, if any.
+    fn load_fences(&self) -> Result<Option<FenceSet>, Error>;
+    /// Persists the batch fences durably before returning.
+    fn store_fences(&self, fences: &FenceSet) -> Result<(), Error>;
 }
 
 /// The publisher epoch for this process: wall-clock based, but strictly above every
@@ -125,6 +132,21 @@ impl StateStore for FileStateStore {
             .map_err(|e| corrupt(self.dir.join(FEEDBACK_FILE), &e))?;
         self.write(FEEDBACK_FILE, &body)
     }
+
+    fn load_fences(&self) -> Result<Option<FenceSet>, Error> {
+        let Some(bytes) = self.read(FENCES_FILE)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| corrupt(self.dir.join(FENCES_FILE), &e))
+    }
+
+    fn store_fences(&self, fences: &FenceSet) -> Result<(), Error> {
+        let body =
+            serde_json::to_vec(fences).map_err(|e| corrupt(self.dir.join(FENCES_FILE), &e))?;
+        self.write(FENCES_FILE, &body)
+    }
 }
 
 /// Replaces `path` with `bytes` so that a crash at any point leaves the old or the new
@@ -212,6 +234,29 @@ mod tests {
             .load_feedback()
             .unwrap();
         assert_eq!(back.as_ref(), Some(receiver.state()));
+    }
+
+    #[test]
+    fn fences_round_trip_through_the_file() {
+        use grid_signals::batch::{Fence, FenceRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStateStore::open(dir.path()).unwrap();
+        assert_eq!(store.load_fences().unwrap(), None);
+        let set = FenceSet {
+            records: vec![FenceRecord {
+                site: "b".into(),
+                provider: "m".into(),
+                fence: Fence::new(u64::MAX - 1, 7),
+            }],
+        };
+        store.store_fences(&set).unwrap();
+        assert_eq!(
+            FileStateStore::open(dir.path())
+                .unwrap()
+                .load_fences()
+                .unwrap(),
+            Some(set)
+        );
     }
 
     #[test]

@@ -174,6 +174,12 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
         get_signals(op.signals_addr, stranger).await,
         Err(ScrapeFailure::Unauthorized)
     );
+    assert_eq!(
+        op.metrics
+            .refusals
+            .count(grid_operatord::signals::Refusal::Forbidden),
+        1
+    );
     // A certificate from another CA naming site a itself.
     let rogue_grid = Grid::new();
     let rogue = rogue_grid.site("a");
@@ -447,15 +453,7 @@ async fn rows_a_peer_sends_for_another_site_are_dropped() {
     };
     let body = format!("{}{}", batch("c"), batch("b")).into_bytes();
     // A fake peer presenting b's certificate, serving a row for site c beside its own.
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![b.cert.cert.clone()], b.cert.key())
-    .unwrap();
-    let fake_b = FakeEpp::start_with_tls(Behaviour::Body(body), Some(Arc::new(server))).await;
+    let fake_b = FakeEpp::start_with_tls(Behaviour::Body(body), Some(fake_peer_tls(&b))).await;
     let url = format!("https://127.0.0.1:{}/v1/site/signals", fake_b.addr.port());
     let op_a = run(&a, &[("b", url)], &[]).await;
     let ingest = op_a.metrics.ingest.clone();
@@ -476,4 +474,164 @@ async fn rows_a_peer_sends_for_another_site_are_dropped() {
         "{body}"
     );
     assert!(!body.contains("grid_site=\"c\""), "{body}");
+}
+
+/// `text` switched to pin mode, pinning each named peer to its certificate.
+fn pinned(text: &str, pins: &[(&str, &support::pki::SiteCert)]) -> String {
+    let mut text = text.replace(
+        "mode = \"spiffe\"\ntrustDomain = \"grid.test\"",
+        "mode = \"pin\"",
+    );
+    for (name, cert) in pins {
+        let fp = grid_operatord::fingerprint::Fingerprint::of_der(&cert.cert);
+        text = text.replace(
+            &format!("[[peers]]\nname = \"{name}\"\n"),
+            &format!("[[peers]]\nname = \"{name}\"\nfingerprints = [\"{fp}\"]\n"),
+        );
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(9, 1.0))).await;
+    let start = |text: String, dir: std::path::PathBuf| async move {
+        let config =
+            grid_operatord::config::Config::from_toml(&text, std::path::Path::new("pin.toml"))
+                .unwrap();
+        assert_eq!(config.trust, grid_operatord::config::TrustMode::Pin);
+        let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(dir).unwrap());
+        driver::start(config, None, state, Options::default())
+            .await
+            .unwrap()
+    };
+    let op_b = start(
+        pinned(
+            &b.config_text(&[("a", NOWHERE.into())], &[provider("mistral", &epp_b)]),
+            &[("a", &a.cert)],
+        ),
+        b.state_dir(),
+    )
+    .await;
+    let op_a = start(
+        pinned(
+            &a.config_text(&[("b", signals_url(op_b.signals_addr))], &[]),
+            &[("b", &b.cert)],
+        ),
+        a.state_dir(),
+    )
+    .await;
+    let gateway_a = grid.client(&a.cert, "a", "a");
+    eventually("a relays b's provider in pin mode", 15, || {
+        let tls = gateway_a.clone();
+        async move {
+            let f = get_signals(op_a.signals_addr, tls).await.unwrap();
+            value_of(
+                &text(&f.body),
+                "grid_provider_ready_endpoints",
+                "b",
+                "mistral",
+            ) == Some(9.0)
+        }
+    })
+    .await;
+    // Another certificate for site b from the same CA is not the pinned one.
+    let other_b = grid.ca.site(support::site::DOMAIN, "b");
+    refused(&get_signals(op_a.signals_addr, grid.client(&other_b, "b", "a")).await);
+}
+
+/// Server TLS of a fake peer that presents `site`'s certificate.
+fn fake_peer_tls(site: &Site) -> Arc<rustls::ServerConfig> {
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![site.cert.cert.clone()], site.cert.key())
+    .unwrap();
+    Arc::new(server)
+}
+
+/// One batch of site `site`, provider `m`, at (`epoch`, `sequence`), readiness `ready`.
+fn peer_batch(site: &str, epoch: u64, sequence: u64, ready: u8, now: u64) -> Vec<u8> {
+    format!(
+        "grid_provider_config_generation{{grid_site=\"{site}\",grid_provider=\"m\",provider_uid=\"u\",publisher_epoch=\"{epoch}\",batch_sequence=\"{sequence}\",batch_samples=\"1\"}} 1 {now}\n\
+         grid_provider_ready{{grid_site=\"{site}\",grid_provider=\"m\"}} {ready} {now}\n"
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_survive_a_restart_so_an_older_batch_stays_refused() {
+    use grid_signals::store::DropReason;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let now = grid_operatord::clock::wall_ms();
+    let epoch = now - 60_000;
+    let fake_b = FakeEpp::start_with_tls(
+        Behaviour::Body(peer_batch("b", epoch, 5, 1, now)),
+        Some(fake_peer_tls(&b)),
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{}/v1/site/signals", fake_b.addr.port());
+    let options = Options {
+        fence_persist: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let start = |options: Options| {
+        let config = a.config(&[("b", url.clone())], &[]);
+        let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+        async move { driver::start(config, None, state, options).await.unwrap() }
+    };
+    let first = start(options).await;
+    let dir = a.state_dir();
+    eventually("fence (epoch, 5) persisted", 10, || {
+        let dir = dir.clone();
+        async move {
+            let fences = FileStateStore::open(dir).unwrap().load_fences().unwrap();
+            fences.is_some_and(|f| {
+                f.records
+                    .iter()
+                    .any(|r| r.site == "b" && r.fence == grid_signals::batch::Fence::new(epoch, 5))
+            })
+        }
+    })
+    .await;
+    drop(first);
+    // After the restart the peer (say, behind a stale cache) serves an older batch.
+    let now = grid_operatord::clock::wall_ms();
+    fake_b.set(Behaviour::Body(peer_batch("b", epoch, 4, 0, now)));
+    let second = start(options).await;
+    let ingest = second.metrics.ingest.clone();
+    eventually("the older batch refused as delayed", 10, || {
+        let ingest = ingest.clone();
+        async move { ingest.dropped(DropReason::Delayed) >= 2 }
+    })
+    .await;
+    let body = text(
+        &get_signals(second.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .unwrap()
+            .body,
+    );
+    assert!(!body.contains("grid_site=\"b\""), "{body}");
+    // A newer batch is admitted as usual.
+    fake_b.set(Behaviour::Body(peer_batch(
+        "b",
+        epoch,
+        6,
+        1,
+        grid_operatord::clock::wall_ms(),
+    )));
+    eventually("the newer batch relayed", 10, || {
+        let tls = grid.client(&a.cert, "a", "a");
+        async move {
+            let f = get_signals(second.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "b", "m") == Some(1.0)
+        }
+    })
+    .await;
 }
