@@ -157,18 +157,11 @@ pub async fn start(
     let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
 
     let now = clock::wall_ms();
-    let epoch = {
-        let state = state.clone();
-        blocking(move || start_epoch(state.as_ref(), now)).await?
-    };
-    let restored = {
-        let state = state.clone();
-        blocking(move || state.load_feedback()).await?
-    };
-    let fences = {
-        let state = state.clone();
-        blocking(move || state.load_fences()).await?
-    };
+    let Persisted {
+        epoch,
+        feedback: restored,
+        fences,
+    } = load_persisted(&state, now).await?;
 
     let store_config = StoreConfig::default();
     let mut held = Signals::new(store_config);
@@ -177,7 +170,7 @@ pub async fn start(
         tracing::info!(
             applied = import.applied,
             refused = import.refused,
-            "batch fences restored"
+            "fences restored"
         );
     }
     let signals: SharedSignals = Arc::new(Mutex::new(held));
@@ -209,15 +202,7 @@ pub async fn start(
         Ok(())
     });
 
-    for peer in &config.peers {
-        let poller = PeerPoller {
-            peer: peer.clone(),
-            tls: tls::client_config(&material, trust.clone(), Identity::Peer(peer.name.clone()))?,
-            signals: signals.clone(),
-            metrics: metrics.polls.clone(),
-            ingest: metrics.ingest.clone(),
-            interval: config.peer_poll_interval,
-        };
+    for poller in peer_pollers(&config, &material, &trust, &signals, &metrics)? {
         tasks.spawn(async move {
             poller.run().await;
             Ok(())
@@ -266,6 +251,61 @@ pub async fn start(
         registry,
         tasks,
     })
+}
+
+/// What a start reads back from the state store.
+struct Persisted {
+    epoch: u64,
+    feedback: Option<grid_feedback::ReceiverState>,
+    fences: Option<grid_signals::batch::FenceSet>,
+}
+
+/// Persists this process's epoch (before anything can publish) and reads back the rest.
+async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persisted, Error> {
+    let epoch = {
+        let state = state.clone();
+        blocking(move || start_epoch(state.as_ref(), now)).await?
+    };
+    let feedback = {
+        let state = state.clone();
+        blocking(move || state.load_feedback()).await?
+    };
+    let fences = {
+        let state = state.clone();
+        blocking(move || state.load_fences()).await?
+    };
+    Ok(Persisted {
+        epoch,
+        feedback,
+        fences,
+    })
+}
+
+fn peer_pollers(
+    config: &Config,
+    material: &TlsMaterial,
+    trust: &Arc<tls::Trust>,
+    signals: &SharedSignals,
+    metrics: &OperatorMetrics,
+) -> Result<Vec<PeerPoller>, Error> {
+    config
+        .peers
+        .iter()
+        .map(|peer| {
+            Ok(PeerPoller {
+                peer: peer.clone(),
+                tls: tls::client_config(
+                    material,
+                    trust.clone(),
+                    Identity::Peer(peer.name.clone()),
+                )?,
+                signals: signals.clone(),
+                metrics: metrics.polls.clone(),
+                ingest: metrics.ingest.clone(),
+                interval: config.peer_poll_interval,
+            })
+        })
+        .collect()
 }
 
 fn restore_receiver(
