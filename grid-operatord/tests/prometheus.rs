@@ -1,6 +1,6 @@
 //! Debian's `prometheus` package (installed by `.ci/install`) checks the operator's
 //! `/metrics` while it holds provider series of two sites: `promtool check metrics` finds
-//! no problem, and a real Prometheus server scrapes it (negotiating OpenMetrics) and can
+//! no problem, and a real Prometheus server scrapes it (negotiating `OpenMetrics`) and can
 //! query the provider series. Missing binaries fail the tests: CI must not pass without
 //! the checks.
 
