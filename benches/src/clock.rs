@@ -1,5 +1,6 @@
-//! The one place this crate reads the clock (benches and the simulator's wall timers);
-//! the pure crates take time as a parameter instead.
+//! The one place this crate reads the clock: the benches' wall timers, and the real time
+//! the loopback servers live in (the models they drive, and the pure crates, take time as
+//! a parameter instead).
 
 use std::time::{Duration, Instant};
 
@@ -29,4 +30,35 @@ pub fn batch_ns(batches: usize, iterations: u32, mut f: impl FnMut()) -> (f64, f
         .collect();
     samples.sort_by(f64::total_cmp);
     (samples[samples.len() / 2], samples[0])
+}
+
+
+/// Milliseconds elapsed since a fixed origin: the time axis a real-time simulated site
+/// hands its model.
+///
+/// Built on tokio's clock, so a test running with paused time drives it too.
+#[derive(Clone, Copy, Debug)]
+pub struct ElapsedClock {
+    origin: tokio::time::Instant,
+}
+
+impl ElapsedClock {
+    /// A clock whose zero is now.
+    #[allow(clippy::disallowed_methods)]
+    pub fn start() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Milliseconds since the origin.
+    #[allow(clippy::disallowed_methods)]
+    pub fn now_ms(&self) -> u64 {
+        tokio::time::Instant::now().duration_since(self.origin).as_millis() as u64
+    }
+
+    /// The instant at `ms` on this clock's axis, for sleeping until a model deadline.
+    pub fn instant_at(&self, ms: u64) -> tokio::time::Instant {
+        self.origin + Duration::from_millis(ms)
+    }
 }

@@ -1,0 +1,671 @@
+//! A simulated site on loopback: an OpenAI-compatible model server whose requests really
+//! wait for a slot and take their service time, and the EPP `/metrics` that reports it,
+//! both living by one [`SiteModel`] in real time.
+//!
+//! Served on one port (HTTP/1.1 and HTTP/2, plain text):
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `POST /v1/chat/completions`, `/v1/completions` | JSON after the service time, or with `"stream": true` server-sent events: a chunk per word from the first token on, then `data: [DONE]` |
+//! | `POST /v1/embeddings` | JSON after the prefill share of a service time (never streamed) |
+//! | `GET /v1/models` | the one model served |
+//! | `GET /metrics` | the EPP exposition of the live state ([`FakeEpp`]) |
+//!
+//! A request with no endpoint up is answered 503; one whose endpoint is taken away
+//! while it waits or runs is answered 503 (or, mid-stream, ends with an error event). A
+//! client that goes away frees its slot. A [`SimSiteControl`] degrades the site, takes
+//! endpoints away and back, and reads its state; [`SimSite::stop`] shuts it down.
+//!
+//! One driver task sleeps until the model's next completion (or until an arrival wakes
+//! it), advances the model to the clock and hands each request its events.
+
+mod body;
+pub mod openai;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::Error;
+use crate::clock::ElapsedClock;
+use crate::fake_epp::{EppIdentity, FakeEpp};
+use crate::site_model::{RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel};
+use body::SimBody;
+use openai::Api;
+
+/// The largest request body read; one byte more is answered 413.
+pub const MAX_REQUEST_BODY_BYTES: usize = 1 << 20;
+/// How long open connections get to finish after a stop before they are cut.
+pub const SHUTDOWN_GRACE_MS: u64 = 1_000;
+
+/// What a simulated site is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimSiteConfig {
+    /// Its endpoints, slots and service times.
+    pub site: SiteConfig,
+    /// Its EPP's pool, namespace and model.
+    pub identity: EppIdentity,
+    /// Fixes its service-time draws.
+    pub seed: u64,
+}
+
+impl SimSiteConfig {
+    /// A site serving `model`, its EPP pool named after the site.
+    pub fn new(site: SiteConfig, model: &str) -> Self {
+        let identity = EppIdentity::new(site.name.clone(), model);
+        Self {
+            site,
+            identity,
+            seed: 1,
+        }
+    }
+}
+
+/// Why a request got an error status, counted per reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// No such route (404).
+    NotFound,
+    /// A known route with the wrong method (405).
+    MethodNotAllowed,
+    /// The body was over [`MAX_REQUEST_BODY_BYTES`] (413).
+    BodyTooLarge,
+    /// The body could not be read (400).
+    BodyUnreadable,
+    /// The body is not a JSON object with the expected field types (400).
+    InvalidJson,
+    /// The `model` field names another model (404).
+    UnknownModel,
+    /// No endpoint is up (503).
+    NoReadyEndpoint,
+    /// The request's endpoint was taken away while it waited or ran (503).
+    EndpointRemoved,
+}
+
+impl Rejection {
+    /// Every reason, in counter order.
+    pub const ALL: [Self; 8] = [
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::BodyTooLarge,
+        Self::BodyUnreadable,
+        Self::InvalidJson,
+        Self::UnknownModel,
+        Self::NoReadyEndpoint,
+        Self::EndpointRemoved,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::BodyTooLarge => "body_too_large",
+            Self::BodyUnreadable => "body_unreadable",
+            Self::InvalidJson => "invalid_json",
+            Self::UnknownModel => "unknown_model",
+            Self::NoReadyEndpoint => "no_ready_endpoint",
+            Self::EndpointRemoved => "endpoint_removed",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Self::NotFound | Self::UnknownModel => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyUnreadable | Self::InvalidJson => StatusCode::BAD_REQUEST,
+            Self::NoReadyEndpoint | Self::EndpointRemoved => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+/// A site's state at one instant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SiteStats {
+    /// The site's clock (ms since it started).
+    pub now_ms: u64,
+    /// Endpoints up.
+    pub ready_endpoints: usize,
+    /// Slots on endpoints up.
+    pub capacity: usize,
+    /// Requests holding a slot.
+    pub running: usize,
+    /// Requests admitted and waiting (endpoint queues and flow control).
+    pub waiting: usize,
+    /// Requests answered successfully.
+    pub requests: u64,
+    /// Requests refused or dropped by the model.
+    pub errors: u64,
+    /// The degrade factor.
+    pub degrade: f64,
+}
+
+type Waiter = mpsc::UnboundedSender<SiteEvent>;
+
+struct Inner {
+    model: SiteModel,
+    epp: FakeEpp,
+    waiters: HashMap<RequestId, Waiter>,
+}
+
+impl Inner {
+    /// Advances the model to `now` and hands every event to its request.
+    fn advance_to(&mut self, now: u64) {
+        self.model.advance(now);
+        self.dispatch();
+    }
+
+    fn dispatch(&mut self) {
+        while let Some(event) = self.model.poll_event() {
+            let (id, terminal) = match event {
+                SiteEvent::Started { id, .. } => (id, false),
+                SiteEvent::Finished { id, .. } | SiteEvent::Failed { id, .. } => (id, true),
+            };
+            if let Some(waiter) = self.waiters.get(&id) {
+                let _ = waiter.send(event);
+            }
+            if terminal {
+                self.waiters.remove(&id);
+            }
+        }
+    }
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    clock: ElapsedClock,
+    /// Wakes the driver when an arrival, cancel or control changed the next deadline.
+    wake: Notify,
+    shutdown: watch::Sender<bool>,
+    rejections: [AtomicU64; Rejection::ALL.len()],
+    model_name: String,
+}
+
+impl Shared {
+    fn reject(&self, reason: Rejection) -> Response<SimBody> {
+        self.rejections[reason.index()].fetch_add(1, Ordering::Relaxed);
+        json_response(
+            reason.status(),
+            &openai::error_body(
+                reason.as_str(),
+                "invalid_request_error",
+                reason.status().as_u16(),
+            ),
+        )
+    }
+
+    /// Runs `f` on the model advanced to the clock, then wakes the driver.
+    fn with_model<R>(&self, f: impl FnOnce(&mut SiteModel) -> R) -> R {
+        let out = {
+            let mut inner = self.inner.lock();
+            inner.advance_to(self.clock.now_ms());
+            let out = f(&mut inner.model);
+            inner.dispatch();
+            out
+        };
+        self.wake.notify_one();
+        out
+    }
+}
+
+/// Steers a running simulated site and reads its state. Cheap to clone.
+#[derive(Clone)]
+pub struct SimSiteControl {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SimSiteControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimSiteControl")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimSiteControl {
+    /// Every request that starts from now on takes `factor` times its service time.
+    pub fn degrade(&self, factor: f64) -> Result<(), Error> {
+        self.shared.with_model(|m| m.set_degrade(factor))
+    }
+
+    /// Takes every endpoint away: what is running or waiting fails, new requests get 503,
+    /// and the EPP reports zero ready endpoints.
+    pub fn drop_all_endpoints(&self) {
+        self.shared.with_model(|m| m.take_all_endpoints(m.now()));
+    }
+
+    /// Brings every endpoint back and the degrade factor to 1.
+    pub fn restore(&self) {
+        self.shared.with_model(|m| {
+            m.restore_all_endpoints(m.now());
+            let _ = m.set_degrade(1.0);
+        });
+    }
+
+    /// Takes one endpoint away or brings it back.
+    pub fn set_endpoint_up(&self, index: usize, up: bool) -> Result<(), Error> {
+        self.shared
+            .with_model(|m| m.set_endpoint_up(m.now(), index, up))
+    }
+
+    /// The state now.
+    pub fn stats(&self) -> SiteStats {
+        self.shared.with_model(|m| SiteStats {
+            now_ms: m.now(),
+            ready_endpoints: m.endpoints().filter(|e| e.up).count(),
+            capacity: m.capacity(),
+            running: m.running(),
+            waiting: m.waiting(),
+            requests: m.counters().requests,
+            errors: m.counters().errors,
+            degrade: m.degrade(),
+        })
+    }
+
+    /// The EPP exposition now, as `GET /metrics` would answer.
+    pub fn metrics(&self) -> Vec<u8> {
+        let mut inner = self.shared.inner.lock();
+        inner.advance_to(self.shared.clock.now_ms());
+        let Inner { model, epp, .. } = &mut *inner;
+        epp.render(model)
+    }
+
+    /// Requests answered with an error status for `reason` so far.
+    pub fn rejections(&self, reason: Rejection) -> u64 {
+        self.shared.rejections[reason.index()].load(Ordering::Relaxed)
+    }
+
+    /// Asks the site to stop (idempotent); [`SimSite::stop`] also waits for it.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+}
+
+/// A running simulated site. Dropping it asks it to stop; [`SimSite::stop`] also waits.
+pub struct SimSite {
+    addr: SocketAddr,
+    control: SimSiteControl,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SimSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimSite")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimSite {
+    /// Binds 127.0.0.1 on a free port and starts serving. Must run inside a tokio
+    /// runtime.
+    pub async fn start(config: SimSiteConfig) -> Result<Self, Error> {
+        let model = SiteModel::new(config.site, config.seed)?;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                model,
+                epp: FakeEpp::new(config.identity.clone()),
+                waiters: HashMap::new(),
+            }),
+            clock: ElapsedClock::start(),
+            wake: Notify::new(),
+            shutdown,
+            rejections: std::array::from_fn(|_| AtomicU64::new(0)),
+            model_name: config.identity.model,
+        });
+        let task = tokio::spawn({
+            let shared = Arc::clone(&shared);
+            async move {
+                tokio::join!(
+                    serve(listener, Arc::clone(&shared), shutdown_rx.clone()),
+                    drive(Arc::clone(&shared), shutdown_rx),
+                );
+                // Requests still waiting learn that nothing will come.
+                shared.inner.lock().waiters.clear();
+            }
+        });
+        Ok(Self {
+            addr,
+            control: SimSiteControl { shared },
+            task: Some(task),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:port{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Its control handle.
+    pub fn control(&self) -> SimSiteControl {
+        self.control.clone()
+    }
+
+    /// Stops accepting, gives open connections [`SHUTDOWN_GRACE_MS`] to finish, cuts
+    /// the rest, and returns once every task of the site has ended.
+    pub async fn stop(mut self) {
+        self.control.shutdown();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimSite {
+    fn drop(&mut self) {
+        self.control.shutdown();
+    }
+}
+
+/// Resolves once a stop was asked (at once if it already was).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` hands back is not `Send`; drop it here.
+    let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
+}
+
+async fn drive(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let deadline = shared.inner.lock().model.next_deadline();
+        let sleep = async {
+            match deadline {
+                Some(ms) => tokio::time::sleep_until(shared.clock.instant_at(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = shared.wake.notified() => {}
+            () = stopped(&mut shutdown) => return,
+        }
+        shared.inner.lock().advance_to(shared.clock.now_ms());
+    }
+}
+
+async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    connections.spawn(connection(stream, Arc::clone(&shared), shutdown.clone()));
+                }
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = stopped(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(Duration::from_millis(SHUTDOWN_GRACE_MS), drained).await;
+    connections.shutdown().await;
+}
+
+async fn connection(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let service = service_fn(move |request| {
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(route(shared, request).await) }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = stopped(&mut shutdown) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_millis(SHUTDOWN_GRACE_MS), conn.as_mut()).await;
+        }
+    }
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<SimBody> {
+    let mut response = Response::new(body::full(value.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Response<SimBody> {
+    let path = request.uri().path();
+    let api = Api::from_path(path);
+    match (request.method(), path, api) {
+        (&Method::GET, "/metrics", _) => {
+            let text = SimSiteControl {
+                shared: Arc::clone(&shared),
+            }
+            .metrics();
+            let mut response = Response::new(body::full(text));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        (&Method::GET, "/v1/models", _) => {
+            json_response(StatusCode::OK, &openai::models(&shared.model_name))
+        }
+        (&Method::POST, _, Some(api)) => infer(shared, api, request).await,
+        (_, "/metrics" | "/v1/models", _) | (_, _, Some(_)) => {
+            shared.reject(Rejection::MethodNotAllowed)
+        }
+        _ => shared.reject(Rejection::NotFound),
+    }
+}
+
+/// An admitted request: withdrawn from the model if dropped before it ended.
+struct Admitted {
+    shared: Arc<Shared>,
+    id: RequestId,
+    ended: bool,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if !self.ended {
+            let id = self.id;
+            self.shared.inner.lock().waiters.remove(&id);
+            self.shared.with_model(|m| m.cancel(m.now(), id));
+        }
+    }
+}
+
+async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<SimBody> {
+    let body = match Limited::new(request.into_body(), MAX_REQUEST_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return shared.reject(Rejection::BodyTooLarge);
+        }
+        Err(_) => return shared.reject(Rejection::BodyUnreadable),
+    };
+    let Some(parsed) = openai::parse_request(&body) else {
+        return shared.reject(Rejection::InvalidJson);
+    };
+    if parsed
+        .model
+        .as_deref()
+        .is_some_and(|m| m != shared.model_name)
+    {
+        return shared.reject(Rejection::UnknownModel);
+    }
+    let streaming = parsed.stream && api != Api::Embeddings;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let admitted = {
+        let mut inner = shared.inner.lock();
+        inner.advance_to(shared.clock.now_ms());
+        let service_ms = (api == Api::Embeddings).then(|| {
+            let share = inner.model.config().service.prefill_share;
+            ((inner.model.draw_service_ms() as f64 * share).round() as u64).max(1)
+        });
+        let spec = RequestSpec {
+            streaming,
+            service_ms,
+        };
+        let now = inner.model.now();
+        match inner.model.arrive(now, spec) {
+            Ok(id) => {
+                inner.waiters.insert(id, tx);
+                inner.dispatch();
+                Some(id)
+            }
+            Err(_) => None,
+        }
+    };
+    let Some(id) = admitted else {
+        return shared.reject(Rejection::NoReadyEndpoint);
+    };
+    shared.wake.notify_one();
+    let mut admitted = Admitted {
+        shared: Arc::clone(&shared),
+        id,
+        ended: false,
+    };
+    if streaming {
+        let (chunks, body) = body::channel();
+        tokio::spawn(stream(admitted, api, events, chunks));
+        let mut response = Response::new(body);
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-cache"),
+        );
+        return response;
+    }
+    let mut endpoint = None;
+    loop {
+        match events.recv().await {
+            Some(SiteEvent::Started { endpoint: e, .. }) => endpoint = Some(e),
+            Some(SiteEvent::Finished { .. }) => {
+                admitted.ended = true;
+                let name = endpoint_name(&shared, endpoint);
+                let mut response = json_response(
+                    StatusCode::OK,
+                    &openai::full_response(api, id, &shared.model_name, &name),
+                );
+                if let Ok(value) = header::HeaderValue::from_str(&name) {
+                    response.headers_mut().insert("x-sim-endpoint", value);
+                }
+                return response;
+            }
+            Some(SiteEvent::Failed { .. }) => {
+                admitted.ended = true;
+                return shared.reject(Rejection::EndpointRemoved);
+            }
+            // The site is stopping.
+            None => {
+                admitted.ended = true;
+                return shared.reject(Rejection::NoReadyEndpoint);
+            }
+        }
+    }
+}
+
+fn endpoint_name(shared: &Shared, endpoint: Option<usize>) -> String {
+    let inner = shared.inner.lock();
+    endpoint
+        .and_then(|e| inner.model.endpoints().nth(e))
+        .map_or_else(String::new, |e| e.name.to_owned())
+}
+
+/// Writes a streamed answer: a chunk per word spread from the first token to the finish,
+/// the finishing chunk and `[DONE]` when the model says the request completed.
+async fn stream(
+    mut admitted: Admitted,
+    api: Api,
+    mut events: mpsc::UnboundedReceiver<SiteEvent>,
+    chunks: mpsc::Sender<Bytes>,
+) {
+    let shared = Arc::clone(&admitted.shared);
+    let id = admitted.id;
+    let model = shared.model_name.clone();
+    let words = openai::WORDS.len() as u64;
+    let mut started: Option<(String, u64, u64)> = None;
+    let mut sent = 0u64;
+    loop {
+        let due = started
+            .as_ref()
+            .filter(|_| sent < words)
+            .map(|(_, first, finish)| first + (finish - first) * sent / words);
+        let next_word = async {
+            match due {
+                Some(ms) => tokio::time::sleep_until(shared.clock.instant_at(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = next_word => {
+                let name = started.as_ref().map_or("", |s| s.0.as_str());
+                let chunk = openai::stream_chunk(api, id, &model, name, sent as usize);
+                if chunks.send(Bytes::from(chunk)).await.is_err() {
+                    return; // the client went away: dropping `admitted` frees the slot
+                }
+                sent += 1;
+            }
+            event = events.recv() => match event {
+                Some(SiteEvent::Started { endpoint, first_token_at, finish_at, .. }) => {
+                    started = Some((endpoint_name(&shared, Some(endpoint)), first_token_at, finish_at));
+                }
+                Some(SiteEvent::Finished { .. }) => {
+                    admitted.ended = true;
+                    let name = started.as_ref().map_or("", |s| s.0.as_str());
+                    for i in sent..=words {
+                        let chunk = openai::stream_chunk(api, id, &model, name, i as usize);
+                        if chunks.send(Bytes::from(chunk)).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = chunks.send(Bytes::from_static(openai::DONE.as_bytes())).await;
+                    return;
+                }
+                Some(SiteEvent::Failed { reason, .. }) => {
+                    admitted.ended = true;
+                    shared.rejections[Rejection::EndpointRemoved.index()].fetch_add(1, Ordering::Relaxed);
+                    let error = openai::error_body(reason.as_str(), "server_error", 503);
+                    let _ = chunks.send(Bytes::from(format!("data: {error}\n\n"))).await;
+                    return;
+                }
+                None => {
+                    admitted.ended = true;
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The simulated site on loopback: OpenAI-compatible answers that really queue and take
+//! their service time, `/metrics` that the real parser and tracker read as the model's
+//! live state, the control handle, and a clean stop. Every wait is bounded.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_benches::fake_epp::EppIdentity;
+use grid_benches::sim_site::{
+    MAX_REQUEST_BODY_BYTES, Rejection, SimSite, SimSiteConfig, SimSiteControl,
+};
+use grid_benches::site_model::{ServiceTime, SiteConfig};
+use grid_signals::epp::{
+    PoolSelector, ProviderConfig, ProviderTracker, ReadyStatus, ScrapeInput, ScrapeTiming,
+};
+use grid_signals::exposition::parse_strict;
+use http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep, timeout};
+
+const BOUND: Duration = Duration::from_secs(10);
+const SERVICE_MS: u64 = 300;
+
+fn config(endpoints: usize, slots: usize) -> SimSiteConfig {
+    let mut site = SiteConfig::new("site-a", endpoints, slots);
+    site.service = ServiceTime {
+        median_ms: SERVICE_MS as f64,
+        sigma: 0.0,
+        prefill_share: 0.2,
+        output_tokens: 8,
+    };
+    SimSiteConfig {
+        site,
+        identity: EppIdentity::new("pool-a", "llama"),
+        seed: 7,
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    /// Each data frame as it arrived.
+    frames: Vec<Bytes>,
+}
+
+impl Answer {
+    fn text(&self) -> String {
+        self.frames
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.text()).expect("JSON body")
+    }
+}
+
+async fn send(addr: SocketAddr, method: Method, path: &str, body: Vec<u8>) -> Answer {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, "127.0.0.1")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let mut body = response.into_body();
+    let mut frames = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("frame").into_data() {
+            frames.push(data);
+        }
+    }
+    Answer {
+        status,
+        headers,
+        frames,
+    }
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &str) -> Answer {
+    send(addr, Method::POST, path, body.as_bytes().to_vec()).await
+}
+
+/// Polls the control until `check` holds (bounded).
+async fn until(control: &SimSiteControl, check: impl Fn(&SimSiteControl) -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !check(control) {
+        assert!(Instant::now() < deadline, "condition not reached");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn models_lists_the_one_model_served() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let answer = timeout(BOUND, send(site.addr(), Method::GET, "/v1/models", vec![]))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["data"][0]["id"], "llama");
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_second_request_on_a_one_slot_site_waits_for_the_first() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    let addr = site.addr();
+    let begun = Instant::now();
+    let body = r#"{"model":"llama","messages":[{"role":"user","content":"hi"}]}"#;
+    let first = tokio::spawn(async move { post(addr, "/v1/chat/completions", body).await });
+    let second = tokio::spawn(async move { post(addr, "/v1/chat/completions", body).await });
+    until(&control, |c| {
+        let s = c.stats();
+        s.running == 1 && s.waiting == 1
+    })
+    .await;
+    let (a, b) = timeout(BOUND, async {
+        (first.await.unwrap(), second.await.unwrap())
+    })
+    .await
+    .unwrap();
+    let elapsed = begun.elapsed();
+    for answer in [&a, &b] {
+        assert_eq!(answer.status, StatusCode::OK);
+        let json = answer.json();
+        assert_eq!(json["object"], "chat.completion");
+        assert_eq!(json["choices"][0]["finish_reason"], "stop");
+        assert_eq!(answer.headers["x-sim-endpoint"], "site-a-ep-0");
+    }
+    assert!(
+        elapsed >= Duration::from_millis(2 * SERVICE_MS),
+        "two {SERVICE_MS} ms requests through one slot took {elapsed:?}"
+    );
+    let stats = control.stats();
+    assert_eq!((stats.requests, stats.running, stats.waiting), (2, 0, 0));
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_server_sent_events_ending_in_done() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    for (path, object) in [
+        ("/v1/chat/completions", "chat.completion.chunk"),
+        ("/v1/completions", "text_completion"),
+    ] {
+        let answer = timeout(
+            BOUND,
+            post(site.addr(), path, r#"{"model":"llama","stream":true}"#),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.headers[header::CONTENT_TYPE], "text/event-stream");
+        assert!(answer.frames.len() > 1, "chunks arrive separately");
+        let text = answer.text();
+        let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.last(), Some(&"data: [DONE]"));
+        let chunks = &events[..events.len() - 1];
+        assert_eq!(chunks.len(), 9, "8 words and the finishing chunk");
+        for chunk in chunks {
+            let json: serde_json::Value =
+                serde_json::from_str(chunk.strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(json["object"], object);
+        }
+        assert!(chunks.last().unwrap().contains(r#""finish_reason":"stop""#));
+    }
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn embeddings_answer_without_streaming() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let answer = timeout(
+        BOUND,
+        post(
+            site.addr(),
+            "/v1/embeddings",
+            r#"{"model":"llama","input":"x","stream":true}"#,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["data"][0]["object"], "embedding");
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_report_the_live_state_through_the_real_parser_and_tracker() {
+    let site = SimSite::start(config(2, 1)).await.unwrap();
+    let control = site.control();
+    let addr = site.addr();
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(tokio::spawn(async move {
+            post(addr, "/v1/completions", r#"{"prompt":"x"}"#).await
+        }));
+    }
+    until(&control, |c| {
+        let s = c.stats();
+        s.running + s.waiting == 3
+    })
+    .await;
+    let scrape = timeout(BOUND, send(addr, Method::GET, "/metrics", vec![]))
+        .await
+        .unwrap();
+    assert_eq!(scrape.status, StatusCode::OK);
+    assert!(
+        scrape.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let body = scrape.frames.concat();
+    let samples = parse_strict(&body).expect("strict parse");
+    let mut tracker = ProviderTracker::new(
+        ProviderConfig {
+            site: "site-a".into(),
+            provider: "llama".into(),
+            pool: PoolSelector::Named("pool-a".into()),
+        },
+        0,
+    );
+    let summary = tracker.handle(1_000, ScrapeInput::Parsed(&samples));
+    assert_eq!(summary.rejected.total(), 0);
+    let window = ScrapeTiming {
+        interval_ms: 1_000,
+        stale_metrics_ms: None,
+        signal_ttl_ms: 20_000,
+    }
+    .window(0);
+    assert_eq!(tracker.readiness(1_000, window).status, ReadyStatus::Ready);
+    let in_flight = tracker.in_flight(1_000, window).expect("in-flight");
+    assert!(
+        (in_flight.value - 3.0).abs() < f64::EPSILON,
+        "{in_flight:?}"
+    );
+    let held = tracker.held(1_000, window).unwrap().1;
+    assert_eq!(held.ready_endpoints, Some(2.0));
+    assert!((held.per_endpoint_queue.values().sum::<f64>() - 1.0).abs() < f64::EPSILON);
+    for answer in waiting {
+        assert_eq!(
+            timeout(BOUND, answer).await.unwrap().unwrap().status,
+            StatusCode::OK
+        );
+    }
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn dropping_every_endpoint_fails_work_and_restoring_serves_again() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    let addr = site.addr();
+    let running =
+        tokio::spawn(async move { post(addr, "/v1/chat/completions", r#"{"stream":true}"#).await });
+    until(&control, |c| c.stats().running == 1).await;
+    control.drop_all_endpoints();
+    let cut = timeout(BOUND, running).await.unwrap().unwrap();
+    assert_eq!(cut.status, StatusCode::OK, "headers were already sent");
+    assert!(cut.text().contains("endpoint_removed"), "{}", cut.text());
+    assert!(!cut.text().contains("[DONE]"));
+
+    let refused = timeout(BOUND, post(addr, "/v1/chat/completions", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(control.rejections(Rejection::NoReadyEndpoint), 1);
+    assert_eq!(control.rejections(Rejection::EndpointRemoved), 1);
+    let text = control.metrics();
+    assert!(
+        String::from_utf8_lossy(&text).contains("llm_d_epp_ready_endpoints{name=\"pool-a\"} 0")
+    );
+
+    control.restore();
+    let served = timeout(BOUND, post(addr, "/v1/chat/completions", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(served.status, StatusCode::OK);
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_degraded_site_takes_longer_per_request() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    control.degrade(3.0).unwrap();
+    assert!(control.degrade(0.0).is_err());
+    let begun = Instant::now();
+    let answer = timeout(BOUND, post(site.addr(), "/v1/completions", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(begun.elapsed() >= Duration::from_millis(3 * SERVICE_MS));
+    assert!((control.stats().degrade - 3.0).abs() < f64::EPSILON);
+    control.restore();
+    assert!((control.stats().degrade - 1.0).abs() < f64::EPSILON);
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_frees_its_slot() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    let addr = site.addr();
+    let abandoned =
+        tokio::spawn(async move { post(addr, "/v1/chat/completions", r#"{"stream":true}"#).await });
+    until(&control, |c| c.stats().running == 1).await;
+    abandoned.abort();
+    until(&control, |c| c.stats().running == 0).await;
+    assert_eq!(control.stats().requests, 0, "never completed");
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_their_reason() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    let addr = site.addr();
+    let cases: [(Method, &str, &str, StatusCode, Rejection); 4] = [
+        (
+            Method::GET,
+            "/nope",
+            "",
+            StatusCode::NOT_FOUND,
+            Rejection::NotFound,
+        ),
+        (
+            Method::GET,
+            "/v1/chat/completions",
+            "",
+            StatusCode::METHOD_NOT_ALLOWED,
+            Rejection::MethodNotAllowed,
+        ),
+        (
+            Method::POST,
+            "/v1/chat/completions",
+            "{not json",
+            StatusCode::BAD_REQUEST,
+            Rejection::InvalidJson,
+        ),
+        (
+            Method::POST,
+            "/v1/chat/completions",
+            r#"{"model":"other"}"#,
+            StatusCode::NOT_FOUND,
+            Rejection::UnknownModel,
+        ),
+    ];
+    for (method, path, body, status, reason) in cases {
+        let answer = timeout(BOUND, send(addr, method, path, body.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, status, "{path} {body}");
+        assert_eq!(control.rejections(reason), 1, "{}", reason.as_str());
+    }
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_exactly_at_the_cap_is_read_and_one_byte_more_is_refused() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let control = site.control();
+    let padded = |len: usize| {
+        let mut body = b"{}".to_vec();
+        body.resize(len, b' ');
+        body
+    };
+    let at = timeout(
+        BOUND,
+        send(
+            site.addr(),
+            Method::POST,
+            "/v1/completions",
+            padded(MAX_REQUEST_BODY_BYTES),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(at.status, StatusCode::OK);
+    let past = timeout(
+        BOUND,
+        send(
+            site.addr(),
+            Method::POST,
+            "/v1/completions",
+            padded(MAX_REQUEST_BODY_BYTES + 1),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(past.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(control.rejections(Rejection::BodyTooLarge), 1);
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn a_stopped_site_refuses_connections() {
+    let site = SimSite::start(config(1, 1)).await.unwrap();
+    let addr = site.addr();
+    timeout(BOUND, site.stop())
+        .await
+        .expect("stops within bound");
+    let connect = timeout(BOUND, TcpStream::connect(addr)).await.unwrap();
+    assert!(connect.is_err(), "nothing listens after stop");
+}
