@@ -62,3 +62,31 @@ impl ElapsedClock {
         self.origin + Duration::from_millis(ms)
     }
 }
+
+/// Time since a start, on tokio's clock (so a paused-time test drives it too): what the
+/// load generators and the local grid's waits measure with.
+#[derive(Clone, Copy, Debug)]
+pub struct Stopwatch {
+    start: tokio::time::Instant,
+}
+
+impl Stopwatch {
+    /// A stopwatch started now.
+    #[allow(clippy::disallowed_methods)]
+    pub fn start() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Time since the start.
+    #[allow(clippy::disallowed_methods)]
+    pub fn elapsed(&self) -> Duration {
+        tokio::time::Instant::now().duration_since(self.start)
+    }
+
+    /// The start, as an instant to sleep until offsets of.
+    pub fn origin(&self) -> tokio::time::Instant {
+        self.start
+    }
+}

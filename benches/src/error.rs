@@ -34,4 +34,33 @@ pub enum Error {
     /// A loopback socket could not be bound or served.
     #[error("simulated site socket: {0}")]
     Io(#[from] std::io::Error),
+    /// A certificate of the local grid could not be minted.
+    #[error("minting a local certificate: {0}")]
+    Pki(#[from] rcgen::Error),
+    /// A file of the local grid (certificate, key, configuration, plot) could not be
+    /// written.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A site operator refused its configuration or could not start.
+    #[error("operator: {0}")]
+    Operator(#[from] grid_operatord::Error),
+    /// The gateway refused its configuration or could not start.
+    #[error("gateway: {0}")]
+    Gateway(#[from] grid_gatewayd::Error),
+    /// The local grid did not reach the state it waits for in time.
+    #[error("local grid: {what} not within {limit_ms} ms")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The bound, in milliseconds.
+        limit_ms: u64,
+    },
+    /// A load generator's request failed before its answer was read whole.
+    #[error("request: {0}")]
+    Request(String),
 }

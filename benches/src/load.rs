@@ -1,0 +1,148 @@
+//! The load generators' HTTP client: OpenAI-style chat requests over HTTP/1.1 or HTTP/2
+//! (prior knowledge, cleartext, loopback), answers read frame by frame so the time to the
+//! first frame (the client's time to first token when streaming) is measured.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::Error;
+use crate::clock::Stopwatch;
+
+/// The header the gateway names the serving site in.
+pub const SITE_HEADER: &str = "x-grid-site";
+
+/// The most pooled idle connections per host: a load generator's whole concurrency.
+pub const MAX_IDLE_PER_HOST: usize = 1_024;
+
+/// Which HTTP version the client speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1, one request per pooled connection at a time.
+    Http1,
+    /// HTTP/2 with prior knowledge, requests multiplexed on one connection.
+    Http2,
+}
+
+impl Protocol {
+    /// `h1` or `h2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http1 => "h1",
+            Self::Http2 => "h2",
+        }
+    }
+}
+
+/// What one request got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// `x-grid-site`, when present.
+    pub site: Option<String>,
+    /// `Retry-After`, when present.
+    pub retry_after: Option<String>,
+    /// Time from sending to the first body frame; `None` for an empty body.
+    pub first_frame: Option<Duration>,
+    /// Time from sending to the end of the body.
+    pub total: Duration,
+    /// Body bytes read.
+    pub bytes: usize,
+}
+
+/// A pooled client for one protocol.
+#[derive(Clone, Debug)]
+pub struct LoadClient {
+    inner: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+/// A chat completion request body for `model`.
+pub fn chat_body(model: &str, stream: bool) -> Bytes {
+    Bytes::from(
+        serde_json::json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "How loaded is the grid?"}],
+            "stream": stream,
+        })
+        .to_string(),
+    )
+}
+
+impl LoadClient {
+    /// A client speaking `protocol`; every request (answer included) is bounded by
+    /// `timeout`.
+    pub fn new(protocol: Protocol, timeout: Duration) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder.pool_max_idle_per_host(MAX_IDLE_PER_HOST);
+        if protocol == Protocol::Http2 {
+            builder.http2_only(true);
+        }
+        Self {
+            inner: builder.build(http),
+            timeout,
+        }
+    }
+
+    /// POSTs `body` as JSON to `uri` and reads the whole answer.
+    pub async fn post_json(&self, uri: &Uri, body: Bytes) -> Result<Answer, Error> {
+        match tokio::time::timeout(self.timeout, self.exchange(uri, body)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::Timeout {
+                what: format!("POST {uri}"),
+                limit_ms: self.timeout.as_millis() as u64,
+            }),
+        }
+    }
+
+    async fn exchange(&self, uri: &Uri, body: Bytes) -> Result<Answer, Error> {
+        let request = Request::post(uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| Error::Request(e.to_string()))?;
+        let watch = Stopwatch::start();
+        let response = self
+            .inner
+            .request(request)
+            .await
+            .map_err(|e| Error::Request(e.to_string()))?;
+        let header_text = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let status = response.status();
+        let site = header_text(SITE_HEADER);
+        let retry_after = header_text(header::RETRY_AFTER.as_str());
+        let mut body = response.into_body();
+        let mut first_frame = None;
+        let mut bytes = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| Error::Request(e.to_string()))?;
+            if let Some(data) = frame.data_ref() {
+                if first_frame.is_none() && !data.is_empty() {
+                    first_frame = Some(watch.elapsed());
+                }
+                bytes += data.len();
+            }
+        }
+        Ok(Answer {
+            status,
+            site,
+            retry_after,
+            first_frame,
+            total: watch.elapsed(),
+            bytes,
+        })
+    }
+}
