@@ -16,7 +16,7 @@ use grid_benches::local_grid::{
 use grid_benches::sim_site::SimSiteConfig;
 use grid_benches::site_model::{ServiceTime, SiteConfig};
 use grid_score::CandidateState;
-use grid_signals::epp::HYSTERESIS_SCRAPES;
+use grid_signals::epp::readiness::HYSTERESIS_SCRAPES;
 use http::StatusCode;
 use tokio::task::JoinSet;
 
