@@ -63,4 +63,7 @@ pub enum Error {
     /// A load generator's request failed before its answer was read whole.
     #[error("request: {0}")]
     Request(String),
+    /// The demo's plot could not be drawn or written.
+    #[error("plot: {0}")]
+    Plot(String),
 }

@@ -387,6 +387,11 @@ impl LocalGrid {
         &self.model
     }
 
+    /// The temporary directory holding the certificates and the operators' state.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// Where the gateway serves.
     pub fn gateway_addr(&self) -> SocketAddr {
         self.gateway().local_addr()
