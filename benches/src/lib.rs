@@ -23,6 +23,7 @@ pub mod demo;
 pub mod epp_exposition;
 mod error;
 pub mod fake_epp;
+pub mod instant_upstream;
 pub mod latency;
 pub mod load;
 pub mod local_grid;

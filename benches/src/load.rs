@@ -146,3 +146,72 @@ impl LoadClient {
         })
     }
 }
+
+/// What a closed loop measured.
+#[derive(Clone, Debug)]
+pub struct LoopResult {
+    /// Answers with status 200.
+    pub ok: u64,
+    /// Anything else (error status, transport error, timeout).
+    pub failed: u64,
+    /// Time from the first send to the last answer.
+    pub elapsed: Duration,
+    /// Latency of every 200 answer, to the end of its body.
+    pub latencies: crate::latency::Latencies,
+}
+
+impl LoopResult {
+    /// Answers with status 200 per second.
+    pub fn throughput(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Sends `body` to `uri` from `concurrency` workers, each sending its next request as soon
+/// as its previous answer has been read whole, until `duration` has passed.
+pub async fn closed_loop(
+    client: &LoadClient,
+    uri: &Uri,
+    body: &Bytes,
+    concurrency: usize,
+    duration: Duration,
+) -> LoopResult {
+    let watch = Stopwatch::start();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, uri, body) = (client.clone(), uri.clone(), body.clone());
+        workers.spawn(async move {
+            let mut mine = LoopResult {
+                ok: 0,
+                failed: 0,
+                elapsed: Duration::ZERO,
+                latencies: crate::latency::Latencies::new(),
+            };
+            while watch.elapsed() < duration {
+                match client.post_json(&uri, body.clone()).await {
+                    Ok(a) if a.status == StatusCode::OK => {
+                        mine.ok += 1;
+                        mine.latencies.record(a.total);
+                    }
+                    _ => mine.failed += 1,
+                }
+            }
+            mine
+        });
+    }
+    let mut all = LoopResult {
+        ok: 0,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies: crate::latency::Latencies::new(),
+    };
+    while let Some(done) = workers.join_next().await {
+        if let Ok(mine) = done {
+            all.ok += mine.ok;
+            all.failed += mine.failed;
+            all.latencies.merge(&mine.latencies);
+        }
+    }
+    all.elapsed = watch.elapsed();
+    all
+}
