@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use grid_benches::clock::Stopwatch;
 use grid_benches::demo::traffic::{Rate, Tally, generate};
-use grid_benches::fake_epp::EppIdentity;
 use grid_benches::latency::Latencies;
 use grid_benches::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
 use grid_benches::sim_site::SimSiteConfig;
