@@ -55,7 +55,13 @@ struct Case {
     failed: u64,
 }
 
-async fn phase(client: &LoadClient, uri: &Uri, body: &Bytes, workers: usize, d: Duration) -> LoopResult {
+async fn phase(
+    client: &LoadClient,
+    uri: &Uri,
+    body: &Bytes,
+    workers: usize,
+    d: Duration,
+) -> LoopResult {
     let _ = closed_loop(client, uri, body, workers, WARMUP).await;
     closed_loop(client, uri, body, workers, d).await
 }
@@ -118,7 +124,19 @@ async fn table(title: &str, backend: Backend, direct_base: Option<String>) -> bo
     );
     println!(
         "{:<4} {:<6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10} {:>6} {:>6}",
-        "http", "stream", "p50 dir", "p50 gw", "+p50", "p99 dir", "p99 gw", "rps dir", "rps gw", "ratio", "+cpu/req", "target", "failed"
+        "http",
+        "stream",
+        "p50 dir",
+        "p50 gw",
+        "+p50",
+        "p99 dir",
+        "p99 gw",
+        "rps dir",
+        "rps gw",
+        "ratio",
+        "+cpu/req",
+        "target",
+        "failed"
     );
     let mut all_met = true;
     for protocol in [Protocol::Http1, Protocol::Http2] {

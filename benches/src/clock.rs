@@ -32,7 +32,6 @@ pub fn batch_ns(batches: usize, iterations: u32, mut f: impl FnMut()) -> (f64, f
     (samples[samples.len() / 2], samples[0])
 }
 
-
 /// Milliseconds elapsed since a fixed origin: the time axis a real-time simulated site
 /// hands its model.
 ///
@@ -54,7 +53,9 @@ impl ElapsedClock {
     /// Milliseconds since the origin.
     #[allow(clippy::disallowed_methods)]
     pub fn now_ms(&self) -> u64 {
-        tokio::time::Instant::now().duration_since(self.origin).as_millis() as u64
+        tokio::time::Instant::now()
+            .duration_since(self.origin)
+            .as_millis() as u64
     }
 
     /// The instant at `ms` on this clock's axis, for sleeping until a model deadline.

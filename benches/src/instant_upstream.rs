@@ -71,8 +71,10 @@ impl Drop for InstantUpstream {
 fn respond(status: StatusCode, content_type: &'static str, frames: Vec<Bytes>) -> Response<Frames> {
     let mut r = Response::new(Frames(frames.into()));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     r
 }
 
@@ -93,7 +95,11 @@ async fn answer(answers: Arc<Answers>, request: Request<Incoming>) -> Response<F
                     if p.stream {
                         respond(StatusCode::OK, "text/event-stream", answers.stream.clone())
                     } else {
-                        respond(StatusCode::OK, "application/json", vec![answers.full.clone()])
+                        respond(
+                            StatusCode::OK,
+                            "application/json",
+                            vec![answers.full.clone()],
+                        )
                     }
                 }
                 _ => respond(StatusCode::BAD_REQUEST, "text/plain", Vec::new()),
@@ -158,7 +164,9 @@ mod tests {
     #[tokio::test]
     async fn answers_chat_at_once_streamed_or_not_over_both_protocols() {
         let up = InstantUpstream::start("m").await.unwrap();
-        let uri: http::Uri = format!("{}/v1/chat/completions", up.base_url()).parse().unwrap();
+        let uri: http::Uri = format!("{}/v1/chat/completions", up.base_url())
+            .parse()
+            .unwrap();
         for protocol in [Protocol::Http1, Protocol::Http2] {
             let c = LoadClient::new(protocol, Duration::from_secs(5));
             let full = c.post_json(&uri, chat_body("m", false)).await.unwrap();

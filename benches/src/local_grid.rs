@@ -271,10 +271,19 @@ ca = "{ca}"
     text
 }
 
-async fn start_operator(text: &str, state_dir: &Path) -> Result<grid_operatord::driver::Running, Error> {
+async fn start_operator(
+    text: &str,
+    state_dir: &Path,
+) -> Result<grid_operatord::driver::Running, Error> {
     let config = grid_operatord::config::Config::from_toml(text, Path::new("local-grid.toml"))?;
     let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(state_dir)?);
-    Ok(grid_operatord::driver::start(config, None, state, grid_operatord::driver::Options::default()).await?)
+    Ok(grid_operatord::driver::start(
+        config,
+        None,
+        state,
+        grid_operatord::driver::Options::default(),
+    )
+    .await?)
 }
 
 impl LocalGrid {
@@ -514,7 +523,9 @@ pub fn routing_of(view: &RoutingView, model: &str, site: &str) -> SiteRouting {
         .excluded()
         .iter()
         .find(|e| e.key.site.as_ref() == site)
-        .map_or(SiteRouting::Absent, |e| SiteRouting::Excluded(e.reason.as_str()))
+        .map_or(SiteRouting::Absent, |e| {
+            SiteRouting::Excluded(e.reason.as_str())
+        })
 }
 
 #[cfg(test)]

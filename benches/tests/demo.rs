@@ -52,7 +52,11 @@ async fn a_short_outage_run_shows_the_site_leave_and_rejoin_and_writes_its_plot(
     // One plain line per second, each naming every site.
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("t=")).collect();
     assert!(lines.len() >= 9, "{text}");
-    assert!(lines.iter().all(|l| l.contains("| a ") && l.contains("| c ")));
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("| a ") && l.contains("| c "))
+    );
     assert!(report.served.iter().map(|(_, n)| n).sum::<u64>() > 0);
     let svg = std::fs::read_to_string(&report.plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rho per site"));

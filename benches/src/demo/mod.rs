@@ -29,9 +29,7 @@ use tokio::sync::watch;
 use crate::Error;
 use crate::clock::Stopwatch;
 use crate::fake_epp::EppIdentity;
-use crate::local_grid::{
-    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
-};
+use crate::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
 use crate::sim_site::SimSiteConfig;
 use crate::site_model::{ServiceTime, SiteConfig};
 use plot::{PlotData, PlotPoint};
@@ -229,7 +227,10 @@ impl Run<'_> {
                 .find(|(n, _, _)| *n == name)
                 .and_then(|(n, _, _)| self.acted.get(n))
                 .map(|(t, how)| {
-                    format!(", {:.1} s after {how}", (at_ms.saturating_sub(*t)) as f64 / 1e3)
+                    format!(
+                        ", {:.1} s after {how}",
+                        (at_ms.saturating_sub(*t)) as f64 / 1e3
+                    )
                 })
                 .unwrap_or_default();
             self.event(at_ms, format!("{what}{since}"), out);
@@ -287,8 +288,7 @@ impl Run<'_> {
             });
         }
         self.plot.points.push(point);
-        let failed =
-            last.failed + last.not_sent + last.sites.iter().map(|x| x.failed).sum::<u64>();
+        let failed = last.failed + last.not_sent + last.sites.iter().map(|x| x.failed).sum::<u64>();
         let frame = Frame {
             elapsed_s: s as u64,
             duration_s: self.config.duration.as_secs(),
@@ -383,7 +383,10 @@ pub async fn run(
         .await
         .is_err()
     {
-        say(out, "grid-demo: the grid did not stop in time; exiting anyway");
+        say(
+            out,
+            "grid-demo: the grid did not stop in time; exiting anyway",
+        );
     }
     plot_data.events = events
         .iter()
@@ -415,7 +418,10 @@ async fn drive(
     let steps = scenario::steps(run.config.scenario, run.config.duration.as_millis() as u64);
     let (stop_load, load_stopped) = watch::channel(false);
     let generator = tokio::spawn(traffic::generate(
-        run.grid.chat_url().parse().expect("the gateway's own URL parses"),
+        run.grid
+            .chat_url()
+            .parse()
+            .expect("the gateway's own URL parses"),
         MODEL.to_owned(),
         Arc::clone(&run.rate),
         Arc::clone(&run.tally),

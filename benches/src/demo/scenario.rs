@@ -121,11 +121,7 @@ pub fn steps(scenario: Scenario, duration_ms: u64) -> Vec<Step> {
         (0.84, Action::Load { factor: 1.0 }),
     ];
     let chosen: Vec<(f64, Action)> = match scenario {
-        Scenario::Full => degrade
-            .into_iter()
-            .chain(outage)
-            .chain(burst)
-            .collect(),
+        Scenario::Full => degrade.into_iter().chain(outage).chain(burst).collect(),
         Scenario::Steady => Vec::new(),
         Scenario::Degrade => degrade.into_iter().collect(),
         Scenario::Outage => outage.into_iter().collect(),

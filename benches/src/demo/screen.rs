@@ -80,7 +80,11 @@ fn routing_cells(r: &SiteRouting) -> (String, String, String) {
             rho,
             capacity,
             ..
-        } => (state.as_str().to_owned(), figure(*rho), format!("{capacity:.1}")),
+        } => (
+            state.as_str().to_owned(),
+            figure(*rho),
+            format!("{capacity:.1}"),
+        ),
         SiteRouting::Excluded(reason) => (format!("EXCLUDED {reason}"), "-".into(), "-".into()),
         SiteRouting::Absent => ("absent".into(), "-".into(), "-".into()),
     }
@@ -115,7 +119,15 @@ pub fn render(frame: &Frame<'_>) -> String {
     let _ = writeln!(
         out,
         "{:<5} {:<7} {:<32} {:>6} {:>9} {:>10} {:>6} {:>10} {:>10}",
-        "site", "role", "readiness", "rho", "capacity", "in-flight", "share", "TTFT p50", "TTFT p99"
+        "site",
+        "role",
+        "readiness",
+        "rho",
+        "capacity",
+        "in-flight",
+        "share",
+        "TTFT p50",
+        "TTFT p99"
     );
     for s in &frame.sites {
         let (ready, rho, capacity) = routing_cells(&s.routing);
@@ -239,7 +251,10 @@ mod tests {
         let l = line(&frame(&[]));
         assert!(!l.contains('\n'));
         assert!(l.contains("a EXCLUDED:no_ready_endpoints"), "{l}");
-        assert!(l.contains("b room rho=0.62 cap=8.0 inflight=6 share=62% ttft50=131ms"), "{l}");
+        assert!(
+            l.contains("b room rho=0.62 cap=8.0 inflight=6 share=62% ttft50=131ms"),
+            "{l}"
+        );
     }
 
     #[test]

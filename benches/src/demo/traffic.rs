@@ -218,7 +218,11 @@ mod tests {
         let mut t = Tally::new(vec!["a".into(), "b".into()]);
         t.record(0, &answer(Some("a"), StatusCode::OK, 100), true);
         t.record(0, &answer(Some("b"), StatusCode::OK, 50), false);
-        t.record(1, &answer(Some("b"), StatusCode::SERVICE_UNAVAILABLE, 5), true);
+        t.record(
+            1,
+            &answer(Some("b"), StatusCode::SERVICE_UNAVAILABLE, 5),
+            true,
+        );
         t.record(1, &answer(None, StatusCode::TOO_MANY_REQUESTS, 1), true);
         t.record(1, &answer(None, StatusCode::SERVICE_UNAVAILABLE, 1), true);
         t.record(2, &answer(None, StatusCode::BAD_GATEWAY, 1), true);
