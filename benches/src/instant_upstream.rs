@@ -1,4 +1,4 @@
-//! An upstream that answers at once: the simulated site's OpenAI answers (the same
+//! An upstream that answers at once: the simulated site's OpenAI-style answers (the same
 //! shapes, [`crate::sim_site::openai`]) with no queueing or service time, and an idle
 //! EPP `/metrics`, so a benchmark of the gateway measures the gateway and the loopback,
 //! not a model's sleep.

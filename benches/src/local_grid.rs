@@ -1,5 +1,5 @@
 //! A whole grid on loopback in one process: per site a backend (a simulated site, or any
-//! server that answers the OpenAI routes and EPP `/metrics`), the REAL `grid-operatord`
+//! server that answers the OpenAI-style routes and EPP `/metrics`), the REAL `grid-operatord`
 //! driver scraping it, and one REAL `grid-gatewayd` driver at the first site.
 //!
 //! ```text
