@@ -9,7 +9,7 @@
 //!
 //! The first site is the gateway's own ("local"): its readings reach the gateway after one
 //! scrape and one gateway poll. Every other site is seen only through its own operator,
-//! which operator[0] polls as a peer ("remote"), so its readings also wait for a peer poll.
+//! which the first operator polls as a peer ("remote"), so its readings also wait for a peer poll.
 //! Trust is SPIFFE over certificates minted at start into a temporary directory that is
 //! removed when the grid is dropped. Everything listens on 127.0.0.1.
 
@@ -37,7 +37,7 @@ pub const PROVIDER: &str = "pool";
 pub struct Cadence {
     /// Each operator's EPP scrape interval.
     pub scrape_ms: u64,
-    /// Operator[0]'s peer poll interval.
+    /// The first operator's peer poll interval.
     pub peer_poll_ms: u64,
     /// The gateway's operator poll interval.
     pub gateway_poll_ms: u64,
