@@ -6,6 +6,8 @@
 //! else (long mantissas, large exponents, `NaN`, `+Inf`) goes through the standard
 //! library's correctly rounded parser, so both paths give the same bits.
 
+use super::scan::{Class, is_blank, run_len};
+
 /// Exactly representable powers of ten, 1e0 through 1e22.
 const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
@@ -15,19 +17,28 @@ const POW10: [f64; 23] = [
 /// The largest mantissa the fast path may scale: 2^53, every integer up to it is exact.
 const MAX_EXACT_MANTISSA: u64 = 1 << 53;
 
-/// Parses one value token; `None` when it is not a float.
+/// Parses the value at the start of `line` (the rest of a sample line): returns it and
+/// the length of its token, which ends at a blank or the end of the line. `None` when the
+/// token is not a float.
 #[inline]
-pub(crate) fn parse_value(token: &[u8]) -> Option<f64> {
-    fast_decimal(token).or_else(|| slow_value(token))
+pub(crate) fn parse_value(line: &[u8]) -> Option<(f64, usize)> {
+    if let Some((value, len)) = fast_decimal(line) {
+        if line.get(len).is_none_or(|&b| is_blank(b)) {
+            return Some((value, len));
+        }
+    }
+    let len = run_len(line, Class::Token);
+    slow_value(&line[..len]).map(|value| (value, len))
 }
 
-/// The exact fast path; `None` means "not simple enough", not "invalid".
+/// The exact fast path over the longest decimal prefix of `text`; `None` means "not
+/// simple enough", not "invalid".
 #[inline]
-fn fast_decimal(token: &[u8]) -> Option<f64> {
-    let (negative, digits) = match token.split_first()? {
-        (b'-', rest) => (true, rest),
-        (b'+', rest) => (false, rest),
-        _ => (false, token),
+fn fast_decimal(text: &[u8]) -> Option<(f64, usize)> {
+    let (negative, digits, sign_len) = match text.split_first()? {
+        (b'-', rest) => (true, rest, 1),
+        (b'+', rest) => (false, rest, 1),
+        _ => (false, text, 0),
     };
     let mut mantissa: u64 = 0;
     let mut significant = 0usize;
@@ -75,8 +86,11 @@ fn fast_decimal(token: &[u8]) -> Option<f64> {
         let start = i;
         let mut exp: i32 = 0;
         while let Some(&b) = digits.get(i) {
-            if !b.is_ascii_digit() || i - start >= 4 {
+            if !b.is_ascii_digit() {
                 break;
+            }
+            if i - start >= 4 {
+                return None;
             }
             exp = exp * 10 + i32::from(b - b'0');
             i += 1;
@@ -86,7 +100,7 @@ fn fast_decimal(token: &[u8]) -> Option<f64> {
         }
         exp10 += if exp_negative { -exp } else { exp };
     }
-    if i != digits.len() || mantissa > MAX_EXACT_MANTISSA {
+    if mantissa > MAX_EXACT_MANTISSA {
         return None;
     }
     let magnitude = mantissa as f64;
@@ -95,7 +109,7 @@ fn fast_decimal(token: &[u8]) -> Option<f64> {
     } else {
         magnitude / *POW10.get(exp10.unsigned_abs() as usize)?
     };
-    Some(if negative { -value } else { value })
+    Some((if negative { -value } else { value }, sign_len + i))
 }
 
 /// Everything the fast path declines: the standard library parser, which is correctly
@@ -141,6 +155,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The value of a whole token, `None` unless all of it is the value.
+    fn value_of(token: &[u8]) -> Option<f64> {
+        parse_value(token).and_then(|(v, len)| (len == token.len()).then_some(v))
+    }
+
+    #[test]
+    fn the_value_token_ends_at_a_blank() {
+        assert_eq!(parse_value(b"1.5 123"), Some((1.5, 3)));
+        assert_eq!(parse_value(b"+Inf\t1"), Some((f64::INFINITY, 4)));
+        assert_eq!(parse_value(b"1.5x 123"), None);
+    }
+
     #[test]
     fn go_value_forms_parse() {
         let cases: [(&str, f64); 12] = [
@@ -158,9 +184,9 @@ mod tests {
             ("9.03676723e+08", 9.036_767_23e8),
         ];
         for (text, want) in cases {
-            assert_eq!(parse_value(text.as_bytes()), Some(want), "{text}");
+            assert_eq!(value_of(text.as_bytes()), Some(want), "{text}");
         }
-        assert!(parse_value(b"NaN").unwrap().is_nan());
+        assert!(value_of(b"NaN").unwrap().is_nan());
     }
 
     #[test]
@@ -168,7 +194,7 @@ mod tests {
         for text in [
             "", "-", "+", "e5", "1e", "1e+", "1.2.3", "0x10", "1,5", "abc", "1 ",
         ] {
-            assert_eq!(parse_value(text.as_bytes()), None, "{text:?}");
+            assert_eq!(value_of(text.as_bytes()), None, "{text:?}");
         }
     }
 
@@ -185,7 +211,7 @@ mod tests {
         ] {
             let want: f64 = text.parse().unwrap();
             assert_eq!(
-                parse_value(text.as_bytes()).map(f64::to_bits),
+                value_of(text.as_bytes()).map(f64::to_bits),
                 Some(want.to_bits())
             );
         }
@@ -209,7 +235,7 @@ mod tests {
         fn fast_path_agrees_with_std_on_printed_floats(v in any::<f64>()) {
             for text in [format!("{v}"), format!("{v:e}"), format!("{v:.3}")] {
                 let want: f64 = text.parse().unwrap();
-                let got = parse_value(text.as_bytes()).unwrap();
+                let got = value_of(text.as_bytes()).unwrap();
                 prop_assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{text}");
             }
         }
@@ -218,7 +244,7 @@ mod tests {
         fn fast_path_agrees_with_std_on_decimals(m in 0u64..10_000_000_000_000_000_000, e in -30i32..30, neg in any::<bool>()) {
             let text = format!("{}{m}e{e}", if neg { "-" } else { "" });
             let want: f64 = text.parse().unwrap();
-            prop_assert_eq!(parse_value(text.as_bytes()).map(f64::to_bits), Some(want.to_bits()));
+            prop_assert_eq!(value_of(text.as_bytes()).map(f64::to_bits), Some(want.to_bits()));
         }
     }
 }
