@@ -165,3 +165,35 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_holds_exactly_feedback_queue_requests() {
+        // No task drains this channel: submissions stay queued.
+        let (tx, rx) = mpsc::channel(FEEDBACK_QUEUE);
+        let handle = FeedbackHandle { tx };
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..FEEDBACK_QUEUE {
+            let h = handle.clone();
+            waiting.spawn(async move { h.submit(Caller::Local, Vec::new(), Vec::new(), 0).await });
+        }
+        for _ in 0..200 {
+            if rx.len() == FEEDBACK_QUEUE {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(rx.len(), FEEDBACK_QUEUE);
+        let refused = tokio::time::timeout(
+            Duration::from_millis(500),
+            handle.submit(Caller::Local, Vec::new(), Vec::new(), 0),
+        )
+        .await
+        .expect("refused without waiting");
+        assert_eq!(refused, None);
+        waiting.abort_all();
+    }
+}
