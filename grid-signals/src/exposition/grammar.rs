@@ -181,16 +181,20 @@ fn sample_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Sample<'a>> {
     };
     let mut i = skip_blanks(&i[len..]);
     let mut timestamp_ms = None;
-    if !i.is_empty() {
+    if !i.is_empty() && i[0] != b'#' {
         let (after, ts_text) = token(i)?;
         let Some(ts) = parse_timestamp(ts_text) else {
             return fail(i, SyntaxError::Timestamp);
         };
         timestamp_ms = Some(ts);
         i = skip_blanks(after);
-        if !i.is_empty() {
-            return fail(i, SyntaxError::LineEnd);
-        }
+    }
+    if i.starts_with(b"# {") {
+        // An `OpenMetrics` exemplar (`# {trace_id="..."} 1.0`); grid has no use for it.
+        i = &i[i.len()..];
+    }
+    if !i.is_empty() {
+        return fail(i, SyntaxError::LineEnd);
     }
     let sample = Sample {
         name: text_of(line, name),
@@ -327,6 +331,15 @@ mod tests {
         assert!(s.labels.get("y").unwrap().eq_str("q\"\\\n"));
         assert_eq!(s.value, f64::NEG_INFINITY);
         assert_eq!(s.timestamp_ms, Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn an_openmetrics_exemplar_is_skipped() {
+        let s = sample(r#"c_total{a="1"} 3 # {trace_id="x y"} 1.0 1700000000.5"#);
+        assert_eq!((s.value, s.timestamp_ms), (3.0, None));
+        let s = sample(r#"c_total 3 17 # {trace_id="x"} 1.0"#);
+        assert_eq!(s.timestamp_ms, Some(17));
+        assert_eq!(error("c_total 3 # x"), (11, SyntaxError::LineEnd));
     }
 
     #[test]
