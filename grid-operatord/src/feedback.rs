@@ -77,6 +77,10 @@ pub fn spawn(
     ages_rejected: Gauge,
 ) -> (FeedbackHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(FEEDBACK_QUEUE);
+    // Exported before the task runs, so a restored condition is visible from the start.
+    ages_rejected.set(i64::from(
+        receiver.condition().status == ConditionStatus::True,
+    ));
     let task = tokio::spawn(run(receiver, store, ages_rejected, rx));
     (FeedbackHandle { tx }, task)
 }
@@ -104,11 +108,8 @@ async fn run(
                 ));
             }
         }
-        while let Some(response) = receiver.poll_response() {
-            if let Some(tx) = waiting.remove(&response.request) {
-                let _ = tx.send(response.reply);
-            }
-        }
+        // The condition is exported before any reply goes out, so a gateway that got its
+        // 204 never reads an older condition.
         let condition = receiver.condition();
         if reported != Some(condition.status) {
             ages_rejected.set(i64::from(condition.status == ConditionStatus::True));
@@ -120,6 +121,11 @@ async fn run(
                 "gateway feedback condition"
             );
             reported = Some(condition.status);
+        }
+        while let Some(response) = receiver.poll_response() {
+            if let Some(tx) = waiting.remove(&response.request) {
+                let _ = tx.send(response.reply);
+            }
         }
         let timer = receiver
             .poll_timeout()

@@ -144,22 +144,22 @@ impl PeerPoller {
         for attempt in 0..MAX_POLL_ATTEMPTS {
             match fetch(&target).await {
                 Ok(fetched) => {
-                    let outcome = match fetched.date_ms {
-                        Some(date_ms) => {
-                            let now = clock::wall_ms();
-                            let report = lock(&self.signals).ingest_peer(
-                                &self.peer.name,
-                                &fetched.body,
-                                date_ms,
-                                now,
-                            );
-                            self.ingest.record(&report);
-                            PollOutcome::Ok
-                        }
-                        None => PollOutcome::NoDate,
+                    let Some(date_ms) = fetched.date_ms else {
+                        self.metrics.record(&self.peer.name, PollOutcome::NoDate);
+                        return PollOutcome::NoDate;
                     };
-                    self.metrics.record(&self.peer.name, outcome);
-                    return outcome;
+                    // Counted before the rows become visible, so whoever sees them also
+                    // sees the poll that brought them.
+                    self.metrics.record(&self.peer.name, PollOutcome::Ok);
+                    let now = clock::wall_ms();
+                    let report = lock(&self.signals).ingest_peer(
+                        &self.peer.name,
+                        &fetched.body,
+                        date_ms,
+                        now,
+                    );
+                    self.ingest.record(&report);
+                    return PollOutcome::Ok;
                 }
                 Err(failure) => last = failure,
             }
