@@ -133,14 +133,20 @@ fn text_of<'a>(line: &'a str, piece: &[u8]) -> &'a str {
 /// comma, then `}`.
 #[inline]
 fn label_set<'a>(line: &'a str, start: &'a [u8]) -> PResult<'a, Labels<'a>> {
+    // `close` is the input at `}`; the set is everything from `start` up to it.
+    let done = |close: &'a [u8], count: u32| {
+        let inside = &start[..start.len() - close.len()];
+        Ok((
+            &close[1..],
+            Labels::from_validated(text_of(line, inside), count),
+        ))
+    };
+    let mut i = skip_blanks(start);
+    if i.first() == Some(&b'}') {
+        return done(i, 0);
+    }
     let mut count: u32 = 0;
-    let mut i = start;
     loop {
-        i = skip_blanks(i);
-        if let Some((b'}', rest)) = i.split_first() {
-            let inside = &start[..start.len() - i.len()];
-            return Ok((rest, Labels::from_validated(text_of(line, inside), count)));
-        }
         (i, _) = label_name(i)?;
         if i.first() != Some(&b'=') {
             i = skip_blanks(i);
@@ -151,17 +157,21 @@ fn label_set<'a>(line: &'a str, start: &'a [u8]) -> PResult<'a, Labels<'a>> {
         }
         (i, _) = quoted(i)?;
         count += 1;
-        match i.split_first() {
-            Some((b',', rest)) => i = rest,
-            Some((b'}', _)) => {}
-            _ => {
-                i = skip_blanks(i);
-                match i.split_first() {
-                    Some((b',', rest)) => i = rest,
-                    Some((b'}', _)) => {}
-                    _ => return fail(i, SyntaxError::LabelSeparator),
+        if i.first().is_some_and(|&b| is_blank(b)) {
+            i = skip_blanks(i);
+        }
+        match i.first() {
+            Some(b',') => {
+                i = &i[1..];
+                if i.first().is_some_and(|&b| is_blank(b)) {
+                    i = skip_blanks(i);
+                }
+                if i.first() == Some(&b'}') {
+                    return done(i, count);
                 }
             }
+            Some(b'}') => return done(i, count),
+            _ => return fail(i, SyntaxError::LabelSeparator),
         }
     }
 }
