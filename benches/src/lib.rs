@@ -19,6 +19,7 @@
 //! Randomness comes from [`sim_rng::SimRng`], seeded, so every run replays.
 
 pub mod clock;
+pub mod epp_exposition;
 mod error;
 pub mod fake_epp;
 pub mod sim_rng;

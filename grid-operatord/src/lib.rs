@@ -7,6 +7,7 @@
 //! `POST /v1/site/signals/ingest` over mutual TLS (rustls), polls peer operators, persists
 //! its high-water marks and feedback state, and exports Prometheus `/metrics`. All
 //! decisions are made by `grid-signals` and `grid-feedback`, fed by the driver with `now`.
+//! The clocks are read in [`clock`] only.
 //!
 //! # Data flow
 //!
@@ -15,3 +16,30 @@
 //! peer operators --poll--> grid-signals ordering --> store (relayed to the local gateway)
 //! local gateway --POST ingest--> grid-feedback::Receiver --persist--> 204 echo
 //! ```
+
+pub mod clock;
+pub mod config;
+pub mod driver;
+mod error;
+pub mod feedback;
+pub mod fingerprint;
+pub mod listener;
+pub mod metrics;
+pub mod peers;
+pub mod providers;
+pub mod publish;
+pub mod scrape;
+pub mod signals;
+pub mod slots;
+pub mod state;
+pub mod tls;
+
+pub use error::Error;
+
+#[cfg(test)]
+#[path = "../tests/support/pki.rs"]
+mod test_pki;
+
+#[cfg(test)]
+#[path = "../tests/support/fake_epp.rs"]
+mod test_epp;

@@ -1,63 +1,130 @@
-//! Walks a body line by line, counting lines for error positions.
+//! Walks a body line by line, counting lines for error positions and checking UTF-8.
+//!
+//! The body is validated in long runs, not line by line, so the check
+//! costs one pass at memory speed; a line that holds an invalid sequence is reported as
+//! such and the walk resumes after it.
+
+/// One line as the cursor hands it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawLine<'a> {
+    /// The line's text, without its `\n`.
+    Text(&'a str),
+    /// The line is not UTF-8; the 0-based byte column of its first invalid sequence.
+    BadUtf8 {
+        /// Where the invalid sequence starts.
+        column: usize,
+    },
+}
 
 /// The unread part of a body and the 1-based number of the next line.
 #[derive(Clone, Debug)]
 pub(crate) struct LineCursor<'a> {
-    rest: &'a [u8],
+    body: &'a [u8],
+    /// Offset of the first unread byte.
+    pos: usize,
+    /// Validated text starting at `pos` (may be shorter than the rest of the body).
+    valid: &'a str,
     next_line: usize,
 }
 
 impl<'a> LineCursor<'a> {
     pub(crate) fn new(body: &'a [u8]) -> Self {
         Self {
-            rest: body,
+            body,
+            pos: 0,
+            valid: "",
             next_line: 1,
         }
     }
 
-    /// The next line (without `\n`) and its 1-based number; `None` at the end of the body.
-    /// A final line without `\n` is still a line.
+    /// The next line and its 1-based number; `None` at the end of the body. A final line
+    /// without `\n` is still a line.
     #[inline]
-    pub(crate) fn next_line(&mut self) -> Option<(usize, &'a [u8])> {
-        if self.rest.is_empty() {
-            return None;
+    pub(crate) fn next_line(&mut self) -> Option<(usize, RawLine<'a>)> {
+        if self.valid.is_empty() {
+            let rest = self.body.get(self.pos..).filter(|r| !r.is_empty())?;
+            self.valid = valid_prefix(rest);
         }
         let number = self.next_line;
         self.next_line += 1;
-        let line = match memchr::memchr(b'\n', self.rest) {
-            Some(end) => {
-                let line = &self.rest[..end];
-                self.rest = &self.rest[end + 1..];
-                line
-            }
-            None => std::mem::take(&mut self.rest),
-        };
-        Some((number, line))
+        if let Some(end) = memchr::memchr(b'\n', self.valid.as_bytes()) {
+            let line = &self.valid[..end];
+            self.valid = &self.valid[end + 1..];
+            self.pos += end + 1;
+            return Some((number, RawLine::Text(line)));
+        }
+        // No newline in the validated run: it ends the body, or an invalid sequence
+        // follows inside this line.
+        let partial = std::mem::take(&mut self.valid);
+        self.pos += partial.len();
+        let rest = &self.body[self.pos..];
+        if rest.is_empty() {
+            return Some((number, RawLine::Text(partial)));
+        }
+        self.pos += memchr::memchr(b'\n', rest).map_or(rest.len(), |end| end + 1);
+        Some((
+            number,
+            RawLine::BadUtf8 {
+                column: partial.len(),
+            },
+        ))
     }
 
     /// Forgets the rest of the body.
     pub(crate) fn finish(&mut self) {
-        self.rest = &[];
+        self.pos = self.body.len();
+        self.valid = "";
+    }
+}
+
+/// The longest UTF-8 prefix of `bytes`. `from_utf8` has an ASCII fast path that
+/// `utf8_chunks` lacks; the prefix is validated a second time only when an invalid
+/// sequence follows it, so the total work stays linear.
+fn valid_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::LineCursor;
+    use super::{LineCursor, RawLine};
+
+    fn all(body: &[u8]) -> Vec<(usize, RawLine<'_>)> {
+        let mut c = LineCursor::new(body);
+        std::iter::from_fn(|| c.next_line()).collect()
+    }
 
     #[test]
     fn lines_are_numbered_and_the_last_needs_no_newline() {
-        let mut c = LineCursor::new(b"a\n\nb");
-        assert_eq!(c.next_line(), Some((1, &b"a"[..])));
-        assert_eq!(c.next_line(), Some((2, &b""[..])));
-        assert_eq!(c.next_line(), Some((3, &b"b"[..])));
-        assert_eq!(c.next_line(), None);
+        assert_eq!(
+            all(b"a\n\nb"),
+            vec![
+                (1, RawLine::Text("a")),
+                (2, RawLine::Text("")),
+                (3, RawLine::Text("b"))
+            ]
+        );
     }
 
     #[test]
     fn a_trailing_newline_adds_no_line() {
-        let mut c = LineCursor::new(b"a\n");
-        assert_eq!(c.next_line(), Some((1, &b"a"[..])));
-        assert_eq!(c.next_line(), None);
+        assert_eq!(all(b"a\n"), vec![(1, RawLine::Text("a"))]);
+        assert_eq!(all(b""), vec![]);
+    }
+
+    #[test]
+    fn invalid_utf8_spoils_only_its_own_line() {
+        assert_eq!(
+            all(b"ok\nab\xffcd\n\xc3\n\xc3\xa9\nend\xff"),
+            vec![
+                (1, RawLine::Text("ok")),
+                (2, RawLine::BadUtf8 { column: 2 }),
+                (3, RawLine::BadUtf8 { column: 0 }),
+                (4, RawLine::Text("\u{e9}")),
+                (5, RawLine::BadUtf8 { column: 3 }),
+            ]
+        );
     }
 }

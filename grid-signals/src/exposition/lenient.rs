@@ -4,7 +4,7 @@
 //! Used on EPP scrapes, where one odd line must not hide the load signals around it.
 
 use super::cursor::LineCursor;
-use super::grammar::parse_line;
+use super::grammar::parse_raw_line;
 use super::sample::Line;
 use crate::Error;
 
@@ -27,7 +27,8 @@ impl<'a> Iterator for Lines<'a> {
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         while let Some((line_no, raw)) = self.cursor.next_line() {
-            match parse_line(raw) {
+            let parsed = parse_raw_line(raw);
+            match parsed {
                 Ok(None) => {}
                 Ok(Some(line)) => return Some(Ok(line)),
                 Err(e) => {

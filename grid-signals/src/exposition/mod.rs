@@ -24,6 +24,7 @@ mod grammar;
 mod labels;
 mod lenient;
 mod sample;
+mod scan;
 mod strict;
 mod syntax_error;
 mod value;

@@ -4,7 +4,7 @@
 //! operator's relay): one typed error naming line, column and expectation.
 
 use super::cursor::LineCursor;
-use super::grammar::parse_line;
+use super::grammar::parse_raw_line;
 use super::sample::{Line, Sample};
 use super::syntax_error::SyntaxError;
 use crate::Error;
@@ -38,7 +38,8 @@ impl<'a> Iterator for Samples<'a> {
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         while let Some((line_no, raw)) = self.cursor.next_line() {
-            let (column, kind) = match parse_line(raw) {
+            let parsed = parse_raw_line(raw);
+            let (column, kind) = match parsed {
                 Ok(Some(_)) if self.seen_eof => (0, SyntaxError::AfterEof),
                 Ok(Some(Line::Sample(sample))) => return Some(Ok(sample)),
                 Ok(Some(Line::Eof)) => {

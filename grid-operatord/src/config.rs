@@ -1,0 +1,894 @@
+//! The operator's configuration: one TOML file in the standalone daemon.
+//!
+//! The rest of the operator sees only the validated [`Config`], obtained through the
+//! [`ConfigSource`] trait, so a Kubernetes controller can later build the same value from
+//! its custom resources without touching scrape, serve or poll logic. The file format is
+//! documented in `docs/operator.md` with an example in `docs/examples/operator.toml`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::Error;
+use crate::fingerprint::Fingerprint;
+
+/// The most peers one operator polls; each holds a connection slot, and the signals
+/// listener admits at most [`crate::slots::MAX_PEER_CONNECTIONS`] of them.
+pub const MAX_PEERS: usize = 128;
+/// The most providers one operator scrapes.
+pub const MAX_PROVIDERS: usize = 256;
+/// The longest site, peer or provider name (a DNS label).
+pub const MAX_NAME_LEN: usize = 63;
+/// The shortest interval or timeout accepted, in milliseconds: below it the operator would
+/// spend its time on handshakes.
+pub const MIN_PERIOD_MS: u64 = 100;
+/// The longest interval or timeout accepted, in milliseconds (one hour).
+pub const MAX_PERIOD_MS: u64 = 3_600_000;
+/// Default EPP scrape interval.
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+/// Default peer poll interval.
+pub const DEFAULT_PEER_POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// Default per-scrape timeout.
+pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default per-poll-attempt timeout for a peer.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default path of an EPP's metrics.
+pub const DEFAULT_METRICS_PATH: &str = "/metrics";
+
+/// Where the operator's configuration comes from.
+///
+/// The standalone daemon reads a file ([`FileConfigSource`]); a Kubernetes controller can
+/// implement this from its resources later.
+pub trait ConfigSource: Send + Sync {
+    /// Reads and validates the whole configuration.
+    fn load(&self) -> Result<Config, Error>;
+    /// The signal transport mode currently declared, read without validating the rest, so
+    /// the driver can notice a changed mode even while other fields are being edited.
+    fn declared_mode(&self) -> Result<String, Error>;
+}
+
+/// Reads the configuration from one TOML file.
+#[derive(Clone, Debug)]
+pub struct FileConfigSource {
+    path: PathBuf,
+}
+
+impl FileConfigSource {
+    /// A source reading `path` on every [`ConfigSource::load`].
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    fn read(&self) -> Result<String, Error> {
+        std::fs::read_to_string(&self.path).map_err(|source| Error::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+impl ConfigSource for FileConfigSource {
+    fn load(&self) -> Result<Config, Error> {
+        Config::from_toml(&self.read()?, &self.path)
+    }
+
+    fn declared_mode(&self) -> Result<String, Error> {
+        declared_mode(&self.read()?, &self.path)
+    }
+}
+
+/// The signal transport mode declared in TOML text; absent means `gossip`, as in the spec.
+pub fn declared_mode(text: &str, path: &Path) -> Result<String, Error> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok(table
+        .get("signalTransport")
+        .and_then(|t| t.get("mode"))
+        .and_then(toml::Value::as_str)
+        .unwrap_or(TransportMode::GOSSIP)
+        .to_owned())
+}
+
+/// The validated configuration of one operator.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This site's name; its own certificate identifies as it.
+    pub site: String,
+    /// The one network this operator serves.
+    pub network: String,
+    /// Directory of the persisted epoch high-water mark and feedback state.
+    pub state_dir: PathBuf,
+    /// Listener addresses.
+    pub listen: Listen,
+    /// The site's TLS material.
+    pub tls: TlsFiles,
+    /// How peers and the local gateway are authenticated.
+    pub trust: TrustMode,
+    /// How signals cross sites; only [`TransportMode::Poll`] runs.
+    pub transport: TransportMode,
+    /// EPP scrape interval.
+    pub scrape_interval: Duration,
+    /// Peer poll interval.
+    pub peer_poll_interval: Duration,
+    /// Peer operators polled over mTLS.
+    pub peers: Vec<PeerConfig>,
+    /// Providers whose EPPs are scraped.
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// The two listeners.
+#[derive(Clone, Copy, Debug)]
+pub struct Listen {
+    /// `GET /v1/site/signals` and `POST /v1/site/signals/ingest` over mTLS.
+    pub signals: SocketAddr,
+    /// Prometheus `/metrics`, plain HTTP.
+    pub metrics: SocketAddr,
+}
+
+/// PEM files of the site's certificate, key and trust anchor.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// Certificate chain, leaf first; the local gateway presents the same certificate.
+    pub cert: PathBuf,
+    /// Private key of the leaf.
+    pub key: PathBuf,
+    /// CA bundle; required in `spiffe` mode, unused in `pin` mode.
+    pub ca: Option<PathBuf>,
+}
+
+/// Peer trust mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrustMode {
+    /// Each peer is known by the SHA-256 fingerprints of its leaf certificate (listed per
+    /// peer); the local gateway by this site's own certificate.
+    Pin,
+    /// Certificates chain to the CA and carry `spiffe://<trust_domain>/site/<name>` as a URI
+    /// SAN.
+    Spiffe {
+        /// The SPIFFE trust domain.
+        trust_domain: String,
+    },
+}
+
+/// How signals cross sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportMode {
+    /// Serve `/v1/site/signals` over mTLS and poll peers.
+    Poll,
+}
+
+impl TransportMode {
+    /// The spelling of the gossip mode, which this operator does not implement.
+    pub const GOSSIP: &'static str = "gossip";
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+        }
+    }
+}
+
+/// One peer operator.
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    /// The peer's site name; rows it sends for any other site are dropped.
+    pub name: String,
+    /// Its `GET /v1/site/signals` URL (https).
+    pub url: http::Uri,
+    /// Accepted leaf fingerprints (pin mode; several allow rotation).
+    pub fingerprints: Vec<Fingerprint>,
+    /// Timeout of one poll attempt.
+    pub timeout: Duration,
+}
+
+/// One provider whose EPP is scraped.
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    /// The provider name, `grid_provider` on every series.
+    pub name: String,
+    /// Full URL of the EPP metrics (base URL joined with `path`).
+    pub url: http::Uri,
+    /// Per-scrape timeout.
+    pub timeout: Duration,
+    /// No successful scrape within this long means not ready; `None` means half the
+    /// signal TTL.
+    pub stale_metrics: Option<Duration>,
+    /// `provider_uid` label of its batches; defaults to `<site>/<name>`.
+    pub uid: String,
+    /// Config generation published as the batch metadata value.
+    pub generation: u64,
+    /// CA bundle for an `https` EPP; defaults to `tls.ca`.
+    pub ca_file: Option<PathBuf>,
+    /// The EPP pool (`name` label) this provider is; `None` reads every pool the EPP
+    /// reports, combined.
+    pub pool: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawConfig {
+    site: String,
+    network: RawNetwork,
+    state_dir: PathBuf,
+    listen: RawListen,
+    tls: RawTls,
+    trust: RawTrust,
+    signal_transport: Option<RawTransport>,
+    #[serde(default)]
+    intervals: RawIntervals,
+    #[serde(default)]
+    peers: Vec<RawPeer>,
+    #[serde(default)]
+    providers: Vec<RawProvider>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawNetwork {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListen {
+    signals: String,
+    metrics: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTrust {
+    mode: String,
+    trust_domain: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTransport {
+    mode: String,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawIntervals {
+    scrape_seconds: Option<f64>,
+    peer_poll_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPeer {
+    name: String,
+    url: String,
+    #[serde(default)]
+    fingerprints: Vec<String>,
+    timeout_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawProvider {
+    name: String,
+    url: String,
+    path: Option<String>,
+    timeout_seconds: Option<f64>,
+    stale_metrics_seconds: Option<f64>,
+    uid: Option<String>,
+    generation: Option<u64>,
+    ca_file: Option<PathBuf>,
+    pool: Option<String>,
+}
+
+fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::ConfigField {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Parses and validates TOML text; `path` only labels messages.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, Error> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Self, Error> {
+        check_name("site", &raw.site)?;
+        let network = match raw.network {
+            RawNetwork::One(n) => n,
+            RawNetwork::Many(list) if list.len() == 1 => {
+                list.into_iter().next().unwrap_or_default()
+            }
+            RawNetwork::Many(list) => {
+                return Err(field_err(
+                    "network",
+                    format!(
+                        "one operator serves one network and refuses to start on more; {} are listed",
+                        list.len()
+                    ),
+                ));
+            }
+        };
+        check_name("network", &network)?;
+        if raw.state_dir.as_os_str().is_empty() {
+            return Err(field_err("stateDir", "must name a directory"));
+        }
+        let listen = Listen {
+            signals: parse_addr("listen.signals", &raw.listen.signals)?,
+            metrics: parse_addr("listen.metrics", &raw.listen.metrics)?,
+        };
+        if listen.signals == listen.metrics && listen.signals.port() != 0 {
+            return Err(field_err(
+                "listen.metrics",
+                "must differ from listen.signals: /metrics is plain HTTP, signals are mTLS",
+            ));
+        }
+        let trust = validate_trust(&raw.trust, &raw.tls)?;
+        let transport = validate_transport(raw.signal_transport.as_ref())?;
+        let scrape_interval = period(
+            "intervals.scrapeSeconds",
+            raw.intervals.scrape_seconds,
+            DEFAULT_SCRAPE_INTERVAL,
+        )?;
+        let peer_poll_interval = period(
+            "intervals.peerPollSeconds",
+            raw.intervals.peer_poll_seconds,
+            DEFAULT_PEER_POLL_INTERVAL,
+        )?;
+        if raw.peers.len() > MAX_PEERS {
+            return Err(field_err(
+                "peers",
+                format!("at most {MAX_PEERS} peers, {} listed", raw.peers.len()),
+            ));
+        }
+        if raw.providers.len() > MAX_PROVIDERS {
+            return Err(field_err(
+                "providers",
+                format!(
+                    "at most {MAX_PROVIDERS} providers, {} listed",
+                    raw.providers.len()
+                ),
+            ));
+        }
+        let mut peers = Vec::with_capacity(raw.peers.len());
+        for (i, p) in raw.peers.into_iter().enumerate() {
+            peers.push(validate_peer(i, p, &raw.site, &trust, &peers)?);
+        }
+        let mut providers = Vec::with_capacity(raw.providers.len());
+        for (i, p) in raw.providers.into_iter().enumerate() {
+            providers.push(validate_provider(i, p, &raw.site, &providers)?);
+        }
+        for (i, p) in providers.iter().enumerate() {
+            if p.url.scheme_str() == Some("https") && p.ca_file.is_none() && raw.tls.ca.is_none() {
+                return Err(field_err(
+                    format!("providers[{i}].caFile"),
+                    "an https EPP needs `caFile` here or `tls.ca`",
+                ));
+            }
+        }
+        Ok(Self {
+            site: raw.site,
+            network,
+            state_dir: raw.state_dir,
+            listen,
+            tls: TlsFiles {
+                cert: raw.tls.cert,
+                key: raw.tls.key,
+                ca: raw.tls.ca,
+            },
+            trust,
+            transport,
+            scrape_interval,
+            peer_poll_interval,
+            peers,
+            providers,
+        })
+    }
+}
+
+fn validate_trust(trust: &RawTrust, tls: &RawTls) -> Result<TrustMode, Error> {
+    Ok(match trust.mode.as_str() {
+        "pin" => {
+            if trust.trust_domain.is_some() {
+                return Err(field_err(
+                    "trust.trustDomain",
+                    "only applies in `spiffe` mode",
+                ));
+            }
+            TrustMode::Pin
+        }
+        "spiffe" => {
+            let domain = trust
+                .trust_domain
+                .clone()
+                .ok_or_else(|| field_err("trust.trustDomain", "required in `spiffe` mode"))?;
+            check_trust_domain(&domain)?;
+            if tls.ca.is_none() {
+                return Err(field_err("tls.ca", "required in `spiffe` mode"));
+            }
+            TrustMode::Spiffe {
+                trust_domain: domain,
+            }
+        }
+        other => {
+            return Err(field_err(
+                "trust.mode",
+                format!("`{other}` is not a trust mode; use `pin` or `spiffe`"),
+            ));
+        }
+    })
+}
+
+fn validate_transport(t: Option<&RawTransport>) -> Result<TransportMode, Error> {
+    Ok(match t.map(|t| t.mode.as_str()) {
+        Some("poll") => TransportMode::Poll,
+        None | Some(TransportMode::GOSSIP) => {
+            return Err(field_err(
+                "signalTransport.mode",
+                "`gossip` (also what an absent mode means) is not implemented by this operator yet; set `poll`",
+            ));
+        }
+        Some(other) => {
+            return Err(field_err(
+                "signalTransport.mode",
+                format!("`{other}` is not a mode; use `poll`"),
+            ));
+        }
+    })
+}
+
+fn validate_peer(
+    i: usize,
+    p: RawPeer,
+    site: &str,
+    trust: &TrustMode,
+    earlier: &[PeerConfig],
+) -> Result<PeerConfig, Error> {
+    let at = |f: &str| format!("peers[{i}].{f}");
+    check_name(&at("name"), &p.name)?;
+    if p.name == site {
+        return Err(field_err(at("name"), "a peer cannot be this site itself"));
+    }
+    if earlier.iter().any(|e| e.name == p.name) {
+        return Err(field_err(
+            at("name"),
+            format!("`{}` is listed twice", p.name),
+        ));
+    }
+    let url = parse_url(&at("url"), &p.url, &["https"])?;
+    let fingerprints = p
+        .fingerprints
+        .iter()
+        .enumerate()
+        .map(|(j, f)| {
+            Fingerprint::parse(f).map_err(|r| field_err(at(&format!("fingerprints[{j}]")), r))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match trust {
+        TrustMode::Pin if fingerprints.is_empty() => {
+            return Err(field_err(
+                at("fingerprints"),
+                "pin mode needs at least one fingerprint",
+            ));
+        }
+        TrustMode::Spiffe { .. } if !fingerprints.is_empty() => {
+            return Err(field_err(at("fingerprints"), "only applies in `pin` mode"));
+        }
+        _ => {}
+    }
+    Ok(PeerConfig {
+        name: p.name,
+        url,
+        fingerprints,
+        timeout: period(
+            &at("timeoutSeconds"),
+            p.timeout_seconds,
+            DEFAULT_PEER_TIMEOUT,
+        )?,
+    })
+}
+
+fn validate_provider(
+    i: usize,
+    p: RawProvider,
+    site: &str,
+    earlier: &[ProviderConfig],
+) -> Result<ProviderConfig, Error> {
+    let at = |f: &str| format!("providers[{i}].{f}");
+    check_name(&at("name"), &p.name)?;
+    if earlier.iter().any(|e| e.name == p.name) {
+        return Err(field_err(
+            at("name"),
+            format!("`{}` is listed twice", p.name),
+        ));
+    }
+    let path = p.path.unwrap_or_else(|| DEFAULT_METRICS_PATH.to_owned());
+    if !path.starts_with('/') {
+        return Err(field_err(at("path"), "must start with `/`"));
+    }
+    let base = parse_url(&at("url"), &p.url, &["http", "https"])?;
+    if base.path() != "/" || base.query().is_some() {
+        return Err(field_err(
+            at("url"),
+            "give the base URL only; the path goes in `path`",
+        ));
+    }
+    let joined = format!(
+        "{}://{}{}",
+        base.scheme_str().unwrap_or("http"),
+        base.authority().map_or("", http::uri::Authority::as_str),
+        path
+    );
+    let url = parse_url(&at("path"), &joined, &["http", "https"])?;
+    let stale_metrics = match p.stale_metrics_seconds {
+        None => None,
+        Some(s) => Some(period(&at("staleMetricsSeconds"), Some(s), Duration::ZERO)?),
+    };
+    let uid = p.uid.unwrap_or_else(|| format!("{site}/{}", p.name));
+    if uid.is_empty() || uid.len() > 128 || uid.chars().any(char::is_control) {
+        return Err(field_err(at("uid"), "1 to 128 printable characters"));
+    }
+    Ok(ProviderConfig {
+        name: p.name,
+        url,
+        timeout: period(
+            &at("timeoutSeconds"),
+            p.timeout_seconds,
+            DEFAULT_SCRAPE_TIMEOUT,
+        )?,
+        stale_metrics,
+        uid,
+        generation: p.generation.unwrap_or(1),
+        ca_file: p.ca_file,
+        pool: match p.pool {
+            Some(pool) if pool.is_empty() || pool.len() > 253 => {
+                return Err(field_err(at("pool"), "1 to 253 bytes"));
+            }
+            other => other,
+        },
+    })
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(field_err(
+            field,
+            format!(
+                "`{name}` is not a DNS label (1 to {MAX_NAME_LEN} of a-z, 0-9, `-`, not starting or ending with `-`)"
+            ),
+        ))
+    }
+}
+
+fn check_trust_domain(domain: &str) -> Result<(), Error> {
+    let ok = !domain.is_empty()
+        && domain.len() <= 255
+        && domain.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b'_'
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(field_err(
+            "trust.trustDomain",
+            format!(
+                "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `-`, `.`, `_`)"
+            ),
+        ))
+    }
+}
+
+fn parse_addr(field: &str, text: &str) -> Result<SocketAddr, Error> {
+    text.parse()
+        .map_err(|e| field_err(field, format!("`{text}` is not an address:port ({e})")))
+}
+
+fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Error> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| field_err(field, format!("`{text}` is not a URL ({e})")))?;
+    match uri.scheme_str() {
+        Some(s) if schemes.contains(&s) => {}
+        _ => {
+            return Err(field_err(
+                field,
+                format!("`{text}`: scheme must be one of {}", schemes.join(", ")),
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(field_err(field, format!("`{text}` has no host")));
+    }
+    Ok(uri)
+}
+
+fn period(field: &str, seconds: Option<f64>, default: Duration) -> Result<Duration, Error> {
+    let Some(s) = seconds else { return Ok(default) };
+    let ms = s * 1000.0;
+    if !ms.is_finite() || ms < MIN_PERIOD_MS as f64 || ms > MAX_PERIOD_MS as f64 {
+        return Err(field_err(
+            field,
+            format!(
+                "{s} s is outside {} s to {} s",
+                MIN_PERIOD_MS as f64 / 1000.0,
+                MAX_PERIOD_MS / 1000
+            ),
+        ));
+    }
+    Ok(Duration::from_micros((s * 1e6).round() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write as _;
+
+    use super::*;
+
+    const PIN: &str = "AB:CD:EF:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89:ab:cd:ef:01:23:45:67:89";
+
+    fn base() -> String {
+        format!(
+            r#"
+site = "a"
+network = "prod"
+stateDir = "/var/lib/grid"
+[listen]
+signals = "127.0.0.1:9443"
+metrics = "127.0.0.1:9090"
+[tls]
+cert = "a.pem"
+key = "a.key"
+[trust]
+mode = "pin"
+[signalTransport]
+mode = "poll"
+[[peers]]
+name = "b"
+url = "https://b.example:9443/v1/site/signals"
+fingerprints = ["{PIN}"]
+[[providers]]
+name = "llama"
+url = "http://epp.local:9090"
+staleMetricsSeconds = 10
+"#
+        )
+    }
+
+    fn load(text: &str) -> Result<Config, Error> {
+        Config::from_toml(text, Path::new("operator.toml"))
+    }
+
+    fn refused_field(text: &str) -> String {
+        match load(text) {
+            Err(Error::ConfigField { field, .. }) => field,
+            Err(Error::ConfigSyntax { message, .. }) => format!("syntax: {message}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn example_config_loads_with_defaults() {
+        let c = load(&base()).unwrap();
+        assert_eq!(c.site, "a");
+        assert_eq!(c.scrape_interval, Duration::from_secs(1));
+        assert_eq!(c.peer_poll_interval, Duration::from_secs(5));
+        assert_eq!(c.transport, TransportMode::Poll);
+        assert_eq!(
+            c.providers[0].url.to_string(),
+            "http://epp.local:9090/metrics"
+        );
+        assert_eq!(c.providers[0].uid, "a/llama");
+        assert_eq!(c.providers[0].stale_metrics, Some(Duration::from_secs(10)));
+        assert_eq!(
+            c.peers[0].fingerprints[0],
+            Fingerprint::parse(&PIN.replace(':', "").to_uppercase()).unwrap()
+        );
+    }
+
+    #[test]
+    fn shipped_example_file_loads() {
+        let text = include_str!("../../docs/examples/operator.toml");
+        let c = load(text).unwrap();
+        assert!(!c.providers.is_empty());
+    }
+
+    #[test]
+    fn gossip_and_absent_mode_are_refused_with_a_clear_message() {
+        let gossip = base().replace("mode = \"poll\"", "mode = \"gossip\"");
+        let err = load(&gossip).unwrap_err().to_string();
+        assert!(
+            err.contains("signalTransport.mode") && err.contains("gossip"),
+            "{err}"
+        );
+        let absent = base().replace("[signalTransport]\nmode = \"poll\"\n", "");
+        assert_eq!(refused_field(&absent), "signalTransport.mode");
+    }
+
+    #[test]
+    fn more_than_one_network_is_refused() {
+        let two = base().replace("network = \"prod\"", "network = [\"prod\", \"staging\"]");
+        assert!(load(&two).unwrap_err().to_string().contains("one network"));
+        let one = base().replace("network = \"prod\"", "network = [\"prod\"]");
+        assert_eq!(load(&one).unwrap().network, "prod");
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_field() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("site = \"a\"", "site = \"A_b\"", "site"),
+            (
+                "signals = \"127.0.0.1:9443\"",
+                "signals = \"nowhere\"",
+                "listen.signals",
+            ),
+            ("mode = \"pin\"", "mode = \"trust-me\"", "trust.mode"),
+            ("mode = \"pin\"", "mode = \"spiffe\"", "trust.trustDomain"),
+            (
+                "url = \"https://b.example:9443/v1/site/signals\"",
+                "url = \"http://b.example/v1/site/signals\"",
+                "peers[0].url",
+            ),
+            ("name = \"b\"", "name = \"a\"", "peers[0].name"),
+            (
+                "url = \"http://epp.local:9090\"",
+                "url = \"ftp://epp.local\"",
+                "providers[0].url",
+            ),
+            (
+                "staleMetricsSeconds = 10",
+                "staleMetricsSeconds = -1",
+                "providers[0].staleMetricsSeconds",
+            ),
+            (
+                "staleMetricsSeconds = 10",
+                "path = \"metrics\"",
+                "providers[0].path",
+            ),
+            (
+                "url = \"http://epp.local:9090\"",
+                "url = \"https://epp.local:9090\"",
+                "providers[0].caFile",
+            ),
+        ];
+        for (from, to, field) in cases {
+            let text = base().replacen(from, to, 1);
+            assert_eq!(refused_field(&text), *field, "{to}");
+        }
+        let bad_pin = base().replace(PIN, "00:11");
+        assert_eq!(refused_field(&bad_pin), "peers[0].fingerprints[0]");
+        let no_pin = base().replace(&format!("fingerprints = [\"{PIN}\"]"), "");
+        assert_eq!(refused_field(&no_pin), "peers[0].fingerprints");
+    }
+
+    #[test]
+    fn unknown_and_missing_fields_are_refused_naming_them() {
+        let unknown = base().replace("stateDir", "stateDirectory");
+        let msg = refused_field(&unknown);
+        assert!(msg.contains("stateDirectory"), "{msg}");
+        let missing = base().replace("key = \"a.key\"\n", "");
+        let msg = refused_field(&missing);
+        assert!(msg.contains("`key`"), "{msg}");
+    }
+
+    #[test]
+    fn spiffe_mode_needs_a_ca_and_refuses_pins() {
+        let spiffe = base().replace(
+            "mode = \"pin\"",
+            "mode = \"spiffe\"\ntrustDomain = \"grid.example\"",
+        );
+        assert_eq!(refused_field(&spiffe), "tls.ca");
+        let with_ca = spiffe.replace("key = \"a.key\"", "key = \"a.key\"\nca = \"ca.pem\"");
+        assert_eq!(refused_field(&with_ca), "peers[0].fingerprints");
+        let ok = with_ca.replace(&format!("fingerprints = [\"{PIN}\"]"), "");
+        assert_eq!(
+            load(&ok).unwrap().trust,
+            TrustMode::Spiffe {
+                trust_domain: "grid.example".into()
+            }
+        );
+    }
+
+    #[test]
+    fn periods_are_bounded_at_both_ends() {
+        let with = |s: &str| {
+            base().replace(
+                "[signalTransport]",
+                &format!("[intervals]\nscrapeSeconds = {s}\n[signalTransport]"),
+            )
+        };
+        assert_eq!(
+            load(&with("0.1")).unwrap().scrape_interval,
+            Duration::from_millis(MIN_PERIOD_MS)
+        );
+        assert_eq!(refused_field(&with("0.099")), "intervals.scrapeSeconds");
+        assert_eq!(
+            load(&with("3600")).unwrap().scrape_interval,
+            Duration::from_millis(MAX_PERIOD_MS)
+        );
+        assert_eq!(refused_field(&with("3600.001")), "intervals.scrapeSeconds");
+    }
+
+    fn with_peers(n: usize) -> String {
+        let mut text = base();
+        for i in 0..n - 1 {
+            writeln!(
+                text,
+                "[[peers]]\nname = \"p{i}\"\nurl = \"https://p{i}.example/v1/site/signals\"\nfingerprints = [\"{PIN}\"]"
+            )
+            .unwrap();
+        }
+        text
+    }
+
+    #[test]
+    fn peer_count_is_capped_at_max_peers() {
+        assert_eq!(load(&with_peers(MAX_PEERS)).unwrap().peers.len(), MAX_PEERS);
+        assert_eq!(refused_field(&with_peers(MAX_PEERS + 1)), "peers");
+    }
+
+    #[test]
+    fn provider_count_is_capped_at_max_providers() {
+        let with = |n: usize| {
+            let mut text = base();
+            for i in 0..n - 1 {
+                writeln!(
+                    text,
+                    "[[providers]]\nname = \"m{i}\"\nurl = \"http://e{i}.local\""
+                )
+                .unwrap();
+            }
+            text
+        };
+        assert_eq!(
+            load(&with(MAX_PROVIDERS)).unwrap().providers.len(),
+            MAX_PROVIDERS
+        );
+        assert_eq!(refused_field(&with(MAX_PROVIDERS + 1)), "providers");
+    }
+
+    #[test]
+    fn names_are_capped_at_max_name_len() {
+        let name =
+            |n: usize| base().replace("site = \"a\"", &format!("site = \"{}\"", "s".repeat(n)));
+        assert_eq!(load(&name(MAX_NAME_LEN)).unwrap().site.len(), MAX_NAME_LEN);
+        assert_eq!(refused_field(&name(MAX_NAME_LEN + 1)), "site");
+    }
+
+    #[test]
+    fn declared_mode_is_read_without_validation() {
+        let p = Path::new("x.toml");
+        assert_eq!(
+            declared_mode("[signalTransport]\nmode = \"gossip\"\n", p).unwrap(),
+            "gossip"
+        );
+        assert_eq!(declared_mode("site = 3\n", p).unwrap(), "gossip");
+        assert_eq!(declared_mode(&base(), p).unwrap(), "poll");
+    }
+}

@@ -1,0 +1,415 @@
+//! Starts and owns every task of a running operator: the scrape loop, one poller per
+//! peer, the mTLS signals listener, the feedback writer, `/metrics` and the mode watcher.
+//!
+//! Start-up order matters for correctness: the publisher epoch is persisted before the
+//! scrape loop (the only publisher) starts, and the feedback state is restored before the
+//! listener accepts its first report.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use grid_feedback::Receiver;
+use grid_signals::store::StoreConfig;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::Error;
+use crate::clock;
+use crate::config::{Config, ConfigSource, TransportMode};
+use crate::feedback;
+use crate::listener::{Listener, Timeouts};
+use crate::metrics::{self, OperatorMetrics};
+use crate::peers::PeerPoller;
+use crate::providers::{ScrapeLoop, ScrapedProvider};
+use crate::publish::Publisher;
+use crate::scrape::{ScrapeTarget, Scraper, scrape_tls_config};
+use crate::signals::{SharedSignals, Signals, SignalsService};
+use crate::slots::Slots;
+use crate::state::{StateStore, start_epoch};
+use crate::tls::{self, Identity, TlsMaterial};
+
+/// How often the declared signal transport mode is re-read.
+pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the batch fences are persisted when they moved. A restart loses at most
+/// this much fence progress; a batch admitted in that window could be admitted once more
+/// after the restart, never an older one than the persisted fence.
+pub const FENCE_PERSIST_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Knobs tests turn; the daemon uses the defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Signals-listener timeouts.
+    pub timeouts: Timeouts,
+    /// How often the declared mode is re-read.
+    pub mode_check: Duration,
+    /// How often the fences are persisted.
+    pub fence_persist: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            timeouts: Timeouts::default(),
+            mode_check: MODE_CHECK_INTERVAL,
+            fence_persist: FENCE_PERSIST_INTERVAL,
+        }
+    }
+}
+
+/// A running operator. Dropping it stops every task.
+#[derive(Debug)]
+pub struct Running {
+    /// Where the signals listener is bound (the configured port, or the one the OS chose
+    /// for port 0).
+    pub signals_addr: SocketAddr,
+    /// Where `/metrics` is bound.
+    pub metrics_addr: SocketAddr,
+    /// This process's publisher epoch.
+    pub epoch: u64,
+    /// The stores.
+    pub signals: SharedSignals,
+    /// Series handles.
+    pub metrics: OperatorMetrics,
+    /// The registry `/metrics` renders.
+    pub registry: Arc<Registry>,
+    tasks: JoinSet<Result<(), Error>>,
+}
+
+impl Running {
+    /// Waits until a task ends: normally never; the mode watcher ends with
+    /// [`Error::ModeChanged`] when the declared mode no longer matches.
+    pub async fn wait(mut self) -> Result<(), Error> {
+        match self.tasks.join_next().await {
+            Some(Ok(result)) => result,
+            Some(Err(e)) => Err(Error::Io {
+                path: "task".into(),
+                source: std::io::Error::other(e.to_string()),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Binds `addr`, returning the listener and the address it really has (port 0 chosen).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let bind_err = |source| Error::Bind { addr, source };
+    let tcp = TcpListener::bind(addr).await.map_err(bind_err)?;
+    let bound = tcp.local_addr().map_err(bind_err)?;
+    Ok((tcp, bound))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Io {
+            path: "state".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+}
+
+fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<ScrapeTarget>, Error> {
+    config
+        .providers
+        .iter()
+        .map(|p| {
+            let tls = if p.url.scheme_str() == Some("https") {
+                let roots = match &p.ca_file {
+                    Some(path) => {
+                        let files = crate::config::TlsFiles {
+                            cert: config.tls.cert.clone(),
+                            key: config.tls.key.clone(),
+                            ca: Some(path.clone()),
+                        };
+                        TlsMaterial::load(&files)?.roots
+                    }
+                    None => material.roots.clone(),
+                };
+                Some(scrape_tls_config(roots)?)
+            } else {
+                None
+            };
+            Ok(ScrapeTarget {
+                url: p.url.clone(),
+                timeout: p.timeout,
+                tls,
+            })
+        })
+        .collect()
+}
+
+/// Starts an operator from `config`, persisting through `state`; when `source` is given,
+/// the declared mode is watched.
+pub async fn start(
+    config: Config,
+    source: Option<Arc<dyn ConfigSource>>,
+    state: Arc<dyn StateStore>,
+    options: Options,
+) -> Result<Running, Error> {
+    let material = TlsMaterial::load(&config.tls)?;
+    let trust = Arc::new(tls::trust_from_config(&config, &material)?);
+    let server_tls = tls::server_config(&material, trust.clone())?;
+    let targets = scrape_targets(&config, &material)?;
+    let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
+    let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
+
+    let now = clock::wall_ms();
+    let Persisted {
+        epoch,
+        feedback: restored,
+        fences,
+    } = load_persisted(&state, now).await?;
+
+    let store_config = StoreConfig::default();
+    let mut held = Signals::new(store_config);
+    if let Some(fences) = fences {
+        let import = held.import_fences(&fences, now);
+        tracing::info!(
+            applied = import.applied,
+            refused = import.refused,
+            "fences restored"
+        );
+    }
+    let signals: SharedSignals = Arc::new(Mutex::new(held));
+    let mut registry = Registry::default();
+    let metrics = OperatorMetrics::register(&mut registry, signals.clone());
+    metrics.epoch.set(epoch as i64);
+    let receiver = restore_receiver(restored, now, &metrics, &config)?;
+    let registry = Arc::new(registry);
+
+    let mut tasks = JoinSet::new();
+    let (feedback, feedback_task) =
+        feedback::spawn(receiver, state.clone(), metrics.ages_rejected.clone());
+    tasks.spawn(async move {
+        let _ = feedback_task.await;
+        Ok(())
+    });
+
+    let scrape_loop = scrape_loop(
+        &config,
+        targets,
+        epoch,
+        now,
+        &signals,
+        &metrics,
+        store_config,
+    );
+    tasks.spawn(async move {
+        scrape_loop.run().await;
+        Ok(())
+    });
+
+    for poller in peer_pollers(&config, &material, &trust, &signals, &metrics)? {
+        tasks.spawn(async move {
+            poller.run().await;
+            Ok(())
+        });
+    }
+
+    let listener = Listener {
+        tcp: signals_tcp,
+        tls: server_tls,
+        trust,
+        slots: Slots::new(),
+        metrics: metrics.listener.clone(),
+        timeouts: options.timeouts,
+        handler: Arc::new(SignalsService {
+            signals: signals.clone(),
+            feedback,
+            metrics: metrics.ingest.clone(),
+            refusals: metrics.refusals.clone(),
+        }),
+    };
+    tasks.spawn(async move {
+        listener.run().await;
+        Ok(())
+    });
+    let served = registry.clone();
+    tasks.spawn(async move {
+        metrics::serve(metrics_tcp, served).await;
+        Ok(())
+    });
+    tasks.spawn(persist_fences(
+        signals.clone(),
+        state.clone(),
+        options.fence_persist,
+    ));
+    if let Some(source) = source {
+        let running = config.transport;
+        tasks.spawn(watch_mode(source, running, options.mode_check));
+    }
+    tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
+    Ok(Running {
+        signals_addr,
+        metrics_addr,
+        epoch,
+        signals,
+        metrics,
+        registry,
+        tasks,
+    })
+}
+
+/// What a start reads back from the state store.
+struct Persisted {
+    epoch: u64,
+    feedback: Option<grid_feedback::ReceiverState>,
+    fences: Option<grid_signals::batch::FenceSet>,
+}
+
+/// Persists this process's epoch (before anything can publish) and reads back the rest.
+async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persisted, Error> {
+    let epoch = {
+        let state = state.clone();
+        blocking(move || start_epoch(state.as_ref(), now)).await?
+    };
+    let feedback = {
+        let state = state.clone();
+        blocking(move || state.load_feedback()).await?
+    };
+    let fences = {
+        let state = state.clone();
+        blocking(move || state.load_fences()).await?
+    };
+    Ok(Persisted {
+        epoch,
+        feedback,
+        fences,
+    })
+}
+
+fn peer_pollers(
+    config: &Config,
+    material: &TlsMaterial,
+    trust: &Arc<tls::Trust>,
+    signals: &SharedSignals,
+    metrics: &OperatorMetrics,
+) -> Result<Vec<PeerPoller>, Error> {
+    config
+        .peers
+        .iter()
+        .map(|peer| {
+            Ok(PeerPoller {
+                peer: peer.clone(),
+                tls: tls::client_config(
+                    material,
+                    trust.clone(),
+                    Identity::Peer(peer.name.clone()),
+                )?,
+                signals: signals.clone(),
+                metrics: metrics.polls.clone(),
+                ingest: metrics.ingest.clone(),
+                interval: config.peer_poll_interval,
+            })
+        })
+        .collect()
+}
+
+fn restore_receiver(
+    restored: Option<grid_feedback::ReceiverState>,
+    now: u64,
+    metrics: &OperatorMetrics,
+    config: &Config,
+) -> Result<Receiver, Error> {
+    match restored {
+        Some(persisted) => {
+            Receiver::restore(persisted, now, metrics.feedback.clone()).map_err(|e| {
+                Error::StateCorrupt {
+                    path: config.state_dir.join(crate::state::FEEDBACK_FILE),
+                    reason: e.to_string(),
+                }
+            })
+        }
+        None => Ok(Receiver::new(now, metrics.feedback.clone())),
+    }
+}
+
+fn scrape_loop(
+    config: &Config,
+    targets: Vec<ScrapeTarget>,
+    epoch: u64,
+    now: u64,
+    signals: &SharedSignals,
+    metrics: &OperatorMetrics,
+    store_config: StoreConfig,
+) -> ScrapeLoop {
+    let interval_ms = config.scrape_interval.as_millis() as u64;
+    let providers = config
+        .providers
+        .iter()
+        .zip(targets)
+        .map(|(p, target)| ScrapedProvider {
+            target,
+            publisher: Publisher::new(
+                &config.site,
+                p,
+                epoch,
+                interval_ms,
+                store_config.ttl_ms,
+                now,
+            ),
+            name: p.name.clone(),
+        })
+        .collect();
+    ScrapeLoop {
+        providers,
+        scraper: Scraper::new(),
+        signals: signals.clone(),
+        metrics: metrics.scrapes.clone(),
+        ingest: metrics.ingest.clone(),
+        interval: config.scrape_interval,
+    }
+}
+
+/// Writes the fences whenever they moved since the last write. A failed write is
+/// logged and retried next time; it never stops the operator.
+async fn persist_fences(
+    signals: SharedSignals,
+    state: Arc<dyn StateStore>,
+    every: Duration,
+) -> Result<(), Error> {
+    let mut written = None;
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let fences = crate::signals::lock(&signals).export_fences();
+        if written.as_ref() == Some(&fences) {
+            continue;
+        }
+        let state = state.clone();
+        let copy = fences.clone();
+        match tokio::task::spawn_blocking(move || state.store_fences(&copy)).await {
+            Ok(Ok(())) => written = Some(fences),
+            Ok(Err(e)) => tracing::warn!(error = %e, "persisting batch fences failed"),
+            Err(e) => tracing::warn!(error = %e, "persisting batch fences failed"),
+        }
+    }
+}
+
+/// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`.
+async fn watch_mode(
+    source: Arc<dyn ConfigSource>,
+    running: TransportMode,
+    every: Duration,
+) -> Result<(), Error> {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let source = source.clone();
+        match tokio::task::spawn_blocking(move || source.declared_mode()).await {
+            Ok(Ok(declared)) if declared != running.as_str() => {
+                return Err(Error::ModeChanged {
+                    running: running.as_str(),
+                    declared,
+                });
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot re-read the declared mode"),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Why the operator refused to start, or why one of its I/O steps failed.
+///
+/// Every variant names the file, field or address involved, so the message alone is enough
+/// to fix the deployment.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file the operator needs could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The configuration is not valid TOML for the operator's schema; the message from the
+    /// TOML reader names the field (unknown, missing or of the wrong type) and its line.
+    #[error("configuration {path}: {message}")]
+    ConfigSyntax {
+        /// The configuration file.
+        path: PathBuf,
+        /// The reader's message, naming the field and where it is.
+        message: String,
+    },
+    /// A configuration field parsed but its value is refused.
+    #[error("configuration field `{field}`: {reason}")]
+    ConfigField {
+        /// Dotted path of the field, e.g. `providers[1].url`.
+        field: String,
+        /// Why the value is refused.
+        reason: String,
+    },
+    /// TLS material (certificate, key, CA) is unusable.
+    #[error("TLS material {path}: {reason}")]
+    TlsMaterial {
+        /// The PEM file involved.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// rustls refused to build a configuration from otherwise readable material.
+    #[error("TLS setup ({context}): {source}")]
+    Tls {
+        /// Which configuration was being built.
+        context: &'static str,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+    /// A persisted state file exists but cannot be understood; the operator refuses to
+    /// guess rather than reuse an epoch or forget feedback evidence.
+    #[error("state file {path}: {reason}")]
+    StateCorrupt {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A listener could not bind its address.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address from the configuration.
+        addr: std::net::SocketAddr,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The declared signal transport differs from the one this process runs; a supervisor
+    /// restarts the operator into the declared mode.
+    #[error(
+        "signalTransport.mode changed from `{running}` to `{declared}`: exiting so the supervisor restarts into the declared mode"
+    )]
+    ModeChanged {
+        /// The mode this process started in.
+        running: &'static str,
+        /// The mode the configuration now declares.
+        declared: String,
+    },
+}

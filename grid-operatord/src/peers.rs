@@ -1,0 +1,271 @@
+//! Polls each peer operator's `GET /v1/site/signals` over mutual TLS.
+//!
+//! Every peer has its own task and its own ticker, so a peer that hangs, refuses or is
+//! untrusted only delays and ages out its own readings. Each body is attributed to the
+//! identity the connection verified (the client configuration accepts only that peer's
+//! certificate), and the store drops any row naming another site.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_signals::epp::ScrapeFailure;
+use grid_signals::store::IngestMetrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use rustls::ClientConfig;
+
+use crate::clock;
+use crate::config::PeerConfig;
+use crate::scrape::{ScrapeTarget, fetch};
+use crate::signals::{SharedSignals, lock};
+
+/// Attempts per poll: the first and at most two retries.
+pub const MAX_POLL_ATTEMPTS: u32 = 3;
+/// Backoff before the first retry; doubled per retry and jittered by 50 to 150 percent.
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+/// How one poll ended; the `outcome` label of `grid_operator_peer_polls_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PollOutcome {
+    /// A body was fetched and ingested.
+    Ok,
+    /// Every attempt failed; the class of the last one.
+    Failed(ScrapeFailure),
+    /// The answer had no usable `Date`, so the ages in it cannot be placed.
+    NoDate,
+}
+
+impl PollOutcome {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed(f) => f.as_str(),
+            Self::NoDate => "no_date",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PollLabels {
+    peer: String,
+    outcome: &'static str,
+}
+
+/// `grid_operator_peer_polls_total{peer,outcome}`.
+#[derive(Clone, Debug, Default)]
+pub struct PollMetrics {
+    polls: Family<PollLabels, Counter>,
+}
+
+impl PollMetrics {
+    /// Registers the series.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grid_operator_peer_polls",
+            "Peer polls by peer and outcome (ok, a failure class, or no_date)",
+            m.polls.clone(),
+        );
+        m
+    }
+
+    fn record(&self, peer: &str, outcome: PollOutcome) {
+        self.polls
+            .get_or_create(&PollLabels {
+                peer: peer.to_owned(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    /// Polls of `peer` that ended with `outcome`.
+    pub fn count(&self, peer: &str, outcome: PollOutcome) -> u64 {
+        self.polls
+            .get_or_create(&PollLabels {
+                peer: peer.to_owned(),
+                outcome: outcome.as_str(),
+            })
+            .get()
+    }
+}
+
+/// The pause before retry `attempt + 1`: [`RETRY_BACKOFF`] doubled per attempt, scaled
+/// by a random factor in [0.5, 1.5) so peers that failed together do not retry together.
+pub fn retry_backoff(attempt: u32, rng: &mut impl Rng) -> Duration {
+    (RETRY_BACKOFF * 2u32.pow(attempt)).mul_f64(rng.random_range(0.5..1.5))
+}
+
+/// One peer's poller.
+#[derive(Clone, Debug)]
+pub struct PeerPoller {
+    /// The peer.
+    pub peer: PeerConfig,
+    /// mTLS client configuration accepting only this peer's certificate.
+    pub tls: Arc<ClientConfig>,
+    /// Where bodies go.
+    pub signals: SharedSignals,
+    /// Poll outcomes.
+    pub metrics: PollMetrics,
+    /// Ingest drops.
+    pub ingest: IngestMetrics,
+    /// Poll interval.
+    pub interval: Duration,
+}
+
+impl PeerPoller {
+    /// Polls at the interval forever.
+    pub async fn run(self) {
+        let mut rng = SmallRng::from_os_rng();
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let outcome = self.poll_once(&mut rng).await;
+            if outcome != PollOutcome::Ok {
+                tracing::debug!(peer = %self.peer.name, outcome = outcome.as_str(), "peer poll failed");
+            }
+        }
+    }
+
+    /// One poll with its bounded, jittered retries; retries stop when another attempt
+    /// could not finish within the poll interval.
+    pub async fn poll_once(&self, rng: &mut impl Rng) -> PollOutcome {
+        let target = ScrapeTarget {
+            url: self.peer.url.clone(),
+            timeout: self.peer.timeout,
+            tls: Some(self.tls.clone()),
+        };
+        let started = clock::monotonic();
+        let mut last = ScrapeFailure::Connect;
+        for attempt in 0..MAX_POLL_ATTEMPTS {
+            match fetch(&target).await {
+                Ok(fetched) => {
+                    let Some(date_ms) = fetched.date_ms else {
+                        self.metrics.record(&self.peer.name, PollOutcome::NoDate);
+                        return PollOutcome::NoDate;
+                    };
+                    // Counted before the rows become visible, so whoever sees them also
+                    // sees the poll that brought them.
+                    self.metrics.record(&self.peer.name, PollOutcome::Ok);
+                    let now = clock::wall_ms();
+                    let report = lock(&self.signals).ingest_peer(
+                        &self.peer.name,
+                        &fetched.body,
+                        date_ms,
+                        now,
+                    );
+                    self.ingest.record(&report);
+                    return PollOutcome::Ok;
+                }
+                Err(failure) => last = failure,
+            }
+            let backoff = retry_backoff(attempt, rng);
+            let retry_fits = started.elapsed() + backoff + self.peer.timeout <= self.interval;
+            if attempt + 1 == MAX_POLL_ATTEMPTS || !retry_fits {
+                break;
+            }
+            tokio::time::sleep(backoff).await;
+        }
+        let outcome = PollOutcome::Failed(last);
+        self.metrics.record(&self.peer.name, outcome);
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use grid_signals::store::StoreConfig;
+    use rustls::RootCertStore;
+
+    use super::*;
+    use crate::signals::Signals;
+    use crate::test_pki::Ca;
+    use crate::tls::{Identity, TlsMaterial, Trust, client_config};
+
+    #[test]
+    fn backoff_doubles_and_stays_within_its_jitter() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        for attempt in 0..MAX_POLL_ATTEMPTS {
+            let base = RETRY_BACKOFF * 2u32.pow(attempt);
+            for _ in 0..100 {
+                let b = retry_backoff(attempt, &mut rng);
+                assert!(b >= base.mul_f64(0.5) && b < base.mul_f64(1.5), "{b:?}");
+            }
+        }
+    }
+
+    /// A "peer" that accepts and immediately closes every connection, counting them.
+    async fn slamming_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                drop(tcp);
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn poller(addr: std::net::SocketAddr, interval: Duration) -> PeerPoller {
+        let ca = Ca::new("ca");
+        let cert = ca.site("grid.test", "a");
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.cert()).unwrap();
+        let trust = Arc::new(Trust::spiffe(
+            "a",
+            "grid.test",
+            ["b".to_owned()],
+            roots.clone(),
+        ));
+        let material = TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots,
+        };
+        PeerPoller {
+            peer: PeerConfig {
+                name: "b".into(),
+                url: format!("https://127.0.0.1:{}/v1/site/signals", addr.port())
+                    .parse()
+                    .unwrap(),
+                fingerprints: Vec::new(),
+                timeout: Duration::from_millis(500),
+            },
+            tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
+            signals: Arc::new(Mutex::new(Signals::new(StoreConfig::default()))),
+            metrics: PollMetrics::default(),
+            ingest: IngestMetrics::default(),
+            interval,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_peer_is_tried_at_most_max_poll_attempts_times() {
+        let (addr, accepted) = slamming_peer().await;
+        let p = poller(addr, Duration::from_secs(30));
+        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        assert!(matches!(outcome, PollOutcome::Failed(_)), "{outcome:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), MAX_POLL_ATTEMPTS as usize);
+        assert_eq!(p.metrics.count("b", outcome), 1);
+    }
+
+    #[tokio::test]
+    async fn no_retry_is_started_that_could_not_finish_within_the_interval() {
+        let (addr, accepted) = slamming_peer().await;
+        // One attempt may take the whole 500 ms timeout: no retry fits in 600 ms.
+        let p = poller(addr, Duration::from_millis(600));
+        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        assert!(matches!(outcome, PollOutcome::Failed(_)));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,146 @@
+//! The scrape loop: every interval, scrape every provider's EPP concurrently (bounded by
+//! the [`Scraper`]), feed each outcome to its [`Publisher`] as it arrives, and store the
+//! resulting batch.
+
+use std::time::Duration;
+
+use grid_signals::epp::ScrapeFailure;
+use grid_signals::store::IngestMetrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::clock;
+use crate::publish::Publisher;
+use crate::scrape::{ScrapeTarget, Scraper};
+use crate::signals::{SharedSignals, lock};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScrapeLabels {
+    provider: String,
+    result: &'static str,
+}
+
+/// The scrape loop's series.
+#[derive(Clone, Debug, Default)]
+pub struct ScrapeMetrics {
+    scrapes: Family<ScrapeLabels, Counter>,
+    pass_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    publish_failures: Counter,
+}
+
+impl ScrapeMetrics {
+    /// Registers `grid_operator_scrapes_total{provider,result}`,
+    /// `grid_operator_scrape_pass_seconds` and
+    /// `grid_operator_publish_failures_total`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grid_operator_scrapes",
+            "EPP scrapes by provider and result (ok or a failure class)",
+            m.scrapes.clone(),
+        );
+        registry.register(
+            "grid_operator_scrape_pass_seconds",
+            "Duration of the latest complete scrape pass over every provider",
+            m.pass_seconds.clone(),
+        );
+        registry.register(
+            "grid_operator_publish_failures",
+            "Provider batches that could not be framed (a bound of docs/wire.md was exceeded)",
+            m.publish_failures.clone(),
+        );
+        m
+    }
+
+    /// Scrapes of `provider` with `result` (`ok` or a failure class).
+    pub fn count(&self, provider: &str, result: &'static str) -> u64 {
+        self.scrapes
+            .get_or_create(&ScrapeLabels {
+                provider: provider.to_owned(),
+                result,
+            })
+            .get()
+    }
+}
+
+/// One scraped provider.
+#[derive(Debug)]
+pub struct ScrapedProvider {
+    /// Where and how to scrape.
+    pub target: ScrapeTarget,
+    /// Its publishing state.
+    pub publisher: Publisher,
+    /// Its name, for labels.
+    pub name: String,
+}
+
+/// The scrape loop.
+#[derive(Debug)]
+pub struct ScrapeLoop {
+    /// Every provider.
+    pub providers: Vec<ScrapedProvider>,
+    /// The shared concurrency bound.
+    pub scraper: Scraper,
+    /// Where batches go.
+    pub signals: SharedSignals,
+    /// Scrape results.
+    pub metrics: ScrapeMetrics,
+    /// Publication drops (normally none: own batches are well-formed).
+    pub ingest: IngestMetrics,
+    /// Scrape interval.
+    pub interval: Duration,
+}
+
+impl ScrapeLoop {
+    /// Scrapes at the interval forever. A pass that runs long delays the next one rather
+    /// than overlapping it, and its duration widens the readiness floor.
+    pub async fn run(mut self) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut latest_pass_ms = 0u64;
+        loop {
+            ticker.tick().await;
+            let started = clock::monotonic();
+            self.pass(latest_pass_ms).await;
+            latest_pass_ms = started.elapsed().as_millis() as u64;
+            self.metrics
+                .pass_seconds
+                .set(latest_pass_ms as f64 / 1000.0);
+            lock(&self.signals).expire(clock::wall_ms());
+        }
+    }
+
+    async fn pass(&mut self, latest_pass_ms: u64) {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            let (scraper, target) = (self.scraper.clone(), p.target.clone());
+            set.spawn(async move { (i, scraper.scrape(&target).await) });
+        }
+        while let Some(joined) = set.join_next().await {
+            let Ok((i, outcome)) = joined else { continue };
+            let now = clock::wall_ms();
+            let p = &mut self.providers[i];
+            let failure = p.publisher.observe(now, outcome.as_deref().map_err(|f| *f));
+            self.metrics
+                .scrapes
+                .get_or_create(&ScrapeLabels {
+                    provider: p.name.clone(),
+                    result: failure.map_or("ok", ScrapeFailure::as_str),
+                })
+                .inc();
+            match p.publisher.publish(now, latest_pass_ms) {
+                Ok(batch) => {
+                    let report = lock(&self.signals).publish(batch, now);
+                    self.ingest.record(&report);
+                }
+                Err(e) => {
+                    self.metrics.publish_failures.inc();
+                    tracing::warn!(provider = %p.name, error = %e, "provider batch not published");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! What the operator holds and serves: its own providers' batches and, beside them, what
+//! it polled from its peers; and the HTTP side of the signals listener.
+//!
+//! Two stores keep the authorization rule structural: a peer is served from `own`, which
+//! only ever receives this site's publications, so no code path can leak a third site's
+//! readings to it; the local gateway is served from `all`.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use grid_feedback::{Caller, Reply};
+use grid_signals::batch::{Batch, FenceSet};
+use grid_signals::store::{
+    FenceImport, IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig,
+};
+use http::{Method, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::clock;
+use crate::feedback::FeedbackHandle;
+use crate::listener::{Handler, HandlerFuture};
+use crate::tls::Identity;
+
+/// Path of the signals endpoint.
+pub const SIGNALS_PATH: &str = "/v1/site/signals";
+/// Path of the gateway feedback endpoint.
+pub const INGEST_PATH: &str = "/v1/site/signals/ingest";
+/// Content type of a signals body.
+pub const SIGNALS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// The operator's two stores.
+#[derive(Debug)]
+pub struct Signals {
+    own: Store,
+    all: Store,
+}
+
+/// The stores shared by the scrape loop, the peer pollers, the listener and `/metrics`.
+pub type SharedSignals = Arc<Mutex<Signals>>;
+
+/// Locks the shared stores. Store updates are whole-batch operations that leave the store
+/// consistent even if a panic interrupted the caller, so a poisoned lock is still usable.
+pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Signals> {
+    signals.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Signals {
+    /// Empty stores with the given tuning.
+    pub fn new(config: StoreConfig) -> Self {
+        Self {
+            own: Store::new(config),
+            all: Store::new(config),
+        }
+    }
+
+    /// Stores one of this site's own publications at `now`.
+    pub fn publish(&mut self, batch: Batch, now: u64) -> IngestReport {
+        let mut report = IngestReport::default();
+        self.own
+            .ingest_batch(batch.clone(), Sender::Local, now, now, &mut report);
+        let mut ignored = IngestReport::default();
+        self.all
+            .ingest_batch(batch, Sender::Local, now, now, &mut ignored);
+        report
+    }
+
+    /// Ingests a body polled from `peer` (its verified identity), dated `date_ms`.
+    pub fn ingest_peer(&mut self, peer: &str, body: &[u8], date_ms: u64, now: u64) -> IngestReport {
+        self.all
+            .ingest(body, Sender::Peer { site: peer }, date_ms, now)
+    }
+
+    /// Expires old readings from both stores.
+    pub fn expire(&mut self, now: u64) {
+        self.own.expire(now);
+        self.all.expire(now);
+        while self.own.poll_event().is_some() {}
+        while self.all.poll_event().is_some() {}
+    }
+
+    /// The fences of everything held, to persist.
+    pub fn export_fences(&self) -> FenceSet {
+        self.all.export_fences()
+    }
+
+    /// Raises fences to persisted ones after a restart, so a batch older than one already
+    /// admitted before the restart is still refused as `delayed`.
+    pub fn import_fences(&mut self, fences: &FenceSet, now: u64) -> FenceImport {
+        self.all.import_fences(fences, now)
+    }
+
+    /// Everything held, own providers and polled peers (read by `/metrics`).
+    pub fn all(&self) -> &Store {
+        &self.all
+    }
+
+    /// The relay body for `caller`, with ages relative to `reference_ms`.
+    pub fn relay_for(
+        &self,
+        caller: &Identity,
+        now: u64,
+        reference_ms: u64,
+        metrics: &IngestMetrics,
+    ) -> Vec<u8> {
+        let store = match caller {
+            Identity::Local => &self.all,
+            Identity::Peer(_) => &self.own,
+        };
+        let mut out = Vec::new();
+        let report = store.encode_relay(now, reference_ms, RelayBudget::default(), &mut out);
+        metrics.record_relay_dropped(report.providers_dropped);
+        out
+    }
+}
+
+/// Why the signals listener refused a request (feedback refusals are counted by
+/// grid-feedback); the label of `grid_operator_signals_refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// A trusted certificate that is neither this site nor a configured peer (403).
+    Forbidden,
+    /// A path the listener does not serve (404).
+    NotFound,
+    /// A method the path does not take (405).
+    Method,
+}
+
+impl Refusal {
+    /// Every reason, to pre-register label values.
+    pub const ALL: [Self; 3] = [Self::Forbidden, Self::NotFound, Self::Method];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not_found",
+            Self::Method => "method",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Method => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+}
+
+/// `grid_operator_signals_refused_total{reason}`.
+#[derive(Clone, Debug, Default)]
+pub struct RefusalMetrics {
+    refused: Family<[(&'static str, &'static str); 1], Counter>,
+}
+
+impl RefusalMetrics {
+    /// Registers the series with every reason at 0.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for r in Refusal::ALL {
+            let _ = m.refused.get_or_create(&[("reason", r.as_str())]);
+        }
+        registry.register(
+            "grid_operator_signals_refused",
+            "Signals-listener requests refused, by reason",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    /// Refusals for `reason` so far.
+    pub fn count(&self, reason: Refusal) -> u64 {
+        self.refused
+            .get_or_create(&[("reason", reason.as_str())])
+            .get()
+    }
+}
+
+/// Answers the signals listener's requests.
+#[derive(Clone, Debug)]
+pub struct SignalsService {
+    /// The stores.
+    pub signals: SharedSignals,
+    /// The feedback task.
+    pub feedback: FeedbackHandle,
+    /// Relay drop counter.
+    pub metrics: IngestMetrics,
+    /// Refused requests.
+    pub refusals: RefusalMetrics,
+}
+
+fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+/// The `Date` the body's ages are relative to: HTTP dates have whole seconds, so the
+/// reference is `now` rounded down to one, and the relay shifts stamps to match.
+fn reference(now: u64) -> u64 {
+    now - now % 1000
+}
+
+impl SignalsService {
+    fn refuse(&self, reason: Refusal) -> Response<Full<Bytes>> {
+        self.refusals
+            .refused
+            .get_or_create(&[("reason", reason.as_str())])
+            .inc();
+        empty(reason.status())
+    }
+
+    fn serve_signals(&self, caller: Option<Identity>) -> Response<Full<Bytes>> {
+        let Some(caller) = caller else {
+            return self.refuse(Refusal::Forbidden);
+        };
+        let now = clock::wall_ms();
+        let reference_ms = reference(now);
+        let body = lock(&self.signals).relay_for(&caller, now, reference_ms, &self.metrics);
+        let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(reference_ms));
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(SIGNALS_CONTENT_TYPE),
+        );
+        if let Ok(v) = header::HeaderValue::from_str(&date) {
+            h.insert(header::DATE, v);
+        }
+        h.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        r
+    }
+
+    async fn ingest(
+        self,
+        caller: Option<Identity>,
+        request: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
+        let received_ms = clock::wall_ms();
+        let caller = match caller {
+            Some(Identity::Local) => Caller::Local,
+            // A peer or a trusted stranger: the receiver refuses and counts it.
+            _ => Caller::Peer,
+        };
+        let headers: Vec<(Vec<u8>, Vec<u8>)> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        // The body must be empty: one byte is enough to refuse it, so never read more.
+        let body = match tokio::time::timeout(
+            grid_feedback::INGEST_BUDGET,
+            Limited::new(request.into_body(), 1).collect(),
+        )
+        .await
+        {
+            Ok(Ok(collected)) => collected.to_bytes().to_vec(),
+            Ok(Err(_)) => vec![0],
+            Err(_) => return empty(StatusCode::REQUEST_TIMEOUT),
+        };
+        match self
+            .feedback
+            .submit(caller, headers, body, received_ms)
+            .await
+        {
+            Some(reply) => reply_response(&reply),
+            None => empty(StatusCode::SERVICE_UNAVAILABLE),
+        }
+    }
+}
+
+fn reply_response(reply: &Reply) -> Response<Full<Bytes>> {
+    let mut r =
+        empty(StatusCode::from_u16(reply.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    for (name, value) in reply.headers() {
+        if let Ok(v) = header::HeaderValue::from_str(&value) {
+            r.headers_mut().insert(name, v);
+        }
+    }
+    r
+}
+
+impl Handler for SignalsService {
+    fn handle(&self, caller: Option<Identity>, request: Request<Incoming>) -> HandlerFuture {
+        let path = request.uri().path().to_owned();
+        let method = request.method().clone();
+        match (path.as_str(), method) {
+            (SIGNALS_PATH, Method::GET) => {
+                let r = self.serve_signals(caller);
+                Box::pin(async move { r })
+            }
+            (INGEST_PATH, Method::POST) => Box::pin(self.clone().ingest(caller, request)),
+            (SIGNALS_PATH | INGEST_PATH, _) => {
+                let r = self.refuse(Refusal::Method);
+                Box::pin(async move { r })
+            }
+            _ => {
+                let r = self.refuse(Refusal::NotFound);
+                Box::pin(async move { r })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_is_the_whole_second_the_date_header_can_say() {
+        assert_eq!(reference(1_700_000_000_999), 1_700_000_000_000);
+        assert_eq!(reference(1_700_000_000_000), 1_700_000_000_000);
+    }
+}

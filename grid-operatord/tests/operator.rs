@@ -1,0 +1,637 @@
+//! Whole operators on loopback with real rustls and rcgen certificates: scraping fake
+//! EPPs, serving by identity, polling peers, the body cap, restarts and `/metrics`.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_operatord::config::{ConfigSource, FileConfigSource};
+use grid_operatord::driver::{self, Options, Running};
+use grid_operatord::peers::PollOutcome;
+use grid_operatord::signals::SIGNALS_CONTENT_TYPE;
+use grid_operatord::state::{FileStateStore, StateStore};
+use grid_signals::epp::ScrapeFailure;
+use grid_signals::exposition::MAX_EXPOSITION_BYTES;
+use support::fake_epp::{Behaviour, FakeEpp};
+use support::site::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
+    signals_url,
+};
+
+async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
+    let config = site.config(peers, providers);
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
+    driver::start(config, None, state, Options::default())
+        .await
+        .unwrap()
+}
+
+fn provider(name: &str, epp: &FakeEpp) -> ProviderSpec {
+    ProviderSpec {
+        name: name.to_owned(),
+        url: epp.url(),
+        timeout_s: 1.0,
+    }
+}
+
+/// A peer URL nothing answers at (port 1 on loopback).
+const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
+
+fn text(body: &[u8]) -> String {
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// The value of the first line starting with `prefix` (a metric name and its labels up
+/// to where they differ), or `None`.
+fn value_of(body: &str, name: &str, site: &str, provider: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| {
+            l.contains(&format!("grid_site=\"{site}\""))
+                && l.contains(&format!("grid_provider=\"{provider}\""))
+        })
+        .and_then(|l| l.rsplit_once('}'))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changing_fake_epp_is_scraped_and_served_to_the_local_gateway() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.5))).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    let gateway = grid.client(&a.cert, "a", "a");
+    eventually("ready endpoints 2 served", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(
+                &text(&f.body),
+                "grid_provider_ready_endpoints",
+                "a",
+                "llama",
+            ) == Some(2.0)
+        }
+    })
+    .await;
+    let f = get_signals(op.signals_addr, gateway.clone()).await.unwrap();
+    assert_eq!(f.content_type.as_deref(), Some(SIGNALS_CONTENT_TYPE));
+    let date = f.date_ms.expect("Date header");
+    let now = grid_operatord::clock::wall_ms();
+    assert!(date <= now && now - date < 5_000);
+    let body = text(&f.body);
+    assert!(body.contains("grid_provider_config_generation{"), "{body}");
+    assert!(
+        body.contains(&format!("publisher_epoch=\"{}\"", op.epoch)),
+        "{body}"
+    );
+    assert_eq!(
+        value_of(&body, "grid_provider_ready", "a", "llama"),
+        Some(1.0)
+    );
+    // The EPP changes; the next scrapes publish the new count.
+    epp.set(Behaviour::Body(epp_body(3, 0.5)));
+    eventually("ready endpoints 3 served", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(
+                &text(&f.body),
+                "grid_provider_ready_endpoints",
+                "a",
+                "llama",
+            ) == Some(3.0)
+        }
+    })
+    .await;
+    assert!(op.metrics.scrapes.count("llama", "ok") >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_operator_is_polled_and_peers_see_only_the_serving_site() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp_a = FakeEpp::start(Behaviour::Body(epp_body(4, 1.0))).await;
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(7, 1.0))).await;
+    // b knows a as a peer (else a's polls get 403) but cannot reach it: only a polls.
+    let op_b = run(&b, &[("a", NOWHERE.into())], &[provider("mistral", &epp_b)]).await;
+    let op_a = run(
+        &a,
+        &[("b", signals_url(op_b.signals_addr))],
+        &[provider("llama", &epp_a)],
+    )
+    .await;
+    let gateway_a = grid.client(&a.cert, "a", "a");
+    eventually("a relays b's provider to its gateway", 15, || {
+        let tls = gateway_a.clone();
+        async move {
+            let f = get_signals(op_a.signals_addr, tls).await.unwrap();
+            let body = text(&f.body);
+            value_of(&body, "grid_provider_ready_endpoints", "b", "mistral") == Some(7.0)
+                && value_of(&body, "grid_provider_ready_endpoints", "a", "llama") == Some(4.0)
+        }
+    })
+    .await;
+    assert!(op_a.metrics.polls.count("b", PollOutcome::Ok) >= 1);
+    // Peer b asking a sees a's providers only, never what a relayed from b (or others).
+    let peer_b = grid.client(&b.cert, "b", "a");
+    let body = text(&get_signals(op_a.signals_addr, peer_b).await.unwrap().body);
+    assert_eq!(
+        value_of(&body, "grid_provider_ready_endpoints", "a", "llama"),
+        Some(4.0)
+    );
+    assert!(!body.contains("grid_site=\"b\""), "{body}");
+    // /metrics exports both sites' provider series.
+    let m = get_metrics(op_a.metrics_addr).await;
+    assert_eq!(
+        value_of(&m, "grid_provider_ready_endpoints", "b", "mistral"),
+        Some(7.0)
+    );
+    assert_eq!(value_of(&m, "grid_provider_ready", "a", "llama"), Some(1.0));
+}
+
+/// With TLS 1.3 the server refuses a client certificate after the client finished its
+/// side of the handshake: the client sees the alert (`tls`) or, if the server closed
+/// first, a dropped connection (`http`). What the server counted is asserted separately.
+fn refused(result: &Result<grid_operatord::scrape::Fetched, ScrapeFailure>) {
+    assert!(
+        matches!(result, Err(ScrapeFailure::Tls | ScrapeFailure::Http)),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let op = run(&a, &[], &[]).await;
+    // A trusted certificate of a site a does not know.
+    let zz = grid.site("zz");
+    let stranger = grid.client(&zz.cert, "zz", "a");
+    assert_eq!(
+        get_signals(op.signals_addr, stranger).await,
+        Err(ScrapeFailure::Unauthorized)
+    );
+    assert_eq!(
+        op.metrics
+            .refusals
+            .count(grid_operatord::signals::Refusal::Forbidden),
+        1
+    );
+    // A certificate from another CA naming site a itself.
+    let rogue_grid = Grid::new();
+    let rogue = rogue_grid.site("a");
+    let tls = grid.client(&rogue.cert, "a", "a");
+    refused(&get_signals(op.signals_addr, tls).await);
+    // An expired certificate from the right CA.
+    let expired = grid.ca.mint(&support::pki::Mint {
+        spiffe: Some("spiffe://grid.test/site/a".into()),
+        expired: true,
+        cn: "a",
+    });
+    let tls = grid.client(&expired, "a", "a");
+    refused(&get_signals(op.signals_addr, tls).await);
+    let m = op.metrics.listener.clone();
+    eventually("two refused handshakes counted", 5, || {
+        let m = m.clone();
+        async move { m.handshake_failures() == 2 }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_the_wrong_identity_is_refused_and_contributes_nothing() {
+    let grid = Grid::new();
+    let (a, c) = (grid.site("a"), grid.site("c"));
+    let epp_c = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
+    let op_c = run(&c, &[("a", NOWHERE.into())], &[provider("qwen", &epp_c)]).await;
+    // a believes peer "b" lives where c answers.
+    let op_a = run(&a, &[("b", signals_url(op_c.signals_addr))], &[]).await;
+    let polls = op_a.metrics.polls.clone();
+    eventually("a poll of the impostor failed as tls", 10, || {
+        let polls = polls.clone();
+        async move { polls.count("b", PollOutcome::Failed(ScrapeFailure::Tls)) >= 1 }
+    })
+    .await;
+    assert_eq!(op_a.metrics.polls.count("b", PollOutcome::Ok), 0);
+    let body = text(
+        &get_signals(op_a.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .unwrap()
+            .body,
+    );
+    assert!(
+        !body.contains("grid_site=\"c\"") && !body.contains("grid_site=\"b\""),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_peer_does_not_delay_the_others() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    // "h" accepts TCP connections and never says a word.
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hang_addr = hang.local_addr().unwrap();
+    let _hang_task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = hang.accept().await {
+            held.push(s);
+        }
+    });
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(6, 1.0))).await;
+    let op_b = run(&b, &[("a", NOWHERE.into())], &[provider("mistral", &epp_b)]).await;
+    let op_a = run(
+        &a,
+        &[
+            (
+                "h",
+                format!("https://127.0.0.1:{}/v1/site/signals", hang_addr.port()),
+            ),
+            ("b", signals_url(op_b.signals_addr)),
+        ],
+        &[],
+    )
+    .await;
+    // b is polled every 0.5 s even though every poll of h takes its full 1 s timeout.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let ok_b = op_a.metrics.polls.count("b", PollOutcome::Ok);
+    let timeouts_h = op_a
+        .metrics
+        .polls
+        .count("h", PollOutcome::Failed(ScrapeFailure::Timeout));
+    assert!(ok_b >= 5, "b polled only {ok_b} times in 4 s");
+    assert!(
+        (1..=4).contains(&timeouts_h),
+        "h timed out {timeouts_h} times"
+    );
+    let body = text(
+        &get_signals(op_a.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .unwrap()
+            .body,
+    );
+    assert_eq!(
+        value_of(&body, "grid_provider_ready_endpoints", "b", "mistral"),
+        Some(6.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_one_mib_is_body_cap_and_leaves_readiness_unknown() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let mut big = epp_body(2, 1.0);
+    big.resize(MAX_EXPOSITION_BYTES + 1, b'\n');
+    let epp = FakeEpp::start(Behaviour::Body(big)).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    let scrapes = op.metrics.scrapes.clone();
+    eventually("body_cap counted", 10, || {
+        let s = scrapes.clone();
+        async move { s.count("llama", "body_cap") >= 2 }
+    })
+    .await;
+    let gateway = grid.client(&a.cert, "a", "a");
+    let body = text(
+        &get_signals(op.signals_addr, gateway.clone())
+            .await
+            .unwrap()
+            .body,
+    );
+    assert!(body.contains("grid_provider_config_generation{"), "{body}");
+    assert_eq!(
+        value_of(&body, "grid_provider_ready", "a", "llama"),
+        None,
+        "{body}"
+    );
+    // Exactly at the cap is read and parsed.
+    let mut at = epp_body(2, 1.0);
+    at.resize(MAX_EXPOSITION_BYTES, b'\n');
+    epp.set(Behaviour::Body(at));
+    eventually("a capped-size body parsed", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "a", "llama") == Some(1.0)
+        }
+    })
+    .await;
+}
+
+fn report(epoch: &str, sequence: u64, rejected: u64, clean: bool) -> Vec<(&'static str, String)> {
+    vec![
+        ("x-grid-ingest-version", "1".into()),
+        ("x-grid-ingest-epoch", epoch.into()),
+        ("x-grid-ingest-sequence", sequence.to_string()),
+        ("x-grid-ingest-rejected", rejected.to_string()),
+        ("x-grid-ingest-clean", clean.to_string()),
+        ("x-grid-ingest-replica", "gw-0".into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_the_epoch_rising_and_the_feedback_evidence() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let gateway = grid.client(&a.cert, "a", "a");
+    let epoch = "00000000000000ab";
+    let first = run(&a, &[], &[]).await;
+    let (status, headers) = post_ingest(
+        first.signals_addr,
+        gateway.clone(),
+        &report(epoch, 1, 3, false),
+    )
+    .await;
+    assert_eq!(status, 204);
+    assert_eq!(headers["x-grid-ingest-epoch"], epoch);
+    assert_eq!(headers["x-grid-ingest-sequence"], "1");
+    // Persisted before the 204: the file already holds the report.
+    let on_disk = FileStateStore::open(a.state_dir())
+        .unwrap()
+        .load_feedback()
+        .unwrap()
+        .unwrap();
+    assert_eq!(on_disk.reporters.len(), 1);
+    assert_eq!(
+        get_metrics(first.metrics_addr)
+            .await
+            .lines()
+            .find(|l| l.starts_with("grid_operator_gateway_ages_rejected ")),
+        Some("grid_operator_gateway_ages_rejected 1")
+    );
+    // A peer may not report.
+    let b = grid.site("b");
+    let config_with_b = a.config(&[("b", NOWHERE.into())], &[]);
+    drop(first);
+    let first_epoch = FileStateStore::open(a.state_dir())
+        .unwrap()
+        .load_epoch_hwm()
+        .unwrap()
+        .unwrap();
+
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let second = driver::start(config_with_b, None, state, Options::default())
+        .await
+        .unwrap();
+    assert!(second.epoch > first_epoch);
+    // The evidence survived the restart: the condition is still True.
+    let m = get_metrics(second.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_gateway_ages_rejected 1"),
+        "{m}"
+    );
+    // The exact duplicate is idempotent; a decreasing counter is refused.
+    let (status, _) = post_ingest(
+        second.signals_addr,
+        gateway.clone(),
+        &report(epoch, 1, 3, false),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) = post_ingest(
+        second.signals_addr,
+        gateway.clone(),
+        &report(epoch, 2, 2, false),
+    )
+    .await;
+    assert_eq!(status, 409);
+    let peer = grid.client(&b.cert, "b", "a");
+    let (status, _) = post_ingest(second.signals_addr, peer, &report(epoch, 3, 3, false)).await;
+    assert_eq!(status, 403);
+    // A newer clean report with the same counter resolves the evidence.
+    let (status, _) = post_ingest(second.signals_addr, gateway, &report(epoch, 4, 3, true)).await;
+    assert_eq!(status, 204);
+    let m = get_metrics(second.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_gateway_ages_rejected 0"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_mode_change_stops_the_operator() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[])).unwrap();
+    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
+    let config = source.load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let options = Options {
+        mode_check: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let running = driver::start(config, Some(source), state, options)
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("mode = \"poll\"", "mode = \"gossip\"");
+    std::fs::write(&path, text).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), running.wait())
+        .await
+        .unwrap();
+    let err = ended.unwrap_err().to_string();
+    assert!(err.contains("poll") && err.contains("gossip"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_peer_sends_for_another_site_are_dropped() {
+    use grid_signals::store::DropReason;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let now = grid_operatord::clock::wall_ms();
+    let batch = |site: &str| {
+        format!(
+            "grid_provider_config_generation{{grid_site=\"{site}\",grid_provider=\"m\",provider_uid=\"u\",publisher_epoch=\"{now}\",batch_sequence=\"1\",batch_samples=\"1\"}} 1 {now}\n\
+             grid_provider_ready{{grid_site=\"{site}\",grid_provider=\"m\"}} 1 {now}\n"
+        )
+    };
+    let body = format!("{}{}", batch("c"), batch("b")).into_bytes();
+    // A fake peer presenting b's certificate, serving a row for site c beside its own.
+    let fake_b = FakeEpp::start_with_tls(Behaviour::Body(body), Some(fake_peer_tls(&b))).await;
+    let url = format!("https://127.0.0.1:{}/v1/site/signals", fake_b.addr.port());
+    let op_a = run(&a, &[("b", url)], &[]).await;
+    let ingest = op_a.metrics.ingest.clone();
+    eventually("site_mismatch counted", 10, || {
+        let ingest = ingest.clone();
+        async move { ingest.dropped(DropReason::SiteMismatch) >= 2 }
+    })
+    .await;
+    let body = text(
+        &get_signals(op_a.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .unwrap()
+            .body,
+    );
+    assert_eq!(
+        value_of(&body, "grid_provider_ready", "b", "m"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(!body.contains("grid_site=\"c\""), "{body}");
+}
+
+/// `text` switched to pin mode, pinning each named peer to its certificate.
+fn pinned(text: &str, pins: &[(&str, &support::pki::SiteCert)]) -> String {
+    let mut text = text.replace(
+        "mode = \"spiffe\"\ntrustDomain = \"grid.test\"",
+        "mode = \"pin\"",
+    );
+    for (name, cert) in pins {
+        let fp = grid_operatord::fingerprint::Fingerprint::of_der(&cert.cert);
+        text = text.replace(
+            &format!("[[peers]]\nname = \"{name}\"\n"),
+            &format!("[[peers]]\nname = \"{name}\"\nfingerprints = [\"{fp}\"]\n"),
+        );
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(9, 1.0))).await;
+    let start = |text: String, dir: std::path::PathBuf| async move {
+        let config =
+            grid_operatord::config::Config::from_toml(&text, std::path::Path::new("pin.toml"))
+                .unwrap();
+        assert_eq!(config.trust, grid_operatord::config::TrustMode::Pin);
+        let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(dir).unwrap());
+        driver::start(config, None, state, Options::default())
+            .await
+            .unwrap()
+    };
+    let op_b = start(
+        pinned(
+            &b.config_text(&[("a", NOWHERE.into())], &[provider("mistral", &epp_b)]),
+            &[("a", &a.cert)],
+        ),
+        b.state_dir(),
+    )
+    .await;
+    let op_a = start(
+        pinned(
+            &a.config_text(&[("b", signals_url(op_b.signals_addr))], &[]),
+            &[("b", &b.cert)],
+        ),
+        a.state_dir(),
+    )
+    .await;
+    let gateway_a = grid.client(&a.cert, "a", "a");
+    eventually("a relays b's provider in pin mode", 15, || {
+        let tls = gateway_a.clone();
+        async move {
+            let f = get_signals(op_a.signals_addr, tls).await.unwrap();
+            value_of(
+                &text(&f.body),
+                "grid_provider_ready_endpoints",
+                "b",
+                "mistral",
+            ) == Some(9.0)
+        }
+    })
+    .await;
+    // Another certificate for site b from the same CA is not the pinned one.
+    let other_b = grid.ca.site(support::site::DOMAIN, "b");
+    refused(&get_signals(op_a.signals_addr, grid.client(&other_b, "b", "a")).await);
+}
+
+/// Server TLS of a fake peer that presents `site`'s certificate.
+fn fake_peer_tls(site: &Site) -> Arc<rustls::ServerConfig> {
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![site.cert.cert.clone()], site.cert.key())
+    .unwrap();
+    Arc::new(server)
+}
+
+/// One batch of site `site`, provider `m`, at (`epoch`, `sequence`), readiness `ready`.
+fn peer_batch(site: &str, epoch: u64, sequence: u64, ready: u8, now: u64) -> Vec<u8> {
+    format!(
+        "grid_provider_config_generation{{grid_site=\"{site}\",grid_provider=\"m\",provider_uid=\"u\",publisher_epoch=\"{epoch}\",batch_sequence=\"{sequence}\",batch_samples=\"1\"}} 1 {now}\n\
+         grid_provider_ready{{grid_site=\"{site}\",grid_provider=\"m\"}} {ready} {now}\n"
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_survive_a_restart_so_an_older_batch_stays_refused() {
+    use grid_signals::store::DropReason;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let now = grid_operatord::clock::wall_ms();
+    let epoch = now - 60_000;
+    let fake_b = FakeEpp::start_with_tls(
+        Behaviour::Body(peer_batch("b", epoch, 5, 1, now)),
+        Some(fake_peer_tls(&b)),
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{}/v1/site/signals", fake_b.addr.port());
+    let options = Options {
+        fence_persist: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let start = |options: Options| {
+        let config = a.config(&[("b", url.clone())], &[]);
+        let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+        async move { driver::start(config, None, state, options).await.unwrap() }
+    };
+    let first = start(options).await;
+    let dir = a.state_dir();
+    eventually("fence (epoch, 5) persisted", 10, || {
+        let dir = dir.clone();
+        async move {
+            let fences = FileStateStore::open(dir).unwrap().load_fences().unwrap();
+            fences.is_some_and(|f| {
+                f.records
+                    .iter()
+                    .any(|r| r.site == "b" && r.fence == grid_signals::batch::Fence::new(epoch, 5))
+            })
+        }
+    })
+    .await;
+    drop(first);
+    // After the restart the peer (say, behind a stale cache) serves an older batch.
+    let now = grid_operatord::clock::wall_ms();
+    fake_b.set(Behaviour::Body(peer_batch("b", epoch, 4, 0, now)));
+    let second = start(options).await;
+    let ingest = second.metrics.ingest.clone();
+    eventually("the older batch refused as delayed", 10, || {
+        let ingest = ingest.clone();
+        async move { ingest.dropped(DropReason::Delayed) >= 2 }
+    })
+    .await;
+    let body = text(
+        &get_signals(second.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .unwrap()
+            .body,
+    );
+    assert!(!body.contains("grid_site=\"b\""), "{body}");
+    // A newer batch is admitted as usual.
+    fake_b.set(Behaviour::Body(peer_batch(
+        "b",
+        epoch,
+        6,
+        1,
+        grid_operatord::clock::wall_ms(),
+    )));
+    eventually("the newer batch relayed", 10, || {
+        let tls = grid.client(&a.cert, "a", "a");
+        async move {
+            let f = get_signals(second.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "b", "m") == Some(1.0)
+        }
+    })
+    .await;
+}

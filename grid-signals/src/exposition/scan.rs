@@ -1,0 +1,171 @@
+//! Byte-class scans for the hot loops of the grammar, eight bytes at a time.
+//!
+//! Names, label values and value tokens are short runs of one byte class. Classifying a
+//! whole `u64` word with add-and-mask tricks (SWAR) costs a few instructions per eight
+//! bytes, where a byte loop costs a few per byte; it needs no `unsafe` and no target
+//! features. Each class marks the high bit of every byte that belongs to it.
+
+#![allow(
+    clippy::inline_always,
+    reason = "run_len must be specialised per class at each call site for the class match to fold away"
+)]
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// High bit set in each byte of `lo7` (bytes below 0x80) that is `>= m` (1 ≤ m ≤ 128).
+#[inline(always)]
+const fn at_least(lo7: u64, m: u8) -> u64 {
+    lo7.wrapping_add(ONES * (128 - m as u64)) & HIGH
+}
+
+/// High bit set in each byte of `lo7` (bytes below 0x80) that is `<= n` (n ≤ 127).
+#[inline(always)]
+const fn at_most(lo7: u64, n: u8) -> u64 {
+    !lo7.wrapping_add(ONES * (127 - n as u64)) & HIGH
+}
+
+/// High bit set in each byte of `lo7` (bytes below 0x80) equal to `c` (c ≤ 127).
+#[inline(always)]
+const fn equal(lo7: u64, c: u8) -> u64 {
+    !(lo7 ^ (ONES * c as u64)).wrapping_add(LOW7) & HIGH
+}
+
+/// A byte class: which bytes a run may hold, word-wise and byte-wise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// `[a-zA-Z0-9_:]`
+    MetricName,
+    /// `[a-zA-Z0-9_]`
+    LabelName,
+    /// Anything but `"` and `\`.
+    QuotedText,
+    /// Anything but a space or a tab.
+    Token,
+}
+
+impl Class {
+    /// The high bit of every byte of `word` that belongs to the class.
+    #[inline(always)]
+    fn members(self, word: u64) -> u64 {
+        let lo7 = word & LOW7;
+        let ascii = !word & HIGH;
+        match self {
+            Class::MetricName | Class::LabelName => {
+                let lower = lo7 | (ONES * 0x20);
+                let letter = at_least(lower, b'a') & at_most(lower, b'z');
+                let digit = at_least(lo7, b'0') & at_most(lo7, b'9');
+                let mut name = letter | digit | equal(lo7, b'_');
+                if self == Class::MetricName {
+                    name |= equal(lo7, b':');
+                }
+                name & ascii
+            }
+            Class::QuotedText => !((equal(lo7, b'"') | equal(lo7, b'\\')) & ascii) & HIGH,
+            Class::Token => !((equal(lo7, b' ') | equal(lo7, b'\t')) & ascii) & HIGH,
+        }
+    }
+
+    /// A byte that never belongs to the class, to pad a short tail with.
+    fn outsider(self) -> u8 {
+        match self {
+            Class::MetricName | Class::LabelName | Class::Token => b' ',
+            Class::QuotedText => b'"',
+        }
+    }
+}
+
+/// Length of the longest prefix of `bytes` whose bytes all belong to `class`.
+#[inline(always)]
+pub(crate) fn run_len(bytes: &[u8], class: Class) -> usize {
+    let mut n = 0;
+    loop {
+        let word = if let Some(chunk) = bytes[n..].first_chunk::<8>() {
+            u64::from_le_bytes(*chunk)
+        } else {
+            let tail = &bytes[n..];
+            let mut padded = [class.outsider(); 8];
+            padded[..tail.len()].copy_from_slice(tail);
+            u64::from_le_bytes(padded)
+        };
+        let outside = !class.members(word) & HIGH;
+        if outside != 0 {
+            return n + (outside.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+}
+
+/// A space or a tab, the only blanks the format allows between tokens.
+#[inline(always)]
+pub(crate) fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Skips blanks (usually none or one, so a plain loop).
+#[inline(always)]
+pub(crate) fn skip_blanks(mut bytes: &[u8]) -> &[u8] {
+    while let Some((&b, rest)) = bytes.split_first() {
+        if !is_blank(b) {
+            break;
+        }
+        bytes = rest;
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn belongs(class: Class, b: u8) -> bool {
+        match class {
+            Class::MetricName => b.is_ascii_alphanumeric() || b == b'_' || b == b':',
+            Class::LabelName => b.is_ascii_alphanumeric() || b == b'_',
+            Class::QuotedText => b != b'"' && b != b'\\',
+            Class::Token => !is_blank(b),
+        }
+    }
+
+    const CLASSES: [Class; 4] = [
+        Class::MetricName,
+        Class::LabelName,
+        Class::QuotedText,
+        Class::Token,
+    ];
+
+    #[test]
+    fn every_byte_is_classified_like_the_format_says() {
+        for class in CLASSES {
+            for b in 0..=255u8 {
+                // The byte at each position of a word, surrounded by members.
+                for pos in 0..8 {
+                    let mut word = [b'a'; 8];
+                    word[pos] = b;
+                    let got = class.members(u64::from_le_bytes(word)) & (0x80 << (8 * pos)) != 0;
+                    assert_eq!(got, belongs(class, b), "{class:?} {b:#x} at {pos}");
+                }
+            }
+            assert!(!belongs(class, class.outsider()));
+        }
+    }
+
+    #[test]
+    fn runs_end_at_the_first_outsider_across_word_edges_and_tails() {
+        for class in CLASSES {
+            for len in 0..40 {
+                let mut text = vec![b'a'; len];
+                assert_eq!(run_len(&text, class), len, "{class:?} {len}");
+                text.extend_from_slice(b"\"\\ \t{}=");
+                let stop = run_len(&text, class);
+                let want = len
+                    + text[len..]
+                        .iter()
+                        .take_while(|&&b| belongs(class, b))
+                        .count();
+                assert_eq!(stop, want, "{class:?} {len}");
+            }
+        }
+    }
+}
