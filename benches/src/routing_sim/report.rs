@@ -209,12 +209,13 @@ pub fn plot(all: &[LoadResults], focus: &LoadResults, path: &FsPath) -> Result<(
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
 fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
+    // Seconds on a log axis: round-robin is orders of magnitude above the rest.
+    let floor = 0.01;
+    let p99_s = |r: &PolicyResult| (r.summary.p99_ms as f64 / 1_000.0).max(floor);
     let max_p99 = all
         .iter()
-        .flat_map(|l| l.results.iter().map(|r| r.summary.p99_ms))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
+        .flat_map(|l| l.results.iter().map(p99_s))
+        .fold(1.0, f64::max);
     let loads: Vec<f64> = all.iter().map(|l| l.config.load * 100.0).collect();
     let lo = loads.iter().copied().fold(f64::INFINITY, f64::min) - 2.0;
     let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max) + 2.0;
@@ -223,21 +224,18 @@ fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(lo..hi, 0.0..max_p99 * 1.1)
+        .build_cartesian_2d(lo..hi, (floor..max_p99 * 2.0).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("offered load (% of capacity)")
-        .y_desc("p99 queueing delay (ms)")
+        .y_desc("p99 queueing delay (s, log)")
         .draw()
         .map_err(|e| e.to_string())?;
     for policy in Policy::ALL {
         let points: Vec<(f64, f64)> = all
             .iter()
-            .filter_map(|l| {
-                l.get(policy)
-                    .map(|r| (l.config.load * 100.0, r.summary.p99_ms as f64))
-            })
+            .filter_map(|l| l.get(policy).map(|r| (l.config.load * 100.0, p99_s(r))))
             .collect();
         let c = color(policy);
         chart
@@ -250,7 +248,7 @@ fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .draw()
         .map_err(|e| e.to_string())
 }
@@ -273,19 +271,19 @@ fn plot_degraded_share(focus: &LoadResults, right: &Area<'_>) -> Result<(), Stri
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..seconds, 0.0..40.0)
+        .build_cartesian_2d(0.0..seconds, 0.0..50.0)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("virtual time (s); degraded between the dashed lines")
-        .y_desc("share (%), 5 s trailing")
+        .y_desc("share (%), 15 s trailing")
         .draw()
         .map_err(|e| e.to_string())?;
     for edge in [window.from_ms, window.until_ms] {
         let x = edge as f64 / 1_000.0;
         chart
             .draw_series(DashedLineSeries::new(
-                vec![(x, 0.0), (x, 40.0)],
+                vec![(x, 0.0), (x, 50.0)],
                 4,
                 4,
                 BLACK.stroke_width(1),
@@ -296,7 +294,7 @@ fn plot_degraded_share(focus: &LoadResults, right: &Area<'_>) -> Result<(), Stri
         let c = color(r.policy);
         chart
             .draw_series(LineSeries::new(
-                smoothed_share(&r.record.per_second, window.site, 5),
+                smoothed_share(&r.record.per_second, window.site, 15),
                 c.stroke_width(1),
             ))
             .map_err(|e| e.to_string())?
