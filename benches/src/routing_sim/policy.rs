@@ -158,3 +158,60 @@ impl Router {
         best
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::site_model::{RequestSpec, SiteConfig};
+
+    fn world(fill: &[usize]) -> (SimConfig, Vec<SiteModel>, SignalPath) {
+        let config = SimConfig::standard(0.5, 60_000, 1);
+        let mut sites: Vec<SiteModel> = config
+            .sites
+            .iter()
+            .map(|s| SiteModel::new(SiteConfig::new(s.name.clone(), s.endpoints, 8), 1).unwrap())
+            .collect();
+        for (site, &n) in sites.iter_mut().zip(fill) {
+            for _ in 0..n {
+                site.arrive(
+                    0,
+                    RequestSpec {
+                        streaming: false,
+                        service_ms: Some(10_000),
+                    },
+                )
+                .unwrap();
+            }
+        }
+        let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
+        let local: Vec<bool> = config.sites.iter().map(|s| s.local).collect();
+        let signals = SignalPath::new(&names, &local);
+        (config, sites, signals)
+    }
+
+    #[test]
+    fn the_oracle_never_joins_a_queue_while_a_slot_is_free() {
+        // Slots 8, 16, 32, 64: every site full except one free slot on the 16-slot site.
+        let (config, sites, signals) = world(&[20, 15, 40, 70]);
+        let mut router = Router::new(Policy::Oracle, &config);
+        assert_eq!(router.choose(&sites, &signals), (1, true));
+    }
+
+    #[test]
+    fn with_every_site_full_the_oracle_joins_the_shortest_wait_per_slot() {
+        // Waiting per slot: 8/8, 8/16, 8/32, 8/64: the 64-slot site drains first.
+        let (config, sites, signals) = world(&[16, 24, 40, 72]);
+        let mut router = Router::new(Policy::Oracle, &config);
+        assert_eq!(router.choose(&sites, &signals), (3, true));
+    }
+
+    #[test]
+    fn least_queue_without_any_reading_falls_back_to_capacity() {
+        let (config, sites, signals) = world(&[0, 0, 0, 0]);
+        let mut router = Router::new(Policy::LeastQueue, &config);
+        assert!(
+            !router.choose(&sites, &signals).1,
+            "no reading: not placed by itself"
+        );
+    }
+}
