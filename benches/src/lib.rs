@@ -7,4 +7,5 @@
 //! the world around grid (EPPs, model servers, load generators). It never sends traffic
 //! anywhere but loopback.
 
+pub mod clock;
 pub mod epp_exposition;

@@ -14,3 +14,24 @@
 //! request --load snapshot once--> pick --> proxy to the chosen site (x-grid-site)
 //! skew drops --Reporter--> POST /v1/site/signals/ingest
 //! ```
+
+pub mod api_error;
+pub mod catalog;
+pub mod clock;
+pub mod config;
+pub mod driver;
+mod error;
+pub mod gateway_tls;
+pub mod headers;
+pub mod http_api;
+pub mod model_field;
+pub mod poller;
+pub mod refresh;
+pub mod request_metrics;
+pub mod request_rng;
+pub mod routing;
+pub mod server;
+pub mod upstream;
+
+pub use config::Config;
+pub use error::Error;

@@ -2,14 +2,94 @@
 //!
 //! # I/O boundary
 //!
-//! Pure: time arrives as a `now` parameter and randomness through the crate's `Rng`
-//! trait, so tests and the routing simulator replay exactly. No sockets, clocks or locks.
+//! Pure: time arrives as a `now_ms` parameter (milliseconds since the Unix epoch, the
+//! same clock as reading stamps) and randomness through the crate's [`Rng`] trait, so
+//! tests, the fuzzer and the routing simulator replay exactly. No sockets, clocks, files,
+//! environment or locks on the request path; the crate never owns a metrics registry.
 //!
 //! # Data flow
 //!
 //! ```text
-//! store readings + revision events --learner--> capacity, rho per site/provider
-//!                                   --refresh--> immutable RouteSnapshot per model (off the request path)
-//! request --pick(snapshot, rng)--> route to site / shed (429) / unavailable (503) / unknown model
+//! store readings + revision events --Scorer::observe/reset--> learner per site/provider
+//!                                      (capacity bounds, smoothed rho, recent worst)
+//!                     --Scorer::refresh(now)--> RouteTable: one immutable RouteSnapshot per
+//!                                               model, least-loaded first, path decided
+//! request --RouteTable::pick(model, rng)--> Decision: route / shed (429) / unavailable (503)
+//!                                           / unknown model (404), plus the path taken
 //! ```
+//!
+//! # Driving it
+//!
+//! A daemon and a simulator drive it the same way:
+//!
+//! ```
+//! use grid_score::{CandidateKey, Decision, Reading, Routes, ScoreConfig, Scorer, SplitMix64};
+//!
+//! let mut scorer = Scorer::new(ScoreConfig::default());
+//! let routes = Routes::new().with(
+//!     "llama",
+//!     vec![CandidateKey::new("a", "llama-a"), CandidateKey::new("b", "llama-b")],
+//! );
+//! // Control step, after each committed ingest: feed every fresh reading...
+//! let reading = Reading { in_flight: Some(3.0), queue_depth: Some(0.0), ..Reading::new(1_000) };
+//! scorer.observe(&CandidateKey::new("a", "llama-a"), &reading)?;
+//! // ...(and `scorer.reset(&key)` on a revision event), then build and publish a table.
+//! let table = scorer.refresh(1_000, &routes); // the daemon stores it in an ArcSwap
+//!
+//! // Request path: load the table once, pick, act on the decision.
+//! let mut rng = SplitMix64::new(7);
+//! match table.pick("llama", &mut rng) {
+//!     Decision::Route { candidate, path, .. } => {
+//!         assert_eq!(&**candidate.site(), "a"); // "b" has no reading: least preferred
+//!         let _ = path.as_str(); // metrics label
+//!     }
+//!     Decision::Shed { retry_after_ms } | Decision::Unavailable { retry_after_ms } => {
+//!         let _ = retry_after_ms; // 429 / 503 with Retry-After
+//!     }
+//!     Decision::UnknownModel => {} // 404
+//! }
+//! # Ok::<(), grid_score::Error>(())
+//! ```
+//!
+//! A gateway fed by `grid_signals::store` calls [`from_store::sync`] before each refresh:
+//! it turns the store's entries into readings and its events into resets.
+//!
+//! The table is immutable and cheap to share; a pick never allocates, locks or reads the
+//! store. [`ScoreMetrics`] mirrors a table into gauges and counts decisions; the
+//! [`fuzzing`] module decodes arbitrary bytes into input sequences and checks the
+//! invariants, for cargo-fuzz and for users who fuzz their own drivers.
 #![deny(clippy::disallowed_methods)]
+
+mod capacity;
+mod config;
+mod error;
+pub mod from_store;
+pub mod fuzzing;
+mod hash;
+mod learner;
+mod metrics;
+mod reading;
+mod rho;
+mod rng;
+mod scorer;
+mod select;
+mod shed;
+mod snapshot;
+
+pub use capacity::{BOUND_HALF_LIFE_MS, CAPACITY_FLOOR, SOFT_BOUND_HEADROOM};
+pub use config::{
+    DEFAULT_FRESH_FOR_MS, DEFAULT_FULL_AFTER_MS, DEFAULT_ROOM_AFTER_MS,
+    DEFAULT_SHED_RETRY_AFTER_MS, DEFAULT_UNAVAILABLE_RETRY_AFTER_MS, ScoreConfig, ShedConfig,
+};
+pub use error::{Error, RejectReason};
+pub use learner::{ExcludeReason, Observed};
+pub use metrics::ScoreMetrics;
+pub use reading::{CandidateKey, EppPool, Reading, UnitQueues};
+pub use rho::{MAX_RECENT_SAMPLES, RECENT_WINDOW_MS, RHO_CAP, RHO_SMOOTHING};
+pub use rng::{Rng, SplitMix64};
+pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
+pub use select::{Decision, Outcome, Path};
+pub use shed::{ShedState, SiteSaturation};
+pub use snapshot::{
+    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, UNMEASURED,
+};

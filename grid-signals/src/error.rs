@@ -32,4 +32,13 @@ pub enum Error {
         /// The I/O error's text.
         message: String,
     },
+    /// A batch's metadata or one of its rows broke a wire rule of `docs/wire.md`; the
+    /// store turns this into a counted drop instead of failing the body.
+    #[error("batch field `{field}` breaks the wire rule `{}`", rule.as_str())]
+    Batch {
+        /// The label or part of the line at fault (`publisher_epoch`, `value`, ...).
+        field: &'static str,
+        /// Which rule it broke.
+        rule: crate::batch::BatchRule,
+    },
 }

@@ -18,6 +18,10 @@
 //!                                                                  |
 //!                                                                  +--> relay text (exposition writer)
 //! ```
+//!
+//! The store's read API for the ordering step (entries, learning state, latest readings,
+//! `window_worst`, reset events) is described in [`store`]; the wire rules of batches in
+//! `docs/wire.md`.
 #![deny(clippy::disallowed_methods)]
 
 pub mod batch;

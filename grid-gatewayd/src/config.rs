@@ -1,0 +1,626 @@
+//! The gateway's configuration: one TOML file, documented in `docs/gateway.md`.
+//!
+//! Everything is checked at load, before any socket opens, and a refusal names the field
+//! (`models[0].candidates[1].base_url`), so a bad rollout fails at start rather than on
+//! the first request that reaches the bad entry.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use http::Uri;
+use serde::Deserialize;
+
+use crate::Error;
+use crate::model_field::MAX_MODEL_NAME_BYTES;
+
+/// The example configuration shipped in `docs/examples/gateway.toml`, embedded so the
+/// daemon starts with `--config` omitted and the documented example can never rot (a test
+/// loads it).
+pub const EXAMPLE_CONFIG_TOML: &str = include_str!("../../docs/examples/gateway.toml");
+
+/// Smallest accepted request body limit: below 1 KiB not even a short chat request fits.
+pub const MIN_BODY_LIMIT_BYTES: usize = 1 << 10;
+/// Largest accepted request body limit. Request bodies are held in memory until the
+/// upstream is chosen, so this bounds memory per in-flight request; 64 MiB fits
+/// base64-encoded images and long contexts.
+pub const MAX_BODY_LIMIT_BYTES: usize = 64 << 20;
+/// Default request body limit (8 MiB).
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = 8 << 20;
+
+/// Fastest accepted poll cadence. The operator scrapes every second; polling much faster
+/// only re-reads the same relay.
+pub const MIN_POLL_INTERVAL_MS: u64 = 100;
+/// Slowest accepted poll cadence: past a minute the store's TTLs expire between polls and
+/// every site ranks as unmeasured.
+pub const MAX_POLL_INTERVAL_MS: u64 = 60_000;
+/// Default poll cadence, the spec's 1 s.
+pub const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
+/// Default budget of one poll exchange; below the interval so polls never overlap.
+pub const DEFAULT_POLL_TIMEOUT_MS: u64 = 900;
+/// Default and largest budget of one feedback POST: grid-feedback's `REPORT_BUDGET`, the
+/// operator's own persist budget plus a second. The POST runs on its own task, so even a
+/// slow one never delays a poll; a shorter budget only turns slow persists into `timeout`
+/// failures.
+pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::reporter::REPORT_BUDGET.as_millis() as u64;
+/// Default budget of one feedback POST (see [`MAX_FEEDBACK_TIMEOUT_MS`]).
+pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
+/// Longest accepted poll or feedback timeout.
+pub const MAX_EXCHANGE_TIMEOUT_MS: u64 = 60_000;
+/// Default time to establish a connection to a serving site.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default Retry-After, in seconds, on a 503 (every candidate excluded).
+pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
+/// Longest accepted Retry-After.
+pub const MAX_RETRY_AFTER_S: u64 = 3_600;
+
+/// Most models one gateway routes.
+pub const MAX_MODELS: usize = 1_024;
+/// Most candidate (site, provider) pairs for one model.
+pub const MAX_CANDIDATES_PER_MODEL: usize = 64;
+/// Longest site, provider or replica name, in bytes (a DNS label's bound).
+pub const MAX_NAME_BYTES: usize = 63;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This gateway's site; used in logs and as the feedback replica's default prefix.
+    pub site: String,
+    /// Where the OpenAI-compatible API and `/metrics` are served (HTTP/1.1 and HTTP/2).
+    pub listen: SocketAddr,
+    /// Largest request body accepted; bigger bodies get 413.
+    #[serde(default = "default_body_limit")]
+    pub body_limit_bytes: usize,
+    /// Retry-After (seconds) sent with 503 when every candidate is excluded.
+    #[serde(default = "default_retry_after")]
+    pub unavailable_retry_after_s: u64,
+    /// Time allowed to connect to a serving site before it counts as failed.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    /// The local operator whose relay feeds routing.
+    pub operator: OperatorConfig,
+    /// The gateway's own identity and trust anchors, for the operator and remote sites.
+    pub tls: TlsFiles,
+    /// Availability knobs.
+    #[serde(default)]
+    pub availability: Availability,
+    /// The models served and, for each, where.
+    pub models: Vec<ModelConfig>,
+}
+
+/// The local operator's signals endpoint.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorConfig {
+    /// `https://host:port` of the operator's mTLS signals listener.
+    pub url: String,
+    /// The name the operator's certificate must carry (DNS SAN or IP), verified against
+    /// `tls.ca`; the connection is refused otherwise and every site ranks as unmeasured.
+    pub identity: String,
+    /// Cadence of `GET /v1/site/signals`.
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval_ms: u64,
+    /// Budget of one poll exchange, connect to last byte.
+    #[serde(default = "default_poll_timeout")]
+    pub poll_timeout_ms: u64,
+    /// Budget of one `POST /v1/site/signals/ingest`.
+    #[serde(default = "default_feedback_timeout")]
+    pub feedback_timeout_ms: u64,
+    /// `x-grid-ingest-replica`: a diagnostic name of this gateway replica (a DNS label).
+    #[serde(default = "default_replica")]
+    pub replica: String,
+}
+
+/// PEM files of the gateway's TLS identity. Relative paths are read from the config
+/// file's directory.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The site's certificate chain, presented to the operator and to remote sites.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The CA bundle that signs the operator's and remote sites' certificates.
+    pub ca: PathBuf,
+}
+
+/// `[availability]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Availability {
+    /// `[availability.shedding]`.
+    #[serde(default)]
+    pub shedding: Shedding,
+}
+
+/// `[availability.shedding]`: answer 429 when every healthy site of a model is full.
+/// Unset durations take grid-score's defaults (see `docs/routing.md`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shedding {
+    /// Off by default: a full grid queues rather than refuses.
+    #[serde(default)]
+    pub enabled: bool,
+    /// How long every healthy site must have been saturated with work waiting.
+    pub full_after_ms: Option<u64>,
+    /// How long no sample may have shown saturation before routing resumes.
+    pub room_after_ms: Option<u64>,
+    /// Retry-After (seconds) sent with 429.
+    pub retry_after_s: Option<u64>,
+}
+
+/// One model and its candidates.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The `model` value clients send.
+    pub name: String,
+    /// The (site, provider) pairs serving it, each with its serving base URL.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One place a model is served.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    /// The site, as its operator labels it (`grid_site`).
+    pub site: String,
+    /// The provider at that site (`grid_provider`).
+    pub provider: String,
+    /// Where requests go: `http://` for the local site, `https://` (with the gateway's
+    /// certificate) for remote ones; a path prefix is kept before `/v1/...`.
+    pub base_url: String,
+}
+
+impl Config {
+    /// grid-score's configuration from `availability.shedding` and the 503 Retry-After;
+    /// unset shedding knobs keep grid-score's defaults.
+    pub fn score_config(&self) -> grid_score::ScoreConfig {
+        let mut c = grid_score::ScoreConfig::default();
+        let s = &self.availability.shedding;
+        c.shedding.enabled = s.enabled;
+        if let Some(v) = s.full_after_ms {
+            c.shedding.full_after_ms = v;
+        }
+        if let Some(v) = s.room_after_ms {
+            c.shedding.room_after_ms = v;
+        }
+        if let Some(v) = s.retry_after_s {
+            c.shedding.retry_after_ms = v.saturating_mul(1000);
+        }
+        c.unavailable_retry_after_ms = self.unavailable_retry_after_s.saturating_mul(1000);
+        c
+    }
+}
+
+fn default_body_limit() -> usize {
+    DEFAULT_BODY_LIMIT_BYTES
+}
+fn default_retry_after() -> u64 {
+    DEFAULT_RETRY_AFTER_S
+}
+fn default_connect_timeout() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+fn default_poll_interval() -> u64 {
+    DEFAULT_POLL_INTERVAL_MS
+}
+fn default_poll_timeout() -> u64 {
+    DEFAULT_POLL_TIMEOUT_MS
+}
+fn default_feedback_timeout() -> u64 {
+    DEFAULT_FEEDBACK_TIMEOUT_MS
+}
+fn default_replica() -> String {
+    "gateway".to_owned()
+}
+
+fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::ConfigField {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Parses and validates a TOML document. Relative TLS paths stay relative; see
+    /// [`Config::load`].
+    pub fn from_toml_str(text: &str) -> Result<Self, Error> {
+        let config: Config = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the file; relative TLS paths are resolved against the
+    /// file's directory so a config and its PEM files can move together.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut config = Self::from_toml_str(&text)?;
+        if let Some(dir) = path.parent() {
+            for p in [
+                &mut config.tls.cert,
+                &mut config.tls.key,
+                &mut config.tls.ca,
+            ] {
+                if p.is_relative() {
+                    *p = dir.join(&*p);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Checks every bound and cross-field rule; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_name("site", &self.site)?;
+        check_range(
+            "body_limit_bytes",
+            self.body_limit_bytes as u64,
+            MIN_BODY_LIMIT_BYTES as u64,
+            MAX_BODY_LIMIT_BYTES as u64,
+        )?;
+        check_range(
+            "unavailable_retry_after_s",
+            self.unavailable_retry_after_s,
+            1,
+            MAX_RETRY_AFTER_S,
+        )?;
+        check_range(
+            "connect_timeout_ms",
+            self.connect_timeout_ms,
+            1,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        self.operator.validate()?;
+        let s = &self.availability.shedding;
+        for (field, v) in [
+            ("availability.shedding.full_after_ms", s.full_after_ms),
+            ("availability.shedding.room_after_ms", s.room_after_ms),
+        ] {
+            if let Some(v) = v {
+                check_range(field, v, 1, 3_600_000)?;
+            }
+        }
+        if let Some(v) = s.retry_after_s {
+            check_range(
+                "availability.shedding.retry_after_s",
+                v,
+                1,
+                MAX_RETRY_AFTER_S,
+            )?;
+        }
+        if self.models.is_empty() {
+            return Err(field_err("models", "must list at least one model"));
+        }
+        if self.models.len() > MAX_MODELS {
+            return Err(field_err(
+                "models",
+                format!("lists more than {MAX_MODELS} models"),
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, m) in self.models.iter().enumerate() {
+            m.validate(i)?;
+            if !names.insert(m.name.as_str()) {
+                return Err(field_err(
+                    format!("models[{i}].name"),
+                    format!("repeats model {:?}", m.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl OperatorConfig {
+    fn validate(&self) -> Result<(), Error> {
+        let uri = parse_base_url("operator.url", &self.url)?;
+        if uri.scheme_str() != Some("https") {
+            return Err(field_err(
+                "operator.url",
+                "must be https:// (the signals listener is mTLS)",
+            ));
+        }
+        if rustls_pki_types::ServerName::try_from(self.identity.as_str()).is_err() {
+            return Err(field_err(
+                "operator.identity",
+                "is not a DNS name or IP address",
+            ));
+        }
+        check_range(
+            "operator.poll_interval_ms",
+            self.poll_interval_ms,
+            MIN_POLL_INTERVAL_MS,
+            MAX_POLL_INTERVAL_MS,
+        )?;
+        check_range(
+            "operator.poll_timeout_ms",
+            self.poll_timeout_ms,
+            1,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        check_range(
+            "operator.feedback_timeout_ms",
+            self.feedback_timeout_ms,
+            1,
+            MAX_FEEDBACK_TIMEOUT_MS,
+        )?;
+        check_name("operator.replica", &self.replica)
+    }
+}
+
+impl ModelConfig {
+    fn validate(&self, i: usize) -> Result<(), Error> {
+        if self.name.is_empty() || self.name.len() > MAX_MODEL_NAME_BYTES {
+            return Err(field_err(
+                format!("models[{i}].name"),
+                format!("must be 1 to {MAX_MODEL_NAME_BYTES} bytes"),
+            ));
+        }
+        if self.candidates.is_empty() {
+            return Err(field_err(
+                format!("models[{i}].candidates"),
+                "must list at least one candidate",
+            ));
+        }
+        if self.candidates.len() > MAX_CANDIDATES_PER_MODEL {
+            return Err(field_err(
+                format!("models[{i}].candidates"),
+                format!("lists more than {MAX_CANDIDATES_PER_MODEL} candidates"),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (j, c) in self.candidates.iter().enumerate() {
+            let at = format!("models[{i}].candidates[{j}]");
+            check_name(&format!("{at}.site"), &c.site)?;
+            check_name(&format!("{at}.provider"), &c.provider)?;
+            parse_base_url(&format!("{at}.base_url"), &c.base_url)?;
+            if !seen.insert((c.site.as_str(), c.provider.as_str())) {
+                return Err(field_err(
+                    at,
+                    format!("repeats site {:?} provider {:?}", c.site, c.provider),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses an `http(s)://host[:port][/prefix]` URL with no query.
+pub(crate) fn parse_base_url(field: &str, url: &str) -> Result<Uri, Error> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| field_err(field, format!("is not a URL: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(field_err(field, "must start with http:// or https://"));
+    }
+    if uri.authority().is_none_or(|a| a.host().is_empty()) {
+        return Err(field_err(field, "has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(field_err(field, "must not carry a query"));
+    }
+    Ok(uri)
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(field_err(
+            field,
+            format!("must be 1 to {MAX_NAME_BYTES} bytes of letters, digits, '-', '_' or '.'"),
+        ))
+    }
+}
+
+fn check_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), Error> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(field_err(
+            field,
+            format!("is {v}, must be within {lo}..={hi}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::fmt::Write as _;
+
+    const MINIMAL: &str = r#"
+        site = "a"
+        listen = "127.0.0.1:8080"
+        [operator]
+        url = "https://127.0.0.1:9443"
+        identity = "operator.a.grid"
+        [tls]
+        cert = "gw.crt"
+        key = "gw.key"
+        ca = "ca.crt"
+        [[models]]
+        name = "m"
+        [[models.candidates]]
+        site = "a"
+        provider = "p"
+        base_url = "http://127.0.0.1:8000"
+    "#;
+
+    fn refused_field(text: &str) -> String {
+        match Config::from_toml_str(text) {
+            Err(Error::ConfigField { field, .. }) => field,
+            Err(Error::ConfigSyntax { message }) => format!("syntax: {message}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shipped_example_loads() {
+        let c = Config::from_toml_str(EXAMPLE_CONFIG_TOML).unwrap();
+        assert_eq!(c.operator.poll_interval_ms, 1_000);
+        assert!(c.models.len() >= 2);
+    }
+
+    #[test]
+    fn minimal_config_takes_the_documented_defaults() {
+        let c = Config::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(c.body_limit_bytes, DEFAULT_BODY_LIMIT_BYTES);
+        assert_eq!(c.operator.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS);
+        assert_eq!(c.operator.feedback_timeout_ms, DEFAULT_FEEDBACK_TIMEOUT_MS);
+        assert!(!c.availability.shedding.enabled);
+    }
+
+    #[test]
+    fn feedback_timeout_is_capped_at_the_report_budget() {
+        let with = |n: u64| {
+            MINIMAL.replace(
+                "[operator]",
+                &format!("[operator]\nfeedback_timeout_ms = {n}"),
+            )
+        };
+        assert!(Config::from_toml_str(&with(MAX_FEEDBACK_TIMEOUT_MS)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_FEEDBACK_TIMEOUT_MS + 1)),
+            "operator.feedback_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn shedding_knobs_reach_the_score_config_and_unset_ones_keep_its_defaults() {
+        let text = MINIMAL.to_owned()
+            + "[availability.shedding]\nenabled = true\nfull_after_ms = 700\nretry_after_s = 3\n";
+        let c = Config::from_toml_str(&text).unwrap().score_config();
+        assert!(c.shedding.enabled);
+        assert_eq!(c.shedding.full_after_ms, 700);
+        assert_eq!(c.shedding.room_after_ms, grid_score::DEFAULT_ROOM_AFTER_MS);
+        assert_eq!(c.shedding.retry_after_ms, 3000);
+        assert_eq!(c.unavailable_retry_after_ms, DEFAULT_RETRY_AFTER_S * 1000);
+    }
+
+    #[test]
+    fn unknown_field_is_refused_by_name() {
+        let text = MINIMAL.replace("[operator]", "[operator]\npoll_intervall_ms = 5");
+        let err = refused_field(&text);
+        assert!(err.contains("poll_intervall_ms"), "{err}");
+    }
+
+    #[test]
+    fn missing_field_is_refused_by_name() {
+        let text = MINIMAL.replace("identity = \"operator.a.grid\"", "");
+        let err = refused_field(&text);
+        assert!(err.contains("identity"), "{err}");
+    }
+
+    #[test]
+    fn bad_base_url_is_refused_naming_its_path() {
+        let text = MINIMAL.replace("http://127.0.0.1:8000", "ftp://x");
+        assert_eq!(refused_field(&text), "models[0].candidates[0].base_url");
+        let text = MINIMAL.replace("http://127.0.0.1:8000", "http://x/?q=1");
+        assert_eq!(refused_field(&text), "models[0].candidates[0].base_url");
+    }
+
+    #[test]
+    fn plain_http_operator_is_refused() {
+        let text = MINIMAL.replace("https://127.0.0.1:9443", "http://127.0.0.1:9443");
+        assert_eq!(refused_field(&text), "operator.url");
+    }
+
+    #[test]
+    fn repeated_candidate_and_model_are_refused() {
+        let dup = MINIMAL.to_owned()
+            + "[[models.candidates]]\nsite = \"a\"\nprovider = \"p\"\nbase_url = \"http://x\"\n";
+        assert_eq!(refused_field(&dup), "models[0].candidates[1]");
+        let dup_model = MINIMAL.to_owned()
+            + "[[models]]\nname = \"m\"\n[[models.candidates]]\nsite = \"b\"\nprovider = \"p\"\nbase_url = \"http://x\"\n";
+        assert_eq!(refused_field(&dup_model), "models[1].name");
+    }
+
+    #[test]
+    fn body_limit_is_bounded_at_both_ends() {
+        let with =
+            |n: usize| MINIMAL.replace("listen =", &format!("body_limit_bytes = {n}\nlisten ="));
+        assert!(Config::from_toml_str(&with(MIN_BODY_LIMIT_BYTES)).is_ok());
+        assert_eq!(
+            refused_field(&with(MIN_BODY_LIMIT_BYTES - 1)),
+            "body_limit_bytes"
+        );
+        assert!(Config::from_toml_str(&with(MAX_BODY_LIMIT_BYTES)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_BODY_LIMIT_BYTES + 1)),
+            "body_limit_bytes"
+        );
+    }
+
+    #[test]
+    fn poll_interval_is_bounded_at_both_ends() {
+        let with =
+            |n: u64| MINIMAL.replace("[operator]", &format!("[operator]\npoll_interval_ms = {n}"));
+        assert!(Config::from_toml_str(&with(MIN_POLL_INTERVAL_MS)).is_ok());
+        assert_eq!(
+            refused_field(&with(MIN_POLL_INTERVAL_MS - 1)),
+            "operator.poll_interval_ms"
+        );
+        assert!(Config::from_toml_str(&with(MAX_POLL_INTERVAL_MS)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_POLL_INTERVAL_MS + 1)),
+            "operator.poll_interval_ms"
+        );
+    }
+
+    #[test]
+    fn candidates_per_model_are_capped_at_the_boundary() {
+        let with = |n: usize| {
+            let mut t = MINIMAL.to_owned();
+            for k in 1..n {
+                let _ = write!(
+                    t,
+                    "[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbase_url = \"http://x\"\n"
+                );
+            }
+            t
+        };
+        assert!(Config::from_toml_str(&with(MAX_CANDIDATES_PER_MODEL)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_CANDIDATES_PER_MODEL + 1)),
+            "models[0].candidates"
+        );
+    }
+
+    #[test]
+    fn names_are_capped_at_the_boundary() {
+        let with = |n: usize| {
+            MINIMAL.replace(
+                "provider = \"p\"",
+                &format!("provider = \"{}\"", "p".repeat(n)),
+            )
+        };
+        assert!(Config::from_toml_str(&with(MAX_NAME_BYTES)).is_ok());
+        assert_eq!(
+            refused_field(&with(MAX_NAME_BYTES + 1)),
+            "models[0].candidates[0].provider"
+        );
+    }
+
+    #[test]
+    fn relative_tls_paths_resolve_against_the_config_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.tls.ca, dir.path().join("ca.crt"));
+    }
+}

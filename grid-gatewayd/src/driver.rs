@@ -1,0 +1,246 @@
+//! The driver: owns the runtime pieces (listener, clients, poller task) and wires the
+//! pure crates between them.
+//!
+//! Order matters: the listener is bound first, then the poller starts (a gateway polls
+//! only while serving); on shutdown the poller stops first, then the listener drains.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use grid_feedback::metrics::ReporterMetrics;
+use grid_feedback::reporter::Reporter;
+use grid_score::ScoreMetrics;
+use grid_signals::store::{IngestMetrics, StoreConfig};
+use prometheus_client::registry::Registry;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::gateway_tls::Identity;
+use crate::http_api::Api;
+use crate::poller::{PollMetrics, Poller, PollerConfig};
+use crate::refresh::Refresher;
+use crate::request_metrics::RequestMetrics;
+use crate::routing::Published;
+use crate::{Error, poller, server, upstream};
+
+/// Metric handles a test or an embedder may read directly.
+#[derive(Clone, Debug)]
+pub struct Handles {
+    /// Poll results, shedding and routability per model.
+    pub poll: PollMetrics,
+    /// `grid_signals_ingest_dropped_total{reason}`.
+    pub ingest: IngestMetrics,
+    /// `grid_signals_feedback_failures_total{reason}`.
+    pub feedback: ReporterMetrics,
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Running {
+    local_addr: SocketAddr,
+    published: Published,
+    handles: Handles,
+    stop: watch::Sender<bool>,
+    poller: PollerTask,
+    server: JoinHandle<()>,
+}
+
+impl Running {
+    /// The address the API listens on (useful when the config asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The routing slot requests read, for inspection.
+    pub fn published(&self) -> &Published {
+        &self.published
+    }
+
+    /// Metric handles.
+    pub fn handles(&self) -> &Handles {
+        &self.handles
+    }
+
+    /// Stops polling, then drains open requests and returns once the listener is closed.
+    pub async fn shutdown(self) {
+        let _ = self.poller.stop().await;
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+    }
+}
+
+/// The signals side on its own: operator client, store, scorer, reporter and the routing
+/// slot they publish into. [`start`] uses it; a proxy that keeps its own HTTP server
+/// embeds it directly (see `examples/embedded_proxy.rs`).
+pub struct Signals {
+    published: Published,
+    handles: Handles,
+    score: ScoreMetrics,
+    poller: Poller,
+}
+
+impl std::fmt::Debug for Signals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signals")
+            .field("poller", &self.poller)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A spawned poller: stop it before draining the listener.
+#[derive(Debug)]
+pub struct PollerTask {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Reporter>,
+}
+
+impl PollerTask {
+    /// Stops polling and returns the reporter (its evidence can be handed to a successor).
+    pub async fn stop(self) -> Option<Reporter> {
+        let _ = self.stop.send(true);
+        self.task.await.ok()
+    }
+}
+
+impl Signals {
+    /// Builds everything from `config` and registers the metrics in `registry`. The routing
+    /// slot already holds a view (every candidate unmeasured); nothing runs until
+    /// [`Signals::spawn`].
+    pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
+        let identity = Identity::load(&config.tls)?;
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let operator_name =
+            ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
+                Error::ConfigField {
+                    field: "operator.identity".into(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let operator = upstream::operator_client(
+            identity.client_config("operator")?,
+            operator_name,
+            connect_timeout,
+        );
+        let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
+
+        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid"));
+        let handles = Handles {
+            poll: PollMetrics::register(registry),
+            ingest: IngestMetrics::register(registry),
+            feedback: ReporterMetrics::register(registry),
+        };
+        let catalog = Arc::new(Catalog::from_config(config));
+        let mut refresher = Refresher::new(
+            catalog,
+            config.score_config(),
+            StoreConfig::default(),
+            Some(score.clone()),
+        );
+        let published: Published = Arc::new(ArcSwap::from_pointee(
+            refresher.refresh(crate::clock::now_unix_ms()),
+        ));
+        let reporter = Reporter::new(
+            poller::random_epoch(),
+            poller::replica(&config.operator.replica)?,
+            handles.feedback.clone(),
+        );
+        let poller = Poller::new(
+            PollerConfig {
+                operator: operator_uri,
+                interval: Duration::from_millis(config.operator.poll_interval_ms),
+                poll_timeout: Duration::from_millis(config.operator.poll_timeout_ms),
+                feedback_timeout: Duration::from_millis(config.operator.feedback_timeout_ms),
+            },
+            operator,
+            refresher,
+            reporter,
+            Arc::clone(&published),
+            handles.ingest.clone(),
+            handles.poll.clone(),
+        );
+        Ok(Self {
+            published,
+            handles,
+            score,
+            poller,
+        })
+    }
+
+    /// The slot requests load their routing view from.
+    pub fn published(&self) -> &Published {
+        &self.published
+    }
+
+    /// grid-score's metric handles, for counting decisions on the request path.
+    pub fn score_metrics(&self) -> &ScoreMetrics {
+        &self.score
+    }
+
+    /// Metric handles of the poll loop.
+    pub fn handles(&self) -> &Handles {
+        &self.handles
+    }
+
+    /// Starts polling. Call once the listener is up: a gateway polls only while serving.
+    pub fn spawn(self) -> PollerTask {
+        let (stop, stopped) = watch::channel(false);
+        PollerTask {
+            stop,
+            task: tokio::spawn(self.poller.run(stopped)),
+        }
+    }
+}
+
+/// Loads the TLS identity, binds the listener, starts serving and then polling.
+pub async fn start(config: Config) -> Result<Running, Error> {
+    let identity = Identity::load(&config.tls)?;
+    let sites = upstream::site_client(
+        identity.client_config("sites")?,
+        Duration::from_millis(config.connect_timeout_ms),
+    );
+    let mut registry = Registry::default();
+    let request_metrics = RequestMetrics::register(&mut registry);
+    let signals = Signals::new(&config, &mut registry)?;
+    let registry = Arc::new(registry);
+    let published = Arc::clone(signals.published());
+    let handles = signals.handles().clone();
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let api = Api::new(
+        Arc::clone(&published),
+        sites,
+        config.body_limit_bytes,
+        request_metrics,
+        signals.score_metrics().clone(),
+        registry,
+    );
+    let (stop, mut stopped) = watch::channel(false);
+    let server = tokio::spawn(server::serve(listener, api, async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    }));
+    tracing::info!(%local_addr, site = %config.site, "gateway serving");
+    let poller = signals.spawn();
+    Ok(Running {
+        local_addr,
+        published,
+        handles,
+        stop,
+        poller,
+        server,
+    })
+}

@@ -1,0 +1,103 @@
+//! Which request and response headers cross the proxy.
+//!
+//! Hop-by-hop headers (RFC 9110 section 7.6.1) describe one connection and must not be
+//! forwarded, including any named in `Connection`. Routing headers are the gateway's own
+//! word about where a request went: a client-supplied `x-grid-*` header would let it
+//! pretend to downstream logs or a chained gateway that it was routed somewhere, so every
+//! `x-grid-` request header is stripped before forwarding.
+
+use http::{HeaderMap, HeaderName, header};
+
+/// Prefix of the headers only the gateway may set.
+pub const ROUTING_HEADER_PREFIX: &str = "x-grid-";
+
+/// The header naming the site that served a request, added to every proxied response.
+pub const SITE_HEADER: HeaderName = HeaderName::from_static("x-grid-site");
+
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers (fixed ones, `Transfer-Encoding`, `Proxy-Connection` and
+/// any named in `Connection`).
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+    h.remove(header::TRANSFER_ENCODING);
+    h.remove("proxy-connection");
+}
+
+/// Prepares a client's request headers for the upstream: hop-by-hop and routing headers
+/// removed, `Host` dropped so the client sets the upstream's authority.
+pub fn sanitize_request(h: &mut HeaderMap) {
+    strip_hop_by_hop(h);
+    h.remove(header::HOST);
+    let spoofable: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| k.as_str().starts_with(ROUTING_HEADER_PREFIX))
+        .cloned()
+        .collect();
+    for k in spoofable {
+        h.remove(k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::AUTHORIZATION], "Bearer k");
+    }
+
+    #[test]
+    fn routing_headers_from_clients_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert("x-grid-site", HeaderValue::from_static("b"));
+        h.insert("X-Grid-Anything", HeaderValue::from_static("1"));
+        h.insert(header::HOST, HeaderValue::from_static("gw"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert("x-gridiron", HeaderValue::from_static("kept"));
+        sanitize_request(&mut h);
+        assert_eq!(h.len(), 2);
+        assert!(h.contains_key(header::CONTENT_TYPE));
+        assert!(h.contains_key("x-gridiron"));
+    }
+}

@@ -1,0 +1,335 @@
+//! The OpenAI-compatible HTTP surface: routes, body admission, proxying, errors.
+//!
+//! # Request bodies are held, answers stream
+//!
+//! A request body is read into memory up to `body_limit_bytes` (413 beyond, decided
+//! before anything is sent upstream), scanned for its `model` field and forwarded
+//! unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
+//! one retry below. The answer is never held: its frames are passed on as they arrive,
+//! so `stream: true` server-sent events reach the client token by token.
+//!
+//! # One retry, only when nothing was sent
+//!
+//! When connecting to the chosen site fails (refused, unreachable, TLS handshake
+//! refused, connect timeout), no byte of the request has left the gateway, so it is
+//! safe to try once more on a different site chosen from the same snapshot. Any failure
+//! after the request may have been sent is answered 502 without retry: completions are
+//! not idempotent (a retried generation costs the site twice and may answer
+//! differently). A failure after the answer started cannot be turned into an error
+//! status; the client sees the stream cut.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, Limited};
+use prometheus_client::registry::Registry;
+
+use crate::api_error::{ApiErrorKind, error_response};
+use crate::catalog::Upstream;
+use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
+use crate::model_field::find_model;
+use crate::request_metrics::{RequestMetrics, RetryLabels, UpstreamFailureLabels};
+use crate::request_rng::ThreadRng;
+use crate::routing::{Published, RETRY_PATH, Route};
+use crate::upstream::HttpClient;
+
+/// Boxed response body: either a streamed upstream answer or a small local one.
+pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
+
+/// The routes that carry a `model` and are proxied.
+pub const PROXIED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
+
+/// The request handler shared by every connection.
+#[derive(Clone)]
+pub struct Api {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    routes: Published,
+    client: HttpClient,
+    body_limit: usize,
+    metrics: RequestMetrics,
+    score: grid_score::ScoreMetrics,
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("body_limit", &self.inner.body_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> ResponseBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+fn api_error(
+    kind: ApiErrorKind,
+    message: &str,
+    retry_after_s: Option<u64>,
+) -> Response<ResponseBody> {
+    let mut r = error_response::<Full<Bytes>>(kind, message, retry_after_s)
+        .map(|b| b.map_err(|never| match never {}).boxed());
+    // Read back by `handle` to count the outcome; extensions never reach the wire.
+    r.extensions_mut().insert(kind);
+    r
+}
+
+impl Api {
+    /// A handler over the published routing slot. `registry` is what `/metrics` encodes;
+    /// it must already hold `metrics` and `score`.
+    pub fn new(
+        routes: Published,
+        client: HttpClient,
+        body_limit: usize,
+        metrics: RequestMetrics,
+        score: grid_score::ScoreMetrics,
+        registry: Arc<Registry>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                routes,
+                client,
+                body_limit,
+                metrics,
+                score,
+                registry,
+            }),
+        }
+    }
+
+    /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let path = req.uri().path();
+        let resp = if PROXIED_PATHS.contains(&path) {
+            if req.method() == Method::POST {
+                self.proxy(req).await
+            } else {
+                api_error(ApiErrorKind::MethodNotAllowed, "use POST", None)
+            }
+        } else if path == "/v1/models" {
+            if req.method() == Method::GET {
+                self.models()
+            } else {
+                api_error(ApiErrorKind::MethodNotAllowed, "use GET", None)
+            }
+        } else if path == "/metrics" && req.method() == Method::GET {
+            self.metrics()
+        } else {
+            api_error(
+                ApiErrorKind::UnknownRoute,
+                &format!("no route {}", req.uri().path()),
+                None,
+            )
+        };
+        let outcome = match resp.extensions().get::<ApiErrorKind>() {
+            Some(kind) => kind.as_str(),
+            None if resp.headers().contains_key(SITE_HEADER) => "proxied",
+            None => "local",
+        };
+        self.inner.metrics.outcome(outcome);
+        resp
+    }
+
+    fn models(&self) -> Response<ResponseBody> {
+        let view = self.inner.routes.load();
+        let data: Vec<_> = view
+            .catalog()
+            .models()
+            .iter()
+            .filter(|m| view.is_routable(&m.name))
+            .map(|m| serde_json::json!({"id": &*m.name, "object": "model", "created": 0, "owned_by": "grid"}))
+            .collect();
+        let body = serde_json::json!({"object": "list", "data": data}).to_string();
+        let mut r = Response::new(full(body));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+
+    fn metrics(&self) -> Response<ResponseBody> {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.inner.registry).is_err() {
+            return Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .body(full("metrics encoding failed"))
+                .expect("static response");
+        }
+        let mut r = Response::new(full(text));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        r
+    }
+
+    async fn proxy<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let limit = self.inner.body_limit;
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return too_large(limit);
+        }
+        let (mut parts, body) = req.into_parts();
+        let body = match Limited::new(body, limit).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(limit),
+            Err(e) => {
+                return api_error(
+                    ApiErrorKind::BadRequest,
+                    &format!("reading the request body: {e}"),
+                    None,
+                );
+            }
+        };
+        let model = match find_model(&body) {
+            Ok(m) => m,
+            Err(e) => return api_error(ApiErrorKind::BadRequest, &e.to_string(), None),
+        };
+        sanitize_request(&mut parts.headers);
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_owned();
+
+        let view = self.inner.routes.load();
+        let decision = view.pick(&model, &mut ThreadRng);
+        self.inner.score.record(&decision);
+        let (mut upstream, mut retried) = match view.route(&model, &decision) {
+            Route::To { upstream, .. } => (upstream, false),
+            Route::UnknownModel => {
+                return api_error(
+                    ApiErrorKind::NotFound,
+                    &format!("model {model:?} is not served here"),
+                    None,
+                );
+            }
+            Route::Shed { retry_after_s } => {
+                return api_error(
+                    ApiErrorKind::Shedding,
+                    &format!("every site serving {model:?} is full; retry later"),
+                    Some(retry_after_s),
+                );
+            }
+            Route::Unavailable { retry_after_s } => {
+                return api_error(
+                    ApiErrorKind::Unavailable,
+                    &format!("no site can serve {model:?} now"),
+                    Some(retry_after_s),
+                );
+            }
+        };
+        loop {
+            match self.send_to(upstream, &parts, &path_and_query, &body).await {
+                Ok(resp) => return resp,
+                Err(Failed::Path(message)) => {
+                    return api_error(ApiErrorKind::BadRequest, &message, None);
+                }
+                Err(Failed::Connect) if !retried => {
+                    let Some(next) = view.retry_target(&model, &upstream.site) else {
+                        return upstream_failed(&model);
+                    };
+                    let labels = RetryLabels {
+                        site: next.site.to_string(),
+                    };
+                    self.inner.metrics.retries.get_or_create(&labels).inc();
+                    tracing::debug!(site = %next.site, path = RETRY_PATH, "retrying on another site");
+                    upstream = next;
+                    retried = true;
+                }
+                Err(_) => return upstream_failed(&model),
+            }
+        }
+    }
+
+    /// One attempt at one upstream: the answer streamed back with `x-grid-site`, or why
+    /// it failed (counted here).
+    async fn send_to(
+        &self,
+        upstream: &Upstream,
+        parts: &http::request::Parts,
+        path_and_query: &str,
+        body: &Bytes,
+    ) -> Result<Response<ResponseBody>, Failed> {
+        let uri = upstream
+            .uri_for(path_and_query)
+            .map_err(|e| Failed::Path(format!("request path: {e}")))?;
+        let mut out = Request::new(Full::new(body.clone()));
+        *out.method_mut() = parts.method.clone();
+        *out.uri_mut() = uri;
+        *out.headers_mut() = parts.headers.clone();
+        match self.inner.client.request(out).await {
+            Ok(resp) => {
+                let (mut rparts, rbody) = resp.into_parts();
+                strip_hop_by_hop(&mut rparts.headers);
+                if let Ok(v) = HeaderValue::from_str(&upstream.site) {
+                    rparts.headers.insert(SITE_HEADER, v);
+                }
+                Ok(Response::from_parts(rparts, rbody.boxed()))
+            }
+            Err(e) => {
+                let connect = e.is_connect();
+                let labels = UpstreamFailureLabels {
+                    site: upstream.site.to_string(),
+                    reason: if connect { "connect" } else { "request" },
+                };
+                self.inner
+                    .metrics
+                    .upstream_failures
+                    .get_or_create(&labels)
+                    .inc();
+                tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
+                Err(if connect {
+                    Failed::Connect
+                } else {
+                    Failed::Exchange
+                })
+            }
+        }
+    }
+}
+
+/// Why one upstream attempt failed.
+enum Failed {
+    /// The request path cannot be joined to the base URL.
+    Path(String),
+    /// Connecting failed: nothing was sent.
+    Connect,
+    /// The exchange failed after the request may have been sent.
+    Exchange,
+}
+
+fn too_large(limit: usize) -> Response<ResponseBody> {
+    api_error(
+        ApiErrorKind::BodyTooLarge,
+        &format!("the request body is larger than {limit} bytes"),
+        None,
+    )
+}
+
+fn upstream_failed(model: &str) -> Response<ResponseBody> {
+    api_error(
+        ApiErrorKind::UpstreamFailed,
+        &format!("the site chosen for {model:?} failed before answering"),
+        None,
+    )
+}

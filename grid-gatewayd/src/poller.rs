@@ -1,0 +1,413 @@
+//! The signals loop: poll the local operator, ingest, refresh, publish, report back.
+//!
+//! One task owns the store, the scorer and the feedback reporter, so none of them needs a
+//! lock. Each cycle (every `poll_interval_ms`, only while the gateway serves):
+//!
+//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `poll_timeout_ms`
+//!    and [`MAX_EXPOSITION_BYTES`];
+//! 2. ingest with the relay trusted for all sites; drops counted per reason;
+//! 3. fold the cycle into the reporter (before the refresh, so nothing can cancel it);
+//! 4. refresh and publish the new routing view atomically (also after a failed poll:
+//!    readings age out by time, and a silent operator must turn into "unmeasured");
+//! 5. when the reporter has something to send, one `POST /v1/site/signals/ingest` on its
+//!    own task, bounded by `feedback_timeout_ms`; its outcome comes back on a channel and
+//!    never fails or delays a poll.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_feedback::reporter::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
+use grid_feedback::{Epoch, Replica};
+use grid_signals::exposition::MAX_EXPOSITION_BYTES;
+use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
+use http::{Request, Uri};
+use http_body_util::{BodyExt as _, Full, Limited};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock;
+use crate::refresh::Refresher;
+use crate::routing::Published;
+use crate::upstream::HttpClient;
+
+/// Path of the operator's relay.
+pub const SIGNALS_PATH: &str = "/v1/site/signals";
+
+/// How one poll ended (the `result` label of `grid_gateway_polls_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PollResult {
+    /// A body was read and ingested.
+    Ok,
+    /// The exchange exceeded `poll_timeout_ms`.
+    Timeout,
+    /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
+    Transport,
+    /// The operator answered with a status other than 200.
+    Status,
+    /// The body was larger than [`MAX_EXPOSITION_BYTES`].
+    BodyCap,
+}
+
+impl PollResult {
+    /// Every result, for pre-registering labels.
+    pub const ALL: [Self; 5] = [
+        Self::Ok,
+        Self::Timeout,
+        Self::Transport,
+        Self::Status,
+        Self::BodyCap,
+    ];
+
+    /// The metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Timeout => "timeout",
+            Self::Transport => "transport",
+            Self::Status => "status",
+            Self::BodyCap => "body_cap",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+/// The poll loop's metric handles.
+#[derive(Clone, Debug, Default)]
+pub struct PollMetrics {
+    polls: Family<ResultLabels, Counter>,
+    shedding: Family<ModelLabels, Gauge>,
+    routable: Family<ModelLabels, Gauge>,
+}
+
+impl PollMetrics {
+    /// Registers `grid_gateway_polls_total{result}`, `grid_gateway_model_shedding{model}`
+    /// and `grid_gateway_model_routable{model}`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for r in PollResult::ALL {
+            m.polls
+                .get_or_create(&ResultLabels { result: r.as_str() })
+                .inc_by(0);
+        }
+        registry.register(
+            "grid_gateway_polls",
+            "Polls of the local operator, by result",
+            m.polls.clone(),
+        );
+        registry.register(
+            "grid_gateway_model_shedding",
+            "1 while the model answers 429 because every healthy site is full",
+            m.shedding.clone(),
+        );
+        registry.register(
+            "grid_gateway_model_routable",
+            "1 while the model has at least one candidate not excluded",
+            m.routable.clone(),
+        );
+        m
+    }
+
+    /// Count of polls that ended with `result`.
+    pub fn polls(&self, result: PollResult) -> u64 {
+        self.polls
+            .get_or_create(&ResultLabels {
+                result: result.as_str(),
+            })
+            .get()
+    }
+}
+
+/// How the loop talks to its operator.
+#[derive(Clone, Debug)]
+pub struct PollerConfig {
+    /// `https://host:port` of the operator.
+    pub operator: Uri,
+    /// Cadence.
+    pub interval: Duration,
+    /// Budget of one poll.
+    pub poll_timeout: Duration,
+    /// Budget of one feedback POST.
+    pub feedback_timeout: Duration,
+}
+
+/// The answer of one feedback exchange, owned so it can cross the task boundary.
+enum Delivery {
+    Http {
+        status: u16,
+        headers: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    Transport,
+    TimedOut,
+}
+
+/// The loop's state.
+pub struct Poller {
+    config: PollerConfig,
+    client: HttpClient,
+    refresher: Refresher,
+    reporter: Reporter,
+    published: Published,
+    ingest_metrics: IngestMetrics,
+    metrics: PollMetrics,
+    started: std::time::Instant,
+}
+
+impl std::fmt::Debug for Poller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh random nonzero feedback epoch for this process.
+pub fn random_epoch() -> Epoch {
+    loop {
+        if let Some(e) = Epoch::new(crate::request_rng::os_random_u64()) {
+            return e;
+        }
+    }
+}
+
+impl Poller {
+    /// A poller publishing into `published`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: PollerConfig,
+        client: HttpClient,
+        refresher: Refresher,
+        reporter: Reporter,
+        published: Published,
+        ingest_metrics: IngestMetrics,
+        metrics: PollMetrics,
+    ) -> Self {
+        Self {
+            config,
+            client,
+            refresher,
+            reporter,
+            published,
+            ingest_metrics,
+            metrics,
+            started: clock::monotonic(),
+        }
+    }
+
+    /// The reporter's clock: milliseconds since this poller started (never goes back).
+    fn mono_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Runs until `stop` turns true; returns the reporter so a reload can hand its
+    /// evidence over.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Reporter {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (done_tx, mut done_rx) = mpsc::channel::<(ExchangeId, Delivery)>(4);
+        loop {
+            tokio::select! {
+                biased;
+                () = until_stopped(&mut stop) => break,
+                Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
+                _ = tick.tick() => self.cycle(&done_tx).await,
+            }
+        }
+        self.reporter
+    }
+
+    async fn cycle(&mut self, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
+        let fetched = tokio::time::timeout(self.config.poll_timeout, self.fetch()).await;
+        let now_ms = clock::now_unix_ms();
+        let (result, cycle) = match fetched {
+            Err(_) => (PollResult::Timeout, Cycle::FetchFailed),
+            Ok(Err(result)) => (result, Cycle::FetchFailed),
+            Ok(Ok((body, reference_ms))) => {
+                let report = match body {
+                    Some(body) => {
+                        self.refresher
+                            .ingest(&body, reference_ms.unwrap_or(now_ms), now_ms)
+                    }
+                    None => IngestReport::body_cap(),
+                };
+                self.ingest_metrics.record(&report);
+                let skew_drops = report.dropped.get(DropReason::Skew);
+                let result = if body_was_capped(&report) {
+                    PollResult::BodyCap
+                } else {
+                    PollResult::Ok
+                };
+                (result, Cycle::Committed { skew_drops })
+            }
+        };
+        self.metrics
+            .polls
+            .get_or_create(&ResultLabels {
+                result: result.as_str(),
+            })
+            .inc();
+        if result != PollResult::Ok {
+            tracing::debug!(result = result.as_str(), "operator poll failed");
+        }
+        let mono = self.mono_ms();
+        self.reporter.handle(mono, ReporterInput::Cycle(cycle));
+        let view = self.refresher.refresh(now_ms);
+        for m in view.catalog().models() {
+            let labels = ModelLabels {
+                model: m.name.to_string(),
+            };
+            self.metrics
+                .shedding
+                .get_or_create(&labels)
+                .set(i64::from(view.is_shedding(&m.name)));
+            self.metrics
+                .routable
+                .get_or_create(&labels)
+                .set(i64::from(view.is_routable(&m.name)));
+        }
+        self.published.store(std::sync::Arc::new(view));
+        self.reporter.handle(mono, ReporterInput::Timeout);
+        if let Some(tx) = self.reporter.poll_transmit(mono) {
+            let req = self.feedback_request(&tx.report);
+            let (client, budget, done) = (
+                self.client.clone(),
+                self.config.feedback_timeout,
+                done.clone(),
+            );
+            tokio::spawn(async move {
+                let delivery = match tokio::time::timeout(budget, client.request(req)).await {
+                    Err(_) => Delivery::TimedOut,
+                    Ok(Err(_)) => Delivery::Transport,
+                    Ok(Ok(resp)) => Delivery::Http {
+                        status: resp.status().as_u16(),
+                        headers: resp
+                            .headers()
+                            .iter()
+                            .map(|(k, v)| (k.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+                            .collect(),
+                    },
+                };
+                let _ = done.send((tx.exchange, delivery)).await;
+            });
+        }
+    }
+
+    fn delivered(&mut self, exchange: ExchangeId, delivery: &Delivery) {
+        let pairs: Vec<(&[u8], &[u8])>;
+        let outcome = match delivery {
+            Delivery::Http { status, headers } => {
+                pairs = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                    .collect();
+                Outcome::Http {
+                    status: *status,
+                    headers: &pairs,
+                }
+            }
+            Delivery::Transport => Outcome::Transport,
+            Delivery::TimedOut => Outcome::TimedOut,
+        };
+        let mono = self.mono_ms();
+        self.reporter
+            .handle(mono, ReporterInput::Response { exchange, outcome });
+    }
+
+    fn feedback_request(&self, report: &grid_feedback::Report) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(Bytes::new()));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = operator_uri(&self.config.operator, grid_feedback::headers::INGEST_PATH);
+        for (name, value) in report.headers() {
+            if let Ok(v) = http::HeaderValue::from_str(&value) {
+                req.headers_mut().insert(name, v);
+            }
+        }
+        req
+    }
+
+    /// Reads one relay body: `Ok((None, _))` when it was over the cap.
+    async fn fetch(&self) -> Result<(Option<Bytes>, Option<u64>), PollResult> {
+        let req = Request::get(operator_uri(&self.config.operator, SIGNALS_PATH))
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| PollResult::Transport)?;
+        let resp = self.client.request(req).await.map_err(|e| {
+            tracing::debug!(error = %e, "operator unreachable");
+            PollResult::Transport
+        })?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(PollResult::Status);
+        }
+        let reference_ms = resp
+            .headers()
+            .get(http::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match Limited::new(resp.into_body(), MAX_EXPOSITION_BYTES)
+            .collect()
+            .await
+        {
+            Ok(c) => Ok((Some(c.to_bytes()), reference_ms)),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok((None, reference_ms)),
+            Err(_) => Err(PollResult::Transport),
+        }
+    }
+}
+
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+fn body_was_capped(report: &IngestReport) -> bool {
+    report.dropped.get(DropReason::BodyCap) > 0
+}
+
+/// `base` with its path replaced by `path`.
+fn operator_uri(base: &Uri, path: &'static str) -> Uri {
+    let mut parts = base.clone().into_parts();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static(path));
+    Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
+}
+
+/// The feedback replica name from `operator.replica`, refused naming the field when the
+/// wire contract does not accept it.
+pub fn replica(name: &str) -> Result<Replica, crate::Error> {
+    Replica::new(name).map_err(|e| crate::Error::ConfigField {
+        field: "operator.replica".into(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_uri_replaces_the_path() {
+        let base: Uri = "https://127.0.0.1:9443".parse().unwrap();
+        assert_eq!(
+            operator_uri(&base, SIGNALS_PATH),
+            "https://127.0.0.1:9443/v1/site/signals"
+        );
+    }
+
+    #[test]
+    fn poll_result_labels_are_distinct() {
+        let labels: std::collections::HashSet<_> =
+            PollResult::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels.len(), PollResult::ALL.len());
+    }
+}

@@ -1,0 +1,73 @@
+//! What the request path counts: one counter increment per request, no allocation beyond
+//! the first sight of a label set.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// `{outcome}`: `proxied` or the OpenAI-style error code the gateway answered with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// The outcome.
+    pub outcome: &'static str,
+}
+
+/// `{site}`: the site a request was sent to on its second attempt, after the first site
+/// refused the connection.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    /// The site tried second.
+    pub site: String,
+}
+
+/// `{site, reason}` of an upstream failure before any byte of the answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamFailureLabels {
+    /// The site that failed.
+    pub site: String,
+    /// `connect` (nothing was sent) or `request` (the exchange broke after sending).
+    pub reason: &'static str,
+}
+
+/// The request path's metric handles.
+#[derive(Clone, Debug, Default)]
+pub struct RequestMetrics {
+    /// `grid_gateway_requests_total{outcome}`.
+    pub requests: Family<OutcomeLabels, Counter>,
+    /// `grid_gateway_retries_total{site}`. First attempts are counted by grid-score's
+    /// `grid_score_decisions_total{site,path,outcome}`.
+    pub retries: Family<RetryLabels, Counter>,
+    /// `grid_gateway_upstream_failures_total{site,reason}`.
+    pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
+}
+
+impl RequestMetrics {
+    /// Registers the handles under `grid_gateway_*`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grid_gateway_requests",
+            "Requests answered, by outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "grid_gateway_retries",
+            "Requests sent to a second site after the first refused the connection",
+            m.retries.clone(),
+        );
+        registry.register(
+            "grid_gateway_upstream_failures",
+            "Upstream exchanges that failed before any byte of the answer",
+            m.upstream_failures.clone(),
+        );
+        m
+    }
+
+    /// Counts one answered request.
+    pub fn outcome(&self, outcome: &'static str) {
+        self.requests
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+}

@@ -1,0 +1,69 @@
+//! HTTP clients toward serving sites and toward the operator.
+//!
+//! Both are pooled hyper clients over rustls presenting the gateway's certificate. Sites
+//! are verified under the name in their base URL; the operator under the configured
+//! identity, whatever address the URL uses, so a gateway can dial its operator by IP
+//! while still refusing any certificate but the operator's.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+
+/// A pooled client whose requests carry an in-memory body.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Idle connections kept per site: enough to absorb a burst without a TLS handshake per
+/// request, few enough that an idle gateway does not hold many sockets per site.
+pub const MAX_IDLE_PER_SITE: usize = 32;
+
+/// How long an idle pooled connection is kept.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn http_connector(connect_timeout: Duration) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    http
+}
+
+/// The client for serving sites: `http://` base URLs go in the clear (the local site),
+/// `https://` ones over TLS with the gateway's certificate, HTTP/2 when the site offers it.
+pub fn site_client(tls: ClientConfig, connect_timeout: Duration) -> HttpClient {
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http_connector(connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(MAX_IDLE_PER_SITE)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .build(connector)
+}
+
+/// The client for the local operator: TLS only, its certificate verified as `identity`,
+/// and one kept-alive connection (the spec's "one connection to its operator").
+pub fn operator_client(
+    tls: ClientConfig,
+    identity: ServerName<'static>,
+    connect_timeout: Duration,
+) -> HttpClient {
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .with_server_name_resolver(FixedServerNameResolver::new(identity))
+        .enable_http1()
+        .wrap_connector(http_connector(connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .build(connector)
+}

@@ -1,0 +1,359 @@
+//! The signals path end to end on loopback with real rustls: a fake operator relays load
+//! for two sites served by fake model servers, and the gateway's routing follows it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::fake_model::FakeModel;
+use common::fake_operator::{FakeOperator, SiteLoad};
+use common::pki::{Pki, server_config};
+use common::{Cand, http1_client, post, send};
+use grid_gatewayd::Config;
+use grid_gatewayd::driver::{self, Running};
+use grid_gatewayd::poller::PollResult;
+use http::StatusCode;
+
+const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+
+/// The test gateway's poll cadence: fast so the suite is quick, slow enough to be real.
+const POLL_MS: u64 = 200;
+
+/// "Within one poll" on a loaded 2-core CI machine: the poll itself, the refresh, and a
+/// generous margin for scheduling delays.
+const ONE_POLL_WITH_MARGIN: Duration = Duration::from_millis(POLL_MS * 5);
+
+struct Grid {
+    gateway: Option<Running>,
+    operator: FakeOperator,
+    sites: Vec<FakeModel>,
+    _dir: tempfile::TempDir,
+}
+
+impl Grid {
+    /// Sites `a` and `b` serving model `m`; the operator's certificate is issued by
+    /// `operator_ca` (the grid CA unless a test wants it untrusted).
+    async fn start(extra: &str, trusted_operator: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::new("grid-ca");
+        let rogue = Pki::new("rogue-ca");
+        let op_issuer = if trusted_operator { &pki } else { &rogue };
+        let op_files = op_issuer.issue(dir.path(), "operator", &["operator.a.grid"]);
+        let operator = FakeOperator::start(server_config(&op_files, pki.ca_pem())).await;
+        operator.set("a", SiteLoad::idle());
+        operator.set("b", SiteLoad::idle());
+        let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
+        let text = common::config_toml(
+            dir.path(),
+            &pki,
+            &operator.url(),
+            extra,
+            &[(
+                "m",
+                vec![
+                    Cand {
+                        site: "a",
+                        provider: "p",
+                        base_url: sites[0].base_url(),
+                    },
+                    Cand {
+                        site: "b",
+                        provider: "p",
+                        base_url: sites[1].base_url(),
+                    },
+                ],
+            )],
+        )
+        .replace(
+            "[operator]\n",
+            &format!("[operator]\npoll_interval_ms = {POLL_MS}\n"),
+        );
+        let gateway = driver::start(Config::from_toml_str(&text).unwrap())
+            .await
+            .unwrap();
+        Self {
+            gateway: Some(gateway),
+            operator,
+            sites,
+            _dir: dir,
+        }
+    }
+
+    fn gw(&self) -> &Running {
+        self.gateway.as_ref().unwrap()
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/v1/chat/completions", self.gw().local_addr())
+    }
+
+    fn excluded(&self) -> Vec<String> {
+        let view = self.gw().published().load();
+        view.table()
+            .get("m")
+            .unwrap()
+            .excluded()
+            .iter()
+            .map(|e| e.key.site.to_string())
+            .collect()
+    }
+
+    /// Waits (bounded) until `cond` holds on the published view; returns how long it took.
+    async fn until(&self, what: &str, limit: Duration, cond: impl Fn(&Self) -> bool) -> Duration {
+        let start = tokio::time::Instant::now();
+        while !cond(self) {
+            assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        start.elapsed()
+    }
+
+    async fn measured(&self) {
+        self.until("both sites measured", Duration::from_secs(5), |g| {
+            let view = g.gw().published().load();
+            let snap = view.table().get("m").unwrap();
+            snap.candidates().len() == 2 && snap.candidates().iter().all(|c| c.score().is_finite())
+        })
+        .await;
+    }
+
+    async fn shutdown(mut self) {
+        let g = self.gateway.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), g.shutdown())
+            .await
+            .expect("gateway stops in time");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_with_zero_ready_endpoints_leaves_within_one_poll_and_rejoins_after_recovery() {
+    let grid = Grid::start("", true).await;
+    grid.measured().await;
+    let polls_before = grid.operator.polls();
+    grid.operator.set(
+        "b",
+        SiteLoad {
+            ready_endpoints: 0,
+            ..SiteLoad::idle()
+        },
+    );
+    let left = grid
+        .until("b excluded", ONE_POLL_WITH_MARGIN, |g| {
+            g.excluded() == ["b"]
+        })
+        .await;
+    assert!(
+        grid.operator.polls() - polls_before <= 4,
+        "exclusion took {left:?}"
+    );
+    let c = http1_client();
+    for _ in 0..10 {
+        assert_eq!(send(&c, post(&grid.url(), CHAT)).await.site(), Some("a"));
+    }
+    grid.operator.set("b", SiteLoad::idle());
+    let back = grid
+        .until("b back", ONE_POLL_WITH_MARGIN, |g| g.excluded().is_empty())
+        .await;
+    eprintln!("left selection after {left:?}, rejoined after {back:?} (poll {POLL_MS} ms)");
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_shifts_away_from_a_saturated_site() {
+    let grid = Grid::start("", true).await;
+    grid.measured().await;
+    grid.operator.set("a", SiteLoad::full());
+    grid.until("a reads saturated", ONE_POLL_WITH_MARGIN, |g| {
+        let view = g.gw().published().load();
+        let snap = view.table().get("m").unwrap();
+        snap.candidates()
+            .first()
+            .is_some_and(|c| &**c.site() == "b")
+            && snap.path() == Some(grid_score::Path::Lone)
+    })
+    .await;
+    let c = http1_client();
+    for _ in 0..20 {
+        assert_eq!(send(&c, post(&grid.url(), CHAT)).await.site(), Some("b"));
+    }
+    assert!(
+        grid.sites[0].seen().is_empty() || grid.sites[0].seen().len() < grid.sites[1].seen().len()
+    );
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_site_excluded_gives_503_with_retry_after() {
+    let grid = Grid::start("unavailable_retry_after_s = 7", true).await;
+    grid.measured().await;
+    grid.operator.set(
+        "a",
+        SiteLoad {
+            ready_endpoints: 0,
+            ..SiteLoad::idle()
+        },
+    );
+    grid.operator.set(
+        "b",
+        SiteLoad {
+            ready_endpoints: 0,
+            ..SiteLoad::idle()
+        },
+    );
+    grid.until("both excluded", ONE_POLL_WITH_MARGIN, |g| {
+        g.excluded().len() == 2
+    })
+    .await;
+    let a = send(&http1_client(), post(&grid.url(), CHAT)).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(a.headers["retry-after"], "7");
+    assert_eq!(a.error_code(), "unavailable");
+    assert!(grid.sites.iter().all(|s| s.seen().is_empty()));
+    let models = send(
+        &http1_client(),
+        common::get(&grid.url().replace("/chat/completions", "/models")),
+    )
+    .await;
+    assert_eq!(
+        models.json()["data"].as_array().unwrap().len(),
+        0,
+        "no routable model is listed"
+    );
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedding_on_and_every_site_full_gives_429_with_retry_after() {
+    let extra = "[availability.shedding]\nenabled = true\nfull_after_ms = 1\nroom_after_ms = 1000\nretry_after_s = 2\n";
+    // The availability table must come after the top-level keys; config_toml puts `extra`
+    // before [operator], so move it to the end.
+    let grid = Grid::start_with_tail(extra).await;
+    grid.measured().await;
+    grid.operator.set("a", SiteLoad::full());
+    grid.operator.set("b", SiteLoad::full());
+    grid.until("model sheds", Duration::from_secs(5), |g| {
+        g.gw().published().load().is_shedding("m")
+    })
+    .await;
+    let a = send(&http1_client(), post(&grid.url(), CHAT)).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(a.headers["retry-after"], "2");
+    assert_eq!(a.error_code(), "shedding");
+    assert_eq!(a.json()["error"]["type"], "rate_limit_error");
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_operator_certificate_is_refused_and_every_site_ranks_unmeasured() {
+    let grid = Grid::start("", false).await;
+    let polls = &grid.gw().handles().poll;
+    grid.until("three refused polls", Duration::from_secs(5), |_| {
+        polls.polls(PollResult::Transport) >= 3
+    })
+    .await;
+    assert_eq!(polls.polls(PollResult::Ok), 0);
+    let view = grid.gw().published().load();
+    let snap = view.table().get("m").unwrap();
+    assert_eq!(snap.candidates().len(), 2);
+    assert!(
+        snap.candidates()
+            .iter()
+            .all(|c| c.score() == grid_score::UNMEASURED),
+        "{snap:?}"
+    );
+    // Unmeasured is least preferred, not unavailable: requests still route.
+    assert_eq!(
+        send(&http1_client(), post(&grid.url(), CHAT)).await.status,
+        StatusCode::OK
+    );
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skew_drops_reach_the_operator_and_clear_after_a_clean_cycle() {
+    let grid = Grid::start("", true).await;
+    grid.measured().await;
+    // Stamps a minute after the body's Date: implausible, dropped as skew.
+    grid.operator.set(
+        "b",
+        SiteLoad {
+            stamp_offset_ms: 60_000,
+            ..SiteLoad::idle()
+        },
+    );
+    grid.until("a bad report", Duration::from_secs(5), |g| {
+        g.operator.feedback().iter().any(|f| !f.clean)
+    })
+    .await;
+    let bad = grid
+        .operator
+        .feedback()
+        .into_iter()
+        .find(|f| !f.clean)
+        .unwrap();
+    assert!(bad.rejected > 0);
+    assert_eq!(bad.epoch.len(), 16);
+    grid.operator.set("b", SiteLoad::idle());
+    grid.until(
+        "a clean report after the bad one",
+        Duration::from_secs(5),
+        |g| {
+            g.operator
+                .feedback()
+                .iter()
+                .any(|f| f.clean && f.sequence > bad.sequence)
+        },
+    )
+    .await;
+    let ingest = &grid.gw().handles().ingest;
+    assert!(ingest.dropped(grid_signals::store::DropReason::Skew) > 0);
+    assert_eq!(grid.gw().handles().feedback.total_failures(), 0);
+    grid.shutdown().await;
+}
+
+impl Grid {
+    async fn start_with_tail(tail: &str) -> Self {
+        // Same as `start`, with `tail` appended as TOML tables after the models.
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::new("grid-ca");
+        let op_files = pki.issue(dir.path(), "operator", &["operator.a.grid"]);
+        let operator = FakeOperator::start(server_config(&op_files, pki.ca_pem())).await;
+        operator.set("a", SiteLoad::idle());
+        operator.set("b", SiteLoad::idle());
+        let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
+        let text = common::config_toml(
+            dir.path(),
+            &pki,
+            &operator.url(),
+            "",
+            &[(
+                "m",
+                vec![
+                    Cand {
+                        site: "a",
+                        provider: "p",
+                        base_url: sites[0].base_url(),
+                    },
+                    Cand {
+                        site: "b",
+                        provider: "p",
+                        base_url: sites[1].base_url(),
+                    },
+                ],
+            )],
+        )
+        .replace(
+            "[operator]\n",
+            &format!("[operator]\npoll_interval_ms = {POLL_MS}\n"),
+        ) + tail;
+        let gateway = driver::start(Config::from_toml_str(&text).unwrap())
+            .await
+            .unwrap();
+        Self {
+            gateway: Some(gateway),
+            operator,
+            sites,
+            _dir: dir,
+        }
+    }
+}

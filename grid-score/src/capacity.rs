@@ -1,0 +1,180 @@
+//! Capacity bounds: what a site has shown it can hold, and where it has shown a limit.
+//!
+//! The soft bound is the most in-flight the site held with nothing queued; the hard bound
+//! is the least in-flight it held at a demonstrated limit. Capacity is the lesser (the soft
+//! bound counted with [`SOFT_BOUND_HEADROOM`]), never below [`CAPACITY_FLOOR`]. Both bounds lose their evidence with a half-life
+//! ([`BOUND_HALF_LIFE_MS`]) so a site that was resized is relearned rather than trusted
+//! forever at its old size.
+
+/// The least capacity any candidate is read at, in requests.
+///
+/// One request is the least a ready engine serves without queueing, so reading capacity
+/// below one would call a site holding a single request over-full. It also keeps
+/// `in_flight / capacity` finite for a site only ever seen idle (a soft bound of 0). It is
+/// deliberately not larger: a larger floor would let an unproven site look emptier than
+/// the sites that have shown their size, and herd traffic onto it.
+pub const CAPACITY_FLOOR: f64 = 1.0;
+
+/// How far past its soft bound a site that has never shown a limit is read to reach.
+///
+/// The soft bound only proves the site held that many without queueing; read as capacity
+/// itself, every site would read rho 1 (no room) at its busiest calm moment, and a site
+/// holding a steady load that never queues would read full forever. Doubling it leaves a
+/// never-limited site room to be offered more, so it is explored; once it shows a limit,
+/// the hard bound (read as is) takes over.
+pub const SOFT_BOUND_HEADROOM: f64 = 2.0;
+
+/// How long a bound keeps half of its evidence, in milliseconds (5 minutes).
+///
+/// Long against the 1 s local and 5 s peer poll, so a bound is confirmed by dozens of
+/// samples before it fades and one quiet spell does not erase it; short against how often
+/// a deployment is resized, so a site that grew or shrank is relearned within minutes.
+pub const BOUND_HALF_LIFE_MS: u64 = 300_000;
+
+/// Past this many half-lives a hard bound has relaxed by 2^64 and carries no information;
+/// capping the exponent keeps the arithmetic finite.
+const MAX_HALF_LIVES: f64 = 64.0;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bound {
+    value: f64,
+    at_ms: u64,
+}
+
+impl Bound {
+    fn half_lives(self, now_ms: u64) -> f64 {
+        (now_ms.saturating_sub(self.at_ms) as f64 / BOUND_HALF_LIFE_MS as f64).min(MAX_HALF_LIVES)
+    }
+}
+
+/// The two learned bounds of one candidate.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Bounds {
+    soft: Option<Bound>,
+    hard: Option<Bound>,
+}
+
+impl Bounds {
+    /// The soft bound as of `now_ms`: its excess over the floor halves every half-life,
+    /// so an unconfirmed "it held this much" fades towards "unknown".
+    pub(crate) fn soft(&self, now_ms: u64) -> Option<f64> {
+        self.soft
+            .map(|b| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2())
+    }
+
+    /// The hard bound as of `now_ms`: it doubles every half-life, so a limit that is not
+    /// shown again stops capping a site that has since grown.
+    pub(crate) fn hard(&self, now_ms: u64) -> Option<f64> {
+        self.hard.map(|b| b.value * b.half_lives(now_ms).exp2())
+    }
+
+    /// The lesser of the hard bound and the soft bound with headroom, never below
+    /// [`CAPACITY_FLOOR`]; the floor when nothing is known.
+    pub(crate) fn capacity(&self, now_ms: u64) -> f64 {
+        let soft = self
+            .soft(now_ms)
+            .map_or(f64::INFINITY, |s| s * SOFT_BOUND_HEADROOM);
+        let hard = self.hard(now_ms).unwrap_or(f64::INFINITY);
+        let lesser = soft.min(hard);
+        if lesser.is_finite() {
+            lesser.max(CAPACITY_FLOOR)
+        } else {
+            CAPACITY_FLOOR
+        }
+    }
+
+    /// Records `in_flight` held with nothing queued.
+    pub(crate) fn held_unqueued(&mut self, in_flight: f64, now_ms: u64) {
+        if self.soft(now_ms).is_none_or(|s| in_flight >= s) {
+            self.soft = Some(Bound {
+                value: in_flight.max(CAPACITY_FLOOR),
+                at_ms: now_ms,
+            });
+        }
+    }
+
+    /// Records `in_flight` held at a demonstrated limit.
+    pub(crate) fn held_at_limit(&mut self, in_flight: f64, now_ms: u64) {
+        if self.hard(now_ms).is_none_or(|h| in_flight <= h) {
+            self.hard = Some(Bound {
+                value: in_flight.max(CAPACITY_FLOOR),
+                at_ms: now_ms,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn unknown_site_reads_at_the_floor() {
+        assert!(close(Bounds::default().capacity(0), CAPACITY_FLOOR));
+    }
+
+    #[test]
+    fn idle_site_reads_at_the_floor_not_zero() {
+        let mut b = Bounds::default();
+        b.held_unqueued(0.0, 0);
+        assert!(close(b.capacity(0), CAPACITY_FLOOR * SOFT_BOUND_HEADROOM));
+        b.held_at_limit(0.0, 0);
+        assert!(close(b.capacity(0), CAPACITY_FLOOR));
+    }
+
+    #[test]
+    fn capacity_is_the_lesser_bound_with_soft_headroom() {
+        let mut b = Bounds::default();
+        b.held_unqueued(40.0, 0);
+        assert!(close(b.capacity(0), 40.0 * SOFT_BOUND_HEADROOM));
+        b.held_at_limit(30.0, 0);
+        assert!(close(b.capacity(0), 30.0));
+        b.held_at_limit(35.0, 0); // not less: the least limit stands
+        assert!(close(b.capacity(0), 30.0));
+        b.held_unqueued(20.0, 0); // not more: the most unqueued stands
+        assert!(close(b.soft(0).unwrap(), 40.0));
+    }
+
+    #[test]
+    fn soft_bound_loses_half_its_excess_over_the_floor_per_half_life() {
+        let mut b = Bounds::default();
+        b.held_unqueued(41.0, 0);
+        assert!(close(b.soft(BOUND_HALF_LIFE_MS).unwrap(), 21.0));
+        assert!(close(b.soft(2 * BOUND_HALF_LIFE_MS).unwrap(), 11.0));
+    }
+
+    #[test]
+    fn hard_bound_doubles_per_half_life_so_a_grown_site_is_relearned() {
+        let mut b = Bounds::default();
+        b.held_unqueued(100.0, 0);
+        b.held_at_limit(10.0, 0);
+        assert!(close(b.capacity(0), 10.0));
+        assert!(close(b.hard(BOUND_HALF_LIFE_MS).unwrap(), 20.0));
+        // Soft decays too, but far more slowly towards the floor than hard relaxes.
+        let later = 3 * BOUND_HALF_LIFE_MS;
+        assert!(close(
+            b.capacity(later),
+            80.0_f64.min((1.0 + 99.0 / 8.0) * SOFT_BOUND_HEADROOM)
+        ));
+    }
+
+    #[test]
+    fn ancient_bounds_stay_finite_and_fall_back_towards_the_floor() {
+        let mut b = Bounds::default();
+        b.held_unqueued(50.0, 0);
+        b.held_at_limit(5.0, 0);
+        let c = b.capacity(u64::MAX);
+        assert!(c.is_finite() && c >= CAPACITY_FLOOR);
+    }
+
+    #[test]
+    fn a_stamp_before_the_bound_does_not_inflate_it() {
+        let mut b = Bounds::default();
+        b.held_unqueued(9.0, 1_000);
+        assert!(close(b.soft(0).unwrap(), 9.0));
+    }
+}

@@ -1,0 +1,300 @@
+//! The thin adapter from `grid_signals::store` to the scorer: builds each entry's
+//! [`Reading`] from the relayed EPP series and applies the store's events.
+//!
+//! The scorer itself never depends on how the store keeps its windows; only this module
+//! does. Stamps are the store's (receiver clock, ms since the Unix epoch), so `now_ms`
+//! here is the same clock the store was fed.
+
+use grid_signals::store::{Entry, Learning, Store, StoreEvent};
+
+use crate::error::Error;
+use crate::learner::Observed;
+use crate::reading::{CandidateKey, EppPool, Reading, UnitQueues};
+use crate::scorer::Scorer;
+
+/// The operator's readiness verdict (1/0; absent when unknown).
+pub const READY: &str = "grid_provider_ready";
+/// EPP ready endpoints (relayed).
+pub const READY_ENDPOINTS: &str = "llm_d_epp_ready_endpoints";
+/// EPP pool average running requests per endpoint.
+pub const RUNNING_AVG: &str = "llm_d_epp_average_running_requests";
+/// EPP pool average queue size per endpoint.
+pub const QUEUE_AVG: &str = "llm_d_epp_average_queue_size";
+/// EPP pool average KV-cache utilization.
+pub const KV_MEAN: &str = "llm_d_epp_average_kv_cache_utilization";
+/// EPP pool KV-cache utilization standard deviation.
+pub const KV_SPREAD: &str = "llm_d_epp_std_dev_kv_cache_utilization";
+/// EPP per-endpoint queue size, one series per `model_server_endpoint`.
+pub const PER_ENDPOINT_QUEUE: &str = "llm_d_epp_per_endpoint_queue_size";
+/// EPP flow-control queue size: work held before scheduling.
+pub const FLOW_CONTROL_QUEUE: &str = "llm_d_epp_flow_control_queue_size";
+
+/// The scorer key of a store entry.
+pub fn key_of(entry: &Entry) -> CandidateKey {
+    CandidateKey::new(entry.site(), entry.provider())
+}
+
+/// The newest instant of an entry as a [`Reading`], or `None` when it holds none of the
+/// series the scorer reads.
+///
+/// The pool averages are read together (running plus waiting per endpoint times ready
+/// endpoints, plus flow control). The reading's stamp is the newest stamp among the pool
+/// series. A per-endpoint series counts as a serving unit only if its newest value is at
+/// least as new as that stamp, so series that stopped while the pool kept stamping read as
+/// absent — which the learner turns into an exclusion.
+pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
+    let latest = |metric| entry.latest(metric, &[]);
+    let pool = [
+        READY,
+        READY_ENDPOINTS,
+        RUNNING_AVG,
+        QUEUE_AVG,
+        KV_MEAN,
+        KV_SPREAD,
+        FLOW_CONTROL_QUEUE,
+    ];
+    let stamp_ms = pool
+        .iter()
+        .filter_map(|m| latest(m))
+        .map(|r| r.stamp_ms)
+        .max()?;
+    let value = |metric| latest(metric).map(|r| r.value);
+    let ready_endpoints = value(READY_ENDPOINTS).map(|n| n.max(0.0).round() as u32);
+    let mut reading = Reading {
+        ready: value(READY).map(|v| v >= 0.5),
+        ready_endpoints,
+        kv_mean: value(KV_MEAN),
+        kv_spread: value(KV_SPREAD),
+        flow_held: value(FLOW_CONTROL_QUEUE),
+        learning_allowed: matches!(entry.learning(now_ms), Learning::Allowed { .. }),
+        ..Reading::new(stamp_ms)
+    };
+    if let (Some(running_avg), Some(queued_avg), Some(ready_endpoints)) =
+        (value(RUNNING_AVG), value(QUEUE_AVG), ready_endpoints)
+    {
+        reading = reading.with_pool(EppPool {
+            running_avg,
+            queued_avg,
+            ready_endpoints,
+            flow_held: reading.flow_held.unwrap_or(0.0),
+        });
+    }
+    let mut units = UnitQueues::default();
+    for series in entry.series(PER_ENDPOINT_QUEUE) {
+        if let Some(r) = series.latest().filter(|r| r.stamp_ms >= stamp_ms) {
+            units.units += 1;
+            units.waiting += u32::from(r.value > 0.0);
+        }
+    }
+    reading.units = (units.units > 0).then_some(units);
+    Some(reading)
+}
+
+/// What one [`sync`] did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncReport {
+    /// Entries whose newest instant was a new sample.
+    pub fed: usize,
+    /// Entries with nothing newer since the last sync.
+    pub not_newer: usize,
+    /// Readings the scorer refused; count each by [`Error::reason`].
+    pub refused: Vec<Error>,
+    /// Revision resets applied.
+    pub resets: usize,
+    /// Candidates forgotten because the store expired them.
+    pub forgotten: usize,
+    /// Whether the store's event queue overflowed and everything learned was reset.
+    pub resynced: bool,
+}
+
+/// The control step's input half: drains the store's events into the scorer (resets,
+/// expiries, resync), then feeds every entry's newest instant. Call after each committed
+/// ingest, then [`Scorer::refresh`].
+pub fn sync(scorer: &mut Scorer, store: &mut Store, now_ms: u64) -> SyncReport {
+    let mut report = SyncReport::default();
+    while let Some(event) = store.poll_event() {
+        match event {
+            StoreEvent::Reset { site, provider, .. } => {
+                scorer.reset(&CandidateKey::new(site, provider));
+                report.resets += 1;
+            }
+            StoreEvent::Expired { site, provider } => {
+                scorer.forget(&CandidateKey::new(site, provider));
+                report.forgotten += 1;
+            }
+            StoreEvent::Resync => {
+                scorer.reset_all();
+                report.resynced = true;
+            }
+        }
+    }
+    for entry in store.entries() {
+        let Some(reading) = reading_of(entry, now_ms) else {
+            continue;
+        };
+        match scorer.observe(&key_of(entry), &reading) {
+            Ok(Observed::NewSample) => report.fed += 1,
+            Ok(Observed::NotNewer) => report.not_newer += 1,
+            Err(e) => report.refused.push(e),
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
+    use grid_signals::store::{IngestReport, Sender, StoreConfig};
+
+    use crate::config::ScoreConfig;
+    use crate::rng::SplitMix64;
+    use crate::scorer::Routes;
+    use crate::select::Decision;
+    use crate::snapshot::CandidateState;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn admit(
+        store: &mut Store,
+        site: &str,
+        uid: &str,
+        seq: u64,
+        stamp: u64,
+        rows: &[(&str, Option<&str>, f64)],
+    ) {
+        let rows: Vec<Row> = rows
+            .iter()
+            .map(|&(name, endpoint, value)| {
+                let labels = endpoint
+                    .map(|e| vec![("model_server_endpoint".to_string(), e.to_string())])
+                    .unwrap_or_default();
+                Row::new(name, labels, value, stamp).unwrap()
+            })
+            .collect();
+        let meta = BatchMeta::new(
+            site,
+            "p",
+            uid,
+            Fence::new(T0, seq),
+            rows.len() as u64,
+            1,
+            stamp,
+        )
+        .unwrap();
+        let mut report = IngestReport::default();
+        store.ingest_batch(
+            Batch::new(meta, rows),
+            Sender::Local,
+            stamp,
+            stamp,
+            &mut report,
+        );
+        assert_eq!(report.batches_stored, 1, "{report:?}");
+    }
+
+    fn pool(
+        running: f64,
+        queued: f64,
+        waiting_units: usize,
+    ) -> Vec<(&'static str, Option<&'static str>, f64)> {
+        let mut rows = vec![
+            (READY, None, 1.0),
+            (READY_ENDPOINTS, None, 2.0),
+            (RUNNING_AVG, None, running),
+            (QUEUE_AVG, None, queued),
+            (KV_MEAN, None, 0.2),
+            (KV_SPREAD, None, 0.1),
+            (FLOW_CONTROL_QUEUE, None, 0.0),
+        ];
+        for (i, e) in ["10.0.0.1:8000", "10.0.0.2:8000"].into_iter().enumerate() {
+            rows.push((
+                PER_ENDPOINT_QUEUE,
+                Some(e),
+                if i < waiting_units { 1.0 } else { 0.0 },
+            ));
+        }
+        rows
+    }
+
+    #[test]
+    fn an_entry_becomes_a_reading_with_the_gateways_own_in_flight() {
+        let mut store = Store::new(StoreConfig::default());
+        admit(&mut store, "a", "u1", 1, T0, &pool(3.0, 1.0, 1));
+        let r = reading_of(store.entry("a", "p").unwrap(), T0).unwrap();
+        assert_eq!(r.stamp_ms, T0);
+        assert_eq!(r.ready, Some(true));
+        assert_eq!(r.ready_endpoints, Some(2));
+        assert_eq!(r.in_flight, Some(8.0));
+        assert_eq!(r.queue_depth, Some(2.0));
+        assert_eq!(
+            r.units,
+            Some(UnitQueues {
+                units: 2,
+                waiting: 1
+            })
+        );
+        assert!(r.learning_allowed);
+    }
+
+    #[test]
+    fn sync_feeds_new_samples_once_and_applies_revision_resets() {
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        admit(&mut store, "a", "u1", 1, T0, &pool(10.0, 0.0, 0));
+        let first = sync(&mut scorer, &mut store, T0);
+        assert_eq!((first.fed, first.resets), (1, 1), "{first:?}");
+        let again = sync(&mut scorer, &mut store, T0);
+        assert_eq!((again.fed, again.not_newer, again.resets), (0, 1, 0));
+        let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
+        let cap = |scorer: &mut Scorer| {
+            scorer
+                .refresh(T0 + 2_000, &routes)
+                .get("m")
+                .unwrap()
+                .candidates()[0]
+                .capacity()
+        };
+        assert!(
+            (cap(&mut scorer) - 40.0).abs() < 0.5,
+            "soft 20 with headroom, two seconds of decay"
+        );
+        // A new uid is a new revision: the store raises Reset and learning starts over.
+        admit(&mut store, "a", "u2", 2, T0 + 1_000, &pool(2.0, 0.0, 0));
+        let after = sync(&mut scorer, &mut store, T0 + 1_000);
+        assert_eq!((after.fed, after.resets), (1, 1), "{after:?}");
+        assert!((cap(&mut scorer) - 8.0).abs() < 0.1, "relearned from 4");
+    }
+
+    #[test]
+    fn per_endpoint_series_that_stop_exclude_the_site_through_the_store() {
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        admit(&mut store, "a", "u1", 1, T0, &pool(1.0, 0.0, 0));
+        admit(&mut store, "b", "u1", 1, T0, &pool(1.0, 0.0, 0));
+        sync(&mut scorer, &mut store, T0);
+        // Site a's next batch has the pool series but no per-endpoint rows.
+        let pool_only: Vec<_> = pool(1.0, 0.0, 0)
+            .into_iter()
+            .filter(|r| r.1.is_none())
+            .collect();
+        admit(&mut store, "a", "u1", 2, T0 + 1_000, &pool_only);
+        sync(&mut scorer, &mut store, T0 + 1_000);
+        let routes = Routes::new().with(
+            "m",
+            vec![CandidateKey::new("a", "p"), CandidateKey::new("b", "p")],
+        );
+        let table = scorer.refresh(T0 + 1_000, &routes);
+        let snap = table.get("m").unwrap();
+        assert_eq!(snap.excluded().len(), 1);
+        assert_eq!(&*snap.excluded()[0].key.site, "a");
+        assert_eq!(snap.candidates()[0].state(), CandidateState::Room);
+        let mut rng = SplitMix64::new(3);
+        for _ in 0..50 {
+            let Decision::Route { candidate, .. } = table.pick("m", &mut rng) else {
+                panic!("routes")
+            };
+            assert_eq!(&**candidate.site(), "b");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Metric handles for the scorer. The crate never owns a registry: the daemon passes one
+//! in and keeps the returned handles.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::error::RejectReason;
+use crate::reading::CandidateKey;
+use crate::select::Decision;
+use crate::snapshot::{RouteTable, UNMEASURED};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CandidateLabels {
+    site: Arc<str>,
+    provider: Arc<str>,
+}
+
+impl From<&CandidateKey> for CandidateLabels {
+    fn from(key: &CandidateKey) -> Self {
+        Self {
+            site: key.site.clone(),
+            provider: key.provider.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    site: Arc<str>,
+    path: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Handles to the scorer's metrics, registered under a `score` prefix (nest the registry
+/// under `grid` to get `grid_score_*`). Cloning shares the same series.
+#[derive(Clone, Debug)]
+pub struct ScoreMetrics {
+    rho: Family<CandidateLabels, FloatGauge>,
+    capacity: Family<CandidateLabels, FloatGauge>,
+    score: Family<CandidateLabels, FloatGauge>,
+    decisions: Family<DecisionLabels, Counter>,
+    rejected: Family<ReasonLabels, Counter>,
+    /// Candidates given values by the last publish, so ones that vanish read NaN rather
+    /// than their last value forever. Touched only by `publish`, off the request path.
+    published: Arc<Mutex<HashSet<CandidateKey>>>,
+    /// The site label of a decision that routed nowhere, shared so counting it never
+    /// allocates.
+    no_site: Arc<str>,
+}
+
+impl ScoreMetrics {
+    /// Registers every series in `registry` and returns the handles.
+    pub fn register(registry: &mut Registry) -> Self {
+        let this = Self {
+            rho: Family::default(),
+            capacity: Family::default(),
+            score: Family::default(),
+            decisions: Family::default(),
+            rejected: Family::default(),
+            published: Arc::default(),
+            no_site: Arc::from(""),
+        };
+        let r = registry.sub_registry_with_prefix("score");
+        r.register(
+            "rho",
+            "Latest smoothed saturation per site/provider; NaN when unmeasured, excluded or gone",
+            this.rho.clone(),
+        );
+        r.register(
+            "capacity",
+            "Learned capacity in requests per site/provider; NaN when excluded or gone",
+            this.capacity.clone(),
+        );
+        r.register(
+            "score",
+            "Recent worst rho, the ordering key; NaN when unmeasured, excluded or gone",
+            this.score.clone(),
+        );
+        r.register(
+            "decisions",
+            "Routing decisions by chosen site, selection path and outcome",
+            this.decisions.clone(),
+        );
+        r.register(
+            "readings_rejected",
+            "Readings refused before learning, by reason",
+            this.rejected.clone(),
+        );
+        for reason in RejectReason::ALL {
+            // Pre-create so every reason reads 0 rather than being absent.
+            let _ = this.rejected.get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            });
+        }
+        this
+    }
+
+    /// Mirrors a freshly built table into the gauges. Call after each refresh.
+    pub fn publish(&self, table: &RouteTable) {
+        let nan_if_unmeasured = |v: f64| if v == UNMEASURED { f64::NAN } else { v };
+        let mut now_published = HashSet::new();
+        for snapshot in table.iter() {
+            for c in snapshot.candidates() {
+                let labels = CandidateLabels::from(c.key());
+                self.rho
+                    .get_or_create(&labels)
+                    .set(nan_if_unmeasured(c.rho()));
+                self.score
+                    .get_or_create(&labels)
+                    .set(nan_if_unmeasured(c.score()));
+                self.capacity.get_or_create(&labels).set(c.capacity());
+                now_published.insert(c.key().clone());
+            }
+            for e in snapshot.excluded() {
+                self.set_gone(&e.key);
+                now_published.insert(e.key.clone());
+            }
+        }
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in published.difference(&now_published) {
+            self.set_gone(gone);
+        }
+        *published = now_published;
+    }
+
+    fn set_gone(&self, key: &CandidateKey) {
+        let labels = CandidateLabels::from(key);
+        for family in [&self.rho, &self.score, &self.capacity] {
+            family.get_or_create(&labels).set(f64::NAN);
+        }
+    }
+
+    /// Counts one decision. Allocation-free after the first of each label set.
+    pub fn record(&self, decision: &Decision<'_>) {
+        let site = match decision {
+            Decision::Route { candidate, .. } => candidate.site().clone(),
+            _ => self.no_site.clone(),
+        };
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                site,
+                path: decision.path().map_or("", |p| p.as_str()),
+                outcome: decision.outcome().as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts one refused reading.
+    pub fn rejected(&self, reason: RejectReason) {
+        self.rejected
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reading::Reading;
+    use crate::rng::SplitMix64;
+    use crate::scorer::{Routes, Scorer};
+    use crate::{CandidateKey, ScoreConfig};
+
+    fn render(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix} in\n{text}"))
+    }
+
+    #[test]
+    fn gauges_follow_the_table_and_read_nan_when_unmeasured_or_gone() {
+        let mut registry = Registry::default();
+        let metrics = ScoreMetrics::register(&mut registry);
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        let a = CandidateKey::new("a", "p");
+        let reading = Reading {
+            in_flight: Some(4.0),
+            queue_depth: Some(0.0),
+            ..Reading::new(1_000)
+        };
+        scorer.observe(&a, &reading).unwrap();
+        let routes = Routes::new().with("m", vec![a.clone(), CandidateKey::new("b", "p")]);
+        metrics.publish(&scorer.refresh(1_000, &routes));
+        let text = render(&registry);
+        assert_eq!(
+            line(&text, r#"score_capacity{site="a",provider="p"}"#)
+                .split(' ')
+                .nth(1),
+            Some("8.0")
+        );
+        assert_eq!(
+            line(&text, r#"score_rho{site="a",provider="p"}"#)
+                .split(' ')
+                .nth(1),
+            Some("0.5")
+        );
+        assert!(line(&text, r#"score_score{site="b",provider="p"}"#).ends_with("NaN"));
+
+        metrics.publish(&scorer.refresh(1_000, &Routes::new()));
+        let text = render(&registry);
+        assert!(line(&text, r#"score_capacity{site="a",provider="p"}"#).ends_with("NaN"));
+    }
+
+    #[test]
+    fn decisions_and_rejections_are_counted_by_label() {
+        let mut registry = Registry::default();
+        let metrics = ScoreMetrics::register(&mut registry);
+        let table = RouteTable::default();
+        let mut rng = SplitMix64::new(1);
+        metrics.record(&table.pick("m", &mut rng));
+        metrics.rejected(RejectReason::NonFinite);
+        let text = render(&registry);
+        assert!(
+            line(
+                &text,
+                r#"score_decisions_total{site="",path="",outcome="unknown_model"}"#
+            )
+            .ends_with(" 1")
+        );
+        assert!(
+            line(
+                &text,
+                r#"score_readings_rejected_total{reason="non_finite"}"#
+            )
+            .ends_with(" 1")
+        );
+        assert!(
+            line(
+                &text,
+                r#"score_readings_rejected_total{reason="candidate_cap"}"#
+            )
+            .ends_with(" 0")
+        );
+    }
+}

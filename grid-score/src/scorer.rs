@@ -1,0 +1,372 @@
+//! The control step: learners for every candidate, fed readings and revision events, and
+//! a refresh that turns them into a [`RouteTable`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::ScoreConfig;
+use crate::error::Error;
+use crate::hash::FnvMap;
+use crate::learner::{Learner, LearnerView, Observed};
+use crate::reading::{CandidateKey, Reading};
+use crate::shed::{ShedState, SiteSaturation};
+use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable};
+
+/// The most site/provider pairs one scorer tracks. A gateway routes a few hundred at
+/// most; the cap bounds memory when a misconfigured or hostile source invents keys, and
+/// leaves headroom above the 10,000-candidate refresh the benchmarks measure.
+pub const MAX_CANDIDATES: usize = 16_384;
+
+/// Which candidates serve which model, from the gateway's serving config.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Routes {
+    models: BTreeMap<Arc<str>, Vec<CandidateKey>>,
+}
+
+impl Routes {
+    /// No models.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the candidates of `model`, replacing any earlier set.
+    pub fn insert(&mut self, model: impl Into<Arc<str>>, candidates: Vec<CandidateKey>) {
+        self.models.insert(model.into(), candidates);
+    }
+
+    /// Builder form of [`Routes::insert`].
+    #[must_use]
+    pub fn with(mut self, model: impl Into<Arc<str>>, candidates: Vec<CandidateKey>) -> Self {
+        self.insert(model, candidates);
+        self
+    }
+
+    /// Every model and its candidates, by model name.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &[CandidateKey])> {
+        self.models.iter().map(|(m, c)| (m, c.as_slice()))
+    }
+}
+
+/// An input to the scorer, for drivers that prefer one entry point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScoreInput<'a> {
+    /// A reading for a candidate.
+    Reading(&'a CandidateKey, &'a Reading),
+    /// The candidate's provider revision (UID, generation or publisher epoch) changed.
+    RevisionReset(&'a CandidateKey),
+    /// The candidate left the serving config; forget it.
+    Forget(&'a CandidateKey),
+}
+
+/// Learned state of every candidate plus per-model shedding state.
+#[derive(Clone, Debug, Default)]
+pub struct Scorer {
+    config: ScoreConfig,
+    learners: FnvMap<CandidateKey, Learner>,
+    shed: FnvMap<Arc<str>, ShedState>,
+}
+
+impl Scorer {
+    /// An empty scorer.
+    pub fn new(config: ScoreConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ScoreConfig {
+        &self.config
+    }
+
+    /// Candidates tracked.
+    pub fn len(&self) -> usize {
+        self.learners.len()
+    }
+
+    /// No candidate tracked.
+    pub fn is_empty(&self) -> bool {
+        self.learners.is_empty()
+    }
+
+    /// Feeds one input; see [`Scorer::observe`], [`Scorer::reset`], [`Scorer::forget`].
+    /// A reading answers whether it was a new sample; events answer `None`.
+    pub fn handle(&mut self, input: ScoreInput<'_>) -> Result<Option<Observed>, Error> {
+        match input {
+            ScoreInput::Reading(key, reading) => self.observe(key, reading).map(Some),
+            ScoreInput::RevisionReset(key) => {
+                self.reset(key);
+                Ok(None)
+            }
+            ScoreInput::Forget(key) => {
+                self.forget(key);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Learns from one reading. A refused reading changes nothing; count it by
+    /// [`Error::reason`]. A reading not newer than the last is [`Observed::NotNewer`].
+    pub fn observe(&mut self, key: &CandidateKey, reading: &Reading) -> Result<Observed, Error> {
+        reading.validate(key)?;
+        if let Some(learner) = self.learners.get_mut(key) {
+            return Ok(learner.observe(reading));
+        }
+        if self.learners.len() >= MAX_CANDIDATES {
+            return Err(Error::CandidateCap {
+                limit: MAX_CANDIDATES,
+                site: key.site.clone(),
+                provider: key.provider.clone(),
+            });
+        }
+        Ok(self
+            .learners
+            .entry(key.clone())
+            .or_default()
+            .observe(reading))
+    }
+
+    /// A revision event: forgets the candidate's bounds, load and congestion history.
+    pub fn reset(&mut self, key: &CandidateKey) {
+        if let Some(learner) = self.learners.get_mut(key) {
+            learner.reset();
+        }
+    }
+
+    /// Forgets everything learned about every candidate (the store's event queue
+    /// overflowed, so some revision change may have been missed).
+    pub fn reset_all(&mut self) {
+        for learner in self.learners.values_mut() {
+            learner.reset();
+        }
+    }
+
+    /// Drops a candidate entirely (it left the serving config).
+    pub fn forget(&mut self, key: &CandidateKey) {
+        self.learners.remove(key);
+    }
+
+    /// Builds every model's snapshot as of `now_ms` and advances shedding. Off the request
+    /// path: call it after each committed ingest and publish the result atomically.
+    pub fn refresh(&mut self, now_ms: u64, routes: &Routes) -> RouteTable {
+        self.shed
+            .retain(|model, _| routes.models.contains_key(model));
+        let snapshots: Vec<RouteSnapshot> = routes
+            .iter()
+            .map(|(model, keys)| self.snapshot(now_ms, model, keys))
+            .collect();
+        RouteTable::from_snapshots(snapshots)
+    }
+
+    fn view(&self, now_ms: u64, key: &CandidateKey) -> LearnerView {
+        self.learners.get(key).map_or_else(
+            || Learner::default().view(now_ms, self.config.fresh_for_ms),
+            |l| l.view(now_ms, self.config.fresh_for_ms),
+        )
+    }
+
+    fn snapshot(&mut self, now_ms: u64, model: &Arc<str>, keys: &[CandidateKey]) -> RouteSnapshot {
+        let mut candidates = Vec::with_capacity(keys.len());
+        let mut excluded = Vec::new();
+        let shedding_on = self.config.shedding.enabled;
+        let mut saturation = Vec::with_capacity(if shedding_on { keys.len() } else { 0 });
+        for key in keys {
+            let v = self.view(now_ms, key);
+            if let Some(reason) = v.excluded {
+                excluded.push(Excluded {
+                    key: key.clone(),
+                    reason,
+                });
+                continue;
+            }
+            if shedding_on {
+                saturation.push(SiteSaturation {
+                    unknown: v.load.is_none(),
+                    full_since: v.full_since,
+                    last_full: v.last_full,
+                });
+            }
+            candidates.push(match v.load {
+                Some((rho, worst)) => {
+                    Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
+                }
+                None => Candidate::unmeasured(key.clone(), v.capacity),
+            });
+        }
+        let shedding = self.shed.entry(model.clone()).or_default().step(
+            now_ms,
+            &self.config.shedding,
+            &saturation,
+        );
+        let refusals = Refusals {
+            shed_retry_after_ms: shedding.then_some(self.config.shedding.retry_after_ms),
+            unavailable_retry_after_ms: self.config.unavailable_retry_after_ms,
+        };
+        RouteSnapshot::new(model.clone(), candidates, excluded, refusals)
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::float_cmp,
+    reason = "sentinels and floors are exact values, compared exactly on purpose"
+)]
+mod tests {
+    use super::*;
+    use crate::reading::UnitQueues;
+    use crate::rng::SplitMix64;
+    use crate::select::{Decision, Path};
+    use crate::snapshot::{CandidateState, UNMEASURED};
+
+    fn key(site: &str) -> CandidateKey {
+        CandidateKey::new(site, "p")
+    }
+
+    fn reading(stamp: u64, in_flight: f64) -> Reading {
+        Reading {
+            in_flight: Some(in_flight),
+            queue_depth: Some(0.0),
+            ready_endpoints: Some(1),
+            ..Reading::new(stamp)
+        }
+    }
+
+    fn routes(sites: &[&str]) -> Routes {
+        Routes::new().with("m", sites.iter().map(|s| key(s)).collect())
+    }
+
+    #[test]
+    fn a_candidate_never_read_scores_unmeasured_and_sorts_last() {
+        let mut s = Scorer::new(ScoreConfig::default());
+        s.observe(&key("a"), &reading(1_000, 5.0)).unwrap();
+        let t = s.refresh(1_000, &routes(&["never", "a"]));
+        let snap = t.get("m").unwrap();
+        assert_eq!(&**snap.candidates()[0].site(), "a");
+        assert_eq!(snap.candidates()[1].score(), UNMEASURED);
+        assert_eq!(snap.candidates()[1].state(), CandidateState::Unmeasured);
+    }
+
+    #[test]
+    fn every_candidate_not_ready_makes_the_model_unavailable_not_unknown() {
+        let mut s = Scorer::new(ScoreConfig::default());
+        for site in ["a", "b"] {
+            let r = Reading {
+                ready: Some(false),
+                ..reading(1, 1.0)
+            };
+            s.observe(&key(site), &r).unwrap();
+        }
+        let t = s.refresh(1, &routes(&["a", "b"]));
+        let mut rng = SplitMix64::new(1);
+        assert!(matches!(
+            t.pick("m", &mut rng),
+            Decision::Unavailable { .. }
+        ));
+        assert_eq!(t.pick("nope", &mut rng), Decision::UnknownModel);
+        assert_eq!(t.get("m").unwrap().excluded().len(), 2);
+    }
+
+    #[test]
+    fn a_refused_reading_changes_nothing() {
+        let mut s = Scorer::new(ScoreConfig::default());
+        let bad = Reading {
+            kv_mean: Some(f64::INFINITY),
+            ..reading(1, 1.0)
+        };
+        assert!(s.observe(&key("a"), &bad).is_err());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn candidates_up_to_the_cap_are_tracked_and_one_more_is_refused() {
+        let mut s = Scorer::new(ScoreConfig::default());
+        for i in 0..MAX_CANDIDATES {
+            s.observe(&CandidateKey::new(i.to_string(), "p"), &reading(1, 1.0))
+                .unwrap();
+        }
+        assert_eq!(s.len(), MAX_CANDIDATES);
+        // A known key still learns at the cap.
+        assert!(
+            s.observe(&CandidateKey::new("0", "p"), &reading(2, 1.0))
+                .is_ok()
+        );
+        let e = s.observe(&key("extra"), &reading(1, 1.0)).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::CandidateCap {
+                limit: MAX_CANDIDATES,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn revision_reset_forgets_learned_capacity() {
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = reading(1, 40.0);
+        assert_eq!(
+            s.handle(ScoreInput::Reading(&key("a"), &r)),
+            Ok(Some(Observed::NewSample))
+        );
+        let cap = |s: &mut Scorer| {
+            s.refresh(1, &routes(&["a"])).get("m").unwrap().candidates()[0].capacity()
+        };
+        assert!((cap(&mut s) - 40.0 * crate::SOFT_BOUND_HEADROOM).abs() < 1e-9);
+        assert_eq!(s.handle(ScoreInput::RevisionReset(&key("a"))), Ok(None));
+        assert!((cap(&mut s) - crate::CAPACITY_FLOOR).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_model_whose_only_site_stays_full_sheds_and_routes_again_after_room() {
+        let mut config = ScoreConfig::default();
+        config.shedding.enabled = true;
+        let (full_after, room_after) =
+            (config.shedding.full_after_ms, config.shedding.room_after_ms);
+        let mut s = Scorer::new(config);
+        let full = |stamp| Reading {
+            units: Some(UnitQueues {
+                units: 1,
+                waiting: 1,
+            }),
+            queue_depth: Some(3.0),
+            ..reading(stamp, 16.0)
+        };
+        s.observe(&key("a"), &reading(0, 4.0)).unwrap(); // soft bound 4: capacity 8
+        let r = routes(&["a"]);
+        let mut rng = SplitMix64::new(1);
+        s.observe(&key("a"), &full(1_000)).unwrap();
+        assert!(matches!(
+            s.refresh(1_000, &r).pick("m", &mut rng),
+            Decision::Route { .. }
+        ));
+        s.observe(&key("a"), &full(1_000 + full_after)).unwrap();
+        let t = s.refresh(1_000 + full_after, &r);
+        assert!(matches!(t.pick("m", &mut rng), Decision::Shed { .. }));
+        // A roomy sample does not end shedding at once...
+        let roomy = Reading {
+            units: Some(UnitQueues {
+                units: 1,
+                waiting: 0,
+            }),
+            ..reading(1_001 + full_after, 0.0)
+        };
+        s.observe(&key("a"), &roomy).unwrap();
+        let t = s.refresh(1_001 + full_after, &r);
+        assert!(matches!(t.pick("m", &mut rng), Decision::Shed { .. }));
+        // ...only room_after_ms past the last full sample.
+        let later = 1_000 + full_after + room_after + 1;
+        let t = s.refresh(later, &r);
+        let d = t.pick("m", &mut rng);
+        assert!(
+            matches!(
+                d,
+                Decision::Route {
+                    path: Path::Lone,
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
+    }
+}

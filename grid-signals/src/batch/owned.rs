@@ -1,0 +1,105 @@
+//! A decoded batch: its metadata and the rows that followed it.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use super::{BatchMeta, Row};
+
+/// One provider's publication as it arrived: the metadata line and the rows collected
+/// under it.
+///
+/// A batch is *complete* when exactly `meta.samples()` rows followed and none of its lines
+/// was refused on the way; anything else is a rejected payload, whose ordering metadata
+/// still counts (see `docs/wire.md`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    /// The validated metadata line.
+    pub meta: BatchMeta,
+    /// The rows that followed it, in wire order.
+    pub rows: Vec<Row>,
+    /// Lines that belonged to this batch but were refused before it was assembled (for
+    /// example lines that failed to parse); already counted by whoever refused them.
+    pub lines_refused: usize,
+}
+
+impl Batch {
+    /// A batch of `rows` under `meta` with nothing refused on the way.
+    pub fn new(meta: BatchMeta, rows: Vec<Row>) -> Self {
+        Self {
+            meta,
+            rows,
+            lines_refused: 0,
+        }
+    }
+
+    /// Whether the payload is whole: the announced number of rows, none refused.
+    pub fn is_complete(&self) -> bool {
+        self.lines_refused == 0 && self.rows.len() as u64 == self.meta.samples()
+    }
+
+    /// The lines this batch occupied on the wire that reached it (metadata plus rows), for
+    /// counting it as one drop.
+    pub fn lines(&self) -> u64 {
+        1 + self.rows.len() as u64
+    }
+
+    /// A digest of everything the batch says, as received.
+    ///
+    /// Two batches with the same digest are treated as the same publication (an exact
+    /// repeat). 64 bits of `SipHash` with fixed keys: deterministic, and a collision between
+    /// two publications at the same fence is not a practical concern.
+    pub fn digest(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.meta.hash(&mut h);
+        self.rows.len().hash(&mut h);
+        for row in &self.rows {
+            row.name().hash(&mut h);
+            row.labels().hash(&mut h);
+            row.value().to_bits().hash(&mut h);
+            row.stamp_ms().hash(&mut h);
+        }
+        self.lines_refused.hash(&mut h);
+        h.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::Fence;
+
+    fn batch(samples: u64, values: &[f64]) -> Batch {
+        let meta = BatchMeta::new("s", "p", "u", Fence::new(1, 1), samples, 7, 10).unwrap();
+        let rows = values
+            .iter()
+            .map(|&v| Row::new("m", vec![], v, 10).unwrap())
+            .collect();
+        Batch::new(meta, rows)
+    }
+
+    #[test]
+    fn complete_only_with_exactly_the_announced_rows() {
+        assert!(batch(2, &[1.0, 2.0]).is_complete());
+        assert!(!batch(2, &[1.0]).is_complete());
+        assert!(!batch(2, &[1.0, 2.0, 3.0]).is_complete());
+        assert!(batch(0, &[]).is_complete());
+        let mut refused = batch(2, &[1.0, 2.0]);
+        refused.lines_refused = 1;
+        assert!(!refused.is_complete());
+    }
+
+    #[test]
+    fn digest_tells_a_changed_duplicate_from_an_exact_repeat() {
+        assert_eq!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.0]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[1.0, 2.5]).digest()
+        );
+        assert_ne!(
+            batch(2, &[1.0, 2.0]).digest(),
+            batch(2, &[2.0, 1.0]).digest()
+        );
+    }
+}

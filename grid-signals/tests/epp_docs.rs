@@ -1,0 +1,69 @@
+//! `docs/metrics.md` names every EPP spelling grid reads (router-subsystem spellings are
+//! abbreviated there), every series published, every Ready reason and every refusal label.
+
+use grid_signals::epp::names::{Generation, NAME_TABLE};
+use grid_signals::epp::publication::{
+    ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
+    TTFT_P90_SECONDS,
+};
+use grid_signals::epp::{ReadyReason, SampleRejection, ScrapeFailure};
+
+fn doc() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_metrics_doc_names_everything_the_code_reads_and_publishes() {
+    let doc = doc();
+    let mut missing = Vec::new();
+    let mut expect = |word: &str| {
+        if !doc.contains(&format!("`{word}`")) && !doc.contains(&format!("`{word},")) {
+            missing.push(word.to_owned());
+        }
+    };
+    for (name, metric, generation) in NAME_TABLE {
+        if *generation != Generation::Router {
+            expect(name);
+        }
+        expect(metric.current_name());
+    }
+    for series in [
+        READY,
+        READY_ENDPOINTS,
+        IN_FLIGHT_REQUESTS,
+        TTFT_P50_SECONDS,
+        TTFT_P90_SECONDS,
+        TPOT_SECONDS,
+        ERROR_RATIO,
+    ] {
+        expect(series);
+    }
+    let reasons = [
+        ReadyReason::EndpointsReady,
+        ReadyReason::EngineAnswering,
+        ReadyReason::ZeroEndpointsUnconfirmed,
+        ReadyReason::NoReadyEndpoints,
+        ReadyReason::RecoveryUnconfirmed,
+        ReadyReason::Unavailable,
+        ReadyReason::NoRecentScrape,
+        ReadyReason::NoScrapeYet,
+        ReadyReason::NoReadySeries,
+    ];
+    for reason in reasons
+        .into_iter()
+        .chain(ScrapeFailure::ALL.map(ReadyReason::ScrapeFailed))
+    {
+        expect(reason.as_str());
+    }
+    for failure in ScrapeFailure::ALL {
+        expect(failure.as_str());
+    }
+    for rejection in SampleRejection::ALL {
+        expect(rejection.as_str());
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/metrics.md does not mention: {missing:?}"
+    );
+}
