@@ -9,7 +9,9 @@ use libfuzzer_sys::fuzz_target;
 
 fn is_metric_name(name: &str) -> bool {
     let mut bytes = name.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
@@ -41,7 +43,10 @@ fuzz_target!(|data: &[u8]| {
             Ok(_) => {}
             Err(Error::Parse { line, column, .. }) => {
                 let text = line_texts[line - 1];
-                assert!(column >= 1 && column <= text.len() + 1, "{column} in {text:?}");
+                assert!(
+                    column >= 1 && column <= text.len() + 1,
+                    "{column} in {text:?}"
+                );
             }
             Err(other) => panic!("lenient parse gave {other:?}"),
         }

@@ -23,14 +23,21 @@ impl Repeating {
     fn new(data: &[u8], total: usize) -> Self {
         // The pattern is whole copies of `data`, at least 16 KiB, so reads copy slices.
         let copies = (16 * 1024 / data.len()).max(1);
-        Self { pattern: data.repeat(copies), total, read: 0 }
+        Self {
+            pattern: data.repeat(copies),
+            total,
+            read: 0,
+        }
     }
 }
 
 impl Read for Repeating {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let start = self.read % self.pattern.len();
-        let n = buf.len().min(self.total - self.read).min(self.pattern.len() - start);
+        let n = buf
+            .len()
+            .min(self.total - self.read)
+            .min(self.pattern.len() - start);
         buf[..n].copy_from_slice(&self.pattern[start..start + n]);
         self.read += n;
         Ok(n)
@@ -62,7 +69,10 @@ fn check_strict(body: &[u8], round_trip: bool) {
                 write_owned_sample(&mut text, &owned);
                 let back: Vec<_> = samples(&text).collect();
                 assert_eq!(back.len(), 1, "{}", String::from_utf8_lossy(&text));
-                let back = back[0].as_ref().expect("written text parses").to_owned_sample();
+                let back = back[0]
+                    .as_ref()
+                    .expect("written text parses")
+                    .to_owned_sample();
                 assert!(same(&owned, &back), "{owned:?} vs {back:?}");
             }
             Err(Error::Parse { line, column, .. }) => {
@@ -95,7 +105,11 @@ fuzz_target!(|data: &[u8]| {
         };
         let mut stream = Repeating::new(data, total);
         let result = read_capped(&mut stream);
-        assert!(stream.read <= MAX_EXPOSITION_BYTES + 1, "read {}", stream.read);
+        assert!(
+            stream.read <= MAX_EXPOSITION_BYTES + 1,
+            "read {}",
+            stream.read
+        );
         match result {
             Ok(body) => {
                 assert!(total <= MAX_EXPOSITION_BYTES);
@@ -104,7 +118,12 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(e) => {
                 assert!(total > MAX_EXPOSITION_BYTES);
-                assert_eq!(e, Error::BodyCap { limit: MAX_EXPOSITION_BYTES });
+                assert_eq!(
+                    e,
+                    Error::BodyCap {
+                        limit: MAX_EXPOSITION_BYTES
+                    }
+                );
             }
         }
     }
