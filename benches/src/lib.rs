@@ -12,8 +12,10 @@
 //! ```text
 //! site_model (slots, queues, service times; time as a parameter)
 //!     |-- fake_epp: the EPP /metrics text its state would produce
-//!     `-- sim_site: a loopback OpenAI-compatible server living by the model in real time,
-//!                   with /metrics from fake_epp and a control handle
+//!     |-- sim_site: a loopback OpenAI-compatible server living by the model in real time,
+//!     |             with /metrics from fake_epp and a control handle
+//!     `-- routing_sim: sites in virtual time, signals through the real grid-signals and
+//!                      grid-score paths, policies compared (the `grid-sim` binary)
 //! ```
 //!
 //! Randomness comes from [`sim_rng::SimRng`], seeded, so every run replays.
@@ -28,6 +30,7 @@ pub mod latency;
 pub mod load;
 pub mod local_grid;
 pub mod pki;
+pub mod routing_sim;
 pub mod sim_rng;
 pub mod sim_site;
 pub mod site_model;

@@ -204,6 +204,9 @@ pub struct ProviderConfig {
     pub generation: u64,
     /// CA bundle for an `https` EPP; defaults to `tls.ca`.
     pub ca_file: Option<PathBuf>,
+    /// The EPP pool (`name` label) this provider is; `None` reads every pool the EPP
+    /// reports, combined.
+    pub pool: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -287,6 +290,7 @@ struct RawProvider {
     uid: Option<String>,
     generation: Option<u64>,
     ca_file: Option<PathBuf>,
+    pool: Option<String>,
 }
 
 fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
@@ -554,6 +558,12 @@ fn validate_provider(
         uid,
         generation: p.generation.unwrap_or(1),
         ca_file: p.ca_file,
+        pool: match p.pool {
+            Some(pool) if pool.is_empty() || pool.len() > 253 => {
+                return Err(field_err(at("pool"), "1 to 253 bytes"));
+            }
+            other => other,
+        },
     })
 }
 

@@ -77,6 +77,10 @@ pub fn spawn(
     ages_rejected: Gauge,
 ) -> (FeedbackHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(FEEDBACK_QUEUE);
+    // Exported before the task runs, so a restored condition is visible from the start.
+    ages_rejected.set(i64::from(
+        receiver.condition().status == ConditionStatus::True,
+    ));
     let task = tokio::spawn(run(receiver, store, ages_rejected, rx));
     (FeedbackHandle { tx }, task)
 }
@@ -104,11 +108,8 @@ async fn run(
                 ));
             }
         }
-        while let Some(response) = receiver.poll_response() {
-            if let Some(tx) = waiting.remove(&response.request) {
-                let _ = tx.send(response.reply);
-            }
-        }
+        // The condition is exported before any reply goes out, so a gateway that got its
+        // 204 never reads an older condition.
         let condition = receiver.condition();
         if reported != Some(condition.status) {
             ages_rejected.set(i64::from(condition.status == ConditionStatus::True));
@@ -120,6 +121,11 @@ async fn run(
                 "gateway feedback condition"
             );
             reported = Some(condition.status);
+        }
+        while let Some(response) = receiver.poll_response() {
+            if let Some(tx) = waiting.remove(&response.request) {
+                let _ = tx.send(response.reply);
+            }
         }
         let timer = receiver
             .poll_timeout()
@@ -163,5 +169,37 @@ async fn run(
                 receiver.handle(clock::wall_ms(), ReceiverInput::Timeout);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_holds_exactly_feedback_queue_requests() {
+        // No task drains this channel: submissions stay queued.
+        let (tx, rx) = mpsc::channel(FEEDBACK_QUEUE);
+        let handle = FeedbackHandle { tx };
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..FEEDBACK_QUEUE {
+            let h = handle.clone();
+            waiting.spawn(async move { h.submit(Caller::Local, Vec::new(), Vec::new(), 0).await });
+        }
+        for _ in 0..200 {
+            if rx.len() == FEEDBACK_QUEUE {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(rx.len(), FEEDBACK_QUEUE);
+        let refused = tokio::time::timeout(
+            Duration::from_millis(500),
+            handle.submit(Caller::Local, Vec::new(), Vec::new(), 0),
+        )
+        .await
+        .expect("refused without waiting");
+        assert_eq!(refused, None);
+        waiting.abort_all();
     }
 }

@@ -93,6 +93,12 @@ impl PollMetrics {
     }
 }
 
+/// The pause before retry `attempt + 1`: [`RETRY_BACKOFF`] doubled per attempt, scaled
+/// by a random factor in [0.5, 1.5) so peers that failed together do not retry together.
+pub fn retry_backoff(attempt: u32, rng: &mut impl Rng) -> Duration {
+    (RETRY_BACKOFF * 2u32.pow(attempt)).mul_f64(rng.random_range(0.5..1.5))
+}
+
 /// One peer's poller.
 #[derive(Clone, Debug)]
 pub struct PeerPoller {
@@ -138,27 +144,26 @@ impl PeerPoller {
         for attempt in 0..MAX_POLL_ATTEMPTS {
             match fetch(&target).await {
                 Ok(fetched) => {
-                    let outcome = match fetched.date_ms {
-                        Some(date_ms) => {
-                            let now = clock::wall_ms();
-                            let report = lock(&self.signals).ingest_peer(
-                                &self.peer.name,
-                                &fetched.body,
-                                date_ms,
-                                now,
-                            );
-                            self.ingest.record(&report);
-                            PollOutcome::Ok
-                        }
-                        None => PollOutcome::NoDate,
+                    let Some(date_ms) = fetched.date_ms else {
+                        self.metrics.record(&self.peer.name, PollOutcome::NoDate);
+                        return PollOutcome::NoDate;
                     };
-                    self.metrics.record(&self.peer.name, outcome);
-                    return outcome;
+                    // Counted before the rows become visible, so whoever sees them also
+                    // sees the poll that brought them.
+                    self.metrics.record(&self.peer.name, PollOutcome::Ok);
+                    let now = clock::wall_ms();
+                    let report = lock(&self.signals).ingest_peer(
+                        &self.peer.name,
+                        &fetched.body,
+                        date_ms,
+                        now,
+                    );
+                    self.ingest.record(&report);
+                    return PollOutcome::Ok;
                 }
                 Err(failure) => last = failure,
             }
-            let backoff = RETRY_BACKOFF * 2u32.pow(attempt);
-            let backoff = backoff.mul_f64(rng.random_range(0.5..1.5));
+            let backoff = retry_backoff(attempt, rng);
             let retry_fits = started.elapsed() + backoff + self.peer.timeout <= self.interval;
             if attempt + 1 == MAX_POLL_ATTEMPTS || !retry_fits {
                 break;
@@ -168,5 +173,99 @@ impl PeerPoller {
         let outcome = PollOutcome::Failed(last);
         self.metrics.record(&self.peer.name, outcome);
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use grid_signals::store::StoreConfig;
+    use rustls::RootCertStore;
+
+    use super::*;
+    use crate::signals::Signals;
+    use crate::test_pki::Ca;
+    use crate::tls::{Identity, TlsMaterial, Trust, client_config};
+
+    #[test]
+    fn backoff_doubles_and_stays_within_its_jitter() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        for attempt in 0..MAX_POLL_ATTEMPTS {
+            let base = RETRY_BACKOFF * 2u32.pow(attempt);
+            for _ in 0..100 {
+                let b = retry_backoff(attempt, &mut rng);
+                assert!(b >= base.mul_f64(0.5) && b < base.mul_f64(1.5), "{b:?}");
+            }
+        }
+    }
+
+    /// A "peer" that accepts and immediately closes every connection, counting them.
+    async fn slamming_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                drop(tcp);
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn poller(addr: std::net::SocketAddr, interval: Duration) -> PeerPoller {
+        let ca = Ca::new("ca");
+        let cert = ca.site("grid.test", "a");
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.cert()).unwrap();
+        let trust = Arc::new(Trust::spiffe(
+            "a",
+            "grid.test",
+            ["b".to_owned()],
+            roots.clone(),
+        ));
+        let material = TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots,
+        };
+        PeerPoller {
+            peer: PeerConfig {
+                name: "b".into(),
+                url: format!("https://127.0.0.1:{}/v1/site/signals", addr.port())
+                    .parse()
+                    .unwrap(),
+                fingerprints: Vec::new(),
+                timeout: Duration::from_millis(500),
+            },
+            tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
+            signals: Arc::new(Mutex::new(Signals::new(StoreConfig::default()))),
+            metrics: PollMetrics::default(),
+            ingest: IngestMetrics::default(),
+            interval,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_peer_is_tried_at_most_max_poll_attempts_times() {
+        let (addr, accepted) = slamming_peer().await;
+        let p = poller(addr, Duration::from_secs(30));
+        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        assert!(matches!(outcome, PollOutcome::Failed(_)), "{outcome:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), MAX_POLL_ATTEMPTS as usize);
+        assert_eq!(p.metrics.count("b", outcome), 1);
+    }
+
+    #[tokio::test]
+    async fn no_retry_is_started_that_could_not_finish_within_the_interval() {
+        let (addr, accepted) = slamming_peer().await;
+        // One attempt may take the whole 500 ms timeout: no retry fits in 600 ms.
+        let p = poller(addr, Duration::from_millis(600));
+        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        assert!(matches!(outcome, PollOutcome::Failed(_)));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 }

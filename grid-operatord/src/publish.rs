@@ -41,7 +41,10 @@ impl Publisher {
                 TrackerConfig {
                     site: site.to_owned(),
                     provider: provider.name.clone(),
-                    pool: PoolSelector::All,
+                    pool: provider
+                        .pool
+                        .clone()
+                        .map_or(PoolSelector::All, PoolSelector::Named),
                 },
                 now,
             ),
@@ -157,6 +160,7 @@ mod tests {
             uid: "a/m".into(),
             generation: 3,
             ca_file: None,
+            pool: None,
         }
     }
 
@@ -185,6 +189,31 @@ mod tests {
         assert!((endpoints.value() - 2.0).abs() < f64::EPSILON);
         let second = p.publish(11_000, 0).unwrap();
         assert_eq!(second.meta.fence(), Fence::new(7_000, 2));
+    }
+
+    #[test]
+    fn a_named_pool_reads_only_that_pool() {
+        let mut named = provider();
+        named.pool = Some("other".into());
+        let mut p = Publisher::new("a", &named, 1, 1_000, 30_000, 0);
+        p.observe(0, Ok(BODY));
+        let batch = p.publish(0, 0).unwrap();
+        assert!(
+            batch
+                .rows
+                .iter()
+                .all(|r| r.name() != "grid_provider_ready_endpoints")
+        );
+        named.pool = Some("p".into());
+        let mut p = Publisher::new("a", &named, 1, 1_000, 30_000, 0);
+        p.observe(0, Ok(BODY));
+        let batch = p.publish(0, 0).unwrap();
+        assert!(
+            batch
+                .rows
+                .iter()
+                .any(|r| r.name() == "grid_provider_ready_endpoints")
+        );
     }
 
     #[test]

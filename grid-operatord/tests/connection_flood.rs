@@ -296,3 +296,68 @@ async fn an_idle_keep_alive_connection_is_closed_at_the_header_read_timeout() {
         .expect("client saw the close");
     assert!(ended.is_ok());
 }
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_handshake_is_shed_at_the_handshake_timeout() {
+    let setup = start(Timeouts {
+        handshake: Duration::from_millis(300),
+        header_read: Duration::from_secs(60),
+        max_age: Duration::from_secs(300),
+    })
+    .await;
+    let _silent = TcpStream::connect(setup.addr).await.unwrap();
+    let m = setup.metrics.clone();
+    let slots = setup.slots.clone();
+    wait_until("handshake timeout shed", || {
+        m.shed_count(ShedReason::HandshakeTimeout) == 1 && slots.held() == (0, 0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
+    use http_body_util::{BodyExt, Empty};
+    let setup = start(Timeouts {
+        handshake: Duration::from_secs(5),
+        header_read: Duration::from_secs(60),
+        max_age: Duration::from_millis(500),
+    })
+    .await;
+    let cert = setup.ca.site("grid.test", "a");
+    let tls = client_config(
+        &material(&cert, &setup.ca),
+        setup.trust.clone(),
+        Identity::Local,
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(setup.addr).await.unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut answered = 0;
+    // Requests every 100 ms keep the connection busy; it is still closed after its age.
+    for _ in 0..50 {
+        let request = Request::get("/v1/site/signals")
+            .header("host", "localhost")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        match sender.send_request(request).await {
+            Ok(response) => {
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(&body[..], b"local");
+                answered += 1;
+            }
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((3..=10).contains(&answered), "answered {answered} requests");
+    let slots = setup.slots.clone();
+    wait_until("slot freed", || slots.held() == (0, 0)).await;
+}

@@ -91,16 +91,17 @@ impl Scorer {
     }
 
     /// Feeds one input; see [`Scorer::observe`], [`Scorer::reset`], [`Scorer::forget`].
-    pub fn handle(&mut self, input: ScoreInput<'_>) -> Result<Observed, Error> {
+    /// A reading answers whether it was a new sample; events answer `None`.
+    pub fn handle(&mut self, input: ScoreInput<'_>) -> Result<Option<Observed>, Error> {
         match input {
-            ScoreInput::Reading(key, reading) => self.observe(key, reading),
+            ScoreInput::Reading(key, reading) => self.observe(key, reading).map(Some),
             ScoreInput::RevisionReset(key) => {
                 self.reset(key);
-                Ok(Observed::NewSample)
+                Ok(None)
             }
             ScoreInput::Forget(key) => {
                 self.forget(key);
-                Ok(Observed::NewSample)
+                Ok(None)
             }
         }
     }
@@ -303,12 +304,16 @@ mod tests {
     #[test]
     fn revision_reset_forgets_learned_capacity() {
         let mut s = Scorer::new(ScoreConfig::default());
-        s.observe(&key("a"), &reading(1, 40.0)).unwrap();
+        let r = reading(1, 40.0);
+        assert_eq!(
+            s.handle(ScoreInput::Reading(&key("a"), &r)),
+            Ok(Some(Observed::NewSample))
+        );
         let cap = |s: &mut Scorer| {
             s.refresh(1, &routes(&["a"])).get("m").unwrap().candidates()[0].capacity()
         };
         assert!((cap(&mut s) - 40.0 * crate::SOFT_BOUND_HEADROOM).abs() < 1e-9);
-        s.handle(ScoreInput::RevisionReset(&key("a"))).unwrap();
+        assert_eq!(s.handle(ScoreInput::RevisionReset(&key("a"))), Ok(None));
         assert!((cap(&mut s) - crate::CAPACITY_FLOOR).abs() < 1e-9);
     }
 

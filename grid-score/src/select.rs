@@ -17,7 +17,7 @@ pub enum Path {
     /// Exactly one with room.
     Lone,
     /// None with room: two distinct drawn by capacity among measured sites not full, the
-    /// one with less work waiting wins.
+    /// one with less work waiting per unit of capacity wins.
     ByCapacity,
     /// None with room and none merely without room: the by-capacity rule among the
     /// measured-full sites, or among the unmeasured ones when none is measured.
@@ -207,15 +207,22 @@ impl RouteSnapshot {
 }
 
 impl RouteSnapshot {
-    /// Two distinct pool members drawn by capacity, the one with less work waiting (ties
-    /// to the first drawn); a lone member is taken.
+    /// Two distinct pool members drawn by capacity, the one with less work waiting per
+    /// unit of capacity (ties to the first drawn); a lone member is taken.
+    ///
+    /// Per unit of capacity because a queue drains at a rate proportional to the slots
+    /// serving it: 20 waiting on 64 slots clear long before 10 waiting on 8. Comparing
+    /// absolute counts sent work to the small site whenever its queue was shorter in
+    /// requests, however much longer in time (the routing simulator showed small remote
+    /// sites stacking queues of 60 and more that way). Compared by cross-multiplying, so
+    /// no division: capacities are at least the floor and waiting counts are finite.
     fn less_waiting<R: Rng + ?Sized>(&self, pool: &Pool, rng: &mut R) -> usize {
         if pool.members.len() == 1 {
             return pool.members[0] as usize;
         }
         let (a, b) = pool.draw_two(rng);
         let c = self.candidates();
-        if c[b].waiting() < c[a].waiting() {
+        if c[b].waiting() * c[a].capacity() < c[a].waiting() * c[b].capacity() {
             b
         } else {
             a
@@ -308,6 +315,36 @@ mod tests {
             assert_eq!(d.path(), Some(Path::ByCapacity));
             assert_eq!(picked_site(d), "b");
         }
+    }
+
+    #[test]
+    fn by_capacity_compares_work_waiting_per_unit_of_capacity() {
+        // The small site has fewer requests waiting (8 < 24) but three times as many per
+        // slot (1.0 against 0.375): the large one drains first and must win every draw.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![cand("small", 8.0, 1.5, 8.0), cand("large", 64.0, 1.2, 24.0)],
+            vec![],
+            REFUSE,
+        );
+        let mut rng = SplitMix64::new(11);
+        for _ in 0..200 {
+            let d = s.pick(&mut rng);
+            assert_eq!(d.path(), Some(Path::ByCapacity));
+            assert_eq!(picked_site(d), "large");
+        }
+        // At equal waiting per slot the first drawn is kept, so both are still used.
+        let even = RouteSnapshot::new(
+            "m",
+            vec![cand("small", 8.0, 1.5, 8.0), cand("large", 64.0, 1.2, 64.0)],
+            vec![],
+            REFUSE,
+        );
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..400 {
+            seen.insert(picked_site(even.pick(&mut rng)));
+        }
+        assert_eq!(seen, ["small", "large"].map(String::from).into());
     }
 
     #[test]

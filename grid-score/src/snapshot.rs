@@ -124,7 +124,8 @@ impl Candidate {
         self.score
     }
 
-    /// Work waiting at the site (endpoint queues plus flow control), the by-capacity tie.
+    /// Work waiting at the site (endpoint queues plus flow control); the by-capacity rule
+    /// compares it per unit of capacity.
     pub fn waiting(&self) -> f64 {
         self.waiting
     }

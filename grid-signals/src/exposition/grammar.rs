@@ -133,14 +133,20 @@ fn text_of<'a>(line: &'a str, piece: &[u8]) -> &'a str {
 /// comma, then `}`.
 #[inline]
 fn label_set<'a>(line: &'a str, start: &'a [u8]) -> PResult<'a, Labels<'a>> {
+    // `close` is the input at `}`; the set is everything from `start` up to it.
+    let done = |close: &'a [u8], count: u32| {
+        let inside = &start[..start.len() - close.len()];
+        Ok((
+            &close[1..],
+            Labels::from_validated(text_of(line, inside), count),
+        ))
+    };
+    let mut i = skip_blanks(start);
+    if i.first() == Some(&b'}') {
+        return done(i, 0);
+    }
     let mut count: u32 = 0;
-    let mut i = start;
     loop {
-        i = skip_blanks(i);
-        if let Some((b'}', rest)) = i.split_first() {
-            let inside = &start[..start.len() - i.len()];
-            return Ok((rest, Labels::from_validated(text_of(line, inside), count)));
-        }
         (i, _) = label_name(i)?;
         if i.first() != Some(&b'=') {
             i = skip_blanks(i);
@@ -151,17 +157,21 @@ fn label_set<'a>(line: &'a str, start: &'a [u8]) -> PResult<'a, Labels<'a>> {
         }
         (i, _) = quoted(i)?;
         count += 1;
-        match i.split_first() {
-            Some((b',', rest)) => i = rest,
-            Some((b'}', _)) => {}
-            _ => {
-                i = skip_blanks(i);
-                match i.split_first() {
-                    Some((b',', rest)) => i = rest,
-                    Some((b'}', _)) => {}
-                    _ => return fail(i, SyntaxError::LabelSeparator),
+        if i.first().is_some_and(|&b| is_blank(b)) {
+            i = skip_blanks(i);
+        }
+        match i.first() {
+            Some(b',') => {
+                i = &i[1..];
+                if i.first().is_some_and(|&b| is_blank(b)) {
+                    i = skip_blanks(i);
+                }
+                if i.first() == Some(&b'}') {
+                    return done(i, count);
                 }
             }
+            Some(b'}') => return done(i, count),
+            _ => return fail(i, SyntaxError::LabelSeparator),
         }
     }
 }
@@ -181,16 +191,20 @@ fn sample_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Sample<'a>> {
     };
     let mut i = skip_blanks(&i[len..]);
     let mut timestamp_ms = None;
-    if !i.is_empty() {
+    if !i.is_empty() && i[0] != b'#' {
         let (after, ts_text) = token(i)?;
         let Some(ts) = parse_timestamp(ts_text) else {
             return fail(i, SyntaxError::Timestamp);
         };
         timestamp_ms = Some(ts);
         i = skip_blanks(after);
-        if !i.is_empty() {
-            return fail(i, SyntaxError::LineEnd);
-        }
+    }
+    if i.starts_with(b"# {") {
+        // An `OpenMetrics` exemplar (`# {trace_id="..."} 1.0`); grid has no use for it.
+        i = &i[i.len()..];
+    }
+    if !i.is_empty() {
+        return fail(i, SyntaxError::LineEnd);
     }
     let sample = Sample {
         name: text_of(line, name),
@@ -327,6 +341,15 @@ mod tests {
         assert!(s.labels.get("y").unwrap().eq_str("q\"\\\n"));
         assert_eq!(s.value, f64::NEG_INFINITY);
         assert_eq!(s.timestamp_ms, Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn an_openmetrics_exemplar_is_skipped() {
+        let s = sample(r#"c_total{a="1"} 3 # {trace_id="x y"} 1.0 1700000000.5"#);
+        assert_eq!((s.value, s.timestamp_ms), (3.0, None));
+        let s = sample(r#"c_total 3 17 # {trace_id="x"} 1.0"#);
+        assert_eq!(s.timestamp_ms, Some(17));
+        assert_eq!(error("c_total 3 # x"), (11, SyntaxError::LineEnd));
     }
 
     #[test]

@@ -16,7 +16,19 @@
 //!
 //! Parsing is zero-copy and, in strict mode, allocation-free: a [`Sample`] borrows its
 //! name, label text and escaped values from the body, and labels are split on demand.
-//! The grammar is written with nom; line and quote scans use memchr.
+//! The grammar is written with nom; the hot scans (names, quoted values, value tokens)
+//! classify eight bytes per step, lines are found with memchr, and UTF-8 is checked in
+//! long runs rather than per line.
+//!
+//! # What is accepted
+//!
+//! Prometheus text 0.0.4 as exporters write it: `# HELP`, `# TYPE` (the 0.0.4 types and
+//! the `OpenMetrics` ones), `# UNIT`, `# EOF`, other `#` comments, blank lines, `\r\n`,
+//! blanks around tokens, `", "` between labels and a trailing comma, escapes `\\`,
+//! `\"`, `\n` in label values (any other escape is an error), every float Go prints
+//! (`NaN`, `+Inf`, `-Inf`, exponents) and an optional integer millisecond timestamp. An
+//! `OpenMetrics` exemplar after the value (`# {trace_id="..."} 1`) is skipped. In strict
+//! mode nothing but blank lines may follow `# EOF`.
 
 mod body_cap;
 mod cursor;

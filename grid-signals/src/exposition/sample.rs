@@ -134,7 +134,18 @@ impl MetricType {
 
     /// The type a `# TYPE` line names, if it is one.
     pub fn from_text(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == text)
+        Some(match text {
+            "counter" => Self::Counter,
+            "gauge" => Self::Gauge,
+            "histogram" => Self::Histogram,
+            "summary" => Self::Summary,
+            "untyped" => Self::Untyped,
+            "unknown" => Self::Unknown,
+            "gaugehistogram" => Self::GaugeHistogram,
+            "stateset" => Self::StateSet,
+            "info" => Self::Info,
+            _ => return None,
+        })
     }
 }
 

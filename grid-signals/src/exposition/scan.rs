@@ -84,10 +84,7 @@ pub(crate) fn run_len(bytes: &[u8], class: Class) -> usize {
         let word = if let Some(chunk) = bytes[n..].first_chunk::<8>() {
             u64::from_le_bytes(*chunk)
         } else {
-            let tail = &bytes[n..];
-            let mut padded = [class.outsider(); 8];
-            padded[..tail.len()].copy_from_slice(tail);
-            u64::from_le_bytes(padded)
+            tail_word(bytes, n, class.outsider())
         };
         let outside = !class.members(word) & HIGH;
         if outside != 0 {
@@ -95,6 +92,27 @@ pub(crate) fn run_len(bytes: &[u8], class: Class) -> usize {
         }
         n += 8;
     }
+}
+
+/// The bytes of `bytes` from `n` on (fewer than eight) in the low bytes of a word, the
+/// rest filled with `pad`. When the slice is long enough, the last eight bytes are read
+/// as one word and shifted, which avoids a variable-length copy.
+#[inline(always)]
+fn tail_word(bytes: &[u8], n: usize, pad: u8) -> u64 {
+    let tail_len = bytes.len() - n;
+    if tail_len == 0 {
+        return ONES * u64::from(pad);
+    }
+    let pad_bits = 8 * (8 - tail_len) as u32;
+    if let Some(last) = bytes.last_chunk::<8>() {
+        let tail = u64::from_le_bytes(*last) >> pad_bits;
+        return tail | ((ONES * u64::from(pad)) << (64 - pad_bits));
+    }
+    let mut padded = [pad; 8];
+    for (slot, &b) in padded.iter_mut().zip(&bytes[n..]) {
+        *slot = b;
+    }
+    u64::from_le_bytes(padded)
 }
 
 /// A space or a tab, the only blanks the format allows between tokens.
@@ -148,6 +166,26 @@ mod tests {
                 }
             }
             assert!(!belongs(class, class.outsider()));
+        }
+    }
+
+    #[test]
+    fn tail_words_hold_the_tail_then_padding() {
+        let text = b"0123456789abc";
+        for n in 0..=text.len() {
+            for len in [text.len(), text.len().min(n + 7)] {
+                let bytes = &text[..len];
+                if len - n >= 8 {
+                    continue;
+                }
+                let mut want = [b'~'; 8];
+                want[..len - n].copy_from_slice(&bytes[n..]);
+                assert_eq!(
+                    tail_word(bytes, n, b'~'),
+                    u64::from_le_bytes(want),
+                    "{n} {len}"
+                );
+            }
         }
     }
 

@@ -17,6 +17,51 @@ const POW10: [f64; 23] = [
 /// The largest mantissa the fast path may scale: 2^53, every integer up to it is exact.
 const MAX_EXACT_MANTISSA: u64 = 1 << 53;
 
+/// The most decimal digits the fast path accumulates (10^19 < 2^64).
+const MAX_FAST_DIGITS: usize = 19;
+
+/// Accumulates the digits of `text` from `i` into `mantissa` (wrapping; the caller
+/// bounds the count), eight at a time where it can; returns where the digits end.
+#[inline]
+fn digit_run(text: &[u8], mut i: usize, mantissa: &mut u64) -> usize {
+    while let Some(chunk) = text.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let word = u64::from_le_bytes(*chunk);
+        if !all_digits(word) {
+            break;
+        }
+        *mantissa = mantissa
+            .wrapping_mul(100_000_000)
+            .wrapping_add(eight_digits(word));
+        i += 8;
+    }
+    while let Some(&b) = text.get(i) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+        i += 1;
+    }
+    i
+}
+
+/// Whether all eight bytes of `word` are ASCII digits.
+#[inline]
+fn all_digits(word: u64) -> bool {
+    let high = word & 0xf0f0_f0f0_f0f0_f0f0;
+    let carried = (word.wrapping_add(0x0606_0606_0606_0606) & 0xf0f0_f0f0_f0f0_f0f0) >> 4;
+    high | carried == 0x3333_3333_3333_3333
+}
+
+/// The value of eight ASCII digits read little-endian (first digit in the low byte).
+#[inline]
+fn eight_digits(word: u64) -> u64 {
+    let v = word - 0x3030_3030_3030_3030;
+    let v = v * 10 + (v >> 8);
+    let low = (v & 0x0000_00ff_0000_00ff).wrapping_mul(100 + (1_000_000 << 32));
+    let high = ((v >> 16) & 0x0000_00ff_0000_00ff).wrapping_mul(1 + (10_000 << 32));
+    low.wrapping_add(high) >> 32
+}
+
 /// Parses the value at the start of `line` (the rest of a sample line): returns it and
 /// the length of its token, which ends at a blank or the end of the line. `None` when the
 /// token is not a float.
@@ -41,33 +86,18 @@ fn fast_decimal(text: &[u8]) -> Option<(f64, usize)> {
         _ => (false, text, 0),
     };
     let mut mantissa: u64 = 0;
-    let mut significant = 0usize;
     let mut exp10: i32 = 0;
-    let mut i = 0;
-    let mut any_digit = false;
-    while let Some(&b) = digits.get(i) {
-        if !b.is_ascii_digit() {
-            break;
-        }
-        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
-        significant += usize::from(mantissa != 0);
-        any_digit = true;
-        i += 1;
-    }
+    let mut i = digit_run(digits, 0, &mut mantissa);
+    let mut count = i;
     if digits.get(i) == Some(&b'.') {
-        i += 1;
-        while let Some(&b) = digits.get(i) {
-            if !b.is_ascii_digit() {
-                break;
-            }
-            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
-            significant += usize::from(mantissa != 0);
-            exp10 -= 1;
-            any_digit = true;
-            i += 1;
-        }
+        let start = i + 1;
+        i = digit_run(digits, start, &mut mantissa);
+        exp10 = -((i - start) as i32);
+        count += i - start;
     }
-    if !any_digit || significant > 18 {
+    // Up to 19 digits cannot overflow the u64 mantissa; leading zeros count too, which
+    // only sends a few more values to the slow path.
+    if count == 0 || count > MAX_FAST_DIGITS {
         return None;
     }
     if let Some(&(b'e' | b'E')) = digits.get(i) {
@@ -209,6 +239,37 @@ mod tests {
             "0.1000000000000000055511151231257827",
             "4.9e-324",
         ] {
+            let want: f64 = text.parse().unwrap();
+            assert_eq!(
+                value_of(text.as_bytes()).map(f64::to_bits),
+                Some(want.to_bits())
+            );
+        }
+    }
+
+    #[test]
+    fn eight_digit_words_are_recognised_and_valued() {
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"12345678")), 12_345_678);
+        assert_eq!(eight_digits(u64::from_le_bytes(*b"00000009")), 9);
+        assert!(all_digits(u64::from_le_bytes(*b"09876543")));
+        for bad in [
+            b"1234567.",
+            b"/1234567",
+            b"1234567:",
+            b"12 45678",
+            b"\xb02345678",
+        ] {
+            assert!(!all_digits(u64::from_le_bytes(*bad)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn values_at_and_past_the_fast_digit_limit_are_both_exact() {
+        let at = "0.000000000001234567"; // 19 digits: fast path
+        let past = "0.0000000000001234567"; // 20 digits: standard library
+        assert!(fast_decimal(at.as_bytes()).is_some());
+        assert!(fast_decimal(past.as_bytes()).is_none());
+        for text in [at, past] {
             let want: f64 = text.parse().unwrap();
             assert_eq!(
                 value_of(text.as_bytes()).map(f64::to_bits),

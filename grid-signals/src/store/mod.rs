@@ -17,7 +17,7 @@
 //! - [`Store::ingest`] takes a body, the sender's verified identity ([`Sender`]), its
 //!   reference time and `now_ms`; it never fails as a whole: every refused line is counted
 //!   in the returned [`IngestReport`] under a [`DropReason`].
-//! - [`Store::ingest_batch`] takes one already-decoded [`Batch`] (the operator's own
+//! - [`Store::ingest_batch`] takes one already-decoded [`crate::batch::Batch`] (the operator's own
 //!   publications take this path).
 //! - [`Store::expire`] drops readings older than the TTL and entries idle past
 //!   [`FENCE_RETENTION_MS`]; `ingest` calls it first.

@@ -1,0 +1,143 @@
+//! The offered load: Poisson arrivals at a share of the sites' total capacity, with
+//! periodic bursts, each request carrying its own service time so every policy serves
+//! the very same requests.
+
+use crate::sim_rng::SimRng;
+use crate::site_model::ServiceTime;
+
+/// One request of the offered load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Arrival {
+    /// When it arrives at the gateway (virtual ms from the run's start).
+    pub at_ms: u64,
+    /// Its undegraded service time, in ms.
+    pub service_ms: u64,
+    /// Whether the client streams.
+    pub streaming: bool,
+}
+
+/// Bursts on top of the base rate: every `every_ms`, for `length_ms`, the rate is
+/// multiplied by `factor`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bursts {
+    /// First burst start (virtual ms).
+    pub first_ms: u64,
+    /// Period between burst starts (ms).
+    pub every_ms: u64,
+    /// Burst length (ms).
+    pub length_ms: u64,
+    /// Rate multiplier during a burst.
+    pub factor: f64,
+}
+
+impl Bursts {
+    /// Whether `t_ms` falls inside a burst.
+    pub fn active(&self, t_ms: u64) -> bool {
+        self.every_ms > 0
+            && t_ms >= self.first_ms
+            && (t_ms - self.first_ms) % self.every_ms < self.length_ms
+    }
+}
+
+/// The shape of the offered load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadShape {
+    /// Base arrival rate, requests per second.
+    pub rate_per_s: f64,
+    /// Bursts, if any.
+    pub bursts: Option<Bursts>,
+    /// Service-time distribution of the requests.
+    pub service: ServiceTime,
+    /// Share of streaming requests.
+    pub streaming_share: f64,
+    /// Arrivals stop at this time (ms).
+    pub duration_ms: u64,
+}
+
+/// Every arrival of a run, in time order, fixed by `seed`.
+///
+/// A non-homogeneous Poisson process by thinning: candidates at the peak rate, each kept
+/// with probability rate(t) / peak, so the base and burst rates are exact.
+pub fn generate(shape: &LoadShape, seed: u64) -> Vec<Arrival> {
+    let mut gaps = SimRng::fork(seed, 1);
+    let mut keep = SimRng::fork(seed, 2);
+    let mut sizes = SimRng::fork(seed, 3);
+    let burst_factor = shape.bursts.map_or(1.0, |b| b.factor.max(1.0));
+    let peak = shape.rate_per_s * burst_factor;
+    let mut out = Vec::with_capacity((peak * shape.duration_ms as f64 / 1_000.0) as usize + 16);
+    if peak <= 0.0 {
+        return out;
+    }
+    let mean_gap_ms = 1_000.0 / peak;
+    let mut t = 0.0;
+    loop {
+        t += gaps.exponential(mean_gap_ms);
+        if t >= shape.duration_ms as f64 {
+            break;
+        }
+        let at_ms = t as u64;
+        let rate = if shape.bursts.is_some_and(|b| b.active(at_ms)) {
+            peak
+        } else {
+            shape.rate_per_s
+        };
+        if keep.unit() * peak >= rate {
+            continue;
+        }
+        out.push(Arrival {
+            at_ms,
+            service_ms: shape.service.draw(&mut sizes),
+            streaming: sizes.unit() < shape.streaming_share,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(bursts: Option<Bursts>) -> LoadShape {
+        LoadShape {
+            rate_per_s: 40.0,
+            bursts,
+            service: ServiceTime::default(),
+            streaming_share: 0.8,
+            duration_ms: 200_000,
+        }
+    }
+
+    #[test]
+    fn arrivals_are_ordered_and_match_the_rate() {
+        let a = generate(&shape(None), 1);
+        assert!(a.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        let rate = a.len() as f64 / 200.0;
+        assert!((rate - 40.0).abs() < 1.5, "rate {rate}");
+        let streaming = a.iter().filter(|x| x.streaming).count() as f64 / a.len() as f64;
+        assert!((streaming - 0.8).abs() < 0.02, "{streaming}");
+    }
+
+    #[test]
+    fn bursts_raise_the_rate_only_inside_their_windows() {
+        let b = Bursts {
+            first_ms: 10_000,
+            every_ms: 40_000,
+            length_ms: 10_000,
+            factor: 2.0,
+        };
+        let a = generate(&shape(Some(b)), 2);
+        let inside = a.iter().filter(|x| b.active(x.at_ms)).count() as f64;
+        let outside = a.len() as f64 - inside;
+        // 5 bursts of 10 s inside 200 s.
+        let inside_rate = inside / 50.0;
+        let outside_rate = outside / 150.0;
+        assert!((inside_rate - 80.0).abs() < 5.0, "{inside_rate}");
+        assert!((outside_rate - 40.0).abs() < 2.5, "{outside_rate}");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_arrivals() {
+        assert_eq!(generate(&shape(None), 3), generate(&shape(None), 3));
+        assert_ne!(generate(&shape(None), 3), generate(&shape(None), 4));
+    }
+}

@@ -1,0 +1,311 @@
+//! The simulator's outputs: the printed table, the CSV files and the SVG plot.
+
+use std::fmt::Write as _;
+use std::path::Path as FsPath;
+
+use plotters::prelude::*;
+
+use super::policy::Policy;
+use super::{PolicyResult, SimConfig};
+
+/// One load level's results.
+#[derive(Debug)]
+pub struct LoadResults {
+    /// The scenario run.
+    pub config: SimConfig,
+    /// Every policy's outcome, in [`Policy::ALL`] order.
+    pub results: Vec<PolicyResult>,
+}
+
+impl LoadResults {
+    /// The result of `policy`, if it ran.
+    pub fn get(&self, policy: Policy) -> Option<&PolicyResult> {
+        self.results.iter().find(|r| r.policy == policy)
+    }
+}
+
+/// The printed table: one row per load and policy.
+pub fn table(all: &[LoadResults]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  shares per site",
+        "load",
+        "policy",
+        "requests",
+        "mean_ms",
+        "p50_ms",
+        "p99_ms",
+        "to_full",
+        "deg_pre",
+        "deg_in",
+        "leave_s"
+    );
+    for level in all {
+        for r in &level.results {
+            let s = &r.summary;
+            let shares: Vec<String> = s.site_shares.iter().map(|x| format!("{x:.2}")).collect();
+            let _ = writeln!(
+                out,
+                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>8}  {}",
+                level.config.load * 100.0,
+                r.policy.as_str(),
+                s.requests,
+                s.mean_ms,
+                s.p50_ms,
+                s.p99_ms,
+                s.full_share * 100.0,
+                s.degrade.share_before * 100.0,
+                s.degrade.share_during * 100.0,
+                s.degrade
+                    .leave_s
+                    .map_or_else(|| "never".to_owned(), |v| v.to_string()),
+                shares.join(" ")
+            );
+        }
+    }
+    out
+}
+
+/// The verdict against issue 6's target at the load closest to 85%.
+pub fn target_lines(all: &[LoadResults]) -> String {
+    let Some(level) = all.iter().min_by(|a, b| {
+        (a.config.load - 0.85)
+            .abs()
+            .total_cmp(&(b.config.load - 0.85).abs())
+    }) else {
+        return String::new();
+    };
+    let p99 = |p| level.get(p).map(|r| r.summary.p99_ms as f64);
+    let mut out = String::new();
+    if let (Some(ours), Some(oracle), Some(lq)) = (
+        p99(Policy::Ours),
+        p99(Policy::Oracle),
+        p99(Policy::LeastQueue),
+    ) {
+        let vs_oracle = ours / oracle.max(1.0);
+        let vs_lq = ours / lq.max(1.0);
+        let _ = writeln!(
+            out,
+            "at {:.0}% load: ours p99 {ours:.0} ms = {vs_oracle:.2}x oracle ({oracle:.0} ms; target <= 1.5x: {}), {vs_lq:.2}x least-queue ({lq:.0} ms; target <= 0.5x: {})",
+            level.config.load * 100.0,
+            if vs_oracle <= 1.5 { "met" } else { "MISSED" },
+            if vs_lq <= 0.5 { "met" } else { "MISSED" },
+        );
+    }
+    out
+}
+
+/// `summary.csv`: one row per load and policy.
+pub fn summary_csv(all: &[LoadResults]) -> String {
+    let sites = all
+        .first()
+        .map(|l| l.config.sites.clone())
+        .unwrap_or_default();
+    let mut out = String::from(
+        "load,policy,requests,mean_ms,p50_ms,p99_ms,max_ms,to_full_share,unplaced,degraded_share_before,degraded_share_during,leave_s",
+    );
+    for s in &sites {
+        let _ = write!(out, ",share_{}", s.name);
+    }
+    out.push('\n');
+    for level in all {
+        for r in &level.results {
+            let s = &r.summary;
+            let _ = write!(
+                out,
+                "{},{},{},{:.1},{},{},{},{:.4},{},{:.4},{:.4},{}",
+                level.config.load,
+                r.policy.as_str(),
+                s.requests,
+                s.mean_ms,
+                s.p50_ms,
+                s.p99_ms,
+                s.max_ms,
+                s.full_share,
+                s.unplaced,
+                s.degrade.share_before,
+                s.degrade.share_during,
+                s.degrade
+                    .leave_s
+                    .map_or_else(String::new, |v| v.to_string()),
+            );
+            for share in &s.site_shares {
+                let _ = write!(out, ",{share:.4}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `shares.csv`: per second and policy, each site's share of the requests routed that
+/// second, at one load level.
+pub fn shares_csv(level: &LoadResults) -> String {
+    let mut out = String::from("second,policy");
+    for s in &level.config.sites {
+        let _ = write!(out, ",{}", s.name);
+    }
+    out.push('\n');
+    for r in &level.results {
+        for (second, counts) in r.record.per_second.iter().enumerate() {
+            let total: u32 = counts.iter().sum();
+            let _ = write!(out, "{second},{}", r.policy.as_str());
+            for c in counts {
+                let share = if total == 0 {
+                    0.0
+                } else {
+                    f64::from(*c) / f64::from(total)
+                };
+                let _ = write!(out, ",{share:.3}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn color(policy: Policy) -> RGBColor {
+    match policy {
+        Policy::Ours => RGBColor(214, 39, 40),
+        Policy::RoundRobin => RGBColor(127, 127, 127),
+        Policy::CapacityWeighted => RGBColor(44, 160, 44),
+        Policy::LeastQueue => RGBColor(255, 127, 14),
+        Policy::Oracle => RGBColor(31, 119, 180),
+    }
+}
+
+/// Smoothed share of `site` over a trailing window of `window` seconds, per second.
+fn smoothed_share(per_second: &[Vec<u32>], site: usize, window: usize) -> Vec<(f64, f64)> {
+    (0..per_second.len())
+        .map(|end| {
+            let start = (end + 1).saturating_sub(window);
+            let (mine, all) = per_second[start..=end]
+                .iter()
+                .fold((0u32, 0u32), |(m, a), s| {
+                    (m + s[site], a + s.iter().sum::<u32>())
+                });
+            let share = if all == 0 {
+                0.0
+            } else {
+                f64::from(mine) / f64::from(all)
+            };
+            (end as f64, share * 100.0)
+        })
+        .collect()
+}
+
+/// Writes the SVG: p99 queueing delay against load per policy, and the degraded site's
+/// share of traffic over time at `focus`.
+pub fn plot(all: &[LoadResults], focus: &LoadResults, path: &FsPath) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (left, right) = root.split_horizontally(560);
+    plot_p99(all, &left)?;
+    plot_degraded_share(focus, &right)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
+    // Seconds on a log axis: round-robin is orders of magnitude above the rest.
+    let floor = 0.01;
+    let p99_s = |r: &PolicyResult| (r.summary.p99_ms as f64 / 1_000.0).max(floor);
+    let max_p99 = all
+        .iter()
+        .flat_map(|l| l.results.iter().map(p99_s))
+        .fold(1.0, f64::max);
+    let loads: Vec<f64> = all.iter().map(|l| l.config.load * 100.0).collect();
+    let lo = loads.iter().copied().fold(f64::INFINITY, f64::min) - 2.0;
+    let hi = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max) + 2.0;
+    let mut chart = ChartBuilder::on(left)
+        .caption("p99 queueing delay by offered load", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(lo..hi, (floor..max_p99 * 2.0).log_scale())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("offered load (% of capacity)")
+        .y_desc("p99 queueing delay (s, log)")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for policy in Policy::ALL {
+        let points: Vec<(f64, f64)> = all
+            .iter()
+            .filter_map(|l| l.get(policy).map(|r| (l.config.load * 100.0, p99_s(r))))
+            .collect();
+        let c = color(policy);
+        chart
+            .draw_series(LineSeries::new(points, c.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(policy.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+fn plot_degraded_share(focus: &LoadResults, right: &Area<'_>) -> Result<(), String> {
+    let window = focus.config.degrade_window();
+    let seconds = focus
+        .results
+        .first()
+        .map_or(1, |r| r.record.per_second.len()) as f64;
+    let mut chart = ChartBuilder::on(right)
+        .caption(
+            format!(
+                "share of traffic to the degraded site ({}), {:.0}% load",
+                focus.config.sites[window.site].name,
+                focus.config.load * 100.0
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..seconds, 0.0..50.0)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("virtual time (s); degraded between the dashed lines")
+        .y_desc("share (%), 15 s trailing")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for edge in [window.from_ms, window.until_ms] {
+        let x = edge as f64 / 1_000.0;
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(x, 0.0), (x, 50.0)],
+                4,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(|e| e.to_string())?;
+    }
+    for r in &focus.results {
+        let c = color(r.policy);
+        chart
+            .draw_series(LineSeries::new(
+                smoothed_share(&r.record.per_second, window.site, 15),
+                c.stroke_width(1),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(r.policy.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| e.to_string())
+}

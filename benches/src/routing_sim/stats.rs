@@ -1,0 +1,232 @@
+//! What one policy's run measured: queueing delays, how often it sent work to a site
+//! that was already full, and where its traffic went second by second.
+
+/// One second of routing: requests sent to each site.
+pub type SecondCounts = Vec<u32>;
+
+/// The raw record of one policy's run.
+#[derive(Clone, Debug, Default)]
+pub struct RunRecord {
+    /// Queueing delay (slot start minus arrival at the site) of every request that
+    /// arrived after the warm-up, in ms.
+    pub delays_ms: Vec<u64>,
+    /// Requests routed after the warm-up.
+    pub routed: u64,
+    /// Of those, sent to a site whose slots were all taken at that instant.
+    pub sent_to_full: u64,
+    /// Requests the policy could not place (ours answering unavailable); they were sent
+    /// by capacity instead so that every policy serves the same requests.
+    pub unplaced: u64,
+    /// Requests routed per second per site, over the whole run.
+    pub per_second: Vec<SecondCounts>,
+}
+
+impl RunRecord {
+    /// An empty record for `sites` sites over `seconds` seconds.
+    pub fn new(sites: usize, seconds: usize) -> Self {
+        Self {
+            per_second: vec![vec![0; sites]; seconds],
+            ..Self::default()
+        }
+    }
+
+    /// Counts one routing decision at `at_ms` to `site`.
+    pub fn route(&mut self, at_ms: u64, site: usize, counted: bool, full: bool) {
+        if let Some(second) = self.per_second.get_mut((at_ms / 1_000) as usize) {
+            second[site] += 1;
+        }
+        if counted {
+            self.routed += 1;
+            if full {
+                self.sent_to_full += 1;
+            }
+        }
+    }
+}
+
+/// The `p`-th percentile (0..=100) of sorted values, nearest-rank; 0 when empty.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// A degrade episode: which site, when, and the share of traffic it should fall to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DegradeWindow {
+    /// The degraded site.
+    pub site: usize,
+    /// Degrade start (ms).
+    pub from_ms: u64,
+    /// Degrade end (ms).
+    pub until_ms: u64,
+    /// The site's share of the remaining effective capacity while degraded.
+    pub fair_share: f64,
+}
+
+/// How a policy's traffic reacted to the degrade.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DegradeReaction {
+    /// Share of requests sent to the site in the minute before the degrade.
+    pub share_before: f64,
+    /// Share sent to it while degraded.
+    pub share_during: f64,
+    /// Seconds from the degrade start until the site's share over a trailing
+    /// [`LEAVE_WINDOW_S`] window fell at least halfway from `share_before` to the fair
+    /// share and stayed there over the next window too (so one lucky window of a policy
+    /// that does not react is not counted); `None` if it never did.
+    pub leave_s: Option<u64>,
+}
+
+/// Window the leave time is measured over (seconds).
+pub const LEAVE_WINDOW_S: usize = 10;
+/// Baseline window before the degrade (seconds).
+pub const BASELINE_WINDOW_S: usize = 60;
+
+fn share(per_second: &[SecondCounts], site: usize) -> f64 {
+    let (mine, all) = per_second.iter().fold((0u64, 0u64), |(m, a), s| {
+        (
+            m + u64::from(s[site]),
+            a + s.iter().map(|&c| u64::from(c)).sum::<u64>(),
+        )
+    });
+    if all == 0 {
+        0.0
+    } else {
+        mine as f64 / all as f64
+    }
+}
+
+/// How traffic moved off the degraded site.
+pub fn degrade_reaction(per_second: &[SecondCounts], window: DegradeWindow) -> DegradeReaction {
+    let from = (window.from_ms / 1_000) as usize;
+    let until = ((window.until_ms / 1_000) as usize).min(per_second.len());
+    let before = &per_second[from.saturating_sub(BASELINE_WINDOW_S)..from.min(per_second.len())];
+    let share_before = share(before, window.site);
+    let during = &per_second[from.min(until)..until];
+    let share_during = share(during, window.site);
+    let halfway = share_before - (share_before - window.fair_share) / 2.0;
+    let below = |start: usize, end: usize| {
+        let end = end.min(until);
+        start >= end || share(&per_second[start..end], window.site) <= halfway
+    };
+    // Only ends whose following window still falls inside the degrade: the window after
+    // the degrade ends says nothing about leaving.
+    let leave_s = (from + 1..=until.saturating_sub(LEAVE_WINDOW_S)).find_map(|end| {
+        let start = end.saturating_sub(LEAVE_WINDOW_S).max(from);
+        (below(start, end) && below(end, end + LEAVE_WINDOW_S)).then(|| (end - from) as u64)
+    });
+    DegradeReaction {
+        share_before,
+        share_during,
+        leave_s: if share_before > window.fair_share {
+            leave_s
+        } else {
+            // Already at or below its fair share: nothing to leave.
+            Some(0)
+        },
+    }
+}
+
+/// The figures one policy's run is judged by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Requests measured (after the warm-up).
+    pub requests: u64,
+    /// Mean queueing delay (ms).
+    pub mean_ms: f64,
+    /// Median queueing delay (ms).
+    pub p50_ms: u64,
+    /// 99th percentile queueing delay (ms).
+    pub p99_ms: u64,
+    /// Largest queueing delay (ms).
+    pub max_ms: u64,
+    /// Share of requests sent to a site with every slot taken.
+    pub full_share: f64,
+    /// Requests the policy could not place.
+    pub unplaced: u64,
+    /// Each site's share of all requests routed.
+    pub site_shares: Vec<f64>,
+    /// The reaction to the degrade.
+    pub degrade: DegradeReaction,
+}
+
+impl Summary {
+    /// Summarizes a record.
+    pub fn of(record: &RunRecord, window: DegradeWindow) -> Self {
+        let mut delays = record.delays_ms.clone();
+        delays.sort_unstable();
+        let n = delays.len() as u64;
+        let mean_ms = if n == 0 {
+            0.0
+        } else {
+            delays.iter().sum::<u64>() as f64 / n as f64
+        };
+        let sites = record.per_second.first().map_or(0, Vec::len);
+        Self {
+            requests: n,
+            mean_ms,
+            p50_ms: percentile(&delays, 50.0),
+            p99_ms: percentile(&delays, 99.0),
+            max_ms: delays.last().copied().unwrap_or(0),
+            full_share: if record.routed == 0 {
+                0.0
+            } else {
+                record.sent_to_full as f64 / record.routed as f64
+            },
+            unplaced: record.unplaced,
+            site_shares: (0..sites).map(|s| share(&record.per_second, s)).collect(),
+            degrade: degrade_reaction(&record.per_second, window),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), 50);
+        assert_eq!(percentile(&v, 99.0), 99);
+        assert_eq!(percentile(&v, 100.0), 100);
+        assert_eq!(percentile(&[7], 99.0), 7);
+        assert_eq!(percentile(&[], 99.0), 0);
+    }
+
+    fn window() -> DegradeWindow {
+        DegradeWindow {
+            site: 0,
+            from_ms: 60_000,
+            until_ms: 120_000,
+            fair_share: 0.1,
+        }
+    }
+
+    #[test]
+    fn the_leave_time_is_when_the_trailing_share_crosses_halfway_and_stays() {
+        // Site 0 takes half of the traffic for 60 s, then 10% from 3 s after the degrade.
+        let mut per_second = vec![vec![50, 50]; 63];
+        per_second.extend(vec![vec![10, 90]; 57]);
+        let r = degrade_reaction(&per_second, window());
+        assert!((r.share_before - 0.5).abs() < 1e-9);
+        // Halfway is 0.3. The first seconds after the degrade hold 0.5 and the window
+        // grows from the start: at +4 s it holds (3x50 + 10)/400 = 0.4, at +5 s
+        // (150 + 20)/500 = 0.34, at +6 s (150 + 30)/600 = 0.3.
+        assert_eq!(r.leave_s, Some(6));
+        assert!((r.share_during - (150.0 + 570.0) / 6_000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_single_low_window_of_a_policy_that_does_not_react_is_no_leave() {
+        let mut per_second = vec![vec![50, 50]; 70];
+        per_second.extend(vec![vec![10, 90]; 6]); // a lucky stretch...
+        per_second.extend(vec![vec![50, 50]; 44]); // ...then back
+        assert_eq!(degrade_reaction(&per_second, window()).leave_s, None);
+        let stuck = vec![vec![50, 50]; 120];
+        assert_eq!(degrade_reaction(&stuck, window()).leave_s, None);
+    }
+}

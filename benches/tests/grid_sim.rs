@@ -1,0 +1,114 @@
+//! The routing simulator's invariants on a short run (a few virtual seconds): every
+//! request is served exactly once under every policy, signals flowed through the real
+//! path without refusals, and the run is a pure function of its seed.
+
+use grid_benches::routing_sim::policy::Policy;
+use grid_benches::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
+use grid_benches::routing_sim::{SimConfig, run};
+
+const DURATION_MS: u64 = 20_000;
+
+fn short(load: f64, seed: u64) -> SimConfig {
+    SimConfig::standard(load, DURATION_MS, seed)
+}
+
+#[test]
+fn every_policy_serves_every_request_once() {
+    let config = short(0.85, 3);
+    let results = run(&config, &Policy::ALL, 2);
+    assert_eq!(results.len(), Policy::ALL.len());
+    let arrived = results[0].arrived;
+    assert!(arrived > 500, "{arrived} arrivals in 20 s at 85%");
+    for r in &results {
+        let name = r.policy.as_str();
+        assert_eq!(r.arrived, arrived, "{name}: same arrivals for every policy");
+        assert_eq!(r.completed, arrived, "{name}: every request completed");
+        let routed: u64 = r
+            .record
+            .per_second
+            .iter()
+            .flatten()
+            .map(|&c| u64::from(c))
+            .sum();
+        assert_eq!(routed, arrived, "{name}: every request routed once");
+        assert_eq!(
+            r.summary.requests, r.record.routed,
+            "{name}: one delay per measured request"
+        );
+        let shares: f64 = r.summary.site_shares.iter().sum();
+        assert!((shares - 1.0).abs() < 1e-9, "{name}: shares sum to 1");
+        assert!(r.summary.p50_ms <= r.summary.p99_ms && r.summary.p99_ms <= r.summary.max_ms);
+        assert!((0.0..=1.0).contains(&r.summary.full_share));
+    }
+}
+
+#[test]
+fn signals_reach_the_gateway_at_the_real_cadences_without_refusals() {
+    let config = short(0.6, 4);
+    let results = run(&config, &[Policy::Ours], 1);
+    let ours = &results[0];
+    let seconds = DURATION_MS / LOCAL_CADENCE_MS;
+    let sites = config.sites.len() as u64;
+    let remote = config.sites.iter().filter(|s| !s.local).count() as u64;
+    let c = ours.signals;
+    // The last arrival falls in the final second, so the path ran for about `seconds`.
+    assert!(
+        (sites * (seconds - 1)..=sites * (seconds + 1)).contains(&c.scrapes),
+        "{c:?}"
+    );
+    assert_eq!(c.batches, c.scrapes);
+    assert!(
+        (seconds - 1..=seconds + 1).contains(&c.gateway_polls),
+        "{c:?}"
+    );
+    let peer_polls = remote * seconds / (PEER_CADENCE_MS / LOCAL_CADENCE_MS);
+    assert!(
+        (peer_polls - remote..=peer_polls + remote).contains(&c.peer_polls),
+        "{c:?}"
+    );
+    assert_eq!(c.dropped, 0, "no store refused a line: {c:?}");
+    assert_eq!(
+        c.refused_readings, 0,
+        "the scorer took every reading: {c:?}"
+    );
+    assert_eq!(
+        ours.summary.unplaced, 0,
+        "grid-score placed every measured request"
+    );
+}
+
+#[test]
+fn round_robin_spreads_evenly_and_the_capacity_draw_follows_slots() {
+    let config = short(0.75, 5);
+    let results = run(&config, &[Policy::RoundRobin, Policy::CapacityWeighted], 2);
+    let n = config.sites.len() as f64;
+    for share in &results[0].summary.site_shares {
+        assert!((share - 1.0 / n).abs() < 0.01, "round-robin share {share}");
+    }
+    let slots = config.slots() as f64;
+    for (share, site) in results[1].summary.site_shares.iter().zip(&config.sites) {
+        let want = site.slots() as f64 / slots;
+        assert!(
+            (share - want).abs() < 0.05,
+            "{}: {share} vs {want}",
+            site.name
+        );
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_figures_on_any_number_of_threads() {
+    let config = short(0.85, 6);
+    let one = run(&config, &Policy::ALL, 1);
+    let two = run(&config, &Policy::ALL, 2);
+    for (a, b) in one.iter().zip(&two) {
+        assert_eq!(a.policy, b.policy);
+        assert_eq!(a.summary, b.summary, "{}", a.policy.as_str());
+        assert_eq!(a.record.delays_ms, b.record.delays_ms);
+    }
+    let other = run(&short(0.85, 7), &[Policy::Ours], 1);
+    assert_ne!(
+        one[0].record.delays_ms, other[0].record.delays_ms,
+        "another seed, other arrivals"
+    );
+}
