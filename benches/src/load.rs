@@ -103,6 +103,35 @@ impl LoadClient {
         }
     }
 
+    /// GETs `uri` and returns the status and the whole body (a `/metrics` page).
+    pub async fn get(&self, uri: &Uri) -> Result<(StatusCode, Bytes), Error> {
+        let exchange = async {
+            let request = Request::get(uri.clone())
+                .body(Full::new(Bytes::new()))
+                .map_err(|e| Error::Request(e.to_string()))?;
+            let response = self
+                .inner
+                .request(request)
+                .await
+                .map_err(|e| Error::Request(e.to_string()))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Error::Request(e.to_string()))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                what: format!("GET {uri}"),
+                limit_ms: self.timeout.as_millis() as u64,
+            }),
+        }
+    }
+
     async fn exchange(&self, uri: &Uri, body: Bytes) -> Result<Answer, Error> {
         let request = Request::post(uri.clone())
             .header(header::CONTENT_TYPE, "application/json")

@@ -41,7 +41,7 @@ use traffic::{Rate, Tally};
 pub const MODEL: &str = "grid-demo-llm";
 /// How often due steps and routing transitions are checked.
 pub const TICK: Duration = Duration::from_millis(50);
-/// Seconds of answers the share of traffic is computed over.
+/// Seconds of routing decisions the share of traffic is computed over.
 pub const SHARE_WINDOW_S: usize = 3;
 /// Seconds of answers the TTFT percentiles are computed over.
 pub const TTFT_WINDOW_S: usize = 10;
@@ -171,6 +171,12 @@ struct Run<'a> {
     /// Per site, when the scenario last acted on it and how.
     acted: HashMap<&'static str, (u64, &'static str)>,
     plot: PlotData,
+    /// Reads the gateway's own `/metrics`.
+    metrics_client: crate::load::LoadClient,
+    /// Per site, the gateway's routed decisions counted so far.
+    routed_total: Vec<f64>,
+    /// Per sampled second, per site, the decisions routed during it.
+    routed_per_second: Vec<Vec<f64>>,
 }
 
 impl Run<'_> {
@@ -247,19 +253,56 @@ impl Run<'_> {
         }
     }
 
+    /// Reads the gateway's routing decisions since the last sample (its
+    /// `grid_score_decisions_total`, so the share of traffic is what the gateway routed,
+    /// counted when it routed it). A failed read skips the second.
+    async fn sample_routing(&mut self) {
+        let uri = format!("http://{}/metrics", self.grid.gateway_addr());
+        let Ok(uri) = uri.parse() else { return };
+        let Ok((_, body)) = self.metrics_client.get(&uri).await else {
+            return;
+        };
+        let totals = traffic::routed_by_site(&body);
+        let now: Vec<f64> = self
+            .names
+            .iter()
+            .map(|n| totals.get(n).copied().unwrap_or(0.0))
+            .collect();
+        let delta = now
+            .iter()
+            .zip(&self.routed_total)
+            .map(|(n, before)| (n - before).max(0.0))
+            .collect();
+        self.routed_total = now;
+        self.routed_per_second.push(delta);
+    }
+
+    /// Each site's share of the decisions routed over the last [`SHARE_WINDOW_S`] sampled
+    /// seconds (`None` when nothing was routed).
+    fn shares(&self) -> Vec<Option<f64>> {
+        let recent =
+            &self.routed_per_second[self.routed_per_second.len().saturating_sub(SHARE_WINDOW_S)..];
+        let per_site: Vec<f64> = (0..self.names.len())
+            .map(|i| recent.iter().map(|second| second[i]).sum())
+            .collect();
+        let total: f64 = per_site.iter().sum();
+        per_site
+            .into_iter()
+            .map(|n| (total > 0.0).then(|| n / total))
+            .collect()
+    }
+
     /// Shows second `s` and records its plot point.
     fn frame(&mut self, s: usize, out: &mut (dyn Write + Send)) {
         let view = self.grid.view();
-        let (shares, ttft, last) = {
+        let (mut ttft, last) = {
             let tally = self.tally.lock();
             (
-                tally.window(s.saturating_sub(SHARE_WINDOW_S), s),
                 tally.window(s.saturating_sub(TTFT_WINDOW_S), s),
                 tally.window(s.saturating_sub(1), s),
             )
         };
-        let mut ttft = ttft;
-        let answered: u64 = shares.sites.iter().map(|x| x.ok + x.failed).sum();
+        let shares = self.shares();
         let mut rows = Vec::with_capacity(self.names.len());
         let mut point = PlotPoint {
             t_s: s as f64,
@@ -269,8 +312,7 @@ impl Run<'_> {
         for (i, name) in self.names.iter().enumerate() {
             let routing = crate::local_grid::routing_of(&view, MODEL, name);
             let stats = self.grid.control(name).map(|c| c.stats());
-            let mine = shares.sites[i].ok + shares.sites[i].failed;
-            let share = (answered > 0).then(|| mine as f64 / answered as f64);
+            let share = shares[i];
             let t = &mut ttft.sites[i].ttft;
             let percentiles = t.p50().zip(t.p99());
             point.share.push(share);
@@ -347,6 +389,12 @@ pub async fn run(
         .collect();
     drop(view);
     let mut run = Run {
+        metrics_client: crate::load::LoadClient::new(
+            crate::load::Protocol::Http1,
+            Duration::from_secs(1),
+        ),
+        routed_total: vec![0.0; names.len()],
+        routed_per_second: Vec::new(),
         config,
         classes,
         tally: Arc::new(Mutex::new(Tally::new(names.clone()))),
@@ -449,6 +497,7 @@ async fn drive(
         let second = (now_ms / 1_000) as usize;
         if second > shown {
             shown = second;
+            run.sample_routing().await;
             run.frame(second, out);
         }
     };

@@ -23,7 +23,7 @@ const COLORS: [RGBColor; 4] = [
 pub struct PlotPoint {
     /// Seconds since the load started.
     pub t_s: f64,
-    /// Per site, its share of the answers (`None`: nothing answered).
+    /// Per site, its share of the gateway's routing decisions (`None`: nothing routed).
     pub share: Vec<Option<f64>>,
     /// Per site, its rho at the gateway (`None`: excluded or unmeasured).
     pub rho: Vec<Option<f64>>,
@@ -125,7 +125,7 @@ pub fn write_svg(path: &Path, data: &PlotData) -> Result<(), Error> {
     panel(
         &top,
         data,
-        "Traffic share per site (answers per second; dashed lines: scenario steps)",
+        "Share of the gateway's routing decisions per site, last 3 s (dashed lines: scenario steps)",
         1.0,
         |p, i| p.share.get(i).copied().flatten(),
     )?;
@@ -184,8 +184,10 @@ mod tests {
         write_svg(&path, &data).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
-        assert!(svg.contains("Traffic share per site"));
+        assert!(svg.contains("routing decisions per site"));
         assert!(svg.contains("rho per site"));
-        assert!(svg.contains(">a<") && svg.contains(">b<"));
+        // plotters writes each text on its own line between the tags.
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(texts.contains(&"a") && texts.contains(&"b"), "{svg}");
     }
 }

@@ -22,7 +22,8 @@ pub struct SiteRow {
     pub routing: SiteRouting,
     /// Requests running or waiting at the site (its model server's truth).
     pub in_flight: usize,
-    /// Its share of the answers of the last seconds (`None` before any).
+    /// Its share of the gateway's routing decisions of the last seconds (`None` before
+    /// any).
     pub share: Option<f64>,
     /// Time to first token, median and 99th percentile, over the last seconds.
     pub ttft: Option<(Duration, Duration)>,

@@ -198,6 +198,26 @@ pub async fn generate(
     open.shutdown().await;
 }
 
+/// The gateway's routing decisions so far, per site: the `routed` outcomes of
+/// `grid_score_decisions_total` in a `/metrics` page (Prometheus or OpenMetrics text).
+/// Lines the parser refuses are skipped.
+pub fn routed_by_site(metrics: &[u8]) -> std::collections::HashMap<String, f64> {
+    use grid_signals::exposition::{Line, lines};
+    let mut routed = std::collections::HashMap::new();
+    for line in lines(metrics).flatten() {
+        let Line::Sample(s) = line else { continue };
+        if s.name != "grid_score_decisions_total"
+            || !s.labels.get("outcome").is_some_and(|o| o.eq_str("routed"))
+        {
+            continue;
+        }
+        if let Some(site) = s.labels.get("site") {
+            *routed.entry(site.unescaped().into_owned()).or_insert(0.0) += s.value;
+        }
+    }
+    routed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +254,21 @@ mod tests {
         assert_eq!(w.sites[0].ttft.p50(), Some(Duration::from_millis(100)));
         assert!(w.sites[1].ttft.is_empty());
         assert_eq!(t.window(1, 2).sites[0].ok, 0);
+    }
+
+    #[test]
+    fn routed_decisions_are_summed_per_site_over_paths_and_other_outcomes_ignored() {
+        let page = b"# TYPE grid_score_decisions counter\n\
+grid_score_decisions_total{site=\"a\",path=\"two_choices\",outcome=\"routed\"} 5\n\
+grid_score_decisions_total{site=\"a\",path=\"lone\",outcome=\"routed\"} 2\n\
+grid_score_decisions_total{site=\"b\",path=\"lone\",outcome=\"routed\"} 1\n\
+grid_score_decisions_total{site=\"\",path=\"\",outcome=\"shed\"} 9\n\
+grid_gateway_polls_total{result=\"ok\"} 3\n\
+# EOF\n";
+        let routed = routed_by_site(page);
+        assert_eq!(routed.get("a"), Some(&7.0));
+        assert_eq!(routed.get("b"), Some(&1.0));
+        assert_eq!(routed.len(), 2);
     }
 
     #[test]
