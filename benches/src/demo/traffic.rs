@@ -199,7 +199,7 @@ pub async fn generate(
 }
 
 /// The gateway's routing decisions so far, per site: the `routed` outcomes of
-/// `grid_score_decisions_total` in a `/metrics` page (Prometheus or OpenMetrics text).
+/// `grid_score_decisions_total` in a `/metrics` page (Prometheus text or its `OpenMetrics` variant).
 /// Lines the parser refuses are skipped.
 pub fn routed_by_site(metrics: &[u8]) -> std::collections::HashMap<String, f64> {
     use grid_signals::exposition::{Line, lines};
