@@ -1,5 +1,7 @@
 //! One sample row of a batch, owned and validated.
 
+use std::borrow::Cow;
+
 use super::BatchRule;
 use super::bounds::{MAX_EXTRA_LABELS, MAX_KEY_BYTES, MAX_LABEL_VALUE_BYTES};
 use super::meta::{METADATA_NAME, PROVIDER_LABEL, SITE_LABEL, check_bounded};
@@ -31,41 +33,58 @@ impl Row {
         stamp_ms: u64,
     ) -> Result<Self, Error> {
         let name = name.into();
-        check_bounded("name", &name, MAX_KEY_BYTES)?;
-        if !is_metric_name(&name) {
-            return Err(batch_err("name", BatchRule::Name));
-        }
-        if name == METADATA_NAME {
-            return Err(batch_err("name", BatchRule::Reserved));
-        }
-        if labels.len() > MAX_EXTRA_LABELS {
-            return Err(batch_err("labels", BatchRule::TooManyLabels));
-        }
-        for (label, text) in &labels {
-            check_bounded("label_name", label, MAX_KEY_BYTES)?;
-            if !is_label_name(label) {
-                return Err(batch_err("label_name", BatchRule::Name));
-            }
-            if label == SITE_LABEL || label == PROVIDER_LABEL {
-                return Err(batch_err("label_name", BatchRule::Reserved));
-            }
-            if text.len() > MAX_LABEL_VALUE_BYTES {
-                return Err(batch_err("label_value", BatchRule::TooLong));
-            }
-        }
-        labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if labels.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(batch_err("label_name", BatchRule::UnexpectedLabel));
-        }
-        if value.is_nan() {
-            return Err(batch_err("value", BatchRule::NotANumber));
-        }
+        check_row(&name, &mut labels, value)?;
         Ok(Self {
             name,
             labels,
             value,
             stamp_ms,
         })
+    }
+
+    /// A row from parts [`check_row`] already accepted (labels sorted by it).
+    pub(crate) fn from_checked(
+        name: &str,
+        labels: &[(&str, Cow<'_, str>)],
+        value: f64,
+        stamp_ms: u64,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            labels: labels
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.as_ref().to_owned()))
+                .collect(),
+            value,
+            stamp_ms,
+        }
+    }
+
+    /// Turns this row into one with the given checked parts, reusing its strings'
+    /// buffers: the store rewrites its held publication in place, so relaying a provider
+    /// whose series did not change allocates nothing.
+    pub(crate) fn overwrite(
+        &mut self,
+        name: &str,
+        labels: &[(&str, Cow<'_, str>)],
+        value: f64,
+        stamp_ms: u64,
+    ) {
+        self.name.clear();
+        self.name.push_str(name);
+        self.labels.truncate(labels.len());
+        for (i, (n, v)) in labels.iter().enumerate() {
+            if let Some((held_name, held_value)) = self.labels.get_mut(i) {
+                held_name.clear();
+                held_name.push_str(n);
+                held_value.clear();
+                held_value.push_str(v);
+            } else {
+                self.labels.push(((*n).to_owned(), v.as_ref().to_owned()));
+            }
+        }
+        self.value = value;
+        self.stamp_ms = stamp_ms;
     }
 
     /// The metric name.
@@ -88,15 +107,53 @@ impl Row {
         self.stamp_ms
     }
 
-    /// Moves the stamp into another clock.
-    pub(crate) fn set_stamp(&mut self, stamp_ms: u64) {
-        self.stamp_ms = stamp_ms;
-    }
-
     /// Whether this row's extra labels are exactly `labels` (any order).
     pub fn labels_are(&self, labels: &[(&str, &str)]) -> bool {
         labels_equal(&self.labels, labels)
     }
+}
+
+/// The row rules of `docs/wire.md`, checked in a fixed order so every refusal names the
+/// same rule whichever way the row arrived; sorts `labels` by name on success.
+///
+/// Shared by [`Row::new`] and the store's decoding of wire rows, which checks borrowed
+/// text without building a `Row`.
+pub(crate) fn check_row<N: AsRef<str>, V: AsRef<str>>(
+    name: &str,
+    labels: &mut [(N, V)],
+    value: f64,
+) -> Result<(), Error> {
+    check_bounded("name", name, MAX_KEY_BYTES)?;
+    if !is_metric_name(name) {
+        return Err(batch_err("name", BatchRule::Name));
+    }
+    if name == METADATA_NAME {
+        return Err(batch_err("name", BatchRule::Reserved));
+    }
+    if labels.len() > MAX_EXTRA_LABELS {
+        return Err(batch_err("labels", BatchRule::TooManyLabels));
+    }
+    for (label, text) in labels.iter() {
+        let label = label.as_ref();
+        check_bounded("label_name", label, MAX_KEY_BYTES)?;
+        if !is_label_name(label) {
+            return Err(batch_err("label_name", BatchRule::Name));
+        }
+        if label == SITE_LABEL || label == PROVIDER_LABEL {
+            return Err(batch_err("label_name", BatchRule::Reserved));
+        }
+        if text.as_ref().len() > MAX_LABEL_VALUE_BYTES {
+            return Err(batch_err("label_value", BatchRule::TooLong));
+        }
+    }
+    labels.sort_unstable_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    if labels.windows(2).any(|w| w[0].0.as_ref() == w[1].0.as_ref()) {
+        return Err(batch_err("label_name", BatchRule::UnexpectedLabel));
+    }
+    if value.is_nan() {
+        return Err(batch_err("value", BatchRule::NotANumber));
+    }
+    Ok(())
 }
 
 /// Whether a sorted owned label set equals a borrowed one given in any order.

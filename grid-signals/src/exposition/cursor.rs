@@ -70,6 +70,11 @@ impl<'a> LineCursor<'a> {
         ))
     }
 
+    /// Offset of the first unread byte.
+    pub(crate) fn offset(&self) -> usize {
+        self.pos
+    }
+
     /// Forgets the rest of the body.
     pub(crate) fn finish(&mut self) {
         self.pos = self.body.len();

@@ -21,6 +21,14 @@ pub fn lines(body: &[u8]) -> Lines<'_> {
     }
 }
 
+impl Lines<'_> {
+    /// Byte offset, in the body, just past the last line handed out (after its `\n`),
+    /// so a caller can tell which bytes a run of lines occupied.
+    pub(crate) fn offset(&self) -> usize {
+        self.cursor.offset()
+    }
+}
+
 impl<'a> Iterator for Lines<'a> {
     type Item = Result<Line<'a>, Error>;
 

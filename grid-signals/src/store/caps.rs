@@ -21,6 +21,16 @@ pub const MAX_SERIES_PER_PROVIDER: usize = 256;
 /// out the oldest, because the newest is the one that matters.
 pub const MAX_SAMPLES_PER_SERIES: usize = 64;
 
+/// Longest publication, in bytes of its wire lines, whose exact bytes an entry keeps so
+/// that a byte-identical repeat (the relay of an unchanged provider, every second) is
+/// recognized by comparison, without parsing its rows.
+///
+/// A realistic batch (21 rows) is about 2.5 KiB and the largest valid one
+/// ([`crate::batch::MAX_BATCH_SAMPLES`] per-endpoint rows) about 40 KiB. A longer one,
+/// padded with comments, is still recognized as a repeat, by decoding it: this bounds
+/// memory, not behaviour.
+pub const MAX_HELD_BATCH_BYTES: usize = 64 * 1024;
+
 /// How far a row may be stamped after the body's reference time (its HTTP `Date`, which
 /// has one-second resolution), in milliseconds. Later than that is `skew`.
 pub const MAX_FUTURE_STAMP_MS: u64 = 1_000;
