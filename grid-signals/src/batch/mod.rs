@@ -40,3 +40,4 @@ pub use row::Row;
 pub(crate) use row::labels_equal;
 pub use rule::BatchRule;
 pub(crate) use view::{BatchView, LabelRef, MetaRef, Rows};
+pub(crate) use write::write_batch;

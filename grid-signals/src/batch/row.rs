@@ -6,6 +6,7 @@ use super::BatchRule;
 use super::bounds::{MAX_EXTRA_LABELS, MAX_KEY_BYTES, MAX_LABEL_VALUE_BYTES};
 use super::meta::{METADATA_NAME, PROVIDER_LABEL, SITE_LABEL, check_bounded};
 use crate::Error;
+use crate::exposition::{is_label_name, is_metric_name};
 
 /// One reading of a batch: a series (metric name and extra labels) with its value and the
 /// time it was observed.
@@ -58,33 +59,6 @@ impl Row {
             value,
             stamp_ms,
         }
-    }
-
-    /// Turns this row into one with the given checked parts, reusing its strings'
-    /// buffers: the store rewrites its held publication in place, so relaying a provider
-    /// whose series did not change allocates nothing.
-    pub(crate) fn overwrite(
-        &mut self,
-        name: &str,
-        labels: &[(&str, Cow<'_, str>)],
-        value: f64,
-        stamp_ms: u64,
-    ) {
-        self.name.clear();
-        self.name.push_str(name);
-        self.labels.truncate(labels.len());
-        for (i, (n, v)) in labels.iter().enumerate() {
-            if let Some((held_name, held_value)) = self.labels.get_mut(i) {
-                held_name.clear();
-                held_name.push_str(n);
-                held_value.clear();
-                held_value.push_str(v);
-            } else {
-                self.labels.push(((*n).to_owned(), v.as_ref().to_owned()));
-            }
-        }
-        self.value = value;
-        self.stamp_ms = stamp_ms;
     }
 
     /// The metric name.
@@ -166,24 +140,6 @@ pub(crate) fn labels_equal(sorted: &[(String, String)], labels: &[(&str, &str)])
 
 fn batch_err(field: &'static str, rule: BatchRule) -> Error {
     Error::Batch { field, rule }
-}
-
-/// `[a-zA-Z_:][a-zA-Z0-9_:]*`, the Prometheus metric name alphabet.
-fn is_metric_name(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
-}
-
-/// `[a-zA-Z_][a-zA-Z0-9_]*`, the Prometheus label name alphabet.
-fn is_label_name(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -27,6 +27,12 @@ impl Lines<'_> {
     pub(crate) fn offset(&self) -> usize {
         self.cursor.offset()
     }
+
+    /// Goes on from byte `offset` of the body (at or after [`Self::offset`], at the
+    /// start of a line), as if the lines in between had been read.
+    pub(crate) fn skip_to(&mut self, offset: usize) {
+        self.cursor.skip_to(offset);
+    }
 }
 
 impl<'a> Iterator for Lines<'a> {

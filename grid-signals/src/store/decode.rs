@@ -62,8 +62,6 @@ struct Open<'a> {
 pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl BatchSink<'a>) {
     let mut rows = Rows::default();
     let mut open: Option<Open<'a>> = None;
-    // The lines of `body[base..]`: restarted past a batch the sink judged from its bytes.
-    let mut base = 0;
     let mut iter = lines(body);
     while let Some(line) = iter.next() {
         match line {
@@ -79,8 +77,7 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
                     Ok(meta) => {
                         let start = body.offset(sample.name.as_bytes());
                         if let Some(len) = sink.opened(&meta, &body[start..]) {
-                            base = start + len;
-                            iter = lines(&body[base..]);
+                            iter.skip_to(start + len);
                             continue;
                         }
                         rows.clear();
@@ -137,7 +134,7 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
         if full {
             let raw = open
                 .as_ref()
-                .map(|b| &body[b.start..base + iter.offset()]);
+                .map(|b| &body[b.start..iter.offset()]);
             close(open.take(), &rows, raw, sink);
         }
     }

@@ -6,7 +6,8 @@ use super::{
     Learning, MAX_HELD_BATCH_BYTES, MAX_METRICS_PER_PROVIDER, MAX_SERIES_PER_PROVIDER,
     PauseReason, Reading,
 };
-use crate::batch::{Batch, Fence, LabelRef, OrderGate, Revision, labels_equal};
+use super::publication::Publication;
+use crate::batch::{Fence, LabelRef, OrderGate, Revision, labels_equal};
 
 /// What the store holds for one (site, provider).
 ///
@@ -23,7 +24,7 @@ pub struct Entry {
     metrics: Vec<Metric>,
     series_count: usize,
     /// The last complete publication, rows as stored (store clock), for the relay.
-    pub(crate) publication: Option<Batch>,
+    pub(crate) publication: Option<Publication>,
     /// When a batch for this entry was last admitted (store clock), for fence retention.
     pub(crate) touched_ms: u64,
     ttl_ms: u64,

@@ -3,10 +3,11 @@
 use super::decode::{BatchSink, group};
 use super::entry::RowRefusal;
 use super::learning::Lifetime;
+use super::publication::Publication;
 use super::{
     DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Reading, Store, StoreEvent,
 };
-use crate::batch::{Admission, Batch, BatchView, MetaRef, Row, Rows, epoch_too_far};
+use crate::batch::{Admission, Batch, BatchView, MetaRef, Rows, epoch_too_far};
 use crate::exposition::MAX_EXPOSITION_BYTES;
 
 /// Who sent a body, as verified by the transport (mTLS identity), not as claimed by it.
@@ -294,11 +295,11 @@ impl Store {
         }
 
         // The rows kept become the held publication, rewritten in place.
-        let (held_meta, mut held_rows) = match entry.publication.take() {
-            Some(held) => (Some(held.meta), held.rows),
-            None => (None, Vec::with_capacity(batch.rows.len())),
-        };
-        let mut kept = 0;
+        let mut held = entry
+            .publication
+            .take()
+            .unwrap_or_else(|| Publication::new(meta.to_owned_meta(0, meta_stamp)));
+        held.clear();
         for row in batch.rows.iter() {
             if !plausible(row.stamp_ms, reference_ms) {
                 report.dropped.add(DropReason::Skew, 1);
@@ -315,24 +316,11 @@ impl Store {
                 report.dropped.add(DropReason::Cap, 1);
                 continue;
             }
-            match held_rows.get_mut(kept) {
-                Some(held) => held.overwrite(row.name, row.labels, row.value, stamp_ms),
-                None => held_rows.push(Row::from_checked(
-                    row.name, row.labels, row.value, stamp_ms,
-                )),
-            }
-            kept += 1;
+            held.push(row.name, row.labels, row.value, stamp_ms);
         }
-        held_rows.truncate(kept);
-        report.rows_stored += kept as u64;
-        let held_meta = match held_meta {
-            Some(mut held) => {
-                meta.overwrite(&mut held, kept as u64, meta_stamp);
-                held
-            }
-            None => meta.to_owned_meta(kept as u64, meta_stamp),
-        };
-        entry.publication = Some(Batch::new(held_meta, held_rows));
+        held.set_meta(meta, meta_stamp);
+        report.rows_stored += held.lines() - 1;
+        entry.publication = Some(held);
         if let Some(event) = reset {
             self.events.push(event);
         }

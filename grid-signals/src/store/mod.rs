@@ -52,6 +52,7 @@ mod fixture;
 mod ingest;
 mod learning;
 mod metrics;
+mod publication;
 mod relay;
 mod window;
 
