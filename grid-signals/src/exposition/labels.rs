@@ -128,13 +128,14 @@ impl<'a> Iterator for LabelIter<'a> {
 /// Index of the first unescaped `"` in `bytes` (which starts just after an opening
 /// quote); an escape skips the byte after the backslash.
 pub(crate) fn closing_quote(bytes: &[u8]) -> Option<usize> {
+    // Values are short: a word-wise scan beats memchr's setup cost.
     let mut pos = 0;
     loop {
-        let hit = pos + memchr::memchr2(b'"', b'\\', bytes.get(pos..)?)?;
-        if bytes[hit] == b'"' {
-            return Some(hit);
+        pos += run_len(bytes.get(pos..)?, Class::QuotedText);
+        match bytes.get(pos)? {
+            b'"' => return Some(pos),
+            _ => pos += 2,
         }
-        pos = hit + 2;
     }
 }
 
