@@ -87,8 +87,7 @@ fn reingesting_an_exact_repeat_allocates_nothing() {
     assert_eq!(stored.rows_stored, (sites * PROVIDERS * ROWS) as u64);
     while store.poll_event().is_some() {}
     for later in [500, 1_000, 1_500] {
-        let (report, allocations) =
-            counted(|| store.ingest(&first, Sender::Local, T0, T0 + later));
+        let (report, allocations) = counted(|| store.ingest(&first, Sender::Local, T0, T0 + later));
         assert_eq!(
             report,
             IngestReport {
@@ -96,7 +95,12 @@ fn reingesting_an_exact_repeat_allocates_nothing() {
                 ..IngestReport::default()
             }
         );
-        assert_eq!(allocations, 0, "a repeat of {} rows", sites * PROVIDERS * ROWS);
+        assert_eq!(
+            allocations,
+            0,
+            "a repeat of {} rows",
+            sites * PROVIDERS * ROWS
+        );
     }
 }
 

@@ -121,7 +121,10 @@ pub(crate) fn check_row<N: AsRef<str>, V: AsRef<str>>(
         }
     }
     labels.sort_unstable_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
-    if labels.windows(2).any(|w| w[0].0.as_ref() == w[1].0.as_ref()) {
+    if labels
+        .windows(2)
+        .any(|w| w[0].0.as_ref() == w[1].0.as_ref())
+    {
         return Err(batch_err("label_name", BatchRule::UnexpectedLabel));
     }
     if value.is_nan() {

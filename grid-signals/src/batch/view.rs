@@ -290,7 +290,9 @@ impl BatchView<'_, '_> {
             .map(|r| Row::from_checked(r.name, r.labels, r.value, r.stamp_ms))
             .collect();
         Batch {
-            meta: self.meta.to_owned_meta(self.meta.samples, self.meta.stamp_ms),
+            meta: self
+                .meta
+                .to_owned_meta(self.meta.samples, self.meta.stamp_ms),
             rows,
             lines_refused: self.lines_refused,
         }

@@ -6,9 +6,8 @@ use nom::Offset;
 use super::{DropCounts, DropReason};
 use crate::Error;
 use crate::batch::{
-    Batch, BatchRule, BatchView, EPOCH_LABEL, Fence, METADATA_NAME, MetaRef, PROVIDER_LABEL,
-    Rows, SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value,
-    parse_decimal_u64,
+    Batch, BatchRule, BatchView, EPOCH_LABEL, Fence, METADATA_NAME, MetaRef, PROVIDER_LABEL, Rows,
+    SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value, parse_decimal_u64,
 };
 use crate::exposition::{LabelValue, Line, Sample, lines};
 
@@ -132,9 +131,7 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
             .as_ref()
             .is_some_and(|b| (rows.len() + b.lines_refused) as u64 >= b.meta.samples);
         if full {
-            let raw = open
-                .as_ref()
-                .map(|b| &body[b.start..iter.offset()]);
+            let raw = open.as_ref().map(|b| &body[b.start..iter.offset()]);
             close(open.take(), &rows, raw, sink);
         }
     }
@@ -216,16 +213,7 @@ fn meta_from_sample<'a>(sample: &Sample<'a>) -> Result<MetaRef<'a>, BatchRule> {
     let samples = decimal(SAMPLES_LABEL, &samples)?;
     let generation = generation_from_value(sample.value).map_err(|e| rule_of(&e))?;
     let stamp_ms = stamp(sample)?;
-    MetaRef::new(
-        site,
-        provider,
-        uid,
-        fence,
-        samples,
-        generation,
-        stamp_ms,
-    )
-    .map_err(|e| rule_of(&e))
+    MetaRef::new(site, provider, uid, fence, samples, generation, stamp_ms).map_err(|e| rule_of(&e))
 }
 
 fn stamp(sample: &Sample<'_>) -> Result<u64, BatchRule> {

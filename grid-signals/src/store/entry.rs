@@ -1,12 +1,12 @@
 //! One provider's entry: its ordering state, revision, learning lifetime and windows.
 
 use super::learning::Lifetime;
+use super::publication::Publication;
 use super::window::Window;
 use super::{
-    Learning, MAX_HELD_BATCH_BYTES, MAX_METRICS_PER_PROVIDER, MAX_SERIES_PER_PROVIDER,
-    PauseReason, Reading,
+    Learning, MAX_HELD_BATCH_BYTES, MAX_METRICS_PER_PROVIDER, MAX_SERIES_PER_PROVIDER, PauseReason,
+    Reading,
 };
-use super::publication::Publication;
 use crate::batch::{Fence, LabelRef, OrderGate, Revision, labels_equal};
 
 /// What the store holds for one (site, provider).
@@ -297,8 +297,7 @@ impl Entry {
         let held = &mut self.held_bytes;
         held.bytes.clear();
         held.at = None;
-        if let Some(raw) = raw.filter(|r| r.len() <= MAX_HELD_BATCH_BYTES && r.ends_with(b"\n"))
-        {
+        if let Some(raw) = raw.filter(|r| r.len() <= MAX_HELD_BATCH_BYTES && r.ends_with(b"\n")) {
             held.bytes.extend_from_slice(raw);
             held.at = Some((fence, digest));
         }

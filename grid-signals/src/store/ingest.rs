@@ -86,8 +86,9 @@ impl Arrival<'_> {
                 return Some(DropReason::SiteMismatch);
             }
         }
-        (!plausible(meta.stamp_ms, self.reference_ms) || epoch_too_far(meta.fence.epoch, self.now_ms))
-            .then_some(DropReason::Skew)
+        (!plausible(meta.stamp_ms, self.reference_ms)
+            || epoch_too_far(meta.fence.epoch, self.now_ms))
+        .then_some(DropReason::Skew)
     }
 }
 
@@ -100,7 +101,8 @@ struct Admit<'s, 'r> {
 
 impl<'a> BatchSink<'a> for Admit<'_, '_> {
     fn opened(&mut self, meta: &MetaRef<'a>, rest: &'a [u8]) -> Option<usize> {
-        self.store.judge_repeat(meta, rest, self.arrival, self.report)
+        self.store
+            .judge_repeat(meta, rest, self.arrival, self.report)
     }
 
     fn closed(&mut self, batch: &BatchView<'_, 'a>) {
@@ -220,7 +222,12 @@ impl Store {
     }
 
     /// Judges one batch and applies the verdict (see [`Self::ingest_batch`]).
-    fn admit(&mut self, batch: &BatchView<'_, '_>, arrival: Arrival<'_>, report: &mut IngestReport) {
+    fn admit(
+        &mut self,
+        batch: &BatchView<'_, '_>,
+        arrival: Arrival<'_>,
+        report: &mut IngestReport,
+    ) {
         let Arrival {
             reference_ms,
             now_ms,
@@ -295,10 +302,9 @@ impl Store {
         }
 
         // The rows kept become the held publication, rewritten in place.
-        let mut held = entry
-            .publication
-            .take()
-            .unwrap_or_else(|| Publication::new(meta.to_owned_meta(0, meta_stamp)));
+        let mut held = entry.publication.take().unwrap_or_else(|| {
+            Publication::with_capacity(meta.to_owned_meta(0, meta_stamp), batch.rows)
+        });
         held.clear();
         for row in batch.rows.iter() {
             if !plausible(row.stamp_ms, reference_ms) {

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use crate::batch::{BatchMeta, LabelRef, MetaRef, write_batch};
+use crate::batch::{BatchMeta, LabelRef, MetaRef, Rows, write_batch};
 
 /// A provider's last complete publication, with the rows the store kept of it (stamps
 /// in store clock), as the relay writes it back.
@@ -30,13 +30,24 @@ struct HeldRow {
 }
 
 impl Publication {
-    /// An empty publication of `meta`'s batch, rows to be added with [`Self::push`].
-    pub(crate) fn new(meta: BatchMeta) -> Self {
+    /// An empty publication of `meta`'s batch, rows to be added with [`Self::push`],
+    /// with room for `rows` so that filling it does not grow its buffers step by step.
+    pub(crate) fn with_capacity(meta: BatchMeta, rows: &Rows<'_>) -> Self {
+        let (mut text, mut labels) = (0, 0);
+        for row in rows.iter() {
+            text += row.name.len();
+            labels += row.labels.len();
+            text += row
+                .labels
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum::<usize>();
+        }
         Self {
             meta,
-            text: String::new(),
-            rows: Vec::new(),
-            labels: Vec::new(),
+            text: String::with_capacity(text),
+            rows: Vec::with_capacity(rows.len()),
+            labels: Vec::with_capacity(labels),
         }
     }
 
@@ -87,7 +98,12 @@ impl Publication {
             let labels = self.labels[row.labels.clone()]
                 .iter()
                 .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]));
-            (&self.text[row.name.clone()], labels, row.value, row.stamp_ms)
+            (
+                &self.text[row.name.clone()],
+                labels,
+                row.value,
+                row.stamp_ms,
+            )
         });
         write_batch(out, &self.meta, rows, shift_ms);
     }
@@ -104,7 +120,7 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::batch::{Batch, Fence, MetaRef, Row};
+    use crate::batch::{Batch, Fence, MetaRef, Row, Rows};
 
     #[test]
     fn a_publication_writes_the_bytes_of_the_equal_batch_and_is_rewritten_in_place() {
@@ -123,7 +139,7 @@ mod tests {
             .unwrap(),
         ];
         let batch = Batch::new(meta.clone(), rows);
-        let mut held = Publication::new(meta.clone());
+        let mut held = Publication::with_capacity(meta.clone(), &Rows::default());
         for _ in 0..2 {
             held.clear();
             for row in &batch.rows {
@@ -138,7 +154,10 @@ mod tests {
             let (mut want, mut got) = (Vec::new(), Vec::new());
             batch.write_shifted(&mut want, -100);
             held.write_shifted(&mut got, -100);
-            assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap());
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
             assert_eq!(held.lines(), 3);
         }
         // A shorter publication leaves nothing of the longer one behind.
