@@ -7,6 +7,8 @@
 //! one ingests each body, the other decodes it with `decode_batches` and admits every
 //! batch with `ingest_batch`. They must agree on every report, event, entry and relay.
 
+use std::fmt::Write as _;
+
 use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
 use grid_signals::store::{
     DropCounts, IngestReport, RelayBudget, Sender, Store, StoreConfig, StoreEvent, decode_batches,
@@ -82,7 +84,7 @@ fn batch(site: usize, provider: usize, sequence: u64, shape: u8, now: u64) -> Ve
                 Row::new(
                     "e",
                     vec![("ep".to_owned(), format!("10.0.0.{e}:80 \"x\\y\""))],
-                    e as f64,
+                    f64::from(e),
                     now - 20,
                 )
                 .unwrap(),
@@ -120,8 +122,9 @@ fn batch(site: usize, provider: usize, sequence: u64, shape: u8, now: u64) -> Ve
 fn view(store: &Store, now: u64) -> String {
     let mut out = String::new();
     for e in store.entries() {
-        out.push_str(&format!(
-            "{}/{} fence={:?} rev={:?} learning={:?} meta={:?} newest={:?}\n",
+        let _ = writeln!(
+            out,
+            "{}/{} fence={:?} rev={:?} learning={:?} meta={:?} newest={:?}",
             e.site(),
             e.provider(),
             e.fence(),
@@ -129,11 +132,11 @@ fn view(store: &Store, now: u64) -> String {
             e.learning(now),
             e.metadata_stamp_ms(),
             e.newest_at()
-        ));
+        );
         for metric in e.metric_names() {
             for s in e.series(metric) {
                 let readings: Vec<_> = s.readings().collect();
-                out.push_str(&format!("  {metric} {:?} {readings:?}\n", s.labels()));
+                let _ = writeln!(out, "  {metric} {:?} {readings:?}", s.labels());
             }
         }
     }

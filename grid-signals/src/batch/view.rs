@@ -283,7 +283,7 @@ impl BatchView<'_, '_> {
     }
 
     /// The owned batch (for callers that keep batches).
-    pub(crate) fn to_batch(&self) -> Batch {
+    pub(crate) fn to_batch(self) -> Batch {
         let rows = self
             .rows
             .iter()

@@ -169,6 +169,10 @@ impl Store {
     ///
     /// Does not expire anything: callers feeding batches one by one call
     /// [`Store::expire`] on their own tick.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the public signature hands the batch over; it is read as a view"
+    )]
     pub fn ingest_batch(
         &mut self,
         batch: Batch,

@@ -165,7 +165,7 @@ mod tests {
         held.set_meta(&MetaRef::of(&meta), 7);
         let mut got = Vec::new();
         held.write_shifted(&mut got, 0);
-        assert_eq!(got.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(memchr::memchr_iter(b'\n', &got).count(), 1);
         assert_eq!(held.meta().samples(), 0);
         assert_eq!(held.meta().stamp_ms(), 7);
     }
