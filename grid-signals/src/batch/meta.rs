@@ -49,21 +49,7 @@ impl BatchMeta {
         stamp_ms: u64,
     ) -> Result<Self, Error> {
         let (site, provider, uid) = (site.into(), provider.into(), uid.into());
-        check_bounded(SITE_LABEL, &site, MAX_KEY_BYTES)?;
-        check_bounded(PROVIDER_LABEL, &provider, MAX_KEY_BYTES)?;
-        check_bounded(UID_LABEL, &uid, MAX_UID_BYTES)?;
-        if samples > MAX_BATCH_SAMPLES {
-            return Err(Error::Batch {
-                field: SAMPLES_LABEL,
-                rule: BatchRule::TooManySamples,
-            });
-        }
-        if generation > MAX_GENERATION {
-            return Err(Error::Batch {
-                field: "value",
-                rule: BatchRule::Generation,
-            });
-        }
+        check_meta(&site, &provider, &uid, samples, generation)?;
         Ok(Self {
             site,
             provider,
@@ -73,6 +59,57 @@ impl BatchMeta {
             generation,
             stamp_ms,
         })
+    }
+
+    /// Metadata from parts [`check_meta`] already accepted.
+    pub(crate) fn from_checked(
+        site: &str,
+        provider: &str,
+        uid: &str,
+        fence: Fence,
+        samples: u64,
+        generation: u64,
+        stamp_ms: u64,
+    ) -> Self {
+        Self {
+            site: site.to_owned(),
+            provider: provider.to_owned(),
+            uid: uid.to_owned(),
+            fence,
+            samples,
+            generation,
+            stamp_ms,
+        }
+    }
+
+    /// Turns this metadata into the given checked parts, reusing its strings' buffers
+    /// (see [`super::Row`]'s in-place rewrite: the store's held publication is rewritten
+    /// for every batch it admits).
+    #[allow(clippy::too_many_arguments, reason = "one argument per metadata field")]
+    pub(crate) fn overwrite(
+        &mut self,
+        site: &str,
+        provider: &str,
+        uid: &str,
+        fence: Fence,
+        samples: u64,
+        generation: u64,
+        stamp_ms: u64,
+    ) {
+        for (held, new) in [
+            (&mut self.site, site),
+            (&mut self.provider, provider),
+            (&mut self.uid, uid),
+        ] {
+            if held != new {
+                held.clear();
+                held.push_str(new);
+            }
+        }
+        self.fence = fence;
+        self.samples = samples;
+        self.generation = generation;
+        self.stamp_ms = stamp_ms;
     }
 
     /// The `grid_site` the batch describes.
@@ -125,19 +162,34 @@ impl BatchMeta {
             && self.generation == other.generation
             && self.fence.epoch == other.epoch
     }
+}
 
-    /// The same metadata announcing `samples` rows (the relay re-announces what it holds).
-    pub(crate) fn with_samples(mut self, samples: u64) -> Self {
-        self.samples = samples;
-        self
+/// The metadata rules of `docs/wire.md` besides the decimal formats: names and uid
+/// non-empty and within their byte bounds, `batch_samples` and the generation within
+/// theirs. Shared by [`BatchMeta::new`] and the store's decoding of borrowed metadata.
+pub(crate) fn check_meta(
+    site: &str,
+    provider: &str,
+    uid: &str,
+    samples: u64,
+    generation: u64,
+) -> Result<(), Error> {
+    check_bounded(SITE_LABEL, site, MAX_KEY_BYTES)?;
+    check_bounded(PROVIDER_LABEL, provider, MAX_KEY_BYTES)?;
+    check_bounded(UID_LABEL, uid, MAX_UID_BYTES)?;
+    if samples > MAX_BATCH_SAMPLES {
+        return Err(Error::Batch {
+            field: SAMPLES_LABEL,
+            rule: BatchRule::TooManySamples,
+        });
     }
-
-    /// The same metadata with its stamp moved into another clock (the store keeps stamps
-    /// in its own clock).
-    pub(crate) fn with_stamp(mut self, stamp_ms: u64) -> Self {
-        self.stamp_ms = stamp_ms;
-        self
+    if generation > MAX_GENERATION {
+        return Err(Error::Batch {
+            field: "value",
+            rule: BatchRule::Generation,
+        });
     }
+    Ok(())
 }
 
 /// Checks a non-empty string of at most `max` bytes.

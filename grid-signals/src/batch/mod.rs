@@ -20,6 +20,7 @@ mod owned;
 mod revision;
 mod row;
 mod rule;
+mod view;
 mod write;
 
 pub use admission::{Admission, MAX_EPOCH_LEAD_MS, OrderGate, epoch_too_far};
@@ -38,3 +39,5 @@ pub use revision::Revision;
 pub use row::Row;
 pub(crate) use row::labels_equal;
 pub use rule::BatchRule;
+pub(crate) use view::{BatchView, LabelRef, MetaRef, Rows};
+pub(crate) use write::write_batch;

@@ -1,7 +1,6 @@
 //! A decoded batch: its metadata and the rows that followed it.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
-
+use super::view::{BatchView, MetaRef, Rows};
 use super::{BatchMeta, Row};
 
 /// One provider's publication as it arrived: the metadata line and the rows collected
@@ -46,19 +45,18 @@ impl Batch {
     ///
     /// Two batches with the same digest are treated as the same publication (an exact
     /// repeat). 64 bits of `SipHash` with fixed keys: deterministic, and a collision between
-    /// two publications at the same fence is not a practical concern.
+    /// two publications at the same fence is not a practical concern. The store computes
+    /// the same digest over batches it reads straight from a body, without building them.
     pub fn digest(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.meta.hash(&mut h);
-        self.rows.len().hash(&mut h);
-        for row in &self.rows {
-            row.name().hash(&mut h);
-            row.labels().hash(&mut h);
-            row.value().to_bits().hash(&mut h);
-            row.stamp_ms().hash(&mut h);
+        let meta = MetaRef::of(&self.meta);
+        let rows = Rows::of(&self.rows);
+        BatchView {
+            meta: &meta,
+            rows: &rows,
+            lines_refused: self.lines_refused,
+            raw: None,
         }
-        self.lines_refused.hash(&mut h);
-        h.finish()
+        .digest()
     }
 }
 

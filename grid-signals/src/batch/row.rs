@@ -1,9 +1,12 @@
 //! One sample row of a batch, owned and validated.
 
+use std::borrow::Cow;
+
 use super::BatchRule;
 use super::bounds::{MAX_EXTRA_LABELS, MAX_KEY_BYTES, MAX_LABEL_VALUE_BYTES};
 use super::meta::{METADATA_NAME, PROVIDER_LABEL, SITE_LABEL, check_bounded};
 use crate::Error;
+use crate::exposition::{is_label_name, is_metric_name};
 
 /// One reading of a batch: a series (metric name and extra labels) with its value and the
 /// time it was observed.
@@ -31,41 +34,31 @@ impl Row {
         stamp_ms: u64,
     ) -> Result<Self, Error> {
         let name = name.into();
-        check_bounded("name", &name, MAX_KEY_BYTES)?;
-        if !is_metric_name(&name) {
-            return Err(batch_err("name", BatchRule::Name));
-        }
-        if name == METADATA_NAME {
-            return Err(batch_err("name", BatchRule::Reserved));
-        }
-        if labels.len() > MAX_EXTRA_LABELS {
-            return Err(batch_err("labels", BatchRule::TooManyLabels));
-        }
-        for (label, text) in &labels {
-            check_bounded("label_name", label, MAX_KEY_BYTES)?;
-            if !is_label_name(label) {
-                return Err(batch_err("label_name", BatchRule::Name));
-            }
-            if label == SITE_LABEL || label == PROVIDER_LABEL {
-                return Err(batch_err("label_name", BatchRule::Reserved));
-            }
-            if text.len() > MAX_LABEL_VALUE_BYTES {
-                return Err(batch_err("label_value", BatchRule::TooLong));
-            }
-        }
-        labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if labels.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(batch_err("label_name", BatchRule::UnexpectedLabel));
-        }
-        if value.is_nan() {
-            return Err(batch_err("value", BatchRule::NotANumber));
-        }
+        check_row(&name, &mut labels, value)?;
         Ok(Self {
             name,
             labels,
             value,
             stamp_ms,
         })
+    }
+
+    /// A row from parts [`check_row`] already accepted (labels sorted by it).
+    pub(crate) fn from_checked(
+        name: &str,
+        labels: &[(&str, Cow<'_, str>)],
+        value: f64,
+        stamp_ms: u64,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            labels: labels
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.as_ref().to_owned()))
+                .collect(),
+            value,
+            stamp_ms,
+        }
     }
 
     /// The metric name.
@@ -88,15 +81,56 @@ impl Row {
         self.stamp_ms
     }
 
-    /// Moves the stamp into another clock.
-    pub(crate) fn set_stamp(&mut self, stamp_ms: u64) {
-        self.stamp_ms = stamp_ms;
-    }
-
     /// Whether this row's extra labels are exactly `labels` (any order).
     pub fn labels_are(&self, labels: &[(&str, &str)]) -> bool {
         labels_equal(&self.labels, labels)
     }
+}
+
+/// The row rules of `docs/wire.md`, checked in a fixed order so every refusal names the
+/// same rule whichever way the row arrived; sorts `labels` by name on success.
+///
+/// Shared by [`Row::new`] and the store's decoding of wire rows, which checks borrowed
+/// text without building a `Row`.
+pub(crate) fn check_row<N: AsRef<str>, V: AsRef<str>>(
+    name: &str,
+    labels: &mut [(N, V)],
+    value: f64,
+) -> Result<(), Error> {
+    check_bounded("name", name, MAX_KEY_BYTES)?;
+    if !is_metric_name(name) {
+        return Err(batch_err("name", BatchRule::Name));
+    }
+    if name == METADATA_NAME {
+        return Err(batch_err("name", BatchRule::Reserved));
+    }
+    if labels.len() > MAX_EXTRA_LABELS {
+        return Err(batch_err("labels", BatchRule::TooManyLabels));
+    }
+    for (label, text) in labels.iter() {
+        let label = label.as_ref();
+        check_bounded("label_name", label, MAX_KEY_BYTES)?;
+        if !is_label_name(label) {
+            return Err(batch_err("label_name", BatchRule::Name));
+        }
+        if label == SITE_LABEL || label == PROVIDER_LABEL {
+            return Err(batch_err("label_name", BatchRule::Reserved));
+        }
+        if text.as_ref().len() > MAX_LABEL_VALUE_BYTES {
+            return Err(batch_err("label_value", BatchRule::TooLong));
+        }
+    }
+    labels.sort_unstable_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    if labels
+        .windows(2)
+        .any(|w| w[0].0.as_ref() == w[1].0.as_ref())
+    {
+        return Err(batch_err("label_name", BatchRule::UnexpectedLabel));
+    }
+    if value.is_nan() {
+        return Err(batch_err("value", BatchRule::NotANumber));
+    }
+    Ok(())
 }
 
 /// Whether a sorted owned label set equals a borrowed one given in any order.
@@ -109,24 +143,6 @@ pub(crate) fn labels_equal(sorted: &[(String, String)], labels: &[(&str, &str)])
 
 fn batch_err(field: &'static str, rule: BatchRule) -> Error {
     Error::Batch { field, rule }
-}
-
-/// `[a-zA-Z_:][a-zA-Z0-9_:]*`, the Prometheus metric name alphabet.
-fn is_metric_name(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
-}
-
-/// `[a-zA-Z_][a-zA-Z0-9_]*`, the Prometheus label name alphabet.
-fn is_label_name(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use super::meta::{
     EPOCH_LABEL, METADATA_NAME, PROVIDER_LABEL, SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL,
     UID_LABEL,
 };
-use super::{Batch, MAX_EXTRA_LABELS};
+use super::{Batch, BatchMeta, MAX_EXTRA_LABELS};
 use crate::exposition::write_sample;
 
 impl Batch {
@@ -21,47 +21,60 @@ impl Batch {
     /// relative to a reference time). Stamps that would fall before the Unix epoch are
     /// written as 0.
     pub fn write_shifted(&self, out: &mut Vec<u8>, shift_ms: i64) {
-        let meta = &self.meta;
-        let shift = |stamp: u64| -> i64 {
-            let moved = i128::from(stamp) + i128::from(shift_ms);
-            moved.clamp(0, i128::from(i64::MAX)) as i64
-        };
-        let (mut epoch_buf, mut sequence_buf, mut samples_buf) =
-            (itoa_buf(), itoa_buf(), itoa_buf());
-        let epoch = format_u64(&mut epoch_buf, meta.fence().epoch);
-        let sequence = format_u64(&mut sequence_buf, meta.fence().sequence);
-        let samples = format_u64(&mut samples_buf, self.rows.len() as u64);
-        // Sorted by name, so the writer does not have to sort.
-        let head = [
-            (SAMPLES_LABEL, samples),
-            (SEQUENCE_LABEL, sequence),
-            (PROVIDER_LABEL, meta.provider()),
-            (SITE_LABEL, meta.site()),
-            (UID_LABEL, meta.uid()),
-            (EPOCH_LABEL, epoch),
-        ];
-        write_sample(
-            out,
-            METADATA_NAME,
-            &head,
-            meta.generation() as f64,
-            Some(shift(meta.stamp_ms())),
-        );
-        let mut labels: Vec<(&str, &str)> = Vec::with_capacity(MAX_EXTRA_LABELS + 2);
-        for row in &self.rows {
-            labels.clear();
-            labels.push((PROVIDER_LABEL, meta.provider()));
-            labels.push((SITE_LABEL, meta.site()));
-            labels.extend(row.labels().iter().map(|(n, v)| (n.as_str(), v.as_str())));
-            labels.sort_unstable_by_key(|(n, _)| *n);
-            write_sample(
-                out,
-                row.name(),
-                &labels,
-                row.value(),
-                Some(shift(row.stamp_ms())),
-            );
-        }
+        let rows = self.rows.iter().map(|row| {
+            let labels = row.labels().iter().map(|(n, v)| (n.as_str(), v.as_str()));
+            (row.name(), labels, row.value(), row.stamp_ms())
+        });
+        write_batch(out, &self.meta, rows, shift_ms);
+    }
+}
+
+/// Writes a batch: the metadata line (announcing as many rows as `rows` yields), then
+/// each row `(name, extra labels, value, stamp)` labeled with the batch's `grid_site` and
+/// `grid_provider`; every stamp moved by `shift_ms` and clamped at 0.
+///
+/// Shared by [`Batch::write_shifted`] and the store's relay of the publications it holds,
+/// so a relayed publication has the bytes its batch would have.
+pub(crate) fn write_batch<'r, L>(
+    out: &mut Vec<u8>,
+    meta: &'r BatchMeta,
+    rows: impl ExactSizeIterator<Item = (&'r str, L, f64, u64)>,
+    shift_ms: i64,
+) where
+    L: Iterator<Item = (&'r str, &'r str)>,
+{
+    let shift = |stamp: u64| -> i64 {
+        let moved = i128::from(stamp) + i128::from(shift_ms);
+        moved.clamp(0, i128::from(i64::MAX)) as i64
+    };
+    let (mut epoch_buf, mut sequence_buf, mut samples_buf) = (itoa_buf(), itoa_buf(), itoa_buf());
+    let epoch = format_u64(&mut epoch_buf, meta.fence().epoch);
+    let sequence = format_u64(&mut sequence_buf, meta.fence().sequence);
+    let samples = format_u64(&mut samples_buf, rows.len() as u64);
+    // Sorted by name, so the writer does not have to sort.
+    let head = [
+        (SAMPLES_LABEL, samples),
+        (SEQUENCE_LABEL, sequence),
+        (PROVIDER_LABEL, meta.provider()),
+        (SITE_LABEL, meta.site()),
+        (UID_LABEL, meta.uid()),
+        (EPOCH_LABEL, epoch),
+    ];
+    write_sample(
+        out,
+        METADATA_NAME,
+        &head,
+        meta.generation() as f64,
+        Some(shift(meta.stamp_ms())),
+    );
+    let mut labels: Vec<(&str, &str)> = Vec::with_capacity(MAX_EXTRA_LABELS + 2);
+    for (name, extra, value, stamp_ms) in rows {
+        labels.clear();
+        labels.push((PROVIDER_LABEL, meta.provider()));
+        labels.push((SITE_LABEL, meta.site()));
+        labels.extend(extra);
+        labels.sort_unstable_by_key(|(n, _)| *n);
+        write_sample(out, name, &labels, value, Some(shift(stamp_ms)));
     }
 }
 

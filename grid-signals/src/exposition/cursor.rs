@@ -70,6 +70,22 @@ impl<'a> LineCursor<'a> {
         ))
     }
 
+    /// Offset of the first unread byte.
+    pub(crate) fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// Moves on to `offset` (at or after [`Self::offset`], at the start of a line),
+    /// counting the lines passed; bytes already validated are not validated again.
+    pub(crate) fn skip_to(&mut self, offset: usize) {
+        let Some(passed) = self.body.get(self.pos..offset) else {
+            return;
+        };
+        self.next_line += memchr::memchr_iter(b'\n', passed).count();
+        self.valid = self.valid.get(passed.len()..).unwrap_or_default();
+        self.pos = offset;
+    }
+
     /// Forgets the rest of the body.
     pub(crate) fn finish(&mut self) {
         self.pos = self.body.len();
@@ -112,6 +128,25 @@ mod tests {
     fn a_trailing_newline_adds_no_line() {
         assert_eq!(all(b"a\n"), vec![(1, RawLine::Text("a"))]);
         assert_eq!(all(b""), vec![]);
+    }
+
+    #[test]
+    fn skipping_keeps_line_numbers_and_resumes_at_the_offset() {
+        let body = b"a\nb\nc\n\xff\nd";
+        let mut c = LineCursor::new(body);
+        assert_eq!(c.next_line(), Some((1, RawLine::Text("a"))));
+        c.skip_to(6);
+        assert_eq!(c.next_line(), Some((4, RawLine::BadUtf8 { column: 0 })));
+        c.skip_to(c.offset());
+        assert_eq!(c.next_line(), Some((5, RawLine::Text("d"))));
+        assert_eq!(c.next_line(), None);
+        // Past the validated run (it stopped at the invalid byte) and past the end.
+        let mut c = LineCursor::new(body);
+        assert_eq!(c.next_line(), Some((1, RawLine::Text("a"))));
+        c.skip_to(8);
+        assert_eq!(c.next_line(), Some((5, RawLine::Text("d"))));
+        c.skip_to(body.len() + 1);
+        assert_eq!(c.next_line(), None);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use super::scan::{Class, run_len, skip_blanks};
+
 /// The validated text between a sample's braces, e.g. `a="1", b="x\"y"`.
 ///
 /// Only the parser builds non-empty sets, so iteration can rely on the grammar already
@@ -94,15 +96,30 @@ impl<'a> Iterator for LabelIter<'a> {
     type Item = (&'a str, LabelValue<'a>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let text = self.rest.trim_start_matches([' ', '\t', ',']);
-        let eq = text.find('=')?;
-        let name = text[..eq].trim_end_matches([' ', '\t']);
-        let after = text[eq + 1..].trim_start_matches([' ', '\t']);
-        let body = after.strip_prefix('"')?;
+        // The grammar accepted the text, so each pair is a label name, blanks, `=`,
+        // blanks and a quoted value, pairs separated by `,` and blanks: plain byte steps
+        // find them.
+        let bytes = self.rest.as_bytes();
+        let start = bytes
+            .iter()
+            .position(|&b| !matches!(b, b' ' | b'\t' | b','))?;
+        let name_end = start + run_len(&bytes[start..], Class::LabelName);
+        let Some((&b'=', after_eq)) = skip_blanks(&bytes[name_end..]).split_first() else {
+            self.rest = "";
+            return None;
+        };
+        let quoted = skip_blanks(after_eq);
+        if quoted.first() != Some(&b'"') {
+            self.rest = "";
+            return None;
+        }
+        let open = bytes.len() - quoted.len();
+        let body = &self.rest[open + 1..];
         let Some(end) = closing_quote(body.as_bytes()) else {
             self.rest = "";
             return None;
         };
+        let name = &self.rest[start..name_end];
         self.rest = &body[end + 1..];
         Some((name, LabelValue { raw: &body[..end] }))
     }
@@ -111,13 +128,14 @@ impl<'a> Iterator for LabelIter<'a> {
 /// Index of the first unescaped `"` in `bytes` (which starts just after an opening
 /// quote); an escape skips the byte after the backslash.
 pub(crate) fn closing_quote(bytes: &[u8]) -> Option<usize> {
+    // Values are short: a word-wise scan beats memchr's setup cost.
     let mut pos = 0;
     loop {
-        let hit = pos + memchr::memchr2(b'"', b'\\', bytes.get(pos..)?)?;
-        if bytes[hit] == b'"' {
-            return Some(hit);
+        pos += run_len(bytes.get(pos..)?, Class::QuotedText);
+        match bytes.get(pos)? {
+            b'"' => return Some(pos),
+            _ => pos += 2,
         }
-        pos = hit + 2;
     }
 }
 

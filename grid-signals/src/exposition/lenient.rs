@@ -21,6 +21,20 @@ pub fn lines(body: &[u8]) -> Lines<'_> {
     }
 }
 
+impl Lines<'_> {
+    /// Byte offset, in the body, just past the last line handed out (after its `\n`),
+    /// so a caller can tell which bytes a run of lines occupied.
+    pub(crate) fn offset(&self) -> usize {
+        self.cursor.offset()
+    }
+
+    /// Goes on from byte `offset` of the body (at or after [`Self::offset`], at the
+    /// start of a line), as if the lines in between had been read.
+    pub(crate) fn skip_to(&mut self, offset: usize) {
+        self.cursor.skip_to(offset);
+    }
+}
+
 impl<'a> Iterator for Lines<'a> {
     type Item = Result<Line<'a>, Error>;
 

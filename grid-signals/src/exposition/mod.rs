@@ -50,5 +50,7 @@ pub use strict::{Samples, parse_strict, samples};
 pub use syntax_error::SyntaxError;
 pub use writer::{write_help, write_owned_sample, write_sample, write_type, write_value};
 
+pub(crate) use scan::{is_label_name, is_metric_name};
+
 /// The most bytes of one exposition body anyone reads: past it the body is `BodyCap`.
 pub const MAX_EXPOSITION_BYTES: usize = 1 << 20;

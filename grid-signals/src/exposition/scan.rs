@@ -115,6 +115,22 @@ fn tail_word(bytes: &[u8], n: usize, pad: u8) -> u64 {
     u64::from_le_bytes(padded)
 }
 
+/// Whether `s` is a metric name, `[a-zA-Z_:][a-zA-Z0-9_:]*`: the grammar's own rule, for
+/// callers that check names they did not parse.
+pub(crate) fn is_metric_name(s: &str) -> bool {
+    is_name(s.as_bytes(), Class::MetricName)
+}
+
+/// Whether `s` is a label name, `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub(crate) fn is_label_name(s: &str) -> bool {
+    is_name(s.as_bytes(), Class::LabelName)
+}
+
+/// A non-empty run of `class` bytes that does not start with a digit.
+fn is_name(bytes: &[u8], class: Class) -> bool {
+    bytes.first().is_some_and(|b| !b.is_ascii_digit()) && run_len(bytes, class) == bytes.len()
+}
+
 /// A space or a tab, the only blanks the format allows between tokens.
 #[inline(always)]
 pub(crate) fn is_blank(b: u8) -> bool {
@@ -166,6 +182,19 @@ mod tests {
                 }
             }
             assert!(!belongs(class, class.outsider()));
+        }
+    }
+
+    #[test]
+    fn names_follow_the_prometheus_alphabets() {
+        for ok in ["a", "_", "a1", "A_b9", "x".repeat(40).as_str()] {
+            assert!(is_metric_name(ok) && is_label_name(ok), "{ok}");
+        }
+        for name in [":", "a:b", "ns:metric_total"] {
+            assert!(is_metric_name(name) && !is_label_name(name), "{name}");
+        }
+        for bad in ["", "1a", "a-b", "a b", "é", "a\u{e9}", "9"] {
+            assert!(!is_metric_name(bad) && !is_label_name(bad), "{bad}");
         }
     }
 

@@ -21,6 +21,16 @@ pub const MAX_SERIES_PER_PROVIDER: usize = 256;
 /// out the oldest, because the newest is the one that matters.
 pub const MAX_SAMPLES_PER_SERIES: usize = 64;
 
+/// Longest publication, in bytes of its wire lines, whose exact bytes an entry keeps so
+/// that a byte-identical repeat (the relay of an unchanged provider, every second) is
+/// recognized by comparison, without parsing its rows.
+///
+/// A realistic batch (21 rows) is about 2.5 KiB and the largest valid one
+/// ([`crate::batch::MAX_BATCH_SAMPLES`] per-endpoint rows) about 40 KiB. A longer one,
+/// padded with comments, is still recognized as a repeat, by decoding it: this bounds
+/// memory, not behaviour.
+pub const MAX_HELD_BATCH_BYTES: usize = 64 * 1024;
+
 /// How far a row may be stamped after the body's reference time (its HTTP `Date`, which
 /// has one-second resolution), in milliseconds. Later than that is `skew`.
 pub const MAX_FUTURE_STAMP_MS: u64 = 1_000;
@@ -49,7 +59,7 @@ pub const MAX_PENDING_EVENTS: usize = 2 * MAX_PROVIDERS;
 #[allow(clippy::float_cmp)]
 mod tests {
     use super::super::fixture::{T0, admit, batch, meta};
-    use super::super::{DropReason, Store, StoreConfig};
+    use super::super::{DropReason, Sender, Store, StoreConfig};
     use super::*;
     use crate::batch::{Batch, Fence, Row};
 
@@ -165,6 +175,37 @@ mod tests {
         assert_eq!(held.len(), MAX_SAMPLES_PER_SERIES);
         assert_eq!(held[0], 1.0);
         assert_eq!(*held.last().unwrap(), MAX_SAMPLES_PER_SERIES as f64);
+    }
+
+    /// A one-row batch whose bytes (metadata line to last row) are exactly `len` long,
+    /// padded by a comment line between the metadata line and the row.
+    fn padded_body(len: usize) -> Vec<u8> {
+        let mut plain = Vec::new();
+        batch("b", "p", Fence::new(T0, 1), &[("q", 1.0)], T0).write(&mut plain);
+        let split = plain.iter().position(|&b| b == b'\n').unwrap() + 1;
+        let mut body = plain[..split].to_vec();
+        body.push(b'#');
+        body.resize(split + len - plain.len() - 1, b'x');
+        body.push(b'\n');
+        body.extend_from_slice(&plain[split..]);
+        assert_eq!(body.len(), len);
+        body
+    }
+
+    #[test]
+    fn a_publication_of_max_held_batch_bytes_is_kept_as_bytes_and_one_more_is_not() {
+        for (len, kept) in [
+            (MAX_HELD_BATCH_BYTES, true),
+            (MAX_HELD_BATCH_BYTES + 1, false),
+        ] {
+            let body = padded_body(len);
+            let mut s = Store::new(StoreConfig::default());
+            assert_eq!(s.ingest(&body, Sender::Local, T0, T0).batches_stored, 1);
+            assert_eq!(s.entry("b", "p").unwrap().holds_bytes(), kept, "{len}");
+            // Either way an exact repeat is a repeat: the bound is on memory only.
+            let again = s.ingest(&body, Sender::Local, T0, T0 + 1);
+            assert_eq!((again.batches_repeated, again.dropped.total()), (1, 0));
+        }
     }
 
     #[test]

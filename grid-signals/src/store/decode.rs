@@ -1,13 +1,15 @@
 //! Turning an exposition body into batches: parse, then group lines under their
 //! metadata line.
 
+use nom::Offset;
+
 use super::{DropCounts, DropReason};
 use crate::Error;
 use crate::batch::{
-    Batch, BatchMeta, BatchRule, EPOCH_LABEL, Fence, METADATA_NAME, PROVIDER_LABEL, Row,
+    Batch, BatchRule, BatchView, EPOCH_LABEL, Fence, METADATA_NAME, MetaRef, PROVIDER_LABEL, Rows,
     SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value, parse_decimal_u64,
 };
-use crate::exposition::{Line, Sample, lines};
+use crate::exposition::{LabelValue, Line, Sample, lines};
 
 /// Parses `body` leniently and hands every batch it holds to `on_batch`, complete or not,
 /// in body order; lines that belong to no batch or break the line rules are counted in
@@ -19,90 +21,152 @@ use crate::exposition::{Line, Sample, lines};
 /// place); the batch closes when that many rows were seen, at the next metadata line, at
 /// a row for another provider, or at the end of the body. `# HELP`, `# TYPE`, comments
 /// and `# EOF` are ignored anywhere. A sample line outside a batch is `unbatched`.
-pub fn decode_batches(body: &[u8], drops: &mut DropCounts, mut on_batch: impl FnMut(Batch)) {
-    let mut open: Option<Batch> = None;
-    for line in lines(body) {
+pub fn decode_batches(body: &[u8], drops: &mut DropCounts, on_batch: impl FnMut(Batch)) {
+    /// Builds each batch as it closes.
+    struct Owned<F>(F);
+    impl<F: FnMut(Batch)> BatchSink<'_> for Owned<F> {
+        fn closed(&mut self, batch: &BatchView<'_, '_>) {
+            (self.0)(batch.to_batch());
+        }
+    }
+    group(body, drops, &mut Owned(on_batch));
+}
+
+/// Where [`group`] hands the batches of a body.
+pub(crate) trait BatchSink<'a> {
+    /// A valid metadata line opened a batch; `rest` is the body from that line's metric
+    /// name on. Returning `Some(len)` says the sink judged the whole batch from its bytes
+    /// alone and that it is exactly the first `len` bytes of `rest`, ending just past a
+    /// `\n`: grouping resumes after them without reading its rows.
+    fn opened(&mut self, meta: &MetaRef<'a>, rest: &'a [u8]) -> Option<usize> {
+        let _ = (meta, rest);
+        None
+    }
+
+    /// A batch closed (complete or not).
+    fn closed(&mut self, batch: &BatchView<'_, 'a>);
+}
+
+/// The batch being collected.
+struct Open<'a> {
+    meta: MetaRef<'a>,
+    /// Offset of its metadata line's name in the body.
+    start: usize,
+    lines_refused: usize,
+}
+
+/// Groups the lines of `body` into batches by the rules of [`decode_batches`], handing
+/// each to `sink` as a view into the body: rows are checked but never copied, and one
+/// set of row buffers serves the whole body.
+pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl BatchSink<'a>) {
+    let mut rows = Rows::default();
+    let mut open: Option<Open<'a>> = None;
+    let mut iter = lines(body);
+    while let Some(line) = iter.next() {
         match line {
             Err(_) => {
                 drops.add(DropReason::Parse, 1);
                 if let Some(batch) = open.as_mut() {
                     batch.lines_refused += 1;
-                    close_if_full(&mut open, &mut on_batch);
                 }
             }
             Ok(Line::Sample(sample)) if sample.name == METADATA_NAME => {
-                if let Some(batch) = open.take() {
-                    on_batch(batch);
-                }
+                close(open.take(), &rows, None, sink);
                 match meta_from_sample(&sample) {
                     Ok(meta) => {
-                        // Bounded by MAX_BATCH_SAMPLES, so reserving up front is safe.
-                        let rows = Vec::with_capacity(meta.samples() as usize);
-                        open = Some(Batch::new(meta, rows));
-                        close_if_full(&mut open, &mut on_batch);
+                        let start = body.offset(sample.name.as_bytes());
+                        if let Some(len) = sink.opened(&meta, &body[start..]) {
+                            iter.skip_to(start + len);
+                            continue;
+                        }
+                        rows.clear();
+                        open = Some(Open {
+                            meta,
+                            start,
+                            lines_refused: 0,
+                        });
                     }
-                    Err(rule) => drops.add(
-                        if rule.is_bound() {
-                            DropReason::Cap
-                        } else {
-                            DropReason::Metadata
-                        },
-                        1,
-                    ),
+                    Err(rule) => drops.add(reason_for(rule, DropReason::Metadata), 1),
                 }
             }
             Ok(Line::Sample(sample)) => {
-                let belongs = open.as_ref().is_some_and(|b| {
-                    label_is(&sample, SITE_LABEL, b.meta.site())
-                        && label_is(&sample, PROVIDER_LABEL, b.meta.provider())
-                });
-                if !belongs {
-                    if let Some(batch) = open.take() {
-                        on_batch(batch);
+                // One pass over the labels: the framing pair decides membership, the
+                // rest are the row's extra labels.
+                let mark = rows.mark();
+                let (mut site, mut provider) = (None, None);
+                for (name, value) in sample.labels {
+                    match name {
+                        SITE_LABEL => {
+                            site.get_or_insert(value);
+                        }
+                        PROVIDER_LABEL => {
+                            provider.get_or_insert(value);
+                        }
+                        _ => rows.push_label(name, value.unescaped()),
                     }
+                }
+                let Some(batch) = open
+                    .as_mut()
+                    .filter(|b| is(site, &b.meta.site) && is(provider, &b.meta.provider))
+                else {
+                    rows.abandon_row(mark);
+                    close(open.take(), &rows, None, sink);
                     drops.add(DropReason::Unbatched, 1);
                     continue;
+                };
+                let row = stamp(&sample).and_then(|stamp_ms| {
+                    rows.finish_row(mark, sample.name, sample.value, stamp_ms)
+                        .map_err(|e| rule_of(&e))
+                });
+                if let Err(rule) = row {
+                    rows.abandon_row(mark);
+                    batch.lines_refused += 1;
+                    drops.add(reason_for(rule, DropReason::Malformed), 1);
                 }
-                if let Some(batch) = open.as_mut() {
-                    match row_from_sample(&sample) {
-                        Ok(row) => batch.rows.push(row),
-                        Err(rule) => {
-                            batch.lines_refused += 1;
-                            drops.add(
-                                if rule.is_bound() {
-                                    DropReason::Cap
-                                } else {
-                                    DropReason::Malformed
-                                },
-                                1,
-                            );
-                        }
-                    }
-                }
-                close_if_full(&mut open, &mut on_batch);
             }
-            Ok(_) => {}
+            Ok(_) => continue,
+        }
+        // Closes the open batch once every announced row has been seen.
+        let full = open
+            .as_ref()
+            .is_some_and(|b| (rows.len() + b.lines_refused) as u64 >= b.meta.samples);
+        if full {
+            let raw = open.as_ref().map(|b| &body[b.start..iter.offset()]);
+            close(open.take(), &rows, raw, sink);
         }
     }
+    close(open, &rows, None, sink);
+}
+
+/// Hands a batch that closed to the sink.
+fn close<'a>(
+    open: Option<Open<'a>>,
+    rows: &Rows<'a>,
+    raw: Option<&'a [u8]>,
+    sink: &mut impl BatchSink<'a>,
+) {
     if let Some(batch) = open {
-        on_batch(batch);
+        sink.closed(&BatchView {
+            meta: &batch.meta,
+            rows,
+            lines_refused: batch.lines_refused,
+            raw,
+        });
     }
 }
 
-/// Hands the open batch on once every announced row has been seen.
-fn close_if_full(open: &mut Option<Batch>, on_batch: &mut impl FnMut(Batch)) {
-    let full = open
-        .as_ref()
-        .is_some_and(|b| (b.rows.len() + b.lines_refused) as u64 >= b.meta.samples());
-    if full {
-        if let Some(batch) = open.take() {
-            on_batch(batch);
-        }
+/// A size bound is `cap`; any other broken rule counts as `otherwise`.
+fn reason_for(rule: BatchRule, otherwise: DropReason) -> DropReason {
+    if rule.is_bound() {
+        DropReason::Cap
+    } else {
+        otherwise
     }
 }
 
-fn label_is(sample: &Sample<'_>, name: &str, expected: &str) -> bool {
-    sample.labels.get(name).is_some_and(|v| v.eq_str(expected))
+/// Whether a framing label was present and equals `expected` once unescaped.
+fn is(value: Option<LabelValue<'_>>, expected: &str) -> bool {
+    value.is_some_and(|v| v.eq_str(expected))
 }
 
 fn rule_of(e: &Error) -> BatchRule {
@@ -115,7 +179,7 @@ fn rule_of(e: &Error) -> BatchRule {
 
 /// Reads a metadata line: exactly the six framing labels, the generation as value and a
 /// timestamp.
-fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
+fn meta_from_sample<'a>(sample: &Sample<'a>) -> Result<MetaRef<'a>, BatchRule> {
     let mut site = None;
     let mut provider = None;
     let mut uid = None;
@@ -149,27 +213,7 @@ fn meta_from_sample(sample: &Sample<'_>) -> Result<BatchMeta, BatchRule> {
     let samples = decimal(SAMPLES_LABEL, &samples)?;
     let generation = generation_from_value(sample.value).map_err(|e| rule_of(&e))?;
     let stamp_ms = stamp(sample)?;
-    BatchMeta::new(
-        site.into_owned(),
-        provider.into_owned(),
-        uid.into_owned(),
-        fence,
-        samples,
-        generation,
-        stamp_ms,
-    )
-    .map_err(|e| rule_of(&e))
-}
-
-/// Reads a row: its labels besides `grid_site`/`grid_provider`, value and timestamp.
-fn row_from_sample(sample: &Sample<'_>) -> Result<Row, BatchRule> {
-    let labels = sample
-        .labels
-        .iter()
-        .filter(|(n, _)| *n != SITE_LABEL && *n != PROVIDER_LABEL)
-        .map(|(n, v)| (n.to_owned(), v.unescaped().into_owned()))
-        .collect();
-    Row::new(sample.name, labels, sample.value, stamp(sample)?).map_err(|e| rule_of(&e))
+    MetaRef::new(site, provider, uid, fence, samples, generation, stamp_ms).map_err(|e| rule_of(&e))
 }
 
 fn stamp(sample: &Sample<'_>) -> Result<u64, BatchRule> {

@@ -1,9 +1,13 @@
 //! One provider's entry: its ordering state, revision, learning lifetime and windows.
 
 use super::learning::Lifetime;
+use super::publication::Publication;
 use super::window::Window;
-use super::{Learning, MAX_METRICS_PER_PROVIDER, MAX_SERIES_PER_PROVIDER, PauseReason, Reading};
-use crate::batch::{Batch, Fence, OrderGate, Revision, Row, labels_equal};
+use super::{
+    Learning, MAX_HELD_BATCH_BYTES, MAX_METRICS_PER_PROVIDER, MAX_SERIES_PER_PROVIDER, PauseReason,
+    Reading,
+};
+use crate::batch::{Fence, LabelRef, OrderGate, Revision, labels_equal};
 
 /// What the store holds for one (site, provider).
 ///
@@ -20,10 +24,32 @@ pub struct Entry {
     metrics: Vec<Metric>,
     series_count: usize,
     /// The last complete publication, rows as stored (store clock), for the relay.
-    pub(crate) publication: Option<Batch>,
+    pub(crate) publication: Option<Publication>,
     /// When a batch for this entry was last admitted (store clock), for fence retention.
     pub(crate) touched_ms: u64,
     ttl_ms: u64,
+    /// The wire bytes of the publication the gate holds, when it was read from a body:
+    /// an exact repeat of them is recognized by comparison instead of decoding.
+    held_bytes: HeldBytes,
+}
+
+/// The bytes of a held publication and the (fence, digest) the gate holds for it.
+#[derive(Clone, Debug, Default)]
+struct HeldBytes {
+    bytes: Vec<u8>,
+    /// `None` while `bytes` describe nothing (their buffer is kept for reuse).
+    at: Option<(Fence, u64)>,
+}
+
+/// A held publication whose bytes begin the rest of a body.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeldMatch {
+    /// How many bytes it occupies.
+    pub(crate) len: usize,
+    /// Its fence.
+    pub(crate) fence: Fence,
+    /// Its digest.
+    pub(crate) digest: u64,
 }
 
 /// One metric name's series.
@@ -94,6 +120,7 @@ impl Entry {
             publication: None,
             touched_ms: now_ms,
             ttl_ms,
+            held_bytes: HeldBytes::default(),
         }
     }
 
@@ -210,14 +237,17 @@ impl Entry {
         self.metrics.iter().find(|m| m.name == name)
     }
 
-    /// Appends one row's reading (stamp already in store clock) to its series, creating
-    /// the series within the caps.
-    pub(crate) fn store_row(&mut self, row: &Row) -> Result<(), RowRefusal> {
-        let reading = Reading {
-            value: row.value(),
-            stamp_ms: row.stamp_ms(),
-        };
-        let metric_at = if let Some(i) = self.metrics.iter().position(|m| m.name == row.name()) {
+    /// Appends one reading (stamp already in store clock) to the series `name` with the
+    /// extra labels `labels` (sorted by name), creating the series within the caps.
+    ///
+    /// Looks the series up by the borrowed name and labels: only a new series allocates.
+    pub(crate) fn store_row(
+        &mut self,
+        name: &str,
+        labels: &[LabelRef<'_>],
+        reading: Reading,
+    ) -> Result<(), RowRefusal> {
+        let metric_at = if let Some(i) = self.metrics.iter().position(|m| m.name == name) {
             i
         } else {
             if self.metrics.len() >= MAX_METRICS_PER_PROVIDER {
@@ -227,13 +257,20 @@ impl Entry {
                 return Err(RowRefusal::Series);
             }
             self.metrics.push(Metric {
-                name: row.name().to_owned(),
+                name: name.to_owned(),
                 series: Vec::new(),
             });
             self.metrics.len() - 1
         };
         let metric = &mut self.metrics[metric_at];
-        if let Some(series) = metric.series.iter_mut().find(|s| s.labels == row.labels()) {
+        let same = |held: &[(String, String)]| {
+            held.len() == labels.len()
+                && held
+                    .iter()
+                    .zip(labels)
+                    .all(|((hn, hv), (n, v))| hn == n && *hv == **v)
+        };
+        if let Some(series) = metric.series.iter_mut().find(|s| same(&s.labels)) {
             series.window.push(reading);
             return Ok(());
         }
@@ -243,11 +280,43 @@ impl Entry {
         let mut window = Window::default();
         window.push(reading);
         metric.series.push(Series {
-            labels: row.labels().to_vec(),
+            labels: labels
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.as_ref().to_owned()))
+                .collect(),
             window,
         });
         self.series_count += 1;
         Ok(())
+    }
+
+    /// Remembers the wire bytes of the publication the gate now holds at `fence` with
+    /// `digest`, when they are known, end a line and fit [`MAX_HELD_BATCH_BYTES`];
+    /// forgets older ones otherwise.
+    pub(crate) fn hold_bytes(&mut self, raw: Option<&[u8]>, fence: Fence, digest: u64) {
+        let held = &mut self.held_bytes;
+        held.bytes.clear();
+        held.at = None;
+        if let Some(raw) = raw.filter(|r| r.len() <= MAX_HELD_BATCH_BYTES && r.ends_with(b"\n")) {
+            held.bytes.extend_from_slice(raw);
+            held.at = Some((fence, digest));
+        }
+    }
+
+    /// The held publication, if `rest` begins with its exact bytes.
+    pub(crate) fn held_bytes(&self, rest: &[u8]) -> Option<HeldMatch> {
+        let (fence, digest) = self.held_bytes.at?;
+        let bytes = &self.held_bytes.bytes;
+        rest.starts_with(bytes).then_some(HeldMatch {
+            len: bytes.len(),
+            fence,
+            digest,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn holds_bytes(&self) -> bool {
+        self.held_bytes.at.is_some()
     }
 
     /// Drops readings older than the TTL and series left empty.

@@ -1,10 +1,13 @@
 //! Admitting batches into the store.
 
-use super::decode::decode_batches;
+use super::decode::{BatchSink, group};
 use super::entry::RowRefusal;
 use super::learning::Lifetime;
-use super::{DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Store, StoreEvent};
-use crate::batch::{Admission, Batch, epoch_too_far};
+use super::publication::Publication;
+use super::{
+    DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Reading, Store, StoreEvent,
+};
+use crate::batch::{Admission, Batch, BatchView, MetaRef, Rows, epoch_too_far};
 use crate::exposition::MAX_EXPOSITION_BYTES;
 
 /// Who sent a body, as verified by the transport (mTLS identity), not as claimed by it.
@@ -65,15 +68,64 @@ fn rebase(stamp_ms: u64, reference_ms: u64, now_ms: u64) -> u64 {
     moved.clamp(0, i128::from(u64::MAX)) as u64
 }
 
+/// What an ingest needs to know besides the batch: who sent it and when.
+#[derive(Clone, Copy, Debug)]
+struct Arrival<'s> {
+    sender: Sender<'s>,
+    reference_ms: u64,
+    now_ms: u64,
+}
+
+impl Arrival<'_> {
+    /// The refusals judged on the metadata alone, before any fence or entry is touched:
+    /// a peer's batch for another site, an implausible metadata stamp, an epoch too far
+    /// ahead of the receiver's clock.
+    fn refusal(&self, meta: &MetaRef<'_>) -> Option<DropReason> {
+        if let Sender::Peer { site } = self.sender {
+            if *meta.site != *site {
+                return Some(DropReason::SiteMismatch);
+            }
+        }
+        (!plausible(meta.stamp_ms, self.reference_ms)
+            || epoch_too_far(meta.fence.epoch, self.now_ms))
+        .then_some(DropReason::Skew)
+    }
+}
+
+/// Admits the batches of one body as they are grouped.
+struct Admit<'s, 'r> {
+    store: &'s mut Store,
+    arrival: Arrival<'r>,
+    report: &'s mut IngestReport,
+}
+
+impl<'a> BatchSink<'a> for Admit<'_, '_> {
+    fn opened(&mut self, meta: &MetaRef<'a>, rest: &'a [u8]) -> Option<usize> {
+        self.store
+            .judge_repeat(meta, rest, self.arrival, self.report)
+    }
+
+    fn closed(&mut self, batch: &BatchView<'_, 'a>) {
+        self.store.admit(batch, self.arrival, self.report);
+    }
+}
+
 impl Store {
     /// Ingests one body from `sender` (its verified identity), dated `reference_ms` (the
     /// body's HTTP `Date`), at receiver wall-clock `now_ms` (both milliseconds since the
     /// Unix epoch).
     ///
     /// Expires old readings first, then parses the body leniently, groups it into batches
-    /// ([`super::decode_batches`]) and admits each with [`Store::ingest_batch`]. Never
-    /// fails as a whole: a body over [`MAX_EXPOSITION_BYTES`] is one `body_cap` drop, and
-    /// every other refusal is counted per line in the report.
+    /// (by the rules of [`super::decode_batches`]) and admits each as
+    /// [`Store::ingest_batch`] would. Never fails as a whole: a body over
+    /// [`MAX_EXPOSITION_BYTES`] is one `body_cap` drop, and every other refusal is counted
+    /// per line in the report.
+    ///
+    /// Batches are judged on views into the body, so a delayed batch costs a parse and no
+    /// copy; an exact repeat of the bytes of a provider's held publication (the relay of
+    /// an unchanged provider, every second) is recognized by comparing bytes, without
+    /// parsing its rows; and storing a reading into a series already held allocates
+    /// nothing.
     pub fn ingest(
         &mut self,
         body: &[u8],
@@ -87,9 +139,20 @@ impl Store {
         self.expire(now_ms);
         let mut report = IngestReport::default();
         let mut drops = DropCounts::default();
-        decode_batches(body, &mut drops, |batch| {
-            self.ingest_batch(batch, sender, reference_ms, now_ms, &mut report);
-        });
+        let arrival = Arrival {
+            sender,
+            reference_ms,
+            now_ms,
+        };
+        group(
+            body,
+            &mut drops,
+            &mut Admit {
+                store: self,
+                arrival,
+                report: &mut report,
+            },
+        );
         report.dropped.merge(&drops);
         report
     }
@@ -106,6 +169,10 @@ impl Store {
     ///
     /// Does not expire anything: callers feeding batches one by one call
     /// [`Store::expire`] on their own tick.
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "the public signature hands the batch over; it is read as a view"
+    )]
     pub fn ingest_batch(
         &mut self,
         batch: Batch,
@@ -114,24 +181,74 @@ impl Store {
         now_ms: u64,
         report: &mut IngestReport,
     ) {
-        let lines = batch.lines();
-        let meta = &batch.meta;
-        if let Sender::Peer { site } = sender {
-            if meta.site() != site {
-                report.dropped.add(DropReason::SiteMismatch, lines);
-                return;
-            }
+        let meta = MetaRef::of(&batch.meta);
+        let rows = Rows::of(&batch.rows);
+        let view = BatchView {
+            meta: &meta,
+            rows: &rows,
+            lines_refused: batch.lines_refused,
+            raw: None,
+        };
+        let arrival = Arrival {
+            sender,
+            reference_ms,
+            now_ms,
+        };
+        self.admit(&view, arrival, report);
+    }
+
+    /// Judges a batch whose metadata was just read, from its bytes alone, when they
+    /// begin with the exact bytes of the complete publication its provider holds at its
+    /// fence: then the batch decodes to that publication, every one of its `samples` rows
+    /// valid, and is judged as [`Self::admit`] would judge it (a repeat, or refused before
+    /// the fence). Returns how many bytes of `rest` it occupies, or `None` to have it
+    /// decoded.
+    fn judge_repeat(
+        &self,
+        meta: &MetaRef<'_>,
+        rest: &[u8],
+        arrival: Arrival<'_>,
+        report: &mut IngestReport,
+    ) -> Option<usize> {
+        let entry = self.sites.get(&*meta.site)?.get(&*meta.provider)?;
+        let held = entry.held_bytes(rest)?;
+        let lines = 1 + meta.samples;
+        if let Some(reason) = arrival.refusal(meta) {
+            report.dropped.add(reason, lines);
+            return Some(held.len);
         }
-        if !plausible(meta.stamp_ms(), reference_ms) || epoch_too_far(meta.fence().epoch, now_ms) {
-            report.dropped.add(DropReason::Skew, lines);
+        // Holds only while the gate still holds that publication at that fence.
+        if entry.gate.judge(held.fence, held.digest, arrival.now_ms) != Admission::Repeat {
+            return None;
+        }
+        report.batches_repeated += 1;
+        Some(held.len)
+    }
+
+    /// Judges one batch and applies the verdict (see [`Self::ingest_batch`]).
+    fn admit(
+        &mut self,
+        batch: &BatchView<'_, '_>,
+        arrival: Arrival<'_>,
+        report: &mut IngestReport,
+    ) {
+        let Arrival {
+            reference_ms,
+            now_ms,
+            ..
+        } = arrival;
+        let lines = batch.lines();
+        let meta = batch.meta;
+        if let Some(reason) = arrival.refusal(meta) {
+            report.dropped.add(reason, lines);
             return;
         }
         let digest = batch.digest();
-        let Some(entry) = self.entry_mut_or_create(meta.site(), meta.provider(), now_ms) else {
+        let Some(entry) = self.entry_mut_or_create(&meta.site, &meta.provider, now_ms) else {
             report.dropped.add(DropReason::Cap, lines);
             return;
         };
-        match entry.gate.judge(meta.fence(), digest, now_ms) {
+        match entry.gate.judge(meta.fence, digest, now_ms) {
             Admission::Skew => {
                 report.dropped.add(DropReason::Skew, lines);
                 return;
@@ -148,60 +265,72 @@ impl Store {
         }
 
         // Valid ordering metadata counts whether or not the payload is whole.
-        let complete = batch.is_complete();
-        let Batch { meta, mut rows, .. } = batch;
-        let revision = meta.revision();
-        entry.gate.advance(meta.fence());
+        entry.gate.advance(meta.fence);
         entry.touched_ms = now_ms;
-        entry.meta_stamp_ms = Some(rebase(meta.stamp_ms(), reference_ms, now_ms));
-        if !complete {
+        let meta_stamp = rebase(meta.stamp_ms, reference_ms, now_ms);
+        entry.meta_stamp_ms = Some(meta_stamp);
+        let same_revision = entry
+            .revision
+            .as_ref()
+            .is_some_and(|r| meta.same_revision(r));
+        if !same_revision {
+            entry.revision = Some(meta.revision());
+        }
+        if !batch.is_complete() {
             report.dropped.add(DropReason::Incomplete, lines);
             // A new revision announced without a whole payload ends the lifetime: what
             // was learned no longer applies, and nothing of the new one is held yet.
-            if entry.revision.as_ref() != Some(&revision) {
+            if !same_revision {
                 entry.lifetime = Lifetime::None;
             }
-            entry.revision = Some(revision);
             return;
         }
 
         entry.gate.hold(digest);
+        entry.hold_bytes(batch.raw, meta.fence, digest);
         report.batches_stored += 1;
         let mut reset = None;
-        if rows.is_empty() {
+        if batch.rows.is_empty() {
             entry.lifetime = Lifetime::Invalidated;
-        } else if !entry.lifetime.is_live_for(&revision) {
-            entry.lifetime = Lifetime::Live {
-                revision: revision.clone(),
-                since_ms: now_ms,
-            };
+        } else if !entry.lifetime.is_live_for(meta) {
+            let revision = meta.revision();
             reset = Some(StoreEvent::Reset {
-                site: meta.site().to_owned(),
-                provider: meta.provider().to_owned(),
+                site: meta.site.clone().into_owned(),
+                provider: meta.provider.clone().into_owned(),
                 revision: revision.clone(),
             });
+            entry.lifetime = Lifetime::Live {
+                revision,
+                since_ms: now_ms,
+            };
         }
-        entry.revision = Some(revision);
 
-        // The rows kept become the held publication, in place.
-        rows.retain_mut(|row| {
-            if !plausible(row.stamp_ms(), reference_ms) {
-                report.dropped.add(DropReason::Skew, 1);
-                return false;
-            }
-            row.set_stamp(rebase(row.stamp_ms(), reference_ms, now_ms));
-            match entry.store_row(row) {
-                Ok(()) => true,
-                Err(RowRefusal::Metrics | RowRefusal::Series) => {
-                    report.dropped.add(DropReason::Cap, 1);
-                    false
-                }
-            }
+        // The rows kept become the held publication, rewritten in place.
+        let mut held = entry.publication.take().unwrap_or_else(|| {
+            Publication::with_capacity(meta.to_owned_meta(0, meta_stamp), batch.rows)
         });
-        report.rows_stored += rows.len() as u64;
-        let stamp = rebase(meta.stamp_ms(), reference_ms, now_ms);
-        let held = meta.with_stamp(stamp).with_samples(rows.len() as u64);
-        entry.publication = Some(Batch::new(held, rows));
+        held.clear();
+        for row in batch.rows.iter() {
+            if !plausible(row.stamp_ms, reference_ms) {
+                report.dropped.add(DropReason::Skew, 1);
+                continue;
+            }
+            let stamp_ms = rebase(row.stamp_ms, reference_ms, now_ms);
+            let reading = Reading {
+                value: row.value,
+                stamp_ms,
+            };
+            if let Err(RowRefusal::Metrics | RowRefusal::Series) =
+                entry.store_row(row.name, row.labels, reading)
+            {
+                report.dropped.add(DropReason::Cap, 1);
+                continue;
+            }
+            held.push(row.name, row.labels, row.value, stamp_ms);
+        }
+        held.set_meta(meta, meta_stamp);
+        report.rows_stored += held.lines() - 1;
+        entry.publication = Some(held);
         if let Some(event) = reset {
             self.events.push(event);
         }

@@ -1,6 +1,6 @@
 //! Whether a provider's readings may feed learning, and why not.
 
-use crate::batch::Revision;
+use crate::batch::{MetaRef, Revision};
 
 /// May the scorer learn from this provider now?
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,8 @@ pub(crate) enum Lifetime {
 }
 
 impl Lifetime {
-    pub(crate) fn is_live_for(&self, revision: &Revision) -> bool {
-        matches!(self, Self::Live { revision: r, .. } if r == revision)
+    /// Whether learning is live for the revision of the batch `meta` opened.
+    pub(crate) fn is_live_for(&self, meta: &MetaRef<'_>) -> bool {
+        matches!(self, Self::Live { revision, .. } if meta.same_revision(revision))
     }
 }

@@ -68,7 +68,7 @@ impl Store {
                 continue;
             };
             if publication
-                .meta
+                .meta()
                 .stamp_ms()
                 .saturating_add(self.config.ttl_ms)
                 < now_ms
