@@ -369,7 +369,10 @@ fn check_pick(
                 ));
             }
             if !candidate.headroom().is_finite() || candidate.headroom() < 0.0 {
-                return fail(format!("headroom {} escaped its range", candidate.headroom()));
+                return fail(format!(
+                    "headroom {} escaped its range",
+                    candidate.headroom()
+                ));
             }
         }
         Decision::Unavailable { .. } if !snap.candidates().is_empty() => {

@@ -129,7 +129,10 @@ mod tests {
     fn pace_backs_off_past_the_threshold_and_recovers_at_or_below_the_other() {
         let mut p = Pace::default();
         p.update(PACE_BACKOFF_WAITING_PER_SLOT, PACE_PERIOD_MS);
-        assert!((p.get() - 1.0).abs() < 1e-12, "exactly at the threshold: no change");
+        assert!(
+            (p.get() - 1.0).abs() < 1e-12,
+            "exactly at the threshold: no change"
+        );
         p.update(PACE_BACKOFF_WAITING_PER_SLOT + 0.01, PACE_PERIOD_MS);
         assert!((p.get() - PACE_DOWN).abs() < 1e-12);
         p.update(1.0, PACE_PERIOD_MS); // between the thresholds: held
@@ -143,7 +146,10 @@ mod tests {
         for _ in 0..100 {
             p.update(100.0, PACE_PERIOD_MS);
         }
-        assert!((p.get() - PACE_FLOOR).abs() < 1e-12, "never below the floor");
+        assert!(
+            (p.get() - PACE_FLOOR).abs() < 1e-12,
+            "never below the floor"
+        );
     }
 
     #[test]

@@ -240,7 +240,11 @@ mod tests {
         }
         let v = l.view(t, FRESH);
         assert!((v.interval_ms - 5_000.0).abs() < 1e-9, "readings stand 5 s");
-        assert!((v.pace - crate::PACE_DOWN.powi(3)).abs() < 1e-9, "{}", v.pace);
+        assert!(
+            (v.pace - crate::PACE_DOWN.powi(3)).abs() < 1e-9,
+            "{}",
+            v.pace
+        );
         assert!((v.instant - 4.0).abs() < 1e-9, "32 in flight on 8 slots");
         for _ in 0..20 {
             t += 5_000;

@@ -83,11 +83,11 @@ pub use config::{
     DEFAULT_SHED_RETRY_AFTER_MS, DEFAULT_TURNOVER_MS, DEFAULT_UNAVAILABLE_RETRY_AFTER_MS,
     ScoreConfig, ShedConfig,
 };
+pub use error::{Error, RejectReason};
 pub use headroom::{
     MIN_SPREAD_MS, PACE_BACKOFF_WAITING_PER_SLOT, PACE_DOWN, PACE_FLOOR, PACE_PERIOD_MS,
     PACE_RECOVER_WAITING_PER_SLOT, PACE_UP,
 };
-pub use error::{Error, RejectReason};
 pub use learner::{ExcludeReason, Observed};
 pub use metrics::ScoreMetrics;
 pub use reading::{CandidateKey, EppPool, Reading, UnitQueues};
@@ -97,6 +97,5 @@ pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
 pub use select::{Decision, Outcome, Path};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
-    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, Signal,
-    UNMEASURED,
+    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };

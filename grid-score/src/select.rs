@@ -15,7 +15,7 @@ pub enum Path {
     /// Exactly one site with headroom.
     Lone,
     /// No site with headroom but some measured: one drawn among the measured with weight
-    /// pace x capacity over one plus work waiting per unit of capacity.
+    /// pace x capacity over the square of one plus work waiting per unit of capacity.
     ByCapacity,
     /// Nothing measured: one drawn among the unmeasured by capacity.
     Fallback,
@@ -23,12 +23,7 @@ pub enum Path {
 
 impl Path {
     /// Every path, for pre-registering labels.
-    pub const ALL: [Self; 4] = [
-        Self::Spread,
-        Self::Lone,
-        Self::ByCapacity,
-        Self::Fallback,
-    ];
+    pub const ALL: [Self; 4] = [Self::Spread, Self::Lone, Self::ByCapacity, Self::Fallback];
 
     /// The metric label for this path.
     pub const fn as_str(self) -> &'static str {
@@ -177,12 +172,19 @@ mod tests {
 
     /// A measured candidate whose newest sample read `rho` (a remote one: 5 s apart).
     fn cand(site: &str, capacity: f64, rho: f64, waiting: f64) -> Candidate {
-        Candidate::measured(CandidateKey::new(site, "p"), capacity, rho, rho, waiting, false)
-            .with_signal(Signal {
-                rho_now: rho,
-                life_ms: 5_000.0,
-                pace: 1.0,
-            })
+        Candidate::measured(
+            CandidateKey::new(site, "p"),
+            capacity,
+            rho,
+            rho,
+            waiting,
+            false,
+        )
+        .with_signal(Signal {
+            rho_now: rho,
+            life_ms: 5_000.0,
+            pace: 1.0,
+        })
     }
 
     fn picked_site(d: Decision<'_>) -> String {
@@ -254,7 +256,11 @@ mod tests {
         let got = shares(&s, 40_000, 7);
         for (site, cap) in [("s8", 8.0), ("s16", 16.0), ("s32", 32.0), ("s64", 64.0)] {
             let want = cap / 120.0;
-            assert!((got[site] - want).abs() < 0.02, "{site}: {} vs {want}", got[site]);
+            assert!(
+                (got[site] - want).abs() < 0.02,
+                "{site}: {} vs {want}",
+                got[site]
+            );
         }
     }
 
@@ -273,8 +279,8 @@ mod tests {
         );
         assert_eq!(s.path(), Some(Path::ByCapacity));
         let got = shares(&s, 20_000, 11);
-        // Weights 8*8/48 = 1.333 and 64*64/230 = 17.81.
-        let want = 17.81 / (17.81 + 1.333);
+        // Weights 8 (8/48)^2 = 0.2222 and 64 (64/230)^2 = 4.955.
+        let want = 4.955 / (4.955 + 0.2222);
         assert!((got["large"] - want).abs() < 0.02, "{got:?}");
         assert!(got["small"] > 0.0, "still spread, not herded");
     }

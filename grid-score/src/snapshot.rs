@@ -214,7 +214,11 @@ impl Pool {
     /// `weight` of each member; when the weights do not sum to a positive finite total
     /// (every one zero, or overflowing), by capacity instead, which always does for the
     /// few candidates a model has (each at least the floor).
-    fn new(members: Vec<u32>, candidates: &[Candidate], weight: impl Fn(&Candidate) -> f64) -> Self {
+    fn new(
+        members: Vec<u32>,
+        candidates: &[Candidate],
+        weight: impl Fn(&Candidate) -> f64,
+    ) -> Self {
         let prefix = |w: &dyn Fn(&Candidate) -> f64| -> Vec<f64> {
             let mut total = 0.0;
             members
@@ -240,12 +244,8 @@ impl Pool {
 /// The selection path decided at refresh.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Plan {
-    Unavailable {
-        retry_after_ms: u64,
-    },
-    Shed {
-        retry_after_ms: u64,
-    },
+    Unavailable { retry_after_ms: u64 },
+    Shed { retry_after_ms: u64 },
     Lone(u32),
     Spread(Pool),
     ByCapacity(Pool),
@@ -383,12 +383,16 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
                 let all = members(candidates, |_| true);
                 Plan::Fallback(Pool::new(all, candidates, |c| c.capacity))
             } else {
-                // Every measured site's queue outweighs its turnover: spread in inverse
-                // proportion to the wait a new request meets, work waiting per unit of
-                // capacity (a queue drains in proportion to the slots serving it, and
-                // slower at a site whose pace is down).
+                // Every measured site's queue outweighs its turnover: spread by capacity
+                // (and pace: a queue drains in proportion to the slots serving it, slower
+                // at a site whose pace is down) over the square of one plus the work
+                // waiting per unit of capacity a new request meets, so the backlog
+                // evens out towards equal waits (the square, against plain inverse
+                // proportion, lowered the simulator's p99 at 95% load by 10-35% on every
+                // seed tried and left 85% unchanged).
                 Plan::ByCapacity(Pool::new(measured, candidates, |c| {
-                    c.signal.pace * c.capacity * c.capacity / (c.capacity + c.waiting)
+                    let share = c.capacity / (c.capacity + c.waiting);
+                    c.signal.pace * c.capacity * share * share
                 }))
             }
         }
@@ -496,7 +500,10 @@ mod tests {
         let full = Candidate::measured(CandidateKey::new("f", "p"), 1.0, 2.0, 2.0, 3.0, true);
         assert_eq!(path(vec![full]), Some(Path::ByCapacity));
         assert_eq!(
-            path(vec![Candidate::unmeasured(CandidateKey::new("u", "p"), 4.0)]),
+            path(vec![Candidate::unmeasured(
+                CandidateKey::new("u", "p"),
+                4.0
+            )]),
             Some(Path::Fallback)
         );
         assert_eq!(path(vec![]), None);
@@ -534,7 +541,11 @@ mod tests {
         assert_eq!(sig.life_ms, 0.0);
         assert_eq!(sig.pace, 1.0);
         let u = Candidate::unmeasured(CandidateKey::new("u", "p"), 4.0).with_signal(sig);
-        assert_eq!(u.signal().rho_now, UNMEASURED, "unmeasured ignores a signal");
+        assert_eq!(
+            u.signal().rho_now,
+            UNMEASURED,
+            "unmeasured ignores a signal"
+        );
     }
 
     #[test]

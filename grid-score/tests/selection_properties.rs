@@ -194,12 +194,23 @@ fn the_spread_distribution_sums_to_one_and_gives_a_drowned_site_nothing() {
     };
     let snap = RouteSnapshot::new(
         "m",
-        vec![cand("a", 8.0, 0.5), cand("b", 16.0, 0.9), cand("c", 8.0, 9.0)],
+        vec![
+            cand("a", 8.0, 0.5),
+            cand("b", 16.0, 0.9),
+            cand("c", 8.0, 9.0),
+        ],
         vec![],
         REFUSE,
     );
     let p = spread_distribution(&snap);
     assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-    let c = snap.candidates().iter().position(|c| &**c.site() == "c").unwrap();
-    assert!(p[c].abs() < 1e-15, "a queue that outweighs turnover gets nothing");
+    let c = snap
+        .candidates()
+        .iter()
+        .position(|c| &**c.site() == "c")
+        .unwrap();
+    assert!(
+        p[c].abs() < 1e-15,
+        "a queue that outweighs turnover gets nothing"
+    );
 }
