@@ -68,7 +68,7 @@ pub struct Signal {
 
 impl Candidate {
     /// A candidate with a fresh reading. `rho` is the latest smoothed rho, `score` the
-    /// recent worst (what ordering and selection read); `full` says the latest sample was
+    /// recent worst (what ordering reads); `full` says the latest sample was
     /// saturated with work waiting. Non-finite or negative inputs are clamped into range
     /// so a snapshot can never carry NaN.
     pub fn measured(
@@ -164,7 +164,8 @@ impl Candidate {
         self.rho
     }
 
-    /// Recent worst rho — the ordering key and what selection compares — or [`UNMEASURED`].
+    /// Recent worst rho — the ordering key (and what state and shedding read; selection
+    /// reads [`Candidate::headroom`]) — or [`UNMEASURED`].
     pub fn score(&self) -> f64 {
         self.score
     }
