@@ -154,8 +154,8 @@ fn main() {
     assert_eq!(snapshot.candidates().len(), 16);
     assert_eq!(
         snapshot.path(),
-        Some(Path::TwoChoices),
-        "every site has room"
+        Some(Path::Spread),
+        "every site has headroom"
     );
     let mut rng = SplitMix64::new(1);
     c.bench_function("pick/16_candidates", |b| {

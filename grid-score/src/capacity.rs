@@ -1,7 +1,8 @@
 //! Capacity bounds: what a site has shown it can hold, and where it has shown a limit.
 //!
 //! The soft bound is the most in-flight the site held with nothing queued; the hard bound
-//! is the least in-flight it held at a demonstrated limit. Capacity is the lesser (the soft
+//! is the least it held in service (in-flight less what waits in queues or flow control)
+//! at a demonstrated limit. Capacity is the lesser (the soft
 //! bound counted with [`SOFT_BOUND_HEADROOM`]), never below [`CAPACITY_FLOOR`]. Both bounds lose their evidence with a half-life
 //! ([`BOUND_HALF_LIFE_MS`]) so a site that was resized is relearned rather than trusted
 //! forever at its old size.

@@ -24,6 +24,14 @@ pub const DEFAULT_FRESH_FOR_MS: u64 = 15_000;
 /// peer poll of recovering, so asking again after 5 s is the earliest useful retry.
 pub const DEFAULT_UNAVAILABLE_RETRY_AFTER_MS: u64 = 5_000;
 
+/// Default [`ScoreConfig::turnover_ms`]: two seconds, a short chat completion. Headroom
+/// reads a site's slots as turning over once per this long; set it to the workload's
+/// typical request duration, erring short: in the routing simulator (mean 2.4 s) the p99
+/// at 85% load was about the same from 1 s to 2 s, up to three times higher at 4 s and
+/// five times at 8 s, where a reading's free slots and queue barely move the shares
+/// (`docs/routing.md`).
+pub const DEFAULT_TURNOVER_MS: u64 = 2_000;
+
 /// `availability.shedding`: answer 429 instead of queueing onto sites that are all full.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -63,6 +71,10 @@ pub struct ScoreConfig {
     pub fresh_for_ms: u64,
     /// Retry-After when every candidate of a model is excluded (503), in ms.
     pub unavailable_retry_after_ms: u64,
+    /// The typical time a request holds a slot, in ms: a site of capacity `c` absorbs
+    /// about `c / turnover` requests per second when balanced (the first term of
+    /// headroom). At least 1.
+    pub turnover_ms: u64,
 }
 
 impl Default for ScoreConfig {
@@ -71,6 +83,7 @@ impl Default for ScoreConfig {
             shedding: ShedConfig::default(),
             fresh_for_ms: DEFAULT_FRESH_FOR_MS,
             unavailable_retry_after_ms: DEFAULT_UNAVAILABLE_RETRY_AFTER_MS,
+            turnover_ms: DEFAULT_TURNOVER_MS,
         }
     }
 }

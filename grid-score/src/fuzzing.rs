@@ -11,7 +11,8 @@
 //!   capacity is never NaN, negative or below [`crate::CAPACITY_FLOOR`];
 //! - a routed site is never one whose latest accepted reading vetoed it (ready 0 or zero
 //!   ready endpoints), and a model with any healthy candidate is never Unavailable;
-//! - when a candidate has room, the pick goes to a candidate with room;
+//! - when a candidate has headroom, the pick goes to a candidate with headroom, and never
+//!   to an unmeasured one while one is measured;
 //! - an unconfigured model is always `UnknownModel`.
 
 use std::collections::HashSet;
@@ -350,14 +351,27 @@ fn check_pick(
             if snap.excluded().iter().any(|e| e.key == *candidate.key()) {
                 return fail(format!("picked excluded {:?}", candidate.key()));
             }
-            let any_room = snap
+            let any_headroom = snap.candidates().iter().any(|c| c.headroom() > 0.0);
+            if any_headroom && candidate.headroom() <= 0.0 {
+                return fail(format!(
+                    "picked {:?} without headroom while one had headroom",
+                    candidate.key()
+                ));
+            }
+            let any_measured = snap
                 .candidates()
                 .iter()
-                .any(|c| c.state() == CandidateState::Room);
-            if any_room && candidate.state() != CandidateState::Room {
+                .any(|c| c.state() != CandidateState::Unmeasured);
+            if any_measured && candidate.state() == CandidateState::Unmeasured {
                 return fail(format!(
-                    "picked {:?} without room while one had room",
+                    "picked unmeasured {:?} while one was measured",
                     candidate.key()
+                ));
+            }
+            if !candidate.headroom().is_finite() || candidate.headroom() < 0.0 {
+                return fail(format!(
+                    "headroom {} escaped its range",
+                    candidate.headroom()
                 ));
             }
         }

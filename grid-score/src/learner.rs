@@ -2,6 +2,7 @@
 //! fed one reading at a time.
 
 use crate::capacity::Bounds;
+use crate::headroom::Pace;
 use crate::reading::Reading;
 use crate::rho::{Pressure, instant_rho};
 
@@ -52,6 +53,12 @@ pub(crate) struct Learner {
     pressure: Pressure,
     last_stamp: Option<u64>,
     last_load_stamp: Option<u64>,
+    /// Unsmoothed rho of the newest loaded sample: what the site held at its stamp, which
+    /// headroom reads (the smoothed rho lags a 5 s-apart remote reading by a whole poll).
+    instant: f64,
+    /// Smoothed gap between loaded samples (ms): how long one reading stands.
+    interval_ms: f64,
+    pace: Pace,
     waiting: f64,
     excluded: Option<ExcludeReason>,
     had_units: bool,
@@ -66,6 +73,11 @@ pub(crate) struct LearnerView {
     pub(crate) capacity: f64,
     /// Smoothed rho and recent worst, present only when a fresh loaded sample exists.
     pub(crate) load: Option<(f64, f64)>,
+    /// Unsmoothed rho of the newest loaded sample; read only with `load`.
+    pub(crate) instant: f64,
+    /// Smoothed gap between loaded samples (ms); 0 before the second.
+    pub(crate) interval_ms: f64,
+    pub(crate) pace: f64,
     pub(crate) waiting: f64,
     pub(crate) full: bool,
     pub(crate) full_since: Option<u64>,
@@ -91,13 +103,25 @@ impl Learner {
                 self.bounds.held_unqueued(n, stamp);
             }
             if r.at_limit() {
-                self.bounds.held_at_limit(n, stamp);
+                self.bounds.held_at_limit(r.in_service(n), stamp);
             }
         }
         let capacity = self.bounds.capacity(stamp);
         self.waiting = r.queue_depth.unwrap_or(0.0) + r.flow_held.unwrap_or(0.0);
         let rho = instant_rho(r.in_flight, capacity, r.kv_pressure()).map(|instant| {
+            if let Some(prev) = self.last_load_stamp {
+                // A reading older than the freshness window is not load at all; a gap
+                // past it (a peer back from an outage) says nothing about the cadence.
+                let gap = (stamp - prev).min(crate::DEFAULT_FRESH_FOR_MS);
+                self.interval_ms = if self.interval_ms > 0.0 {
+                    0.5 * (gap as f64 + self.interval_ms)
+                } else {
+                    gap as f64
+                };
+                self.pace.update(self.waiting / capacity, gap);
+            }
             self.last_load_stamp = Some(stamp);
+            self.instant = instant;
             self.pressure.push(instant, stamp)
         });
         self.full = rho.is_some_and(|rho| rho >= 1.0) && r.work_waiting();
@@ -147,6 +171,9 @@ impl Learner {
         LearnerView {
             capacity: self.bounds.capacity(now_ms),
             load,
+            instant: self.instant,
+            interval_ms: self.interval_ms,
+            pace: self.pace.get(),
             waiting: self.waiting,
             full: fresh && self.full,
             full_since: self.full_since.filter(|_| fresh),
@@ -191,8 +218,39 @@ mod tests {
             (l.view(1, FRESH).capacity - 40.0).abs() < 1e-9,
             "soft bound with headroom"
         );
+        // At the limit 12 are in flight but 4 of them wait: the slots hold 8.
         l.observe(&saturated(2, 12.0));
-        assert!((l.view(2, FRESH).capacity - 12.0).abs() < 1e-9);
+        assert!((l.view(2, FRESH).capacity - 8.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_site_that_keeps_a_queue_is_paced_down_and_recovers_once_it_drains() {
+        let mut l = Learner::default();
+        // Eight slots (shown at a limit), then a queue of 24 (3 per slot) every 5 s.
+        let mut t = 0;
+        for _ in 0..4 {
+            t += 5_000;
+            l.observe(&Reading {
+                units: Some(UnitQueues {
+                    units: 2,
+                    waiting: 2,
+                }),
+                ..load(t, 32.0, 24.0)
+            });
+        }
+        let v = l.view(t, FRESH);
+        assert!((v.interval_ms - 5_000.0).abs() < 1e-9, "readings stand 5 s");
+        assert!(
+            (v.pace - crate::PACE_DOWN.powi(3)).abs() < 1e-9,
+            "{}",
+            v.pace
+        );
+        assert!((v.instant - 4.0).abs() < 1e-9, "32 in flight on 8 slots");
+        for _ in 0..20 {
+            t += 5_000;
+            l.observe(&load(t, 4.0, 0.0));
+        }
+        assert!((l.view(t, FRESH).pace - 1.0).abs() < 1e-12);
     }
 
     #[test]

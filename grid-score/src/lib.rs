@@ -66,6 +66,7 @@ mod error;
 pub mod from_store;
 pub mod fuzzing;
 mod hash;
+mod headroom;
 mod learner;
 mod metrics;
 mod reading;
@@ -79,9 +80,14 @@ mod snapshot;
 pub use capacity::{BOUND_HALF_LIFE_MS, CAPACITY_FLOOR, SOFT_BOUND_HEADROOM};
 pub use config::{
     DEFAULT_FRESH_FOR_MS, DEFAULT_FULL_AFTER_MS, DEFAULT_ROOM_AFTER_MS,
-    DEFAULT_SHED_RETRY_AFTER_MS, DEFAULT_UNAVAILABLE_RETRY_AFTER_MS, ScoreConfig, ShedConfig,
+    DEFAULT_SHED_RETRY_AFTER_MS, DEFAULT_TURNOVER_MS, DEFAULT_UNAVAILABLE_RETRY_AFTER_MS,
+    ScoreConfig, ShedConfig,
 };
 pub use error::{Error, RejectReason};
+pub use headroom::{
+    MIN_SPREAD_MS, PACE_BACKOFF_WAITING_PER_SLOT, PACE_DOWN, PACE_FLOOR, PACE_PERIOD_MS,
+    PACE_RECOVER_WAITING_PER_SLOT, PACE_UP,
+};
 pub use learner::{ExcludeReason, Observed};
 pub use metrics::ScoreMetrics;
 pub use reading::{CandidateKey, EppPool, Reading, UnitQueues};
@@ -91,5 +97,5 @@ pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
 pub use select::{Decision, Outcome, Path};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
-    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, UNMEASURED,
+    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };

@@ -52,6 +52,8 @@ pub struct ScoreMetrics {
     rho: Family<CandidateLabels, FloatGauge>,
     capacity: Family<CandidateLabels, FloatGauge>,
     score: Family<CandidateLabels, FloatGauge>,
+    headroom: Family<CandidateLabels, FloatGauge>,
+    pace: Family<CandidateLabels, FloatGauge>,
     decisions: Family<DecisionLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     /// Candidates given values by the last publish, so ones that vanish read NaN rather
@@ -69,6 +71,8 @@ impl ScoreMetrics {
             rho: Family::default(),
             capacity: Family::default(),
             score: Family::default(),
+            headroom: Family::default(),
+            pace: Family::default(),
             decisions: Family::default(),
             rejected: Family::default(),
             published: Arc::default(),
@@ -89,6 +93,16 @@ impl ScoreMetrics {
             "score",
             "Recent worst rho, the ordering key; NaN when unmeasured, excluded or gone",
             this.score.clone(),
+        );
+        r.register(
+            "headroom",
+            "Expected intake over the life of the reading (requests/s), the spread weight; 0 when unmeasured, NaN when excluded or gone",
+            this.headroom.clone(),
+        );
+        r.register(
+            "pace",
+            "Share of its slots' turnover the site has been absorbing (1 = all); NaN when unmeasured, excluded or gone",
+            this.pace.clone(),
         );
         r.register(
             "decisions",
@@ -123,6 +137,14 @@ impl ScoreMetrics {
                     .get_or_create(&labels)
                     .set(nan_if_unmeasured(c.score()));
                 self.capacity.get_or_create(&labels).set(c.capacity());
+                self.headroom.get_or_create(&labels).set(c.headroom());
+                self.pace
+                    .get_or_create(&labels)
+                    .set(if c.score() == UNMEASURED {
+                        f64::NAN
+                    } else {
+                        c.signal().pace
+                    });
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {
@@ -142,7 +164,13 @@ impl ScoreMetrics {
 
     fn set_gone(&self, key: &CandidateKey) {
         let labels = CandidateLabels::from(key);
-        for family in [&self.rho, &self.score, &self.capacity] {
+        for family in [
+            &self.rho,
+            &self.score,
+            &self.capacity,
+            &self.headroom,
+            &self.pace,
+        ] {
             family.get_or_create(&labels).set(f64::NAN);
         }
     }
@@ -220,10 +248,31 @@ mod tests {
             Some("0.5")
         );
         assert!(line(&text, r#"score_score{site="b",provider="p"}"#).ends_with("NaN"));
+        // Headroom of a lone reading: 8 slots over the 2 s turnover plus 4 free over 2 s.
+        assert_eq!(
+            line(&text, r#"score_headroom{site="a",provider="p"}"#)
+                .split(' ')
+                .nth(1),
+            Some("6.0")
+        );
+        assert_eq!(
+            line(&text, r#"score_pace{site="a",provider="p"}"#)
+                .split(' ')
+                .nth(1),
+            Some("1.0")
+        );
+        assert!(line(&text, r#"score_pace{site="b",provider="p"}"#).ends_with("NaN"));
+        assert_eq!(
+            line(&text, r#"score_headroom{site="b",provider="p"}"#)
+                .split(' ')
+                .nth(1),
+            Some("0.0")
+        );
 
         metrics.publish(&scorer.refresh(1_000, &Routes::new()));
         let text = render(&registry);
         assert!(line(&text, r#"score_capacity{site="a",provider="p"}"#).ends_with("NaN"));
+        assert!(line(&text, r#"score_headroom{site="a",provider="p"}"#).ends_with("NaN"));
     }
 
     #[test]

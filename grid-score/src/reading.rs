@@ -140,6 +140,14 @@ impl Reading {
         self.units.is_some_and(UnitQueues::all_waiting) || self.flow_held.is_some_and(|h| h > 0.0)
     }
 
+    /// Of `in_flight`, the requests in service: what is not waiting in endpoint queues or
+    /// held by flow control. At a demonstrated limit this is what the site's slots hold,
+    /// the hard bound (counting the queue too read every site above its slots by its
+    /// queue, and small sites, whose queues are long against their slots, most).
+    pub(crate) fn in_service(&self, in_flight: f64) -> f64 {
+        (in_flight - self.queue_depth.unwrap_or(0.0) - self.flow_held.unwrap_or(0.0)).max(0.0)
+    }
+
     /// A demonstrated limit: work waiting at every unit, flow control holding, or a zero
     /// headroom reading (KV cache mean plus spread at or past full).
     pub(crate) fn at_limit(&self) -> bool {

@@ -10,7 +10,7 @@ use crate::hash::FnvMap;
 use crate::learner::{Learner, LearnerView, Observed};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
-use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable};
+use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable, Signal};
 
 /// The most site/provider pairs one scorer tracks. A gateway routes a few hundred at
 /// most; the cap bounds memory when a misconfigured or hostile source invents keys, and
@@ -190,6 +190,11 @@ impl Scorer {
             candidates.push(match v.load {
                 Some((rho, worst)) => {
                     Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
+                        .with_signal(Signal {
+                            rho_now: v.instant,
+                            life_ms: v.interval_ms,
+                            pace: v.pace,
+                        })
                 }
                 None => Candidate::unmeasured(key.clone(), v.capacity),
             });
@@ -203,7 +208,13 @@ impl Scorer {
             shed_retry_after_ms: shedding.then_some(self.config.shedding.retry_after_ms),
             unavailable_retry_after_ms: self.config.unavailable_retry_after_ms,
         };
-        RouteSnapshot::new(model.clone(), candidates, excluded, refusals)
+        RouteSnapshot::build(
+            model.clone(),
+            candidates,
+            excluded,
+            refusals,
+            self.config.turnover_ms,
+        )
     }
 }
 

@@ -1,8 +1,8 @@
 //! The request path: one pick over a pre-built snapshot.
 //!
 //! Loads nothing, locks nothing, allocates nothing: the snapshot already holds the path
-//! and its cumulative weights, so a pick is at most two uniform draws, two binary searches
-//! and one comparison.
+//! and its cumulative weights, so a pick is at most one uniform draw and one binary
+//! search.
 
 use crate::rng::Rng;
 use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
@@ -10,35 +10,25 @@ use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
 /// Which selection rule chose the site (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
-    /// Three or more sites with room: two distinct drawn by capacity, the lower score wins.
-    TwoChoices,
-    /// Exactly two with room: one drawn with weight capacity / (1 + score).
-    WeightedPair,
-    /// Exactly one with room.
+    /// Two or more sites with headroom: one drawn with weight its headroom.
+    Spread,
+    /// Exactly one site with headroom.
     Lone,
-    /// None with room: two distinct drawn by capacity among measured sites not full, the
-    /// one with less work waiting per unit of capacity wins.
+    /// No site with headroom but some measured: one drawn among the measured with weight
+    /// pace x capacity over the square of one plus work waiting per unit of capacity.
     ByCapacity,
-    /// None with room and none merely without room: the by-capacity rule among the
-    /// measured-full sites, or among the unmeasured ones when none is measured.
+    /// Nothing measured: one drawn among the unmeasured by capacity.
     Fallback,
 }
 
 impl Path {
     /// Every path, for pre-registering labels.
-    pub const ALL: [Self; 5] = [
-        Self::TwoChoices,
-        Self::WeightedPair,
-        Self::Lone,
-        Self::ByCapacity,
-        Self::Fallback,
-    ];
+    pub const ALL: [Self; 4] = [Self::Spread, Self::Lone, Self::ByCapacity, Self::Fallback];
 
     /// The metric label for this path.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::TwoChoices => "two_choices",
-            Self::WeightedPair => "weighted_pair",
+            Self::Spread => "spread",
             Self::Lone => "lone",
             Self::ByCapacity => "by_capacity",
             Self::Fallback => "fallback",
@@ -126,43 +116,12 @@ impl Decision<'_> {
 }
 
 impl Pool {
-    fn weight_at(&self, pos: usize) -> f64 {
-        self.cumulative[pos]
-            - if pos == 0 {
-                0.0
-            } else {
-                self.cumulative[pos - 1]
-            }
-    }
-
-    fn position_of(&self, r: f64) -> usize {
-        self.cumulative
-            .partition_point(|&c| c <= r)
-            .min(self.members.len() - 1)
-    }
-
-    /// Two distinct members drawn without replacement, each weighted by capacity;
-    /// returned as candidate indices in draw order.
-    fn draw_two<R: Rng + ?Sized>(&self, rng: &mut R) -> (usize, usize) {
-        let len = self.members.len();
-        let total = self.cumulative[len - 1];
-        let first = self.position_of(rng.next_f64() * total);
-        let w = self.weight_at(first);
-        let before = self.cumulative[first] - w;
-        let mut r = rng.next_f64() * (total - w);
-        if r >= before {
-            r += w;
-        }
-        let mut second = self.position_of(r);
-        if second == first {
-            // Only reachable through rounding at a boundary: take a neighbour.
-            second = if first + 1 < len {
-                first + 1
-            } else {
-                first - 1
-            };
-        }
-        (self.members[first] as usize, self.members[second] as usize)
+    /// One member drawn with probability its weight over the total; a candidate index.
+    fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
+        let last = self.members.len() - 1;
+        let r = rng.next_f64() * self.cumulative[last];
+        let pos = self.cumulative.partition_point(|&c| c <= r).min(last);
+        self.members[pos] as usize
     }
 }
 
@@ -182,50 +141,9 @@ impl RouteSnapshot {
                 retry_after_ms: *retry_after_ms,
             },
             Plan::Lone(i) => route(*i as usize, Path::Lone),
-            Plan::WeightedPair {
-                first,
-                second,
-                first_share,
-            } => {
-                let i = if rng.next_f64() < *first_share {
-                    first
-                } else {
-                    second
-                };
-                route(*i as usize, Path::WeightedPair)
-            }
-            Plan::TwoChoices(pool) => {
-                let (a, b) = pool.draw_two(rng);
-                let c = self.candidates();
-                let i = if c[b].score() < c[a].score() { b } else { a };
-                route(i, Path::TwoChoices)
-            }
-            Plan::ByCapacity(pool) => route(self.less_waiting(pool, rng), Path::ByCapacity),
-            Plan::Fallback(pool) => route(self.less_waiting(pool, rng), Path::Fallback),
-        }
-    }
-}
-
-impl RouteSnapshot {
-    /// Two distinct pool members drawn by capacity, the one with less work waiting per
-    /// unit of capacity (ties to the first drawn); a lone member is taken.
-    ///
-    /// Per unit of capacity because a queue drains at a rate proportional to the slots
-    /// serving it: 20 waiting on 64 slots clear long before 10 waiting on 8. Comparing
-    /// absolute counts sent work to the small site whenever its queue was shorter in
-    /// requests, however much longer in time (the routing simulator showed small remote
-    /// sites stacking queues of 60 and more that way). Compared by cross-multiplying, so
-    /// no division: capacities are at least the floor and waiting counts are finite.
-    fn less_waiting<R: Rng + ?Sized>(&self, pool: &Pool, rng: &mut R) -> usize {
-        if pool.members.len() == 1 {
-            return pool.members[0] as usize;
-        }
-        let (a, b) = pool.draw_two(rng);
-        let c = self.candidates();
-        if c[b].waiting() * c[a].capacity() < c[a].waiting() * c[b].capacity() {
-            b
-        } else {
-            a
+            Plan::Spread(pool) => route(pool.draw(rng), Path::Spread),
+            Plan::ByCapacity(pool) => route(pool.draw(rng), Path::ByCapacity),
+            Plan::Fallback(pool) => route(pool.draw(rng), Path::Fallback),
         }
     }
 }
@@ -245,22 +163,28 @@ mod tests {
     use super::*;
     use crate::reading::CandidateKey;
     use crate::rng::SplitMix64;
-    use crate::snapshot::{Candidate, Refusals};
+    use crate::snapshot::{Candidate, Refusals, Signal};
 
     const REFUSE: Refusals = Refusals {
         shed_retry_after_ms: None,
         unavailable_retry_after_ms: 5_000,
     };
 
-    fn cand(site: &str, capacity: f64, score: f64, waiting: f64) -> Candidate {
+    /// A measured candidate whose newest sample read `rho` (a remote one: 5 s apart).
+    fn cand(site: &str, capacity: f64, rho: f64, waiting: f64) -> Candidate {
         Candidate::measured(
             CandidateKey::new(site, "p"),
             capacity,
-            score,
-            score,
+            rho,
+            rho,
             waiting,
             false,
         )
+        .with_signal(Signal {
+            rho_now: rho,
+            life_ms: 5_000.0,
+            pace: 1.0,
+        })
     }
 
     fn picked_site(d: Decision<'_>) -> String {
@@ -270,31 +194,44 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lone_site_with_room_is_taken() {
-        let s = RouteSnapshot::new(
-            "m",
-            vec![cand("a", 4.0, 0.5, 0.0), cand("b", 64.0, 1.5, 0.0)],
-            vec![],
-            REFUSE,
-        );
-        let d = s.pick(&mut SplitMix64::new(1));
-        assert_eq!(d.path(), Some(Path::Lone));
-        assert_eq!(picked_site(d), "a");
+    fn shares(s: &RouteSnapshot, n: u32, seed: u64) -> std::collections::HashMap<String, f64> {
+        let mut rng = SplitMix64::new(seed);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..n {
+            *counts.entry(picked_site(s.pick(&mut rng))).or_insert(0.0) += 1.0 / f64::from(n);
+        }
+        counts
     }
 
     #[test]
-    fn two_choices_never_picks_the_most_loaded_of_three() {
+    fn lone_site_with_headroom_is_taken() {
+        // 64 slots turning over every 2 s absorb 32/s; 192 queued over 5 s is 38/s: none.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![cand("a", 4.0, 0.5, 0.0), cand("b", 64.0, 4.0, 192.0)],
+            vec![],
+            REFUSE,
+        );
+        for seed in 0..20 {
+            let d = s.pick(&mut SplitMix64::new(seed));
+            assert_eq!(d.path(), Some(Path::Lone));
+            assert_eq!(picked_site(d), "a");
+        }
+    }
+
+    #[test]
+    fn spread_never_picks_a_site_without_headroom() {
         let s = RouteSnapshot::new(
             "m",
             vec![
                 cand("a", 10.0, 0.1, 0.0),
                 cand("b", 10.0, 0.5, 0.0),
-                cand("c", 10.0, 0.9, 0.0),
+                cand("c", 10.0, 5.0, 40.0),
             ],
             vec![],
             REFUSE,
         );
+        assert_eq!(s.path(), Some(Path::Spread));
         let mut rng = SplitMix64::new(3);
         for _ in 0..1_000 {
             assert_ne!(picked_site(s.pick(&mut rng)), "c");
@@ -302,88 +239,85 @@ mod tests {
     }
 
     #[test]
-    fn by_capacity_prefers_less_waiting_among_two_not_full() {
-        let s = RouteSnapshot::new(
-            "m",
-            vec![cand("a", 10.0, 1.2, 5.0), cand("b", 10.0, 1.5, 1.0)],
-            vec![],
-            REFUSE,
-        );
-        let mut rng = SplitMix64::new(9);
-        for _ in 0..100 {
-            let d = s.pick(&mut rng);
-            assert_eq!(d.path(), Some(Path::ByCapacity));
-            assert_eq!(picked_site(d), "b");
-        }
-    }
-
-    #[test]
-    fn by_capacity_compares_work_waiting_per_unit_of_capacity() {
-        // The small site has fewer requests waiting (8 < 24) but three times as many per
-        // slot (1.0 against 0.375): the large one drains first and must win every draw.
-        let s = RouteSnapshot::new(
-            "m",
-            vec![cand("small", 8.0, 1.5, 8.0), cand("large", 64.0, 1.2, 24.0)],
-            vec![],
-            REFUSE,
-        );
-        let mut rng = SplitMix64::new(11);
-        for _ in 0..200 {
-            let d = s.pick(&mut rng);
-            assert_eq!(d.path(), Some(Path::ByCapacity));
-            assert_eq!(picked_site(d), "large");
-        }
-        // At equal waiting per slot the first drawn is kept, so both are still used.
-        let even = RouteSnapshot::new(
-            "m",
-            vec![cand("small", 8.0, 1.5, 8.0), cand("large", 64.0, 1.2, 64.0)],
-            vec![],
-            REFUSE,
-        );
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..400 {
-            seen.insert(picked_site(even.pick(&mut rng)));
-        }
-        assert_eq!(seen, ["small", "large"].map(String::from).into());
-    }
-
-    #[test]
-    fn fallback_prefers_measured_full_sites_to_unmeasured_and_spreads_among_them() {
-        let full = |site: &str, waiting: f64| {
-            Candidate::measured(CandidateKey::new(site, "p"), 10.0, 2.0, 2.0, waiting, true)
-        };
+    fn balanced_sites_share_traffic_in_proportion_to_capacity_not_by_who_reads_lowest() {
+        // The herding the old "lower score wins" rule caused: a site reading a hair lower
+        // took most of the traffic. Now the shares follow capacity, nudged by the reading.
         let s = RouteSnapshot::new(
             "m",
             vec![
-                full("a", 4.0),
-                full("b", 4.0),
+                cand("s8", 8.0, 0.84, 0.0),
+                cand("s16", 16.0, 0.85, 0.0),
+                cand("s32", 32.0, 0.86, 0.0),
+                cand("s64", 64.0, 0.86, 0.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        let got = shares(&s, 40_000, 7);
+        for (site, cap) in [("s8", 8.0), ("s16", 16.0), ("s32", 32.0), ("s64", 64.0)] {
+            let want = cap / 120.0;
+            assert!(
+                (got[site] - want).abs() < 0.02,
+                "{site}: {} vs {want}",
+                got[site]
+            );
+        }
+    }
+
+    #[test]
+    fn by_capacity_prefers_less_waiting_per_unit_of_capacity() {
+        // No site has headroom. The small one has fewer requests waiting (40 < 166) but
+        // more per slot (5 against 2.6): the large one drains first and takes most.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                cand("small", 8.0, 6.0, 40.0),
+                cand("large", 64.0, 3.6, 166.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::ByCapacity));
+        let got = shares(&s, 20_000, 11);
+        // Weights 8 (8/48)^2 = 0.2222 and 64 (64/230)^2 = 4.955.
+        let want = 4.955 / (4.955 + 0.2222);
+        assert!((got["large"] - want).abs() < 0.02, "{got:?}");
+        assert!(got["small"] > 0.0, "still spread, not herded");
+    }
+
+    #[test]
+    fn fallback_spreads_over_the_unmeasured_by_capacity() {
+        let only_unmeasured = RouteSnapshot::new(
+            "m",
+            vec![
+                Candidate::unmeasured(CandidateKey::new("u1", "p"), 1.0),
+                Candidate::unmeasured(CandidateKey::new("u2", "p"), 3.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(only_unmeasured.path(), Some(Path::Fallback));
+        let got = shares(&only_unmeasured, 20_000, 5);
+        assert!((got["u2"] - 0.75).abs() < 0.02, "{got:?}");
+    }
+
+    #[test]
+    fn a_measured_site_is_preferred_to_an_unmeasured_one_even_when_full() {
+        let full = Candidate::measured(CandidateKey::new("f", "p"), 10.0, 9.0, 9.0, 80.0, true);
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                full,
                 Candidate::unmeasured(CandidateKey::new("u", "p"), 100.0),
             ],
             vec![],
             REFUSE,
         );
+        assert_eq!(s.path(), Some(Path::ByCapacity));
         let mut rng = SplitMix64::new(5);
-        let mut seen = std::collections::HashSet::new();
         for _ in 0..200 {
-            let d = s.pick(&mut rng);
-            assert_eq!(d.path(), Some(Path::Fallback));
-            seen.insert(picked_site(d));
+            assert_eq!(picked_site(s.pick(&mut rng)), "f");
         }
-        assert_eq!(seen, ["a", "b"].map(String::from).into());
-
-        let only_unmeasured = RouteSnapshot::new(
-            "m",
-            vec![
-                Candidate::unmeasured(CandidateKey::new("u1", "p"), 1.0),
-                Candidate::unmeasured(CandidateKey::new("u2", "p"), 1.0),
-            ],
-            vec![],
-            REFUSE,
-        );
-        let picks: Vec<_> = (0..200)
-            .map(|_| picked_site(only_unmeasured.pick(&mut rng)))
-            .collect();
-        assert!(picks.iter().any(|p| p == "u1") && picks.iter().any(|p| p == "u2"));
     }
 
     #[test]
@@ -422,11 +356,11 @@ mod tests {
     }
 
     #[test]
-    fn draw_two_always_returns_distinct_members_even_at_extreme_draws() {
-        struct Fixed(Vec<u64>);
+    fn a_draw_at_either_extreme_stays_among_the_members() {
+        struct Fixed(u64);
         impl Rng for Fixed {
             fn next_u64(&mut self) -> u64 {
-                self.0.remove(0)
+                self.0
             }
         }
         let s = RouteSnapshot::new(
@@ -434,17 +368,14 @@ mod tests {
             vec![
                 cand("a", 1.0, 0.1, 0.0),
                 cand("b", 2.0, 0.2, 0.0),
-                cand("c", 3.0, 0.3, 0.0),
+                cand("c", 3.0, 9.0, 30.0),
             ],
             vec![],
             REFUSE,
         );
-        let Plan::TwoChoices(pool) = &s.plan else {
-            panic!("three with room")
-        };
-        for (x, y) in [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX), (u64::MAX, 0)] {
-            let (a, b) = pool.draw_two(&mut Fixed(vec![x, y]));
-            assert_ne!(a, b);
+        for x in [0, u64::MAX] {
+            let site = picked_site(s.pick(&mut Fixed(x)));
+            assert!(site == "a" || site == "b", "{site} has no headroom");
         }
     }
 

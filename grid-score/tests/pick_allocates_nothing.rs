@@ -4,7 +4,7 @@
 use std::alloc::System;
 
 use grid_score::{
-    Candidate, CandidateKey, Decision, Reading, Refusals, RouteSnapshot, RouteTable, Routes,
+    Candidate, CandidateKey, Decision, Path, Reading, Refusals, RouteSnapshot, RouteTable, Routes,
     ScoreConfig, Scorer, SplitMix64,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -18,7 +18,9 @@ fn snapshot_with(room: usize, no_room: usize) -> RouteSnapshot {
             let score = if i < room {
                 0.05 * i as f64
             } else {
-                1.0 + i as f64
+                // Past rho 2 a site's queue outweighs its turnover (default turnover and
+                // spread): no headroom.
+                3.0 + i as f64
             };
             Candidate::measured(
                 CandidateKey::new(format!("s{i}"), "p"),
@@ -42,7 +44,7 @@ fn snapshot_with(room: usize, no_room: usize) -> RouteSnapshot {
 }
 
 fn picks_on_every_path_allocate_nothing() {
-    // Every path: two choices, weighted pair, lone, by capacity, fallback, unavailable,
+    // Every path: spread (many and two), lone, by capacity, fallback, unavailable,
     // unknown model; plus a table built by a real scorer.
     let mut scorer = Scorer::new(ScoreConfig::default());
     let keys: Vec<_> = (0..16)
@@ -57,7 +59,10 @@ fn picks_on_every_path_allocate_nothing() {
         scorer.observe(key, &r).unwrap();
     }
     let scored = scorer.refresh(1_000, &Routes::new().with("real", keys));
-    let full = Candidate::measured(CandidateKey::new("f", "p"), 4.0, 2.0, 2.0, 9.0, true);
+    let unmeasured = vec![
+        Candidate::unmeasured(CandidateKey::new("u1", "p"), 4.0),
+        Candidate::unmeasured(CandidateKey::new("u2", "p"), 8.0),
+    ];
     let table = RouteTable::from_snapshots([
         snapshot_with(16, 0),
         RouteSnapshot::new(
@@ -89,7 +94,7 @@ fn picks_on_every_path_allocate_nothing() {
         ),
         RouteSnapshot::new(
             "fallback",
-            vec![full],
+            unmeasured,
             vec![],
             Refusals {
                 shed_retry_after_ms: None,
@@ -107,6 +112,16 @@ fn picks_on_every_path_allocate_nothing() {
         ),
     ]);
     let models = ["m", "pair", "lone", "bycap", "fallback", "empty", "absent"];
+    for (model, path) in [
+        ("m", Some(Path::Spread)),
+        ("pair", Some(Path::Spread)),
+        ("lone", Some(Path::Lone)),
+        ("bycap", Some(Path::ByCapacity)),
+        ("fallback", Some(Path::Fallback)),
+        ("empty", None),
+    ] {
+        assert_eq!(table.get(model).unwrap().path(), path, "{model}");
+    }
     let mut rng = SplitMix64::new(11);
     let mut routed = 0u64;
 

@@ -1,11 +1,10 @@
 //! Properties of selection across learner, refresh and pick.
 
-use std::collections::HashMap;
-
 use grid_score::fuzzing;
 use grid_score::{
     Candidate, CandidateKey, CandidateState, Decision, ExcludeReason, Observed, Path, Reading,
-    Refusals, RouteSnapshot, Routes, ScoreConfig, Scorer, SplitMix64, UNMEASURED, UnitQueues,
+    Refusals, RouteSnapshot, Routes, ScoreConfig, Scorer, Signal, SplitMix64, UNMEASURED,
+    UnitQueues,
 };
 use proptest::prelude::*;
 
@@ -131,96 +130,87 @@ proptest! {
             prop_assert!(false, "{v}");
         }
     }
-
-    /// Two with room: the first is picked with share capacity/(1+score) over the sum.
-    #[test]
-    fn weighted_pair_picks_match_the_stated_weights(
-        cap_a in 1.0..100.0f64, cap_b in 1.0..100.0f64,
-        rho_a in 0.0..0.99f64, rho_b in 0.0..0.99f64,
-        seed in any::<u64>(),
-    ) {
-        let snap = RouteSnapshot::new("m", vec![
-            Candidate::measured(CandidateKey::new("a", "p"), cap_a, rho_a, rho_a, 0.0, false),
-            Candidate::measured(CandidateKey::new("b", "p"), cap_b, rho_b, rho_b, 0.0, false),
-        ], vec![], REFUSE);
-        prop_assert_eq!(snap.path(), Some(Path::WeightedPair));
-        let (wa, wb) = (cap_a / (1.0 + rho_a), cap_b / (1.0 + rho_b));
-        let p = wa / (wa + wb);
-        let n = 20_000;
-        let mut rng = SplitMix64::new(seed);
-        let hits = (0..n).filter(|_| matches!(snap.pick(&mut rng),
-            Decision::Route { candidate, .. } if &**candidate.site() == "a")).count();
-        let sigma = (p * (1.0 - p) / f64::from(n)).sqrt();
-        let observed = hits as f64 / f64::from(n);
-        // Five standard errors (plus a hair for p near 0 or 1): a false alarm is ~1 in 3.5M.
-        prop_assert!((observed - p).abs() <= 5.0 * sigma + 1e-3, "observed {observed}, stated {p}");
-    }
 }
 
-/// Exact two-choices distribution: draw a by capacity, then b by capacity among the rest;
-/// the lower score wins (ties to the first drawn).
-fn two_choices_distribution(caps: &[f64], scores: &[f64]) -> Vec<f64> {
-    let total: f64 = caps.iter().sum();
-    let mut p = vec![0.0; caps.len()];
-    for a in 0..caps.len() {
-        for b in 0..caps.len() {
-            if a == b {
-                continue;
-            }
-            let pair = caps[a] / total * caps[b] / (total - caps[a]);
-            let winner = if scores[b] < scores[a] { b } else { a };
-            p[winner] += pair;
-        }
-    }
-    p
+/// The stated spread distribution: each candidate with headroom is picked with
+/// probability its headroom over the total (read back from the snapshot, which the unit
+/// tests of `headroom` pin to the formula).
+fn spread_distribution(snap: &RouteSnapshot) -> Vec<f64> {
+    let total: f64 = snap.candidates().iter().map(Candidate::headroom).sum();
+    snap.candidates()
+        .iter()
+        .map(|c| c.headroom() / total)
+        .collect()
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// Picks over many draws match the stated weights: chi-square over the spread path.
     #[test]
-    fn two_choices_picks_match_the_exact_distribution_by_chi_square(
-        sites in proptest::collection::vec((1.0..64.0f64, 0.0..0.99f64), 3..8),
+    fn spread_picks_match_the_stated_headroom_by_chi_square(
+        sites in proptest::collection::vec(
+            (1.0..64.0f64, 0.0..3.0f64, prop_oneof![Just(1_000.0), Just(5_000.0)], 0.05..1.0f64),
+            2..8,
+        ),
         seed in any::<u64>(),
     ) {
-        let caps: Vec<f64> = sites.iter().map(|s| s.0).collect();
-        let scores: Vec<f64> = sites.iter().map(|s| s.1).collect();
-        let candidates = sites.iter().enumerate().map(|(i, (c, r))| {
+        let candidates = sites.iter().enumerate().map(|(i, (c, r, life, pace))| {
             Candidate::measured(CandidateKey::new(format!("s{i}"), "p"), *c, *r, *r, 0.0, false)
+                .with_signal(Signal { rho_now: *r, life_ms: *life, pace: *pace })
         }).collect();
         let snap = RouteSnapshot::new("m", candidates, vec![], REFUSE);
-        prop_assert_eq!(snap.path(), Some(Path::TwoChoices));
-        let expected = two_choices_distribution(&caps, &scores);
+        let with_headroom = snap.candidates().iter().filter(|c| c.headroom() > 0.0).count();
+        prop_assume!(with_headroom >= 2);
+        prop_assert_eq!(snap.path(), Some(Path::Spread));
+        let expected = spread_distribution(&snap);
         let n = 40_000u32;
-        let mut counts: HashMap<usize, u32> = HashMap::new();
+        let mut counts = vec![0u32; expected.len()];
         let mut rng = SplitMix64::new(seed);
         for _ in 0..n {
-            let Decision::Route { candidate, .. } = snap.pick(&mut rng) else { panic!("routes") };
-            *counts.entry(candidate.site()[1..].parse().unwrap()).or_default() += 1;
+            let Decision::Route { index, .. } = snap.pick(&mut rng) else { panic!("routes") };
+            counts[index] += 1;
         }
-        // Chi-square over cells with a usable expectation; the most loaded site has
+        // Chi-square over cells with a usable expectation; a site without headroom has
         // probability exactly 0 and must never be picked.
         let mut chi2 = 0.0;
-        let mut cells = 0;
-        for (i, p) in expected.iter().enumerate() {
-            let hits = counts.get(&i).copied().unwrap_or(0);
-            let observed = f64::from(hits);
+        for (p, hits) in expected.iter().zip(&counts) {
             let e = p * f64::from(n);
             if e >= 5.0 {
-                chi2 += (observed - e).powi(2) / e;
-                cells += 1;
+                chi2 += (f64::from(*hits) - e).powi(2) / e;
             } else if *p == 0.0 {
-                prop_assert_eq!(hits, 0, "site {} has zero probability", i);
+                prop_assert_eq!(*hits, 0, "a site without headroom was picked");
             }
         }
         // 99.99th percentile of chi-square with at most 7 degrees of freedom is 29.9.
-        prop_assert!(chi2 < 30.0, "chi2 {chi2} over {cells} cells: {expected:?} vs {counts:?}");
+        prop_assert!(chi2 < 30.0, "chi2 {chi2}: {expected:?} vs {counts:?}");
     }
 }
 
 #[test]
-fn the_two_choices_oracle_sums_to_one() {
-    let p = two_choices_distribution(&[1.0, 2.0, 3.0, 4.0], &[0.4, 0.3, 0.2, 0.1]);
+fn the_spread_distribution_sums_to_one_and_gives_a_drowned_site_nothing() {
+    let cand = |site: &str, cap: f64, rho: f64| {
+        Candidate::measured(CandidateKey::new(site, "p"), cap, rho, rho, 0.0, false)
+    };
+    let snap = RouteSnapshot::new(
+        "m",
+        vec![
+            cand("a", 8.0, 0.5),
+            cand("b", 16.0, 0.9),
+            cand("c", 8.0, 9.0),
+        ],
+        vec![],
+        REFUSE,
+    );
+    let p = spread_distribution(&snap);
     assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-    assert!(p[0].abs() < 1e-15, "the most loaded never wins two choices");
+    let c = snap
+        .candidates()
+        .iter()
+        .position(|c| &**c.site() == "c")
+        .unwrap();
+    assert!(
+        p[c].abs() < 1e-15,
+        "a queue that outweighs turnover gets nothing"
+    );
 }
