@@ -129,18 +129,7 @@ pub fn frame(
     )?;
     let rows = samples
         .iter()
-        .map(|s| {
-            let extra = s
-                .labels
-                .iter()
-                .filter(|(k, _)| {
-                    *k != grid_signals::batch::SITE_LABEL
-                        && *k != grid_signals::batch::PROVIDER_LABEL
-                })
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect();
-            Row::new(s.name, extra, s.value, s.stamp_ms)
-        })
+        .map(Row::from_published)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Batch::new(meta, rows))
 }

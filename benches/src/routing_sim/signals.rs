@@ -279,18 +279,7 @@ fn frame(tracker: &ProviderTracker, sequence: u64, now: u64, samples: &[Publishe
     .expect("simulated names are within bounds");
     let rows = samples
         .iter()
-        .map(|s| {
-            let extra = s
-                .labels
-                .iter()
-                .filter(|(k, _)| {
-                    *k != grid_signals::batch::SITE_LABEL
-                        && *k != grid_signals::batch::PROVIDER_LABEL
-                })
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect();
-            Row::new(s.name, extra, s.value, s.stamp_ms).expect("published rows are valid")
-        })
+        .map(|s| Row::from_published(s).expect("published rows are valid"))
         .collect();
     Batch::new(meta, rows)
 }

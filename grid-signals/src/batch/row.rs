@@ -43,6 +43,20 @@ impl Row {
         })
     }
 
+    /// The row an operator's publication sample travels as: the framing labels
+    /// (`grid_site`, `grid_provider`) live on the batch's metadata line, so only the
+    /// sample's extra labels stay on the row. One conversion, shared by the operator and
+    /// the routing simulator, so both frame publications identically.
+    pub fn from_published(sample: &crate::epp::PublishedSample) -> Result<Self, Error> {
+        let extra = sample
+            .labels
+            .iter()
+            .filter(|(k, _)| *k != SITE_LABEL && *k != PROVIDER_LABEL)
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        Self::new(sample.name, extra, sample.value, sample.stamp_ms)
+    }
+
     /// A row from parts [`check_row`] already accepted (labels sorted by it).
     pub(crate) fn from_checked(
         name: &str,
@@ -151,6 +165,30 @@ mod tests {
 
     fn labels(n: usize) -> Vec<(String, String)> {
         (0..n).map(|i| (format!("l{i}"), "v".to_owned())).collect()
+    }
+
+    #[test]
+    fn a_published_sample_keeps_only_its_extra_labels_on_the_row() {
+        let sample = crate::epp::PublishedSample {
+            name: "llm_d_epp_per_endpoint_queue_size",
+            labels: vec![
+                (SITE_LABEL, "a".to_owned()),
+                (PROVIDER_LABEL, "p".to_owned()),
+                ("model_server_endpoint", "10.0.0.1:8000".to_owned()),
+            ],
+            value: 3.0,
+            stamp_ms: 1_700_000_000_000,
+        };
+        let row = Row::from_published(&sample).expect("valid");
+        assert_eq!(row.name(), "llm_d_epp_per_endpoint_queue_size");
+        assert_eq!(
+            row.labels(),
+            &[(
+                "model_server_endpoint".to_owned(),
+                "10.0.0.1:8000".to_owned()
+            )]
+        );
+        assert_eq!(row.value(), 3.0);
     }
 
     fn rule(r: Result<Row, Error>) -> BatchRule {
