@@ -188,7 +188,7 @@ mod tests {
                 "10.0.0.1:8000".to_owned()
             )]
         );
-        assert_eq!(row.value(), 3.0);
+        assert!((row.value() - 3.0).abs() < f64::EPSILON);
     }
 
     fn rule(r: Result<Row, Error>) -> BatchRule {
