@@ -2,10 +2,12 @@
 //!
 //! The soft bound is the most in-flight the site held with nothing queued; the hard bound
 //! is the least it held in service (in-flight less what waits in queues or flow control)
-//! at a demonstrated limit. Capacity is the lesser (the soft
-//! bound counted with [`SOFT_BOUND_HEADROOM`]), never below [`CAPACITY_FLOOR`]. Both bounds lose their evidence with a half-life
-//! ([`BOUND_HALF_LIFE_MS`]) so a site that was resized is relearned rather than trusted
-//! forever at its old size.
+//! at a demonstrated limit. Capacity, what the site has shown, is the lesser, never below
+//! [`CAPACITY_FLOOR`]; reach, what selection reads it at, counts the soft bound with
+//! [`SOFT_BOUND_HEADROOM`] so a site that never showed a limit is explored. Both bounds
+//! lose their evidence with a half-life ([`BOUND_HALF_LIFE_MS`]) so a site that was
+//! resized is relearned rather than trusted forever at its old size. Only readings of a
+//! serving site move a bound (the learner's rule).
 
 /// The least capacity any candidate is read at, in requests.
 ///
@@ -69,12 +71,22 @@ impl Bounds {
         self.hard.map(|b| b.value * b.half_lives(now_ms).exp2())
     }
 
-    /// The lesser of the hard bound and the soft bound with headroom, never below
-    /// [`CAPACITY_FLOOR`]; the floor when nothing is known.
+    /// What the site has shown it holds: the lesser of the two bounds as they stand,
+    /// never below [`CAPACITY_FLOOR`]; the floor when nothing is known. This is what
+    /// metrics and status pages call capacity: a 16-slot site reads at most 16.
     pub(crate) fn capacity(&self, now_ms: u64) -> f64 {
-        let soft = self
-            .soft(now_ms)
-            .map_or(f64::INFINITY, |s| s * SOFT_BOUND_HEADROOM);
+        self.lesser(now_ms, 1.0)
+    }
+
+    /// What selection reads the site at: as [`Bounds::capacity`] but with the soft bound
+    /// counted with [`SOFT_BOUND_HEADROOM`], so a site that never showed a limit is
+    /// offered more than it has held and its size is explored.
+    pub(crate) fn reach(&self, now_ms: u64) -> f64 {
+        self.lesser(now_ms, SOFT_BOUND_HEADROOM)
+    }
+
+    fn lesser(&self, now_ms: u64, headroom: f64) -> f64 {
+        let soft = self.soft(now_ms).map_or(f64::INFINITY, |s| s * headroom);
         let hard = self.hard(now_ms).unwrap_or(f64::INFINITY);
         let lesser = soft.min(hard);
         if lesser.is_finite() {
@@ -122,20 +134,22 @@ mod tests {
     fn idle_site_reads_at_the_floor_not_zero() {
         let mut b = Bounds::default();
         b.held_unqueued(0.0, 0);
-        assert!(close(b.capacity(0), CAPACITY_FLOOR * SOFT_BOUND_HEADROOM));
-        b.held_at_limit(0.0, 0);
+        assert!(close(b.reach(0), CAPACITY_FLOOR * SOFT_BOUND_HEADROOM));
         assert!(close(b.capacity(0), CAPACITY_FLOOR));
+        b.held_at_limit(0.0, 0);
+        assert!(close(b.reach(0), CAPACITY_FLOOR));
     }
 
     #[test]
     fn capacity_is_the_lesser_bound_with_soft_headroom() {
         let mut b = Bounds::default();
         b.held_unqueued(40.0, 0);
-        assert!(close(b.capacity(0), 40.0 * SOFT_BOUND_HEADROOM));
+        assert!(close(b.reach(0), 40.0 * SOFT_BOUND_HEADROOM));
+        assert!(close(b.capacity(0), 40.0), "shown without headroom");
         b.held_at_limit(30.0, 0);
-        assert!(close(b.capacity(0), 30.0));
+        assert!(close(b.reach(0), 30.0) && close(b.capacity(0), 30.0));
         b.held_at_limit(35.0, 0); // not less: the least limit stands
-        assert!(close(b.capacity(0), 30.0));
+        assert!(close(b.reach(0), 30.0));
         b.held_unqueued(20.0, 0); // not more: the most unqueued stands
         assert!(close(b.soft(0).unwrap(), 40.0));
     }
@@ -153,12 +167,12 @@ mod tests {
         let mut b = Bounds::default();
         b.held_unqueued(100.0, 0);
         b.held_at_limit(10.0, 0);
-        assert!(close(b.capacity(0), 10.0));
+        assert!(close(b.reach(0), 10.0));
         assert!(close(b.hard(BOUND_HALF_LIFE_MS).unwrap(), 20.0));
         // Soft decays too, but far more slowly towards the floor than hard relaxes.
         let later = 3 * BOUND_HALF_LIFE_MS;
         assert!(close(
-            b.capacity(later),
+            b.reach(later),
             80.0_f64.min((1.0 + 99.0 / 8.0) * SOFT_BOUND_HEADROOM)
         ));
     }
@@ -168,8 +182,9 @@ mod tests {
         let mut b = Bounds::default();
         b.held_unqueued(50.0, 0);
         b.held_at_limit(5.0, 0);
-        let c = b.capacity(u64::MAX);
-        assert!(c.is_finite() && c >= CAPACITY_FLOOR);
+        for c in [b.capacity(u64::MAX), b.reach(u64::MAX)] {
+            assert!(c.is_finite() && c >= CAPACITY_FLOOR);
+        }
     }
 
     #[test]

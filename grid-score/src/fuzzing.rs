@@ -9,8 +9,9 @@
 //! - no panic;
 //! - every snapshot value is finite and in range, or the [`crate::UNMEASURED`] sentinel;
 //!   capacity is never NaN, negative or below [`crate::CAPACITY_FLOOR`];
-//! - a routed site is never one whose latest accepted reading vetoed it (ready 0 or zero
-//!   ready endpoints), and a model with any healthy candidate is never Unavailable;
+//! - a routed site is never one that a reading vetoed (ready 0 or zero ready endpoints)
+//!   unless a later reading said ready or the veto is older than the freshness window,
+//!   and a model with any healthy candidate is never Unavailable;
 //! - when a candidate has headroom, the pick goes to a candidate with headroom, and never
 //!   to an unmeasured one while one is measured;
 //! - an unconfigured model is always `UnknownModel`.
@@ -272,6 +273,7 @@ fn check_table(step: usize, table: &RouteTable) -> Result<(), Violation> {
 pub fn run_steps(steps: &[Step], shedding: bool) -> Result<RunStats, Violation> {
     let mut config = ScoreConfig::default();
     config.shedding.enabled = shedding;
+    let fresh_for_ms = config.fresh_for_ms;
     let mut scorer = Scorer::new(config);
     let routes = fuzz_routes();
     let mut clock = START_MS;
@@ -279,7 +281,9 @@ pub fn run_steps(steps: &[Step], shedding: bool) -> Result<RunStats, Violation> 
     // The latest accepted reading per site, read independently of the learner: whether
     // it vetoed the site outright.
     let mut last_stamp: [Option<u64>; FUZZ_SITES as usize] = [None; FUZZ_SITES as usize];
-    let mut vetoed: HashSet<u8> = HashSet::new();
+    // Per site, the stamp of the veto that stands (the model of the exclusion rule, kept
+    // apart from the learner's).
+    let mut veto_at: [Option<u64>; FUZZ_SITES as usize] = [None; FUZZ_SITES as usize];
     let mut vetoed_at_refresh = HashSet::new();
     let mut table = RouteTable::default();
     let mut rng = SplitMix64::new(0x5EED);
@@ -290,11 +294,19 @@ pub fn run_steps(steps: &[Step], shedding: bool) -> Result<RunStats, Violation> 
                 let newer = last_stamp[usize::from(*site)].is_none_or(|s| reading.stamp_ms > s);
                 match scorer.observe(&key(*site), reading) {
                     Ok(_) if newer => {
-                        last_stamp[usize::from(*site)] = Some(reading.stamp_ms);
+                        let s = usize::from(*site);
+                        last_stamp[s] = Some(reading.stamp_ms);
                         if reading.ready == Some(false) || reading.ready_endpoints == Some(0) {
-                            vetoed.insert(*site);
-                        } else {
-                            vetoed.remove(site);
+                            veto_at[s] = Some(reading.stamp_ms);
+                        } else if reading.ready_endpoints.is_some()
+                            || reading.ready == Some(true)
+                            || veto_at[s].is_some_and(|at| {
+                                reading.stamp_ms.saturating_sub(at) > fresh_for_ms
+                            })
+                        {
+                            // A reading that says ready clears the veto; one that says
+                            // nothing clears it only once the veto has aged out.
+                            veto_at[s] = None;
                         }
                     }
                     Ok(_) => {}
@@ -305,12 +317,17 @@ pub fn run_steps(steps: &[Step], shedding: bool) -> Result<RunStats, Violation> 
             Step::Forget { site } => {
                 scorer.forget(&key(*site));
                 last_stamp[usize::from(*site)] = None;
-                vetoed.remove(site);
+                veto_at[usize::from(*site)] = None;
             }
             Step::Advance { ms } => clock += ms,
             Step::Refresh => {
                 table = scorer.refresh(clock, &routes);
-                vetoed_at_refresh.clone_from(&vetoed);
+                vetoed_at_refresh = (0..FUZZ_SITES)
+                    .filter(|&s| {
+                        veto_at[usize::from(s)]
+                            .is_some_and(|at| clock.saturating_sub(at) <= fresh_for_ms)
+                    })
+                    .collect();
                 check_table(i, &table)?;
             }
             Step::Pick { model, draws } => {

@@ -60,7 +60,8 @@ pub(crate) struct Learner {
     interval_ms: f64,
     pace: Pace,
     waiting: f64,
-    excluded: Option<ExcludeReason>,
+    /// Why the site is out and the stamp of the newest reading that said so.
+    excluded: Option<(ExcludeReason, u64)>,
     had_units: bool,
     full_since: Option<u64>,
     last_full: Option<u64>,
@@ -70,7 +71,11 @@ pub(crate) struct Learner {
 /// What the ordering step reads from a learner at one instant.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct LearnerView {
+    /// What the site has shown it holds (the lesser bound, no headroom).
     pub(crate) capacity: f64,
+    /// What selection reads it at: the shown capacity with exploration headroom on a
+    /// soft bound (see [`crate::SOFT_BOUND_HEADROOM`]).
+    pub(crate) reach: f64,
     /// Smoothed rho and recent worst, present only when a fresh loaded sample exists.
     pub(crate) load: Option<(f64, f64)>,
     /// Unsmoothed rho of the newest loaded sample; read only with `load`.
@@ -85,17 +90,52 @@ pub(crate) struct LearnerView {
     pub(crate) excluded: Option<ExcludeReason>,
 }
 
+/// What one reading says about whether the site can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The reading says the site is out (see [`ExcludeReason`]).
+    Out(ExcludeReason),
+    /// The reading says the site serves: a positive ready-endpoint count with its
+    /// per-unit series where it has had them, or the operator's verdict 1.
+    Ready,
+    /// The reading carries no readiness at all (vLLM's own `/metrics`, a capped or
+    /// partial scrape): it neither excludes nor clears an exclusion.
+    Unknown,
+}
+
 impl Learner {
-    /// Feeds one already-validated reading.
-    pub(crate) fn observe(&mut self, r: &Reading) -> Observed {
+    /// Feeds one already-validated reading. `hold_ms` is how long an exclusion outlives
+    /// the reading that made it when later readings say nothing about readiness (the
+    /// scorer passes its freshness window): an old zero never outlives its reading.
+    pub(crate) fn observe(&mut self, r: &Reading, hold_ms: u64) -> Observed {
         if self.last_stamp.is_some_and(|last| r.stamp_ms <= last) {
             return Observed::NotNewer;
         }
         self.last_stamp = Some(r.stamp_ms);
-        self.excluded = self.exclusion(r);
-        self.had_units |= r.units.is_some();
-
         let stamp = r.stamp_ms;
+        match self.verdict(r) {
+            Verdict::Out(reason) => self.excluded = Some((reason, stamp)),
+            Verdict::Ready => self.excluded = None,
+            Verdict::Unknown => {
+                if self
+                    .excluded
+                    .is_some_and(|(_, at)| stamp.saturating_sub(at) > hold_ms)
+                {
+                    self.excluded = None;
+                }
+            }
+        }
+        self.had_units |= r.units.is_some();
+        if self.excluded.is_some() {
+            // An excluded site is not serving: what it reads now (frozen averages, flow
+            // control holding everything at zero endpoints) is no evidence of its size or
+            // its pace, and learning from it collapsed a 12-slot site to the floor for
+            // 18 minutes after a 6 s blip. Bounds, pressure and pace wait for it to rejoin.
+            self.full = false;
+            self.full_since = None;
+            return Observed::NewSample;
+        }
+
         if r.learning_allowed
             && let Some(n) = r.in_flight
         {
@@ -106,7 +146,7 @@ impl Learner {
                 self.bounds.held_at_limit(r.in_service(n), stamp);
             }
         }
-        let capacity = self.bounds.capacity(stamp);
+        let capacity = self.bounds.reach(stamp);
         self.waiting = r.queue_depth.unwrap_or(0.0) + r.flow_held.unwrap_or(0.0);
         let rho = instant_rho(r.in_flight, capacity, r.kv_pressure()).map(|instant| {
             if let Some(prev) = self.last_load_stamp {
@@ -134,15 +174,17 @@ impl Learner {
         Observed::NewSample
     }
 
-    fn exclusion(&self, r: &Reading) -> Option<ExcludeReason> {
+    fn verdict(&self, r: &Reading) -> Verdict {
         if r.ready == Some(false) {
-            Some(ExcludeReason::NotReady)
+            Verdict::Out(ExcludeReason::NotReady)
         } else if r.ready_endpoints == Some(0) {
-            Some(ExcludeReason::NoReadyEndpoints)
-        } else if self.had_units && r.units.is_none() && r.ready_endpoints.is_some() {
-            Some(ExcludeReason::UnitSeriesStopped)
+            Verdict::Out(ExcludeReason::NoReadyEndpoints)
+        } else if r.ready_endpoints.is_some() && self.had_units && r.units.is_none() {
+            Verdict::Out(ExcludeReason::UnitSeriesStopped)
+        } else if r.ready_endpoints.is_some() || r.ready == Some(true) {
+            Verdict::Ready
         } else {
-            None
+            Verdict::Unknown
         }
     }
 
@@ -158,7 +200,9 @@ impl Learner {
     }
 
     /// The learner as the ordering step sees it at `now_ms`; load counts only when its
-    /// newest sample is at most `fresh_for_ms` old.
+    /// newest sample is at most `fresh_for_ms` old, and an exclusion only while the
+    /// newest reading that made it is (a site that fell silent after reading zero is
+    /// unmeasured, least preferred, not excluded for ever).
     pub(crate) fn view(&self, now_ms: u64, fresh_for_ms: u64) -> LearnerView {
         let fresh = self
             .last_load_stamp
@@ -170,6 +214,7 @@ impl Learner {
         };
         LearnerView {
             capacity: self.bounds.capacity(now_ms),
+            reach: self.bounds.reach(now_ms),
             load,
             instant: self.instant,
             interval_ms: self.interval_ms,
@@ -178,7 +223,10 @@ impl Learner {
             full: fresh && self.full,
             full_since: self.full_since.filter(|_| fresh),
             last_full: self.last_full,
-            excluded: self.excluded,
+            excluded: self
+                .excluded
+                .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms)
+                .map(|(reason, _)| reason),
         }
     }
 }
@@ -213,14 +261,14 @@ mod tests {
     #[test]
     fn capacity_is_learned_from_unqueued_and_limit_readings() {
         let mut l = Learner::default();
-        l.observe(&load(1, 20.0, 0.0));
-        assert!(
-            (l.view(1, FRESH).capacity - 40.0).abs() < 1e-9,
-            "soft bound with headroom"
-        );
+        l.observe(&load(1, 20.0, 0.0), FRESH);
+        let v = l.view(1, FRESH);
+        assert!((v.reach - 40.0).abs() < 1e-9, "soft bound with headroom");
+        assert!((v.capacity - 20.0).abs() < 1e-9, "shown as held");
         // At the limit 12 are in flight but 4 of them wait: the slots hold 8.
-        l.observe(&saturated(2, 12.0));
-        assert!((l.view(2, FRESH).capacity - 8.0).abs() < 1e-9);
+        l.observe(&saturated(2, 12.0), FRESH);
+        let v = l.view(2, FRESH);
+        assert!((v.capacity - 8.0).abs() < 1e-9 && (v.reach - 8.0).abs() < 1e-9);
     }
 
     #[test]
@@ -230,13 +278,16 @@ mod tests {
         let mut t = 0;
         for _ in 0..4 {
             t += 5_000;
-            l.observe(&Reading {
-                units: Some(UnitQueues {
-                    units: 2,
-                    waiting: 2,
-                }),
-                ..load(t, 32.0, 24.0)
-            });
+            l.observe(
+                &Reading {
+                    units: Some(UnitQueues {
+                        units: 2,
+                        waiting: 2,
+                    }),
+                    ..load(t, 32.0, 24.0)
+                },
+                FRESH,
+            );
         }
         let v = l.view(t, FRESH);
         assert!((v.interval_ms - 5_000.0).abs() < 1e-9, "readings stand 5 s");
@@ -248,7 +299,14 @@ mod tests {
         assert!((v.instant - 4.0).abs() < 1e-9, "32 in flight on 8 slots");
         for _ in 0..20 {
             t += 5_000;
-            l.observe(&load(t, 4.0, 0.0));
+            let drained = Reading {
+                units: Some(UnitQueues {
+                    units: 2,
+                    waiting: 0,
+                }),
+                ..load(t, 4.0, 0.0)
+            };
+            l.observe(&drained, FRESH);
         }
         assert!((l.view(t, FRESH).pace - 1.0).abs() < 1e-12);
     }
@@ -256,26 +314,26 @@ mod tests {
     #[test]
     fn a_reading_that_is_not_newer_leaves_rho_alone() {
         let mut l = Learner::default();
-        assert_eq!(l.observe(&load(10, 5.0, 0.0)), Observed::NewSample);
+        assert_eq!(l.observe(&load(10, 5.0, 0.0), FRESH), Observed::NewSample);
         let before = l.view(10, FRESH);
-        assert_eq!(l.observe(&load(10, 50.0, 9.0)), Observed::NotNewer);
-        assert_eq!(l.observe(&load(9, 50.0, 9.0)), Observed::NotNewer);
+        assert_eq!(l.observe(&load(10, 50.0, 9.0), FRESH), Observed::NotNewer);
+        assert_eq!(l.observe(&load(9, 50.0, 9.0), FRESH), Observed::NotNewer);
         assert_eq!(l.view(10, FRESH), before);
     }
 
     #[test]
     fn paused_learning_keeps_bounds_but_still_reads_pressure() {
         let mut l = Learner::default();
-        l.observe(&load(1, 10.0, 0.0));
+        l.observe(&load(1, 10.0, 0.0), FRESH);
         let paused = Reading {
             learning_allowed: false,
             ..load(2, 30.0, 0.0)
         };
-        l.observe(&paused);
+        l.observe(&paused, FRESH);
         let v = l.view(2, FRESH);
         assert!(
-            (v.capacity - 20.0).abs() < 1e-3,
-            "bounds frozen at soft 10 with headroom (1 ms of decay aside)"
+            (v.reach - 20.0).abs() < 1e-3 && (v.capacity - 10.0).abs() < 1e-3,
+            "bounds frozen at soft 10 (1 ms of decay aside)"
         );
         let (rho, _) = v.load.unwrap();
         assert!(
@@ -287,14 +345,14 @@ mod tests {
     #[test]
     fn reset_forgets_bounds_and_load_but_not_the_last_stamp() {
         let mut l = Learner::default();
-        l.observe(&saturated(1, 4.0));
+        l.observe(&saturated(1, 4.0), FRESH);
         l.reset();
         let v = l.view(1, FRESH);
         assert!((v.capacity - CAPACITY_FLOOR).abs() < 1e-9);
         assert_eq!(v.load, None);
         assert_eq!(v.full_since, None);
-        assert_eq!(l.observe(&saturated(1, 4.0)), Observed::NotNewer);
-        assert_eq!(l.observe(&load(2, 3.0, 0.0)), Observed::NewSample);
+        assert_eq!(l.observe(&saturated(1, 4.0), FRESH), Observed::NotNewer);
+        assert_eq!(l.observe(&load(2, 3.0, 0.0), FRESH), Observed::NewSample);
         let (rho, worst) = l.view(2, FRESH).load.unwrap();
         assert!(
             (rho - 0.5).abs() < 1e-9 && (worst - 0.5).abs() < 1e-9,
@@ -302,33 +360,167 @@ mod tests {
         );
     }
 
+    /// A reading that carries no readiness at all: no verdict, no endpoint count.
+    fn silent_on_readiness(stamp: u64) -> Reading {
+        Reading {
+            ready_endpoints: None,
+            in_flight: None,
+            queue_depth: None,
+            ..Reading::new(stamp)
+        }
+    }
+
     #[test]
-    fn not_ready_excludes_until_a_newer_reading_clears_it() {
+    fn not_ready_excludes_until_a_newer_reading_says_ready() {
         let mut l = Learner::default();
-        l.observe(&Reading {
-            ready: Some(false),
-            ..load(1, 1.0, 0.0)
-        });
-        assert_eq!(l.view(1, FRESH).excluded, Some(ExcludeReason::NotReady));
-        // Going stale does not clear it.
-        assert_eq!(
-            l.view(1_000_000, FRESH).excluded,
-            Some(ExcludeReason::NotReady)
+        l.observe(
+            &Reading {
+                ready: Some(false),
+                ..load(1, 1.0, 0.0)
+            },
+            FRESH,
         );
-        l.observe(&Reading {
-            ready: None,
-            ..load(2, 1.0, 0.0)
-        });
-        assert_eq!(l.view(2, FRESH).excluded, None);
+        assert_eq!(l.view(1, FRESH).excluded, Some(ExcludeReason::NotReady));
+        l.observe(
+            &Reading {
+                ready: None,
+                ..load(2, 1.0, 0.0)
+            },
+            FRESH,
+        );
+        assert_eq!(l.view(2, FRESH).excluded, None, "two ready endpoints");
+    }
+
+    #[test]
+    fn excluded_until_a_later_reading_says_ready_not_merely_until_one_says_nothing() {
+        // Regression (issue 13): any newer reading that did not say 0 cleared the
+        // exclusion, an unknown one included.
+        let mut l = Learner::default();
+        l.observe(
+            &Reading {
+                ready_endpoints: Some(0),
+                ..Reading::new(1_000)
+            },
+            FRESH,
+        );
+        l.observe(&silent_on_readiness(2_000), FRESH);
+        assert_eq!(
+            l.view(2_000, FRESH).excluded,
+            Some(ExcludeReason::NoReadyEndpoints),
+            "a reading without readiness leaves the exclusion as it was"
+        );
+        l.observe(&load(3_000, 1.0, 0.0), FRESH);
+        assert_eq!(
+            l.view(3_000, FRESH).excluded,
+            None,
+            "a count of 2 says ready"
+        );
+    }
+
+    #[test]
+    fn an_old_zero_never_outlives_its_reading_when_later_ones_carry_no_readiness() {
+        // Regression (issue 13, sticky exclusion): a site that read zero once and then
+        // only batches without the series stayed excluded for ever (503 at 10, 40, 600 s).
+        let mut l = Learner::default();
+        l.observe(
+            &Reading {
+                ready_endpoints: Some(0),
+                ..Reading::new(1_000)
+            },
+            FRESH,
+        );
+        let mut t = 1_000;
+        while t < 600_000 {
+            t += 1_000;
+            l.observe(&silent_on_readiness(t), FRESH);
+            let want = (t - 1_000 <= FRESH).then_some(ExcludeReason::NoReadyEndpoints);
+            assert_eq!(l.view(t, FRESH).excluded, want, "at {t} ms");
+        }
+        // Exactly at the hold the zero still stands; one past, it has aged out, also when
+        // nothing newer arrives at all.
+        let mut quiet = Learner::default();
+        quiet.observe(
+            &Reading {
+                ready: Some(false),
+                ..Reading::new(1_000)
+            },
+            FRESH,
+        );
+        assert!(quiet.view(1_000 + FRESH, FRESH).excluded.is_some());
+        assert!(quiet.view(1_001 + FRESH, FRESH).excluded.is_none());
+    }
+
+    #[test]
+    fn readings_of_an_excluded_site_never_move_a_capacity_bound() {
+        // Regression (issue 13, capacity collapse): at zero ready endpoints flow control
+        // holds everything and nothing is in service, which the learner took for a hard
+        // bound of zero: a 12-slot site fell to the floor for 18 minutes. A twin that
+        // never saw the blip must end up exactly where the blipped one does.
+        let (mut blipped, mut twin) = (Learner::default(), Learner::default());
+        let mut t = 0;
+        for _ in 0..5 {
+            t += 1_000;
+            blipped.observe(&saturated(t, 16.0), FRESH); // 12 in service at a limit
+            twin.observe(&saturated(t, 16.0), FRESH);
+        }
+        assert!((blipped.view(t, FRESH).capacity - 12.0).abs() < 1e-6);
+        for _ in 0..6 {
+            t += 1_000;
+            blipped.observe(
+                &Reading {
+                    ready_endpoints: Some(0),
+                    in_flight: Some(20.0),
+                    queue_depth: Some(0.0),
+                    flow_held: Some(20.0),
+                    ..Reading::new(t)
+                },
+                FRESH,
+            );
+            assert_eq!(
+                blipped.view(t, FRESH).excluded,
+                Some(ExcludeReason::NoReadyEndpoints)
+            );
+        }
+        t += 1_000;
+        let not_ready = Reading {
+            ready: Some(false),
+            ..saturated(t, 2.0)
+        };
+        blipped.observe(&not_ready, FRESH);
+        t += 1_000;
+        let back = Reading {
+            units: Some(UnitQueues {
+                units: 2,
+                waiting: 0,
+            }),
+            ..load(t, 3.0, 0.0)
+        };
+        blipped.observe(&back, FRESH);
+        twin.observe(&back, FRESH);
+        let (after, want) = (blipped.view(t, FRESH), twin.view(t, FRESH));
+        assert_eq!(after.excluded, None);
+        assert!(
+            (after.capacity - want.capacity).abs() < 1e-9
+                && (after.reach - want.reach).abs() < 1e-9,
+            "{after:?} against {want:?}"
+        );
+        assert!((after.pace - want.pace).abs() < 1e-12, "pace untouched");
+        assert!(
+            (after.reach - 6.0).abs() < 1e-6,
+            "hard 12, soft 3 explored to 6"
+        );
     }
 
     #[test]
     fn zero_ready_endpoints_excludes() {
         let mut l = Learner::default();
-        l.observe(&Reading {
-            ready_endpoints: Some(0),
-            ..Reading::new(1)
-        });
+        l.observe(
+            &Reading {
+                ready_endpoints: Some(0),
+                ..Reading::new(1)
+            },
+            FRESH,
+        );
         assert_eq!(
             l.view(1, FRESH).excluded,
             Some(ExcludeReason::NoReadyEndpoints)
@@ -338,40 +530,46 @@ mod tests {
     #[test]
     fn unit_series_that_stop_while_endpoints_stamp_exclude() {
         let mut l = Learner::default();
-        l.observe(&Reading {
-            units: Some(UnitQueues {
-                units: 2,
-                waiting: 0,
-            }),
-            ..load(1, 1.0, 0.0)
-        });
-        l.observe(&load(2, 1.0, 0.0));
+        l.observe(
+            &Reading {
+                units: Some(UnitQueues {
+                    units: 2,
+                    waiting: 0,
+                }),
+                ..load(1, 1.0, 0.0)
+            },
+            FRESH,
+        );
+        l.observe(&load(2, 1.0, 0.0), FRESH);
         assert_eq!(
             l.view(2, FRESH).excluded,
             Some(ExcludeReason::UnitSeriesStopped)
         );
-        l.observe(&Reading {
-            units: Some(UnitQueues {
-                units: 2,
-                waiting: 0,
-            }),
-            ..load(3, 1.0, 0.0)
-        });
+        l.observe(
+            &Reading {
+                units: Some(UnitQueues {
+                    units: 2,
+                    waiting: 0,
+                }),
+                ..load(3, 1.0, 0.0)
+            },
+            FRESH,
+        );
         assert_eq!(l.view(3, FRESH).excluded, None);
     }
 
     #[test]
     fn a_backend_without_unit_series_is_never_excluded_for_it() {
         let mut l = Learner::default();
-        l.observe(&load(1, 1.0, 0.0));
-        l.observe(&load(2, 1.0, 0.0));
+        l.observe(&load(1, 1.0, 0.0), FRESH);
+        l.observe(&load(2, 1.0, 0.0), FRESH);
         assert_eq!(l.view(2, FRESH).excluded, None);
     }
 
     #[test]
     fn load_exactly_at_the_freshness_limit_counts_and_one_past_does_not() {
         let mut l = Learner::default();
-        l.observe(&load(1_000, 1.0, 0.0));
+        l.observe(&load(1_000, 1.0, 0.0), FRESH);
         assert!(l.view(1_000 + FRESH, FRESH).load.is_some());
         assert!(l.view(1_000 + FRESH + 1, FRESH).load.is_none());
     }
@@ -379,13 +577,13 @@ mod tests {
     #[test]
     fn saturation_with_work_waiting_starts_a_full_run_that_a_roomy_sample_ends() {
         let mut l = Learner::default();
-        l.observe(&load(1, 4.0, 0.0)); // capacity 8, rho 0.5
-        l.observe(&saturated(2, 16.0)); // rho 0.5 * 2 + 0.5 * 0.5 = 1.25
-        l.observe(&saturated(3, 16.0));
+        l.observe(&load(1, 4.0, 0.0), FRESH); // capacity 8, rho 0.5
+        l.observe(&saturated(2, 16.0), FRESH); // rho 0.5 * 2 + 0.5 * 0.5 = 1.25
+        l.observe(&saturated(3, 16.0), FRESH);
         let v = l.view(3, FRESH);
         assert!(v.full);
         assert_eq!((v.full_since, v.last_full), (Some(2), Some(3)));
-        l.observe(&load(4, 1.0, 0.0));
+        l.observe(&load(4, 1.0, 0.0), FRESH);
         let v = l.view(4, FRESH);
         assert!(!v.full);
         assert_eq!((v.full_since, v.last_full), (None, Some(3)));

@@ -239,7 +239,8 @@ mod tests {
             line(&text, r#"score_capacity{site="a",provider="p"}"#)
                 .split(' ')
                 .nth(1),
-            Some("8.0")
+            Some("4.0"),
+            "what it held, not the headroom selection explores"
         );
         assert_eq!(
             line(&text, r#"score_rho{site="a",provider="p"}"#)

@@ -111,7 +111,7 @@ impl Scorer {
     pub fn observe(&mut self, key: &CandidateKey, reading: &Reading) -> Result<Observed, Error> {
         reading.validate(key)?;
         if let Some(learner) = self.learners.get_mut(key) {
-            return Ok(learner.observe(reading));
+            return Ok(learner.observe(reading, self.config.fresh_for_ms));
         }
         if self.learners.len() >= MAX_CANDIDATES {
             return Err(Error::CandidateCap {
@@ -124,7 +124,7 @@ impl Scorer {
             .learners
             .entry(key.clone())
             .or_default()
-            .observe(reading))
+            .observe(reading, self.config.fresh_for_ms))
     }
 
     /// A revision event: forgets the candidate's bounds, load and congestion history.
@@ -190,13 +190,14 @@ impl Scorer {
             candidates.push(match v.load {
                 Some((rho, worst)) => {
                     Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
+                        .with_reach(v.reach)
                         .with_signal(Signal {
                             rho_now: v.instant,
                             life_ms: v.interval_ms,
                             pace: v.pace,
                         })
                 }
-                None => Candidate::unmeasured(key.clone(), v.capacity),
+                None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
             });
         }
         let shedding = self.shed.entry(model.clone()).or_default().step(
@@ -323,7 +324,7 @@ mod tests {
         let cap = |s: &mut Scorer| {
             s.refresh(1, &routes(&["a"])).get("m").unwrap().candidates()[0].capacity()
         };
-        assert!((cap(&mut s) - 40.0 * crate::SOFT_BOUND_HEADROOM).abs() < 1e-9);
+        assert!((cap(&mut s) - 40.0).abs() < 1e-9);
         assert_eq!(s.handle(ScoreInput::RevisionReset(&key("a"))), Ok(None));
         assert!((cap(&mut s) - crate::CAPACITY_FLOOR).abs() < 1e-9);
     }

@@ -44,6 +44,7 @@ impl CandidateState {
 pub struct Candidate {
     key: CandidateKey,
     capacity: f64,
+    reach: f64,
     rho: f64,
     score: f64,
     waiting: f64,
@@ -89,9 +90,11 @@ impl Candidate {
             CandidateState::NoRoom
         };
         let rho = clean(rho, crate::RHO_CAP);
+        let capacity = clean(capacity, f64::MAX).max(crate::CAPACITY_FLOOR);
         Self {
             key,
-            capacity: clean(capacity, f64::MAX).max(crate::CAPACITY_FLOOR),
+            capacity,
+            reach: capacity,
             rho,
             score,
             waiting: clean(waiting, f64::MAX),
@@ -121,6 +124,16 @@ impl Candidate {
         self
     }
 
+    /// Sets the capacity selection reads the candidate at (see [`Candidate::reach`]);
+    /// never below its shown capacity. Non-finite values are ignored.
+    #[must_use]
+    pub fn with_reach(mut self, reach: f64) -> Self {
+        if reach.is_finite() {
+            self.reach = reach.clamp(self.capacity, f64::MAX);
+        }
+        self
+    }
+
     /// A candidate with no fresh reading: rho and score are [`UNMEASURED`].
     pub fn unmeasured(key: CandidateKey, capacity: f64) -> Self {
         let capacity = if capacity.is_nan() {
@@ -131,6 +144,7 @@ impl Candidate {
         Self {
             key,
             capacity,
+            reach: capacity,
             rho: UNMEASURED,
             score: UNMEASURED,
             waiting: 0.0,
@@ -154,9 +168,17 @@ impl Candidate {
         &self.key.site
     }
 
-    /// Learned capacity in requests; finite and at least [`crate::CAPACITY_FLOOR`].
+    /// Learned capacity in requests, what the site has shown it holds (a 16-slot site
+    /// reads at most 16); finite and at least [`crate::CAPACITY_FLOOR`].
     pub fn capacity(&self) -> f64 {
         self.capacity
+    }
+
+    /// The capacity selection reads: [`Candidate::capacity`], or more for a site that has
+    /// only shown what it held without queueing ([`crate::SOFT_BOUND_HEADROOM`]), so its
+    /// size is explored. Rho, headroom and the by-capacity weights use it.
+    pub fn reach(&self) -> f64 {
+        self.reach
     }
 
     /// Latest smoothed rho, or [`UNMEASURED`].
@@ -233,7 +255,7 @@ impl Pool {
         let mut cumulative = prefix(&weight);
         let total = cumulative.last().copied().unwrap_or(0.0);
         if !(total.is_finite() && total > 0.0) {
-            cumulative = prefix(&|c: &Candidate| c.capacity);
+            cumulative = prefix(&|c: &Candidate| c.reach);
         }
         Self {
             members,
@@ -307,12 +329,12 @@ impl RouteSnapshot {
         candidates.sort_by(|a, b| {
             a.score
                 .total_cmp(&b.score)
-                .then(b.capacity.total_cmp(&a.capacity))
+                .then(b.reach.total_cmp(&a.reach))
         });
         for c in &mut candidates {
             if c.state != CandidateState::Unmeasured {
                 c.headroom = crate::headroom::headroom(
-                    c.capacity,
+                    c.reach,
                     c.signal.rho_now,
                     c.signal.pace,
                     c.signal.life_ms,
@@ -382,7 +404,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
                 // Loss of signal is least preferred, and load is spread by capacity rather
                 // than herded onto one unmeasured site.
                 let all = members(candidates, |_| true);
-                Plan::Fallback(Pool::new(all, candidates, |c| c.capacity))
+                Plan::Fallback(Pool::new(all, candidates, |c| c.reach))
             } else {
                 // Every measured site's queue outweighs its turnover: spread by capacity
                 // (and pace: a queue drains in proportion to the slots serving it, slower
@@ -392,8 +414,8 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
                 // proportion, lowered the simulator's p99 at 95% load by 10-35% on every
                 // seed tried and left 85% unchanged).
                 Plan::ByCapacity(Pool::new(measured, candidates, |c| {
-                    let share = c.capacity / (c.capacity + c.waiting);
-                    c.signal.pace * c.capacity * share * share
+                    let share = c.reach / (c.reach + c.waiting);
+                    c.signal.pace * c.reach * share * share
                 }))
             }
         }

@@ -81,14 +81,16 @@ proptest! {
         let mut scorer = Scorer::new(ScoreConfig::default());
         let now = 100_000;
         let rounds = history.len() as u64;
-        // Whether each site's latest accepted (newer) reading vetoed it.
+        // Whether each site's latest accepted (newer) reading vetoed it, and when: a veto
+        // stands while its reading is fresh (an old zero never outlives its reading).
+        let fresh = ScoreConfig::default().fresh_for_ms;
         let mut vetoed = vec![false; sites];
         for (round, inputs) in history.iter().enumerate() {
             for (i, key) in keys.iter().enumerate() {
                 let s = inputs.get(i).unwrap_or(&inputs[0]);
                 let stamp = if s.stale { 1 + round as u64 } else { now - (rounds - round as u64) * 1_000 };
                 if scorer.observe(key, &reading(stamp, s)).unwrap() == Observed::NewSample {
-                    vetoed[i] = s.veto.is_some();
+                    vetoed[i] = s.veto.is_some() && now - stamp <= fresh;
                 }
             }
         }

@@ -13,9 +13,9 @@
 //! The operator keeps one [`ProviderTracker`] per provider, feeds it every scrape outcome
 //! with the wall-clock `now` (`u64` milliseconds since the Unix epoch), and reads back the
 //! verdict ([`ProviderTracker::readiness`]) and the batch samples
-//! ([`ProviderTracker::publication`]). The gateway side ([`exclusion::exclusion`],
-//! [`in_flight::gateway_in_flight`]) is pure functions over stamped readings its store
-//! holds.
+//! ([`ProviderTracker::publication`]). What the gateway concludes from the relayed series
+//! (its exclusion and its own in-flight) lives where it runs, in `grid_score::from_store`
+//! and the scorer's learner.
 //!
 //! # I/O boundary
 //!
@@ -23,7 +23,6 @@
 //! [`SampleView`]); time comes in as `now`. Names and labels read, every series published
 //! and the Ready-condition reasons are listed in `docs/metrics.md`.
 
-pub mod exclusion;
 pub mod failure;
 pub mod in_flight;
 pub mod latency;
@@ -33,11 +32,8 @@ pub mod readiness;
 pub mod reading;
 pub mod tracker;
 
-pub use exclusion::{Exclusion, exclusion};
 pub use failure::ScrapeFailure;
-pub use in_flight::{
-    InFlightEstimate, InFlightSource, RelayedLoad, Stamped, gateway_in_flight, operator_in_flight,
-};
+pub use in_flight::{InFlightEstimate, InFlightSource, operator_in_flight};
 pub use latency::{CounterChange, Latency, LatencyWindow};
 pub use publication::{PublishedSample, publication};
 pub use readiness::{Readiness, ReadyReason, ReadyStatus, ScrapeTiming, StaleWindow};
