@@ -3,6 +3,7 @@
 
 use crate::capacity::Bounds;
 use crate::headroom::Pace;
+use crate::live::{LiveEvidence, LiveState};
 use crate::reading::Reading;
 use crate::rho::{Pressure, instant_rho};
 
@@ -66,6 +67,7 @@ pub(crate) struct Learner {
     full_since: Option<u64>,
     last_full: Option<u64>,
     full: bool,
+    live: LiveState,
 }
 
 /// What the ordering step reads from a learner at one instant.
@@ -88,6 +90,7 @@ pub(crate) struct LearnerView {
     pub(crate) full_since: Option<u64>,
     pub(crate) last_full: Option<u64>,
     pub(crate) excluded: Option<ExcludeReason>,
+    pub(crate) live: crate::live::LiveView,
 }
 
 /// What one reading says about whether the site can serve.
@@ -188,13 +191,20 @@ impl Learner {
         }
     }
 
-    /// A revision changed: forget bounds, load and congestion history. The last stamp and
-    /// the exclusion verdict stay: a replayed older reading must not count as new, and
-    /// readiness is about the site, not the revision.
+    /// Folds in what the responses said since the last refresh.
+    pub(crate) fn observe_live(&mut self, evidence: &LiveEvidence, now_ms: u64) {
+        self.live.observe(evidence, now_ms);
+    }
+
+    /// A revision changed: forget bounds, load and congestion history. The last stamp,
+    /// the exclusion verdict and the live evidence stay: a replayed older reading must
+    /// not count as new, and readiness and serving failures are about the site, not the
+    /// revision.
     pub(crate) fn reset(&mut self) {
         *self = Self {
             last_stamp: self.last_stamp,
             excluded: self.excluded,
+            live: self.live,
             ..Self::default()
         };
     }
@@ -227,6 +237,7 @@ impl Learner {
                 .excluded
                 .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms)
                 .map(|(reason, _)| reason),
+            live: self.live.view(now_ms),
         }
     }
 }

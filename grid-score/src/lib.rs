@@ -68,6 +68,7 @@ pub mod fuzzing;
 mod hash;
 mod headroom;
 mod learner;
+pub mod live;
 mod metrics;
 mod reading;
 mod rho;
@@ -97,5 +98,6 @@ pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
 pub use select::{Decision, Outcome, Path};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
-    Candidate, CandidateState, Excluded, Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
+    Candidate, CandidateState, Excluded, LIVE_FACTOR_FLOOR, Refusals, RouteSnapshot, RouteTable,
+    Signal, UNMEASURED,
 };

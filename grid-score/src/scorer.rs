@@ -8,6 +8,7 @@ use crate::config::ScoreConfig;
 use crate::error::Error;
 use crate::hash::FnvMap;
 use crate::learner::{Learner, LearnerView, Observed};
+use crate::live::{LiveBoard, LiveEvidence};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
 use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable, Signal};
@@ -127,6 +128,37 @@ impl Scorer {
             .observe(reading, self.config.fresh_for_ms))
     }
 
+    /// Folds in what a candidate's responses said since the last drain of its slot
+    /// (see [`crate::live`]), at `now_ms`. Refused only at the candidate cap.
+    pub fn observe_live(
+        &mut self,
+        key: &CandidateKey,
+        evidence: &LiveEvidence,
+        now_ms: u64,
+    ) -> Result<(), Error> {
+        if !self.learners.contains_key(key) && self.learners.len() >= MAX_CANDIDATES {
+            return Err(Error::CandidateCap {
+                limit: MAX_CANDIDATES,
+                site: key.site.clone(),
+                provider: key.provider.clone(),
+            });
+        }
+        self.learners
+            .entry(key.clone())
+            .or_default()
+            .observe_live(evidence, now_ms);
+        Ok(())
+    }
+
+    /// Drains every slot of `board` into the scorer at `now_ms` (the refresh's live
+    /// half; call it before [`Scorer::refresh`]). Returns the refusals (candidate cap).
+    pub fn feed_live(&mut self, board: &LiveBoard, now_ms: u64) -> Vec<Error> {
+        board
+            .iter()
+            .filter_map(|(key, slot)| self.observe_live(key, &slot.drain(), now_ms).err())
+            .collect()
+    }
+
     /// A revision event: forgets the candidate's bounds, load and congestion history.
     pub fn reset(&mut self, key: &CandidateKey) {
         if let Some(learner) = self.learners.get_mut(key) {
@@ -187,18 +219,21 @@ impl Scorer {
                     last_full: v.last_full,
                 });
             }
-            candidates.push(match v.load {
-                Some((rho, worst)) => {
-                    Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
-                        .with_reach(v.reach)
-                        .with_signal(Signal {
-                            rho_now: v.instant,
-                            life_ms: v.interval_ms,
-                            pace: v.pace,
-                        })
+            candidates.push(
+                match v.load {
+                    Some((rho, worst)) => {
+                        Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
+                            .with_reach(v.reach)
+                            .with_signal(Signal {
+                                rho_now: v.instant,
+                                life_ms: v.interval_ms,
+                                pace: v.pace,
+                            })
+                    }
+                    None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
                 }
-                None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
-            });
+                .with_live(v.live.factor, v.live.headroom),
+            );
         }
         let shedding = self.shed.entry(model.clone()).or_default().step(
             now_ms,
@@ -379,6 +414,85 @@ mod tests {
                 }
             ),
             "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_band_in_one_response_moves_traffic_at_the_next_refresh_without_a_reading() {
+        use crate::live::{FlowObservation, LiveBoard};
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a", "b"]);
+        for site in ["a", "b"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("a"), key("b")]);
+        let share_of_a = |t: &RouteTable| {
+            let mut rng = SplitMix64::new(9);
+            let picks = 4_000;
+            let hits = (0..picks)
+                .filter(|_| {
+                    matches!(t.pick("m", &mut rng), Decision::Route { candidate, .. } if &**candidate.site() == "a")
+                })
+                .count();
+            hits as f64 / f64::from(picks)
+        };
+        let calm = FlowObservation {
+            headroom: Some(20),
+            ..FlowObservation::default()
+        };
+        board.slot(&key("a")).unwrap().record_room(1_100, &calm);
+        board.slot(&key("b")).unwrap().record_room(1_100, &calm);
+        assert!(s.feed_live(&board, 1_200).is_empty());
+        let before = s.refresh(1_200, &r);
+        assert!((share_of_a(&before) - 0.5).abs() < 0.05);
+        assert_eq!(before.get("m").unwrap().grid_headroom(), Some(40));
+        // One response from a says its band is full; no poll, no new reading.
+        let full = FlowObservation {
+            headroom: Some(0),
+            ..FlowObservation::default()
+        };
+        board.slot(&key("a")).unwrap().record_room(1_300, &full);
+        s.feed_live(&board, 1_300);
+        let after = s.refresh(1_300, &r);
+        assert!(share_of_a(&after) < 0.01, "{}", share_of_a(&after));
+        assert_eq!(after.get("m").unwrap().grid_headroom(), Some(20));
+        // Its weight comes back as the signal ages.
+        let later = s.refresh(1_300 + 3 * crate::live::LIVE_ROOM_HALF_LIFE_MS, &r);
+        assert!(share_of_a(&later) > 0.4, "{}", share_of_a(&later));
+    }
+
+    #[test]
+    fn serving_failures_weigh_a_site_down_and_answers_bring_it_back() {
+        use crate::live::LiveBoard;
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a", "b"]);
+        for site in ["a", "b"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("a"), key("b")]);
+        let a = board.slot(&key("a")).unwrap();
+        for _ in 0..5 {
+            a.record_failure();
+        }
+        s.feed_live(&board, 1_000);
+        let t = s.refresh(1_000, &r);
+        let weight = |t: &RouteTable, site: &str| {
+            t.get("m")
+                .unwrap()
+                .candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .unwrap()
+                .live_factor()
+        };
+        assert!((weight(&t, "a") - 1.0 / 6.0).abs() < 1e-9);
+        assert!((weight(&t, "b") - 1.0).abs() < 1e-12);
+        a.record_answer();
+        s.feed_live(&board, 1_000);
+        let t = s.refresh(1_000, &r);
+        assert!(
+            (weight(&t, "a") - 1.0 / 3.5).abs() < 1e-9,
+            "halved by an answer"
         );
     }
 }

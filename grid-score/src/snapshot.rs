@@ -51,6 +51,8 @@ pub struct Candidate {
     state: CandidateState,
     signal: Signal,
     headroom: f64,
+    live_factor: f64,
+    live_headroom: Option<u64>,
 }
 
 /// What a candidate's newest sample itself read, beyond its smoothed load: the inputs of
@@ -105,6 +107,8 @@ impl Candidate {
                 pace: 1.0,
             },
             headroom: 0.0,
+            live_factor: 1.0,
+            live_headroom: None,
         }
     }
 
@@ -134,6 +138,25 @@ impl Candidate {
         self
     }
 
+    /// Sets what the candidate's own responses said lately (see [`crate::live`]): the
+    /// factor its selection weight is multiplied by (clamped into `[0, 1]`; NaN reads 1)
+    /// and its fresh band headroom, summed into [`RouteSnapshot::grid_headroom`].
+    #[must_use]
+    pub fn with_live(mut self, factor: f64, headroom: Option<u64>) -> Self {
+        self.live_factor = if factor.is_nan() {
+            1.0
+        } else {
+            factor.clamp(0.0, 1.0)
+        };
+        self.live_headroom = headroom;
+        self
+    }
+
+    /// The factor the candidate's responses put on its selection weight, in `[0, 1]`.
+    pub fn live_factor(&self) -> f64 {
+        self.live_factor
+    }
+
     /// A candidate with no fresh reading: rho and score are [`UNMEASURED`].
     pub fn unmeasured(key: CandidateKey, capacity: f64) -> Self {
         let capacity = if capacity.is_nan() {
@@ -155,6 +178,8 @@ impl Candidate {
                 pace: 1.0,
             },
             headroom: 0.0,
+            live_factor: 1.0,
+            live_headroom: None,
         }
     }
 
@@ -225,6 +250,11 @@ pub struct Excluded {
     pub reason: ExcludeReason,
 }
 
+/// The least live factor a by-capacity weight is multiplied by: with every site out of
+/// headroom a site whose responses say "full" is drawn rarely, not never, so the pool
+/// always has weight and its recovery is seen.
+pub const LIVE_FACTOR_FLOOR: f64 = 0.02;
+
 /// Weighted draw over a subset of candidates: member indices and inclusive prefix sums of
 /// their weights, built once at refresh.
 #[derive(Clone, Debug, PartialEq)]
@@ -293,6 +323,7 @@ pub struct RouteSnapshot {
     model: Arc<str>,
     candidates: Vec<Candidate>,
     excluded: Vec<Excluded>,
+    grid_headroom: Option<u64>,
     pub(crate) plan: Plan,
 }
 
@@ -333,22 +364,36 @@ impl RouteSnapshot {
         });
         for c in &mut candidates {
             if c.state != CandidateState::Unmeasured {
-                c.headroom = crate::headroom::headroom(
-                    c.reach,
-                    c.signal.rho_now,
-                    c.signal.pace,
-                    c.signal.life_ms,
-                    turnover_ms,
-                );
+                c.headroom = c.live_factor
+                    * crate::headroom::headroom(
+                        c.reach,
+                        c.signal.rho_now,
+                        c.signal.pace,
+                        c.signal.life_ms,
+                        turnover_ms,
+                    );
             }
         }
+        let grid_headroom = candidates
+            .iter()
+            .filter_map(|c| c.live_headroom)
+            .reduce(u64::saturating_add);
         let plan = plan(&candidates, refusals);
         Self {
             model: model.into(),
             candidates,
             excluded,
+            grid_headroom,
             plan,
         }
+    }
+
+    /// The grid's room for this model as a site's router would state it: the sum of the
+    /// fresh band headroom the routable candidates' responses carried (0 for one that said
+    /// it is full), `None` when none carried one. What a gateway puts in its own
+    /// `x-llm-d-flow-band-headroom-requests`.
+    pub fn grid_headroom(&self) -> Option<u64> {
+        self.grid_headroom
     }
 
     /// The model this snapshot routes.
@@ -415,7 +460,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals) -> Plan {
                 // seed tried and left 85% unchanged).
                 Plan::ByCapacity(Pool::new(measured, candidates, |c| {
                     let share = c.reach / (c.reach + c.waiting);
-                    c.signal.pace * c.reach * share * share
+                    c.live_factor.max(LIVE_FACTOR_FLOOR) * c.signal.pace * c.reach * share * share
                 }))
             }
         }

@@ -1,0 +1,32 @@
+//! Live room from the response path: what each proxied response's flow-control headers
+//! and outcome say about its site now, between the polls (seed 003, issue 13 §2).
+//!
+//! # Data flow
+//!
+//! ```text
+//! response headers --FlowHeaders::observe/finish--> FlowObservation (+ refusals to count)
+//!   --LiveSlot::record_room / record_answer / record_failure-->  (request path: atomics)
+//! refresh: LiveBoard --Scorer::observe_live(key, slot.drain(), now)--> LiveState
+//!   --snapshot--> each candidate's weight x live factor; the model's fresh grid headroom
+//! ```
+//!
+//! # I/O boundary
+//!
+//! None: header names and values come in as bytes from whatever HTTP stack the caller
+//! runs, time as `now_ms`. The slot's atomics are the only shared state, so a proxy's
+//! request path writes without a lock and the refresh reads off it.
+
+mod headers;
+mod slot;
+mod state;
+
+pub use headers::{
+    DROPPED_REASON_HEADER, DropReason, FLOW_HEADER_PREFIX, FlowHeader, FlowHeaderReject,
+    FlowHeaders, FlowObservation, FlowRefusals, HEADROOM_HEADER, HEADROOM_HEADER_PROVISIONAL,
+    MAX_HEADROOM_REQUESTS, MAX_QUEUE_DURATION_MS, QUEUE_DURATION_HEADER, is_flow_header,
+};
+pub use slot::{LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
+pub use state::{
+    FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
+};
+pub(crate) use state::{LiveState, LiveView};

@@ -1,0 +1,195 @@
+//! Where the request path leaves what each response said, for the next refresh to fold
+//! in: one slot per candidate, written with plain atomic stores and adds (no lock, no
+//! allocation), read and drained off the request path.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::headers::FlowObservation;
+use crate::reading::CandidateKey;
+
+/// Bits of the packed slot holding the stamp (ms since the Unix epoch; good to 2109).
+const STAMP_BITS: u32 = 42;
+/// Bits holding the headroom ([`super::MAX_HEADROOM_REQUESTS`] fits in 20).
+const HEADROOM_BITS: u32 = 20;
+const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
+const HEADROOM_MASK: u64 = (1 << HEADROOM_BITS) - 1;
+const HAS_HEADROOM: u64 = 1 << (STAMP_BITS + HEADROOM_BITS);
+const SATURATED: u64 = 1 << (STAMP_BITS + HEADROOM_BITS + 1);
+
+/// The newest room signal a candidate's responses carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveRoom {
+    /// When the response was read (the gateway's clock, ms since the Unix epoch).
+    pub stamp_ms: u64,
+    /// The band's headroom, when the response carried one.
+    pub headroom: Option<u64>,
+    /// The response was evidence the site is full now (zero headroom, or dropped as
+    /// `rejected-saturated`).
+    pub saturated: bool,
+}
+
+/// What a slot held when the refresh drained it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveEvidence {
+    /// The newest room signal ever recorded (not cleared: its age says what it is worth).
+    pub room: Option<LiveRoom>,
+    /// Serving failures since the last drain: a reset, a timeout, a 5xx.
+    pub failures: u32,
+    /// Answers that were not failures since the last drain.
+    pub answers: u32,
+}
+
+/// One candidate's slot.
+#[derive(Debug, Default)]
+pub struct LiveSlot {
+    room: AtomicU64,
+    failures: AtomicU32,
+    answers: AtomicU32,
+}
+
+impl LiveSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Request path: what one response said, read at `now_ms`. A response without any
+    /// room signal leaves the newest one as it was (absence is no signal).
+    pub fn record_room(&self, now_ms: u64, observation: &FlowObservation) {
+        if !observation.has_room_signal() {
+            return;
+        }
+        let mut packed = now_ms.clamp(1, STAMP_MASK);
+        if let Some(h) = observation.headroom {
+            packed |= HAS_HEADROOM | (h.min(HEADROOM_MASK) << STAMP_BITS);
+        }
+        if observation.saturated() {
+            packed |= SATURATED;
+        }
+        self.room.store(packed, Ordering::Relaxed);
+    }
+
+    /// Request path: the site answered (any status below 500).
+    pub fn record_answer(&self) {
+        self.answers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request path: the exchange failed (reset, timeout) or the site answered 5xx.
+    pub fn record_failure(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Refresh: the newest room signal, and the counts since the last drain (reset).
+    pub fn drain(&self) -> LiveEvidence {
+        let packed = self.room.load(Ordering::Relaxed);
+        let room = (packed & STAMP_MASK != 0).then(|| LiveRoom {
+            stamp_ms: packed & STAMP_MASK,
+            headroom: (packed & HAS_HEADROOM != 0)
+                .then_some((packed >> STAMP_BITS) & HEADROOM_MASK),
+            saturated: packed & SATURATED != 0,
+        });
+        LiveEvidence {
+            room,
+            failures: self.failures.swap(0, Ordering::Relaxed),
+            answers: self.answers.swap(0, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Every candidate's slot, built once from the candidate list; the request path holds
+/// the `Arc` of its candidate's slot, the refresh walks them all.
+#[derive(Clone, Debug, Default)]
+pub struct LiveBoard {
+    slots: Vec<(CandidateKey, Arc<LiveSlot>)>,
+}
+
+impl LiveBoard {
+    /// One slot per distinct key.
+    pub fn new<'a>(keys: impl IntoIterator<Item = &'a CandidateKey>) -> Self {
+        let mut slots: Vec<(CandidateKey, Arc<LiveSlot>)> = Vec::new();
+        for key in keys {
+            if !slots.iter().any(|(k, _)| k == key) {
+                slots.push((key.clone(), Arc::new(LiveSlot::new())));
+            }
+        }
+        Self { slots }
+    }
+
+    /// The slot of `key`, for the request path to hold.
+    pub fn slot(&self, key: &CandidateKey) -> Option<&Arc<LiveSlot>> {
+        self.slots.iter().find(|(k, _)| k == key).map(|(_, s)| s)
+    }
+
+    /// Every key and its slot.
+    pub fn iter(&self) -> impl Iterator<Item = (&CandidateKey, &Arc<LiveSlot>)> {
+        self.slots.iter().map(|(k, s)| (k, s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::headers::DropReason;
+
+    #[test]
+    fn a_slot_round_trips_the_newest_room_and_drains_its_counts() {
+        let slot = LiveSlot::new();
+        assert_eq!(slot.drain(), LiveEvidence::default());
+        let t = 1_764_000_000_000;
+        slot.record_room(
+            t,
+            &FlowObservation {
+                headroom: Some(19),
+                ..FlowObservation::default()
+            },
+        );
+        slot.record_room(t + 5, &FlowObservation::default()); // no signal: kept
+        slot.record_failure();
+        slot.record_answer();
+        slot.record_answer();
+        let e = slot.drain();
+        assert_eq!(
+            e.room,
+            Some(LiveRoom {
+                stamp_ms: t,
+                headroom: Some(19),
+                saturated: false
+            })
+        );
+        assert_eq!((e.failures, e.answers), (1, 2));
+        let again = slot.drain();
+        assert_eq!((again.failures, again.answers), (0, 0));
+        assert_eq!(
+            again.room, e.room,
+            "the room stays; its age decides its worth"
+        );
+    }
+
+    #[test]
+    fn the_largest_headroom_and_a_saturated_drop_survive_packing() {
+        let slot = LiveSlot::new();
+        let t = 1_764_000_000_000;
+        slot.record_room(
+            t,
+            &FlowObservation {
+                headroom: Some(crate::live::MAX_HEADROOM_REQUESTS),
+                ..FlowObservation::default()
+            },
+        );
+        assert_eq!(
+            slot.drain().room.unwrap().headroom,
+            Some(crate::live::MAX_HEADROOM_REQUESTS)
+        );
+        slot.record_room(
+            t + 1,
+            &FlowObservation {
+                dropped: Some(DropReason::RejectedSaturated),
+                ..FlowObservation::default()
+            },
+        );
+        let room = slot.drain().room.unwrap();
+        assert!(room.saturated && room.headroom.is_none());
+        assert_eq!(room.stamp_ms, t + 1);
+    }
+}

@@ -1,0 +1,173 @@
+//! What the refresh keeps of a candidate's live evidence, and the factor its selection
+//! weight is multiplied by.
+//!
+//! ```text
+//! factor = room x serving
+//! room    = 1 - w x (1 - free),  w = 2^(-age / LIVE_ROOM_HALF_LIFE_MS)
+//!           free = 0 when the response said the site is full, else headroom over the
+//!           largest headroom seen from the site (its band's size as far as it showed)
+//! serving = 1 / (1 + failures), failures decaying with FAILURE_HALF_LIFE_MS
+//! ```
+//!
+//! Both only ever lower a site's share: a polled reading already says what room a site
+//! has, and a response is worth more than a 5 s-old poll only where it says "full now"
+//! or "failing now". A fresh "full" takes the site out of the spread at once (its
+//! headroom weight is zero), which is what moves traffic within one response.
+
+use super::slot::{LiveEvidence, LiveRoom};
+
+/// A response's room signal loses half its weight every this many ms: a few seconds of
+/// a site's turnover, after which the polled readings, fresher by then, take over.
+pub const LIVE_ROOM_HALF_LIFE_MS: u64 = 1_000;
+
+/// A room signal older than this carries nothing (and is not counted in the grid's
+/// headroom header): one peer poll, by which time a polled reading has replaced it.
+pub const LIVE_ROOM_FRESH_MS: u64 = 5_000;
+
+/// Serving failures lose half their weight every this many ms (Envoy ejects for 30 s on
+/// its first ejection; this is a softer, shorter penalty, since the site is only
+/// weighted down, never ejected).
+pub const FAILURE_HALF_LIFE_MS: u64 = 10_000;
+
+/// The most failures a penalty counts: bounds how far down a site is weighted (to one
+/// seventeenth) so it still gets the odd request that shows its recovery.
+pub const MAX_FAILURE_SCORE: f64 = 16.0;
+
+/// The live state of one candidate.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct LiveState {
+    room: Option<LiveRoom>,
+    band_max: u64,
+    failures: f64,
+    failures_at: u64,
+}
+
+/// What the snapshot reads of it at one instant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LiveView {
+    /// The factor the selection weight is multiplied by, in `(0, 1]`.
+    pub(crate) factor: f64,
+    /// The fresh band headroom (0 when saturated), for the grid's own header.
+    pub(crate) headroom: Option<u64>,
+    /// The serving-failure score now.
+    pub(crate) failures: f64,
+}
+
+impl LiveState {
+    /// Folds in what a slot held at `now_ms`.
+    pub(crate) fn observe(&mut self, e: &LiveEvidence, now_ms: u64) {
+        if let Some(room) = e.room
+            && self.room.is_none_or(|r| room.stamp_ms > r.stamp_ms)
+        {
+            self.room = Some(room);
+            if let Some(h) = room.headroom {
+                self.band_max = self.band_max.max(h);
+            }
+        }
+        let decayed = self.failures_now(now_ms);
+        self.failures = if e.failures > 0 {
+            (decayed + f64::from(e.failures)).min(MAX_FAILURE_SCORE)
+        } else if e.answers > 0 {
+            // Answers without a failure show the site serves again.
+            decayed * 0.5
+        } else {
+            decayed
+        };
+        self.failures_at = now_ms.max(self.failures_at);
+    }
+
+    fn failures_now(&self, now_ms: u64) -> f64 {
+        let age = now_ms.saturating_sub(self.failures_at) as f64;
+        self.failures * (-age / FAILURE_HALF_LIFE_MS as f64).exp2()
+    }
+
+    /// The state as the snapshot reads it at `now_ms`.
+    pub(crate) fn view(&self, now_ms: u64) -> LiveView {
+        let failures = self.failures_now(now_ms);
+        let mut factor = 1.0 / (1.0 + failures);
+        let mut headroom = None;
+        if let Some(room) = self.room {
+            let age = now_ms.saturating_sub(room.stamp_ms);
+            let weight = (-(age as f64) / LIVE_ROOM_HALF_LIFE_MS as f64).exp2();
+            let free = if room.saturated {
+                0.0
+            } else {
+                room.headroom
+                    .map_or(1.0, |h| h as f64 / self.band_max.max(1) as f64)
+            };
+            factor *= 1.0 - weight * (1.0 - free);
+            if age <= LIVE_ROOM_FRESH_MS {
+                headroom = room.headroom.or(room.saturated.then_some(0));
+            }
+        }
+        LiveView {
+            factor: if factor.is_finite() {
+                factor.clamp(0.0, 1.0)
+            } else {
+                1.0
+            },
+            headroom,
+            failures,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 1_764_000_000_000;
+
+    fn room(stamp_ms: u64, headroom: Option<u64>, saturated: bool) -> LiveEvidence {
+        LiveEvidence {
+            room: Some(LiveRoom {
+                stamp_ms,
+                headroom,
+                saturated,
+            }),
+            ..LiveEvidence::default()
+        }
+    }
+
+    #[test]
+    fn a_fresh_full_band_zeroes_the_factor_and_its_weight_halves_per_half_life() {
+        let mut s = LiveState::default();
+        s.observe(&room(T, Some(20), false), T);
+        assert!((s.view(T).factor - 1.0).abs() < 1e-12, "all the band free");
+        s.observe(&room(T + 10, Some(0), true), T + 10);
+        assert!(s.view(T + 10).factor.abs() < 1e-12);
+        let later = s.view(T + 10 + LIVE_ROOM_HALF_LIFE_MS);
+        assert!((later.factor - 0.5).abs() < 1e-12, "{later:?}");
+        assert_eq!(later.headroom, Some(0));
+        assert_eq!(s.view(T + 11 + LIVE_ROOM_FRESH_MS).headroom, None, "stale");
+    }
+
+    #[test]
+    fn an_older_room_signal_never_replaces_a_newer_one() {
+        let mut s = LiveState::default();
+        s.observe(&room(T + 5, Some(0), true), T + 5);
+        s.observe(&room(T, Some(20), false), T + 6);
+        assert_eq!(s.view(T + 6).headroom, Some(0));
+    }
+
+    #[test]
+    fn failures_weigh_a_site_down_boundedly_and_decay() {
+        let mut s = LiveState::default();
+        let failing = LiveEvidence {
+            failures: 1_000,
+            ..LiveEvidence::default()
+        };
+        s.observe(&failing, T);
+        let v = s.view(T);
+        assert!((v.failures - MAX_FAILURE_SCORE).abs() < 1e-12);
+        assert!((v.factor - 1.0 / (1.0 + MAX_FAILURE_SCORE)).abs() < 1e-12);
+        let half = s.view(T + FAILURE_HALF_LIFE_MS);
+        assert!((half.failures - MAX_FAILURE_SCORE / 2.0).abs() < 1e-9);
+        let answering = LiveEvidence {
+            answers: 3,
+            ..LiveEvidence::default()
+        };
+        s.observe(&answering, T + FAILURE_HALF_LIFE_MS);
+        assert!((s.view(T + FAILURE_HALF_LIFE_MS).failures - MAX_FAILURE_SCORE / 4.0).abs() < 1e-9);
+    }
+}
