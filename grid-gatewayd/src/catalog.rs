@@ -21,9 +21,18 @@ pub struct Upstream {
     authority: Authority,
     /// Path prefix without a trailing slash (`""` for none).
     prefix: Arc<str>,
+    /// Where the request path leaves what this candidate's responses said (shared by
+    /// every model entry naming the same site and provider).
+    live: Arc<grid_score::live::LiveSlot>,
 }
 
 impl Upstream {
+    /// The live slot of this (site, provider): the request path records each response's
+    /// flow-control headers and outcome here, the refresh folds them in.
+    pub fn live(&self) -> &grid_score::live::LiveSlot {
+        &self.live
+    }
+
     /// The upstream URI for a client's path and query, the base URL's prefix kept.
     pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
         let pq = if self.prefix.is_empty() {
@@ -53,6 +62,7 @@ pub struct ModelEntry {
 pub struct Catalog {
     models: Vec<ModelEntry>,
     by_name: HashMap<Arc<str>, usize>,
+    live: grid_score::live::LiveBoard,
 }
 
 impl Catalog {
@@ -63,6 +73,13 @@ impl Catalog {
     /// Never for a config that passed [`Config::validate`], which checks every base URL.
     pub fn from_config(config: &Config) -> Self {
         let mut sites: HashMap<&str, Arc<str>> = HashMap::new();
+        let keys: Vec<grid_score::CandidateKey> = config
+            .models
+            .iter()
+            .flat_map(|m| &m.candidates)
+            .map(|c| grid_score::CandidateKey::new(c.site.as_str(), c.provider.as_str()))
+            .collect();
+        let live = grid_score::live::LiveBoard::new(&keys);
         let mut models = Vec::with_capacity(config.models.len());
         for m in &config.models {
             let upstreams = m
@@ -81,6 +98,13 @@ impl Catalog {
                         scheme: uri.scheme().expect("validated scheme").clone(),
                         authority: uri.authority().expect("validated authority").clone(),
                         prefix: uri.path().trim_end_matches('/').into(),
+                        live: Arc::clone(
+                            live.slot(&grid_score::CandidateKey::new(
+                                c.site.as_str(),
+                                c.provider.as_str(),
+                            ))
+                            .expect("every candidate has a slot"),
+                        ),
                     }
                 })
                 .collect();
@@ -94,7 +118,16 @@ impl Catalog {
             .enumerate()
             .map(|(i, m)| (Arc::clone(&m.name), i))
             .collect();
-        Self { models, by_name }
+        Self {
+            models,
+            by_name,
+            live,
+        }
+    }
+
+    /// Every candidate's live slot, for the refresh to drain.
+    pub fn live(&self) -> &grid_score::live::LiveBoard {
+        &self.live
     }
 
     /// The entry for a model name.

@@ -80,6 +80,7 @@ impl Running {
 /// embeds it directly (see `examples/embedded_proxy.rs`).
 pub struct Signals {
     published: Published,
+    live_refresh: Arc<tokio::sync::Notify>,
     handles: Handles,
     score: ScoreMetrics,
     poller: Poller,
@@ -150,6 +151,7 @@ impl Signals {
             poller::replica(&config.operator.replica)?,
             handles.feedback.clone(),
         );
+        let live_refresh = Arc::new(tokio::sync::Notify::new());
         let poller = Poller::new(
             PollerConfig {
                 operator: operator_uri,
@@ -163,13 +165,20 @@ impl Signals {
             Arc::clone(&published),
             handles.ingest.clone(),
             handles.poll.clone(),
+            Arc::clone(&live_refresh),
         );
         Ok(Self {
             published,
+            live_refresh,
             handles,
             score,
             poller,
         })
+    }
+
+    /// What the request path wakes after a response carried live evidence.
+    pub fn live_refresh(&self) -> &Arc<tokio::sync::Notify> {
+        &self.live_refresh
     }
 
     /// The slot requests load their routing view from.
@@ -223,6 +232,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     })?;
     let api = Api::new(
         Arc::clone(&published),
+        Arc::clone(signals.live_refresh()),
         sites,
         config.body_limit_bytes,
         request_metrics,

@@ -30,10 +30,13 @@ use crate::api_error::{ApiErrorKind, error_response};
 use crate::catalog::Upstream;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
 use crate::model_field::find_model;
-use crate::request_metrics::{RequestMetrics, RetryLabels, UpstreamFailureLabels};
+use crate::request_metrics::{
+    FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, UpstreamFailureLabels,
+};
 use crate::request_rng::ThreadRng;
 use crate::routing::{Published, RETRY_PATH, Route};
 use crate::upstream::HttpClient;
+use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -49,6 +52,8 @@ pub struct Api {
 
 struct Inner {
     routes: Published,
+    /// Woken after a response carried live evidence: the poller refreshes off-cycle.
+    live_refresh: Arc<tokio::sync::Notify>,
     client: HttpClient,
     body_limit: usize,
     metrics: RequestMetrics,
@@ -85,6 +90,7 @@ impl Api {
     /// it must already hold `metrics` and `score`.
     pub fn new(
         routes: Published,
+        live_refresh: Arc<tokio::sync::Notify>,
         client: HttpClient,
         body_limit: usize,
         metrics: RequestMetrics,
@@ -94,6 +100,7 @@ impl Api {
         Self {
             inner: Arc::new(Inner {
                 routes,
+                live_refresh,
                 client,
                 body_limit,
                 metrics,
@@ -214,6 +221,10 @@ impl Api {
         let view = self.inner.routes.load();
         let decision = view.pick(&model, &mut ThreadRng);
         self.inner.score.record(&decision);
+        let grid_headroom = view
+            .table()
+            .get(&model)
+            .and_then(grid_score::RouteSnapshot::grid_headroom);
         let (mut upstream, mut retried) = match view.route(&model, &decision) {
             Route::To { upstream, .. } => (upstream, false),
             Route::UnknownModel => {
@@ -239,7 +250,10 @@ impl Api {
             }
         };
         loop {
-            match self.send_to(upstream, &parts, &path_and_query, &body).await {
+            match self
+                .send_to(upstream, &parts, &path_and_query, &body, grid_headroom)
+                .await
+            {
                 Ok(resp) => return resp,
                 Err(Failed::Path(message)) => {
                     return api_error(ApiErrorKind::BadRequest, &message, None);
@@ -262,13 +276,16 @@ impl Api {
     }
 
     /// One attempt at one upstream: the answer streamed back with `x-grid-site`, or why
-    /// it failed (counted here).
+    /// it failed (counted here). What the answer's head says about the site (its
+    /// flow-control headers, a 5xx, a failed exchange) goes to the site's live slot; the
+    /// site's flow-control headers are replaced by the grid's own headroom.
     async fn send_to(
         &self,
         upstream: &Upstream,
         parts: &http::request::Parts,
         path_and_query: &str,
         body: &Bytes,
+        grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {
         let uri = upstream
             .uri_for(path_and_query)
@@ -281,12 +298,20 @@ impl Api {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
+                self.take_live_evidence(upstream, rparts.status, &mut rparts.headers);
+                if let Some(h) = grid_headroom {
+                    rparts
+                        .headers
+                        .insert(live::HEADROOM_HEADER, HeaderValue::from(h));
+                }
                 if let Ok(v) = HeaderValue::from_str(&upstream.site) {
                     rparts.headers.insert(SITE_HEADER, v);
                 }
                 Ok(Response::from_parts(rparts, rbody.boxed()))
             }
             Err(e) => {
+                upstream.live().record_failure();
+                self.inner.live_refresh.notify_one();
                 let connect = e.is_connect();
                 let labels = UpstreamFailureLabels {
                     site: upstream.site.to_string(),
@@ -305,6 +330,58 @@ impl Api {
                 })
             }
         }
+    }
+}
+
+impl Api {
+    /// Reads the site's flow-control headers (strictly, refusals counted), records them
+    /// and the answer's outcome in the site's live slot, and removes every
+    /// `x-llm-d-flow-*` header: what the gateway's clients see is the grid's advice, not
+    /// one site's. No lock; allocates only when a site sent flow headers to strip.
+    fn take_live_evidence(
+        &self,
+        upstream: &Upstream,
+        status: StatusCode,
+        headers: &mut http::HeaderMap,
+    ) {
+        let mut flow = live::FlowHeaders::new();
+        let mut strip = Vec::new();
+        for (name, value) in headers.iter() {
+            flow.observe(name.as_str(), value.as_bytes());
+            if live::is_flow_header(name.as_str()) && !strip.contains(name) {
+                strip.push(name.clone());
+            }
+        }
+        for name in strip {
+            headers.remove(name);
+        }
+        let (observation, refusals) = flow.finish();
+        for (header, reason) in refusals.iter() {
+            let labels = FlowRefusalLabels {
+                header: match header {
+                    live::FlowHeader::Headroom => "headroom",
+                    live::FlowHeader::QueueDuration => "queue_duration",
+                    live::FlowHeader::DroppedReason => "dropped_reason",
+                },
+                reason: reason.as_str(),
+            };
+            self.inner.metrics.flow_refused.get_or_create(&labels).inc();
+        }
+        let slot = upstream.live();
+        slot.record_room(crate::clock::now_unix_ms(), &observation);
+        if status.is_server_error() {
+            slot.record_failure();
+            self.inner
+                .metrics
+                .error_answers
+                .get_or_create(&SiteLabels {
+                    site: upstream.site.to_string(),
+                })
+                .inc();
+        } else {
+            slot.record_answer();
+        }
+        self.inner.live_refresh.notify_one();
     }
 }
 

@@ -153,6 +153,12 @@ enum Delivery {
     TimedOut,
 }
 
+/// The least time between two refreshes that responses' live evidence triggers (a
+/// poll's own refresh is not held back): at a thousand answers a second the gateway
+/// still refreshes at most twenty times a second, and a full band moves traffic within
+/// this long of the response that said so.
+pub const LIVE_REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(50);
+
 /// The loop's state.
 pub struct Poller {
     config: PollerConfig,
@@ -163,6 +169,7 @@ pub struct Poller {
     ingest_metrics: IngestMetrics,
     metrics: PollMetrics,
     started: std::time::Instant,
+    live_refresh: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -193,6 +200,7 @@ impl Poller {
         published: Published,
         ingest_metrics: IngestMetrics,
         metrics: PollMetrics,
+        live_refresh: std::sync::Arc<tokio::sync::Notify>,
     ) -> Self {
         Self {
             config,
@@ -203,6 +211,7 @@ impl Poller {
             ingest_metrics,
             metrics,
             started: clock::monotonic(),
+            live_refresh,
         }
     }
 
@@ -217,12 +226,20 @@ impl Poller {
         let mut tick = tokio::time::interval(self.config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (done_tx, mut done_rx) = mpsc::channel::<(ExchangeId, Delivery)>(4);
+        let live = std::sync::Arc::clone(&self.live_refresh);
         loop {
             tokio::select! {
                 biased;
                 () = until_stopped(&mut stop) => break,
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
                 _ = tick.tick() => self.cycle(&done_tx).await,
+                () = live.notified() => {
+                    // A response carried live evidence: fold it in now, not at the next
+                    // poll. Responses arriving meanwhile leave one permit, so at most one
+                    // refresh per LIVE_REFRESH_MIN_INTERVAL however many there are.
+                    self.publish(clock::now_unix_ms());
+                    tokio::time::sleep(LIVE_REFRESH_MIN_INTERVAL).await;
+                }
             }
         }
         self.reporter
@@ -263,22 +280,9 @@ impl Poller {
         }
         let mono = self.mono_ms();
         self.reporter.handle(mono, ReporterInput::Cycle(cycle));
-        let view = self.refresher.refresh(now_ms);
-        for m in view.catalog().models() {
-            let labels = ModelLabels {
-                model: m.name.to_string(),
-            };
-            self.metrics
-                .shedding
-                .get_or_create(&labels)
-                .set(i64::from(view.is_shedding(&m.name)));
-            self.metrics
-                .routable
-                .get_or_create(&labels)
-                .set(i64::from(view.is_routable(&m.name)));
-        }
-        self.published.store(std::sync::Arc::new(view));
+        self.publish(now_ms);
         self.reporter.handle(mono, ReporterInput::Timeout);
+
         if let Some(tx) = self.reporter.poll_transmit(mono) {
             let req = self.feedback_request(&tx.report);
             let (client, budget, done) = (
@@ -302,6 +306,25 @@ impl Poller {
                 let _ = done.send((tx.exchange, delivery)).await;
             });
         }
+    }
+
+    /// Refreshes and publishes the routing view as of `now_ms`.
+    fn publish(&mut self, now_ms: u64) {
+        let view = self.refresher.refresh(now_ms);
+        for m in view.catalog().models() {
+            let labels = ModelLabels {
+                model: m.name.to_string(),
+            };
+            self.metrics
+                .shedding
+                .get_or_create(&labels)
+                .set(i64::from(view.is_shedding(&m.name)));
+            self.metrics
+                .routable
+                .get_or_create(&labels)
+                .set(i64::from(view.is_routable(&m.name)));
+        }
+        self.published.store(std::sync::Arc::new(view));
     }
 
     fn delivered(&mut self, exchange: ExchangeId, delivery: &Delivery) {

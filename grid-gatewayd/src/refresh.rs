@@ -50,11 +50,13 @@ impl Refresher {
     }
 
     /// Applies the store's events and feeds every entry's newest reading to the scorer
-    /// (grid-score's `from_store::sync`), then builds the view to publish. Run after every poll, failed ones included: time
+    /// (grid-score's `from_store::sync`), folds in what proxied responses said since the
+    /// last refresh (`Scorer::feed_live`), then builds the view to publish. Run after every poll, failed ones included: time
     /// passing is what ages a silent site into "unmeasured".
     pub fn refresh(&mut self, now_ms: u64) -> RoutingView {
         self.store.expire(now_ms);
         let synced = grid_score::from_store::sync(&mut self.scorer, &mut self.store, now_ms);
+        self.scorer.feed_live(self.catalog.live(), now_ms);
         for e in &synced.refused {
             tracing::debug!(error = %e, "reading refused");
             if let Some(m) = &self.metrics {

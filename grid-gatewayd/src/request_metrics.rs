@@ -30,6 +30,22 @@ pub struct UpstreamFailureLabels {
     pub reason: &'static str,
 }
 
+/// `{header, reason}` of a site's flow-control header value the gateway did not trust.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowRefusalLabels {
+    /// `headroom`, `queue_duration` or `dropped_reason`.
+    pub header: &'static str,
+    /// `malformed`, `negative`, `duplicated` or `absurd`.
+    pub reason: &'static str,
+}
+
+/// `{site}` of an answer that is evidence of a serving failure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SiteLabels {
+    /// The site.
+    pub site: String,
+}
+
 /// The request path's metric handles.
 #[derive(Clone, Debug, Default)]
 pub struct RequestMetrics {
@@ -40,6 +56,11 @@ pub struct RequestMetrics {
     pub retries: Family<RetryLabels, Counter>,
     /// `grid_gateway_upstream_failures_total{site,reason}`.
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
+    /// `grid_gateway_flow_headers_refused_total{header,reason}`.
+    pub flow_refused: Family<FlowRefusalLabels, Counter>,
+    /// `grid_gateway_upstream_error_answers_total{site}`: 5xx answers, fed to routing as
+    /// serving failures.
+    pub error_answers: Family<SiteLabels, Counter>,
 }
 
 impl RequestMetrics {
@@ -60,6 +81,16 @@ impl RequestMetrics {
             "grid_gateway_upstream_failures",
             "Upstream exchanges that failed before any byte of the answer",
             m.upstream_failures.clone(),
+        );
+        registry.register(
+            "grid_gateway_flow_headers_refused",
+            "Flow-control response header values not trusted, by header and reason",
+            m.flow_refused.clone(),
+        );
+        registry.register(
+            "grid_gateway_upstream_error_answers",
+            "Answers with a 5xx status from a site, counted as serving failures in routing",
+            m.error_answers.clone(),
         );
         m
     }

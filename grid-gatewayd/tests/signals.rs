@@ -34,6 +34,10 @@ impl Grid {
     /// Sites `a` and `b` serving model `m`; the operator's certificate is issued by
     /// `operator_ca` (the grid CA unless a test wants it untrusted).
     async fn start(extra: &str, trusted_operator: bool) -> Self {
+        Self::start_polling_every(extra, trusted_operator, POLL_MS).await
+    }
+
+    async fn start_polling_every(extra: &str, trusted_operator: bool, poll_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::new("grid-ca");
         let rogue = Pki::new("rogue-ca");
@@ -66,7 +70,7 @@ impl Grid {
         )
         .replace(
             "[operator]\n",
-            &format!("[operator]\npoll_interval_ms = {POLL_MS}\n"),
+            &format!("[operator]\npoll_interval_ms = {poll_ms}\n"),
         );
         let gateway = driver::start(Config::from_toml_str(&text).unwrap())
             .await
@@ -155,6 +159,75 @@ async fn site_with_zero_ready_endpoints_leaves_within_one_poll_and_rejoins_after
         .until("b back", ONE_POLL_WITH_MARGIN, |g| g.excluded().is_empty())
         .await;
     eprintln!("left selection after {left:?}, rejoined after {back:?} (poll {POLL_MS} ms)");
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sites_full_band_header_moves_traffic_within_one_response_without_a_poll() {
+    // One poll at start, the next a minute later: only the response path can move traffic.
+    let grid = Grid::start_polling_every("", true, 60_000).await;
+    grid.measured().await;
+    let polls = grid.operator.polls();
+    grid.sites[0].set_response_headers(&[
+        ("x-llm-d-flow-band-headroom-requests", "0"),
+        ("x-llm-d-flow-queue-duration-ms", "12"),
+        ("x-llm-d-flow-something-else", "1"),
+    ]);
+    grid.sites[1].set_response_headers(&[("x-llm-d-flow-band-headroom-requests", "30")]);
+    let c = http1_client();
+    // Until one request lands on a (each lands there about half the time).
+    let mut from_a = None;
+    for _ in 0..64 {
+        let answer = send(&c, post(&grid.url(), CHAT)).await;
+        if answer.site() == Some("a") {
+            from_a = Some(answer);
+            break;
+        }
+    }
+    let from_a = from_a.expect("a request reached a");
+    assert!(
+        from_a
+            .headers
+            .keys()
+            .all(|k| !k.as_str().starts_with("x-llm-d-flow-")
+                || k == "x-llm-d-flow-band-headroom-requests"),
+        "a site's flow headers are not passed on: {:?}",
+        from_a.headers
+    );
+    assert_ne!(
+        from_a
+            .headers
+            .get("x-llm-d-flow-band-headroom-requests")
+            .map(|v| v.to_str().unwrap()),
+        Some("0"),
+        "the grid's headroom, never the site's"
+    );
+    grid.until("a weighted out", ONE_POLL_WITH_MARGIN, |g| {
+        let view = g.gw().published().load();
+        let snap = view.table().get("m").unwrap();
+        snap.candidates()
+            .iter()
+            .any(|c| &**c.site() == "a" && c.live_factor() < 0.5)
+    })
+    .await;
+    let mut on_b = 0;
+    for _ in 0..20 {
+        let answer = send(&c, post(&grid.url(), CHAT)).await;
+        on_b += usize::from(answer.site() == Some("b"));
+    }
+    assert!(
+        on_b >= 17,
+        "{on_b} of 20 on b after a said its band is full"
+    );
+    assert_eq!(grid.operator.polls(), polls, "no poll happened meanwhile");
+    // The grid's own header: the sum of fresh band headroom over its sites (a: 0, b: 30).
+    let answer = send(&c, post(&grid.url(), CHAT)).await;
+    assert_eq!(
+        answer.headers["x-llm-d-flow-band-headroom-requests"]
+            .to_str()
+            .unwrap(),
+        "30"
+    );
     grid.shutdown().await;
 }
 

@@ -34,6 +34,7 @@ pub struct FakeModel {
     pub addr: SocketAddr,
     pub name: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    extra: Extra,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,16 +59,30 @@ impl FakeModel {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (name2, seen2) = (name.to_owned(), Arc::clone(&seen));
+        let extra: Extra = Arc::default();
+        let (name2, seen2, extra2) = (name.to_owned(), Arc::clone(&seen), Arc::clone(&extra));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (name, seen) = (name2.clone(), Arc::clone(&seen2));
+                let (name, seen, extra) = (name2.clone(), Arc::clone(&seen2), Arc::clone(&extra2));
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(name.clone(), Arc::clone(&seen), req));
+                    let svc = service_fn(move |req| {
+                        let (seen, extra) = (Arc::clone(&seen), Arc::clone(&extra));
+                        let name = name.clone();
+                        async move {
+                            let mut resp = handle(name, seen, req).await?;
+                            for (k, v) in extra.lock().unwrap().iter() {
+                                resp.headers_mut().append(
+                                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                                    http::HeaderValue::from_str(v).unwrap(),
+                                );
+                            }
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match tls {
                         None => {
@@ -87,8 +102,19 @@ impl FakeModel {
             addr,
             name: name.to_owned(),
             seen,
+            extra,
             task,
         }
+    }
+
+    /// Every answer from now on carries these headers too (appended, so a name given
+    /// twice is sent twice).
+    #[allow(dead_code)] // used by some of the test binaries sharing this module
+    pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
+        *self.extra.lock().unwrap() = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
     }
 
     pub fn base_url(&self) -> String {
@@ -105,6 +131,9 @@ impl FakeModel {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
+
+/// Headers every answer carries on top of its own (a site router's flow-control advice).
+type Extra = Arc<Mutex<Vec<(String, String)>>>;
 
 fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     Response::builder()

@@ -246,7 +246,7 @@ impl FlowHeaders {
         match header {
             FlowHeader::Headroom => self.headroom.set(parse_count(value, MAX_HEADROOM_REQUESTS)),
             FlowHeader::QueueDuration => {
-                self.queue_ms.set(parse_count(value, MAX_QUEUE_DURATION_MS))
+                self.queue_ms.set(parse_count(value, MAX_QUEUE_DURATION_MS));
             }
             FlowHeader::DroppedReason => self.dropped.set(parse_reason(value)),
         }

@@ -16,9 +16,12 @@
 
 use super::slot::{LiveEvidence, LiveRoom};
 
-/// A response's room signal loses half its weight every this many ms: a few seconds of
-/// a site's turnover, after which the polled readings, fresher by then, take over.
-pub const LIVE_ROOM_HALF_LIFE_MS: u64 = 1_000;
+/// A response's room signal loses half its weight every this many ms: about one turnover
+/// of a short chat completion ([`crate::DEFAULT_TURNOVER_MS`]), the time a full band
+/// takes to drain by a request per slot; by a few of these the polled readings, fresher
+/// by then, have taken over. A site weighted out this way is probed again as its signal
+/// ages, and each answer that still says "full" renews it.
+pub const LIVE_ROOM_HALF_LIFE_MS: u64 = 2_000;
 
 /// A room signal older than this carries nothing (and is not counted in the grid's
 /// headroom header): one peer poll, by which time a polled reading has replaced it.
