@@ -54,6 +54,7 @@ pub struct ScoreMetrics {
     score: Family<CandidateLabels, FloatGauge>,
     headroom: Family<CandidateLabels, FloatGauge>,
     pace: Family<CandidateLabels, FloatGauge>,
+    live_factor: Family<CandidateLabels, FloatGauge>,
     decisions: Family<DecisionLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     /// Candidates given values by the last publish, so ones that vanish read NaN rather
@@ -73,6 +74,7 @@ impl ScoreMetrics {
             score: Family::default(),
             headroom: Family::default(),
             pace: Family::default(),
+            live_factor: Family::default(),
             decisions: Family::default(),
             rejected: Family::default(),
             published: Arc::default(),
@@ -103,6 +105,11 @@ impl ScoreMetrics {
             "pace",
             "Share of its slots' turnover the site has been absorbing (1 = all); NaN when unmeasured, excluded or gone",
             this.pace.clone(),
+        );
+        r.register(
+            "live_factor",
+            "What the site's own answers put on its selection weight (1 = nothing; lower after a full band or serving failures); NaN when excluded or gone",
+            this.live_factor.clone(),
         );
         r.register(
             "decisions",
@@ -145,6 +152,9 @@ impl ScoreMetrics {
                     } else {
                         c.signal().pace
                     });
+                self.live_factor
+                    .get_or_create(&labels)
+                    .set(c.live_factor());
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {
@@ -170,6 +180,7 @@ impl ScoreMetrics {
             &self.capacity,
             &self.headroom,
             &self.pace,
+            &self.live_factor,
         ] {
             family.get_or_create(&labels).set(f64::NAN);
         }
