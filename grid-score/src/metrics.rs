@@ -152,9 +152,7 @@ impl ScoreMetrics {
                     } else {
                         c.signal().pace
                     });
-                self.live_factor
-                    .get_or_create(&labels)
-                    .set(c.live_factor());
+                self.live_factor.get_or_create(&labels).set(c.live_factor());
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {

@@ -387,4 +387,33 @@ mod tests {
             Outcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(outcomes.len(), Outcome::ALL.len());
     }
+
+    #[test]
+    fn a_site_that_just_drained_a_burst_gets_less_than_an_identical_calm_site() {
+        // Regression (issue 13): the recent-worst penalty ordered candidates but never
+        // reached the weights, so the drained site got the calm one's share (49.2%).
+        let drained = Candidate::measured(
+            CandidateKey::new("drained", "p"),
+            16.0,
+            0.5,
+            1.4,
+            0.0,
+            false,
+        )
+        .with_signal(Signal {
+            rho_now: 0.5,
+            life_ms: 1_000.0,
+            pace: 1.0,
+        });
+        let calm = cand("calm", 16.0, 0.5, 0.0).with_signal(Signal {
+            rho_now: 0.5,
+            life_ms: 1_000.0,
+            pace: 1.0,
+        });
+        assert_eq!(drained.state(), crate::CandidateState::NoRoom);
+        let s = RouteSnapshot::new("m", vec![drained, calm], vec![], REFUSE);
+        let got = shares(&s, 20_000, 13);
+        assert!(got["drained"] < 0.4, "{got:?}");
+        assert!(got["drained"] > 0.0, "penalized, not cut off");
+    }
 }

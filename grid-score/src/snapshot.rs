@@ -364,10 +364,14 @@ impl RouteSnapshot {
         });
         for c in &mut candidates {
             if c.state != CandidateState::Unmeasured {
+                // A drained burst stays penalized until it ages out of the recent
+                // window: the spread term reads the recent worst, weighted.
+                let rho = c.signal.rho_now
+                    + crate::headroom::BURST_PENALTY_WEIGHT * (c.score - c.signal.rho_now).max(0.0);
                 c.headroom = c.live_factor
                     * crate::headroom::headroom(
                         c.reach,
-                        c.signal.rho_now,
+                        rho,
                         c.signal.pace,
                         c.signal.life_ms,
                         turnover_ms,
