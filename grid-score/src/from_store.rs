@@ -425,4 +425,68 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn shedding_stops_within_room_after_of_the_last_saturated_sample_after_a_blip() {
+        // Regression (issue 13, shedding lingers): after a blip had collapsed a site's
+        // capacity to the floor, every sample with one request held in flow control read
+        // it as full, so after a burst the gateway went on shedding with the grid
+        // nearly idle.
+        let mut config = ScoreConfig::default();
+        config.shedding.enabled = true;
+        let room_after = config.shedding.room_after_ms;
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(config);
+        let routes = Routes::new().with(
+            "m",
+            vec![CandidateKey::new("a", "p"), CandidateKey::new("b", "p")],
+        );
+        let mut seq = 0;
+        let mut tick = |k: u64, a: &[_], b: &[_]| {
+            seq += 1;
+            let t = T0 + k * 1_000;
+            admit(&mut store, "a", "u1", seq, t, a);
+            admit(&mut store, "b", "u1", seq, t, b);
+            sync(&mut scorer, &mut store, t);
+            let table = scorer.refresh(t, &routes);
+            matches!(
+                table.pick("m", &mut SplitMix64::new(k)),
+                Decision::Shed { .. }
+            )
+        };
+        let limit = scrape(2.0, 6.0, 1.0, 0.0);
+        let calm = scrape(2.0, 2.0, 0.0, 0.0);
+        for k in 0..3 {
+            tick(k, &limit, &limit);
+        }
+        for k in 3..10 {
+            tick(k, &calm, &calm);
+        }
+        let blip = scrape(0.0, 0.0, 0.0, 10.0);
+        for k in 10..16 {
+            tick(k, &blip, &calm);
+        }
+        for k in 16..20 {
+            tick(k, &calm, &calm);
+        }
+        let burst = scrape(2.0, 6.0, 4.0, 6.0);
+        let mut shed = false;
+        for k in 20..26 {
+            shed = tick(k, &burst, &burst);
+        }
+        assert!(shed, "both sites full with work waiting: shedding");
+        // The burst is over: a holds half its slots, nothing waits.
+        let half = scrape(2.0, 3.0, 0.0, 0.0);
+        let last_saturated = 25;
+        for k in 26..60 {
+            let shed = tick(k, &half, &calm);
+            if (k - last_saturated) * 1_000 > room_after + 2_000 {
+                assert!(
+                    !shed,
+                    "still shedding at {k} s, {} s after the burst",
+                    k - 25
+                );
+            }
+        }
+    }
 }

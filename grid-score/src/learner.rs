@@ -151,7 +151,8 @@ impl Learner {
         }
         let capacity = self.bounds.reach(stamp);
         self.waiting = r.queue_depth.unwrap_or(0.0) + r.flow_held.unwrap_or(0.0);
-        let rho = instant_rho(r.in_flight, capacity, r.kv_pressure()).map(|instant| {
+        let instant = instant_rho(r.in_flight, capacity, r.kv_pressure());
+        let rho = instant.map(|instant| {
             if let Some(prev) = self.last_load_stamp {
                 // A reading older than the freshness window is not load at all; a gap
                 // past it (a peer back from an outage) says nothing about the cadence.
@@ -167,7 +168,10 @@ impl Learner {
             self.instant = instant;
             self.pressure.push(instant, stamp)
         });
-        self.full = rho.is_some_and(|rho| rho >= 1.0) && r.work_waiting();
+        // "Full" is what this sample shows, not the smoothed rho: smoothing kept a site
+        // reading full for several samples after its burst was over, and shedding went on
+        // past room_after_ms of the last sample that was saturated.
+        self.full = rho.is_some() && instant.is_some_and(|i| i >= 1.0) && r.work_waiting();
         if self.full {
             self.full_since.get_or_insert(stamp);
             self.last_full = Some(stamp);
