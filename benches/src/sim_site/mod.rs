@@ -131,7 +131,8 @@ pub enum Rejection {
     InvalidJson,
     /// The `model` field names another model (404).
     UnknownModel,
-    /// No endpoint is up (503).
+    /// No endpoint is up, at arrival or when the last one went away while the request
+    /// was held by flow control (503, `rejected-no-endpoints`).
     NoReadyEndpoint,
     /// The request's endpoint was taken away while it waited or ran (503).
     EndpointRemoved,
@@ -323,6 +324,8 @@ impl Shared {
             let reader = inner.capacity_reader.reader(&inner.model);
             band_headroom(reader, flow.map(|f| f.band))
         };
+        // Advancing may have started requests: the driver re-reads its deadline.
+        self.wake.notify_one();
         flow_headers::own(
             response.headers_mut(),
             FlowSignal {

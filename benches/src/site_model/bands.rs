@@ -34,7 +34,7 @@ pub struct BandConfig {
     /// Its priority.
     pub priority: Priority,
     /// The most requests it holds (`maxRequests`); `None` is unbounded, and its headroom
-    /// is never reported.
+    /// is never reported. `Some(0)` refuses every request (a band closed to new work).
     pub capacity: Option<usize>,
 }
 
