@@ -31,6 +31,14 @@ pub enum Error {
         /// How many endpoints the site has.
         endpoints: usize,
     },
+    /// A flow-control band could not be provisioned, changed or removed.
+    #[error("flow-control band {priority}: {reason}")]
+    BandRefused {
+        /// The band's priority.
+        priority: i32,
+        /// Why.
+        reason: &'static str,
+    },
     /// A loopback socket could not be bound or served.
     #[error("simulated site socket: {0}")]
     Io(#[from] std::io::Error),

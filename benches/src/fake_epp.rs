@@ -208,14 +208,19 @@ impl FakeEpp {
                 "The number of requests held by flow control before scheduling.",
             );
             write_type(out, flow, MetricType::Gauge);
-            let labels = [
-                ("fairness_id", "default"),
-                ("inference_pool", id.pool.as_str()),
-                ("model_name", id.model.as_str()),
-                ("priority", "0"),
-                ("target_model_name", id.model.as_str()),
-            ];
-            write_sample(out, flow, &labels, model.held() as f64, None);
+            // One child per provisioned band, as the EPP labels its queues by priority;
+            // a reader summing the children gets everything held.
+            for (priority, band) in model.band_snapshots() {
+                let priority = priority.to_string();
+                let labels = [
+                    ("fairness_id", "default"),
+                    ("inference_pool", id.pool.as_str()),
+                    ("model_name", id.model.as_str()),
+                    ("priority", priority.as_str()),
+                    ("target_model_name", id.model.as_str()),
+                ];
+                write_sample(out, flow, &labels, band.len as f64, None);
+            }
         }
 
         let counters = model.counters();
@@ -326,6 +331,38 @@ mod tests {
         assert!(r.per_endpoint_queue.values().all(|q| *q == 1.0));
         assert_eq!(r.inflight_requests, Some(9.0), "6 running + 3 queued");
         assert_eq!(r.flow_control_queue, Some(2.0), "11 - 9 held");
+    }
+
+    #[test]
+    fn flow_control_queue_size_has_one_child_per_band_and_they_sum_to_what_is_held() {
+        let mut config = SiteConfig::new("a", 1, 1);
+        config.queue_per_endpoint = Some(0);
+        let mut m = SiteModel::new(config, 1).unwrap();
+        let spec = RequestSpec {
+            streaming: false,
+            service_ms: Some(1_000),
+        };
+        m.arrive(0, spec).unwrap();
+        m.arrive(0, spec).unwrap();
+        // Provisioned at runtime: the exposition reads the registry flow control admits
+        // through.
+        m.set_band(5, Some(10)).unwrap();
+        for _ in 0..2 {
+            m.arrive_prioritized(0, spec, 5).unwrap();
+        }
+        let text = FakeEpp::new(EppIdentity::new("pool-a", "llama")).render(&m);
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(r#"priority="0",target_model_name="llama"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"priority="5",target_model_name="llama"} 2"#),
+            "{text}"
+        );
+        let samples = parse_strict(text.as_bytes()).unwrap();
+        let r = read_scrape(&samples, &PoolSelector::Named("pool-a".into()));
+        assert_eq!(r.flow_control_queue, Some(3.0));
     }
 
     #[test]

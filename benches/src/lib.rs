@@ -10,7 +10,7 @@
 //! # Data flow
 //!
 //! ```text
-//! site_model (slots, queues, service times; time as a parameter)
+//! site_model (slots, queues, flow-control bands, service times; time as a parameter)
 //!     |-- fake_epp: the EPP /metrics text its state would produce
 //!     |-- sim_site: a loopback OpenAI-compatible server living by the model in real time,
 //!     |             with /metrics from fake_epp and a control handle

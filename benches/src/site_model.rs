@@ -9,6 +9,18 @@
 //! and is placed when room appears. Service times are log-normal (most requests short, a
 //! long tail), split into a prefill share (time to first token) and decode.
 //!
+//! # Flow-control bands
+//!
+//! Under flow control a request is held in a priority band ([`bands`]): the band it asks
+//! for if provisioned, else band [`FALLBACK_PRIORITY`]. Held requests are dispatched
+//! highest priority first, in arrival order within a band. A bounded band at its capacity
+//! refuses new requests ([`Refusal::Saturated`]); with a flow-control TTL, a request held
+//! longer fails ([`FailReason::TtlExpired`]). Without any band configured the site has
+//! one unbounded band 0, which is exactly the single flow-control hold it always had.
+//! The band that admitted a request is fixed when it enters the band and reported when it
+//! leaves ([`SiteEvent::Started`], [`SiteModel::admission`]); headroom is read from the
+//! live registry whenever asked ([`SiteModel::headroom_for`]).
+//!
 //! # Time
 //!
 //! Time is a `now` parameter in milliseconds on any monotonic clock the caller chooses:
@@ -22,10 +34,17 @@
 //! what waited; `poll_event` hands back what happened (started, finished, failed), and
 //! `next_deadline` says when the next completion is due.
 
+pub mod bands;
+
 use std::collections::VecDeque;
 
 use crate::Error;
 use crate::sim_rng::SimRng;
+use bands::Bands;
+pub use bands::{
+    BandConfig, BandSnapshot, CapacityReader, DropReason, FALLBACK_PRIORITY, FlowAdmission,
+    Priority, SnapshotError,
+};
 
 /// A request's id within one site, in arrival order.
 pub type RequestId = u64;
@@ -39,6 +58,9 @@ pub const MAX_SLOTS_PER_ENDPOINT: usize = 1024;
 pub const MIN_DEGRADE_FACTOR: f64 = 0.1;
 /// The largest degrade factor: a thousand times slower is already a dead site.
 pub const MAX_DEGRADE_FACTOR: f64 = 1_000.0;
+/// The longest flow-control TTL: an hour is far past any client's patience, so a longer
+/// one is a mistake.
+pub const MAX_FLOW_TTL_MS: u64 = 3_600_000;
 /// Log-normal draws are cut at this multiple of the median, so one absurd draw cannot
 /// hold a slot for the whole run.
 pub const MAX_SERVICE_FACTOR: f64 = 20.0;
@@ -109,6 +131,14 @@ pub struct SiteConfig {
     /// slots busy and `q` queued is held at the site. `None`: endpoint queues are
     /// unbounded and nothing is held (the EPP's default, flow control off).
     pub queue_per_endpoint: Option<usize>,
+    /// The flow-control priority bands, used only with flow control on. Band
+    /// [`FALLBACK_PRIORITY`] is provisioned unbounded unless listed here; empty (the
+    /// default) is the one unbounded hold of an EPP with a single band.
+    pub bands: Vec<BandConfig>,
+    /// With `Some(ms)` (`1..=MAX_FLOW_TTL_MS`), a request held in a band longer fails
+    /// ([`FailReason::TtlExpired`]), as llm-d's `defaultRequestTTL` drops it. `None`:
+    /// held requests wait as long as it takes.
+    pub flow_ttl_ms: Option<u64>,
     /// Service-time distribution.
     pub service: ServiceTime,
 }
@@ -121,6 +151,8 @@ impl SiteConfig {
             endpoints,
             slots_per_endpoint,
             queue_per_endpoint: None,
+            bands: Vec::new(),
+            flow_ttl_ms: None,
             service: ServiceTime::default(),
         }
     }
@@ -133,6 +165,13 @@ impl SiteConfig {
         if self.slots_per_endpoint == 0 || self.slots_per_endpoint > MAX_SLOTS_PER_ENDPOINT {
             return invalid("slots_per_endpoint", "must be 1..=MAX_SLOTS_PER_ENDPOINT");
         }
+        if self
+            .flow_ttl_ms
+            .is_some_and(|ms| ms == 0 || ms > MAX_FLOW_TTL_MS)
+        {
+            return invalid("flow_ttl_ms", "must be 1..=MAX_FLOW_TTL_MS");
+        }
+        Bands::<Request>::validate(&self.bands)?;
         let s = &self.service;
         if !(s.median_ms.is_finite() && s.median_ms >= 1.0) {
             return invalid("service.median_ms", "must be finite and at least 1");
@@ -167,6 +206,8 @@ pub struct RequestSpec {
 pub enum Refusal {
     /// No endpoint is up.
     NoReadyEndpoint,
+    /// Flow control is on and the band that would admit it is at its capacity.
+    Saturated,
 }
 
 impl Refusal {
@@ -174,6 +215,15 @@ impl Refusal {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::NoReadyEndpoint => "no_ready_endpoint",
+            Self::Saturated => "saturated",
+        }
+    }
+
+    /// The reason flow control reports for it (`x-llm-d-request-dropped-reason`).
+    pub fn drop_reason(self) -> DropReason {
+        match self {
+            Self::NoReadyEndpoint => DropReason::NoEndpoints,
+            Self::Saturated => DropReason::Saturated,
         }
     }
 }
@@ -185,6 +235,8 @@ pub enum FailReason {
     EndpointRemoved,
     /// It was held by flow control when the last endpoint went away.
     NoEndpointLeft,
+    /// It was held by flow control longer than the flow-control TTL.
+    TtlExpired,
 }
 
 impl FailReason {
@@ -193,6 +245,17 @@ impl FailReason {
         match self {
             Self::EndpointRemoved => "endpoint_removed",
             Self::NoEndpointLeft => "no_endpoint_left",
+            Self::TtlExpired => "ttl_expired",
+        }
+    }
+
+    /// The reason flow control reports for it, when flow control dropped it (a request
+    /// already dispatched to a removed endpoint was not dropped by flow control).
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self {
+            Self::EndpointRemoved => None,
+            Self::NoEndpointLeft => Some(DropReason::NoEndpoints),
+            Self::TtlExpired => Some(DropReason::TtlExpired),
         }
     }
 }
@@ -214,6 +277,9 @@ pub enum SiteEvent {
         first_token_at: u64,
         /// When it completes, unless its endpoint goes away first.
         finish_at: u64,
+        /// The band that admitted it and how long it waited there; `None` when flow
+        /// control is off.
+        flow: Option<FlowAdmission>,
     },
     /// The request completed.
     Finished {
@@ -342,6 +408,8 @@ struct Request {
     arrived_at: u64,
     service_ms: u64,
     streaming: bool,
+    /// Set when it leaves its band (flow control on only).
+    flow: Option<FlowAdmission>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -364,13 +432,21 @@ struct Endpoint {
 pub struct SiteModel {
     config: SiteConfig,
     endpoints: Vec<Endpoint>,
-    held: VecDeque<Request>,
+    bands: Bands<Request>,
     degrade: f64,
     rng: SimRng,
     next_id: RequestId,
     clock: u64,
     events: VecDeque<SiteEvent>,
     counters: Counters,
+}
+
+/// The model is its own capacity reader: the EPP's response layer and its flow controller
+/// read one registry.
+impl CapacityReader for SiteModel {
+    fn capacity_snapshot(&self, priority: Priority) -> Result<Option<BandSnapshot>, SnapshotError> {
+        Ok(self.band_snapshot(priority))
+    }
 }
 
 impl SiteModel {
@@ -386,9 +462,9 @@ impl SiteModel {
             })
             .collect();
         Ok(Self {
+            bands: Bands::new(&config.bands),
             config,
             endpoints,
-            held: VecDeque::new(),
             degrade: 1.0,
             rng: SimRng::new(seed),
             next_id: 0,
@@ -405,11 +481,32 @@ impl SiteModel {
 
     /// Admits a request arriving at `now` (completions up to `now` are processed first).
     /// A request that finds a free slot starts at once (a `Started` event is queued).
+    /// Under flow control it asks for band [`FALLBACK_PRIORITY`].
     pub fn arrive(&mut self, now: u64, spec: RequestSpec) -> Result<RequestId, Refusal> {
+        self.arrive_prioritized(now, spec, FALLBACK_PRIORITY)
+    }
+
+    /// Admits a request asking for band `priority`: under flow control it enters that
+    /// band if provisioned, else the fallback band, and is refused when that band is at
+    /// its capacity. Without flow control the priority plays no part.
+    ///
+    /// The priority is an argument rather than a [`RequestSpec`] field so that callers
+    /// building a spec field by field keep compiling.
+    pub fn arrive_prioritized(
+        &mut self,
+        now: u64,
+        spec: RequestSpec,
+        priority: Priority,
+    ) -> Result<RequestId, Refusal> {
         self.advance(now);
         if !self.endpoints.iter().any(|e| e.up) {
             self.counters.errors += 1;
             return Err(Refusal::NoReadyEndpoint);
+        }
+        let band = self.bands.resolve(priority);
+        if self.flow_control() && self.bands.is_full(band) {
+            self.counters.errors += 1;
+            return Err(Refusal::Saturated);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -421,17 +518,22 @@ impl SiteModel {
             arrived_at: self.clock,
             service_ms,
             streaming: spec.streaming,
+            flow: None,
         };
-        // Held requests go first: an arrival never overtakes one already waiting.
-        if self.held.is_empty() {
-            match self.pick_endpoint() {
-                Some(e) => self.place(e, request, self.clock),
-                None => self.held.push_back(request),
-            }
-        } else {
-            self.held.push_back(request);
+        if self.flow_control() {
+            // Every request passes through its band; dispatch then takes the highest
+            // band's oldest first, so an arrival never overtakes one already waiting in
+            // its band or a higher one.
+            self.bands.push(band, request);
+            self.dispatch_held(self.clock);
+        } else if let Some(e) = self.pick_endpoint() {
+            self.place(e, request, self.clock);
         }
         Ok(id)
+    }
+
+    fn flow_control(&self) -> bool {
+        self.config.queue_per_endpoint.is_some()
     }
 
     /// Draws one undegraded service time from the site's own distribution and generator
@@ -443,7 +545,19 @@ impl SiteModel {
     /// Completes every request finishing by `now`, each at its own finish time, and
     /// starts what was waiting for the freed slots.
     pub fn advance(&mut self, now: u64) {
-        while let Some((e, i, at)) = self.earliest_finish().filter(|(_, _, at)| *at <= now) {
+        loop {
+            let finish = self.earliest_finish().filter(|(_, _, at)| *at <= now);
+            let expiry = self.next_expiry().filter(|at| *at <= now);
+            // A finish and an expiry at the same instant: the finish first, so the slot
+            // it frees can still take the request that would expire.
+            let (e, i, at) = match (finish, expiry) {
+                (Some(f), x) if x.is_none_or(|x| f.2 <= x) => f,
+                (_, Some(x)) => {
+                    self.expire(x);
+                    continue;
+                }
+                _ => break,
+            };
             let done = self.endpoints[e].running.swap_remove(i);
             self.clock = self.clock.max(at);
             self.record_success(&done);
@@ -462,23 +576,46 @@ impl SiteModel {
         self.events.pop_front()
     }
 
-    /// When the next running request completes, if any runs.
+    /// When the next running request completes or the next held request expires.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.earliest_finish().map(|(_, _, at)| at)
+        let finish = self.earliest_finish().map(|(_, _, at)| at);
+        match (finish, self.next_expiry()) {
+            (Some(f), Some(x)) => Some(f.min(x)),
+            (f, x) => f.or(x),
+        }
+    }
+
+    /// When the oldest held request of any band reaches the flow-control TTL.
+    fn next_expiry(&self) -> Option<u64> {
+        let ttl = self.config.flow_ttl_ms?;
+        self.bands.fronts().map(|r| r.arrived_at + ttl).min()
+    }
+
+    /// Fails every held request whose TTL ran out by `at`.
+    fn expire(&mut self, at: u64) {
+        self.clock = self.clock.max(at);
+        let Some(ttl) = self.config.flow_ttl_ms else {
+            return;
+        };
+        let expired = self.bands.pop_expired(|r| r.arrived_at + ttl <= at);
+        for r in expired {
+            self.fail(r.id, at, FailReason::TtlExpired);
+        }
     }
 
     /// Withdraws a request (its client went away); frees its slot or its place in line.
     /// Returns whether the site still held it.
     pub fn cancel(&mut self, now: u64, id: RequestId) -> bool {
         self.advance(now);
-        if let Some(i) = self.held.iter().position(|r| r.id == id) {
-            self.held.remove(i);
+        if self.bands.remove(|r| r.id == id).is_some() {
             return true;
         }
         for e in 0..self.endpoints.len() {
             let endpoint = &mut self.endpoints[e];
             if let Some(i) = endpoint.queue.iter().position(|r| r.id == id) {
                 endpoint.queue.remove(i);
+                // Its queue place may be the room a held request waited for.
+                self.dispatch_held(self.clock);
                 return true;
             }
             if let Some(i) = endpoint.running.iter().position(|r| r.request.id == id) {
@@ -541,7 +678,7 @@ impl SiteModel {
             self.fail(id, at, FailReason::EndpointRemoved);
         }
         if !self.endpoints.iter().any(|e| e.up) {
-            let held: Vec<RequestId> = self.held.drain(..).map(|r| r.id).collect();
+            let held: Vec<RequestId> = self.bands.drain().into_iter().map(|r| r.id).collect();
             for id in held {
                 self.fail(id, at, FailReason::NoEndpointLeft);
             }
@@ -576,9 +713,54 @@ impl SiteModel {
         })
     }
 
-    /// Requests held by flow control, before any endpoint.
+    /// Requests held by flow control, before any endpoint, over all bands.
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.bands.len()
+    }
+
+    /// The band at `priority` now (capacity and length), if provisioned: a live read of
+    /// the registry flow control admits through.
+    pub fn band_snapshot(&self, priority: Priority) -> Option<BandSnapshot> {
+        self.bands.snapshot(priority)
+    }
+
+    /// Every provisioned band now, lowest priority first.
+    pub fn band_snapshots(&self) -> impl Iterator<Item = (Priority, BandSnapshot)> + '_ {
+        self.bands.snapshots()
+    }
+
+    /// Provisions band `priority` or changes its capacity (`None`: unbounded), as a
+    /// control plane does at runtime. Requests already admitted keep their band.
+    pub fn set_band(&mut self, priority: Priority, capacity: Option<usize>) -> Result<(), Error> {
+        self.bands.set(priority, capacity)
+    }
+
+    /// Deprovisions an empty band (not the fallback band). Requests it admitted earlier
+    /// keep it as their band, which then resolves to nothing.
+    pub fn remove_band(&mut self, priority: Priority) -> Result<(), Error> {
+        self.bands.unset(priority)
+    }
+
+    /// How request `id` went through flow control: `Some` once it left its band and
+    /// while it is still waiting on an endpoint or running; `None` for a request flow
+    /// control did not admit (flow control off, refused), one still held, or one that
+    /// ended (finished, failed, expired, cancelled).
+    pub fn admission(&self, id: RequestId) -> Option<FlowAdmission> {
+        self.endpoints.iter().find_map(|e| {
+            e.queue
+                .iter()
+                .find(|r| r.id == id)
+                .or_else(|| e.running.iter().map(|r| &r.request).find(|r| r.id == id))
+                .and_then(|r| r.flow)
+        })
+    }
+
+    /// The headroom of the band that admitted request `id`, read from the registry now
+    /// (never cached at admission); `None` when the band is unbounded or no longer
+    /// provisioned, or the request has no admission (see [`SiteModel::admission`]).
+    pub fn headroom_for(&self, id: RequestId) -> Option<u64> {
+        let band = self.admission(id).map(|a| a.band);
+        bands::band_headroom(Some(self), band)
     }
 
     /// Slots on endpoints that are up.
@@ -593,7 +775,7 @@ impl SiteModel {
 
     /// Requests admitted and not yet running (endpoint queues plus flow control).
     pub fn waiting(&self) -> usize {
-        self.endpoints.iter().map(|e| e.queue.len()).sum::<usize>() + self.held.len()
+        self.endpoints.iter().map(|e| e.queue.len()).sum::<usize>() + self.bands.len()
     }
 
     /// The cumulative counters.
@@ -660,17 +842,23 @@ impl SiteModel {
                 at,
                 first_token_at: running.first_token_at,
                 finish_at: running.finish_at,
+                flow: request.flow,
             });
         }
     }
 
-    /// Moves held requests onto endpoints while any has room.
+    /// Moves held requests onto endpoints while any has room, highest band first,
+    /// recording on each the band that admitted it and how long it waited there.
     fn dispatch_held(&mut self, at: u64) {
-        while !self.held.is_empty() {
+        while !self.bands.is_empty() {
             let Some(e) = self.pick_endpoint() else {
                 break;
             };
-            if let Some(request) = self.held.pop_front() {
+            if let Some((band, mut request)) = self.bands.pop_next() {
+                request.flow = Some(FlowAdmission {
+                    band,
+                    queued_ms: at.saturating_sub(request.arrived_at),
+                });
                 self.place(e, request, at);
             }
         }
@@ -700,6 +888,9 @@ impl SiteModel {
         }
     }
 }
+
+#[cfg(test)]
+mod band_tests;
 
 #[cfg(test)]
 mod tests {
@@ -744,7 +935,8 @@ mod tests {
                 arrived_at: 100,
                 at: 100,
                 first_token_at: 150,
-                finish_at: 600
+                finish_at: 600,
+                flow: None,
             }]
         );
         assert_eq!(m.next_deadline(), Some(600));

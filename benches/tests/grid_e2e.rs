@@ -13,7 +13,7 @@ use grid_benches::load::{LoadClient, Protocol, chat_body};
 use grid_benches::local_grid::{
     Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
 };
-use grid_benches::sim_site::SimSiteConfig;
+use grid_benches::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_benches::site_model::{ServiceTime, SiteConfig};
 use grid_score::CandidateState;
 use grid_signals::epp::readiness::HYSTERESIS_SCRAPES;
@@ -60,6 +60,8 @@ fn site(name: &str, endpoints: usize, slots: usize) -> SiteSpec {
             site: config,
             identity: EppIdentity::new(name, MODEL),
             seed: 11,
+            spoof_flow_headers: false,
+            capacity_reader: CapacityReaderMode::Live,
         }),
     }
 }

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::clock::Stopwatch;
 use crate::fake_epp::EppIdentity;
 use crate::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
-use crate::sim_site::SimSiteConfig;
+use crate::sim_site::{CapacityReaderMode, SimSiteConfig};
 use crate::site_model::{ServiceTime, SiteConfig};
 use plot::{PlotData, PlotPoint};
 use scenario::{Action, SITES, Scenario};
@@ -127,6 +127,8 @@ pub fn grid_spec(cadence: Cadence, seed: u64) -> GridSpec {
                     site,
                     identity: EppIdentity::new(format!("{name}-pool"), MODEL),
                     seed: seed.wrapping_add(i),
+                    spoof_flow_headers: false,
+                    capacity_reader: CapacityReaderMode::Live,
                 }),
             }
         })

@@ -14,12 +14,36 @@
 //! A request with no endpoint up is answered 503; one whose endpoint is taken away
 //! while it waits or runs is answered 503 (or, mid-stream, ends with an error event). A
 //! client that goes away frees its slot. A [`SimSiteControl`] degrades the site, takes
-//! endpoints away and back, and reads its state; [`SimSite::stop`] shuts it down.
+//! endpoints away and back, provisions flow-control bands, and reads its state;
+//! [`SimSite::stop`] shuts it down.
+//!
+//! # Flow control and its headers
+//!
+//! With flow control on (`queue_per_endpoint`), every request passes a priority band of
+//! the model ([`crate::site_model::bands`]). A request asks for a band with the
+//! `x-sim-priority` header (an integer, [`PRIORITY_HEADER`]; absent is band 0; anything
+//! else is answered 400); a band that is not provisioned admits nothing and the request
+//! falls back to band 0. The site is two layers, and the EPP layer owns these response
+//! headers, llm-d's:
+//!
+//! | header | value | when |
+//! | --- | --- | --- |
+//! | `x-llm-d-flow-band-headroom-requests` | capacity - length of the band that admitted the request, clamped to 0 | on a served answer, read from the live band registry when its head is built; omitted when the band is unbounded, was removed since, the request did not pass flow control, or the capacity reader is absent or fails ([`CapacityReaderMode`]) |
+//! | `x-llm-d-flow-queue-duration-ms` | ms the request waited in its band (`0`: none) | on a served answer that passed flow control |
+//! | `x-llm-d-request-dropped-reason` | `rejected-saturated` (429: its band is full), `rejected-ttl-expired` (429: held past `flow_ttl_ms`), `rejected-no-endpoints` (503: no endpoint up, or the last one went away while it was held) | on a dropped request's answer |
+//!
+//! The band is the one that admitted the request, fixed when it entered the band: a band
+//! provisioned afterwards does not change it. The head of a plain answer is built when
+//! the request completes, that of a streamed one when it takes a slot; the headroom is
+//! read then, never remembered from admission. Any copy of an `x-llm-d-flow-*` or
+//! `x-llm-d-request-dropped-reason` header the model-server layer put on its answer
+//! (`spoof_flow_headers` makes it) is removed before the EPP layer writes its own.
 //!
 //! One driver task sleeps until the model's next completion (or until an arrival wakes
 //! it), advances the model to the clock and hands each request its events.
 
 mod body;
+pub mod flow_headers;
 pub mod openai;
 
 use std::collections::HashMap;
@@ -44,8 +68,16 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::Error;
 use crate::clock::ElapsedClock;
 use crate::fake_epp::{EppIdentity, FakeEpp};
-use crate::site_model::{RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel};
+use crate::site_model::{
+    BandSnapshot, DropReason, FailReason, FlowAdmission, Priority, Refusal, RequestId, RequestSpec,
+    SiteConfig, SiteEvent, SiteModel, bands::band_headroom,
+};
 use body::SimBody;
+use flow_headers::FlowSignal;
+pub use flow_headers::{
+    CapacityReaderMode, FLOW_BAND_HEADROOM_HEADER, FLOW_QUEUE_DURATION_HEADER, PRIORITY_HEADER,
+    REQUEST_DROPPED_REASON_HEADER,
+};
 use openai::Api;
 
 /// The largest request body read; one byte more is answered 413.
@@ -62,6 +94,12 @@ pub struct SimSiteConfig {
     pub identity: EppIdentity,
     /// Fixes its service-time draws.
     pub seed: u64,
+    /// Makes the model-server layer put spoofed copies of the EPP-owned flow headers on
+    /// its answers, to show the EPP layer does not pass them on.
+    pub spoof_flow_headers: bool,
+    /// Where the EPP layer reads band capacity from (the live registry unless a test
+    /// wants the reader absent or failing).
+    pub capacity_reader: CapacityReaderMode,
 }
 
 impl SimSiteConfig {
@@ -72,6 +110,8 @@ impl SimSiteConfig {
             site,
             identity,
             seed: 1,
+            spoof_flow_headers: false,
+            capacity_reader: CapacityReaderMode::Live,
         }
     }
 }
@@ -91,15 +131,22 @@ pub enum Rejection {
     InvalidJson,
     /// The `model` field names another model (404).
     UnknownModel,
-    /// No endpoint is up (503).
+    /// No endpoint is up, at arrival or when the last one went away while the request
+    /// was held by flow control (503, `rejected-no-endpoints`).
     NoReadyEndpoint,
     /// The request's endpoint was taken away while it waited or ran (503).
     EndpointRemoved,
+    /// The `x-sim-priority` header is not one integer (400).
+    InvalidPriority,
+    /// Flow control refused it: its band is at capacity (429, `rejected-saturated`).
+    Saturated,
+    /// It waited in its band past the flow-control TTL (429, `rejected-ttl-expired`).
+    TtlExpired,
 }
 
 impl Rejection {
     /// Every reason, in counter order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 11] = [
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::BodyTooLarge,
@@ -108,6 +155,9 @@ impl Rejection {
         Self::UnknownModel,
         Self::NoReadyEndpoint,
         Self::EndpointRemoved,
+        Self::InvalidPriority,
+        Self::Saturated,
+        Self::TtlExpired,
     ];
 
     /// The metric label.
@@ -121,6 +171,34 @@ impl Rejection {
             Self::UnknownModel => "unknown_model",
             Self::NoReadyEndpoint => "no_ready_endpoint",
             Self::EndpointRemoved => "endpoint_removed",
+            Self::InvalidPriority => "invalid_priority",
+            Self::Saturated => "saturated",
+            Self::TtlExpired => "ttl_expired",
+        }
+    }
+
+    /// What flow control reports for it: the reasons it drops a request for.
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self {
+            Self::NoReadyEndpoint => Some(DropReason::NoEndpoints),
+            Self::Saturated => Some(DropReason::Saturated),
+            Self::TtlExpired => Some(DropReason::TtlExpired),
+            _ => None,
+        }
+    }
+
+    fn from_refusal(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NoReadyEndpoint => Self::NoReadyEndpoint,
+            Refusal::Saturated => Self::Saturated,
+        }
+    }
+
+    fn from_failure(reason: FailReason) -> Self {
+        match reason {
+            FailReason::EndpointRemoved => Self::EndpointRemoved,
+            FailReason::NoEndpointLeft => Self::NoReadyEndpoint,
+            FailReason::TtlExpired => Self::TtlExpired,
         }
     }
 
@@ -129,8 +207,11 @@ impl Rejection {
             Self::NotFound | Self::UnknownModel => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyUnreadable | Self::InvalidJson => StatusCode::BAD_REQUEST,
+            Self::BodyUnreadable | Self::InvalidJson | Self::InvalidPriority => {
+                StatusCode::BAD_REQUEST
+            }
             Self::NoReadyEndpoint | Self::EndpointRemoved => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Saturated | Self::TtlExpired => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -166,6 +247,7 @@ struct Inner {
     model: SiteModel,
     epp: FakeEpp,
     waiters: HashMap<RequestId, Waiter>,
+    capacity_reader: CapacityReaderMode,
 }
 
 impl Inner {
@@ -199,19 +281,59 @@ struct Shared {
     shutdown: watch::Sender<bool>,
     rejections: [AtomicU64; Rejection::ALL.len()],
     model_name: String,
+    spoof_flow_headers: bool,
 }
 
 impl Shared {
+    /// The error answer for `reason`, with the drop reason when flow control dropped it.
     fn reject(&self, reason: Rejection) -> Response<SimBody> {
         self.rejections[reason.index()].fetch_add(1, Ordering::Relaxed);
-        json_response(
+        let mut response = json_response(
             reason.status(),
             &openai::error_body(
                 reason.as_str(),
                 "invalid_request_error",
                 reason.status().as_u16(),
             ),
-        )
+        );
+        if let Some(dropped) = reason.drop_reason() {
+            flow_headers::own(
+                response.headers_mut(),
+                FlowSignal {
+                    dropped: Some(dropped),
+                    ..FlowSignal::default()
+                },
+            );
+        }
+        response
+    }
+
+    /// The model-server layer's answer head: spoofed flow headers when so configured.
+    fn model_server_head(&self, response: &mut Response<SimBody>) {
+        if self.spoof_flow_headers {
+            flow_headers::spoof(response.headers_mut());
+        }
+    }
+
+    /// The EPP layer, at response-header time: reads the band that admitted the request
+    /// from the live registry now and owns the flow headers on `response`.
+    fn epp_head(&self, response: &mut Response<SimBody>, flow: Option<FlowAdmission>) {
+        let headroom = {
+            let mut inner = self.inner.lock();
+            inner.advance_to(self.clock.now_ms());
+            let reader = inner.capacity_reader.reader(&inner.model);
+            band_headroom(reader, flow.map(|f| f.band))
+        };
+        // Advancing may have started requests: the driver re-reads its deadline.
+        self.wake.notify_one();
+        flow_headers::own(
+            response.headers_mut(),
+            FlowSignal {
+                headroom,
+                queued_ms: flow.map(|f| f.queued_ms),
+                dropped: None,
+            },
+        );
     }
 
     /// Runs `f` on the model advanced to the clock, then wakes the driver.
@@ -266,6 +388,28 @@ impl SimSiteControl {
     pub fn set_endpoint_up(&self, index: usize, up: bool) -> Result<(), Error> {
         self.shared
             .with_model(|m| m.set_endpoint_up(m.now(), index, up))
+    }
+
+    /// Provisions flow-control band `priority` or changes its capacity (`None`:
+    /// unbounded), as a control plane does at runtime; the EPP's exposition and response
+    /// headers see it at once.
+    pub fn set_band(&self, priority: Priority, capacity: Option<usize>) -> Result<(), Error> {
+        self.shared.with_model(|m| m.set_band(priority, capacity))
+    }
+
+    /// Deprovisions an empty band (not band 0).
+    pub fn remove_band(&self, priority: Priority) -> Result<(), Error> {
+        self.shared.with_model(|m| m.remove_band(priority))
+    }
+
+    /// Band `priority` now, if provisioned.
+    pub fn band_snapshot(&self, priority: Priority) -> Option<BandSnapshot> {
+        self.shared.with_model(|m| m.band_snapshot(priority))
+    }
+
+    /// Switches where the EPP layer reads band capacity from.
+    pub fn set_capacity_reader(&self, mode: CapacityReaderMode) {
+        self.shared.inner.lock().capacity_reader = mode;
     }
 
     /// The state now.
@@ -329,12 +473,14 @@ impl SimSite {
                 model,
                 epp: FakeEpp::new(config.identity.clone()),
                 waiters: HashMap::new(),
+                capacity_reader: config.capacity_reader,
             }),
             clock: ElapsedClock::start(),
             wake: Notify::new(),
             shutdown,
             rejections: std::array::from_fn(|_| AtomicU64::new(0)),
             model_name: config.identity.model,
+            spoof_flow_headers: config.spoof_flow_headers,
         });
         let task = tokio::spawn({
             let shared = Arc::clone(&shared);
@@ -500,29 +646,42 @@ impl Drop for Admitted {
     }
 }
 
-async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<SimBody> {
+/// A request read, checked and admitted to the model: the guard that withdraws it, the
+/// events the driver hands it, and whether it streams.
+type Arrival = (Admitted, mpsc::UnboundedReceiver<SiteEvent>, bool);
+
+/// Reads the request (its band, its body), checks it and admits it to the model; the
+/// error answer when any of that refuses it.
+async fn admit(
+    shared: &Arc<Shared>,
+    api: Api,
+    request: Request<Incoming>,
+) -> Result<Arrival, Response<SimBody>> {
+    let Some(priority) = flow_headers::requested_priority(request.headers()) else {
+        return Err(shared.reject(Rejection::InvalidPriority));
+    };
     let body = match Limited::new(request.into_body(), MAX_REQUEST_BODY_BYTES)
         .collect()
         .await
     {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return shared.reject(Rejection::BodyTooLarge);
+            return Err(shared.reject(Rejection::BodyTooLarge));
         }
-        Err(_) => return shared.reject(Rejection::BodyUnreadable),
+        Err(_) => return Err(shared.reject(Rejection::BodyUnreadable)),
     };
     let Some(parsed) = openai::parse_request(&body) else {
-        return shared.reject(Rejection::InvalidJson);
+        return Err(shared.reject(Rejection::InvalidJson));
     };
     if parsed
         .model
         .as_deref()
         .is_some_and(|m| m != shared.model_name)
     {
-        return shared.reject(Rejection::UnknownModel);
+        return Err(shared.reject(Rejection::UnknownModel));
     }
     let streaming = parsed.stream && api != Api::Embeddings;
-    let (tx, mut events) = mpsc::unbounded_channel();
+    let (tx, events) = mpsc::unbounded_channel();
     let admitted = {
         let mut inner = shared.inner.lock();
         inner.advance_to(shared.clock.now_ms());
@@ -535,27 +694,58 @@ async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             service_ms,
         };
         let now = inner.model.now();
-        match inner.model.arrive(now, spec) {
-            Ok(id) => {
-                inner.waiters.insert(id, tx);
-                inner.dispatch();
-                Some(id)
-            }
-            Err(_) => None,
+        let admitted = inner.model.arrive_prioritized(now, spec, priority);
+        if let Ok(id) = admitted {
+            inner.waiters.insert(id, tx);
+            inner.dispatch();
         }
+        admitted
     };
-    let Some(id) = admitted else {
-        return shared.reject(Rejection::NoReadyEndpoint);
+    let id = match admitted {
+        Ok(id) => id,
+        Err(refusal) => return Err(shared.reject(Rejection::from_refusal(refusal))),
     };
     shared.wake.notify_one();
-    let mut admitted = Admitted {
-        shared: Arc::clone(&shared),
+    let admitted = Admitted {
+        shared: Arc::clone(shared),
         id,
         ended: false,
     };
+    Ok((admitted, events, streaming))
+}
+
+async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Response<SimBody> {
+    let (mut admitted, mut events, streaming) = match admit(&shared, api, request).await {
+        Ok(arrival) => arrival,
+        Err(refused) => return refused,
+    };
+    let id = admitted.id;
+    // Nothing answers before the request leaves flow control and takes a slot: what it
+    // went through there is known from then on.
+    let (endpoint, first_token_at, finish_at, flow) = loop {
+        match events.recv().await {
+            Some(SiteEvent::Started {
+                endpoint,
+                first_token_at,
+                finish_at,
+                flow,
+                ..
+            }) => break (endpoint, first_token_at, finish_at, flow),
+            Some(SiteEvent::Finished { .. }) => {}
+            Some(SiteEvent::Failed { reason, .. }) => {
+                admitted.ended = true;
+                return shared.reject(Rejection::from_failure(reason));
+            }
+            // The site is stopping.
+            None => {
+                admitted.ended = true;
+                return shared.reject(Rejection::NoReadyEndpoint);
+            }
+        }
+    };
+    let name = endpoint_name(&shared, Some(endpoint));
     if streaming {
         let (chunks, body) = body::channel();
-        tokio::spawn(stream(admitted, api, events, chunks));
         let mut response = Response::new(body);
         let headers = response.headers_mut();
         headers.insert(
@@ -566,15 +756,20 @@ async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             header::CACHE_CONTROL,
             header::HeaderValue::from_static("no-cache"),
         );
+        shared.model_server_head(&mut response);
+        shared.epp_head(&mut response, flow);
+        let started = Started {
+            name,
+            first_token_at,
+            finish_at,
+        };
+        tokio::spawn(stream(admitted, api, events, chunks, started));
         return response;
     }
-    let mut endpoint = None;
     loop {
         match events.recv().await {
-            Some(SiteEvent::Started { endpoint: e, .. }) => endpoint = Some(e),
             Some(SiteEvent::Finished { .. }) => {
                 admitted.ended = true;
-                let name = endpoint_name(&shared, endpoint);
                 let mut response = json_response(
                     StatusCode::OK,
                     &openai::full_response(api, id, &shared.model_name, &name),
@@ -582,11 +777,14 @@ async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
                 if let Ok(value) = header::HeaderValue::from_str(&name) {
                     response.headers_mut().insert("x-sim-endpoint", value);
                 }
+                shared.model_server_head(&mut response);
+                shared.epp_head(&mut response, flow);
                 return response;
             }
-            Some(SiteEvent::Failed { .. }) => {
+            Some(SiteEvent::Started { .. }) => {}
+            Some(SiteEvent::Failed { reason, .. }) => {
                 admitted.ended = true;
-                return shared.reject(Rejection::EndpointRemoved);
+                return shared.reject(Rejection::from_failure(reason));
             }
             // The site is stopping.
             None => {
@@ -595,6 +793,14 @@ async fn infer(shared: Arc<Shared>, api: Api, request: Request<Incoming>) -> Res
             }
         }
     }
+}
+
+/// Where a request runs: its endpoint's name, when its first token is out and when it
+/// completes.
+struct Started {
+    name: String,
+    first_token_at: u64,
+    finish_at: u64,
 }
 
 fn endpoint_name(shared: &Shared, endpoint: Option<usize>) -> String {
@@ -611,18 +817,20 @@ async fn stream(
     api: Api,
     mut events: mpsc::UnboundedReceiver<SiteEvent>,
     chunks: mpsc::Sender<Bytes>,
+    started: Started,
 ) {
     let shared = Arc::clone(&admitted.shared);
     let id = admitted.id;
     let model = shared.model_name.clone();
     let words = openai::WORDS.len() as u64;
-    let mut started: Option<(String, u64, u64)> = None;
+    let Started {
+        name,
+        first_token_at: first,
+        finish_at: finish,
+    } = started;
     let mut sent = 0u64;
     loop {
-        let due = started
-            .as_ref()
-            .filter(|_| sent < words)
-            .map(|(_, first, finish)| first + (finish - first) * sent / words);
+        let due = (sent < words).then(|| first + (finish - first) * sent / words);
         let next_word = async {
             match due {
                 Some(ms) => tokio::time::sleep_until(shared.clock.instant_at(ms)).await,
@@ -631,22 +839,18 @@ async fn stream(
         };
         tokio::select! {
             () = next_word => {
-                let name = started.as_ref().map_or("", |s| s.0.as_str());
-                let chunk = openai::stream_chunk(api, id, &model, name, sent as usize);
+                let chunk = openai::stream_chunk(api, id, &model, &name, sent as usize);
                 if chunks.send(Bytes::from(chunk)).await.is_err() {
                     return; // the client went away: dropping `admitted` frees the slot
                 }
                 sent += 1;
             }
             event = events.recv() => match event {
-                Some(SiteEvent::Started { endpoint, first_token_at, finish_at, .. }) => {
-                    started = Some((endpoint_name(&shared, Some(endpoint)), first_token_at, finish_at));
-                }
+                Some(SiteEvent::Started { .. }) => {}
                 Some(SiteEvent::Finished { .. }) => {
                     admitted.ended = true;
-                    let name = started.as_ref().map_or("", |s| s.0.as_str());
                     for i in sent..=words {
-                        let chunk = openai::stream_chunk(api, id, &model, name, i as usize);
+                        let chunk = openai::stream_chunk(api, id, &model, &name, i as usize);
                         if chunks.send(Bytes::from(chunk)).await.is_err() {
                             return;
                         }
@@ -656,7 +860,7 @@ async fn stream(
                 }
                 Some(SiteEvent::Failed { reason, .. }) => {
                     admitted.ended = true;
-                    shared.rejections[Rejection::EndpointRemoved.index()].fetch_add(1, Ordering::Relaxed);
+                    shared.rejections[Rejection::from_failure(reason).index()].fetch_add(1, Ordering::Relaxed);
                     let error = openai::error_body(reason.as_str(), "server_error", 503);
                     let _ = chunks.send(Bytes::from(format!("data: {error}\n\n"))).await;
                     return;
