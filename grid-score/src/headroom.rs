@@ -19,13 +19,6 @@
 //! queue less, in proportion to how much, and a stale reading moves its site's share
 //! only as much as it can be worth over its whole life.
 
-/// How much of a candidate's recent worst rho above its newest one the spread term
-/// reads: 0 reads the newest sample alone (a drained burst snaps back on the first
-/// quieter sample), 1 reads the recent worst (it stays penalized until it ages out of
-/// [`crate::RECENT_WINDOW_MS`], as the spec asks). See `docs/routing-quality.md` for
-/// the simulator's figures at 0, 0.5 and 1.
-pub const BURST_PENALTY_WEIGHT: f64 = 1.0;
-
 /// The shortest time a reading's free slots (or queue) are spread over, in ms.
 ///
 /// Two gateway refreshes: the local site is read every second, and spreading its
