@@ -1,0 +1,407 @@
+//! One policy's world: shared sites in virtual time, one router and one view of the
+//! signals per gateway, requests and probes crossing the WAN.
+//!
+//! Events at the same instant run in a fixed order: scheduled episodes (degrade, blip),
+//! signal instants, requests reaching their site, probes reaching theirs, arrivals at
+//! the gateways. With zero round trips a request reaches its site at the instant it is
+//! routed, exactly as in the single-gateway simulator before round trips existed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::arrivals::Arrival;
+use super::policy::{Policy, Router};
+use super::prequal::ProbeReading;
+use super::signals::{SignalCounts, SignalPath};
+use super::stats::{RunRecord, Summary};
+use super::{PolicyResult, SimConfig};
+use crate::site_model::{RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel};
+
+/// What the run knows of a request between its routing and its end.
+#[derive(Clone, Copy, Debug)]
+struct Flight {
+    gateway: usize,
+    sent_ms: u64,
+    started_ms: Option<u64>,
+    streaming: bool,
+}
+
+/// A request on its way to a site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Transit {
+    at_ms: u64,
+    seq: u64,
+    site: usize,
+    gateway: usize,
+    sent_ms: u64,
+    service_ms: u64,
+    streaming: bool,
+}
+
+/// A probe on its way to a site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Probe {
+    at_ms: u64,
+    seq: u64,
+    site: usize,
+    gateway: usize,
+    sent_ms: u64,
+}
+
+/// A change a scenario schedules.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    Degrade(usize, f64),
+    TakeAll(usize),
+    RestoreAll(usize),
+}
+
+/// What a site says about its own latency to a probe: a moving average of the service
+/// times of its recent completions, the way a Prequal server estimates from its own
+/// recent queries.
+#[derive(Clone, Copy, Debug)]
+struct SiteLatency {
+    service_ms: f64,
+}
+
+/// Weight of each new completion in a site's own service-time average.
+const SITE_LATENCY_WEIGHT: f64 = 0.05;
+
+impl SiteLatency {
+    fn observe(&mut self, service_ms: u64) {
+        self.service_ms += SITE_LATENCY_WEIGHT * (service_ms as f64 - self.service_ms);
+    }
+
+    /// The latency a query arriving now should expect: its service, plus the wait of
+    /// the requests ahead of it beyond the free slots, served `capacity` at a time.
+    fn estimate(self, site: &SiteModel) -> ProbeReading {
+        let capacity = site.capacity();
+        let rif = (site.running() + site.waiting()) as f64;
+        if capacity == 0 {
+            return ProbeReading {
+                site: 0,
+                rif_per_slot: f64::INFINITY,
+                latency_ms: f64::INFINITY,
+                read_ms: 0,
+            };
+        }
+        let c = capacity as f64;
+        ProbeReading {
+            site: 0,
+            rif_per_slot: rif / c,
+            latency_ms: self.service_ms * (1.0 + (rif + 1.0 - c).max(0.0) / c),
+            read_ms: 0,
+        }
+    }
+}
+
+/// The whole world of one policy.
+struct World<'a> {
+    config: &'a SimConfig,
+    sites: Vec<SiteModel>,
+    latency: Vec<SiteLatency>,
+    flights: Vec<HashMap<RequestId, Flight>>,
+    routers: Vec<Router>,
+    record: RunRecord,
+    completed: u64,
+    failed: u64,
+}
+
+impl World<'_> {
+    fn advance(&mut self, t_ms: u64) {
+        for site in &mut self.sites {
+            site.advance(t_ms);
+        }
+        self.collect();
+    }
+
+    /// Drains every site's events into the record and the gateways' observations.
+    fn collect(&mut self) {
+        let warmup = self.config.warmup_ms;
+        for s in 0..self.sites.len() {
+            while let Some(event) = self.sites[s].poll_event() {
+                match event {
+                    SiteEvent::Started {
+                        id,
+                        arrived_at,
+                        at,
+                        first_token_at,
+                        ..
+                    } => {
+                        let Some(f) = self.flights[s].get_mut(&id) else {
+                            continue;
+                        };
+                        f.started_ms = Some(at);
+                        let f = *f;
+                        let half = self.config.rtt_ms(f.gateway, s) / 2;
+                        if arrived_at >= warmup {
+                            self.record.delays_ms.push(at - arrived_at);
+                            self.record
+                                .e2e_ms
+                                .push(at - arrived_at + self.config.rtt_ms(f.gateway, s));
+                        }
+                        if f.streaming {
+                            let seen = first_token_at + half;
+                            self.routers[f.gateway].observe(
+                                seen,
+                                s,
+                                Some(seen - f.sent_ms),
+                                false,
+                            );
+                        }
+                    }
+                    SiteEvent::Finished { id, at } => {
+                        self.completed += 1;
+                        let Some(f) = self.flights[s].remove(&id) else {
+                            continue;
+                        };
+                        if let Some(started) = f.started_ms {
+                            self.latency[s].observe(at - started);
+                        }
+                        let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
+                        let sample = (!f.streaming).then(|| seen - f.sent_ms);
+                        self.routers[f.gateway].observe(seen, s, sample, true);
+                    }
+                    SiteEvent::Failed { id, at, .. } => {
+                        let Some(f) = self.flights[s].remove(&id) else {
+                            continue;
+                        };
+                        self.fail(s, f, at);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A request that failed at site `s` at `at_ms`: counted, and its gateway hears of it
+    /// half a round trip later (its quick answer is a latency sample).
+    fn fail(&mut self, s: usize, f: Flight, at_ms: u64) {
+        self.failed += 1;
+        if f.sent_ms >= self.config.warmup_ms {
+            self.record.failed += 1;
+        }
+        let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
+        self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+    }
+
+    /// Request `t` reaches its site.
+    fn deliver(&mut self, t: Transit) {
+        let flight = Flight {
+            gateway: t.gateway,
+            sent_ms: t.sent_ms,
+            started_ms: None,
+            streaming: t.streaming,
+        };
+        match self.sites[t.site].arrive(
+            t.at_ms,
+            RequestSpec {
+                streaming: t.streaming,
+                service_ms: Some(t.service_ms),
+            },
+        ) {
+            Ok(id) => {
+                self.flights[t.site].insert(id, flight);
+                self.collect();
+            }
+            Err(_) => self.fail(t.site, flight, t.at_ms),
+        }
+    }
+}
+
+/// The scheduled steps of a scenario, in time order (ties in the scenario's order).
+fn schedule(config: &SimConfig) -> Vec<(u64, Step)> {
+    let mut steps: Vec<(u64, Step)> = Vec::new();
+    for d in &config.degrade {
+        steps.push((d.from_ms, Step::Degrade(d.site, d.factor)));
+        steps.push((d.until_ms, Step::Degrade(d.site, 1.0)));
+    }
+    for b in &config.blips {
+        steps.push((b.from_ms, Step::TakeAll(b.site)));
+        steps.push((b.until_ms, Step::RestoreAll(b.site)));
+    }
+    steps.sort_by_key(|(at, _)| *at);
+    steps.reverse();
+    steps
+}
+
+/// The smallest of optional instants.
+fn earliest(times: &[Option<u64>]) -> Option<u64> {
+    times.iter().flatten().copied().min()
+}
+
+/// Runs one policy over `arrivals` in its own world.
+///
+/// # Panics
+///
+/// When the scenario is not one a site model accepts (a site out of the limits of
+/// [`SiteConfig`], a degrade factor out of range): scenario files are checked when read.
+pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> PolicyResult {
+    let sites: Vec<SiteModel> = config
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut c = SiteConfig::new(s.name.clone(), s.endpoints, s.slots_per_endpoint);
+            c.service = config.service;
+            SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
+        })
+        .collect();
+    let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
+    let mut signals: Vec<SignalPath> = if policy.reads_signals() {
+        config
+            .gateways
+            .iter()
+            .map(|g| {
+                let local: Vec<bool> = (0..names.len()).map(|i| i == g.site).collect();
+                SignalPath::new(&names, &local)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let seconds = (config.duration_ms / 1_000 + 1) as usize;
+    let mut world = World {
+        config,
+        latency: vec![
+            SiteLatency {
+                service_ms: config.service.mean_ms()
+            };
+            sites.len()
+        ],
+        flights: vec![HashMap::new(); sites.len()],
+        routers: (0..config.gateways.len())
+            .map(|g| Router::new(policy, config, g))
+            .collect(),
+        record: RunRecord::new(sites.len(), seconds),
+        sites,
+        completed: 0,
+        failed: 0,
+    };
+    let mut steps = schedule(config);
+    let mut transits: BinaryHeap<Reverse<Transit>> = BinaryHeap::new();
+    let mut probes: BinaryHeap<Reverse<Probe>> = BinaryHeap::new();
+    let mut targets = Vec::new();
+    let mut seq = 0u64;
+    let mut next_signal = 0;
+    let mut next_arrival = 0;
+
+    // Each pass handles one event; every event is consumed once and each creates at most
+    // a bounded number of later ones, so the loop ends when arrivals run out.
+    loop {
+        let arrival = arrivals.get(next_arrival);
+        let Some(horizon) = earliest(&[
+            arrival.map(|a| a.at_ms),
+            transits.peek().map(|t| t.0.at_ms),
+            probes.peek().map(|p| p.0.at_ms),
+        ]) else {
+            break;
+        };
+        if let Some(&(at, step)) = steps.last().filter(|(at, _)| *at <= horizon) {
+            world.advance(at);
+            apply(&mut world.sites, at, step);
+            world.collect();
+            steps.pop();
+            continue;
+        }
+        if !signals.is_empty() && next_signal <= horizon {
+            world.advance(next_signal);
+            for path in &mut signals {
+                path.at(next_signal, &world.sites);
+            }
+            next_signal = SignalPath::next_instant_after(next_signal);
+            continue;
+        }
+        if let Some(Reverse(t)) = transits.peek().copied().filter(|t| t.0.at_ms <= horizon) {
+            transits.pop();
+            world.advance(t.at_ms);
+            world.deliver(t);
+            continue;
+        }
+        if let Some(Reverse(p)) = probes.peek().copied().filter(|p| p.0.at_ms <= horizon) {
+            probes.pop();
+            world.advance(p.at_ms);
+            let mut reading = world.latency[p.site].estimate(&world.sites[p.site]);
+            reading.site = p.site;
+            reading.read_ms = p.at_ms;
+            let back = p.sent_ms + config.rtt_ms(p.gateway, p.site);
+            world.routers[p.gateway].land(back, reading);
+            continue;
+        }
+        let Some(a) = arrival.copied() else {
+            break;
+        };
+        next_arrival += 1;
+        world.advance(a.at_ms);
+        let g = a.gateway;
+        let view = signals.get(g);
+        let (site, placed) = world.routers[g].choose(a.at_ms, &world.sites, view);
+        let s = &world.sites[site];
+        let full = s.running() + s.waiting() >= s.capacity();
+        let counted = a.at_ms >= config.warmup_ms;
+        world.record.route(a.at_ms, site, counted, full);
+        if !placed && counted {
+            world.record.unplaced += 1;
+        }
+        world.routers[g].sent(site);
+        world.routers[g].probe_targets(&mut targets);
+        for &target in &targets {
+            seq += 1;
+            probes.push(Reverse(Probe {
+                at_ms: a.at_ms + config.rtt_ms(g, target) / 2,
+                seq,
+                site: target,
+                gateway: g,
+                sent_ms: a.at_ms,
+            }));
+        }
+        seq += 1;
+        let transit = Transit {
+            at_ms: a.at_ms + config.rtt_ms(g, site) / 2,
+            seq,
+            site,
+            gateway: g,
+            sent_ms: a.at_ms,
+            service_ms: a.service_ms,
+            streaming: a.streaming,
+        };
+        if transit.at_ms == a.at_ms {
+            world.deliver(transit);
+        } else {
+            transits.push(Reverse(transit));
+        }
+    }
+    // Drain: every admitted request starts and completes (endpoints taken away by an
+    // episode still running are back: nothing is left stranded).
+    while let Some(&(at, step)) = steps.last() {
+        world.advance(at);
+        apply(&mut world.sites, at, step);
+        world.collect();
+        steps.pop();
+    }
+    while let Some(t) = world.sites.iter().filter_map(SiteModel::next_deadline).min() {
+        world.advance(t);
+    }
+    let mut counts = SignalCounts::default();
+    for path in &signals {
+        counts.add(path.counts());
+    }
+    PolicyResult {
+        policy,
+        summary: Summary::of(&world.record, config.degrade_window()),
+        signals: counts,
+        record: world.record,
+        arrived: arrivals.len() as u64,
+        completed: world.completed,
+        failed: world.failed,
+    }
+}
+
+fn apply(sites: &mut [SiteModel], at: u64, step: Step) {
+    match step {
+        Step::Degrade(site, factor) => sites[site]
+            .set_degrade(factor)
+            .expect("scenario degrade factors are in range"),
+        Step::TakeAll(site) => sites[site].take_all_endpoints(at),
+        Step::RestoreAll(site) => sites[site].restore_all_endpoints(at),
+    }
+}
