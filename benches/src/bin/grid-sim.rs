@@ -53,7 +53,9 @@ fn main() -> anyhow::Result<()> {
         scenario = scenario.with_duration_s(d);
     }
     let loads = args.loads.unwrap_or_else(|| scenario.loads.clone());
-    let seeds = args.seed.map_or_else(|| scenario.seeds.clone(), |s| vec![s]);
+    let seeds = args
+        .seed
+        .map_or_else(|| scenario.seeds.clone(), |s| vec![s]);
     let out = args.out.unwrap_or_else(|| {
         manifest
             .parent()

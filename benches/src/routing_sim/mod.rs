@@ -141,7 +141,12 @@ impl SimConfig {
             rtt_ms: 0,
         };
         Self {
-            sites: vec![site("s8", 1), site("s16", 2), site("s32", 4), site("s64", 8)],
+            sites: vec![
+                site("s8", 1),
+                site("s16", 2),
+                site("s32", 4),
+                site("s64", 8),
+            ],
             gateways: vec![GatewaySpec {
                 site: 2,
                 share: 1.0,

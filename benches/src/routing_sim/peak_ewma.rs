@@ -156,7 +156,10 @@ mod tests {
         assert!((c.update(1_000, 500.0) - 500.0).abs() < 1e-9, "the peak");
         // One decay time later, a sample of 0 leaves e^-1 of the estimate.
         let blended = c.update(11_000, 0.0);
-        assert!((blended - 500.0 * (-1.0f64).exp()).abs() < 1e-6, "{blended}");
+        assert!(
+            (blended - 500.0 * (-1.0f64).exp()).abs() < 1e-6,
+            "{blended}"
+        );
     }
 
     #[test]

@@ -98,7 +98,9 @@ impl Router {
         let rtts: Vec<u64> = (0..n).map(|s| config.rtt_ms(gateway, s)).collect();
         Self {
             policy,
-            pick_rng: SplitMix64::new(config.seed ^ PICK_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            pick_rng: SplitMix64::new(
+                config.seed ^ PICK_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
             rng: SimRng::fork(config.seed, stream),
             next: gateway,
             slots: config.sites.iter().map(|s| s.slots() as f64).collect(),

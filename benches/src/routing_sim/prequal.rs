@@ -166,7 +166,11 @@ impl Prequal {
             self.pool
                 .iter()
                 .enumerate()
-                .min_by(|a, b| a.1.reading.rif_per_slot.total_cmp(&b.1.reading.rif_per_slot))
+                .min_by(|a, b| {
+                    a.1.reading
+                        .rif_per_slot
+                        .total_cmp(&b.1.reading.rif_per_slot)
+                })
                 .map_or(0, |(i, _)| i)
         });
         self.pool[best].uses += 1;

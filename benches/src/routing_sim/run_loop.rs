@@ -134,7 +134,9 @@ impl World<'_> {
                         f.started_ms = Some(at);
                         let f = *f;
                         let half = self.config.rtt_ms(f.gateway, s) / 2;
-                        if arrived_at >= warmup {
+                        // Measured by when the gateway received it, as the routing
+                        // counts are.
+                        if f.sent_ms >= warmup {
                             self.record.delays_ms.push(at - arrived_at);
                             self.record
                                 .e2e_ms
@@ -142,12 +144,7 @@ impl World<'_> {
                         }
                         if f.streaming {
                             let seen = first_token_at + half;
-                            self.routers[f.gateway].observe(
-                                seen,
-                                s,
-                                Some(seen - f.sent_ms),
-                                false,
-                            );
+                            self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
                         }
                     }
                     SiteEvent::Finished { id, at } => {
@@ -378,7 +375,12 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         world.collect();
         steps.pop();
     }
-    while let Some(t) = world.sites.iter().filter_map(SiteModel::next_deadline).min() {
+    while let Some(t) = world
+        .sites
+        .iter()
+        .filter_map(SiteModel::next_deadline)
+        .min()
+    {
         world.advance(t);
     }
     let mut counts = SignalCounts::default();

@@ -15,8 +15,7 @@ use super::{
     Blip, DEFAULT_WARMUP_S, Degrade, GatewaySpec, MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
 };
 use crate::site_model::{
-    MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR,
-    ServiceTime,
+    MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
 };
 
 /// The most sites a scenario may have: each is scraped through the real parser every
@@ -255,7 +254,10 @@ impl Scenario {
         let mut names = HashSet::new();
         for site in &f.sites {
             if site.name.is_empty() || !names.insert(site.name.as_str()) {
-                return invalid("sites.name", format!("`{}` is empty or repeated", site.name));
+                return invalid(
+                    "sites.name",
+                    format!("`{}` is empty or repeated", site.name),
+                );
             }
             if site.endpoints == 0 || site.endpoints > MAX_SITE_ENDPOINTS {
                 return invalid(
@@ -270,7 +272,10 @@ impl Scenario {
                 );
             }
             if site.rtt_ms > MAX_RTT_MS {
-                return invalid("sites.rtt_ms", format!("{}: must be at most {MAX_RTT_MS}", site.name));
+                return invalid(
+                    "sites.rtt_ms",
+                    format!("{}: must be at most {MAX_RTT_MS}", site.name),
+                );
             }
         }
         let index = |field: &'static str, name: &str| {

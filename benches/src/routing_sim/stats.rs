@@ -112,9 +112,11 @@ fn share(per_second: &[SecondCounts], site: usize) -> f64 {
 pub fn degrade_reaction(per_second: &[SecondCounts], window: DegradeWindow) -> DegradeReaction {
     let from = (window.from_ms / 1_000) as usize;
     let until = ((window.until_ms / 1_000) as usize).min(per_second.len());
-    let before = &per_second[from.saturating_sub(BASELINE_WINDOW_S)..from.min(per_second.len())];
+    // An episode past the run's end (a shortened run) leaves empty windows, not a panic.
+    let from_in = from.min(per_second.len());
+    let before = &per_second[from_in.saturating_sub(BASELINE_WINDOW_S)..from_in];
     let share_before = share(before, window.site);
-    let during = &per_second[from.min(until)..until];
+    let during = &per_second[from_in.min(until)..until];
     let share_during = share(during, window.site);
     let halfway = share_before - (share_before - window.fair_share) / 2.0;
     let below = |start: usize, end: usize| {
