@@ -135,7 +135,11 @@ fn every_scenario_file_under_benches_scenarios_parses() {
                 .to_string_lossy()
                 .into_owned()
         })
-        .filter(|n| n.ends_with(".toml"))
+        .filter(|n| {
+            std::path::Path::new(n)
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+        })
         .collect();
     names.sort();
     assert_eq!(

@@ -85,6 +85,28 @@ fn main() -> anyhow::Result<()> {
         runs.push(all);
     }
     let elapsed: Duration = started.elapsed();
+    print_header(&scenario, &path, &runs, &seeds, elapsed)?;
+    for all in &runs {
+        if let Some(level) = all.first() {
+            println!("seed {}:", level.config.seed);
+        }
+        print!("{}", report::table(all));
+        print!("{}", report::target_lines(all));
+    }
+    println!();
+    print!("{}", report::p99_by_seed(&runs));
+
+    write_outputs(&out, &runs)
+}
+
+/// The scenario, its sites and gateways, and the episodes, above the tables.
+fn print_header(
+    scenario: &Scenario,
+    path: &std::path::Path,
+    runs: &[Vec<LoadResults>],
+    seeds: &[u64],
+    elapsed: Duration,
+) -> anyhow::Result<()> {
     let first = &runs
         .first()
         .and_then(|r| r.first())
@@ -129,16 +151,11 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!("bursts: {:?}", first.bursts);
-    for all in &runs {
-        if let Some(level) = all.first() {
-            println!("seed {}:", level.config.seed);
-        }
-        print!("{}", report::table(all));
-        print!("{}", report::target_lines(all));
-    }
-    println!();
-    print!("{}", report::p99_by_seed(&runs));
+    Ok(())
+}
 
+/// `summary.csv` (every seed), `shares.csv` and `routing.svg` (the first seed).
+fn write_outputs(out: &std::path::Path, runs: &[Vec<LoadResults>]) -> anyhow::Result<()> {
     let focus_run = runs.first().context("no seed given")?;
     let focus = focus_run
         .iter()

@@ -2,16 +2,16 @@
 //! balance: Introducing Prequal", NSDI 2024), one instance per gateway.
 //!
 //! Each query triggers [`PROBES_PER_QUERY`] probes to sites drawn uniformly at random
-//! (the paper's probing rate r_probe; it probes asynchronously, so a query is routed on
+//! (the paper's probing rate `r_probe`; it probes asynchronously, so a query is routed on
 //! the pool as it stands and its own probes serve later queries). A probe reaches the
 //! site half a round trip after it is sent, reads the site's requests in flight (RIF:
 //! running plus waiting) and the site's own latency estimate at that instant, and is back
 //! in the pool a full round trip after it was sent. The pool holds at most [`POOL_SIZE`]
 //! probes (the newest replace the oldest), none older than [`PROBE_MAX_AGE_MS`] and none
-//! used more than [`PROBE_MAX_USES`] times (the paper's b_reuse).
+//! used more than [`PROBE_MAX_USES`] times (the paper's `b_reuse`).
 //!
 //! Selection is the paper's hot-cold lexicographic rule: a probe is hot when its RIF is
-//! above the [`HOT_QUANTILE`] quantile of the RIFs in the pool (the paper's q_RIF);
+//! above the [`HOT_QUANTILE`] quantile of the RIFs in the pool (the paper's `q_RIF`);
 //! among cold probes the lowest estimated latency wins, and if every probe is hot the
 //! lowest RIF. With an empty pool the query goes to a uniformly random site.
 //!
@@ -27,13 +27,13 @@ use crate::sim_rng::SimRng;
 
 /// Probes in a gateway's pool (the paper's pool size).
 pub const POOL_SIZE: usize = 16;
-/// Probes sent per query (the paper's probing rate r_probe).
+/// Probes sent per query (the paper's probing rate `r_probe`).
 pub const PROBES_PER_QUERY: usize = 3;
-/// A probe whose RIF is above this quantile of the pool's is hot (the paper's q_RIF).
+/// A probe whose RIF is above this quantile of the pool's is hot (the paper's `q_RIF`).
 pub const HOT_QUANTILE: f64 = 0.84;
 /// Probes older than this (from the instant they read the site) leave the pool (ms).
 pub const PROBE_MAX_AGE_MS: u64 = 1_000;
-/// A probe is used for at most this many queries (the paper's b_reuse).
+/// A probe is used for at most this many queries (the paper's `b_reuse`).
 pub const PROBE_MAX_USES: u32 = 2;
 
 /// What a probe read at a site.
@@ -162,7 +162,7 @@ impl Prequal {
             .enumerate()
             .filter(|(_, p)| p.reading.rif_per_slot <= threshold)
             .min_by(|a, b| a.1.reading.latency_ms.total_cmp(&b.1.reading.latency_ms));
-        let best = cold.map(|(i, _)| i).unwrap_or_else(|| {
+        let lowest_rif = || {
             self.pool
                 .iter()
                 .enumerate()
@@ -172,7 +172,8 @@ impl Prequal {
                         .total_cmp(&b.1.reading.rif_per_slot)
                 })
                 .map_or(0, |(i, _)| i)
-        });
+        };
+        let best = cold.map_or_else(lowest_rif, |(i, _)| i);
         self.pool[best].uses += 1;
         (self.pool[best].reading.site, true)
     }

@@ -105,9 +105,65 @@ struct World<'a> {
     record: RunRecord,
     completed: u64,
     failed: u64,
+    transits: BinaryHeap<Reverse<Transit>>,
+    probes: BinaryHeap<Reverse<Probe>>,
+    targets: Vec<usize>,
+    seq: u64,
 }
 
 impl World<'_> {
+    /// Routes arrival `a` at its gateway (with `view`, that gateway's signals, for the
+    /// policies that read them): the request and any probes set off across the WAN.
+    fn route(&mut self, a: Arrival, view: Option<&SignalPath>) {
+        let config = self.config;
+        let g = a.gateway;
+        let (site, placed) = self.routers[g].choose(a.at_ms, &self.sites, view);
+        let s = &self.sites[site];
+        let full = s.running() + s.waiting() >= s.capacity();
+        let counted = a.at_ms >= config.warmup_ms;
+        self.record.route(a.at_ms, site, counted, full);
+        if !placed && counted {
+            self.record.unplaced += 1;
+        }
+        self.routers[g].sent(site);
+        self.routers[g].probe_targets(&mut self.targets);
+        for &target in &self.targets {
+            self.seq += 1;
+            self.probes.push(Reverse(Probe {
+                at_ms: a.at_ms + config.rtt_ms(g, target) / 2,
+                seq: self.seq,
+                site: target,
+                gateway: g,
+                sent_ms: a.at_ms,
+            }));
+        }
+        self.seq += 1;
+        let transit = Transit {
+            at_ms: a.at_ms + config.rtt_ms(g, site) / 2,
+            seq: self.seq,
+            site,
+            gateway: g,
+            sent_ms: a.at_ms,
+            service_ms: a.service_ms,
+            streaming: a.streaming,
+        };
+        if transit.at_ms == a.at_ms {
+            self.deliver(transit);
+        } else {
+            self.transits.push(Reverse(transit));
+        }
+    }
+
+    /// Probe `p` reads its site; the reading lands at its gateway a round trip after
+    /// it was sent.
+    fn probe(&mut self, p: Probe) {
+        let mut reading = self.latency[p.site].estimate(&self.sites[p.site]);
+        reading.site = p.site;
+        reading.read_ms = p.at_ms;
+        let back = p.sent_ms + self.config.rtt_ms(p.gateway, p.site);
+        self.routers[p.gateway].land(back, reading);
+    }
+
     fn advance(&mut self, t_ms: u64) {
         for site in &mut self.sites {
             site.advance(t_ms);
@@ -226,6 +282,59 @@ fn earliest(times: &[Option<u64>]) -> Option<u64> {
     times.iter().flatten().copied().min()
 }
 
+impl<'a> World<'a> {
+    /// A fresh world for `policy` over `config`, and each gateway's signal path when the
+    /// policy reads signals.
+    fn new(config: &'a SimConfig, policy: Policy) -> (Self, Vec<SignalPath>) {
+        let sites: Vec<SiteModel> = config
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut c = SiteConfig::new(s.name.clone(), s.endpoints, s.slots_per_endpoint);
+                c.service = config.service;
+                SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
+            })
+            .collect();
+        let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
+        let signals: Vec<SignalPath> = if policy.reads_signals() {
+            config
+                .gateways
+                .iter()
+                .map(|g| {
+                    let local: Vec<bool> = (0..names.len()).map(|i| i == g.site).collect();
+                    SignalPath::new(&names, &local)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let seconds = (config.duration_ms / 1_000 + 1) as usize;
+        let world = World {
+            config,
+            latency: vec![
+                SiteLatency {
+                    service_ms: config.service.mean_ms()
+                };
+                sites.len()
+            ],
+            flights: vec![HashMap::new(); sites.len()],
+            routers: (0..config.gateways.len())
+                .map(|g| Router::new(policy, config, g))
+                .collect(),
+            record: RunRecord::new(sites.len(), seconds),
+            sites,
+            completed: 0,
+            failed: 0,
+            transits: BinaryHeap::new(),
+            probes: BinaryHeap::new(),
+            targets: Vec::new(),
+            seq: 0,
+        };
+        (world, signals)
+    }
+}
+
 /// Runs one policy over `arrivals` in its own world.
 ///
 /// # Panics
@@ -233,52 +342,8 @@ fn earliest(times: &[Option<u64>]) -> Option<u64> {
 /// When the scenario is not one a site model accepts (a site out of the limits of
 /// [`SiteConfig`], a degrade factor out of range): scenario files are checked when read.
 pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> PolicyResult {
-    let sites: Vec<SiteModel> = config
-        .sites
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let mut c = SiteConfig::new(s.name.clone(), s.endpoints, s.slots_per_endpoint);
-            c.service = config.service;
-            SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
-        })
-        .collect();
-    let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
-    let mut signals: Vec<SignalPath> = if policy.reads_signals() {
-        config
-            .gateways
-            .iter()
-            .map(|g| {
-                let local: Vec<bool> = (0..names.len()).map(|i| i == g.site).collect();
-                SignalPath::new(&names, &local)
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let seconds = (config.duration_ms / 1_000 + 1) as usize;
-    let mut world = World {
-        config,
-        latency: vec![
-            SiteLatency {
-                service_ms: config.service.mean_ms()
-            };
-            sites.len()
-        ],
-        flights: vec![HashMap::new(); sites.len()],
-        routers: (0..config.gateways.len())
-            .map(|g| Router::new(policy, config, g))
-            .collect(),
-        record: RunRecord::new(sites.len(), seconds),
-        sites,
-        completed: 0,
-        failed: 0,
-    };
+    let (mut world, mut signals) = World::new(config, policy);
     let mut steps = schedule(config);
-    let mut transits: BinaryHeap<Reverse<Transit>> = BinaryHeap::new();
-    let mut probes: BinaryHeap<Reverse<Probe>> = BinaryHeap::new();
-    let mut targets = Vec::new();
-    let mut seq = 0u64;
     let mut next_signal = 0;
     let mut next_arrival = 0;
 
@@ -288,8 +353,8 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         let arrival = arrivals.get(next_arrival);
         let Some(horizon) = earliest(&[
             arrival.map(|a| a.at_ms),
-            transits.peek().map(|t| t.0.at_ms),
-            probes.peek().map(|p| p.0.at_ms),
+            world.transits.peek().map(|t| t.0.at_ms),
+            world.probes.peek().map(|p| p.0.at_ms),
         ]) else {
             break;
         };
@@ -308,20 +373,26 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
             next_signal = SignalPath::next_instant_after(next_signal);
             continue;
         }
-        if let Some(Reverse(t)) = transits.peek().copied().filter(|t| t.0.at_ms <= horizon) {
-            transits.pop();
+        if let Some(Reverse(t)) = world
+            .transits
+            .peek()
+            .copied()
+            .filter(|t| t.0.at_ms <= horizon)
+        {
+            world.transits.pop();
             world.advance(t.at_ms);
             world.deliver(t);
             continue;
         }
-        if let Some(Reverse(p)) = probes.peek().copied().filter(|p| p.0.at_ms <= horizon) {
-            probes.pop();
+        if let Some(Reverse(p)) = world
+            .probes
+            .peek()
+            .copied()
+            .filter(|p| p.0.at_ms <= horizon)
+        {
+            world.probes.pop();
             world.advance(p.at_ms);
-            let mut reading = world.latency[p.site].estimate(&world.sites[p.site]);
-            reading.site = p.site;
-            reading.read_ms = p.at_ms;
-            let back = p.sent_ms + config.rtt_ms(p.gateway, p.site);
-            world.routers[p.gateway].land(back, reading);
+            world.probe(p);
             continue;
         }
         let Some(a) = arrival.copied() else {
@@ -329,43 +400,7 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         };
         next_arrival += 1;
         world.advance(a.at_ms);
-        let g = a.gateway;
-        let view = signals.get(g);
-        let (site, placed) = world.routers[g].choose(a.at_ms, &world.sites, view);
-        let s = &world.sites[site];
-        let full = s.running() + s.waiting() >= s.capacity();
-        let counted = a.at_ms >= config.warmup_ms;
-        world.record.route(a.at_ms, site, counted, full);
-        if !placed && counted {
-            world.record.unplaced += 1;
-        }
-        world.routers[g].sent(site);
-        world.routers[g].probe_targets(&mut targets);
-        for &target in &targets {
-            seq += 1;
-            probes.push(Reverse(Probe {
-                at_ms: a.at_ms + config.rtt_ms(g, target) / 2,
-                seq,
-                site: target,
-                gateway: g,
-                sent_ms: a.at_ms,
-            }));
-        }
-        seq += 1;
-        let transit = Transit {
-            at_ms: a.at_ms + config.rtt_ms(g, site) / 2,
-            seq,
-            site,
-            gateway: g,
-            sent_ms: a.at_ms,
-            service_ms: a.service_ms,
-            streaming: a.streaming,
-        };
-        if transit.at_ms == a.at_ms {
-            world.deliver(transit);
-        } else {
-            transits.push(Reverse(transit));
-        }
+        world.route(a, signals.get(a.gateway));
     }
     // Drain: every admitted request starts and completes (endpoints taken away by an
     // episode still running are back: nothing is left stranded).
