@@ -58,23 +58,39 @@ enum Step {
 
 /// What a site says about its own latency to a probe: a moving average of the service
 /// times of its recent completions, the way a Prequal server estimates from its own
-/// recent queries.
+/// recent queries, forgotten towards the nominal service time as it ages (a site that
+/// served nothing for a while has no evidence of being slow any more; without this, a
+/// site that was degraded once would read slow forever, since Prequal then sends it
+/// nothing to learn from).
 #[derive(Clone, Copy, Debug)]
 struct SiteLatency {
     service_ms: f64,
+    updated_ms: u64,
+    nominal_ms: f64,
 }
 
 /// Weight of each new completion in a site's own service-time average.
 const SITE_LATENCY_WEIGHT: f64 = 0.05;
+/// Time constant (ms) over which a site's average returns to the nominal service time
+/// without completions.
+const SITE_LATENCY_MEMORY_MS: f64 = 10_000.0;
 
 impl SiteLatency {
-    fn observe(&mut self, service_ms: u64) {
+    fn observe(&mut self, at_ms: u64, service_ms: u64) {
+        self.service_ms = self.current(at_ms);
         self.service_ms += SITE_LATENCY_WEIGHT * (service_ms as f64 - self.service_ms);
+        self.updated_ms = at_ms;
+    }
+
+    fn current(self, now: u64) -> f64 {
+        let age = now.saturating_sub(self.updated_ms) as f64;
+        let keep = (-age / SITE_LATENCY_MEMORY_MS).exp();
+        self.nominal_ms + (self.service_ms - self.nominal_ms) * keep
     }
 
     /// The latency a query arriving now should expect: its service, plus the wait of
     /// the requests ahead of it beyond the free slots, served `capacity` at a time.
-    fn estimate(self, site: &SiteModel) -> ProbeReading {
+    fn estimate(self, now: u64, site: &SiteModel) -> ProbeReading {
         let capacity = site.capacity();
         let rif = (site.running() + site.waiting()) as f64;
         if capacity == 0 {
@@ -89,7 +105,7 @@ impl SiteLatency {
         ProbeReading {
             site: 0,
             rif_per_slot: rif / c,
-            latency_ms: self.service_ms * (1.0 + (rif + 1.0 - c).max(0.0) / c),
+            latency_ms: self.current(now) * (1.0 + (rif + 1.0 - c).max(0.0) / c),
             read_ms: 0,
         }
     }
@@ -157,7 +173,7 @@ impl World<'_> {
     /// Probe `p` reads its site; the reading lands at its gateway a round trip after
     /// it was sent.
     fn probe(&mut self, p: Probe) {
-        let mut reading = self.latency[p.site].estimate(&self.sites[p.site]);
+        let mut reading = self.latency[p.site].estimate(p.at_ms, &self.sites[p.site]);
         reading.site = p.site;
         reading.read_ms = p.at_ms;
         let back = p.sent_ms + self.config.rtt_ms(p.gateway, p.site);
@@ -209,7 +225,7 @@ impl World<'_> {
                             continue;
                         };
                         if let Some(started) = f.started_ms {
-                            self.latency[s].observe(at - started);
+                            self.latency[s].observe(at, at - started);
                         }
                         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
                         let sample = (!f.streaming).then(|| seen - f.sent_ms);
@@ -314,7 +330,9 @@ impl<'a> World<'a> {
             config,
             latency: vec![
                 SiteLatency {
-                    service_ms: config.service.mean_ms()
+                    service_ms: config.service.mean_ms(),
+                    updated_ms: 0,
+                    nominal_ms: config.service.mean_ms(),
                 };
                 sites.len()
             ],
