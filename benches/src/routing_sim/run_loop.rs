@@ -64,9 +64,12 @@ enum Step {
 /// nothing to learn from).
 #[derive(Clone, Copy, Debug)]
 struct SiteLatency {
+    /// The averaged service time (ms).
     service_ms: f64,
+    /// When it last took a completion (virtual ms).
     updated_ms: u64,
-    nominal_ms: f64,
+    /// The nominal mean service time it returns to (ms).
+    nominal: f64,
 }
 
 /// Weight of each new completion in a site's own service-time average.
@@ -85,7 +88,7 @@ impl SiteLatency {
     fn current(self, now: u64) -> f64 {
         let age = now.saturating_sub(self.updated_ms) as f64;
         let keep = (-age / SITE_LATENCY_MEMORY_MS).exp();
-        self.nominal_ms + (self.service_ms - self.nominal_ms) * keep
+        self.nominal + (self.service_ms - self.nominal) * keep
     }
 
     /// The latency a query arriving now should expect: its service, plus the wait of
@@ -332,7 +335,7 @@ impl<'a> World<'a> {
                 SiteLatency {
                     service_ms: config.service.mean_ms(),
                     updated_ms: 0,
-                    nominal_ms: config.service.mean_ms(),
+                    nominal: config.service.mean_ms(),
                 };
                 sites.len()
             ],
