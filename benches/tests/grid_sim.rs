@@ -3,6 +3,7 @@
 //! path without refusals, and the run is a pure function of its seed.
 
 use grid_benches::routing_sim::policy::Policy;
+use grid_benches::routing_sim::scenario::Scenario;
 use grid_benches::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
 use grid_benches::routing_sim::{SimConfig, run};
 
@@ -49,7 +50,9 @@ fn signals_reach_the_gateway_at_the_real_cadences_without_refusals() {
     let ours = &results[0];
     let seconds = DURATION_MS / LOCAL_CADENCE_MS;
     let sites = config.sites.len() as u64;
-    let remote = config.sites.iter().filter(|s| !s.local).count() as u64;
+    let remote = (0..config.sites.len())
+        .filter(|&i| !config.has_gateway(i))
+        .count() as u64;
     let c = ours.signals;
     // The last arrival falls in the final second, so the path ran for about `seconds`.
     assert!(
@@ -111,4 +114,122 @@ fn the_same_seed_gives_the_same_figures_on_any_number_of_threads() {
         one[0].record.delays_ms, other[0].record.delays_ms,
         "another seed, other arrivals"
     );
+}
+
+fn scenario(name: &str) -> Scenario {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("the built-in scenario is there");
+    Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_scenario_file_under_benches_scenarios_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("benches/scenarios exists")
+        .map(|e| {
+            e.expect("a readable entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| {
+            std::path::Path::new(n)
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "blip.toml",
+            "five-sites-long.toml",
+            "multi-gateway.toml",
+            "standard.toml"
+        ]
+    );
+    for name in &names {
+        let s = scenario(name);
+        assert!(!s.loads.is_empty() && !s.seeds.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn the_standard_file_is_the_standard_scenario() {
+    let s = scenario("standard.toml");
+    assert_eq!(s.config(0.85, 42), SimConfig::standard(0.85, 600_000, 42));
+    assert_eq!(s.seeds, [42, 7, 1234]);
+}
+
+#[test]
+fn a_scenario_with_an_unknown_field_is_refused_with_the_field_name() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/standard.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let bad = text.replace("rtt_ms = 0\n", "rtt_ms = 0\nround_trip_ms = 5\n");
+    let err = Scenario::parse(&bad).unwrap_err().to_string();
+    assert!(err.contains("round_trip_ms"), "{err}");
+    let bad = text.replace("site = \"s16\"", "site = \"s99\"");
+    let err = Scenario::parse(&bad).unwrap_err().to_string();
+    assert!(err.contains("degrade.site") && err.contains("s99"), "{err}");
+}
+
+#[test]
+fn in_the_multi_gateway_scenario_every_policy_serves_every_request_once() {
+    let config = scenario("multi-gateway.toml")
+        .with_duration_s(DURATION_MS / 1_000)
+        .config(0.85, 8);
+    assert_eq!(config.gateways.len(), config.sites.len());
+    let results = run(&config, &Policy::ALL, 2);
+    let arrived = results[0].arrived;
+    for r in &results {
+        let name = r.policy.as_str();
+        assert_eq!(r.completed, arrived, "{name}: every request completed");
+        assert_eq!(r.failed, 0, "{name}");
+        assert_eq!(
+            r.summary.requests, r.record.routed,
+            "{name}: one delay each"
+        );
+        assert!(
+            r.summary.p99_e2e_ms > r.summary.p99_ms,
+            "{name}: the round trip adds to the wait"
+        );
+    }
+    let ours = &results[0];
+    assert_eq!(ours.signals.dropped, 0, "{:?}", ours.signals);
+    assert_eq!(ours.signals.refused_readings, 0, "{:?}", ours.signals);
+    let gateways = config.gateways.len() as u64;
+    let seconds = DURATION_MS / LOCAL_CADENCE_MS;
+    assert!(
+        ours.signals.gateway_polls >= gateways * (seconds - 1),
+        "every gateway polled its own operator: {:?}",
+        ours.signals
+    );
+}
+
+#[test]
+fn requests_at_a_site_that_loses_every_endpoint_fail_and_the_rest_complete() {
+    let mut config = scenario("blip.toml").config(0.75, 9);
+    config.duration_ms = 40_000;
+    config.warmup_ms = 5_000;
+    let blip = &mut config.blips[0];
+    blip.from_ms = 20_000;
+    blip.until_ms = 26_000;
+    let results = run(&config, &Policy::ALL, 2);
+    for r in &results {
+        let name = r.policy.as_str();
+        assert_eq!(r.completed + r.failed, r.arrived, "{name}");
+        let after: u32 = r.record.per_second[30..]
+            .iter()
+            .map(|s| s[config.blips[0].site])
+            .sum();
+        assert!(
+            after > 0,
+            "{name}: the site has traffic again after the blip"
+        );
+    }
+    let round_robin = &results[1];
+    assert!(round_robin.failed > 0, "round-robin keeps sending to it");
 }

@@ -1,5 +1,6 @@
-//! `grid-sim`: the routing-quality simulator (issue 6). Runs every policy over the same
-//! seeded arrivals at several loads, prints the table, writes CSV and SVG under
+//! `grid-sim`: the routing-quality simulator (issues 6 and 13). Reads a scenario file
+//! (default `benches/scenarios/standard.toml`), runs every policy over the same seeded
+//! arrivals at each of its loads and seeds, prints the tables, writes CSV and SVG under
 //! `target/grid-sim/`.
 
 use std::path::PathBuf;
@@ -9,21 +10,25 @@ use anyhow::Context as _;
 use clap::Parser;
 use grid_benches::routing_sim::policy::Policy;
 use grid_benches::routing_sim::report::{self, LoadResults};
-use grid_benches::routing_sim::{DEFAULT_DURATION_S, SimConfig, run};
+use grid_benches::routing_sim::run;
+use grid_benches::routing_sim::scenario::Scenario;
 
 /// Flags of the routing simulator.
 #[derive(Debug, Parser)]
 #[command(about = "Compare routing policies on simulated sites, signals through the real code")]
 struct Args {
-    /// Offered loads, as shares of total capacity.
-    #[arg(long, value_delimiter = ',', default_value = "0.6,0.75,0.85,0.95")]
-    loads: Vec<f64>,
-    /// Virtual seconds of arrivals per run.
-    #[arg(long, default_value_t = DEFAULT_DURATION_S)]
-    duration_s: u64,
-    /// Seed of the arrivals and every policy's draws.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// The scenario file (TOML; see `benches/scenarios/`).
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+    /// Offered loads, as shares of total capacity (default: the scenario's).
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<f64>>,
+    /// Virtual seconds of arrivals per run (default: the scenario's).
+    #[arg(long)]
+    duration_s: Option<u64>,
+    /// One seed instead of the scenario's list.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -35,8 +40,23 @@ struct Args {
 #[allow(clippy::disallowed_methods)] // the binary times itself for the operator's benefit
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = args
+        .scenario
+        .unwrap_or_else(|| manifest.join("scenarios").join("standard.toml"));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut scenario =
+        Scenario::parse(&text).with_context(|| format!("scenario {}", path.display()))?;
+    if let Some(d) = args.duration_s {
+        anyhow::ensure!(d > 0, "--duration-s must be above 0");
+        scenario = scenario.with_duration_s(d);
+    }
+    let loads = args.loads.unwrap_or_else(|| scenario.loads.clone());
+    let seeds = args
+        .seed
+        .map_or_else(|| scenario.seeds.clone(), |s| vec![s]);
     let out = args.out.unwrap_or_else(|| {
-        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         manifest
             .parent()
             .map_or_else(|| manifest.join("target"), |root| root.join("target"))
@@ -44,64 +64,124 @@ fn main() -> anyhow::Result<()> {
     });
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let started = std::time::Instant::now();
-    let mut all = Vec::new();
-    for &load in &args.loads {
-        let config = SimConfig::standard(load, args.duration_s * 1_000, args.seed);
-        let results = run(&config, &Policy::ALL, args.threads);
-        for r in &results {
-            anyhow::ensure!(
-                r.completed == r.arrived,
-                "{} at {load}: {} of {} requests completed",
-                r.policy.as_str(),
-                r.completed,
-                r.arrived
-            );
+    let mut runs: Vec<Vec<LoadResults>> = Vec::new();
+    for &seed in &seeds {
+        let mut all = Vec::new();
+        for &load in &loads {
+            let config = scenario.config(load, seed);
+            let results = run(&config, &Policy::ALL, args.threads);
+            for r in &results {
+                anyhow::ensure!(
+                    r.completed + r.failed == r.arrived,
+                    "{} at {load}, seed {seed}: {} completed and {} failed of {} requests",
+                    r.policy.as_str(),
+                    r.completed,
+                    r.failed,
+                    r.arrived
+                );
+            }
+            all.push(LoadResults { config, results });
         }
-        all.push(LoadResults { config, results });
+        runs.push(all);
     }
     let elapsed: Duration = started.elapsed();
-    let first = &all.first().context("no load given")?.config;
+    print_header(&scenario, &path, &runs, &seeds, elapsed)?;
+    for all in &runs {
+        if let Some(level) = all.first() {
+            println!("seed {}:", level.config.seed);
+        }
+        print!("{}", report::table(all));
+        print!("{}", report::target_lines(all));
+    }
+    println!();
+    print!("{}", report::p99_by_seed(&runs));
+
+    write_outputs(&out, &runs)
+}
+
+/// The scenario, its sites and gateways, and the episodes, above the tables.
+fn print_header(
+    scenario: &Scenario,
+    path: &std::path::Path,
+    runs: &[Vec<LoadResults>],
+    seeds: &[u64],
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    let first = &runs
+        .first()
+        .and_then(|r| r.first())
+        .context("no load or seed given")?
+        .config;
+    println!("grid-sim: {} ({})", scenario.description, path.display());
     println!(
-        "grid-sim: sites {} (slots {}), {:.1} req/s capacity, {} s per run, seed {}, {:.1} s wall",
+        "sites {} (slots {}), gateways {}, {:.1} req/s capacity, {} s per run, seeds {:?}, {:.1} s wall",
         first
             .sites
             .iter()
-            .map(|s| format!("{}{}", s.name, if s.local { "(local)" } else { "" }))
+            .map(|s| format!("{}[{} ms]", s.name, s.rtt_ms))
             .collect::<Vec<_>>()
             .join(" "),
         first.slots(),
+        first
+            .gateways
+            .iter()
+            .map(|g| format!("{}:{:.2}", first.sites[g.site].name, g.share))
+            .collect::<Vec<_>>()
+            .join(" "),
         first.capacity_per_s(),
-        args.duration_s,
-        args.seed,
+        first.duration_ms / 1_000,
+        seeds,
         elapsed.as_secs_f64()
     );
-    if let Some(d) = first.degrade {
+    for d in &first.degrade {
         println!(
-            "degrade: {} x{} from {} s to {} s; bursts: {:?}",
+            "degrade: {} x{} from {} s to {} s",
             first.sites[d.site].name,
             d.factor,
             d.from_ms / 1_000,
-            d.until_ms / 1_000,
-            first.bursts
+            d.until_ms / 1_000
         );
     }
-    print!("{}", report::table(&all));
-    print!("{}", report::target_lines(&all));
+    for b in &first.blips {
+        println!(
+            "blip: {} at zero endpoints from {} s to {} s",
+            first.sites[b.site].name,
+            b.from_ms / 1_000,
+            b.until_ms / 1_000
+        );
+    }
+    println!("bursts: {:?}", first.bursts);
+    Ok(())
+}
 
-    let focus = all
+/// `summary.csv` (every seed), `shares.csv` and `routing.svg` (the first seed).
+fn write_outputs(out: &std::path::Path, runs: &[Vec<LoadResults>]) -> anyhow::Result<()> {
+    let focus_run = runs.first().context("no seed given")?;
+    let focus = focus_run
         .iter()
         .min_by(|a, b| {
-            (a.config.load - 0.85)
+            (a.config.load - report::RATIO_LOAD)
                 .abs()
-                .total_cmp(&(b.config.load - 0.85).abs())
+                .total_cmp(&(b.config.load - report::RATIO_LOAD).abs())
         })
         .context("no load given")?;
     let summary = out.join("summary.csv");
-    std::fs::write(&summary, report::summary_csv(&all))?;
+    let mut csv = String::new();
+    for (i, all) in runs.iter().enumerate() {
+        let text = report::summary_csv(all);
+        // One header for all seeds.
+        let body = if i == 0 {
+            text.as_str()
+        } else {
+            text.split_once('\n').map_or("", |(_, rest)| rest)
+        };
+        csv.push_str(body);
+    }
+    std::fs::write(&summary, csv)?;
     let shares = out.join("shares.csv");
     std::fs::write(&shares, report::shares_csv(focus))?;
     let svg = out.join("routing.svg");
-    report::plot(&all, focus, &svg).map_err(anyhow::Error::msg)?;
+    report::plot(focus_run, focus, &svg).map_err(anyhow::Error::msg)?;
     println!(
         "wrote {}, {}, {}",
         summary.display(),

@@ -14,6 +14,8 @@ pub struct Arrival {
     pub service_ms: u64,
     /// Whether the client streams.
     pub streaming: bool,
+    /// The gateway it arrives at (index into the scenario's gateways).
+    pub gateway: usize,
 }
 
 /// Bursts on top of the base rate: every `every_ms`, for `length_ms`, the rate is
@@ -88,9 +90,36 @@ pub fn generate(shape: &LoadShape, seed: u64) -> Vec<Arrival> {
             at_ms,
             service_ms: shape.service.draw(&mut sizes),
             streaming: sizes.unit() < shape.streaming_share,
+            gateway: 0,
         });
     }
     out
+}
+
+/// The random stream that spreads arrivals over gateways: its own, so one gateway's
+/// arrivals are exactly the single-gateway simulator's.
+const GATEWAY_STREAM: u64 = 4;
+
+/// Spreads `arrivals` over gateways with the given shares of the load (each arrival
+/// independently, so each gateway sees a Poisson stream with bursts at its share). With
+/// one gateway nothing is drawn.
+pub fn assign_gateways(arrivals: &mut [Arrival], shares: &[f64], seed: u64) {
+    if shares.len() < 2 {
+        return;
+    }
+    let total: f64 = shares.iter().sum();
+    let mut draw = SimRng::fork(seed, GATEWAY_STREAM);
+    for a in arrivals {
+        let mut x = draw.unit() * total;
+        a.gateway = shares.len() - 1;
+        for (g, share) in shares.iter().enumerate() {
+            if x < *share {
+                a.gateway = g;
+                break;
+            }
+            x -= share;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +162,16 @@ mod tests {
         let outside_rate = outside / 150.0;
         assert!((inside_rate - 80.0).abs() < 5.0, "{inside_rate}");
         assert!((outside_rate - 40.0).abs() < 2.5, "{outside_rate}");
+    }
+
+    #[test]
+    fn arrivals_spread_over_gateways_by_their_shares() {
+        let mut a = generate(&shape(None), 5);
+        assign_gateways(&mut a, &[0.7, 0.2, 0.1], 5);
+        for (g, want) in [0.7, 0.2, 0.1].into_iter().enumerate() {
+            let got = a.iter().filter(|x| x.gateway == g).count() as f64 / a.len() as f64;
+            assert!((got - want).abs() < 0.02, "gateway {g}: {got}");
+        }
     }
 
     #[test]

@@ -1,31 +1,41 @@
 //! The deterministic discrete-event routing simulator (issue 6, "Routing quality").
 //!
-//! N sites of unequal capacity, each a [`SiteModel`] in virtual time, receive the same
-//! Poisson-plus-bursts arrivals under several routing policies, one independent world per
-//! policy. Signals reach the gateway only through [`signals::SignalPath`]: the real
+//! N sites of unequal capacity, each a [`SiteModel`](crate::site_model::SiteModel) in
+//! virtual time, receive the same Poisson-plus-bursts arrivals under several routing
+//! policies, one independent world per policy. The arrivals come in at one gateway or at
+//! several (one per site that has arrivals, each with its own router and its own view of
+//! the signals), and a request reaches its site half a WAN round trip after it is
+//! routed. Signals reach each gateway only through [`signals::SignalPath`]: the real
 //! exposition parser, EPP tracker, batches, stores and scorer, at the real cadences.
-//! A site degrades mid-run and recovers later.
+//! Sites degrade or lose every endpoint for a while, as the scenario says
+//! ([`scenario`]: files under `benches/scenarios/`).
 //!
 //! Policies compared: ours (grid-score's table and pick), round-robin, capacity-weighted
-//! random, least-queue on the polled signals (a queue-only cross-site scorer), and an
-//! oracle that sees every site's true state instantly and joins the shortest expected
-//! delay.
+//! random, least-queue on the polled signals (a queue-only cross-site scorer), Prequal
+//! and power of two choices over peak-EWMA (both from the gateway's own probes and
+//! requests), and an oracle that sees every site's true state instantly and joins the
+//! shortest expected delay.
 //!
 //! Everything is a function of the configuration and its seed: the same inputs give the
 //! same figures, whichever thread runs them.
 
 pub mod arrivals;
+pub mod peak_ewma;
 pub mod policy;
+pub mod prequal;
 pub mod report;
+pub mod run_loop;
+pub mod scenario;
 pub mod signals;
 pub mod stats;
 
-use arrivals::{Arrival, Bursts, LoadShape};
-use policy::{Policy, Router};
-use signals::{SignalCounts, SignalPath};
+use arrivals::{Bursts, LoadShape};
+use policy::Policy;
+pub use run_loop::run_policy;
+use signals::SignalCounts;
 use stats::{DegradeWindow, RunRecord, Summary};
 
-use crate::site_model::{RequestSpec, ServiceTime, SiteConfig, SiteEvent, SiteModel};
+use crate::site_model::ServiceTime;
 
 /// One simulated site.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,8 +46,8 @@ pub struct SiteSpec {
     pub endpoints: usize,
     /// Slots per endpoint.
     pub slots_per_endpoint: usize,
-    /// Whether it is the gateway's own site (scraped at 1 s) or remote (5 s peer poll).
-    pub local: bool,
+    /// WAN round trip (ms) between this site and a gateway at another site.
+    pub rtt_ms: u64,
 }
 
 impl SiteSpec {
@@ -45,6 +55,16 @@ impl SiteSpec {
     pub fn slots(&self) -> usize {
         self.endpoints * self.slots_per_endpoint
     }
+}
+
+/// One gateway: where it runs and its share of the offered load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GatewaySpec {
+    /// The site it runs at (index into the sites): its operator relays the signals, and
+    /// that site is scraped at 1 s while the others arrive through 5 s peer polls.
+    pub site: usize,
+    /// Its share of all arrivals (the shares of a scenario sum to 1).
+    pub share: f64,
 }
 
 /// A site that slows down for a while.
@@ -60,11 +80,27 @@ pub struct Degrade {
     pub until_ms: u64,
 }
 
+/// A site whose every endpoint goes away for a while: its EPP reads zero ready
+/// endpoints, its running and queued requests fail, arrivals are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blip {
+    /// Which site (index into the sites).
+    pub site: usize,
+    /// Endpoints gone (virtual ms).
+    pub from_ms: u64,
+    /// Endpoints back (virtual ms).
+    pub until_ms: u64,
+}
+
 /// A whole scenario.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
     /// The sites.
     pub sites: Vec<SiteSpec>,
+    /// The gateways, each with its own arrivals, router and view of the signals.
+    pub gateways: Vec<GatewaySpec>,
+    /// Round trip (ms) between a gateway and the site it runs at.
+    pub local_rtt_ms: u64,
     /// Service-time distribution of every request.
     pub service: ServiceTime,
     /// Mean offered load, bursts included, as a share of the sites' total capacity.
@@ -77,8 +113,10 @@ pub struct SimConfig {
     pub duration_ms: u64,
     /// Requests arriving earlier are served but not measured (the learners start blank).
     pub warmup_ms: u64,
-    /// The mid-run degrade.
-    pub degrade: Option<Degrade>,
+    /// Slow-downs; the first is the one the degrade statistics follow.
+    pub degrade: Vec<Degrade>,
+    /// Zero-endpoint episodes; the first is followed by the statistics when no degrade is.
+    pub blips: Vec<Blip>,
     /// Fixes the arrivals and every policy's random draws.
     pub seed: u64,
 }
@@ -87,26 +125,33 @@ pub struct SimConfig {
 pub const DEFAULT_DURATION_S: u64 = 600;
 /// The default warm-up (virtual seconds).
 pub const DEFAULT_WARMUP_S: u64 = 30;
+/// The warm-up never takes more than this share of a run: a short run still measures.
+pub const MAX_WARMUP_DIVISOR: u64 = 4;
 
 impl SimConfig {
     /// The standard scenario at `load`: sites of 8, 16, 32 and 64 slots (endpoints of 8
-    /// slots), the 32-slot site local and the rest remote; 10 s bursts at 1.5x every
-    /// minute; the 16-slot site three times slower from the first to the second third of
-    /// the run.
+    /// slots), one gateway at the 32-slot site and the rest remote; no WAN delay; 10 s
+    /// bursts at 1.5x every minute; the 16-slot site three times slower from the first to
+    /// the second third of the run. `benches/scenarios/standard.toml` is the same at 600 s.
     pub fn standard(load: f64, duration_ms: u64, seed: u64) -> Self {
-        let site = |name: &str, endpoints, local| SiteSpec {
+        let site = |name: &str, endpoints| SiteSpec {
             name: name.into(),
             endpoints,
             slots_per_endpoint: 8,
-            local,
+            rtt_ms: 0,
         };
         Self {
             sites: vec![
-                site("s8", 1, false),
-                site("s16", 2, false),
-                site("s32", 4, true),
-                site("s64", 8, false),
+                site("s8", 1),
+                site("s16", 2),
+                site("s32", 4),
+                site("s64", 8),
             ],
+            gateways: vec![GatewaySpec {
+                site: 2,
+                share: 1.0,
+            }],
+            local_rtt_ms: 0,
             service: ServiceTime::default(),
             load,
             bursts: Some(Bursts {
@@ -117,13 +162,14 @@ impl SimConfig {
             }),
             streaming_share: 0.8,
             duration_ms,
-            warmup_ms: (DEFAULT_WARMUP_S * 1_000).min(duration_ms / 4),
-            degrade: Some(Degrade {
+            warmup_ms: (DEFAULT_WARMUP_S * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
+            degrade: vec![Degrade {
                 site: 1,
                 factor: 3.0,
                 from_ms: duration_ms / 3 / 1_000 * 1_000,
                 until_ms: duration_ms * 2 / 3 / 1_000 * 1_000,
-            }),
+            }],
+            blips: Vec::new(),
             seed,
         }
     }
@@ -131,6 +177,20 @@ impl SimConfig {
     /// Total slots.
     pub fn slots(&self) -> usize {
         self.sites.iter().map(SiteSpec::slots).sum()
+    }
+
+    /// Round trip (ms) between gateway `gateway` and site `site`.
+    pub fn rtt_ms(&self, gateway: usize, site: usize) -> u64 {
+        if self.gateways[gateway].site == site {
+            self.local_rtt_ms
+        } else {
+            self.sites[site].rtt_ms
+        }
+    }
+
+    /// Whether site `site` is the home site of some gateway.
+    pub fn has_gateway(&self, site: usize) -> bool {
+        self.gateways.iter().any(|g| g.site == site)
     }
 
     /// Requests per second the sites can serve at full occupancy (undegraded).
@@ -153,24 +213,33 @@ impl SimConfig {
         }
     }
 
-    /// The degrade as the statistics see it: the site's fair share of the effective
-    /// capacity while degraded.
+    /// The episode the statistics follow: the first degrade, the site's fair share being
+    /// its share of the effective capacity while degraded; else the first blip, where the
+    /// fair share is nothing.
     pub fn degrade_window(&self) -> DegradeWindow {
-        let Some(d) = self.degrade else {
+        if let Some(d) = self.degrade.first() {
+            let slow = self.sites[d.site].slots() as f64 / d.factor;
+            let rest = (self.slots() - self.sites[d.site].slots()) as f64;
             return DegradeWindow {
-                site: 0,
-                from_ms: self.duration_ms,
-                until_ms: self.duration_ms,
+                site: d.site,
+                from_ms: d.from_ms,
+                until_ms: d.until_ms,
+                fair_share: slow / (slow + rest),
+            };
+        }
+        if let Some(b) = self.blips.first() {
+            return DegradeWindow {
+                site: b.site,
+                from_ms: b.from_ms,
+                until_ms: b.until_ms,
                 fair_share: 0.0,
             };
-        };
-        let slow = self.sites[d.site].slots() as f64 / d.factor;
-        let rest = (self.slots() - self.sites[d.site].slots()) as f64;
+        }
         DegradeWindow {
-            site: d.site,
-            from_ms: d.from_ms,
-            until_ms: d.until_ms,
-            fair_share: slow / (slow + rest),
+            site: 0,
+            from_ms: self.duration_ms,
+            until_ms: self.duration_ms,
+            fair_share: 0.0,
         }
     }
 }
@@ -190,111 +259,8 @@ pub struct PolicyResult {
     pub arrived: u64,
     /// Requests that completed.
     pub completed: u64,
-}
-
-/// Drains every site's events into the record.
-fn collect(sites: &mut [SiteModel], warmup_ms: u64, record: &mut RunRecord, completed: &mut u64) {
-    for site in sites {
-        while let Some(event) = site.poll_event() {
-            match event {
-                SiteEvent::Started { arrived_at, at, .. } if arrived_at >= warmup_ms => {
-                    record.delays_ms.push(at - arrived_at);
-                }
-                SiteEvent::Finished { .. } => *completed += 1,
-                _ => {}
-            }
-        }
-    }
-}
-
-fn advance(sites: &mut [SiteModel], t_ms: u64) {
-    for site in sites.iter_mut() {
-        site.advance(t_ms);
-    }
-}
-
-/// Runs one policy over `arrivals` in its own world.
-///
-/// # Panics
-///
-/// When the scenario is not one a site model accepts (a site out of the limits of
-/// [`SiteConfig`], a degrade factor out of range): scenarios are built by the caller.
-pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> PolicyResult {
-    let mut sites: Vec<SiteModel> = config
-        .sites
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let mut c = SiteConfig::new(s.name.clone(), s.endpoints, s.slots_per_endpoint);
-            c.service = config.service;
-            SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
-        })
-        .collect();
-    let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
-    let local: Vec<bool> = config.sites.iter().map(|s| s.local).collect();
-    let mut signals = SignalPath::new(&names, &local);
-    let mut router = Router::new(policy, config);
-    let seconds = (config.duration_ms / 1_000 + 1) as usize;
-    let mut record = RunRecord::new(sites.len(), seconds);
-    let mut completed = 0;
-    let mut next_signal = 0;
-    let mut degrade_steps: Vec<(u64, f64)> = config
-        .degrade
-        .map(|d| vec![(d.from_ms, d.factor), (d.until_ms, 1.0)])
-        .unwrap_or_default();
-    degrade_steps.reverse();
-
-    for arrival in arrivals {
-        while next_signal <= arrival.at_ms {
-            while let Some(&(at, factor)) =
-                degrade_steps.last().filter(|(at, _)| *at <= next_signal)
-            {
-                advance(&mut sites, at);
-                if let Some(d) = config.degrade {
-                    sites[d.site]
-                        .set_degrade(factor)
-                        .expect("scenario degrade factors are in range");
-                }
-                degrade_steps.pop();
-            }
-            advance(&mut sites, next_signal);
-            collect(&mut sites, config.warmup_ms, &mut record, &mut completed);
-            signals.at(next_signal, &sites);
-            next_signal = SignalPath::next_instant_after(next_signal);
-        }
-        advance(&mut sites, arrival.at_ms);
-        collect(&mut sites, config.warmup_ms, &mut record, &mut completed);
-        let (site, placed) = router.choose(&sites, &signals);
-        let s = &sites[site];
-        let full = s.running() + s.waiting() >= s.capacity();
-        let counted = arrival.at_ms >= config.warmup_ms;
-        record.route(arrival.at_ms, site, counted, full);
-        if !placed && counted {
-            record.unplaced += 1;
-        }
-        sites[site]
-            .arrive(
-                arrival.at_ms,
-                RequestSpec {
-                    streaming: arrival.streaming,
-                    service_ms: Some(arrival.service_ms),
-                },
-            )
-            .expect("no endpoint is ever taken away in this scenario");
-    }
-    // Drain: every admitted request starts and completes.
-    while let Some(t) = sites.iter().filter_map(SiteModel::next_deadline).min() {
-        advance(&mut sites, t);
-        collect(&mut sites, config.warmup_ms, &mut record, &mut completed);
-    }
-    PolicyResult {
-        policy,
-        summary: Summary::of(&record, config.degrade_window()),
-        signals: signals.counts(),
-        record,
-        arrived: arrivals.len() as u64,
-        completed,
-    }
+    /// Requests that failed (refused or dropped by a site whose endpoints went away).
+    pub failed: u64,
 }
 
 /// Runs every policy in `policies` over the same arrivals, on up to `threads` threads.
@@ -304,7 +270,9 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
 ///
 /// As [`run_policy`] does, on any thread.
 pub fn run(config: &SimConfig, policies: &[Policy], threads: usize) -> Vec<PolicyResult> {
-    let arrivals = arrivals::generate(&config.load_shape(), config.seed);
+    let mut arrivals = arrivals::generate(&config.load_shape(), config.seed);
+    let shares: Vec<f64> = config.gateways.iter().map(|g| g.share).collect();
+    arrivals::assign_gateways(&mut arrivals, &shares, config.seed);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<Option<PolicyResult>> = vec![None; policies.len()];
     let slots = std::sync::Mutex::new(&mut results);

@@ -1,8 +1,10 @@
-//! The routing policies compared, each choosing a site for one arrival.
+//! The routing policies compared, each choosing a site for one arrival at one gateway.
 
 use grid_score::{Decision, SplitMix64};
 
 use super::SimConfig;
+use super::peak_ewma::PeakEwmaP2c;
+use super::prequal::{Prequal, ProbeReading};
 use super::signals::{MODEL, SignalPath};
 use crate::sim_rng::SimRng;
 use crate::site_model::SiteModel;
@@ -19,6 +21,13 @@ pub enum Policy {
     /// The site with the fewest queued requests in the polled signals (ties at random):
     /// a queue-only cross-site scorer on the same stale data ours reads.
     LeastQueue,
+    /// Prequal (NSDI 2024): asynchronous probes of requests in flight and latency, one
+    /// round trip each, hot-cold lexicographic choice (see [`super::prequal`]). Uses the
+    /// probed sites' true state, not the polled signals.
+    Prequal,
+    /// Power of two choices over tower's peak-EWMA cost, from this gateway's own requests
+    /// (see [`super::peak_ewma`]).
+    P2cPeakEwma,
     /// Sees every site's true state at the instant of arrival and joins the shortest
     /// expected queueing delay (ties by expected response time).
     Oracle,
@@ -26,11 +35,13 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::Ours,
         Self::RoundRobin,
         Self::CapacityWeighted,
         Self::LeastQueue,
+        Self::Prequal,
+        Self::P2cPeakEwma,
         Self::Oracle,
     ];
 
@@ -41,12 +52,28 @@ impl Policy {
             Self::RoundRobin => "round-robin",
             Self::CapacityWeighted => "capacity-weighted",
             Self::LeastQueue => "least-queue",
+            Self::Prequal => "prequal",
+            Self::P2cPeakEwma => "p2c-peak-ewma",
             Self::Oracle => "oracle",
         }
     }
+
+    /// Whether it reads the polled signals (the others never do, so their worlds skip
+    /// the signal path).
+    pub fn reads_signals(self) -> bool {
+        matches!(self, Self::Ours | Self::LeastQueue)
+    }
 }
 
-/// One policy's routing state.
+/// Random streams of gateway `g`'s router: gateway 0 keeps the streams of the
+/// single-gateway simulator, so its figures did not move when gateways were added.
+const GATEWAY_STREAM_STRIDE: u64 = 1_000;
+/// The router's baseline stream (gateway 0).
+const ROUTER_STREAM: u64 = 100;
+/// The seed offset of grid-score's pick generator.
+const PICK_SEED: u64 = 0x5eed;
+
+/// One gateway's routing state under one policy.
 #[derive(Debug)]
 pub struct Router {
     policy: Policy,
@@ -58,32 +85,83 @@ pub struct Router {
     slots: Vec<f64>,
     names: Vec<String>,
     mean_service_ms: f64,
+    peak: Option<PeakEwmaP2c>,
+    prequal: Option<Prequal>,
 }
 
 impl Router {
-    /// A router for `policy` over `config`'s sites.
-    pub fn new(policy: Policy, config: &SimConfig) -> Self {
+    /// The router of gateway `gateway` for `policy` over `config`'s sites.
+    pub fn new(policy: Policy, config: &SimConfig, gateway: usize) -> Self {
+        let g = gateway as u64;
+        let stream = ROUTER_STREAM + g * GATEWAY_STREAM_STRIDE;
+        let n = config.sites.len();
+        let rtts: Vec<u64> = (0..n).map(|s| config.rtt_ms(gateway, s)).collect();
         Self {
             policy,
-            pick_rng: SplitMix64::new(config.seed ^ 0x5eed),
-            rng: SimRng::fork(config.seed, 100),
-            next: 0,
+            pick_rng: SplitMix64::new(
+                config.seed ^ PICK_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            rng: SimRng::fork(config.seed, stream),
+            next: gateway,
             slots: config.sites.iter().map(|s| s.slots() as f64).collect(),
             names: config.sites.iter().map(|s| s.name.clone()).collect(),
             mean_service_ms: config.service.mean_ms(),
+            peak: (policy == Policy::P2cPeakEwma)
+                .then(|| PeakEwmaP2c::new(&rtts, SimRng::fork(config.seed, stream + 1))),
+            prequal: (policy == Policy::Prequal)
+                .then(|| Prequal::new(n, SimRng::fork(config.seed, stream + 2))),
         }
     }
 
-    /// The site for the next arrival, and whether the policy placed it itself (`false`:
-    /// it could not, and the request went by capacity instead).
+    /// A request of this gateway's was sent to `site` now.
+    pub fn sent(&mut self, site: usize) {
+        if let Some(p) = &mut self.peak {
+            p.sent(site);
+        }
+    }
+
+    /// The gateway learns at `at_ms` a latency sample for `site` and/or that one of its
+    /// requests there is over (only peak-EWMA listens).
+    pub fn observe(&mut self, at_ms: u64, site: usize, sample_ms: Option<u64>, done: bool) {
+        if let Some(p) = &mut self.peak {
+            p.observe(at_ms, site, sample_ms, done);
+        }
+    }
+
+    /// The probes this query sends (only Prequal probes).
+    pub fn probe_targets(&mut self, out: &mut Vec<usize>) {
+        out.clear();
+        if let Some(p) = &mut self.prequal {
+            p.probe_targets(out);
+        }
+    }
+
+    /// A probe's reading lands at the gateway at `at_ms`.
+    pub fn land(&mut self, at_ms: u64, reading: ProbeReading) {
+        if let Some(p) = &mut self.prequal {
+            p.land(at_ms, reading);
+        }
+    }
+
+    /// The site for the arrival at `now`, and whether the policy placed it itself
+    /// (`false`: it could not, and the request went by capacity, or uniformly for an
+    /// empty probe pool, instead). `signals` is this gateway's view, present for the
+    /// policies that [read it](Policy::reads_signals).
     ///
     /// # Panics
     ///
-    /// When grid-score's table names a site the scenario does not have; the table is
-    /// built from the same names, so that is a bug.
-    pub fn choose(&mut self, sites: &[SiteModel], signals: &SignalPath) -> (usize, bool) {
+    /// When grid-score's table names a site the scenario does not have (the table is
+    /// built from the same names, so that is a bug), or when a policy that reads signals
+    /// is given none.
+    pub fn choose(
+        &mut self,
+        now: u64,
+        sites: &[SiteModel],
+        signals: Option<&SignalPath>,
+    ) -> (usize, bool) {
+        let signals = || signals.expect("policies that read signals are given them");
         match self.policy {
-            Policy::Ours => match signals.table().pick(MODEL, &mut self.pick_rng) {
+            Policy::Ours => match signals().table().pick(MODEL, &mut self.pick_rng) {
                 Decision::Route { candidate, .. } => {
                     let site = candidate.site();
                     let index = self
@@ -103,7 +181,19 @@ impl Router {
                 (i, true)
             }
             Policy::CapacityWeighted => (self.by_capacity(), true),
-            Policy::LeastQueue => self.least_queue(sites.len(), signals),
+            Policy::LeastQueue => self.least_queue(sites.len(), signals()),
+            Policy::Prequal => self
+                .prequal
+                .as_mut()
+                .expect("a Prequal router has its pool")
+                .choose(now),
+            Policy::P2cPeakEwma => (
+                self.peak
+                    .as_mut()
+                    .expect("a peak-EWMA router has its costs")
+                    .choose(now),
+                true,
+            ),
             Policy::Oracle => (self.oracle(sites), true),
         }
     }
@@ -184,7 +274,7 @@ mod tests {
             }
         }
         let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
-        let local: Vec<bool> = config.sites.iter().map(|s| s.local).collect();
+        let local: Vec<bool> = (0..names.len()).map(|i| config.has_gateway(i)).collect();
         let signals = SignalPath::new(&names, &local);
         (config, sites, signals)
     }
@@ -193,24 +283,24 @@ mod tests {
     fn the_oracle_never_joins_a_queue_while_a_slot_is_free() {
         // Slots 8, 16, 32, 64: every site full except one free slot on the 16-slot site.
         let (config, sites, signals) = world(&[20, 15, 40, 70]);
-        let mut router = Router::new(Policy::Oracle, &config);
-        assert_eq!(router.choose(&sites, &signals), (1, true));
+        let mut router = Router::new(Policy::Oracle, &config, 0);
+        assert_eq!(router.choose(0, &sites, Some(&signals)), (1, true));
     }
 
     #[test]
     fn with_every_site_full_the_oracle_joins_the_shortest_wait_per_slot() {
         // Waiting per slot: 8/8, 8/16, 8/32, 8/64: the 64-slot site drains first.
         let (config, sites, signals) = world(&[16, 24, 40, 72]);
-        let mut router = Router::new(Policy::Oracle, &config);
-        assert_eq!(router.choose(&sites, &signals), (3, true));
+        let mut router = Router::new(Policy::Oracle, &config, 0);
+        assert_eq!(router.choose(0, &sites, Some(&signals)), (3, true));
     }
 
     #[test]
     fn least_queue_without_any_reading_falls_back_to_capacity() {
         let (config, sites, signals) = world(&[0, 0, 0, 0]);
-        let mut router = Router::new(Policy::LeastQueue, &config);
+        let mut router = Router::new(Policy::LeastQueue, &config, 0);
         assert!(
-            !router.choose(&sites, &signals).1,
+            !router.choose(0, &sites, Some(&signals)).1,
             "no reading: not placed by itself"
         );
     }

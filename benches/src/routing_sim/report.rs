@@ -29,17 +29,20 @@ pub fn table(all: &[LoadResults]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  shares per site",
+        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}  shares per site",
         "load",
         "policy",
         "requests",
         "mean_ms",
         "p50_ms",
         "p99_ms",
+        "p99_e2e",
         "to_full",
         "deg_pre",
         "deg_in",
-        "leave_s"
+        "deg_post",
+        "leave_s",
+        "failed"
     );
     for level in all {
         for r in &level.results {
@@ -47,19 +50,22 @@ pub fn table(all: &[LoadResults]) -> String {
             let shares: Vec<String> = s.site_shares.iter().map(|x| format!("{x:.2}")).collect();
             let _ = writeln!(
                 out,
-                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>8}  {}",
+                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>8} {:>6}  {}",
                 level.config.load * 100.0,
                 r.policy.as_str(),
                 s.requests,
                 s.mean_ms,
                 s.p50_ms,
                 s.p99_ms,
+                s.p99_e2e_ms,
                 s.full_share * 100.0,
                 s.degrade.share_before * 100.0,
                 s.degrade.share_during * 100.0,
+                s.degrade.share_after * 100.0,
                 s.degrade
                     .leave_s
                     .map_or_else(|| "never".to_owned(), |v| v.to_string()),
+                s.failed,
                 shares.join(" ")
             );
         }
@@ -69,11 +75,7 @@ pub fn table(all: &[LoadResults]) -> String {
 
 /// The verdict against issue 6's target at the load closest to 85%.
 pub fn target_lines(all: &[LoadResults]) -> String {
-    let Some(level) = all.iter().min_by(|a, b| {
-        (a.config.load - 0.85)
-            .abs()
-            .total_cmp(&(b.config.load - 0.85).abs())
-    }) else {
+    let Some(level) = ratio_level(all) else {
         return String::new();
     };
     let p99 = |p| level.get(p).map(|r| r.summary.p99_ms as f64);
@@ -96,14 +98,86 @@ pub fn target_lines(all: &[LoadResults]) -> String {
     out
 }
 
-/// `summary.csv`: one row per load and policy.
+/// The load the ratios are taken at.
+pub const RATIO_LOAD: f64 = 0.85;
+
+/// The level of `levels` closest to [`RATIO_LOAD`].
+fn ratio_level(levels: &[LoadResults]) -> Option<&LoadResults> {
+    levels.iter().min_by(|a, b| {
+        (a.config.load - RATIO_LOAD)
+            .abs()
+            .total_cmp(&(b.config.load - RATIO_LOAD).abs())
+    })
+}
+
+/// The p99 table across seeds (Markdown): per seed and policy, the p99 queueing delay
+/// in seconds at every load; then per seed, at the load closest to [`RATIO_LOAD`], ours
+/// over the oracle, Prequal and peak-EWMA. `runs` holds one seed's loads each.
+pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
+    let mut out = String::new();
+    let Some(first) = runs.first() else {
+        return out;
+    };
+    let _ = write!(out, "| seed | policy |");
+    for level in first {
+        let _ = write!(out, " p99 at {:.0}% |", level.config.load * 100.0);
+    }
+    out.push('\n');
+    let _ = writeln!(out, "|{}", " --- |".repeat(first.len() + 2));
+    for levels in runs {
+        for policy in Policy::ALL {
+            let Some(seed) = levels.first().map(|l| l.config.seed) else {
+                continue;
+            };
+            let _ = write!(out, "| {seed} | {} |", policy.as_str());
+            for level in levels {
+                match level.get(policy) {
+                    Some(r) => {
+                        let _ = write!(out, " {:.1} s |", r.summary.p99_ms as f64 / 1_000.0);
+                    }
+                    None => out.push_str(" - |"),
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma |"
+    );
+    let _ = writeln!(out, "|{}", " --- |".repeat(6));
+    for levels in runs {
+        let Some(level) = ratio_level(levels) else {
+            continue;
+        };
+        let p99 = |p| level.get(p).map(|r| r.summary.p99_ms as f64);
+        let ratio = |p| match (p99(Policy::Ours), p99(p)) {
+            (Some(a), Some(b)) => format!("{:.2}x", a / b.max(1.0)),
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.0}% | {} | {} | {} | {} |",
+            level.config.seed,
+            level.config.load * 100.0,
+            p99(Policy::Ours).map_or_else(|| "-".to_owned(), |v| format!("{:.1} s", v / 1_000.0)),
+            ratio(Policy::Oracle),
+            ratio(Policy::Prequal),
+            ratio(Policy::P2cPeakEwma),
+        );
+    }
+    out
+}
+
+/// `summary.csv`: one row per seed, load and policy.
 pub fn summary_csv(all: &[LoadResults]) -> String {
     let sites = all
         .first()
         .map(|l| l.config.sites.clone())
         .unwrap_or_default();
     let mut out = String::from(
-        "load,policy,requests,mean_ms,p50_ms,p99_ms,max_ms,to_full_share,unplaced,degraded_share_before,degraded_share_during,leave_s",
+        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,degraded_share_before,degraded_share_during,degraded_share_after,leave_s",
     );
     for s in &sites {
         let _ = write!(out, ",share_{}", s.name);
@@ -114,18 +188,22 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
             let s = &r.summary;
             let _ = write!(
                 out,
-                "{},{},{},{:.1},{},{},{},{:.4},{},{:.4},{:.4},{}",
+                "{},{},{},{},{:.1},{},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{}",
+                level.config.seed,
                 level.config.load,
                 r.policy.as_str(),
                 s.requests,
                 s.mean_ms,
                 s.p50_ms,
                 s.p99_ms,
+                s.p99_e2e_ms,
                 s.max_ms,
                 s.full_share,
                 s.unplaced,
+                s.failed,
                 s.degrade.share_before,
                 s.degrade.share_during,
+                s.degrade.share_after,
                 s.degrade
                     .leave_s
                     .map_or_else(String::new, |v| v.to_string()),
@@ -171,6 +249,8 @@ fn color(policy: Policy) -> RGBColor {
         Policy::RoundRobin => RGBColor(127, 127, 127),
         Policy::CapacityWeighted => RGBColor(44, 160, 44),
         Policy::LeastQueue => RGBColor(255, 127, 14),
+        Policy::Prequal => RGBColor(148, 103, 189),
+        Policy::P2cPeakEwma => RGBColor(140, 86, 75),
         Policy::Oracle => RGBColor(31, 119, 180),
     }
 }

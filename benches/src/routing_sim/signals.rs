@@ -67,6 +67,18 @@ pub struct SignalCounts {
     pub refused_readings: u64,
 }
 
+impl SignalCounts {
+    /// Adds another path's counters (one path per gateway).
+    pub fn add(&mut self, other: Self) {
+        self.scrapes += other.scrapes;
+        self.batches += other.batches;
+        self.peer_polls += other.peer_polls;
+        self.gateway_polls += other.gateway_polls;
+        self.dropped += other.dropped;
+        self.refused_readings += other.refused_readings;
+    }
+}
+
 /// Every operator, the home operator's store, the gateway's store and its scorer.
 pub struct SignalPath {
     operators: Vec<SiteOperator>,

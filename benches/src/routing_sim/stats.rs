@@ -10,6 +10,12 @@ pub struct RunRecord {
     /// Queueing delay (slot start minus arrival at the site) of every request that
     /// arrived after the warm-up, in ms.
     pub delays_ms: Vec<u64>,
+    /// The same delays plus the round trip between the gateway and the site (the request
+    /// travels half of it, the first bytes of the answer the other half), in ms.
+    pub e2e_ms: Vec<u64>,
+    /// Requests after the warm-up that failed: refused by a site with no ready endpoint,
+    /// or dropped when its endpoints went away.
+    pub failed: u64,
     /// Requests routed after the warm-up.
     pub routed: u64,
     /// Of those, sent to a site whose slots were all taken at that instant.
@@ -78,6 +84,9 @@ pub struct DegradeReaction {
     /// share and stayed there over the next window too (so one lucky window of a policy
     /// that does not react is not counted); `None` if it never did.
     pub leave_s: Option<u64>,
+    /// Share sent to it in the [`BASELINE_WINDOW_S`] seconds after the episode ended (its
+    /// recovery).
+    pub share_after: f64,
 }
 
 /// Window the leave time is measured over (seconds).
@@ -103,9 +112,11 @@ fn share(per_second: &[SecondCounts], site: usize) -> f64 {
 pub fn degrade_reaction(per_second: &[SecondCounts], window: DegradeWindow) -> DegradeReaction {
     let from = (window.from_ms / 1_000) as usize;
     let until = ((window.until_ms / 1_000) as usize).min(per_second.len());
-    let before = &per_second[from.saturating_sub(BASELINE_WINDOW_S)..from.min(per_second.len())];
+    // An episode past the run's end (a shortened run) leaves empty windows, not a panic.
+    let from_in = from.min(per_second.len());
+    let before = &per_second[from_in.saturating_sub(BASELINE_WINDOW_S)..from_in];
     let share_before = share(before, window.site);
-    let during = &per_second[from.min(until)..until];
+    let during = &per_second[from_in.min(until)..until];
     let share_during = share(during, window.site);
     let halfway = share_before - (share_before - window.fair_share) / 2.0;
     let below = |start: usize, end: usize| {
@@ -118,9 +129,12 @@ pub fn degrade_reaction(per_second: &[SecondCounts], window: DegradeWindow) -> D
         let start = end.saturating_sub(LEAVE_WINDOW_S).max(from);
         (below(start, end) && below(end, end + LEAVE_WINDOW_S)).then(|| (end - from) as u64)
     });
+    let after_end = (until + BASELINE_WINDOW_S).min(per_second.len());
+    let share_after = share(&per_second[until.min(after_end)..after_end], window.site);
     DegradeReaction {
         share_before,
         share_during,
+        share_after,
         leave_s: if share_before > window.fair_share {
             leave_s
         } else {
@@ -141,6 +155,10 @@ pub struct Summary {
     pub p50_ms: u64,
     /// 99th percentile queueing delay (ms).
     pub p99_ms: u64,
+    /// 99th percentile of the queueing delay plus the round trip (ms).
+    pub p99_e2e_ms: u64,
+    /// Requests after the warm-up that failed (see [`RunRecord::failed`]).
+    pub failed: u64,
     /// Largest queueing delay (ms).
     pub max_ms: u64,
     /// Share of requests sent to a site with every slot taken.
@@ -158,6 +176,8 @@ impl Summary {
     pub fn of(record: &RunRecord, window: DegradeWindow) -> Self {
         let mut delays = record.delays_ms.clone();
         delays.sort_unstable();
+        let mut e2e = record.e2e_ms.clone();
+        e2e.sort_unstable();
         let n = delays.len() as u64;
         let mean_ms = if n == 0 {
             0.0
@@ -170,6 +190,8 @@ impl Summary {
             mean_ms,
             p50_ms: percentile(&delays, 50.0),
             p99_ms: percentile(&delays, 99.0),
+            p99_e2e_ms: percentile(&e2e, 99.0),
+            failed: record.failed,
             max_ms: delays.last().copied().unwrap_or(0),
             full_share: if record.routed == 0 {
                 0.0

@@ -1,0 +1,391 @@
+//! Scenario files: a TOML description of sites, round trips, service times, gateways
+//! and their arrivals, bursts, degrade and blip schedules, loads and seeds, so anyone
+//! can run their own. The built-in scenarios are files in `benches/scenarios/`.
+//!
+//! Unknown fields are refused (a misspelt field would otherwise silently fall back to a
+//! default), and every figure is checked against the site model's limits when read, so
+//! a run never panics on a file.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use super::arrivals::Bursts;
+use super::{
+    Blip, DEFAULT_WARMUP_S, Degrade, GatewaySpec, MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
+};
+use crate::site_model::{
+    MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
+};
+
+/// The most sites a scenario may have: each is scraped through the real parser every
+/// second, once per gateway.
+pub const MAX_SITES: usize = 32;
+/// The longest run (virtual seconds): a day.
+pub const MAX_DURATION_S: u64 = 86_400;
+/// The longest round trip (ms): beyond a few seconds it is an outage, not a WAN.
+pub const MAX_RTT_MS: u64 = 5_000;
+/// The most loads or seeds in one file.
+pub const MAX_RUNS: usize = 32;
+/// The highest offered load (share of capacity): beyond it every queue only grows.
+pub const MAX_LOAD: f64 = 2.0;
+/// The most scheduled episodes (degrades plus blips).
+pub const MAX_EPISODES: usize = 64;
+
+/// Why a scenario file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// Not TOML, or not the schema (an unknown or missing field, a wrong type).
+    #[error("scenario: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A field out of range or naming something that does not exist.
+    #[error("scenario field `{field}`: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+fn invalid<T>(field: &'static str, reason: impl Into<String>) -> Result<T, ScenarioError> {
+    Err(ScenarioError::Invalid {
+        field,
+        reason: reason.into(),
+    })
+}
+
+/// A scenario as the file states it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// What it shows (printed with the results).
+    pub description: String,
+    /// Virtual seconds of arrivals per run.
+    pub duration_s: u64,
+    /// Seconds served but not measured (at most a quarter of the run).
+    #[serde(default = "default_warmup_s")]
+    pub warmup_s: u64,
+    /// Offered loads, as shares of the total capacity.
+    pub loads: Vec<f64>,
+    /// Seeds; every load runs once per seed.
+    pub seeds: Vec<u64>,
+    /// Share of streaming requests.
+    pub streaming_share: f64,
+    /// Round trip (ms) between a gateway and the site it runs at.
+    #[serde(default)]
+    pub local_rtt_ms: u64,
+    /// Service times of every request.
+    pub service: ServiceFile,
+    /// The sites.
+    pub sites: Vec<SiteFile>,
+    /// The gateways and their shares of the offered load.
+    pub gateways: Vec<GatewayFile>,
+    /// Bursts on top of the base rate.
+    #[serde(default)]
+    pub bursts: Option<BurstsFile>,
+    /// Slow-downs.
+    #[serde(default)]
+    pub degrade: Vec<DegradeFile>,
+    /// Zero-endpoint episodes.
+    #[serde(default)]
+    pub blips: Vec<BlipFile>,
+}
+
+fn default_warmup_s() -> u64 {
+    DEFAULT_WARMUP_S
+}
+
+/// Log-normal service times ([`ServiceTime`]).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceFile {
+    /// Median service time (ms).
+    pub median_ms: f64,
+    /// Standard deviation of its log.
+    pub sigma: f64,
+    /// Share before the first token.
+    pub prefill_share: f64,
+    /// Output tokens per request.
+    pub output_tokens: u32,
+}
+
+/// One site.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SiteFile {
+    /// Its name.
+    pub name: String,
+    /// Serving endpoints.
+    pub endpoints: usize,
+    /// Slots per endpoint.
+    pub slots_per_endpoint: usize,
+    /// Round trip (ms) from a gateway at another site.
+    #[serde(default)]
+    pub rtt_ms: u64,
+}
+
+/// One gateway.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayFile {
+    /// The site it runs at (its home: scraped at 1 s, the others through peer polls).
+    pub site: String,
+    /// Its share of the offered load (shares are normalised to sum to 1).
+    pub share: f64,
+}
+
+/// Bursts ([`Bursts`]) in seconds.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BurstsFile {
+    /// First burst start.
+    pub first_s: u64,
+    /// Period between burst starts.
+    pub every_s: u64,
+    /// Burst length.
+    pub length_s: u64,
+    /// Rate multiplier during a burst.
+    pub factor: f64,
+}
+
+/// A slow-down.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DegradeFile {
+    /// Which site.
+    pub site: String,
+    /// Service times multiplied by this.
+    pub factor: f64,
+    /// Start (s).
+    pub from_s: u64,
+    /// End (s).
+    pub until_s: u64,
+}
+
+/// A zero-endpoint episode.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BlipFile {
+    /// Which site.
+    pub site: String,
+    /// Endpoints gone (s).
+    pub from_s: u64,
+    /// Endpoints back (s).
+    pub until_s: u64,
+}
+
+/// A checked scenario: builds one [`SimConfig`] per load and seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// What it shows.
+    pub description: String,
+    /// Its loads.
+    pub loads: Vec<f64>,
+    /// Its seeds.
+    pub seeds: Vec<u64>,
+    /// The configuration at the first load and seed.
+    template: SimConfig,
+    warmup_s: u64,
+}
+
+impl Scenario {
+    /// Reads and checks a scenario from TOML text.
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        let file: ScenarioFile = toml::from_str(text)?;
+        Self::check(file)
+    }
+
+    /// The run at `load` and `seed`.
+    pub fn config(&self, load: f64, seed: u64) -> SimConfig {
+        SimConfig {
+            load,
+            seed,
+            ..self.template.clone()
+        }
+    }
+
+    /// The same scenario with arrivals for `duration_s` seconds instead (episodes keep
+    /// their times; the warm-up is cut to a quarter of a shorter run).
+    #[must_use]
+    pub fn with_duration_s(mut self, duration_s: u64) -> Self {
+        self.template.duration_ms = duration_s * 1_000;
+        self.template.warmup_ms =
+            (self.warmup_s * 1_000).min(self.template.duration_ms / MAX_WARMUP_DIVISOR);
+        self
+    }
+
+    #[allow(clippy::too_many_lines)] // one check per field, in file order
+    fn check(f: ScenarioFile) -> Result<Self, ScenarioError> {
+        if f.duration_s == 0 || f.duration_s > MAX_DURATION_S {
+            return invalid("duration_s", format!("must be 1..={MAX_DURATION_S}"));
+        }
+        if f.loads.is_empty() || f.loads.len() > MAX_RUNS {
+            return invalid("loads", format!("must list 1..={MAX_RUNS} loads"));
+        }
+        if let Some(l) = f.loads.iter().find(|l| !(**l > 0.0 && **l <= MAX_LOAD)) {
+            return invalid("loads", format!("{l} is not within (0, {MAX_LOAD}]"));
+        }
+        if f.seeds.is_empty() || f.seeds.len() > MAX_RUNS {
+            return invalid("seeds", format!("must list 1..={MAX_RUNS} seeds"));
+        }
+        if !(0.0..=1.0).contains(&f.streaming_share) {
+            return invalid("streaming_share", "must be within 0..=1");
+        }
+        if f.local_rtt_ms > MAX_RTT_MS {
+            return invalid("local_rtt_ms", format!("must be at most {MAX_RTT_MS}"));
+        }
+        let s = f.service;
+        if !(s.median_ms.is_finite() && s.median_ms >= 1.0) {
+            return invalid("service.median_ms", "must be finite and at least 1");
+        }
+        if !(s.sigma.is_finite() && s.sigma >= 0.0) {
+            return invalid("service.sigma", "must be finite and not negative");
+        }
+        if !(0.0..=1.0).contains(&s.prefill_share) {
+            return invalid("service.prefill_share", "must be within 0..=1");
+        }
+        if s.output_tokens == 0 {
+            return invalid("service.output_tokens", "must be at least 1");
+        }
+        if f.sites.is_empty() || f.sites.len() > MAX_SITES {
+            return invalid("sites", format!("must list 1..={MAX_SITES} sites"));
+        }
+        let mut names = HashSet::new();
+        for site in &f.sites {
+            if site.name.is_empty() || !names.insert(site.name.as_str()) {
+                return invalid(
+                    "sites.name",
+                    format!("`{}` is empty or repeated", site.name),
+                );
+            }
+            if site.endpoints == 0 || site.endpoints > MAX_SITE_ENDPOINTS {
+                return invalid(
+                    "sites.endpoints",
+                    format!("{}: must be 1..={MAX_SITE_ENDPOINTS}", site.name),
+                );
+            }
+            if site.slots_per_endpoint == 0 || site.slots_per_endpoint > MAX_SLOTS_PER_ENDPOINT {
+                return invalid(
+                    "sites.slots_per_endpoint",
+                    format!("{}: must be 1..={MAX_SLOTS_PER_ENDPOINT}", site.name),
+                );
+            }
+            if site.rtt_ms > MAX_RTT_MS {
+                return invalid(
+                    "sites.rtt_ms",
+                    format!("{}: must be at most {MAX_RTT_MS}", site.name),
+                );
+            }
+        }
+        let index = |field: &'static str, name: &str| {
+            f.sites
+                .iter()
+                .position(|s| s.name == name)
+                .map_or_else(|| invalid(field, format!("no site named `{name}`")), Ok)
+        };
+        if f.gateways.is_empty() {
+            return invalid("gateways", "must list at least one gateway");
+        }
+        let total: f64 = f.gateways.iter().map(|g| g.share).sum();
+        let mut gateways = Vec::with_capacity(f.gateways.len());
+        for g in &f.gateways {
+            let site = index("gateways.site", &g.site)?;
+            if gateways.iter().any(|x: &GatewaySpec| x.site == site) {
+                return invalid("gateways.site", format!("`{}` has two gateways", g.site));
+            }
+            if !(g.share.is_finite() && g.share > 0.0) {
+                return invalid("gateways.share", format!("{}: must be above 0", g.site));
+            }
+            gateways.push(GatewaySpec {
+                site,
+                share: g.share / total,
+            });
+        }
+        let bursts = match f.bursts {
+            None => None,
+            Some(b) => {
+                if b.every_s == 0 || b.length_s > b.every_s {
+                    return invalid("bursts.every_s", "must be above 0 and at least length_s");
+                }
+                if !(b.factor.is_finite() && b.factor >= 1.0) {
+                    return invalid("bursts.factor", "must be at least 1");
+                }
+                Some(Bursts {
+                    first_ms: b.first_s * 1_000,
+                    every_ms: b.every_s * 1_000,
+                    length_ms: b.length_s * 1_000,
+                    factor: b.factor,
+                })
+            }
+        };
+        if f.degrade.len() + f.blips.len() > MAX_EPISODES {
+            return invalid("degrade", format!("at most {MAX_EPISODES} episodes"));
+        }
+        let mut degrade = Vec::with_capacity(f.degrade.len());
+        for d in &f.degrade {
+            if !(MIN_DEGRADE_FACTOR..=MAX_DEGRADE_FACTOR).contains(&d.factor) {
+                return invalid(
+                    "degrade.factor",
+                    format!("must be {MIN_DEGRADE_FACTOR}..={MAX_DEGRADE_FACTOR}"),
+                );
+            }
+            if d.until_s <= d.from_s {
+                return invalid("degrade.until_s", "must be after from_s");
+            }
+            degrade.push(Degrade {
+                site: index("degrade.site", &d.site)?,
+                factor: d.factor,
+                from_ms: d.from_s * 1_000,
+                until_ms: d.until_s * 1_000,
+            });
+        }
+        let mut blips = Vec::with_capacity(f.blips.len());
+        for b in &f.blips {
+            if b.until_s <= b.from_s {
+                return invalid("blips.until_s", "must be after from_s");
+            }
+            blips.push(Blip {
+                site: index("blips.site", &b.site)?,
+                from_ms: b.from_s * 1_000,
+                until_ms: b.until_s * 1_000,
+            });
+        }
+        let duration_ms = f.duration_s * 1_000;
+        let template = SimConfig {
+            sites: f
+                .sites
+                .iter()
+                .map(|s| SiteSpec {
+                    name: s.name.clone(),
+                    endpoints: s.endpoints,
+                    slots_per_endpoint: s.slots_per_endpoint,
+                    rtt_ms: s.rtt_ms,
+                })
+                .collect(),
+            gateways,
+            local_rtt_ms: f.local_rtt_ms,
+            service: ServiceTime {
+                median_ms: s.median_ms,
+                sigma: s.sigma,
+                prefill_share: s.prefill_share,
+                output_tokens: s.output_tokens,
+            },
+            load: f.loads[0],
+            bursts,
+            streaming_share: f.streaming_share,
+            duration_ms,
+            warmup_ms: (f.warmup_s * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
+            degrade,
+            blips,
+            seed: f.seeds[0],
+        };
+        Ok(Self {
+            description: f.description,
+            loads: f.loads,
+            seeds: f.seeds,
+            template,
+            warmup_s: f.warmup_s,
+        })
+    }
+}
