@@ -389,9 +389,11 @@ mod tests {
     }
 
     #[test]
-    fn a_site_that_just_drained_a_burst_gets_less_than_an_identical_calm_site() {
-        // Regression (issue 13): the recent-worst penalty ordered candidates but never
-        // reached the weights, so the drained site got the calm one's share (49.2%).
+    fn a_drained_burst_orders_last_and_reads_no_room_but_is_weighted_by_its_newest_sample() {
+        // Issue 13 asked for the recent-worst penalty to reach the weights or for the
+        // docs to say what the code does: measured, the penalty in the weights made the
+        // simulator's p99 worse (docs/routing-quality.md), so selection reads the newest
+        // sample and the penalty orders candidates and sets their state.
         let drained = Candidate::measured(
             CandidateKey::new("drained", "p"),
             16.0,
@@ -412,8 +414,12 @@ mod tests {
         });
         assert_eq!(drained.state(), crate::CandidateState::NoRoom);
         let s = RouteSnapshot::new("m", vec![drained, calm], vec![], REFUSE);
+        assert_eq!(
+            &**s.candidates()[1].site(),
+            "drained",
+            "ordered after the calm site"
+        );
         let got = shares(&s, 20_000, 13);
-        assert!(got["drained"] < 0.4, "{got:?}");
-        assert!(got["drained"] > 0.0, "penalized, not cut off");
+        assert!((got["drained"] - 0.5).abs() < 0.02, "{got:?}");
     }
 }

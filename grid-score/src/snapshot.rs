@@ -364,14 +364,14 @@ impl RouteSnapshot {
         });
         for c in &mut candidates {
             if c.state != CandidateState::Unmeasured {
-                // A drained burst stays penalized until it ages out of the recent
-                // window: the spread term reads the recent worst, weighted.
-                let rho = c.signal.rho_now
-                    + crate::headroom::BURST_PENALTY_WEIGHT * (c.score - c.signal.rho_now).max(0.0);
+                // The spread term reads the newest sample, not the recent worst: making
+                // the drained-burst penalty reach the weights made the simulator's p99
+                // worse (docs/routing-quality.md, "The drained-burst penalty"); it
+                // orders candidates and decides their state instead.
                 c.headroom = c.live_factor
                     * crate::headroom::headroom(
                         c.reach,
-                        rho,
+                        c.signal.rho_now,
                         c.signal.pace,
                         c.signal.life_ms,
                         turnover_ms,
