@@ -369,6 +369,11 @@ impl Api {
         }
         let slot = upstream.live();
         slot.record_room(crate::clock::now_unix_ms(), &observation);
+        // Only an answer that says something about room or serving wakes a refresh; a
+        // plain answer is counted at the next one.
+        if status.is_server_error() || observation.has_room_signal() {
+            self.inner.live_refresh.notify_one();
+        }
         if status.is_server_error() {
             slot.record_failure();
             self.inner
@@ -381,7 +386,6 @@ impl Api {
         } else {
             slot.record_answer();
         }
-        self.inner.live_refresh.notify_one();
     }
 }
 

@@ -117,8 +117,28 @@ pub struct SimConfig {
     pub degrade: Vec<Degrade>,
     /// Zero-endpoint episodes; the first is followed by the statistics when no degrade is.
     pub blips: Vec<Blip>,
+    /// The sites' EPP flow control; `None` (the standard scenario) is flow control off.
+    pub flow_control: Option<FlowControl>,
     /// Fixes the arrivals and every policy's random draws.
     pub seed: u64,
+}
+
+/// Every site's EPP flow control: a bounded band 0 that holds what the endpoints cannot
+/// take, answers with its headroom, and refuses (`rejected-saturated`) once full.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowControl {
+    /// Requests an endpoint queues behind its slots before flow control holds them.
+    pub queue_per_endpoint: usize,
+    /// Band capacity per slot of the site (rounded up): the band of a 64-slot site
+    /// holds eight times what an 8-slot site's does.
+    pub band_capacity_per_slot: f64,
+}
+
+impl FlowControl {
+    /// The band capacity of a site of `slots`.
+    pub fn band_capacity(self, slots: usize) -> usize {
+        (slots as f64 * self.band_capacity_per_slot).ceil().max(1.0) as usize
+    }
 }
 
 /// The default run length (virtual seconds).
@@ -170,6 +190,7 @@ impl SimConfig {
                 until_ms: duration_ms * 2 / 3 / 1_000 * 1_000,
             }],
             blips: Vec::new(),
+            flow_control: None,
             seed,
         }
     }

@@ -12,10 +12,14 @@ use std::collections::{BinaryHeap, HashMap};
 use super::arrivals::Arrival;
 use super::policy::{Policy, Router};
 use super::prequal::ProbeReading;
+use super::signals::Heard;
 use super::signals::{SignalCounts, SignalPath};
 use super::stats::{RunRecord, Summary};
 use super::{PolicyResult, SimConfig};
-use crate::site_model::{RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel};
+use crate::site_model::{
+    BandConfig, FailReason, Refusal, RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel,
+};
+use grid_score::live::{DropReason, FlowObservation};
 
 /// What the run knows of a request between its routing and its end.
 #[derive(Clone, Copy, Debug)]
@@ -128,9 +132,27 @@ struct World<'a> {
     probes: BinaryHeap<Reverse<Probe>>,
     targets: Vec<usize>,
     seq: u64,
+    /// What answers told their gateways, for the policies that read answers (ours):
+    /// (gateway, virtual ms it reaches the gateway, site, what it said).
+    heard: Option<Vec<(usize, u64, usize, Heard)>>,
+}
+
+/// The flow-control headers of an answer from `site` read at this instant: the band's
+/// headroom (the simulated sites run one band, band 0).
+fn flow_now(site: &SiteModel) -> FlowObservation {
+    FlowObservation {
+        headroom: site.band_snapshot(0).and_then(|b| b.headroom()),
+        ..FlowObservation::default()
+    }
 }
 
 impl World<'_> {
+    fn tell(&mut self, gateway: usize, at_ms: u64, site: usize, heard: Heard) {
+        if let Some(h) = &mut self.heard {
+            h.push((gateway, at_ms, site, heard));
+        }
+    }
+
     /// Routes arrival `a` at its gateway (with `view`, that gateway's signals, for the
     /// policies that read them): the request and any probes set off across the WAN.
     fn route(&mut self, a: Arrival, view: Option<&SignalPath>) {
@@ -220,6 +242,17 @@ impl World<'_> {
                         if f.streaming {
                             let seen = first_token_at + half;
                             self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
+                            // A streamed answer's head goes out when it takes a slot.
+                            let flow = flow_now(&self.sites[s]);
+                            self.tell(
+                                f.gateway,
+                                at + half,
+                                s,
+                                Heard::Answer {
+                                    flow,
+                                    server_error: false,
+                                },
+                            );
                         }
                     }
                     SiteEvent::Finished { id, at } => {
@@ -233,12 +266,41 @@ impl World<'_> {
                         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
                         let sample = (!f.streaming).then(|| seen - f.sent_ms);
                         self.routers[f.gateway].observe(seen, s, sample, true);
+                        if !f.streaming {
+                            // A plain answer's head is built when it is done.
+                            let flow = flow_now(&self.sites[s]);
+                            self.tell(
+                                f.gateway,
+                                seen,
+                                s,
+                                Heard::Answer {
+                                    flow,
+                                    server_error: false,
+                                },
+                            );
+                        }
                     }
-                    SiteEvent::Failed { id, at, .. } => {
+                    SiteEvent::Failed { id, at, reason } => {
                         let Some(f) = self.flights[s].remove(&id) else {
                             continue;
                         };
-                        self.fail(s, f, at);
+                        // Endpoints gone: 503 `rejected-no-endpoints`; a TTL expiry is a
+                        // 429 `rejected-ttl-expired`, an answer, not a serving failure.
+                        let answer = if reason == FailReason::TtlExpired {
+                            Heard::Answer {
+                                flow: FlowObservation {
+                                    dropped: Some(DropReason::RejectedTtlExpired),
+                                    ..FlowObservation::default()
+                                },
+                                server_error: false,
+                            }
+                        } else {
+                            Heard::Answer {
+                                flow: FlowObservation::default(),
+                                server_error: true,
+                            }
+                        };
+                        self.fail(s, f, at, answer);
                     }
                 }
             }
@@ -247,13 +309,14 @@ impl World<'_> {
 
     /// A request that failed at site `s` at `at_ms`: counted, and its gateway hears of it
     /// half a round trip later (its quick answer is a latency sample).
-    fn fail(&mut self, s: usize, f: Flight, at_ms: u64) {
+    fn fail(&mut self, s: usize, f: Flight, at_ms: u64, answer: Heard) {
         self.failed += 1;
         if f.sent_ms >= self.config.warmup_ms {
             self.record.failed += 1;
         }
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        self.tell(f.gateway, seen, s, answer);
     }
 
     /// Request `t` reaches its site.
@@ -275,7 +338,22 @@ impl World<'_> {
                 self.flights[t.site].insert(id, flight);
                 self.collect();
             }
-            Err(_) => self.fail(t.site, flight, t.at_ms),
+            Err(refusal) => {
+                let answer = match refusal {
+                    Refusal::Saturated => Heard::Answer {
+                        flow: FlowObservation {
+                            dropped: Some(DropReason::RejectedSaturated),
+                            ..FlowObservation::default()
+                        },
+                        server_error: false,
+                    },
+                    Refusal::NoReadyEndpoint => Heard::Answer {
+                        flow: FlowObservation::default(),
+                        server_error: true,
+                    },
+                };
+                self.fail(t.site, flight, t.at_ms, answer);
+            }
         }
     }
 }
@@ -312,6 +390,13 @@ impl<'a> World<'a> {
             .map(|(i, s)| {
                 let mut c = SiteConfig::new(s.name.clone(), s.endpoints, s.slots_per_endpoint);
                 c.service = config.service;
+                if let Some(fc) = config.flow_control {
+                    c.queue_per_endpoint = Some(fc.queue_per_endpoint);
+                    c.bands = vec![BandConfig {
+                        priority: 0,
+                        capacity: Some(fc.band_capacity(s.slots())),
+                    }];
+                }
                 SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
             })
             .collect();
@@ -351,6 +436,7 @@ impl<'a> World<'a> {
             probes: BinaryHeap::new(),
             targets: Vec::new(),
             seq: 0,
+            heard: (policy == Policy::Ours).then(Vec::new),
         };
         (world, signals)
     }
@@ -421,6 +507,12 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         };
         next_arrival += 1;
         world.advance(a.at_ms);
+        if let Some(heard) = &mut world.heard {
+            for (g, at, site, h) in heard.drain(..) {
+                signals[g].hear(at, site, h);
+            }
+            signals[a.gateway].settle(a.at_ms);
+        }
         world.route(a, signals.get(a.gateway));
     }
     // Drain: every admitted request starts and completes (endpoints taken away by an

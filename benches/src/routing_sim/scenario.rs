@@ -12,7 +12,8 @@ use serde::Deserialize;
 
 use super::arrivals::Bursts;
 use super::{
-    Blip, DEFAULT_WARMUP_S, Degrade, GatewaySpec, MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
+    Blip, DEFAULT_WARMUP_S, Degrade, FlowControl, GatewaySpec, MAX_WARMUP_DIVISOR, SimConfig,
+    SiteSpec,
 };
 use crate::site_model::{
     MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
@@ -31,6 +32,9 @@ pub const MAX_RUNS: usize = 32;
 pub const MAX_LOAD: f64 = 2.0;
 /// The most scheduled episodes (degrades plus blips).
 pub const MAX_EPISODES: usize = 64;
+/// The most band capacity per slot a scenario gives its sites: 64 requests held behind
+/// every slot is already hours of queue at the default service time.
+pub const MAX_BAND_CAPACITY_PER_SLOT: f64 = 64.0;
 
 /// Why a scenario file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +94,19 @@ pub struct ScenarioFile {
     /// Zero-endpoint episodes.
     #[serde(default)]
     pub blips: Vec<BlipFile>,
+    /// Every site's EPP flow control (absent: off).
+    #[serde(default)]
+    pub flow_control: Option<FlowControlFile>,
+}
+
+/// `[flow_control]`: a bounded band 0 at every site ([`FlowControl`]).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FlowControlFile {
+    /// Requests an endpoint queues behind its slots before flow control holds them.
+    pub queue_per_endpoint: usize,
+    /// Band capacity per slot of the site.
+    pub band_capacity_per_slot: f64,
 }
 
 fn default_warmup_s() -> u64 {
@@ -351,6 +368,30 @@ impl Scenario {
                 until_ms: b.until_s * 1_000,
             });
         }
+        let flow_control = match f.flow_control {
+            None => None,
+            Some(fc) => {
+                if fc.queue_per_endpoint > MAX_SLOTS_PER_ENDPOINT {
+                    return invalid(
+                        "flow_control.queue_per_endpoint",
+                        format!("must be at most {MAX_SLOTS_PER_ENDPOINT}"),
+                    );
+                }
+                if !(fc.band_capacity_per_slot.is_finite()
+                    && fc.band_capacity_per_slot > 0.0
+                    && fc.band_capacity_per_slot <= MAX_BAND_CAPACITY_PER_SLOT)
+                {
+                    return invalid(
+                        "flow_control.band_capacity_per_slot",
+                        format!("must be within (0, {MAX_BAND_CAPACITY_PER_SLOT}]"),
+                    );
+                }
+                Some(FlowControl {
+                    queue_per_endpoint: fc.queue_per_endpoint,
+                    band_capacity_per_slot: fc.band_capacity_per_slot,
+                })
+            }
+        };
         let duration_ms = f.duration_s * 1_000;
         let template = SimConfig {
             sites: f
@@ -378,6 +419,7 @@ impl Scenario {
             warmup_ms: (f.warmup_s * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
             degrade,
             blips,
+            flow_control,
             seed: f.seeds[0],
         };
         Ok(Self {

@@ -12,6 +12,7 @@
 //! Sites marked local are scraped by the home operator itself (the gateway's own site);
 //! the others are remote and reach the home operator only through its 5 s peer poll.
 
+use grid_score::live::{FlowObservation, LiveBoard};
 use grid_score::{CandidateKey, Reading, RouteTable, Routes, ScoreConfig, Scorer, from_store};
 use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
 use grid_signals::epp::{
@@ -91,7 +92,32 @@ pub struct SignalPath {
     readings: Vec<Option<Reading>>,
     counts: SignalCounts,
     body: Vec<u8>,
+    live: LiveBoard,
+    /// What answers said, in the order they reach the gateway: (virtual ms, site).
+    heard: Vec<(u64, usize, Heard)>,
+    last_live_refresh: Option<u64>,
+    /// Answers handed to the slots but not yet folded into the table.
+    unfolded: bool,
 }
+
+/// What one answer told the gateway about its site, as the gateway's request path reads
+/// it (`docs/gateway.md`, "Live room from the answers").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Heard {
+    /// An answer's head: its flow-control headers, and whether it was a 5xx.
+    Answer {
+        /// The flow-control headers it carried.
+        flow: FlowObservation,
+        /// 5xx: a serving failure.
+        server_error: bool,
+    },
+    /// The exchange failed (reset, refused connection).
+    Failed,
+}
+
+/// The least time between two refreshes that answers trigger, as the gateway's poller
+/// keeps it (`grid_gatewayd::poller::LIVE_REFRESH_MIN_INTERVAL`).
+pub const LIVE_REFRESH_MIN_INTERVAL_MS: u64 = 50;
 
 impl std::fmt::Debug for SignalPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,7 +176,12 @@ impl SignalPath {
         let routes = Routes::new().with(MODEL, keys.clone());
         let mut scorer = Scorer::new(ScoreConfig::default());
         let table = scorer.refresh(EPOCH_MS, &routes);
+        let live = LiveBoard::new(&keys);
         Self {
+            live,
+            heard: Vec::new(),
+            last_live_refresh: None,
+            unfolded: false,
             readings: vec![None; names.len()],
             operators,
             keys,
@@ -242,9 +273,63 @@ impl SignalPath {
 
     /// The gateway's control step, as the gateway runs it: the store's events reset or
     /// forget learners, every entry's newest instant is observed, a new table is built.
+    /// An answer from site `site` reaches the gateway at virtual `at_ms` (it is read
+    /// then, not before: see [`Self::settle`]).
+    pub fn hear(&mut self, at_ms: u64, site: usize, heard: Heard) {
+        self.heard.push((at_ms, site, heard));
+    }
+
+    /// Hands every answer that reached the gateway by `t_ms` to the live slots, as the
+    /// request path does, and refreshes off-cycle when one did (at most once per
+    /// [`LIVE_REFRESH_MIN_INTERVAL_MS`], as the gateway's poller does).
+    pub fn settle(&mut self, t_ms: u64) {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.heard.len() {
+            let (at, site, heard) = self.heard[i];
+            if at > t_ms {
+                i += 1;
+                continue;
+            }
+            self.heard.swap_remove(i);
+            let Some(slot) = self.live.slot(&self.keys[site]) else {
+                continue;
+            };
+            // As the gateway does, only an answer that says something new about room or
+            // serving wakes a refresh; a plain answer is counted at the next one.
+            match heard {
+                Heard::Answer { flow, server_error } => {
+                    slot.record_room(EPOCH_MS + at, &flow);
+                    if server_error {
+                        slot.record_failure();
+                    } else {
+                        slot.record_answer();
+                    }
+                    any |= server_error || flow.has_room_signal();
+                }
+                Heard::Failed => {
+                    slot.record_failure();
+                    any = true;
+                }
+            }
+        }
+        let due = self
+            .last_live_refresh
+            .is_none_or(|last| t_ms >= last + LIVE_REFRESH_MIN_INTERVAL_MS);
+        self.unfolded |= any;
+        if self.unfolded && due {
+            let now = EPOCH_MS + t_ms;
+            self.last_live_refresh = Some(t_ms);
+            self.unfolded = false;
+            self.scorer.feed_live(&self.live, now);
+            self.table = self.scorer.refresh(now, &self.routes);
+        }
+    }
+
     fn refresh(&mut self, now: u64) {
         self.gateway.expire(now);
         let report = from_store::sync(&mut self.scorer, &mut self.gateway, now);
+        self.scorer.feed_live(&self.live, now);
         self.counts.refused_readings += report.refused.len() as u64;
         for (i, key) in self.keys.iter().enumerate() {
             self.readings[i] = self
