@@ -88,9 +88,9 @@ pub(crate) fn headroom(
     rho_now: f64,
     pace: f64,
     life_ms: f64,
-    turnover_ms: u64,
+    turnover_ms: f64,
 ) -> f64 {
-    let turnover = pace * capacity * 1_000.0 / turnover_ms.max(1) as f64;
+    let turnover = pace * capacity * 1_000.0 / turnover_ms.max(1.0);
     let spread = capacity * (1.0 - rho_now) * 1_000.0 / life_ms.max(MIN_SPREAD_MS as f64);
     let h = turnover + spread;
     if h.is_finite() { h.max(0.0) } else { 0.0 }
@@ -102,27 +102,27 @@ mod tests {
 
     #[test]
     fn balanced_sites_get_headroom_in_proportion_to_capacity() {
-        let small = headroom(8.0, 0.85, 1.0, 5_000.0, 2_000);
-        let large = headroom(64.0, 0.85, 1.0, 5_000.0, 2_000);
+        let small = headroom(8.0, 0.85, 1.0, 5_000.0, 2_000.0);
+        let large = headroom(64.0, 0.85, 1.0, 5_000.0, 2_000.0);
         assert!((large / small - 8.0).abs() < 1e-9);
     }
 
     #[test]
     fn a_queue_lowers_headroom_and_a_long_one_zeroes_it() {
-        let free = headroom(16.0, 0.5, 1.0, 5_000.0, 2_000);
-        let queued = headroom(16.0, 1.5, 1.0, 5_000.0, 2_000);
+        let free = headroom(16.0, 0.5, 1.0, 5_000.0, 2_000.0);
+        let queued = headroom(16.0, 1.5, 1.0, 5_000.0, 2_000.0);
         assert!(queued < free && queued > 0.0);
         // 16 slots turning over every 2 s absorb 8/s; 48 queued spread over 5 s is 9.6/s.
-        assert!(headroom(16.0, 4.0, 1.0, 5_000.0, 2_000) == 0.0);
+        assert!(headroom(16.0, 4.0, 1.0, 5_000.0, 2_000.0) == 0.0);
     }
 
     #[test]
     fn a_stale_reading_moves_the_share_less_than_a_fresh_one() {
-        let fresh = headroom(16.0, 0.0, 1.0, 1_000.0, 2_000);
-        let remote = headroom(16.0, 0.0, 1.0, 5_000.0, 2_000);
+        let fresh = headroom(16.0, 0.0, 1.0, 1_000.0, 2_000.0);
+        let remote = headroom(16.0, 0.0, 1.0, 5_000.0, 2_000.0);
         assert!(remote < fresh);
         // Below the minimum spread the life is taken as the minimum.
-        assert!((fresh - headroom(16.0, 0.0, 1.0, MIN_SPREAD_MS as f64, 2_000)).abs() < 1e-9);
+        assert!((fresh - headroom(16.0, 0.0, 1.0, MIN_SPREAD_MS as f64, 2_000.0)).abs() < 1e-9);
     }
 
     #[test]
@@ -164,6 +164,6 @@ mod tests {
 
     #[test]
     fn non_finite_arithmetic_never_escapes() {
-        assert!(headroom(f64::MAX, 0.0, 1.0, 1.0, 1) == 0.0);
+        assert!(headroom(f64::MAX, 0.0, 1.0, 1.0, 1.0) == 0.0);
     }
 }

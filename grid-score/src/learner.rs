@@ -84,6 +84,8 @@ pub(crate) struct LearnerView {
     pub(crate) instant: f64,
     /// Smoothed gap between loaded samples (ms); 0 before the second.
     pub(crate) interval_ms: f64,
+    /// Stamp of the newest loaded sample, if any.
+    pub(crate) load_stamp: Option<u64>,
     pub(crate) pace: f64,
     pub(crate) waiting: f64,
     pub(crate) full: bool,
@@ -232,6 +234,7 @@ impl Learner {
             load,
             instant: self.instant,
             interval_ms: self.interval_ms,
+            load_stamp: self.last_load_stamp,
             pace: self.pace.get(),
             waiting: self.waiting,
             full: fresh && self.full,

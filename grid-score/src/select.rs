@@ -184,6 +184,7 @@ mod tests {
             rho_now: rho,
             life_ms: 5_000.0,
             pace: 1.0,
+            turnover_ms: 0.0,
         })
     }
 
@@ -406,11 +407,13 @@ mod tests {
             rho_now: 0.5,
             life_ms: 1_000.0,
             pace: 1.0,
+            turnover_ms: 0.0,
         });
         let calm = cand("calm", 16.0, 0.5, 0.0).with_signal(Signal {
             rho_now: 0.5,
             life_ms: 1_000.0,
             pace: 1.0,
+            turnover_ms: 0.0,
         });
         assert_eq!(drained.state(), crate::CandidateState::NoRoom);
         let s = RouteSnapshot::new("m", vec![drained, calm], vec![], REFUSE);

@@ -159,7 +159,7 @@ proptest! {
     ) {
         let candidates = sites.iter().enumerate().map(|(i, (c, r, life, pace))| {
             Candidate::measured(CandidateKey::new(format!("s{i}"), "p"), *c, *r, *r, 0.0, false)
-                .with_signal(Signal { rho_now: *r, life_ms: *life, pace: *pace })
+                .with_signal(Signal { rho_now: *r, life_ms: *life, pace: *pace, turnover_ms: 0.0 })
         }).collect();
         let snap = RouteSnapshot::new("m", candidates, vec![], REFUSE);
         let with_headroom = snap.candidates().iter().filter(|c| c.headroom() > 0.0).count();

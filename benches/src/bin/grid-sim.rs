@@ -32,6 +32,9 @@ struct Args {
     /// Worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Only these policies, by their table names (default: every one).
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<String>>,
     /// Output directory (default: `target/grid-sim` in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -63,13 +66,25 @@ fn main() -> anyhow::Result<()> {
             .join("grid-sim")
     });
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let policies: Vec<Policy> = match &args.policies {
+        None => Policy::ALL.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                Policy::ALL
+                    .into_iter()
+                    .find(|p| p.as_str() == n)
+                    .with_context(|| format!("unknown policy {n}"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
     let started = std::time::Instant::now();
     let mut runs: Vec<Vec<LoadResults>> = Vec::new();
     for &seed in &seeds {
         let mut all = Vec::new();
         for &load in &loads {
             let config = scenario.config(load, seed);
-            let results = run(&config, &Policy::ALL, args.threads);
+            let results = run(&config, &policies, args.threads);
             for r in &results {
                 anyhow::ensure!(
                     r.completed + r.failed == r.arrived,

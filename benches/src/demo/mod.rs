@@ -31,7 +31,11 @@ use crate::clock::Stopwatch;
 use crate::fake_epp::EppIdentity;
 use crate::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
 use crate::sim_site::{CapacityReaderMode, SimSiteConfig};
-use crate::site_model::{ServiceTime, SiteConfig};
+use crate::site_model::{BandConfig, ServiceTime, SiteConfig};
+
+/// Requests each site's flow-control band holds per slot before it refuses new ones as
+/// `rejected-saturated` (429): a few request durations of queue.
+pub const DEMO_BAND_PER_SLOT: usize = 4;
 use plot::{PlotData, PlotPoint};
 use scenario::{Action, SITES, Scenario};
 use screen::{Event, Frame, SiteRow};
@@ -121,6 +125,15 @@ pub fn grid_spec(cadence: Cadence, seed: u64) -> GridSpec {
         .map(|(&(name, endpoints, slots), i)| {
             let mut site = SiteConfig::new(name, endpoints, slots);
             site.service = SERVICE;
+            // Each site's EPP runs flow control with one bounded band, as llm-d does:
+            // what the endpoints cannot take waits there, and every answer carries the
+            // band's headroom, which the gateway reads live (a degraded site's band
+            // fills and its share falls between polls).
+            site.queue_per_endpoint = Some(0);
+            site.bands = vec![BandConfig {
+                priority: 0,
+                capacity: Some(endpoints * slots * DEMO_BAND_PER_SLOT),
+            }];
             SiteSpec {
                 name: name.to_owned(),
                 backend: Backend::Simulated(SimSiteConfig {

@@ -27,6 +27,8 @@ struct Flight {
     gateway: usize,
     sent_ms: u64,
     started_ms: Option<u64>,
+    first_token_ms: Option<u64>,
+    arrived_ms: u64,
     streaming: bool,
 }
 
@@ -229,6 +231,7 @@ impl World<'_> {
                             continue;
                         };
                         f.started_ms = Some(at);
+                        f.first_token_ms = Some(first_token_at);
                         let f = *f;
                         let half = self.config.rtt_ms(f.gateway, s) / 2;
                         // Measured by when the gateway received it, as the routing
@@ -241,6 +244,17 @@ impl World<'_> {
                         }
                         if f.streaming {
                             let seen = first_token_at + half;
+                            // The flow-control wait is on the answer's header when the
+                            // site runs flow control; otherwise it is inside the time.
+                            if self.config.flow_control.is_some() {
+                                let queued = at - arrived_at;
+                                self.tell(
+                                    f.gateway,
+                                    seen,
+                                    s,
+                                    Heard::FirstByte { ms: (seen - f.sent_ms).saturating_sub(queued) },
+                                );
+                            }
                             self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
                             // A streamed answer's head goes out when it takes a slot.
                             let flow = flow_now(&self.sites[s]);
@@ -266,6 +280,20 @@ impl World<'_> {
                         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
                         let sample = (!f.streaming).then(|| seen - f.sent_ms);
                         self.routers[f.gateway].observe(seen, s, sample, true);
+                        // How long the answer held its slot, as the gateway can tell: a
+                        // stream from its first byte to its last; a plain answer from
+                        // sending to its head less the flow-control wait its header
+                        // states (only when the site runs flow control).
+                        let held = match (f.streaming, f.first_token_ms, f.started_ms) {
+                            (true, Some(first), _) => Some(at - first),
+                            (false, _, Some(started)) if self.config.flow_control.is_some() => {
+                                Some((seen - f.sent_ms).saturating_sub(started - f.arrived_ms))
+                            }
+                            _ => None,
+                        };
+                        if let Some(held_ms) = held {
+                            self.tell(f.gateway, seen, s, Heard::Served { held_ms });
+                        }
                         if !f.streaming {
                             // A plain answer's head is built when it is done.
                             let flow = flow_now(&self.sites[s]);
@@ -325,6 +353,8 @@ impl World<'_> {
             gateway: t.gateway,
             sent_ms: t.sent_ms,
             started_ms: None,
+            first_token_ms: None,
+            arrived_ms: t.at_ms,
             streaming: t.streaming,
         };
         match self.sites[t.site].arrive(

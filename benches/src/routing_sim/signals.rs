@@ -113,6 +113,17 @@ pub enum Heard {
     },
     /// The exchange failed (reset, refused connection).
     Failed,
+    /// A streamed answer's first byte, `ms` after it went out (flow-control wait
+    /// excluded).
+    FirstByte {
+        /// Time to first byte, ms.
+        ms: u64,
+    },
+    /// A streamed answer ended, `held_ms` after its first byte.
+    Served {
+        /// First byte to last, ms.
+        held_ms: u64,
+    },
 }
 
 /// The least time between two refreshes that answers trigger, as the gateway's poller
@@ -311,6 +322,8 @@ impl SignalPath {
                     slot.record_failure();
                     any = true;
                 }
+                Heard::Served { held_ms } => slot.record_served(held_ms),
+                Heard::FirstByte { ms } => slot.record_first_byte(ms),
             }
         }
         let due = self

@@ -19,14 +19,16 @@
 mod headers;
 mod slot;
 mod state;
+mod turnover;
 
 pub use headers::{
     DROPPED_REASON_HEADER, DropReason, FLOW_HEADER_PREFIX, FlowHeader, FlowHeaderReject,
     FlowHeaders, FlowObservation, FlowRefusals, HEADROOM_HEADER, HEADROOM_HEADER_PROVISIONAL,
     MAX_HEADROOM_REQUESTS, MAX_QUEUE_DURATION_MS, QUEUE_DURATION_HEADER, is_flow_header,
 };
-pub use slot::{LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
+pub use slot::{LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
 pub use state::{
     FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
 };
+pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};
 pub(crate) use state::{LiveState, LiveView};

@@ -38,7 +38,21 @@ pub struct LiveEvidence {
     pub failures: u32,
     /// Answers that were not failures since the last drain.
     pub answers: u32,
+    /// Answers that ended since the last drain with how long they held their slot known
+    /// (see [`LiveSlot::record_served`]).
+    pub served: u32,
+    /// Sum of the natural logarithms of those durations (ms), in units of
+    /// 2^-[`LOG_FIXED_BITS`].
+    pub served_log: u64,
+    /// Streamed answers whose first byte came since the last drain.
+    pub first_bytes: u32,
+    /// Sum of the logarithms of their time to first byte less their flow-control wait
+    /// (ms), fixed point as `served_log`.
+    pub first_byte_log: u64,
 }
+
+/// Fraction bits of the fixed-point logarithms a slot sums.
+pub const LOG_FIXED_BITS: u32 = 20;
 
 /// One candidate's slot.
 #[derive(Debug, Default)]
@@ -46,6 +60,10 @@ pub struct LiveSlot {
     room: AtomicU64,
     failures: AtomicU32,
     answers: AtomicU32,
+    served: AtomicU32,
+    served_log: AtomicU64,
+    first_bytes: AtomicU32,
+    first_byte_log: AtomicU64,
 }
 
 impl LiveSlot {
@@ -80,6 +98,25 @@ impl LiveSlot {
         self.failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Request path: an answer held its slot `held_ms` (a streamed answer from its first
+    /// byte to its last; a plain one from sending to its head less the flow-control wait
+    /// its header stated). The two adds are not one atomic step, so a drain racing them
+    /// can see the count without its duration or the other way round: one sample off in
+    /// a mean over many, accepted for a lock-free request path.
+    pub fn record_served(&self, held_ms: u64) {
+        let log = (held_ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
+        self.served_log.fetch_add(log as u64, Ordering::Relaxed);
+        self.served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request path: a streamed answer's first byte came `ms` after the request went out,
+    /// flow-control wait excluded.
+    pub fn record_first_byte(&self, ms: u64) {
+        let log = (ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
+        self.first_byte_log.fetch_add(log as u64, Ordering::Relaxed);
+        self.first_bytes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Refresh: the newest room signal, and the counts since the last drain (reset).
     pub fn drain(&self) -> LiveEvidence {
         let packed = self.room.load(Ordering::Relaxed);
@@ -93,6 +130,10 @@ impl LiveSlot {
             room,
             failures: self.failures.swap(0, Ordering::Relaxed),
             answers: self.answers.swap(0, Ordering::Relaxed),
+            served: self.served.swap(0, Ordering::Relaxed),
+            served_log: self.served_log.swap(0, Ordering::Relaxed),
+            first_bytes: self.first_bytes.swap(0, Ordering::Relaxed),
+            first_byte_log: self.first_byte_log.swap(0, Ordering::Relaxed),
         }
     }
 }

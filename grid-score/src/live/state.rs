@@ -1,20 +1,23 @@
-//! What the refresh keeps of a candidate's live evidence, and the factor its selection
-//! weight is multiplied by.
+//! What the refresh keeps of a candidate's live evidence: the factor its selection
+//! weight is multiplied by, the queue its band showed last, and its learned turnover.
 //!
 //! ```text
-//! factor = room x serving
-//! room    = 1 - w x (1 - free),  w = 2^(-age / LIVE_ROOM_HALF_LIFE_MS)
-//!           free = 0 when the response said the site is full, else headroom over the
-//!           largest headroom seen from the site (its band's size as far as it showed)
+//! factor  = full x serving
+//! full    = 1 - 2^(-age / LIVE_ROOM_HALF_LIFE_MS) after an answer said "full" (zero
+//!           headroom, or dropped as rejected-saturated), else 1
 //! serving = 1 / (1 + failures), failures decaying with FAILURE_HALF_LIFE_MS
+//! queue   = the largest headroom the site's answers showed (its band's size as far as
+//!           it showed) less the newest headroom, with that answer's stamp
 //! ```
 //!
-//! Both only ever lower a site's share: a polled reading already says what room a site
-//! has, and a response is worth more than a 5 s-old poll only where it says "full now"
-//! or "failing now". A fresh "full" takes the site out of the spread at once (its
-//! headroom weight is zero), which is what moves traffic within one response.
+//! The factor only ever lowers a site's share: a fresh "full" takes it out of the spread
+//! at once, which is what moves traffic within one response. The queue is what the
+//! band held when the answer's head was built, a fraction of a second ago where a polled
+//! reading of a remote site is up to six seconds old; the snapshot reads it in place of
+//! an older reading's load (`docs/routing.md`, "Live room").
 
 use super::slot::{LiveEvidence, LiveRoom};
+use super::turnover::Turnover;
 
 /// A response's room signal loses half its weight every this many ms: about one turnover
 /// of a short chat completion ([`crate::DEFAULT_TURNOVER_MS`]), the time a full band
@@ -43,6 +46,7 @@ pub(crate) struct LiveState {
     band_max: u64,
     failures: f64,
     failures_at: u64,
+    turnover: Turnover,
 }
 
 /// What the snapshot reads of it at one instant.
@@ -54,6 +58,11 @@ pub(crate) struct LiveView {
     pub(crate) headroom: Option<u64>,
     /// The serving-failure score now.
     pub(crate) failures: f64,
+    /// How long the site's answers have been holding a slot lately (ms), once any ended.
+    pub(crate) turnover_ms: Option<f64>,
+    /// What its band held at the newest room signal that was not "full" (requests
+    /// waiting: the largest headroom seen less this one) and that signal's stamp.
+    pub(crate) queue: Option<(f64, u64)>,
 }
 
 impl LiveState {
@@ -77,6 +86,7 @@ impl LiveState {
             decayed
         };
         self.failures_at = now_ms.max(self.failures_at);
+        self.turnover.observe(e, now_ms);
     }
 
     fn failures_now(&self, now_ms: u64) -> f64 {
@@ -89,16 +99,16 @@ impl LiveState {
         let failures = self.failures_now(now_ms);
         let mut factor = 1.0 / (1.0 + failures);
         let mut headroom = None;
+        let mut queue = None;
         if let Some(room) = self.room {
             let age = now_ms.saturating_sub(room.stamp_ms);
-            let weight = (-(age as f64) / LIVE_ROOM_HALF_LIFE_MS as f64).exp2();
-            let free = if room.saturated {
-                0.0
-            } else {
-                room.headroom
-                    .map_or(1.0, |h| h as f64 / self.band_max.max(1) as f64)
-            };
-            factor *= 1.0 - weight * (1.0 - free);
+            if room.saturated {
+                // Full now: out of the spread at once, back in as the signal ages.
+                let weight = (-(age as f64) / LIVE_ROOM_HALF_LIFE_MS as f64).exp2();
+                factor *= 1.0 - weight;
+            } else if let Some(h) = room.headroom {
+                queue = Some((self.band_max.saturating_sub(h) as f64, room.stamp_ms));
+            }
             if age <= LIVE_ROOM_FRESH_MS {
                 headroom = room.headroom.or(room.saturated.then_some(0));
             }
@@ -111,6 +121,8 @@ impl LiveState {
             },
             headroom,
             failures,
+            turnover_ms: self.turnover.estimate(),
+            queue,
         }
     }
 }
