@@ -33,6 +33,11 @@ impl Upstream {
         &self.live
     }
 
+    /// The same slot, shared: a streamed answer's body holds it until its end.
+    pub fn live_shared(&self) -> Arc<grid_score::live::LiveSlot> {
+        self.live.clone()
+    }
+
     /// The upstream URI for a client's path and query, the base URL's prefix kept.
     pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
         let pq = if self.prefix.is_empty() {

@@ -85,6 +85,9 @@ pub struct Config {
     /// Availability knobs.
     #[serde(default)]
     pub availability: Availability,
+    /// Routing knobs.
+    #[serde(default)]
+    pub routing: RoutingKnobs,
     /// The models served and, for each, where.
     pub models: Vec<ModelConfig>,
 }
@@ -133,6 +136,19 @@ pub struct Availability {
     #[serde(default)]
     pub shedding: Shedding,
 }
+
+/// `[routing]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingKnobs {
+    /// How long a request typically holds a slot, ms: what a site's headroom reads until
+    /// its answers have shown its own turnover (grid-score learns it per site from answer
+    /// timing; `docs/routing.md`, "Turnover"). Unset: grid-score's default.
+    pub turnover_ms: Option<u64>,
+}
+
+/// Longest accepted `routing.turnover_ms`: an hour.
+pub const MAX_TURNOVER_MS: u64 = 3_600_000;
 
 /// `[availability.shedding]`: answer 429 when every healthy site of a model is full.
 /// Unset durations take grid-score's defaults (see `docs/routing.md`).
@@ -190,6 +206,9 @@ impl Config {
             c.shedding.retry_after_ms = v.saturating_mul(1000);
         }
         c.unavailable_retry_after_ms = self.unavailable_retry_after_s.saturating_mul(1000);
+        if let Some(v) = self.routing.turnover_ms {
+            c.turnover_ms = v;
+        }
         c
     }
 }
@@ -286,6 +305,9 @@ impl Config {
             if let Some(v) = v {
                 check_range(field, v, 1, 3_600_000)?;
             }
+        }
+        if let Some(v) = self.routing.turnover_ms {
+            check_range("routing.turnover_ms", v, 1, MAX_TURNOVER_MS)?;
         }
         if let Some(v) = s.retry_after_s {
             check_range(
@@ -509,6 +531,21 @@ mod tests {
         assert_eq!(c.shedding.room_after_ms, grid_score::DEFAULT_ROOM_AFTER_MS);
         assert_eq!(c.shedding.retry_after_ms, 3000);
         assert_eq!(c.unavailable_retry_after_ms, DEFAULT_RETRY_AFTER_S * 1000);
+    }
+
+    #[test]
+    fn the_turnover_prior_reaches_the_score_config_and_is_refused_past_its_bounds() {
+        let with = |v: u64| MINIMAL.to_owned() + &format!("[routing]\nturnover_ms = {v}\n");
+        let c = Config::from_toml_str(&with(8_000)).unwrap().score_config();
+        assert_eq!(c.turnover_ms, 8_000);
+        assert_eq!(
+            Config::from_toml_str(MINIMAL).unwrap().score_config().turnover_ms,
+            grid_score::DEFAULT_TURNOVER_MS
+        );
+        assert!(Config::from_toml_str(&with(1)).is_ok());
+        assert!(Config::from_toml_str(&with(MAX_TURNOVER_MS)).is_ok());
+        assert_eq!(refused_field(&with(0)), "routing.turnover_ms");
+        assert_eq!(refused_field(&with(MAX_TURNOVER_MS + 1)), "routing.turnover_ms");
     }
 
     #[test]

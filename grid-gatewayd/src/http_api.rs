@@ -26,6 +26,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, Limited};
 use prometheus_client::registry::Registry;
 
+use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::catalog::Upstream;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
@@ -294,11 +295,26 @@ impl Api {
         *out.method_mut() = parts.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
+        let sent = std::time::Instant::now();
         match self.inner.client.request(out).await {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
-                self.take_live_evidence(upstream, rparts.status, &mut rparts.headers);
+                let head = AnswerHead {
+                    sent,
+                    head: std::time::Instant::now(),
+                    queue_ms: None,
+                    streaming: rparts
+                        .headers
+                        .get(header::CONTENT_TYPE)
+                        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream")),
+                };
+                let observation =
+                    self.take_live_evidence(upstream, rparts.status, &mut rparts.headers);
+                let head = AnswerHead {
+                    queue_ms: observation.queue_ms,
+                    ..head
+                };
                 if let Some(h) = grid_headroom {
                     rparts
                         .headers
@@ -307,7 +323,17 @@ impl Api {
                 if let Ok(v) = HeaderValue::from_str(&upstream.site) {
                     rparts.headers.insert(SITE_HEADER, v);
                 }
-                Ok(Response::from_parts(rparts, rbody.boxed()))
+                let body = if rparts.status.is_success() {
+                    head.record(upstream.live());
+                    if head.streaming {
+                        TimedBody::new(rbody, upstream.live_shared(), head).boxed()
+                    } else {
+                        rbody.boxed()
+                    }
+                } else {
+                    rbody.boxed()
+                };
+                Ok(Response::from_parts(rparts, body))
             }
             Err(e) => {
                 upstream.live().record_failure();
@@ -343,7 +369,7 @@ impl Api {
         upstream: &Upstream,
         status: StatusCode,
         headers: &mut http::HeaderMap,
-    ) {
+    ) -> live::FlowObservation {
         let mut flow = live::FlowHeaders::new();
         let mut strip = Vec::new();
         for (name, value) in headers.iter() {
@@ -386,6 +412,7 @@ impl Api {
         } else {
             slot.record_answer();
         }
+        observation
     }
 }
 

@@ -15,6 +15,7 @@
 //! skew drops --Reporter--> POST /v1/site/signals/ingest
 //! ```
 
+mod answer_timing;
 pub mod api_error;
 pub mod catalog;
 pub mod clock;

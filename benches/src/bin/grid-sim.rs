@@ -32,6 +32,9 @@ struct Args {
     /// Worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Run the scenario with every site's flow control off (no `[flow_control]`).
+    #[arg(long)]
+    no_flow_control: bool,
     /// Only these policies, by their table names (default: every one).
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
@@ -54,6 +57,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(d) = args.duration_s {
         anyhow::ensure!(d > 0, "--duration-s must be above 0");
         scenario = scenario.with_duration_s(d);
+    }
+    if args.no_flow_control {
+        scenario = scenario.without_flow_control();
     }
     let loads = args.loads.unwrap_or_else(|| scenario.loads.clone());
     let seeds = args

@@ -134,6 +134,13 @@ pub struct FlowControl {
     pub band_capacity_per_slot: f64,
 }
 
+/// The flow control of the standard scenario, as llm-d's EPP runs it in front of vLLM:
+/// what the endpoints cannot take waits in the band, four requests per slot at most.
+pub const STANDARD_FLOW_CONTROL: FlowControl = FlowControl {
+    queue_per_endpoint: 0,
+    band_capacity_per_slot: 4.0,
+};
+
 impl FlowControl {
     /// The band capacity of a site of `slots`.
     pub fn band_capacity(self, slots: usize) -> usize {
@@ -150,9 +157,9 @@ pub const MAX_WARMUP_DIVISOR: u64 = 4;
 
 impl SimConfig {
     /// The standard scenario at `load`: sites of 8, 16, 32 and 64 slots (endpoints of 8
-    /// slots), one gateway at the 32-slot site and the rest remote; no WAN delay; 10 s
-    /// bursts at 1.5x every minute; the 16-slot site three times slower from the first to
-    /// the second third of the run. `benches/scenarios/standard.toml` is the same at 600 s.
+    /// slots) behind [`STANDARD_FLOW_CONTROL`], one gateway at the 32-slot site and the
+    /// rest remote; no WAN delay; 10 s bursts at 1.5x every minute; the 16-slot site three
+    /// times slower from the first to the second third of the run. `benches/scenarios/standard.toml` is the same at 600 s.
     pub fn standard(load: f64, duration_ms: u64, seed: u64) -> Self {
         let site = |name: &str, endpoints| SiteSpec {
             name: name.into(),
@@ -190,7 +197,7 @@ impl SimConfig {
                 until_ms: duration_ms * 2 / 3 / 1_000 * 1_000,
             }],
             blips: Vec::new(),
-            flow_control: None,
+            flow_control: Some(STANDARD_FLOW_CONTROL),
             seed,
         }
     }

@@ -29,7 +29,7 @@ pub fn table(all: &[LoadResults]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}  shares per site",
+        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}  shares per site",
         "load",
         "policy",
         "requests",
@@ -42,6 +42,7 @@ pub fn table(all: &[LoadResults]) -> String {
         "deg_in",
         "deg_post",
         "leave_s",
+        "halve_s",
         "failed"
     );
     for level in all {
@@ -50,7 +51,7 @@ pub fn table(all: &[LoadResults]) -> String {
             let shares: Vec<String> = s.site_shares.iter().map(|x| format!("{x:.2}")).collect();
             let _ = writeln!(
                 out,
-                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>8} {:>6}  {}",
+                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>8} {:>7} {:>6}  {}",
                 level.config.load * 100.0,
                 r.policy.as_str(),
                 s.requests,
@@ -64,6 +65,9 @@ pub fn table(all: &[LoadResults]) -> String {
                 s.degrade.share_after * 100.0,
                 s.degrade
                     .leave_s
+                    .map_or_else(|| "never".to_owned(), |v| v.to_string()),
+                s.degrade
+                    .halve_s
                     .map_or_else(|| "never".to_owned(), |v| v.to_string()),
                 s.failed,
                 shares.join(" ")
@@ -177,7 +181,7 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
         .map(|l| l.config.sites.clone())
         .unwrap_or_default();
     let mut out = String::from(
-        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,degraded_share_before,degraded_share_during,degraded_share_after,leave_s",
+        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,degraded_share_before,degraded_share_during,degraded_share_after,leave_s,halve_s",
     );
     for s in &sites {
         let _ = write!(out, ",share_{}", s.name);
@@ -188,7 +192,7 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
             let s = &r.summary;
             let _ = write!(
                 out,
-                "{},{},{},{},{:.1},{},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{}",
+                "{},{},{},{},{:.1},{},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{},{}",
                 level.config.seed,
                 level.config.load,
                 r.policy.as_str(),
@@ -206,6 +210,9 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
                 s.degrade.share_after,
                 s.degrade
                     .leave_s
+                    .map_or_else(String::new, |v| v.to_string()),
+                s.degrade
+                    .halve_s
                     .map_or_else(String::new, |v| v.to_string()),
             );
             for share in &s.site_shares {

@@ -232,6 +232,15 @@ impl Scenario {
         self
     }
 
+    /// The same scenario with every site's flow control off: what the endpoints cannot
+    /// take waits in their own queues, and no answer carries a flow-control header.
+    #[must_use]
+    pub fn without_flow_control(mut self) -> Self {
+        self.template.flow_control = None;
+        self.description.push_str(" (flow control off)");
+        self
+    }
+
     #[allow(clippy::too_many_lines)] // one check per field, in file order
     fn check(f: ScenarioFile) -> Result<Self, ScenarioError> {
         if f.duration_s == 0 || f.duration_s > MAX_DURATION_S {

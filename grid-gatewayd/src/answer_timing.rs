@@ -1,0 +1,119 @@
+//! How long each answer held its site's slot, read off the proxied body and left in the
+//! site's live slot, from which grid-score learns the site's turnover (see
+//! `grid_score::live`). Two clock reads per answer (its first data frame, its end) and two
+//! atomic adds; nothing per frame beyond a branch.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use bytes::Bytes;
+use grid_score::live::LiveSlot;
+use http_body::{Body, Frame, SizeHint};
+
+/// What is known of an answer when its head arrives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AnswerHead {
+    /// When the request went to the site.
+    pub(crate) sent: Instant,
+    /// When the head arrived.
+    pub(crate) head: Instant,
+    /// The flow-control wait the site's header stated, ms.
+    pub(crate) queue_ms: Option<u64>,
+    /// A server-sent event stream (`text/event-stream`): its slot is held from its first
+    /// data frame to its end.
+    pub(crate) streaming: bool,
+}
+
+impl AnswerHead {
+    /// Records what the head alone tells: a plain answer's head comes when it is done, so
+    /// its time since sending, less the stated wait, is how long it held its slot.
+    pub(crate) fn record(&self, slot: &LiveSlot) {
+        if !self.streaming
+            && let Some(queue) = self.queue_ms
+        {
+            slot.record_served(millis(self.head - self.sent).saturating_sub(queue));
+        }
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A streamed answer's body, timed: its first data frame is its first token, its end the
+/// slot freed.
+pub(crate) struct TimedBody<B> {
+    inner: B,
+    slot: Arc<LiveSlot>,
+    head: AnswerHead,
+    first: Option<Instant>,
+    ended: bool,
+}
+
+impl<B> TimedBody<B> {
+    pub(crate) fn new(inner: B, slot: Arc<LiveSlot>, head: AnswerHead) -> Self {
+        Self {
+            inner,
+            slot,
+            head,
+            first: None,
+            ended: false,
+        }
+    }
+}
+
+impl<B> TimedBody<B> {
+    fn end(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            if let Some(first) = self.first {
+                self.slot.record_served(millis(first.elapsed()));
+            }
+        }
+    }
+}
+
+impl<B> Body for TimedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) if f.is_data() && this.first.is_none() && this.head.streaming => {
+                let now = Instant::now();
+                this.first = Some(now);
+                // Only with the wait taken out is the time to first byte the site's speed
+                // and not its queue (grid_score::live, "turnover").
+                if let Some(queue) = this.head.queue_ms {
+                    this.slot
+                        .record_first_byte(millis(now - this.head.sent).saturating_sub(queue));
+                }
+            }
+            _ => {}
+        }
+        // The end is the last frame when the transport flags it (HTTP/2's END_STREAM,
+        // a known length), else the `None` after it.
+        if matches!(frame, None | Some(Ok(_))) && (frame.is_none() || this.inner.is_end_stream()) {
+            this.end();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
