@@ -23,7 +23,7 @@ use crate::config::ScoreConfig;
 use crate::reading::{CandidateKey, Reading, UnitQueues};
 use crate::rng::SplitMix64;
 use crate::scorer::{Routes, Scorer};
-use crate::select::Decision;
+use crate::select::{Decision, Path};
 use crate::snapshot::{CandidateState, RouteTable, UNMEASURED};
 
 /// Sites in the fuzz world; site `i` serves provider `p{i}`.
@@ -369,10 +369,14 @@ fn check_pick(
                 return fail(format!("picked excluded {:?}", candidate.key()));
             }
             let any_headroom = snap.candidates().iter().any(|c| c.headroom() > 0.0);
-            if any_headroom && candidate.headroom() <= 0.0 {
+            // Only overflow draws beyond headroom: there the sites with headroom have
+            // less of it than the grid serves, and the rest go by capacity.
+            if any_headroom && candidate.headroom() <= 0.0 && snap.path() != Some(Path::Overflow)
+            {
                 return fail(format!(
-                    "picked {:?} without headroom while one had headroom",
-                    candidate.key()
+                    "picked {:?} without headroom while one had headroom, on {:?}",
+                    candidate.key(),
+                    snap.path()
                 ));
             }
             let any_measured = snap

@@ -148,10 +148,13 @@ impl Reading {
         (in_flight - self.queue_depth.unwrap_or(0.0) - self.flow_held.unwrap_or(0.0)).max(0.0)
     }
 
-    /// A demonstrated limit: work waiting at every unit, flow control holding, or a zero
-    /// headroom reading (KV cache mean plus spread at or past full).
+    /// A demonstrated limit: work waiting at every unit, flow control holding, or the
+    /// pool's KV cache full on average. Not the mean plus spread: one endpoint full beside
+    /// an idle one reads full by it while the site has room (in the routing simulator a
+    /// 16-slot site whose endpoints held 8 and 1 was learned as 9 and kept there for
+    /// minutes).
     pub(crate) fn at_limit(&self) -> bool {
-        self.work_waiting() || self.kv_pressure().is_some_and(|kv| kv >= 1.0)
+        self.work_waiting() || self.kv_mean.is_some_and(|kv| kv >= 1.0)
     }
 
     /// Refuses a reading that would poison arithmetic; the key only names the error.
@@ -265,19 +268,29 @@ mod tests {
     }
 
     #[test]
-    fn kv_at_full_is_a_limit_and_just_below_is_not() {
+    fn a_full_kv_cache_on_average_is_a_limit_and_just_below_is_not() {
         let at = Reading {
-            kv_mean: Some(0.75),
-            kv_spread: Some(0.25),
+            kv_mean: Some(1.0),
             ..Reading::new(1)
         };
         assert!(at.at_limit());
         let below = Reading {
-            kv_mean: Some(0.75),
-            kv_spread: Some(0.24),
+            kv_mean: Some(0.999),
             ..Reading::new(1)
         };
         assert!(!below.at_limit());
+    }
+
+    #[test]
+    fn one_full_endpoint_beside_an_idle_one_is_not_a_limit() {
+        // Endpoints at 8/8 and 1/8: mean 0.5625, spread 0.4375, mean plus spread 1.
+        let uneven = Reading {
+            kv_mean: Some(0.5625),
+            kv_spread: Some(0.4375),
+            ..Reading::new(1)
+        };
+        assert!(!uneven.at_limit());
+        assert_eq!(uneven.kv_pressure(), Some(1.0), "rho still reads it as full");
     }
 
     #[test]

@@ -219,11 +219,11 @@ impl Scorer {
                     last_full: v.last_full,
                 });
             }
-            let (rho_now, life_ms) = live_load(now_ms, &v);
+            let (rho_now, life_ms, waiting) = live_load(now_ms, &v);
             candidates.push(
                 match v.load {
                     Some((rho, worst)) => {
-                        Candidate::measured(key.clone(), v.capacity, rho, worst, v.waiting, v.full)
+                        Candidate::measured(key.clone(), v.capacity, rho, worst, waiting, v.full)
                             .with_reach(v.reach)
                             .with_signal(Signal {
                                 rho_now,
@@ -263,16 +263,17 @@ impl Scorer {
 /// A queue in the band means every slot is taken and that many wait (rho above 1 by the
 /// queue per unit of capacity); an empty band says nothing of free slots, so it only caps
 /// an older reading's queue at full. A live reading stands until the next answer, a
-/// fraction of a second later, so it is spread over [`crate::MIN_SPREAD_MS`].
-fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64) {
+/// fraction of a second later, so it is spread over [`crate::MIN_SPREAD_MS`]. The third
+/// value is the work waiting the by-capacity weights read, from the same source.
+fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
     let fresh = v.live.queue.filter(|&(_, at)| {
         v.load_stamp.is_none_or(|polled| at > polled)
             && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS
     });
     match fresh {
-        Some((queue, _)) if queue > 0.0 => (1.0 + queue / v.reach, 0.0),
-        Some(_) => (v.instant.min(1.0), v.interval_ms),
-        None => (v.instant, v.interval_ms),
+        Some((queue, _)) if queue > 0.0 => (1.0 + queue / v.reach, 0.0, queue),
+        Some(_) => (v.instant.min(1.0), v.interval_ms, 0.0),
+        None => (v.instant, v.interval_ms, v.waiting),
     }
 }
 

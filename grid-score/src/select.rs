@@ -12,8 +12,12 @@ use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
 pub enum Path {
     /// Two or more sites with headroom: one drawn with weight its headroom.
     Spread,
-    /// Exactly one site with headroom.
+    /// Exactly one site with headroom, enough for what the grid is serving.
     Lone,
+    /// Sites with headroom, but less of it than what the grid is serving: that share of
+    /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
+    /// draw over both weights.
+    Overflow,
     /// No site with headroom but some measured: one drawn among the measured with weight
     /// pace x capacity over the square of one plus work waiting per unit of capacity.
     ByCapacity,
@@ -23,13 +27,20 @@ pub enum Path {
 
 impl Path {
     /// Every path, for pre-registering labels.
-    pub const ALL: [Self; 4] = [Self::Spread, Self::Lone, Self::ByCapacity, Self::Fallback];
+    pub const ALL: [Self; 5] = [
+        Self::Spread,
+        Self::Lone,
+        Self::Overflow,
+        Self::ByCapacity,
+        Self::Fallback,
+    ];
 
     /// The metric label for this path.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Spread => "spread",
             Self::Lone => "lone",
+            Self::Overflow => "overflow",
             Self::ByCapacity => "by_capacity",
             Self::Fallback => "fallback",
         }
@@ -142,6 +153,7 @@ impl RouteSnapshot {
             },
             Plan::Lone(i) => route(*i as usize, Path::Lone),
             Plan::Spread(pool) => route(pool.draw(rng), Path::Spread),
+            Plan::Overflow(pool) => route(pool.draw(rng), Path::Overflow),
             Plan::ByCapacity(pool) => route(pool.draw(rng), Path::ByCapacity),
             Plan::Fallback(pool) => route(pool.draw(rng), Path::Fallback),
         }
@@ -205,11 +217,13 @@ mod tests {
     }
 
     #[test]
-    fn lone_site_with_headroom_is_taken() {
-        // 64 slots turning over every 2 s absorb 32/s; 192 queued over 5 s is 38/s: none.
+    fn lone_site_with_headroom_for_what_the_grid_serves_is_taken() {
+        // b: 4 slots turning over every 2 s absorb 2/s; 12 queued over 5 s is 2.4/s: none.
+        // a: 16 slots, a fifth busy: 8/s + 16 x 0.8 / 5 s = 10.6/s of headroom against
+        // the 3.6/s both serve.
         let s = RouteSnapshot::new(
             "m",
-            vec![cand("a", 4.0, 0.5, 0.0), cand("b", 64.0, 4.0, 192.0)],
+            vec![cand("a", 16.0, 0.2, 0.0), cand("b", 4.0, 4.0, 12.0)],
             vec![],
             REFUSE,
         );
@@ -218,6 +232,25 @@ mod tests {
             assert_eq!(d.path(), Some(Path::Lone));
             assert_eq!(picked_site(d), "a");
         }
+    }
+
+    #[test]
+    fn a_lone_site_with_little_headroom_takes_its_headroom_and_the_rest_overflow_by_capacity() {
+        // a: 8 slots at 0.95: 4/s + 8 x 0.05 / 5 s = 4.08/s of headroom. b: 64 slots with
+        // 192 waiting, no headroom, serving 32/s. The grid serves 35.8/s: a's headroom
+        // covers 11.4% of the picks; the rest go by capacity over waiting, a 8 x 1^2 = 8
+        // against b 64 x (64 / 256)^2 = 4. Lone would have sent a every pick.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![cand("a", 8.0, 0.95, 0.0), cand("b", 64.0, 4.0, 192.0)],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::Overflow));
+        let spread = 4.08 / 35.8;
+        let want_a = spread + (1.0 - spread) * 8.0 / 12.0;
+        let share_a = shares(&s, 20_000, 3)["a"];
+        assert!((share_a - want_a).abs() < 0.02, "{share_a} vs {want_a}");
     }
 
     #[test]

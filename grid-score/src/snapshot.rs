@@ -325,6 +325,7 @@ pub(crate) enum Plan {
     Shed { retry_after_ms: u64 },
     Lone(u32),
     Spread(Pool),
+    Overflow(Pool),
     ByCapacity(Pool),
     Fallback(Pool),
 }
@@ -446,6 +447,7 @@ impl RouteSnapshot {
             Plan::Unavailable { .. } | Plan::Shed { .. } => None,
             Plan::Lone(_) => Some(Path::Lone),
             Plan::Spread(_) => Some(Path::Spread),
+            Plan::Overflow(_) => Some(Path::Overflow),
             Plan::ByCapacity(_) => Some(Path::ByCapacity),
             Plan::Fallback(_) => Some(Path::Fallback),
         }
@@ -467,38 +469,62 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
     if let Some(retry_after_ms) = refusals.shed_retry_after_ms {
         return Plan::Shed { retry_after_ms };
     }
-    let with_headroom = members(candidates, |c| c.headroom > 0.0);
-    match with_headroom.as_slice() {
-        [only] => Plan::Lone(*only),
-        [_, _, ..] => Plan::Spread(Pool::new(with_headroom, candidates, |c| c.headroom)),
-        [] => {
-            let measured = members(candidates, |c| c.state != CandidateState::Unmeasured);
-            if measured.is_empty() {
-                // Loss of signal is least preferred, and load is spread by capacity rather
-                // than herded onto one unmeasured site.
-                let all = members(candidates, |_| true);
-                Plan::Fallback(Pool::new(all, candidates, |c| c.reach))
-            } else {
-                // Every measured site's queue outweighs its turnover: spread by capacity
-                // (and pace: a queue drains in proportion to the slots serving it, slower
-                // at a site whose pace is down) over the square of one plus the work
-                // waiting per unit of capacity a new request meets, so the backlog
-                // evens out towards equal waits (the square, against plain inverse
-                // proportion, lowered the simulator's p99 at 95% load by 10-35% on every
-                // seed tried and left 85% unchanged).
-                Plan::ByCapacity(Pool::new(measured, candidates, |c| {
-                    // Capacity as the slots a site turns over in the configured
-                    // turnover: a site whose answers hold slots three times longer
-                    // drains its queue three times slower (measured: five sites, the
-                    // largest slowed twofold, p99 at 85% 1.7x the oracle's without this,
-                    // 1.2x with it).
-                    let reach = c.reach * default_turnover_ms / c.turnover_or(default_turnover_ms);
-                    let share = reach / (reach + c.waiting);
-                    c.live_factor.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
-                }))
-            }
-        }
+    let measured = members(candidates, |c| c.state != CandidateState::Unmeasured);
+    if measured.is_empty() {
+        // Loss of signal is least preferred, and load is spread by capacity rather than
+        // herded onto one unmeasured site.
+        let all = members(candidates, |_| true);
+        return Plan::Fallback(Pool::new(all, candidates, |c| c.reach));
     }
+    let with_headroom = members(candidates, |c| c.headroom > 0.0);
+    let room: f64 = with_headroom
+        .iter()
+        .map(|&i| candidates[i as usize].headroom)
+        .sum();
+    // What the grid is serving now: every measured site's busy slots turning over. Picks
+    // arrive about that fast; headroom short of it cannot take them all (a drained 8-slot
+    // site with half a request a second of headroom took every request for five seconds
+    // while three others queued: 200 requests on 8 slots).
+    let serving: f64 = measured
+        .iter()
+        .map(|&i| {
+            let c = &candidates[i as usize];
+            c.signal.pace * c.reach * c.signal.rho_now.min(1.0) * 1_000.0
+                / c.turnover_or(default_turnover_ms)
+        })
+        .sum();
+    let by_capacity = |c: &Candidate| by_capacity_weight(c, default_turnover_ms);
+    match with_headroom.as_slice() {
+        [] => Plan::ByCapacity(Pool::new(measured, candidates, by_capacity)),
+        _ if room.is_finite() && room < serving => {
+            let spread = room / serving;
+            let capacity_total: f64 = measured
+                .iter()
+                .map(|&i| by_capacity(&candidates[i as usize]))
+                .sum();
+            Plan::Overflow(Pool::new(measured, candidates, |c| {
+                spread * c.headroom / room
+                    + (1.0 - spread) * by_capacity(c) / capacity_total.max(f64::MIN_POSITIVE)
+            }))
+        }
+        [only] => Plan::Lone(*only),
+        _ => Plan::Spread(Pool::new(with_headroom, candidates, |c| c.headroom)),
+    }
+}
+
+/// The weight of a measured site when no site's headroom covers the picks: capacity as
+/// the slots it turns over in the configured turnover (a site whose answers hold slots
+/// three times longer drains its queue three times slower; measured on five sites, the
+/// largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x with it),
+/// times pace, over the square of one plus the work waiting per unit of that capacity,
+/// so the backlog evens out towards equal waits (the square, against plain inverse
+/// proportion, lowered the simulator's p99 at 95% load by 10-35% on every seed tried and
+/// left 85% unchanged). A site whose answers said "full" keeps at least
+/// [`LIVE_FACTOR_FLOOR`] of it.
+fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
+    let reach = c.reach * default_turnover_ms / c.turnover_or(default_turnover_ms);
+    let share = reach / (reach + c.waiting);
+    c.live_factor.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
 }
 
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
@@ -628,7 +654,8 @@ mod tests {
         };
         assert_eq!(h("at"), 0.0);
         assert!(h("below") > 0.0);
-        assert_eq!(s.path(), Some(crate::Path::Lone));
+        // Its sliver of headroom is far short of what both sites serve: overflow.
+        assert_eq!(s.path(), Some(crate::Path::Overflow));
     }
 
     #[test]

@@ -44,7 +44,7 @@ fn snapshot_with(room: usize, no_room: usize) -> RouteSnapshot {
 }
 
 fn picks_on_every_path_allocate_nothing() {
-    // Every path: spread (many and two), lone, by capacity, fallback, unavailable,
+    // Every path: spread (many and two), lone, overflow, by capacity, fallback, unavailable,
     // unknown model; plus a table built by a real scorer.
     let mut scorer = Scorer::new(ScoreConfig::default());
     let keys: Vec<_> = (0..16)
@@ -76,6 +76,15 @@ fn picks_on_every_path_allocate_nothing() {
         ),
         RouteSnapshot::new(
             "lone",
+            snapshot_with(1, 0).candidates().to_vec(),
+            vec![],
+            Refusals {
+                shed_retry_after_ms: None,
+                unavailable_retry_after_ms: 1,
+            },
+        ),
+        RouteSnapshot::new(
+            "overflow",
             snapshot_with(1, 3).candidates().to_vec(),
             vec![],
             Refusals {
@@ -111,11 +120,14 @@ fn picks_on_every_path_allocate_nothing() {
             },
         ),
     ]);
-    let models = ["m", "pair", "lone", "bycap", "fallback", "empty", "absent"];
+    let models = [
+        "m", "pair", "lone", "overflow", "bycap", "fallback", "empty", "absent",
+    ];
     for (model, path) in [
         ("m", Some(Path::Spread)),
         ("pair", Some(Path::Spread)),
         ("lone", Some(Path::Lone)),
+        ("overflow", Some(Path::Overflow)),
         ("bycap", Some(Path::ByCapacity)),
         ("fallback", Some(Path::Fallback)),
         ("empty", None),

@@ -164,7 +164,9 @@ proptest! {
         let snap = RouteSnapshot::new("m", candidates, vec![], REFUSE);
         let with_headroom = snap.candidates().iter().filter(|c| c.headroom() > 0.0).count();
         prop_assume!(with_headroom >= 2);
-        prop_assert_eq!(snap.path(), Some(Path::Spread));
+        // Headroom short of what the sites serve overflows by capacity (a unit test in
+        // `select` pins that mix); here, the pure spread.
+        prop_assume!(snap.path() == Some(Path::Spread));
         let expected = spread_distribution(&snap);
         let n = 40_000u32;
         let mut counts = vec![0u32; expected.len()];

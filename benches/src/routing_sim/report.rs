@@ -6,6 +6,7 @@ use std::path::Path as FsPath;
 use plotters::prelude::*;
 
 use super::policy::Policy;
+use super::stats::UNSERVED;
 use super::{PolicyResult, SimConfig};
 
 /// One load level's results.
@@ -21,6 +22,24 @@ impl LoadResults {
     /// The result of `policy`, if it ran.
     pub fn get(&self, policy: Policy) -> Option<&PolicyResult> {
         self.results.iter().find(|r| r.policy == policy)
+    }
+}
+
+/// A delay in ms, or `refused` where the percentile falls among requests never served.
+fn ms(v: u64) -> String {
+    if v == UNSERVED {
+        "refused".to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
+/// A delay in seconds with one decimal, or `refused`.
+fn seconds(v: u64) -> String {
+    if v == UNSERVED {
+        "refused".to_owned()
+    } else {
+        format!("{:.1} s", v as f64 / 1_000.0)
     }
 }
 
@@ -56,9 +75,9 @@ pub fn table(all: &[LoadResults]) -> String {
                 r.policy.as_str(),
                 s.requests,
                 s.mean_ms,
-                s.p50_ms,
-                s.p99_ms,
-                s.p99_e2e_ms,
+                ms(s.p50_ms),
+                ms(s.p99_ms),
+                ms(s.p99_e2e_ms),
                 s.full_share * 100.0,
                 s.degrade.share_before * 100.0,
                 s.degrade.share_during * 100.0,
@@ -82,7 +101,13 @@ pub fn target_lines(all: &[LoadResults]) -> String {
     let Some(level) = ratio_level(all) else {
         return String::new();
     };
-    let p99 = |p| level.get(p).map(|r| r.summary.p99_ms as f64);
+    let p99 = |p| {
+        level
+            .get(p)
+            .map(|r| r.summary.p99_ms)
+            .filter(|&v| v != UNSERVED)
+            .map(|v| v as f64)
+    };
     let mut out = String::new();
     if let (Some(ours), Some(oracle), Some(lq)) = (
         p99(Policy::Ours),
@@ -137,7 +162,7 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
             for level in levels {
                 match level.get(policy) {
                     Some(r) => {
-                        let _ = write!(out, " {:.1} s |", r.summary.p99_ms as f64 / 1_000.0);
+                        let _ = write!(out, " {} |", seconds(r.summary.p99_ms));
                     }
                     None => out.push_str(" - |"),
                 }
@@ -155,7 +180,13 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
         let Some(level) = ratio_level(levels) else {
             continue;
         };
-        let p99 = |p| level.get(p).map(|r| r.summary.p99_ms as f64);
+        let p99 = |p| {
+            level
+                .get(p)
+                .map(|r| r.summary.p99_ms)
+                .filter(|&v| v != UNSERVED)
+                .map(|v| v as f64)
+        };
         let ratio = |p| match (p99(Policy::Ours), p99(p)) {
             (Some(a), Some(b)) => format!("{:.2}x", a / b.max(1.0)),
             _ => "-".to_owned(),
@@ -298,10 +329,19 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
     // Seconds on a log axis: round-robin is orders of magnitude above the rest.
     let floor = 0.01;
-    let p99_s = |r: &PolicyResult| (r.summary.p99_ms as f64 / 1_000.0).max(floor);
+    // A p99 that falls among refused requests has no delay to plot: it is drawn at the
+    // top of the axis.
+    let p99_s = |r: &PolicyResult| {
+        if r.summary.p99_ms == UNSERVED {
+            f64::NAN
+        } else {
+            (r.summary.p99_ms as f64 / 1_000.0).max(floor)
+        }
+    };
     let max_p99 = all
         .iter()
         .flat_map(|l| l.results.iter().map(p99_s))
+        .filter(|v| v.is_finite())
         .fold(1.0, f64::max);
     let loads: Vec<f64> = all.iter().map(|l| l.config.load * 100.0).collect();
     let lo = loads.iter().copied().fold(f64::INFINITY, f64::min) - 2.0;
@@ -323,6 +363,7 @@ fn plot_p99(all: &[LoadResults], left: &Area<'_>) -> Result<(), String> {
         let points: Vec<(f64, f64)> = all
             .iter()
             .filter_map(|l| l.get(policy).map(|r| (l.config.load * 100.0, p99_s(r))))
+            .filter(|(_, v)| v.is_finite())
             .collect();
         let c = color(policy);
         chart

@@ -341,6 +341,9 @@ impl World<'_> {
         self.failed += 1;
         if f.sent_ms >= self.config.warmup_ms {
             self.record.failed += 1;
+            if f.started_ms.is_none() {
+                self.record.unserved += 1;
+            }
         }
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);

@@ -16,6 +16,9 @@ pub struct RunRecord {
     /// Requests after the warm-up that failed: refused by a site with no ready endpoint,
     /// or dropped when its endpoints went away.
     pub failed: u64,
+    /// Of those, requests that failed before taking a slot (refused, or dropped from a
+    /// queue): never served, so they rank after every delay in the percentiles.
+    pub unserved: u64,
     /// Requests routed after the warm-up.
     pub routed: u64,
     /// Of those, sent to a site whose slots were all taken at that instant.
@@ -52,12 +55,27 @@ impl RunRecord {
 
 /// The `p`-th percentile (0..=100) of sorted values, nearest-rank; 0 when empty.
 pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
+    percentile_with_unserved(sorted, 0, p)
+}
+
+/// What a percentile reads when a request that was never served ranks after every
+/// delay: [`UNSERVED`] where the rank falls among the `unserved` (a policy that refuses
+/// more than 1% of requests has no p99 delay to show; its refusals are not hidden by
+/// leaving them out).
+pub fn percentile_with_unserved(sorted: &[u64], unserved: u64, p: f64) -> u64 {
+    let total = sorted.len() + unserved as usize;
+    if total == 0 {
         return 0;
     }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    let rank = ((p / 100.0) * total as f64).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, total) - 1)
+        .copied()
+        .unwrap_or(UNSERVED)
 }
+
+/// The percentile of a distribution whose rank falls among requests never served.
+pub const UNSERVED: u64 = u64::MAX;
 
 /// A degrade episode: which site, when, and the share of traffic it should fall to.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -163,11 +181,12 @@ pub struct Summary {
     pub requests: u64,
     /// Mean queueing delay (ms).
     pub mean_ms: f64,
-    /// Median queueing delay (ms).
+    /// Median queueing delay (ms), a request never served ranking after every delay
+    /// ([`UNSERVED`] where the median is one).
     pub p50_ms: u64,
-    /// 99th percentile queueing delay (ms).
+    /// 99th percentile queueing delay (ms), likewise.
     pub p99_ms: u64,
-    /// 99th percentile of the queueing delay plus the round trip (ms).
+    /// 99th percentile of the queueing delay plus the round trip (ms), likewise.
     pub p99_e2e_ms: u64,
     /// Requests after the warm-up that failed (see [`RunRecord::failed`]).
     pub failed: u64,
@@ -200,9 +219,9 @@ impl Summary {
         Self {
             requests: n,
             mean_ms,
-            p50_ms: percentile(&delays, 50.0),
-            p99_ms: percentile(&delays, 99.0),
-            p99_e2e_ms: percentile(&e2e, 99.0),
+            p50_ms: percentile_with_unserved(&delays, record.unserved, 50.0),
+            p99_ms: percentile_with_unserved(&delays, record.unserved, 99.0),
+            p99_e2e_ms: percentile_with_unserved(&e2e, record.unserved, 99.0),
             failed: record.failed,
             max_ms: delays.last().copied().unwrap_or(0),
             full_share: if record.routed == 0 {
@@ -229,6 +248,14 @@ mod tests {
         assert_eq!(percentile(&v, 100.0), 100);
         assert_eq!(percentile(&[7], 99.0), 7);
         assert_eq!(percentile(&[], 99.0), 0);
+    }
+
+    #[test]
+    fn a_request_never_served_ranks_after_every_delay() {
+        let v: Vec<u64> = (1..=99).collect();
+        assert_eq!(percentile_with_unserved(&v, 1, 99.0), 99, "one in a hundred: the p99 is the last delay");
+        assert_eq!(percentile_with_unserved(&v, 2, 99.0), UNSERVED);
+        assert_eq!(percentile_with_unserved(&[], 3, 50.0), UNSERVED);
     }
 
     fn window() -> DegradeWindow {
