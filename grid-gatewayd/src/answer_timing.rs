@@ -117,3 +117,71 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt as _;
+    use std::time::Duration;
+
+    fn head(streaming: bool, queue_ms: Option<u64>, sent_ago: Duration) -> AnswerHead {
+        let now = Instant::now();
+        AnswerHead {
+            sent: now.checked_sub(sent_ago).unwrap_or(now),
+            head: now,
+            queue_ms,
+            streaming,
+        }
+    }
+
+    fn log_ms(sum: u64, count: u32) -> f64 {
+        (sum as f64 / f64::from(1u32 << grid_score::live::LOG_FIXED_BITS) / f64::from(count))
+            .exp()
+    }
+
+    #[tokio::test]
+    async fn a_stream_records_its_first_byte_less_the_wait_and_its_time_from_first_to_last() {
+        let slot = Arc::new(LiveSlot::new());
+        let (mut tx, body) = http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(4);
+        let timed = TimedBody::new(
+            body,
+            slot.clone(),
+            head(true, Some(100), Duration::from_millis(300)),
+        );
+        let reader = tokio::spawn(async move { timed.collect().await.map(|c| c.to_bytes()) });
+        tx.send_data(Bytes::from_static(b"data: 1\n\n")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        tx.send_data(Bytes::from_static(b"data: 2\n\n")).await.unwrap();
+        drop(tx);
+        let all = reader.await.unwrap().unwrap();
+        assert_eq!(&all[..], b"data: 1\n\ndata: 2\n\n", "the body passes unchanged");
+        let e = slot.drain();
+        assert_eq!((e.first_bytes, e.served), (1, 1));
+        let first = log_ms(e.first_byte_log, 1);
+        assert!((190.0..1_000.0).contains(&first), "300 ms less the 100 ms wait: {first}");
+        let held = log_ms(e.served_log, 1);
+        assert!((55.0..1_000.0).contains(&held), "first to last byte: {held}");
+    }
+
+    #[tokio::test]
+    async fn without_the_wait_header_a_first_byte_is_not_a_speed() {
+        let slot = Arc::new(LiveSlot::new());
+        let body = http_body_util::Full::new(Bytes::from_static(b"data: x\n\n"));
+        let timed = TimedBody::new(body, slot.clone(), head(true, None, Duration::ZERO));
+        timed.collect().await.unwrap();
+        let e = slot.drain();
+        assert_eq!((e.first_bytes, e.served), (0, 1), "the end still counts");
+    }
+
+    #[test]
+    fn a_plain_answer_holds_its_slot_from_sending_to_its_head_less_the_wait() {
+        let slot = LiveSlot::new();
+        head(false, Some(200), Duration::from_millis(1_200)).record(&slot);
+        let e = slot.drain();
+        assert_eq!(e.served, 1);
+        let held = log_ms(e.served_log, 1);
+        assert!((990.0..1_100.0).contains(&held), "{held}");
+        head(false, None, Duration::from_millis(1_200)).record(&slot);
+        assert_eq!(slot.drain().served, 0, "without the wait header it says nothing");
+    }
+}

@@ -441,6 +441,91 @@ mod tests {
     }
 
     #[test]
+    fn a_band_queue_newer_than_the_polled_reading_stands_in_for_its_load() {
+        use crate::live::{FlowObservation, LiveBoard};
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a", "b"]);
+        // Both polled at 1 s holding 8 of their 16 slots (soft bound 8, reach 16).
+        for site in ["a", "b"] {
+            s.observe(&key(site), &reading(1_000, 8.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("a"), key("b")]);
+        let room = |h| FlowObservation {
+            headroom: Some(h),
+            ..FlowObservation::default()
+        };
+        let (a, b) = (board.slot(&key("a")).unwrap(), board.slot(&key("b")).unwrap());
+        // Answers at 1.1 s: both bands empty (64 each).
+        a.record_room(1_100, &room(64));
+        b.record_room(1_100, &room(64));
+        s.feed_live(&board, 1_100);
+        let calm = s.refresh(1_100, &r);
+        let rho = |t: &RouteTable, site: &str| {
+            t.get("m")
+                .unwrap()
+                .candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .unwrap()
+                .signal()
+                .rho_now
+        };
+        assert!((rho(&calm, "a") - 0.5).abs() < 1e-3, "an empty band says nothing of free slots");
+        // At 1.2 s an answer from a shows 16 waiting in its band: every slot taken and a
+        // slot's worth of queue, an instant the 1 s poll cannot show.
+        a.record_room(1_200, &room(48));
+        s.feed_live(&board, 1_200);
+        let queued = s.refresh(1_200, &r);
+        // (Bounds fade with a 5-minute half-life: a few parts in ten thousand here.)
+        assert!((rho(&queued, "a") - 2.0).abs() < 1e-3, "{}", rho(&queued, "a"));
+        let snap = queued.get("m").unwrap();
+        let c = snap.candidates().iter().find(|c| &**c.site() == "a").unwrap();
+        assert!((c.waiting() - 16.0).abs() < 1e-9, "the by-capacity weights read it too");
+        // A newer poll takes over again.
+        s.observe(&key("a"), &reading(2_000, 8.0)).unwrap();
+        assert!((rho(&s.refresh(2_000, &r), "a") - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_site_whose_answers_hold_slots_three_times_longer_is_offered_a_third_of_the_turnover() {
+        use crate::live::LiveBoard;
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["fast", "slow"]);
+        for site in ["fast", "slow"] {
+            s.observe(&key(site), &reading(1_000, 16.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("fast"), key("slow")]);
+        for _ in 0..50 {
+            board.slot(&key("fast")).unwrap().record_served(2_000);
+            board.slot(&key("slow")).unwrap().record_served(6_000);
+        }
+        s.feed_live(&board, 1_000);
+        let t = s.refresh(1_000, &r);
+        let snap = t.get("m").unwrap();
+        let turnover = |site: &str| {
+            snap.candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .unwrap()
+                .signal()
+                .turnover_ms
+        };
+        assert!((turnover("fast") - 2_000.0).abs() < 1.0);
+        assert!((turnover("slow") - 6_000.0).abs() < 1.0);
+        let headroom = |site: &str| {
+            snap.candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .unwrap()
+                .headroom()
+        };
+        // Both at rho 0.5 of reach 32: turnover 32/2 s = 16/s and 32/6 s; free slots
+        // 16 over the 2 s minimum spread = 8/s each.
+        assert!((headroom("fast") - 24.0).abs() < 1e-3, "{}", headroom("fast"));
+        assert!((headroom("slow") - (32.0 / 6.0 + 8.0)).abs() < 1e-3, "{}", headroom("slow"));
+    }
+
+    #[test]
     fn a_full_band_in_one_response_moves_traffic_at_the_next_refresh_without_a_reading() {
         use crate::live::{FlowObservation, LiveBoard};
         let mut s = Scorer::new(ScoreConfig::default());
