@@ -31,11 +31,17 @@ impl AnswerHead {
     /// its time since sending, less the stated wait, is how long it held its slot.
     pub(crate) fn record(&self, slot: &LiveSlot) {
         if !self.streaming
-            && let Some(queue) = self.queue_ms
+            && let Some(held) = less_wait(millis(self.head - self.sent), self.queue_ms)
         {
-            slot.record_served(millis(self.head - self.sent).saturating_sub(queue));
+            slot.record_served(held);
         }
     }
+}
+
+/// `elapsed` less the stated wait; `None` without a stated wait, or when the wait is not
+/// shorter than the whole exchange (the header cannot be true, so the time says nothing).
+fn less_wait(elapsed: u64, queue_ms: Option<u64>) -> Option<u64> {
+    queue_ms.and_then(|q| elapsed.checked_sub(q).filter(|&held| held > 0))
 }
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -94,9 +100,8 @@ where
                 this.first = Some(now);
                 // Only with the wait taken out is the time to first byte the site's speed
                 // and not its queue (grid_score::live, "turnover").
-                if let Some(queue) = this.head.queue_ms {
-                    this.slot
-                        .record_first_byte(millis(now - this.head.sent).saturating_sub(queue));
+                if let Some(first) = less_wait(millis(now - this.head.sent), this.head.queue_ms) {
+                    this.slot.record_first_byte(first);
                 }
             }
             _ => {}
@@ -183,5 +188,11 @@ mod tests {
         assert!((990.0..1_100.0).contains(&held), "{held}");
         head(false, None, Duration::from_millis(1_200)).record(&slot);
         assert_eq!(slot.drain().served, 0, "without the wait header it says nothing");
+        head(false, Some(1_500), Duration::from_millis(1_200)).record(&slot);
+        assert_eq!(
+            slot.drain().served,
+            0,
+            "a stated wait longer than the exchange cannot be true: nothing learned"
+        );
     }
 }

@@ -220,7 +220,13 @@ async fn a_sites_full_band_header_moves_traffic_within_one_response_without_a_po
         "{on_b} of 20 on b after a said its band is full"
     );
     assert_eq!(grid.operator.polls(), polls, "no poll happened meanwhile");
-    // The grid's own header: the sum of fresh band headroom over its sites (a: 0, b: 30).
+    // The grid's own header: the sum of fresh band headroom over its sites (a: 0, b: 30),
+    // once the refresh that b's answers woke (at most one per 50 ms) has been published.
+    grid.until("b's headroom folded in", ONE_POLL_WITH_MARGIN, |g| {
+        let view = g.gw().published().load();
+        view.table().get("m").unwrap().grid_headroom() == Some(30)
+    })
+    .await;
     let answer = send(&c, post(&grid.url(), CHAT)).await;
     assert_eq!(
         answer.headers["x-llm-d-flow-band-headroom-requests"]

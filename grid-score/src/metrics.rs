@@ -55,6 +55,7 @@ pub struct ScoreMetrics {
     headroom: Family<CandidateLabels, FloatGauge>,
     pace: Family<CandidateLabels, FloatGauge>,
     live_factor: Family<CandidateLabels, FloatGauge>,
+    turnover: Family<CandidateLabels, FloatGauge>,
     decisions: Family<DecisionLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     /// Candidates given values by the last publish, so ones that vanish read NaN rather
@@ -75,6 +76,7 @@ impl ScoreMetrics {
             headroom: Family::default(),
             pace: Family::default(),
             live_factor: Family::default(),
+            turnover: Family::default(),
             decisions: Family::default(),
             rejected: Family::default(),
             published: Arc::default(),
@@ -110,6 +112,11 @@ impl ScoreMetrics {
             "live_factor",
             "What the site's own answers put on its selection weight (1 = nothing; lower after a full band or serving failures); NaN when excluded or gone",
             this.live_factor.clone(),
+        );
+        r.register(
+            "turnover_seconds",
+            "How long a request has held one of the site's slots lately, learned from its answers (s); NaN until they have shown it, when excluded or gone",
+            this.turnover.clone(),
         );
         r.register(
             "decisions",
@@ -153,6 +160,12 @@ impl ScoreMetrics {
                         c.signal().pace
                     });
                 self.live_factor.get_or_create(&labels).set(c.live_factor());
+                let turnover = c.signal().turnover_ms;
+                self.turnover.get_or_create(&labels).set(if turnover >= 1.0 {
+                    turnover / 1_000.0
+                } else {
+                    f64::NAN
+                });
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {
@@ -179,6 +192,7 @@ impl ScoreMetrics {
             &self.headroom,
             &self.pace,
             &self.live_factor,
+            &self.turnover,
         ] {
             family.get_or_create(&labels).set(f64::NAN);
         }
@@ -272,6 +286,22 @@ mod tests {
             Some("1.0")
         );
         assert!(line(&text, r#"score_pace{site="b",provider="p"}"#).ends_with("NaN"));
+        assert!(
+            line(&text, r#"score_turnover_seconds{site="a",provider="p"}"#).ends_with("NaN"),
+            "no answer timed yet"
+        );
+        let board = crate::live::LiveBoard::new(&[a.clone()]);
+        board.slot(&a).unwrap().record_served(2_500);
+        scorer.feed_live(&board, 1_000);
+        metrics.publish(&scorer.refresh(1_000, &routes));
+        let text = render(&registry);
+        let turnover: f64 = line(&text, r#"score_turnover_seconds{site="a",provider="p"}"#)
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((turnover - 2.5).abs() < 0.01, "{turnover}");
         assert_eq!(
             line(&text, r#"score_headroom{site="b",provider="p"}"#)
                 .split(' ')

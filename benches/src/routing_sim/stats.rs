@@ -102,9 +102,10 @@ pub struct DegradeReaction {
     /// share and stayed there over the next window too (so one lucky window of a policy
     /// that does not react is not counted); `None` if it never did.
     pub leave_s: Option<u64>,
-    /// Seconds from the degrade start until the site's share over the next
-    /// [`HALVE_WINDOW_S`] seconds is at most half of `share_before` ("its share halves
-    /// within N s"); `None` if it never is while the degrade lasts.
+    /// Seconds from the degrade start to the end of the first [`HALVE_WINDOW_S`]-second
+    /// window in which the site's share was at most half of `share_before` ("its share
+    /// halves within N s"; an upper bound, since the reaction may have come anywhere in
+    /// that window); `None` if it never was while the degrade lasted.
     pub halve_s: Option<u64>,
     /// Share sent to it in the [`BASELINE_WINDOW_S`] seconds after the episode ended (its
     /// recovery).
@@ -113,9 +114,9 @@ pub struct DegradeReaction {
 
 /// Window the leave time is measured over (seconds).
 pub const LEAVE_WINDOW_S: usize = 10;
-/// Window the halving time reads the share over (seconds): long enough that a second or
-/// two of luck (a site gets 5 requests a second) is not counted.
-pub const HALVE_WINDOW_S: usize = 10;
+/// Window the halving time reads the share over (seconds): long enough that one second
+/// of luck (the degraded site gets about five requests a second) is not counted.
+pub const HALVE_WINDOW_S: usize = 5;
 /// Baseline window before the degrade (seconds).
 pub const BASELINE_WINDOW_S: usize = 60;
 
@@ -156,7 +157,7 @@ pub fn degrade_reaction(per_second: &[SecondCounts], window: DegradeWindow) -> D
     });
     let halve_s = (from..until.saturating_sub(HALVE_WINDOW_S)).find_map(|start| {
         (share(&per_second[start..start + HALVE_WINDOW_S], window.site) <= share_before / 2.0)
-            .then(|| (start - from) as u64)
+            .then(|| (start + HALVE_WINDOW_S - from) as u64)
     });
     let after_end = (until + BASELINE_WINDOW_S).min(per_second.len());
     let share_after = share(&per_second[until.min(after_end)..after_end], window.site);
@@ -278,8 +279,9 @@ mod tests {
         // grows from the start: at +4 s it holds (3x50 + 10)/400 = 0.4, at +5 s
         // (150 + 20)/500 = 0.34, at +6 s (150 + 30)/600 = 0.3.
         assert_eq!(r.leave_s, Some(6));
-        // From +3 s on it holds a fifth of its share: the share halved within 3 s.
-        assert_eq!(r.halve_s, Some(3));
+        // From +3 s on it holds a fifth of its share. The window [+2 s, +7 s) is the first
+        // at half or below: (50 + 4 x 10) / 500 = 0.18.
+        assert_eq!(r.halve_s, Some(7));
         assert!((r.share_during - (150.0 + 570.0) / 6_000.0).abs() < 1e-9);
     }
 
@@ -291,8 +293,8 @@ mod tests {
         assert_eq!(degrade_reaction(&per_second, window()).leave_s, None);
         assert_eq!(
             degrade_reaction(&per_second, window()).halve_s,
-            None,
-            "six low seconds of ten do not halve it"
+            Some(14),
+            "the window [+9 s, +14 s) is low enough: a halving, if a short one"
         );
         let stuck = vec![vec![50, 50]; 120];
         assert_eq!(degrade_reaction(&stuck, window()).leave_s, None);
