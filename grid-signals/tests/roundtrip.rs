@@ -88,7 +88,8 @@ fn escape(value: &str) -> String {
 }
 
 /// Text for `samples` the way various exporters write it: `", "` or `","` between
-/// labels, an optional trailing comma, blanks around tokens, `\r\n`, metadata lines.
+/// labels, an optional trailing comma, blanks around tokens (between the name and `{`
+/// too), `\r\n`, metadata lines.
 fn exporter_text(samples: &[OwnedSample], style: u8) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, s) in samples.iter().enumerate() {
@@ -104,6 +105,9 @@ fn exporter_text(samples: &[OwnedSample], style: u8) -> Vec<u8> {
                 .iter()
                 .map(|(n, v)| format!("{n}=\"{}\"", escape(v)))
                 .collect();
+            if style & 64 != 0 {
+                out.extend_from_slice(if i % 2 == 0 { b" " } else { b"\t " });
+            }
             out.push(b'{');
             out.extend_from_slice(pairs.join(sep).as_bytes());
             if style & 4 != 0 && !s.labels.is_empty() {
@@ -143,7 +147,7 @@ proptest! {
     #[test]
     fn write_of_parse_is_stable_whatever_the_exporter_style(
         samples in prop::collection::vec(owned_sample(), 0..12),
-        style in 0u8..64,
+        style in 0u8..128,
     ) {
         let text = exporter_text(&samples, style);
         let parsed = parse_owned(&text);

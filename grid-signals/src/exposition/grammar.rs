@@ -176,14 +176,23 @@ fn label_set<'a>(line: &'a str, start: &'a [u8]) -> PResult<'a, Labels<'a>> {
     }
 }
 
-/// `name[{labels}] value [timestamp]`
+/// `name [{labels}] value [timestamp]`
+///
+/// Text 0.0.4 allows blanks between any two tokens, the name and `{` included (Go's and
+/// Python's parsers take `m {a="b"} 1`); a value never starts with `{`, so a blank after
+/// the name is read as "no labels" only when no `{` follows it.
 #[inline]
 fn sample_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Sample<'a>> {
     let (i, name) = metric_name(i)?;
+    let i = match i.first() {
+        Some(b'{') => i,
+        Some(b' ' | b'\t') => skip_blanks(i),
+        _ => return fail(i, SyntaxError::NameEnd),
+    };
+    // One call site, so the label set parser stays inlined into the line loop.
     let (i, labels) = match i.split_first() {
         Some((b'{', rest)) => label_set(line, rest)?,
-        Some((b' ' | b'\t', _)) => (i, Labels::EMPTY),
-        _ => return fail(i, SyntaxError::NameEnd),
+        _ => (i, Labels::EMPTY),
     };
     let i = skip_blanks(i);
     let Some((value, len)) = parse_value(i) else {
@@ -401,6 +410,23 @@ mod tests {
             Ok(Some(Line::Comment("free text")))
         );
         assert_eq!(parse_line("# EOF now"), Ok(Some(Line::Comment("EOF now"))));
+    }
+
+    #[test]
+    fn a_blank_or_tab_between_the_name_and_the_brace_is_accepted() {
+        for text in [
+            "m {a=\"b\"} 1",
+            "m\t{a=\"b\"} 1",
+            "m \t {a=\"b\"}\t1 7",
+        ] {
+            let s = sample(text);
+            assert_eq!(s.name, "m", "{text:?}");
+            assert_eq!(s.labels.get("a").unwrap().raw(), "b", "{text:?}");
+            assert_eq!(s.value, 1.0, "{text:?}");
+        }
+        assert!(sample("m {} 2").labels.is_empty());
+        // The blank still ends a name without labels.
+        assert_eq!(sample("m 3").value, 3.0);
     }
 
     #[test]
