@@ -42,11 +42,33 @@ fn value() -> impl Strategy<Value = f64> {
     ]
 }
 
+/// A label name other than `__name__`, which the metric name already sets.
+fn free_label_name() -> impl Strategy<Value = String> {
+    label_name().prop_filter("`__name__` is the metric name", |n| n != "__name__")
+}
+
+/// A label name drawn from few, often alike: repeats, shared eight-byte prefixes,
+/// equal lengths and `__name__` are common.
+fn clashing_label_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_owned()),
+        Just("ab".to_owned()),
+        Just("le".to_owned()),
+        Just("plugin_name".to_owned()),
+        Just("plugin_type".to_owned()),
+        Just("abcdefgh".to_owned()),
+        Just("abcdefgh_".to_owned()),
+        Just("__name__".to_owned()),
+        Just("__name".to_owned()),
+        label_name(),
+    ]
+}
+
 /// A sample as the writer emits it: label names unique and sorted.
 fn owned_sample() -> impl Strategy<Value = OwnedSample> {
     (
         metric_name(),
-        prop::collection::btree_map(label_name(), label_value(), 0..10),
+        prop::collection::btree_map(free_label_name(), label_value(), 0..10),
         value(),
         prop::option::of(any::<i64>()),
     )
@@ -158,6 +180,40 @@ proptest! {
         let once = write_all(&parsed);
         let twice = write_all(&parse_owned(&once));
         prop_assert_eq!(once, twice);
+    }
+
+    #[test]
+    fn a_label_set_parses_exactly_when_its_names_are_distinct_and_none_is_name(
+        names in prop::collection::vec(clashing_label_name(), 1..24),
+        spaced in any::<bool>(),
+    ) {
+        let sep = if spaced { ", " } else { "," };
+        let pairs: Vec<String> = names.iter().map(|n| format!("{n}=\"v\"")).collect();
+        let text = format!("m{{{}}} 1\n", pairs.join(sep));
+        let distinct = names.iter().collect::<std::collections::BTreeSet<_>>().len() == names.len();
+        let valid = distinct && !names.iter().any(|n| n == "__name__");
+        let parsed = parse_strict(text.as_bytes());
+        if valid {
+            prop_assert_eq!(parsed.map(|s| s[0].labels.len()), Ok(names.len()), "{}", text);
+        } else {
+            // The column is the first name that repeats an earlier one (or is `__name__`).
+            let first_bad = names
+                .iter()
+                .enumerate()
+                .position(|(j, n)| n == "__name__" || names[..j].contains(n))
+                .unwrap();
+            let column = 3 + pairs[..first_bad].iter().map(|p| p.len() + sep.len()).sum::<usize>();
+            prop_assert_eq!(
+                parsed,
+                Err(Error::Parse {
+                    line: 1,
+                    column,
+                    kind: grid_signals::exposition::SyntaxError::DuplicateLabel,
+                }),
+                "{}",
+                text
+            );
+        }
     }
 
     #[test]

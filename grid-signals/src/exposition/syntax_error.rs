@@ -36,6 +36,10 @@ pub enum SyntaxError {
     MetricType,
     /// Expected nothing after `# EOF` (strict mode only).
     AfterEof,
+    /// A label name the sample already has: given twice, or `__name__`, which the metric
+    /// name sets. Prometheus refuses such a series, so reading it would keep a sample
+    /// whose labels mean two things.
+    DuplicateLabel,
 }
 
 impl SyntaxError {
@@ -54,11 +58,12 @@ impl SyntaxError {
             Self::Utf8 => "utf8",
             Self::MetricType => "metric_type",
             Self::AfterEof => "after_eof",
+            Self::DuplicateLabel => "duplicate_label",
         }
     }
 
     /// Every reason, so callers can pre-register one counter per label value.
-    pub const ALL: [SyntaxError; 12] = [
+    pub const ALL: [SyntaxError; 13] = [
         Self::MetricName,
         Self::NameEnd,
         Self::LabelName,
@@ -71,6 +76,7 @@ impl SyntaxError {
         Self::Utf8,
         Self::MetricType,
         Self::AfterEof,
+        Self::DuplicateLabel,
     ];
 
     fn expected(self) -> &'static str {
@@ -87,6 +93,7 @@ impl SyntaxError {
             Self::Utf8 => "valid UTF-8",
             Self::MetricType => "a metric type",
             Self::AfterEof => "nothing after '# EOF'",
+            Self::DuplicateLabel => "a label name the sample does not already have",
         }
     }
 }
