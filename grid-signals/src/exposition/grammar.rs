@@ -313,18 +313,27 @@ fn comment_line<'a>(line: &'a str, i: &'a [u8]) -> PResult<'a, Line<'a>> {
             Ok((i, Line::Type { name, kind }))
         }
         b"UNIT" if blank_after_word => {
-            let (i, name) = metric_name(rest)?;
-            let unit = skip_blanks(i);
-            if !unit.is_empty() && unit.len() == i.len() {
-                return fail(i, SyntaxError::NameEnd);
-            }
-            let name = text_of(line, name);
-            let unit = text_of(line, unit).trim_end_matches([' ', '\t']);
-            Ok((&i[i.len()..], Line::Unit { name, unit }))
+            let unit = unit_line(line, rest).unwrap_or(Line::Comment(text_of(line, body)));
+            Ok((&body[body.len()..], unit))
         }
         b"EOF" if rest.is_empty() => Ok((rest, Line::Eof)),
         _ => Ok((&body[body.len()..], Line::Comment(text_of(line, body)))),
     }
+}
+
+/// `name unit` after `# UNIT `, or `None` when it is not that.
+///
+/// Text 0.0.4 gives `# UNIT` no meaning, so a line that is not an `OpenMetrics` unit is
+/// a comment like any other, never an error: exporters write such comments.
+fn unit_line<'a>(line: &'a str, rest: &'a [u8]) -> Option<Line<'a>> {
+    let (i, name) = metric_name(rest).ok()?;
+    let unit = skip_blanks(i);
+    if !unit.is_empty() && unit.len() == i.len() {
+        return None;
+    }
+    let name = text_of(line, name);
+    let unit = text_of(line, unit).trim_end_matches([' ', '\t']);
+    Some(Line::Unit { name, unit })
 }
 
 /// Parses one line as the cursor hands it out; `Ok(None)` for a blank line.
@@ -513,6 +522,23 @@ mod tests {
             (9, SyntaxError::DuplicateLabel)
         );
         assert_eq!(sample("m{__name=\"x\",_name__=\"y\"} 1").labels.len(), 2);
+    }
+
+    #[test]
+    fn a_unit_comment_that_is_not_openmetrics_is_a_comment() {
+        assert_eq!(parse_line("# UNIT "), Ok(Some(Line::Comment("UNIT "))));
+        assert_eq!(parse_line("# UNIT - x"), Ok(Some(Line::Comment("UNIT - x"))));
+        assert_eq!(parse_line("# UNIT 1m s"), Ok(Some(Line::Comment("UNIT 1m s"))));
+        assert_eq!(parse_line("# UNIT m\"s"), Ok(Some(Line::Comment("UNIT m\"s"))));
+        assert_eq!(parse_line("#UNIT"), Ok(Some(Line::Comment("UNIT"))));
+        // A well-formed one is still reported, for callers that want it.
+        assert_eq!(
+            parse_line("# UNIT m_seconds seconds "),
+            Ok(Some(Line::Unit {
+                name: "m_seconds",
+                unit: "seconds"
+            }))
+        );
     }
 
     #[test]
