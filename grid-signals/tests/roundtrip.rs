@@ -217,6 +217,22 @@ proptest! {
     }
 
     #[test]
+    fn an_eof_line_anywhere_ends_nothing(
+        samples in prop::collection::vec(owned_sample(), 0..12),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let cut = at.index(samples.len() + 1);
+        let mut text = write_all(&samples[..cut]);
+        text.extend_from_slice(b"# EOF\n");
+        text.extend_from_slice(&write_all(&samples[cut..]));
+        let parsed = parse_owned(&text);
+        prop_assert_eq!(parsed.len(), samples.len());
+        for (got, want) in parsed.iter().zip(&samples) {
+            prop_assert!(same(got, want), "{:?} != {:?}", got, want);
+        }
+    }
+
+    #[test]
     fn strict_and_lenient_agree_on_any_bytes(body in prop::collection::vec(any::<u8>(), 0..400)) {
         check_modes_agree(&body);
     }
@@ -254,22 +270,19 @@ fn keys(items: &[Result<Sample<'_>, Error>]) -> Vec<Key> {
 }
 
 /// Strict yields exactly the lenient samples up to the first lenient error, then that
-/// error; error positions lie inside the body.
+/// error (`# EOF` ends neither); error positions lie inside the body.
 fn check_modes_agree(body: &[u8]) {
     let lenient: Vec<Result<Line<'_>, Error>> = lines(body).collect();
     let strict: Vec<Result<Sample<'_>, Error>> = samples(body).collect();
     let line_count = body.split(|&b| b == b'\n').count();
     let mut expected = Vec::new();
-    let mut seen_eof = false;
     for item in &lenient {
         match item {
             Err(e) => {
                 expected.push(Err(e.clone()));
                 break;
             }
-            Ok(Line::Sample(s)) if !seen_eof => expected.push(Ok(*s)),
-            Ok(Line::Eof) if !seen_eof => seen_eof = true,
-            Ok(_) if seen_eof => break,
+            Ok(Line::Sample(s)) => expected.push(Ok(*s)),
             Ok(_) => {}
         }
     }
@@ -282,19 +295,7 @@ fn check_modes_agree(body: &[u8]) {
             assert!(*column >= 1, "column {column}");
         }
     }
-    if seen_eof && expected.last().is_some_and(Result::is_ok) && strict.len() > expected.len() {
-        // Content after `# EOF` is strict's own error.
-        assert!(matches!(
-            strict.last(),
-            Some(Err(Error::Parse {
-                kind: grid_signals::exposition::SyntaxError::AfterEof,
-                ..
-            }))
-        ));
-        assert_eq!(keys(&strict[..expected.len()]), keys(&expected));
-    } else {
-        assert_eq!(keys(&strict), keys(&expected));
-    }
+    assert_eq!(keys(&strict), keys(&expected));
 }
 
 #[test]

@@ -34,8 +34,6 @@ pub enum SyntaxError {
     /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or an
     /// `OpenMetrics` type) in a `# TYPE` line.
     MetricType,
-    /// Expected nothing after `# EOF` (strict mode only).
-    AfterEof,
     /// A label name the sample already has: given twice, or `__name__`, which the metric
     /// name sets. Prometheus refuses such a series, so reading it would keep a sample
     /// whose labels mean two things.
@@ -57,13 +55,12 @@ impl SyntaxError {
             Self::LineEnd => "line_end",
             Self::Utf8 => "utf8",
             Self::MetricType => "metric_type",
-            Self::AfterEof => "after_eof",
             Self::DuplicateLabel => "duplicate_label",
         }
     }
 
     /// Every reason, so callers can pre-register one counter per label value.
-    pub const ALL: [SyntaxError; 13] = [
+    pub const ALL: [SyntaxError; 12] = [
         Self::MetricName,
         Self::NameEnd,
         Self::LabelName,
@@ -75,7 +72,6 @@ impl SyntaxError {
         Self::LineEnd,
         Self::Utf8,
         Self::MetricType,
-        Self::AfterEof,
         Self::DuplicateLabel,
     ];
 
@@ -92,7 +88,6 @@ impl SyntaxError {
             Self::LineEnd => "the end of the line",
             Self::Utf8 => "valid UTF-8",
             Self::MetricType => "a metric type",
-            Self::AfterEof => "nothing after '# EOF'",
             Self::DuplicateLabel => "a label name the sample does not already have",
         }
     }
