@@ -7,8 +7,8 @@
 use grid_signals::Error as SignalsError;
 use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
 use grid_signals::epp::{
-    LineRefusals, PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker,
-    PublishedSample, ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
+    LineRefusals, PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample,
+    ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
 };
 use grid_signals::exposition;
 
@@ -247,8 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn one_malformed_unrelated_family_still_yields_a_ready_provider_with_the_bad_lines_counted()
-    {
+    fn one_malformed_unrelated_family_still_yields_a_ready_provider_with_the_bad_lines_counted() {
         let mut body = b"# HELP plugin_odd A plugin's family.\n# TYPE plugin_odd gauge\n\
             plugin_odd{kind=\"a\",kind=\"b\"} 1\nplugin_odd{kind=\"c} 2\n"
             .to_vec();

@@ -283,9 +283,10 @@ async fn a_hanging_peer_does_not_delay_the_others() {
 async fn an_epp_with_one_malformed_unrelated_family_stays_ready_and_its_bad_lines_are_counted() {
     let grid = Grid::new();
     let a = grid.site("a");
-    let mut body = b"# TYPE plugin_odd gauge\nplugin_odd{kind=\"a\",kind=\"b\"} 1\nplugin_odd {k=\"v\"} 2\n\
+    let mut body =
+        b"# TYPE plugin_odd gauge\nplugin_odd{kind=\"a\",kind=\"b\"} 1\nplugin_odd {k=\"v\"} 2\n\
         # UNIT plugin_odd - x\n# EOF\n"
-        .to_vec();
+            .to_vec();
     body.extend_from_slice(&epp_body(2, 1.0));
     let epp = FakeEpp::start(Behaviour::Body(body)).await;
     let op = run(&a, &[], &[provider("llama", &epp)]).await;
@@ -303,7 +304,10 @@ async fn an_epp_with_one_malformed_unrelated_family_stays_ready_and_its_bad_line
         .iter()
         .map(|&r| scrapes.refused_lines("llama", r))
         .sum();
-    assert_eq!(total, scrapes.refused_lines("llama", SyntaxError::DuplicateLabel));
+    assert_eq!(
+        total,
+        scrapes.refused_lines("llama", SyntaxError::DuplicateLabel)
+    );
     let gateway = grid.client(&a.cert, "a", "a");
     let signals = text(&get_signals(op.signals_addr, gateway).await.unwrap().body);
     assert_eq!(

@@ -413,13 +413,23 @@ fn bodies_the_reference_parsers_agree_on_get_the_same_verdict() {
     }
     let refused: &[(&str, usize, SyntaxError)] = &[
         ("a{a=\"1\",a=\"2\"} 1\n", 1, SyntaxError::DuplicateLabel),
-        ("a 1\na{b=\"1\", a=\"2\", b=\"3\"} 1\n", 2, SyntaxError::DuplicateLabel),
+        (
+            "a 1\na{b=\"1\", a=\"2\", b=\"3\"} 1\n",
+            2,
+            SyntaxError::DuplicateLabel,
+        ),
         ("m{__name__=\"m\"} 1\n", 1, SyntaxError::DuplicateLabel),
-        ("m{a=\"1\",__name__=\"x\"} 1\n", 1, SyntaxError::DuplicateLabel),
+        (
+            "m{a=\"1\",__name__=\"x\"} 1\n",
+            1,
+            SyntaxError::DuplicateLabel,
+        ),
     ];
     for (body, line, kind) in refused {
         match parse_strict(body.as_bytes()) {
-            Err(Error::Parse { line: l, kind: k, .. }) => {
+            Err(Error::Parse {
+                line: l, kind: k, ..
+            }) => {
                 assert_eq!((l, k), (*line, *kind), "{body:?}");
             }
             other => panic!("{body:?} gave {other:?}"),

@@ -165,10 +165,7 @@ fn last_line(consumed: &[u8]) -> &[u8] {
 
 /// The family a refused line belongs to, if grid reads it and a refused line there makes
 /// it unknown (see the module docs); `current` is the latest metadata line's name.
-fn spoiled_family<'a>(
-    line: &'a [u8],
-    current: Option<&'a str>,
-) -> Option<(EppMetric, Generation)> {
+fn spoiled_family<'a>(line: &'a [u8], current: Option<&'a str>) -> Option<(EppMetric, Generation)> {
     let line = line.trim_ascii_start();
     if line.first() == Some(&b'#') {
         return None;
@@ -280,7 +277,9 @@ mod tests {
         assert!(!ScrapeBody::parse(b"# only a comment\n").is_unusable());
         assert!(!ScrapeBody::parse(b"bad line\nm 1\n").is_unusable());
         // Usable even when every sample belonged to a family left out.
-        let read = ScrapeBody::parse(b"llm_d_epp_ready_endpoints{name=\"p\"} 1\nllm_d_epp_ready_endpoints{name=\"q\"} x\n");
+        let read = ScrapeBody::parse(
+            b"llm_d_epp_ready_endpoints{name=\"p\"} 1\nllm_d_epp_ready_endpoints{name=\"q\"} x\n",
+        );
         assert!(read.samples().is_empty() && !read.is_unusable());
     }
 }

@@ -475,11 +475,7 @@ mod tests {
 
     #[test]
     fn a_blank_or_tab_between_the_name_and_the_brace_is_accepted() {
-        for text in [
-            "m {a=\"b\"} 1",
-            "m\t{a=\"b\"} 1",
-            "m \t {a=\"b\"}\t1 7",
-        ] {
+        for text in ["m {a=\"b\"} 1", "m\t{a=\"b\"} 1", "m \t {a=\"b\"}\t1 7"] {
             let s = sample(text);
             assert_eq!(s.name, "m", "{text:?}");
             assert_eq!(s.labels.get("a").unwrap().raw(), "b", "{text:?}");
@@ -506,7 +502,10 @@ mod tests {
         assert_eq!(error(&text).1, SyntaxError::DuplicateLabel);
         let text = format!("m{{{},l0=\"w\"}} 1", long.join(","));
         assert_eq!(error(&text).1, SyntaxError::DuplicateLabel);
-        assert_eq!(sample(&format!("m{{{}}} 1", long.join(","))).labels.len(), 12);
+        assert_eq!(
+            sample(&format!("m{{{}}} 1", long.join(","))).labels.len(),
+            12
+        );
         // Names that share a prefix are different names.
         assert_eq!(sample("m{a=\"1\",ab=\"2\",b=\"3\"} 1").labels.len(), 3);
     }
@@ -527,9 +526,18 @@ mod tests {
     #[test]
     fn a_unit_comment_that_is_not_openmetrics_is_a_comment() {
         assert_eq!(parse_line("# UNIT "), Ok(Some(Line::Comment("UNIT "))));
-        assert_eq!(parse_line("# UNIT - x"), Ok(Some(Line::Comment("UNIT - x"))));
-        assert_eq!(parse_line("# UNIT 1m s"), Ok(Some(Line::Comment("UNIT 1m s"))));
-        assert_eq!(parse_line("# UNIT m\"s"), Ok(Some(Line::Comment("UNIT m\"s"))));
+        assert_eq!(
+            parse_line("# UNIT - x"),
+            Ok(Some(Line::Comment("UNIT - x")))
+        );
+        assert_eq!(
+            parse_line("# UNIT 1m s"),
+            Ok(Some(Line::Comment("UNIT 1m s")))
+        );
+        assert_eq!(
+            parse_line("# UNIT m\"s"),
+            Ok(Some(Line::Comment("UNIT m\"s")))
+        );
         assert_eq!(parse_line("#UNIT"), Ok(Some(Line::Comment("UNIT"))));
         // A well-formed one is still reported, for callers that want it.
         assert_eq!(
