@@ -1,8 +1,9 @@
 #![no_main]
-//! Strict mode on arbitrary bytes. Asserts: no panic; every sample parsed is written
-//! back and re-parsed to the same sample; an error names a line that exists and stops
-//! the iteration; the body cap holds for chunked pushes, and `read_capped` never reads
-//! more than `MAX_EXPOSITION_BYTES + 1` bytes from a stream however long it is.
+//! Strict mode on arbitrary bytes. Asserts: no panic; every sample has each label name
+//! once and none `__name__`, and is written back and re-parsed to the same sample; an
+//! error names a line that exists and stops the iteration; the body cap holds for
+//! chunked pushes, and `read_capped` never reads more than `MAX_EXPOSITION_BYTES + 1`
+//! bytes from a stream however long it is.
 
 use std::io::Read;
 
@@ -61,6 +62,13 @@ fn check_strict(body: &[u8], round_trip: bool) {
         match item {
             Ok(sample) => {
                 assert_eq!(sample.labels.iter().count(), sample.labels.len());
+                let names: Vec<&str> = sample.labels.iter().map(|(n, _)| n).collect();
+                for (j, name) in names.iter().enumerate() {
+                    assert!(
+                        *name != "__name__" && !names[..j].contains(name),
+                        "{sample:?}"
+                    );
+                }
                 if !round_trip {
                     continue;
                 }

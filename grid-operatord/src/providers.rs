@@ -2,11 +2,13 @@
 //! the [`Scraper`]), feed each outcome to its [`Publisher`] as it arrives, and store the
 //! resulting batch.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
-use grid_signals::epp::ScrapeFailure;
+use grid_signals::epp::{LineRefusals, ScrapeFailure};
+use grid_signals::exposition::SyntaxError;
 use grid_signals::store::IngestMetrics;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,16 +25,35 @@ struct ScrapeLabels {
     result: &'static str,
 }
 
+/// A refused line's reason, rendered through [`SyntaxError::as_str`]: the label values
+/// are the parser's closed set, and the docs list the same strings.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Reason(SyntaxError);
+
+impl EncodeLabelValue for Reason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLineLabels {
+    provider: String,
+    reason: Reason,
+}
+
 /// The scrape loop's series.
 #[derive(Clone, Debug, Default)]
 pub struct ScrapeMetrics {
     scrapes: Family<ScrapeLabels, Counter>,
+    refused_lines: Family<RefusedLineLabels, Counter>,
     pass_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     publish_failures: Counter,
 }
 
 impl ScrapeMetrics {
     /// Registers `grid_operator_scrapes_total{provider,result}`,
+    /// `grid_operator_scrape_lines_refused_total{provider,reason}`,
     /// `grid_operator_scrape_pass_seconds` and
     /// `grid_operator_publish_failures_total`.
     pub fn register(registry: &mut Registry) -> Self {
@@ -41,6 +62,11 @@ impl ScrapeMetrics {
             "grid_operator_scrapes",
             "EPP scrapes by provider and result (ok or a failure class)",
             m.scrapes.clone(),
+        );
+        registry.register(
+            "grid_operator_scrape_lines_refused",
+            "EPP exposition lines the parser refused, by provider and reason; the rest of the body is still read",
+            m.refused_lines.clone(),
         );
         registry.register(
             "grid_operator_scrape_pass_seconds",
@@ -63,6 +89,34 @@ impl ScrapeMetrics {
                 result,
             })
             .get()
+    }
+
+    /// Lines of `provider`'s scrapes refused for `reason`.
+    pub fn refused_lines(&self, provider: &str, reason: SyntaxError) -> u64 {
+        self.refused_counter(provider, reason).get()
+    }
+
+    /// Creates every reason's series of `provider` at 0, so a dashboard sees them before
+    /// the first refused line.
+    pub fn add_provider(&self, provider: &str) {
+        for reason in SyntaxError::ALL {
+            self.refused_counter(provider, reason);
+        }
+    }
+
+    fn refused_counter(&self, provider: &str, reason: SyntaxError) -> Counter {
+        self.refused_lines
+            .get_or_create(&RefusedLineLabels {
+                provider: provider.to_owned(),
+                reason: Reason(reason),
+            })
+            .clone()
+    }
+
+    fn count_refused(&self, provider: &str, refused: &LineRefusals) {
+        for (reason, lines) in refused.iter().filter(|(_, n)| *n > 0) {
+            self.refused_counter(provider, reason).inc_by(lines);
+        }
     }
 }
 
@@ -98,6 +152,9 @@ impl ScrapeLoop {
     /// Scrapes at the interval forever. A pass that runs long delays the next one rather
     /// than overlapping it, and its duration widens the readiness floor.
     pub async fn run(mut self) {
+        for p in &self.providers {
+            self.metrics.add_provider(&p.name);
+        }
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut latest_pass_ms = 0u64;
@@ -123,14 +180,22 @@ impl ScrapeLoop {
             let Ok((i, outcome)) = joined else { continue };
             let now = clock::wall_ms();
             let p = &mut self.providers[i];
-            let failure = p.publisher.observe(now, outcome.as_deref().map_err(|f| *f));
+            let seen = p.publisher.observe(now, outcome.as_deref().map_err(|f| *f));
             self.metrics
                 .scrapes
                 .get_or_create(&ScrapeLabels {
                     provider: p.name.clone(),
-                    result: failure.map_or("ok", ScrapeFailure::as_str),
+                    result: seen.failure.map_or("ok", ScrapeFailure::as_str),
                 })
                 .inc();
+            if seen.refused.total() > 0 {
+                self.metrics.count_refused(&p.name, &seen.refused);
+                tracing::debug!(
+                    provider = %p.name,
+                    lines = seen.refused.total(),
+                    "EPP exposition lines refused; the rest of the body was read"
+                );
+            }
             match p.publisher.publish(now, latest_pass_ms) {
                 Ok(batch) => {
                     let report = lock(&self.signals).publish(batch, now);

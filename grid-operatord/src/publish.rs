@@ -7,10 +7,19 @@
 use grid_signals::Error as SignalsError;
 use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
 use grid_signals::epp::{
-    PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample, ScrapeFailure,
-    ScrapeInput, ScrapeTiming, StaleWindow,
+    LineRefusals, PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample,
+    ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
 };
 use grid_signals::exposition;
+
+/// What one scrape outcome counted as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The failure class the scrape counts as; `None`: ok.
+    pub failure: Option<ScrapeFailure>,
+    /// Lines of the body the parser refused, per reason (all zero for a failed fetch).
+    pub refused: LineRefusals,
+}
 
 use crate::config::ProviderConfig;
 
@@ -60,28 +69,38 @@ impl Publisher {
         }
     }
 
-    /// Feeds one scrape outcome observed at `now`. A body that does not parse becomes a
-    /// `parse` failure; the returned class is what the scrape counts as (`None`: ok).
-    pub fn observe(
-        &mut self,
-        now: u64,
-        outcome: Result<&[u8], ScrapeFailure>,
-    ) -> Option<ScrapeFailure> {
-        let failure = match outcome {
-            Ok(body) => match exposition::parse_strict(body) {
-                Ok(samples) => {
-                    self.tracker.handle(now, ScrapeInput::Parsed(samples));
-                    return None;
+    /// Feeds one scrape outcome observed at `now`.
+    ///
+    /// The body is read leniently ([`ScrapeBody`]): an EPP's exposition carries dozens
+    /// of plugin families grid never reads, and one odd line among them must not fail
+    /// the scrape and, after the stale window, a serving provider. Its good lines are
+    /// read and its refused lines counted; it is a `parse` failure only when no sample
+    /// line was usable at all.
+    pub fn observe(&mut self, now: u64, outcome: Result<&[u8], ScrapeFailure>) -> Observed {
+        let (failure, refused) = match outcome {
+            Ok(body) => {
+                let body = ScrapeBody::parse(body);
+                let refused = *body.refused();
+                if !body.is_unusable() {
+                    self.tracker
+                        .handle(now, ScrapeInput::Parsed(body.into_samples()));
+                    return Observed {
+                        failure: None,
+                        refused,
+                    };
                 }
-                Err(_) => ScrapeFailure::Parse,
-            },
-            Err(failure) => failure,
+                (ScrapeFailure::Parse, refused)
+            }
+            Err(failure) => (failure, LineRefusals::default()),
         };
         self.tracker.handle(
             now,
             ScrapeInput::<Vec<exposition::Sample<'_>>>::Failed(failure),
         );
-        Some(failure)
+        Observed {
+            failure: Some(failure),
+            refused,
+        }
     }
 
     /// The stale window given the latest scrape pass duration.
@@ -138,6 +157,8 @@ pub fn frame(
 mod tests {
     use std::time::Duration;
 
+    use grid_signals::exposition::SyntaxError;
+
     use super::*;
 
     fn provider() -> ProviderConfig {
@@ -158,7 +179,7 @@ mod tests {
     #[test]
     fn a_parsed_scrape_publishes_ready_with_increasing_sequences() {
         let mut p = Publisher::new("a", &provider(), 7_000, 1_000, 30_000, 10_000);
-        assert_eq!(p.observe(10_000, Ok(BODY)), None);
+        assert_eq!(p.observe(10_000, Ok(BODY)), Observed::default());
         let first = p.publish(10_000, 0).unwrap();
         assert_eq!(first.meta.fence(), Fence::new(7_000, 1));
         assert_eq!(first.meta.generation(), 3);
@@ -206,15 +227,67 @@ mod tests {
     }
 
     #[test]
-    fn a_body_that_does_not_parse_is_a_parse_failure() {
+    fn a_body_with_no_usable_line_is_a_parse_failure() {
         let mut p = Publisher::new("a", &provider(), 1, 1_000, 30_000, 0);
+        let seen = p.observe(0, Ok(b"not exposition {\n<html>\n"));
+        assert_eq!(seen.failure, Some(ScrapeFailure::Parse));
+        assert_eq!(seen.refused.total(), 2);
         assert_eq!(
-            p.observe(0, Ok(b"not exposition {")),
-            Some(ScrapeFailure::Parse)
-        );
-        assert_eq!(
-            p.observe(0, Err(ScrapeFailure::Timeout)),
+            p.observe(0, Err(ScrapeFailure::Timeout)).failure,
             Some(ScrapeFailure::Timeout)
+        );
+    }
+
+    fn ready_of(batch: &Batch) -> Option<f64> {
+        batch
+            .rows
+            .iter()
+            .find(|r| r.name() == "grid_provider_ready")
+            .map(Row::value)
+    }
+
+    #[test]
+    fn one_malformed_unrelated_family_still_yields_a_ready_provider_with_the_bad_lines_counted() {
+        let mut body = b"# HELP plugin_odd A plugin's family.\n# TYPE plugin_odd gauge\n\
+            plugin_odd{kind=\"a\",kind=\"b\"} 1\nplugin_odd{kind=\"c} 2\n"
+            .to_vec();
+        body.extend_from_slice(BODY);
+        let mut p = Publisher::new("a", &provider(), 1, 1_000, 30_000, 0);
+        for now in [0, 1_000, 20_000] {
+            let seen = p.observe(now, Ok(&body));
+            assert_eq!(seen.failure, None, "at {now}");
+            assert_eq!(seen.refused.get(SyntaxError::DuplicateLabel), 1);
+            assert_eq!(seen.refused.get(SyntaxError::LabelValue), 1);
+            assert_eq!(seen.refused.total(), 2);
+        }
+        // Past the 10 s staleMetricsSeconds, still answered and ready.
+        let batch = p.publish(20_000, 0).unwrap();
+        assert_eq!(ready_of(&batch), Some(1.0));
+        let endpoints = batch
+            .rows
+            .iter()
+            .find(|r| r.name() == "grid_provider_ready_endpoints")
+            .map(Row::value);
+        assert_eq!(endpoints, Some(2.0));
+    }
+
+    #[test]
+    fn a_refused_line_of_the_ready_family_leaves_readiness_unknown_not_false() {
+        let mut body = BODY.to_vec();
+        body.extend_from_slice(b"llm_d_epp_ready_endpoints{name=\"q\"} 0x\n");
+        let mut p = Publisher::new("a", &provider(), 1, 1_000, 30_000, 0);
+        for now in [0, 1_000, 2_000] {
+            let seen = p.observe(now, Ok(&body));
+            assert_eq!(seen.failure, None);
+            assert_eq!(seen.refused.get(SyntaxError::Value), 1);
+        }
+        let batch = p.publish(2_000, 0).unwrap();
+        assert_eq!(ready_of(&batch), None, "unknown, neither ready nor not");
+        assert!(
+            batch
+                .rows
+                .iter()
+                .all(|r| r.name() != "grid_provider_ready_endpoints")
         );
     }
 

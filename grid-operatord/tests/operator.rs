@@ -12,7 +12,7 @@ use grid_operatord::peers::PollOutcome;
 use grid_operatord::signals::SIGNALS_CONTENT_TYPE;
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_signals::epp::ScrapeFailure;
-use grid_signals::exposition::MAX_EXPOSITION_BYTES;
+use grid_signals::exposition::{MAX_EXPOSITION_BYTES, SyntaxError};
 use support::fake_epp::{Behaviour, FakeEpp};
 use support::site::{
     Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
@@ -276,6 +276,57 @@ async fn a_hanging_peer_does_not_delay_the_others() {
     assert_eq!(
         value_of(&body, "grid_provider_ready_endpoints", "b", "mistral"),
         Some(6.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epp_with_one_malformed_unrelated_family_stays_ready_and_its_bad_lines_are_counted() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let mut body =
+        b"# TYPE plugin_odd gauge\nplugin_odd{kind=\"a\",kind=\"b\"} 1\nplugin_odd {k=\"v\"} 2\n\
+        # UNIT plugin_odd - x\n# EOF\n"
+            .to_vec();
+    body.extend_from_slice(&epp_body(2, 1.0));
+    let epp = FakeEpp::start(Behaviour::Body(body)).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    let scrapes = op.metrics.scrapes.clone();
+    eventually("three scrapes with a refused line each", 10, || {
+        let s = scrapes.clone();
+        async move { s.refused_lines("llama", SyntaxError::DuplicateLabel) >= 3 }
+    })
+    .await;
+    assert_eq!(scrapes.count("llama", "parse"), 0);
+    assert!(scrapes.count("llama", "ok") >= 3);
+    // Only the one line: the blank before `{`, the `# UNIT` comment and what follows
+    // `# EOF` are all valid text 0.0.4.
+    let total: u64 = SyntaxError::ALL
+        .iter()
+        .map(|&r| scrapes.refused_lines("llama", r))
+        .sum();
+    assert_eq!(
+        total,
+        scrapes.refused_lines("llama", SyntaxError::DuplicateLabel)
+    );
+    let gateway = grid.client(&a.cert, "a", "a");
+    let signals = text(&get_signals(op.signals_addr, gateway).await.unwrap().body);
+    assert_eq!(
+        value_of(&signals, "grid_provider_ready", "a", "llama"),
+        Some(1.0),
+        "{signals}"
+    );
+    let metrics = get_metrics(op.metrics_addr).await;
+    assert!(
+        metrics.contains(
+            "grid_operator_scrape_lines_refused_total{provider=\"llama\",reason=\"duplicate_label\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "grid_operator_scrape_lines_refused_total{provider=\"llama\",reason=\"label_value\"} 0"
+        ),
+        "every reason exists from the start: {metrics}"
     );
 }
 

@@ -383,3 +383,56 @@ fn writing_alltypes_values_reproduces_the_go_text() {
         assert_eq!(std::str::from_utf8(&out).unwrap(), value_text, "{line}");
     }
 }
+
+/// Bodies whose verdict Prometheus' scrape parser, its storage and Python's
+/// `prometheus_client` agree on for text 0.0.4 (issue 20's cases, from the `OpenMetrics`
+/// parser suite's 0.0.4-applicable cases and the Go parser's tests): accepted bodies give
+/// these sample names, refused ones fail on this line with this reason.
+#[test]
+fn bodies_the_reference_parsers_agree_on_get_the_same_verdict() {
+    use grid_signals::Error;
+    use grid_signals::exposition::SyntaxError;
+    let accepted: &[(&str, &[&str])] = &[
+        ("m {a=\"b\"} 1\n", &["m"]),
+        ("m\t{a=\"b\"} 1\n", &["m"]),
+        ("m  {} 1\n", &["m"]),
+        ("# UNIT \nm 1\n", &["m"]),
+        ("# UNIT - x\nm 1\n", &["m"]),
+        ("# UNIT m seconds\nm 1\n", &["m"]),
+        ("a 1\n# EOF\nb 2\n", &["a", "b"]),
+        ("# EOF\n# EOF\na 1\n", &["a"]),
+        ("m{a=\"1\",b=\"1\"} 1\n", &["m"]),
+    ];
+    for (body, names) in accepted {
+        let got: Vec<&str> = parse_strict(body.as_bytes())
+            .unwrap_or_else(|e| panic!("{body:?}: {e}"))
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(&got, names, "{body:?}");
+    }
+    let refused: &[(&str, usize, SyntaxError)] = &[
+        ("a{a=\"1\",a=\"2\"} 1\n", 1, SyntaxError::DuplicateLabel),
+        (
+            "a 1\na{b=\"1\", a=\"2\", b=\"3\"} 1\n",
+            2,
+            SyntaxError::DuplicateLabel,
+        ),
+        ("m{__name__=\"m\"} 1\n", 1, SyntaxError::DuplicateLabel),
+        (
+            "m{a=\"1\",__name__=\"x\"} 1\n",
+            1,
+            SyntaxError::DuplicateLabel,
+        ),
+    ];
+    for (body, line, kind) in refused {
+        match parse_strict(body.as_bytes()) {
+            Err(Error::Parse {
+                line: l, kind: k, ..
+            }) => {
+                assert_eq!((l, k), (*line, *kind), "{body:?}");
+            }
+            other => panic!("{body:?} gave {other:?}"),
+        }
+    }
+}

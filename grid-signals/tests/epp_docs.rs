@@ -1,5 +1,6 @@
 //! `docs/metrics.md` names every EPP spelling grid reads (router-subsystem spellings are
-//! abbreviated there), every series published, every Ready reason and every refusal label.
+//! abbreviated there), every series published, every Ready reason and every refusal label
+//! (refused samples and refused exposition lines).
 
 use grid_signals::epp::names::{Generation, NAME_TABLE};
 use grid_signals::epp::publication::{
@@ -7,6 +8,7 @@ use grid_signals::epp::publication::{
     TTFT_P90_SECONDS,
 };
 use grid_signals::epp::{ReadyReason, SampleRejection, ScrapeFailure};
+use grid_signals::exposition::SyntaxError;
 
 fn doc() -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
@@ -62,6 +64,10 @@ fn the_metrics_doc_names_everything_the_code_reads_and_publishes() {
     for rejection in SampleRejection::ALL {
         expect(rejection.as_str());
     }
+    for reason in SyntaxError::ALL {
+        expect(reason.as_str());
+    }
+    expect("grid_operator_scrape_lines_refused_total{provider,reason}");
     assert!(
         missing.is_empty(),
         "docs/metrics.md does not mention: {missing:?}"

@@ -68,6 +68,13 @@ fn strict_parsing_allocates_nothing_per_sample() {
         assert_eq!(stats.allocations, 0, "{stats:?}");
         assert_eq!(stats.reallocations, 0, "{stats:?}");
     }
+    // A line refused for a repeated label name (the check's slow path) allocates nothing
+    // either: the error is plain data.
+    let region = Region::new(GLOBAL);
+    let refused = samples(b"m{a=\"1\", b=\"2\", a=\"3\"} 1\n").next();
+    let stats = region.change();
+    assert!(matches!(refused, Some(Err(_))), "{refused:?}");
+    assert_eq!(stats.allocations, 0, "{stats:?}");
     // The counter works: an allocation in a region is seen.
     let region = Region::new(GLOBAL);
     let v = std::hint::black_box(vec![1u8; 64]);

@@ -3,6 +3,7 @@
 //! # Data flow
 //!
 //! ```text
+//! EPP body --body (lenient: bad lines counted, a spoiled family left out)--> samples
 //! parsed samples --reading--> ScrapeReading --readiness--> Ready verdict + reason
 //!   (or a ScrapeFailure)          |          --in_flight--> grid_provider_in_flight_requests
 //!                                 |          --latency----> TTFT p50/p90, TPOT, error ratio
@@ -23,6 +24,7 @@
 //! [`SampleView`]); time comes in as `now`. Names and labels read, every series published
 //! and the Ready-condition reasons are listed in `docs/metrics.md`.
 
+pub mod body;
 pub mod failure;
 pub mod in_flight;
 pub mod latency;
@@ -32,6 +34,7 @@ pub mod readiness;
 pub mod reading;
 pub mod tracker;
 
+pub use body::{LineRefusals, ScrapeBody};
 pub use failure::ScrapeFailure;
 pub use in_flight::{InFlightEstimate, InFlightSource, operator_in_flight};
 pub use latency::{CounterChange, Latency, LatencyWindow};

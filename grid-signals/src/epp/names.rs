@@ -379,6 +379,14 @@ pub fn recognize(name: &str) -> Option<Recognized> {
     None
 }
 
+/// The family a sample name or a `# TYPE`/`# HELP` name belongs to, if grid reads it:
+/// [`recognize`], and histogram families by their base name as well.
+pub fn family_of(name: &str) -> Option<(EppMetric, Generation)> {
+    recognize(name)
+        .map(|r| (r.metric, r.generation))
+        .or_else(|| lookup(name))
+}
+
 fn lookup(name: &str) -> Option<(EppMetric, Generation)> {
     NAME_TABLE
         .iter()

@@ -66,7 +66,8 @@ pub enum Line<'a> {
         /// Its declared type.
         kind: MetricType,
     },
-    /// `# UNIT name unit` (`OpenMetrics`).
+    /// `# UNIT name unit` (`OpenMetrics`). Text 0.0.4 gives `# UNIT` no meaning, so any
+    /// other line starting `# UNIT` is a [`Line::Comment`].
     Unit {
         /// The metric family.
         name: &'a str,

@@ -34,8 +34,10 @@ pub enum SyntaxError {
     /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or an
     /// `OpenMetrics` type) in a `# TYPE` line.
     MetricType,
-    /// Expected nothing after `# EOF` (strict mode only).
-    AfterEof,
+    /// A label name the sample already has: given twice, or `__name__`, which the metric
+    /// name sets. Prometheus refuses such a series, so reading it would keep a sample
+    /// whose labels mean two things.
+    DuplicateLabel,
 }
 
 impl SyntaxError {
@@ -53,7 +55,7 @@ impl SyntaxError {
             Self::LineEnd => "line_end",
             Self::Utf8 => "utf8",
             Self::MetricType => "metric_type",
-            Self::AfterEof => "after_eof",
+            Self::DuplicateLabel => "duplicate_label",
         }
     }
 
@@ -70,7 +72,7 @@ impl SyntaxError {
         Self::LineEnd,
         Self::Utf8,
         Self::MetricType,
-        Self::AfterEof,
+        Self::DuplicateLabel,
     ];
 
     fn expected(self) -> &'static str {
@@ -86,7 +88,7 @@ impl SyntaxError {
             Self::LineEnd => "the end of the line",
             Self::Utf8 => "valid UTF-8",
             Self::MetricType => "a metric type",
-            Self::AfterEof => "nothing after '# EOF'",
+            Self::DuplicateLabel => "a label name the sample does not already have",
         }
     }
 }
