@@ -165,7 +165,6 @@ async fn traffic_shifts_away_from_a_site_that_saturates() {
         .await
         .expect("the gateway sees a's queue");
     println!("a seen saturated after {took:?}");
-
     let after = through_gateway(&grid, 30, 3).await;
     let to_b = after.get("b").copied().unwrap_or(0);
     assert!(to_b >= 27, "traffic did not shift to b: {after:?}");

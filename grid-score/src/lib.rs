@@ -102,3 +102,4 @@ pub use snapshot::{
     Signal, UNMEASURED,
 };
 
+

@@ -526,6 +526,38 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_site_is_never_read_as_turning_over_faster_than_the_prior() {
+        use crate::live::LiveBoard;
+        // a learned a 160 ms turnover from answers before it slowed; now it holds three
+        // times its 4 slots (read at a limit) while b idles. Read at 160 ms, a's 8 waiting
+        // drain in a third of a second and it out-draws b; at the 2 s prior it has none.
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a", "b"]);
+        let saturated = Reading {
+            units: Some(UnitQueues {
+                units: 2,
+                waiting: 2,
+            }),
+            queue_depth: Some(8.0),
+            ..reading(1_000, 12.0)
+        };
+        s.observe(&key("a"), &saturated).unwrap();
+        s.observe(&key("b"), &reading(1_000, 0.5)).unwrap();
+        let board = LiveBoard::new(&[key("a"), key("b")]);
+        for _ in 0..50 {
+            board.slot(&key("a")).unwrap().record_served(160);
+            board.slot(&key("b")).unwrap().record_served(160);
+        }
+        s.feed_live(&board, 1_000);
+        let t = s.refresh(1_000, &r);
+        let snap = t.get("m").unwrap();
+        let a = snap.candidates().iter().find(|c| &**c.site() == "a").unwrap();
+        assert!((a.signal().turnover_ms - 160.0).abs() < 1.0, "learned, and shown as learned");
+        assert!(a.headroom() == 0.0, "{}", a.headroom());
+        assert_eq!(snap.path(), Some(crate::Path::Lone));
+    }
+
+    #[test]
     fn a_full_band_in_one_response_moves_traffic_at_the_next_refresh_without_a_reading() {
         use crate::live::{FlowObservation, LiveBoard};
         let mut s = Scorer::new(ScoreConfig::default());
@@ -604,3 +636,4 @@ mod tests {
         );
     }
 }
+

@@ -175,6 +175,22 @@ impl Candidate {
         }
     }
 
+    /// The turnover selection reads (headroom, what the grid serves, the by-capacity
+    /// weights): its own, except that a site reading a queue is
+    /// never read as turning over faster than the configured prior. A queue that fast
+    /// turnover would drain at once says either that the turnover learned from older
+    /// answers is stale (the site slowed and none of its slowed answers has ended yet) or
+    /// that others keep it full; either way trusting it sent a site three times over its
+    /// slots 60% of the traffic beside an idle one.
+    fn effective_turnover(&self, prior: f64) -> f64 {
+        let own = self.turnover_or(prior);
+        if self.signal.rho_now > 1.0 {
+            own.max(prior)
+        } else {
+            own
+        }
+    }
+
     /// The factor the candidate's responses put on its selection weight, in `[0, 1]`.
     pub fn live_factor(&self) -> f64 {
         self.live_factor
@@ -399,7 +415,7 @@ impl RouteSnapshot {
                         c.signal.rho_now,
                         c.signal.pace,
                         c.signal.life_ms,
-                        c.turnover_or(turnover_ms as f64),
+                        c.effective_turnover(turnover_ms as f64),
                     );
             }
         }
@@ -490,7 +506,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
         .map(|&i| {
             let c = &candidates[i as usize];
             c.signal.pace * c.reach * c.signal.rho_now.min(1.0) * 1_000.0
-                / c.turnover_or(default_turnover_ms)
+                / c.effective_turnover(default_turnover_ms)
         })
         .sum();
     let by_capacity = |c: &Candidate| by_capacity_weight(c, default_turnover_ms);
@@ -522,7 +538,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
 /// left 85% unchanged). A site whose answers said "full" keeps at least
 /// [`LIVE_FACTOR_FLOOR`] of it.
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
-    let reach = c.reach * default_turnover_ms / c.turnover_or(default_turnover_ms);
+    let reach = c.reach * default_turnover_ms / c.effective_turnover(default_turnover_ms);
     let share = reach / (reach + c.waiting);
     c.live_factor.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
 }
