@@ -295,14 +295,14 @@ impl Api {
         *out.method_mut() = parts.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
-        let sent = std::time::Instant::now();
+        let sent = crate::clock::monotonic();
         match self.inner.client.request(out).await {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
                 let head = AnswerHead {
                     sent,
-                    head: std::time::Instant::now(),
+                    head: crate::clock::monotonic(),
                     queue_ms: None,
                     streaming: rparts
                         .headers

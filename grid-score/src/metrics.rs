@@ -161,11 +161,13 @@ impl ScoreMetrics {
                     });
                 self.live_factor.get_or_create(&labels).set(c.live_factor());
                 let turnover = c.signal().turnover_ms;
-                self.turnover.get_or_create(&labels).set(if turnover >= 1.0 {
-                    turnover / 1_000.0
-                } else {
-                    f64::NAN
-                });
+                self.turnover
+                    .get_or_create(&labels)
+                    .set(if turnover >= 1.0 {
+                        turnover / 1_000.0
+                    } else {
+                        f64::NAN
+                    });
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {
@@ -290,7 +292,7 @@ mod tests {
             line(&text, r#"score_turnover_seconds{site="a",provider="p"}"#).ends_with("NaN"),
             "no answer timed yet"
         );
-        let board = crate::live::LiveBoard::new(&[a.clone()]);
+        let board = crate::live::LiveBoard::new(std::slice::from_ref(&a));
         board.slot(&a).unwrap().record_served(2_500);
         scorer.feed_live(&board, 1_000);
         metrics.publish(&scorer.refresh(1_000, &routes));

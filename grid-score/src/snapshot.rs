@@ -546,7 +546,7 @@ fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteTable {
-    models: crate::hash::FnvMap<Arc<str>, RouteSnapshot>,
+    models: crate::hash::FastMap<Arc<str>, RouteSnapshot>,
 }
 
 impl RouteTable {

@@ -43,6 +43,19 @@ fn snapshot_with(room: usize, no_room: usize) -> RouteSnapshot {
     )
 }
 
+/// A snapshot of `model` over `candidates`, none excluded, nothing shed.
+fn named(model: &str, candidates: Vec<Candidate>) -> RouteSnapshot {
+    RouteSnapshot::new(
+        model,
+        candidates,
+        vec![],
+        Refusals {
+            shed_retry_after_ms: None,
+            unavailable_retry_after_ms: 1,
+        },
+    )
+}
+
 fn picks_on_every_path_allocate_nothing() {
     // Every path: spread (many and two), lone, overflow, by capacity, fallback, unavailable,
     // unknown model; plus a table built by a real scorer.
@@ -65,60 +78,12 @@ fn picks_on_every_path_allocate_nothing() {
     ];
     let table = RouteTable::from_snapshots([
         snapshot_with(16, 0),
-        RouteSnapshot::new(
-            "pair",
-            snapshot_with(2, 3).candidates().to_vec(),
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
-        RouteSnapshot::new(
-            "lone",
-            snapshot_with(1, 0).candidates().to_vec(),
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
-        RouteSnapshot::new(
-            "overflow",
-            snapshot_with(1, 3).candidates().to_vec(),
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
-        RouteSnapshot::new(
-            "bycap",
-            snapshot_with(0, 5).candidates().to_vec(),
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
-        RouteSnapshot::new(
-            "fallback",
-            unmeasured,
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
-        RouteSnapshot::new(
-            "empty",
-            vec![],
-            vec![],
-            Refusals {
-                shed_retry_after_ms: None,
-                unavailable_retry_after_ms: 1,
-            },
-        ),
+        named("pair", snapshot_with(2, 3).candidates().to_vec()),
+        named("lone", snapshot_with(1, 0).candidates().to_vec()),
+        named("overflow", snapshot_with(1, 3).candidates().to_vec()),
+        named("bycap", snapshot_with(0, 5).candidates().to_vec()),
+        named("fallback", unmeasured),
+        named("empty", vec![]),
     ]);
     let models = [
         "m", "pair", "lone", "overflow", "bycap", "fallback", "empty", "absent",

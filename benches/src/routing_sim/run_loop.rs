@@ -252,7 +252,9 @@ impl World<'_> {
                                     f.gateway,
                                     seen,
                                     s,
-                                    Heard::FirstByte { ms: (seen - f.sent_ms).saturating_sub(queued) },
+                                    Heard::FirstByte {
+                                        ms: (seen - f.sent_ms).saturating_sub(queued),
+                                    },
                                 );
                             }
                             self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
@@ -269,45 +271,7 @@ impl World<'_> {
                             );
                         }
                     }
-                    SiteEvent::Finished { id, at } => {
-                        self.completed += 1;
-                        let Some(f) = self.flights[s].remove(&id) else {
-                            continue;
-                        };
-                        if let Some(started) = f.started_ms {
-                            self.latency[s].observe(at, at - started);
-                        }
-                        let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
-                        let sample = (!f.streaming).then(|| seen - f.sent_ms);
-                        self.routers[f.gateway].observe(seen, s, sample, true);
-                        // How long the answer held its slot, as the gateway can tell: a
-                        // stream from its first byte to its last; a plain answer from
-                        // sending to its head less the flow-control wait its header
-                        // states (only when the site runs flow control).
-                        let held = match (f.streaming, f.first_token_ms, f.started_ms) {
-                            (true, Some(first), _) => Some(at - first),
-                            (false, _, Some(started)) if self.config.flow_control.is_some() => {
-                                Some((seen - f.sent_ms).saturating_sub(started - f.arrived_ms))
-                            }
-                            _ => None,
-                        };
-                        if let Some(held_ms) = held {
-                            self.tell(f.gateway, seen, s, Heard::Served { held_ms });
-                        }
-                        if !f.streaming {
-                            // A plain answer's head is built when it is done.
-                            let flow = flow_now(&self.sites[s]);
-                            self.tell(
-                                f.gateway,
-                                seen,
-                                s,
-                                Heard::Answer {
-                                    flow,
-                                    server_error: false,
-                                },
-                            );
-                        }
-                    }
+                    SiteEvent::Finished { id, at } => self.finished(s, id, at),
                     SiteEvent::Failed { id, at, reason } => {
                         let Some(f) = self.flights[s].remove(&id) else {
                             continue;
@@ -332,6 +296,48 @@ impl World<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// Request `id` completed at site `s` at `at`: counted, its gateway hears the answer
+    /// end (and, for a plain answer, its head) half a round trip later.
+    fn finished(&mut self, s: usize, id: RequestId, at: u64) {
+        self.completed += 1;
+        let Some(f) = self.flights[s].remove(&id) else {
+            return;
+        };
+        if let Some(started) = f.started_ms {
+            self.latency[s].observe(at, at - started);
+        }
+        let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
+        let sample = (!f.streaming).then(|| seen - f.sent_ms);
+        self.routers[f.gateway].observe(seen, s, sample, true);
+        // How long the answer held its slot, as the gateway can tell: a
+        // stream from its first byte to its last; a plain answer from
+        // sending to its head less the flow-control wait its header
+        // states (only when the site runs flow control).
+        let held = match (f.streaming, f.first_token_ms, f.started_ms) {
+            (true, Some(first), _) => Some(at - first),
+            (false, _, Some(started)) if self.config.flow_control.is_some() => {
+                Some((seen - f.sent_ms).saturating_sub(started - f.arrived_ms))
+            }
+            _ => None,
+        };
+        if let Some(held_ms) = held {
+            self.tell(f.gateway, seen, s, Heard::Served { held_ms });
+        }
+        if !f.streaming {
+            // A plain answer's head is built when it is done.
+            let flow = flow_now(&self.sites[s]);
+            self.tell(
+                f.gateway,
+                seen,
+                s,
+                Heard::Answer {
+                    flow,
+                    server_error: false,
+                },
+            );
         }
     }
 
