@@ -101,3 +101,4 @@ pub use snapshot::{
     Candidate, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS, Refusals,
     RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };
+

@@ -405,14 +405,15 @@ impl RouteSnapshot {
         });
         for c in &mut candidates {
             if c.state != CandidateState::Unmeasured {
-                // The spread term reads the newest sample, not the recent worst: making
-                // the drained-burst penalty reach the weights made the simulator's p99
-                // worse (docs/routing-quality.md, "The drained-burst penalty"); it
-                // orders candidates and decides their state instead.
+                // The spread term reads the worse of the newest load and the recent worst:
+                // a drained burst stays penalized in the weights until it ages out of the
+                // window, as the spec says, instead of snapping back on the first quiet
+                // sample (measured neutral on the simulator's p99: docs/routing-quality.md,
+                // "The drained-burst penalty").
                 c.headroom = c.live_factor
                     * crate::headroom::headroom(
                         c.reach,
-                        c.signal.rho_now,
+                        c.signal.rho_now.max(c.score),
                         c.signal.pace,
                         c.signal.life_ms,
                         c.effective_turnover(turnover_ms as f64),
