@@ -101,4 +101,3 @@ pub use snapshot::{
     Candidate, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS, Refusals,
     RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };
-
