@@ -191,7 +191,7 @@ pub struct Summary {
     pub p99_e2e_ms: u64,
     /// Requests after the warm-up that failed (see [`RunRecord::failed`]).
     pub failed: u64,
-    /// Largest queueing delay (ms).
+    /// Largest queueing delay (ms); [`UNSERVED`] when any request was never served.
     pub max_ms: u64,
     /// Share of requests sent to a site with every slot taken.
     pub full_share: f64,
@@ -224,7 +224,11 @@ impl Summary {
             p99_ms: percentile_with_unserved(&delays, record.unserved, 99.0),
             p99_e2e_ms: percentile_with_unserved(&e2e, record.unserved, 99.0),
             failed: record.failed,
-            max_ms: delays.last().copied().unwrap_or(0),
+            max_ms: if record.unserved > 0 {
+                UNSERVED
+            } else {
+                delays.last().copied().unwrap_or(0)
+            },
             full_share: if record.routed == 0 {
                 0.0
             } else {
