@@ -302,6 +302,16 @@ mod tests {
         }
     }
 
+    /// Model m's candidate at `site` in `t`.
+    fn at<'t>(t: &'t RouteTable, site: &str) -> &'t Candidate {
+        t.get("m")
+            .unwrap()
+            .candidates()
+            .iter()
+            .find(|c| &**c.site() == site)
+            .unwrap()
+    }
+
     fn routes(sites: &[&str]) -> Routes {
         Routes::new().with("m", sites.iter().map(|s| key(s)).collect())
     }
@@ -463,16 +473,7 @@ mod tests {
         slot_b.record_room(1_100, &room(64));
         s.feed_live(&board, 1_100);
         let calm = s.refresh(1_100, &r);
-        let rho = |t: &RouteTable, site: &str| {
-            t.get("m")
-                .unwrap()
-                .candidates()
-                .iter()
-                .find(|c| &**c.site() == site)
-                .unwrap()
-                .signal()
-                .rho_now
-        };
+        let rho = |t: &RouteTable, site: &str| at(t, site).signal().rho_now;
         assert!(
             (rho(&calm, "a") - 0.5).abs() < 1e-3,
             "an empty band says nothing of free slots"
@@ -488,12 +489,7 @@ mod tests {
             "{}",
             rho(&queued, "a")
         );
-        let snap = queued.get("m").unwrap();
-        let c = snap
-            .candidates()
-            .iter()
-            .find(|c| &**c.site() == "a")
-            .unwrap();
+        let c = at(&queued, "a");
         assert!(
             (c.waiting() - 16.0).abs() < 1e-9,
             "the by-capacity weights read it too"
@@ -518,24 +514,10 @@ mod tests {
         }
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
-        let snap = t.get("m").unwrap();
-        let turnover = |site: &str| {
-            snap.candidates()
-                .iter()
-                .find(|c| &**c.site() == site)
-                .unwrap()
-                .signal()
-                .turnover_ms
-        };
+        let turnover = |site: &str| at(&t, site).signal().turnover_ms;
         assert!((turnover("fast") - 2_000.0).abs() < 1.0);
         assert!((turnover("slow") - 6_000.0).abs() < 1.0);
-        let headroom = |site: &str| {
-            snap.candidates()
-                .iter()
-                .find(|c| &**c.site() == site)
-                .unwrap()
-                .headroom()
-        };
+        let headroom = |site: &str| at(&t, site).headroom();
         // Both at rho 0.5 of reach 32: turnover 32/2 s = 16/s and 32/6 s; free slots
         // 16 over the 2 s minimum spread = 8/s each.
         assert!(
@@ -576,11 +558,7 @@ mod tests {
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
         let snap = t.get("m").unwrap();
-        let a = snap
-            .candidates()
-            .iter()
-            .find(|c| &**c.site() == "a")
-            .unwrap();
+        let a = at(&t, "a");
         assert!(
             (a.signal().turnover_ms - 160.0).abs() < 1.0,
             "learned, and shown as learned"
@@ -648,15 +626,7 @@ mod tests {
         }
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
-        let weight = |t: &RouteTable, site: &str| {
-            t.get("m")
-                .unwrap()
-                .candidates()
-                .iter()
-                .find(|c| &**c.site() == site)
-                .unwrap()
-                .live_factor()
-        };
+        let weight = |t: &RouteTable, site: &str| at(t, site).live_factor();
         assert!((weight(&t, "a") - 1.0 / 6.0).abs() < 1e-9);
         assert!((weight(&t, "b") - 1.0).abs() < 1e-12);
         a.record_answer();
