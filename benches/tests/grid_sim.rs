@@ -208,7 +208,11 @@ fn in_the_multi_gateway_scenario_every_request_is_answered_once_and_ours_overflo
     let arrived = results[0].arrived;
     for r in &results {
         let name = r.policy.as_str();
-        assert_eq!(r.completed + r.failed, arrived, "{name}: every request answered");
+        assert_eq!(
+            r.completed + r.failed,
+            arrived,
+            "{name}: every request answered"
+        );
         if KEEP_BANDS.contains(&r.policy) {
             assert_eq!(r.failed, 0, "{name}: no band overflowed");
         }

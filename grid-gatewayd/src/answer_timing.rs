@@ -140,32 +140,46 @@ mod tests {
     }
 
     fn log_ms(sum: u64, count: u32) -> f64 {
-        (sum as f64 / f64::from(1u32 << grid_score::live::LOG_FIXED_BITS) / f64::from(count))
-            .exp()
+        (sum as f64 / f64::from(1u32 << grid_score::live::LOG_FIXED_BITS) / f64::from(count)).exp()
     }
 
     #[tokio::test]
     async fn a_stream_records_its_first_byte_less_the_wait_and_its_time_from_first_to_last() {
         let slot = Arc::new(LiveSlot::new());
-        let (mut tx, body) = http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(4);
+        let (mut tx, body) =
+            http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(4);
         let timed = TimedBody::new(
             body,
             slot.clone(),
             head(true, Some(100), Duration::from_millis(300)),
         );
         let reader = tokio::spawn(async move { timed.collect().await.map(|c| c.to_bytes()) });
-        tx.send_data(Bytes::from_static(b"data: 1\n\n")).await.unwrap();
+        tx.send_data(Bytes::from_static(b"data: 1\n\n"))
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
-        tx.send_data(Bytes::from_static(b"data: 2\n\n")).await.unwrap();
+        tx.send_data(Bytes::from_static(b"data: 2\n\n"))
+            .await
+            .unwrap();
         drop(tx);
         let all = reader.await.unwrap().unwrap();
-        assert_eq!(&all[..], b"data: 1\n\ndata: 2\n\n", "the body passes unchanged");
+        assert_eq!(
+            &all[..],
+            b"data: 1\n\ndata: 2\n\n",
+            "the body passes unchanged"
+        );
         let e = slot.drain();
         assert_eq!((e.first_bytes, e.served), (1, 1));
         let first = log_ms(e.first_byte_log, 1);
-        assert!((190.0..1_000.0).contains(&first), "300 ms less the 100 ms wait: {first}");
+        assert!(
+            (190.0..1_000.0).contains(&first),
+            "300 ms less the 100 ms wait: {first}"
+        );
         let held = log_ms(e.served_log, 1);
-        assert!((55.0..1_000.0).contains(&held), "first to last byte: {held}");
+        assert!(
+            (55.0..1_000.0).contains(&held),
+            "first to last byte: {held}"
+        );
     }
 
     #[tokio::test]
@@ -187,7 +201,11 @@ mod tests {
         let held = log_ms(e.served_log, 1);
         assert!((990.0..1_100.0).contains(&held), "{held}");
         head(false, None, Duration::from_millis(1_200)).record(&slot);
-        assert_eq!(slot.drain().served, 0, "without the wait header it says nothing");
+        assert_eq!(
+            slot.drain().served,
+            0,
+            "without the wait header it says nothing"
+        );
         head(false, Some(1_500), Duration::from_millis(1_200)).record(&slot);
         assert_eq!(
             slot.drain().served,

@@ -539,13 +539,19 @@ mod tests {
         let c = Config::from_toml_str(&with(8_000)).unwrap().score_config();
         assert_eq!(c.turnover_ms, 8_000);
         assert_eq!(
-            Config::from_toml_str(MINIMAL).unwrap().score_config().turnover_ms,
+            Config::from_toml_str(MINIMAL)
+                .unwrap()
+                .score_config()
+                .turnover_ms,
             grid_score::DEFAULT_TURNOVER_MS
         );
         assert!(Config::from_toml_str(&with(1)).is_ok());
         assert!(Config::from_toml_str(&with(MAX_TURNOVER_MS)).is_ok());
         assert_eq!(refused_field(&with(0)), "routing.turnover_ms");
-        assert_eq!(refused_field(&with(MAX_TURNOVER_MS + 1)), "routing.turnover_ms");
+        assert_eq!(
+            refused_field(&with(MAX_TURNOVER_MS + 1)),
+            "routing.turnover_ms"
+        );
     }
 
     #[test]

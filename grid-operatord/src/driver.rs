@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grid_feedback::Receiver;
+use grid_signals::epp::PoolSelector;
+use grid_signals::site::{ProviderSpec, Site, SiteConfig};
 use grid_signals::store::StoreConfig;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -23,9 +25,8 @@ use crate::listener::{Listener, Timeouts};
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
 use crate::providers::{ScrapeLoop, ScrapedProvider};
-use crate::publish::Publisher;
 use crate::scrape::{ScrapeTarget, Scraper, scrape_tls_config};
-use crate::signals::{SharedSignals, Signals, SignalsService};
+use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
 use crate::state::{StateStore, start_epoch};
 use crate::tls::{self, Identity, TlsMaterial};
@@ -163,8 +164,7 @@ pub async fn start(
         fences,
     } = load_persisted(&state, now).await?;
 
-    let store_config = StoreConfig::default();
-    let mut held = Signals::new(store_config);
+    let mut held = site(&config, epoch, now);
     if let Some(fences) = fences {
         let import = held.import_fences(&fences, now);
         tracing::info!(
@@ -188,15 +188,7 @@ pub async fn start(
         Ok(())
     });
 
-    let scrape_loop = scrape_loop(
-        &config,
-        targets,
-        epoch,
-        now,
-        &signals,
-        &metrics,
-        store_config,
-    );
+    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics);
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
@@ -327,30 +319,46 @@ fn restore_receiver(
     }
 }
 
+/// The site machine for `config`'s providers, publishing in `epoch`.
+fn site(config: &Config, epoch: u64, now: u64) -> Site {
+    let providers = config
+        .providers
+        .iter()
+        .map(|p| ProviderSpec {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            generation: p.generation,
+            pool: p
+                .pool
+                .clone()
+                .map_or(PoolSelector::All, PoolSelector::Named),
+            stale_metrics_ms: p.stale_metrics.map(|d| d.as_millis() as u64),
+        })
+        .collect();
+    Site::new(
+        SiteConfig {
+            site: config.site.clone(),
+            epoch,
+            scrape_interval_ms: config.scrape_interval.as_millis() as u64,
+            store: StoreConfig::default(),
+        },
+        providers,
+        now,
+    )
+}
+
 fn scrape_loop(
     config: &Config,
     targets: Vec<ScrapeTarget>,
-    epoch: u64,
-    now: u64,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
-    store_config: StoreConfig,
 ) -> ScrapeLoop {
-    let interval_ms = config.scrape_interval.as_millis() as u64;
     let providers = config
         .providers
         .iter()
         .zip(targets)
         .map(|(p, target)| ScrapedProvider {
             target,
-            publisher: Publisher::new(
-                &config.site,
-                p,
-                epoch,
-                interval_ms,
-                store_config.ttl_ms,
-                now,
-            ),
             name: p.name.clone(),
         })
         .collect();

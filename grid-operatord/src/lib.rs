@@ -27,7 +27,6 @@ pub mod listener;
 pub mod metrics;
 pub mod peers;
 pub mod providers;
-pub mod publish;
 pub mod scrape;
 pub mod signals;
 pub mod slots;

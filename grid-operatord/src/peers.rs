@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_signals::epp::ScrapeFailure;
+use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -152,13 +153,20 @@ impl PeerPoller {
                     // sees the poll that brought them.
                     self.metrics.record(&self.peer.name, PollOutcome::Ok);
                     let now = clock::wall_ms();
-                    let report = lock(&self.signals).ingest_peer(
-                        &self.peer.name,
-                        &fetched.body,
-                        date_ms,
+                    let mut site = lock(&self.signals);
+                    site.handle(
                         now,
+                        SiteInput::PeerBody {
+                            peer: &self.peer.name,
+                            body: &fetched.body,
+                            date_ms,
+                        },
                     );
-                    self.ingest.record(&report);
+                    while let Some(output) = site.poll() {
+                        if let SiteOutput::PeerIngested { report } = output {
+                            self.ingest.record(&report);
+                        }
+                    }
                     return PollOutcome::Ok;
                 }
                 Err(failure) => last = failure,
@@ -181,11 +189,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
+    use grid_signals::site::{Site, SiteConfig};
     use grid_signals::store::StoreConfig;
     use rustls::RootCertStore;
 
     use super::*;
-    use crate::signals::Signals;
     use crate::test_pki::Ca;
     use crate::tls::{Identity, TlsMaterial, Trust, client_config};
 
@@ -242,7 +250,16 @@ mod tests {
                 timeout: Duration::from_millis(500),
             },
             tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
-            signals: Arc::new(Mutex::new(Signals::new(StoreConfig::default()))),
+            signals: Arc::new(Mutex::new(Site::new(
+                SiteConfig {
+                    site: "a".into(),
+                    epoch: 1,
+                    scrape_interval_ms: 1_000,
+                    store: StoreConfig::default(),
+                },
+                Vec::new(),
+                0,
+            ))),
             metrics: PollMetrics::default(),
             ingest: IngestMetrics::default(),
             interval,

@@ -1,19 +1,14 @@
-//! What the operator holds and serves: its own providers' batches and, beside them, what
-//! it polled from its peers; and the HTTP side of the signals listener.
-//!
-//! Two stores keep the authorization rule structural: a peer is served from `own`, which
-//! only ever receives this site's publications, so no code path can leak a third site's
-//! readings to it; the local gateway is served from `all`.
+//! The HTTP side of the signals listener: `GET /v1/site/signals` answered from the site
+//! machine (grid-signals' [`Site`], which decides what a peer may see) and
+//! `POST /v1/site/signals/ingest` handed to the feedback task.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, Reply};
-use grid_signals::batch::{Batch, FenceSet};
-use grid_signals::store::{
-    FenceImport, IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig,
-};
+use grid_signals::site::{Audience, Site};
+use grid_signals::store::{IngestMetrics, RelayBudget};
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -34,88 +29,22 @@ pub const INGEST_PATH: &str = "/v1/site/signals/ingest";
 /// Content type of a signals body.
 pub const SIGNALS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// The operator's two stores.
-#[derive(Debug)]
-pub struct Signals {
-    own: Store,
-    all: Store,
-}
+/// The site machine (grid-signals' [`Site`]: its publishers and its two stores), shared
+/// by the scrape loop, the peer pollers, the listener and `/metrics`.
+pub type SharedSignals = Arc<Mutex<Site>>;
 
-/// The stores shared by the scrape loop, the peer pollers, the listener and `/metrics`.
-pub type SharedSignals = Arc<Mutex<Signals>>;
-
-/// Locks the shared stores. Store updates are whole-batch operations that leave the store
+/// Locks the shared site. Its updates are whole-batch operations that leave the stores
 /// consistent even if a panic interrupted the caller, so a poisoned lock is still usable.
-pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Signals> {
+pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Site> {
     signals.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Signals {
-    /// Empty stores with the given tuning.
-    pub fn new(config: StoreConfig) -> Self {
-        Self {
-            own: Store::new(config),
-            all: Store::new(config),
-        }
-    }
-
-    /// Stores one of this site's own publications at `now`.
-    pub fn publish(&mut self, batch: Batch, now: u64) -> IngestReport {
-        let mut report = IngestReport::default();
-        self.own
-            .ingest_batch(batch.clone(), Sender::Local, now, now, &mut report);
-        let mut ignored = IngestReport::default();
-        self.all
-            .ingest_batch(batch, Sender::Local, now, now, &mut ignored);
-        report
-    }
-
-    /// Ingests a body polled from `peer` (its verified identity), dated `date_ms`.
-    pub fn ingest_peer(&mut self, peer: &str, body: &[u8], date_ms: u64, now: u64) -> IngestReport {
-        self.all
-            .ingest(body, Sender::Peer { site: peer }, date_ms, now)
-    }
-
-    /// Expires old readings from both stores.
-    pub fn expire(&mut self, now: u64) {
-        self.own.expire(now);
-        self.all.expire(now);
-        while self.own.poll_event().is_some() {}
-        while self.all.poll_event().is_some() {}
-    }
-
-    /// The fences of everything held, to persist.
-    pub fn export_fences(&self) -> FenceSet {
-        self.all.export_fences()
-    }
-
-    /// Raises fences to persisted ones after a restart, so a batch older than one already
-    /// admitted before the restart is still refused as `delayed`.
-    pub fn import_fences(&mut self, fences: &FenceSet, now: u64) -> FenceImport {
-        self.all.import_fences(fences, now)
-    }
-
-    /// Everything held, own providers and polled peers (read by `/metrics`).
-    pub fn all(&self) -> &Store {
-        &self.all
-    }
-
-    /// The relay body for `caller`, with ages relative to `reference_ms`.
-    pub fn relay_for(
-        &self,
-        caller: &Identity,
-        now: u64,
-        reference_ms: u64,
-        metrics: &IngestMetrics,
-    ) -> Vec<u8> {
-        let store = match caller {
-            Identity::Local => &self.all,
-            Identity::Peer(_) => &self.own,
-        };
-        let mut out = Vec::new();
-        let report = store.encode_relay(now, reference_ms, RelayBudget::default(), &mut out);
-        metrics.record_relay_dropped(report.providers_dropped);
-        out
+/// Who a relay body is for: the site's own certificate is its gateway, any peer gets
+/// this site's rows only ([`Site::relay`] holds that rule).
+fn audience(caller: &Identity) -> Audience {
+    match caller {
+        Identity::Local => Audience::Local,
+        Identity::Peer(_) => Audience::Peer,
     }
 }
 
@@ -222,7 +151,15 @@ impl SignalsService {
         };
         let now = clock::wall_ms();
         let reference_ms = reference(now);
-        let body = lock(&self.signals).relay_for(&caller, now, reference_ms, &self.metrics);
+        let mut body = Vec::new();
+        let report = lock(&self.signals).relay(
+            audience(&caller),
+            now,
+            reference_ms,
+            RelayBudget::default(),
+            &mut body,
+        );
+        self.metrics.record_relay_dropped(report.providers_dropped);
         let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(reference_ms));
         let mut r = Response::new(Full::new(Bytes::from(body)));
         let h = r.headers_mut();

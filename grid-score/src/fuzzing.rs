@@ -371,8 +371,7 @@ fn check_pick(
             let any_headroom = snap.candidates().iter().any(|c| c.headroom() > 0.0);
             // Only overflow draws beyond headroom: there the sites with headroom have
             // less of it than the grid serves, and the rest go by capacity.
-            if any_headroom && candidate.headroom() <= 0.0 && snap.path() != Some(Path::Overflow)
-            {
+            if any_headroom && candidate.headroom() <= 0.0 && snap.path() != Some(Path::Overflow) {
                 return fail(format!(
                     "picked {:?} without headroom while one had headroom, on {:?}",
                     candidate.key(),

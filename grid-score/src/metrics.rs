@@ -161,11 +161,13 @@ impl ScoreMetrics {
                     });
                 self.live_factor.get_or_create(&labels).set(c.live_factor());
                 let turnover = c.signal().turnover_ms;
-                self.turnover.get_or_create(&labels).set(if turnover >= 1.0 {
-                    turnover / 1_000.0
-                } else {
-                    f64::NAN
-                });
+                self.turnover
+                    .get_or_create(&labels)
+                    .set(if turnover >= 1.0 {
+                        turnover / 1_000.0
+                    } else {
+                        f64::NAN
+                    });
                 now_published.insert(c.key().clone());
             }
             for e in snapshot.excluded() {

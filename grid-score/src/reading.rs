@@ -290,7 +290,11 @@ mod tests {
             ..Reading::new(1)
         };
         assert!(!uneven.at_limit());
-        assert_eq!(uneven.kv_pressure(), Some(1.0), "rho still reads it as full");
+        assert_eq!(
+            uneven.kv_pressure(),
+            Some(1.0),
+            "rho still reads it as full"
+        );
     }
 
     #[test]

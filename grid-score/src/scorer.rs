@@ -454,7 +454,10 @@ mod tests {
             headroom: Some(h),
             ..FlowObservation::default()
         };
-        let (a, b) = (board.slot(&key("a")).unwrap(), board.slot(&key("b")).unwrap());
+        let (a, b) = (
+            board.slot(&key("a")).unwrap(),
+            board.slot(&key("b")).unwrap(),
+        );
         // Answers at 1.1 s: both bands empty (64 each).
         a.record_room(1_100, &room(64));
         b.record_room(1_100, &room(64));
@@ -470,17 +473,31 @@ mod tests {
                 .signal()
                 .rho_now
         };
-        assert!((rho(&calm, "a") - 0.5).abs() < 1e-3, "an empty band says nothing of free slots");
+        assert!(
+            (rho(&calm, "a") - 0.5).abs() < 1e-3,
+            "an empty band says nothing of free slots"
+        );
         // At 1.2 s an answer from a shows 16 waiting in its band: every slot taken and a
         // slot's worth of queue, an instant the 1 s poll cannot show.
         a.record_room(1_200, &room(48));
         s.feed_live(&board, 1_200);
         let queued = s.refresh(1_200, &r);
         // (Bounds fade with a 5-minute half-life: a few parts in ten thousand here.)
-        assert!((rho(&queued, "a") - 2.0).abs() < 1e-3, "{}", rho(&queued, "a"));
+        assert!(
+            (rho(&queued, "a") - 2.0).abs() < 1e-3,
+            "{}",
+            rho(&queued, "a")
+        );
         let snap = queued.get("m").unwrap();
-        let c = snap.candidates().iter().find(|c| &**c.site() == "a").unwrap();
-        assert!((c.waiting() - 16.0).abs() < 1e-9, "the by-capacity weights read it too");
+        let c = snap
+            .candidates()
+            .iter()
+            .find(|c| &**c.site() == "a")
+            .unwrap();
+        assert!(
+            (c.waiting() - 16.0).abs() < 1e-9,
+            "the by-capacity weights read it too"
+        );
         // A newer poll takes over again.
         s.observe(&key("a"), &reading(2_000, 8.0)).unwrap();
         assert!((rho(&s.refresh(2_000, &r), "a") - 0.5).abs() < 1e-3);
@@ -521,8 +538,16 @@ mod tests {
         };
         // Both at rho 0.5 of reach 32: turnover 32/2 s = 16/s and 32/6 s; free slots
         // 16 over the 2 s minimum spread = 8/s each.
-        assert!((headroom("fast") - 24.0).abs() < 1e-3, "{}", headroom("fast"));
-        assert!((headroom("slow") - (32.0 / 6.0 + 8.0)).abs() < 1e-3, "{}", headroom("slow"));
+        assert!(
+            (headroom("fast") - 24.0).abs() < 1e-3,
+            "{}",
+            headroom("fast")
+        );
+        assert!(
+            (headroom("slow") - (32.0 / 6.0 + 8.0)).abs() < 1e-3,
+            "{}",
+            headroom("slow")
+        );
     }
 
     #[test]

@@ -252,7 +252,9 @@ impl World<'_> {
                                     f.gateway,
                                     seen,
                                     s,
-                                    Heard::FirstByte { ms: (seen - f.sent_ms).saturating_sub(queued) },
+                                    Heard::FirstByte {
+                                        ms: (seen - f.sent_ms).saturating_sub(queued),
+                                    },
                                 );
                             }
                             self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);

@@ -254,7 +254,11 @@ mod tests {
     #[test]
     fn a_request_never_served_ranks_after_every_delay() {
         let v: Vec<u64> = (1..=99).collect();
-        assert_eq!(percentile_with_unserved(&v, 1, 99.0), 99, "one in a hundred: the p99 is the last delay");
+        assert_eq!(
+            percentile_with_unserved(&v, 1, 99.0),
+            99,
+            "one in a hundred: the p99 is the last delay"
+        );
         assert_eq!(percentile_with_unserved(&v, 2, 99.0), UNSERVED);
         assert_eq!(percentile_with_unserved(&[], 3, 50.0), UNSERVED);
     }

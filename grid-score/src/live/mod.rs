@@ -30,5 +30,5 @@ pub use slot::{LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
 pub use state::{
     FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
 };
-pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};
 pub(crate) use state::{LiveState, LiveView};
+pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};

@@ -61,9 +61,16 @@ impl Turnover {
         let elapsed = now_ms.saturating_sub(self.slow_at) as f64;
         let keep = (-elapsed / SPEED_BASELINE_MS as f64).exp();
         self.slow_at = self.slow_at.max(now_ms);
-        let slow = |prev: Option<f64>, mean: f64| Some(prev.map_or(mean, |p| p * keep + mean * (1.0 - keep)));
+        let slow = |prev: Option<f64>, mean: f64| {
+            Some(prev.map_or(mean, |p| p * keep + mean * (1.0 - keep)))
+        };
         if let Some(mean) = log_mean(e.served_log, e.served) {
-            self.held_fast = Some(per_sample(self.held_fast, mean, TURNOVER_SMOOTHING, e.served));
+            self.held_fast = Some(per_sample(
+                self.held_fast,
+                mean,
+                TURNOVER_SMOOTHING,
+                e.served,
+            ));
             self.held_slow = slow(self.held_slow, mean);
         }
         if let Some(mean) = log_mean(e.first_byte_log, e.first_bytes) {

@@ -1,16 +1,16 @@
 //! Turns one provider's scrape outcomes into its batches: the EPP tracker decides what to
 //! say, this module numbers and frames it.
 //!
-//! No I/O here: the scrape loop passes in the body (or the failure) and `now`, and gets
-//! back the batch to put in the store.
+//! No I/O here: the caller passes in the body (or the failure) and `now`, and gets back
+//! the batch to put in the store.
 
-use grid_signals::Error as SignalsError;
-use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
-use grid_signals::epp::{
+use crate::Error;
+use crate::batch::{Batch, BatchMeta, Fence, Row};
+use crate::epp::{
     LineRefusals, PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample,
     ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
 };
-use grid_signals::exposition;
+use crate::exposition;
 
 /// What one scrape outcome counted as.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,7 +21,21 @@ pub struct Observed {
     pub refused: LineRefusals,
 }
 
-use crate::config::ProviderConfig;
+/// One provider as its site publishes it: what names its batches and how its readiness
+/// ages. The operator builds it from its configuration; the simulator from a scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderSpec {
+    /// `grid_provider`.
+    pub name: String,
+    /// The `InferenceProvider`'s UID (`provider_uid`): a recreated object is another one.
+    pub uid: String,
+    /// Its generation (`grid_provider_config_generation`).
+    pub generation: u64,
+    /// Which of the EPP's pools is this provider.
+    pub pool: PoolSelector,
+    /// `staleMetricsSeconds` in milliseconds; `None`: half the signal TTL.
+    pub stale_metrics_ms: Option<u64>,
+}
 
 /// One provider's publishing state: its tracker and its place in the publication order.
 #[derive(Debug)]
@@ -39,7 +53,7 @@ impl Publisher {
     /// `epoch` (this process's publisher epoch).
     pub fn new(
         site: &str,
-        provider: &ProviderConfig,
+        provider: &ProviderSpec,
         epoch: u64,
         scrape_interval_ms: u64,
         signal_ttl_ms: u64,
@@ -50,10 +64,7 @@ impl Publisher {
                 TrackerConfig {
                     site: site.to_owned(),
                     provider: provider.name.clone(),
-                    pool: provider
-                        .pool
-                        .clone()
-                        .map_or(PoolSelector::All, PoolSelector::Named),
+                    pool: provider.pool.clone(),
                 },
                 now,
             ),
@@ -63,10 +74,15 @@ impl Publisher {
             next_sequence: 1,
             timing: ScrapeTiming {
                 interval_ms: scrape_interval_ms,
-                stale_metrics_ms: provider.stale_metrics.map(|d| d.as_millis() as u64),
+                stale_metrics_ms: provider.stale_metrics_ms,
                 signal_ttl_ms,
             },
         }
+    }
+
+    /// The provider's name (`grid_provider`).
+    pub fn name(&self) -> &str {
+        &self.tracker.config().provider
     }
 
     /// Feeds one scrape outcome observed at `now`.
@@ -110,7 +126,7 @@ impl Publisher {
 
     /// The next batch at `now`: everything the tracker concludes, framed with this
     /// process's epoch and the next sequence.
-    pub fn publish(&mut self, now: u64, latest_pass_ms: u64) -> Result<Batch, SignalsError> {
+    pub fn publish(&mut self, now: u64, latest_pass_ms: u64) -> Result<Batch, Error> {
         let window = self.window(latest_pass_ms);
         let samples = self.tracker.publication(now, window);
         let batch = frame(
@@ -128,7 +144,7 @@ impl Publisher {
 }
 
 /// Frames `samples` as one batch (metadata stamped `now`).
-pub fn frame(
+fn frame(
     site: &str,
     provider: &str,
     uid: &str,
@@ -136,7 +152,7 @@ pub fn frame(
     fence: Fence,
     now: u64,
     samples: &[PublishedSample],
-) -> Result<Batch, SignalsError> {
+) -> Result<Batch, Error> {
     let meta = BatchMeta::new(
         site,
         provider,
@@ -155,22 +171,17 @@ pub fn frame(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use grid_signals::exposition::SyntaxError;
+    use crate::exposition::SyntaxError;
 
     use super::*;
 
-    fn provider() -> ProviderConfig {
-        ProviderConfig {
+    fn provider() -> ProviderSpec {
+        ProviderSpec {
             name: "m".into(),
-            url: "http://127.0.0.1/metrics".parse().unwrap(),
-            timeout: Duration::from_secs(1),
-            stale_metrics: Some(Duration::from_secs(10)),
             uid: "a/m".into(),
             generation: 3,
-            ca_file: None,
-            pool: None,
+            pool: PoolSelector::All,
+            stale_metrics_ms: Some(10_000),
         }
     }
 
@@ -204,7 +215,7 @@ mod tests {
     #[test]
     fn a_named_pool_reads_only_that_pool() {
         let mut named = provider();
-        named.pool = Some("other".into());
+        named.pool = PoolSelector::Named("other".into());
         let mut p = Publisher::new("a", &named, 1, 1_000, 30_000, 0);
         p.observe(0, Ok(BODY));
         let batch = p.publish(0, 0).unwrap();
@@ -214,7 +225,7 @@ mod tests {
                 .iter()
                 .all(|r| r.name() != "grid_provider_ready_endpoints")
         );
-        named.pool = Some("p".into());
+        named.pool = PoolSelector::Named("p".into());
         let mut p = Publisher::new("a", &named, 1, 1_000, 30_000, 0);
         p.observe(0, Ok(BODY));
         let batch = p.publish(0, 0).unwrap();
