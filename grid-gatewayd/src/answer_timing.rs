@@ -96,7 +96,7 @@ where
         let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &frame {
             Some(Ok(f)) if f.is_data() && this.first.is_none() && this.head.streaming => {
-                let now = Instant::now();
+                let now = crate::clock::monotonic();
                 this.first = Some(now);
                 // Only with the wait taken out is the time to first byte the site's speed
                 // and not its queue (grid_score::live, "turnover").
@@ -130,7 +130,7 @@ mod tests {
     use std::time::Duration;
 
     fn head(streaming: bool, queue_ms: Option<u64>, sent_ago: Duration) -> AnswerHead {
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         AnswerHead {
             sent: now.checked_sub(sent_ago).unwrap_or(now),
             head: now,
@@ -153,7 +153,12 @@ mod tests {
             slot.clone(),
             head(true, Some(100), Duration::from_millis(300)),
         );
-        let reader = tokio::spawn(async move { timed.collect().await.map(|c| c.to_bytes()) });
+        let reader = tokio::spawn(async move {
+            timed
+                .collect()
+                .await
+                .map(http_body_util::Collected::to_bytes)
+        });
         tx.send_data(Bytes::from_static(b"data: 1\n\n"))
             .await
             .unwrap();

@@ -292,7 +292,7 @@ mod tests {
             line(&text, r#"score_turnover_seconds{site="a",provider="p"}"#).ends_with("NaN"),
             "no answer timed yet"
         );
-        let board = crate::live::LiveBoard::new(&[a.clone()]);
+        let board = crate::live::LiveBoard::new(std::slice::from_ref(&a));
         board.slot(&a).unwrap().record_served(2_500);
         scorer.feed_live(&board, 1_000);
         metrics.publish(&scorer.refresh(1_000, &routes));

@@ -441,6 +441,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::many_single_char_names)] // a, b sites and their slots, as the doc names them
     fn a_band_queue_newer_than_the_polled_reading_stands_in_for_its_load() {
         use crate::live::{FlowObservation, LiveBoard};
         let mut s = Scorer::new(ScoreConfig::default());

@@ -43,6 +43,7 @@ fn snapshot_with(room: usize, no_room: usize) -> RouteSnapshot {
     )
 }
 
+#[allow(clippy::too_many_lines)] // one scenario per path, each read with the count it proves
 fn picks_on_every_path_allocate_nothing() {
     // Every path: spread (many and two), lone, overflow, by capacity, fallback, unavailable,
     // unknown model; plus a table built by a real scorer.
