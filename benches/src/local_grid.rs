@@ -19,9 +19,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grid_gatewayd::routing::RoutingView;
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_score::CandidateState;
+use grid_score::routing::RoutingView;
 use tempfile::TempDir;
 
 use crate::Error;

@@ -12,7 +12,8 @@ use http::Uri;
 use serde::Deserialize;
 
 use crate::Error;
-use crate::model_field::MAX_MODEL_NAME_BYTES;
+use grid_score::catalog::{CandidateSpec, ModelSpec};
+use grid_score::model_field::MAX_MODEL_NAME_BYTES;
 
 /// The example configuration shipped in `docs/examples/gateway.toml`, embedded so the
 /// daemon starts with `--config` omitted and the documented example can never rot (a test
@@ -190,6 +191,37 @@ pub struct Candidate {
 }
 
 impl Config {
+    /// The models and where each is served, as grid-score's catalog.
+    ///
+    /// # Panics
+    ///
+    /// Never for a config that passed [`Config::validate`], which checks every base URL.
+    pub fn catalog(&self) -> grid_score::catalog::Catalog {
+        let models: Vec<ModelSpec> = self
+            .models
+            .iter()
+            .map(|m| ModelSpec {
+                name: m.name.clone(),
+                candidates: m
+                    .candidates
+                    .iter()
+                    .map(|c| {
+                        let uri =
+                            parse_base_url("base_url", &c.base_url).expect("validated base_url");
+                        CandidateSpec {
+                            site: c.site.clone(),
+                            provider: c.provider.clone(),
+                            scheme: uri.scheme_str().expect("validated scheme").to_owned(),
+                            authority: uri.authority().expect("validated authority").to_string(),
+                            prefix: uri.path().trim_end_matches('/').to_owned(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        grid_score::catalog::Catalog::new(&models)
+    }
+
     /// grid-score's configuration from `availability.shedding` and the 503 Retry-After;
     /// unset shedding knobs keep grid-score's defaults.
     pub fn score_config(&self) -> grid_score::ScoreConfig {
@@ -665,5 +697,22 @@ mod tests {
         std::fs::write(&path, MINIMAL).unwrap();
         let c = Config::load(&path).unwrap();
         assert_eq!(c.tls.ca, dir.path().join("ca.crt"));
+    }
+
+    #[test]
+    fn base_url_prefix_is_kept_before_the_request_path() {
+        let text =
+            EXAMPLE_CONFIG_TOML.replace("http://10.0.0.10:8000", "http://10.0.0.10:8000/site-a/");
+        let c = Config::from_toml_str(&text).unwrap();
+        let cat = c.catalog();
+        let m = cat.get("llama-3.1-8b-instruct").unwrap();
+        assert_eq!(
+            crate::upstream::uri_for(&m.upstreams[0], "/v1/chat/completions?x=1").unwrap(),
+            "http://10.0.0.10:8000/site-a/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            crate::upstream::uri_for(&m.upstreams[1], "/v1/models").unwrap(),
+            "https://gateway.b.example:8443/v1/models"
+        );
     }
 }

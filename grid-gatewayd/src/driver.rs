@@ -19,15 +19,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::gateway_tls::Identity;
 use crate::http_api::Api;
 use crate::poller::{PollMetrics, Poller, PollerConfig};
-use crate::refresh::Refresher;
 use crate::request_metrics::RequestMetrics;
-use crate::routing::Published;
+use crate::upstream::Published;
 use crate::{Error, poller, server, upstream};
+use grid_score::refresh::Refresher;
 
 /// Metric handles a test or an embedder may read directly.
 #[derive(Clone, Debug)]
@@ -136,7 +135,7 @@ impl Signals {
             ingest: IngestMetrics::register(registry),
             feedback: ReporterMetrics::register(registry),
         };
-        let catalog = Arc::new(Catalog::from_config(config));
+        let catalog = Arc::new(config.catalog());
         let mut refresher = Refresher::new(
             catalog,
             config.score_config(),
@@ -144,7 +143,7 @@ impl Signals {
             Some(score.clone()),
         );
         let published: Published = Arc::new(ArcSwap::from_pointee(
-            refresher.refresh(crate::clock::now_unix_ms()),
+            refresher.refresh(crate::clock::now_unix_ms()).view,
         ));
         let reporter = Reporter::new(
             poller::random_epoch(),

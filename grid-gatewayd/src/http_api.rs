@@ -28,15 +28,17 @@ use prometheus_client::registry::Registry;
 
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
-use crate::catalog::Upstream;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
-use crate::model_field::find_model;
 use crate::request_metrics::{
     FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
-use crate::routing::{Published, RETRY_PATH, Route};
+use grid_score::catalog::Upstream;
+use grid_score::model_field::find_model;
+use grid_score::routing::{RETRY_PATH, Route};
+
 use crate::upstream::HttpClient;
+use crate::upstream::Published;
 use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
@@ -288,21 +290,20 @@ impl Api {
         body: &Bytes,
         grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {
-        let uri = upstream
-            .uri_for(path_and_query)
+        let uri = crate::upstream::uri_for(upstream, path_and_query)
             .map_err(|e| Failed::Path(format!("request path: {e}")))?;
         let mut out = Request::new(Full::new(body.clone()));
         *out.method_mut() = parts.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
-        let sent = std::time::Instant::now();
+        let sent = crate::clock::monotonic();
         match self.inner.client.request(out).await {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
                 let head = AnswerHead {
                     sent,
-                    head: std::time::Instant::now(),
+                    head: crate::clock::monotonic(),
                     queue_ms: None,
                     streaming: rparts
                         .headers

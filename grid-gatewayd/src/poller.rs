@@ -30,9 +30,11 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock;
-use crate::refresh::Refresher;
-use crate::routing::Published;
+use grid_score::refresh::Refresher;
+use grid_score::routing::RoutingView;
+
 use crate::upstream::HttpClient;
+use crate::upstream::Published;
 
 /// Path of the operator's relay.
 pub const SIGNALS_PATH: &str = "/v1/site/signals";
@@ -153,12 +155,6 @@ enum Delivery {
     TimedOut,
 }
 
-/// The least time between two refreshes that responses' live evidence triggers (a
-/// poll's own refresh is not held back): at a thousand answers a second the gateway
-/// still refreshes at most twenty times a second, and a full band moves traffic within
-/// this long of the response that said so.
-pub const LIVE_REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(50);
-
 /// The loop's state.
 pub struct Poller {
     config: PollerConfig,
@@ -234,11 +230,17 @@ impl Poller {
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
                 _ = tick.tick() => self.cycle(&done_tx).await,
                 () = live.notified() => {
-                    // A response carried live evidence: fold it in now, not at the next
-                    // poll. Responses arriving meanwhile leave one permit, so at most one
-                    // refresh per LIVE_REFRESH_MIN_INTERVAL however many there are.
-                    self.publish(clock::now_unix_ms());
-                    tokio::time::sleep(LIVE_REFRESH_MIN_INTERVAL).await;
+                    // An answer carried live evidence: fold it in now, not at the next
+                    // poll, as grid-score's refresher allows (at most once per
+                    // LIVE_REFRESH_MIN_INTERVAL_MS); answers arriving meanwhile leave one
+                    // permit, however many there are.
+                    self.refresher.wake_live();
+                    if let Some(wait) = self.refresher.live_wait_ms(clock::now_unix_ms()) {
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                    }
+                    if let Some(view) = self.refresher.refresh_live(clock::now_unix_ms()) {
+                        self.publish_view(view);
+                    }
                 }
             }
         }
@@ -310,7 +312,15 @@ impl Poller {
 
     /// Refreshes and publishes the routing view as of `now_ms`.
     fn publish(&mut self, now_ms: u64) {
-        let view = self.refresher.refresh(now_ms);
+        let refreshed = self.refresher.refresh(now_ms);
+        for e in &refreshed.refused {
+            tracing::debug!(error = %e, "reading refused");
+        }
+        self.publish_view(refreshed.view);
+    }
+
+    /// Mirrors `view`'s per-model state into gauges and publishes it.
+    fn publish_view(&mut self, view: RoutingView) {
         for m in view.catalog().models() {
             let labels = ModelLabels {
                 model: m.name.to_string(),

@@ -321,7 +321,7 @@ fn restore_receiver(
 
 /// The site machine for `config`'s providers, publishing in `epoch`.
 fn site(config: &Config, epoch: u64, now: u64) -> Site {
-    let providers = config
+    let providers: Vec<ProviderSpec> = config
         .providers
         .iter()
         .map(|p| ProviderSpec {
@@ -342,7 +342,7 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
             scrape_interval_ms: config.scrape_interval.as_millis() as u64,
             store: StoreConfig::default(),
         },
-        providers,
+        &providers,
         now,
     )
 }

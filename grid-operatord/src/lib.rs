@@ -6,14 +6,17 @@
 //! scrapes EPP `/metrics` (hyper), serves `GET /v1/site/signals` and
 //! `POST /v1/site/signals/ingest` over mutual TLS (rustls), polls peer operators, persists
 //! its high-water marks and feedback state, and exports Prometheus `/metrics`. All
-//! decisions are made by `grid-signals` and `grid-feedback`, fed by the driver with `now`.
+//! decisions are made by `grid-signals` (the site machine `grid_signals::site::Site`:
+//! framing, the two stores, what a peer may see) and `grid-feedback`, fed by the driver
+//! with `now`.
 //! The clocks are read in [`clock`] only.
 //!
 //! # Data flow
 //!
 //! ```text
-//! EPP /metrics --scrape--> grid-signals::epp --batch--> store --serve--> peers and local gateway
-//! peer operators --poll--> grid-signals ordering --> store (relayed to the local gateway)
+//! EPP /metrics --scrape--> Site::handle(Scraped) --batch--> own + all stores
+//! peer operators --poll--> Site::handle(PeerBody) --> all store
+//! GET /v1/site/signals --Site::relay(Local | Peer)--> local gateway / peers
 //! local gateway --POST ingest--> grid-feedback::Receiver --persist--> 204 echo
 //! ```
 

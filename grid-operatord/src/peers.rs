@@ -257,7 +257,7 @@ mod tests {
                     scrape_interval_ms: 1_000,
                     store: StoreConfig::default(),
                 },
-                Vec::new(),
+                &[],
                 0,
             ))),
             metrics: PollMetrics::default(),

@@ -1,14 +1,41 @@
 //! The configured models and where each is served, resolved once at start.
 //!
 //! The catalog is immutable: the request path borrows upstream addresses from it without
-//! allocating, and each published routing snapshot shares it by `Arc`.
+//! allocating, and each published routing view shares it by `Arc`. The embedder builds
+//! it from its own validated configuration ([`ModelSpec`]); the simulator from its
+//! scenario.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use crate::live::{LiveBoard, LiveSlot};
+use crate::reading::CandidateKey;
+use crate::scorer::Routes;
 
-use crate::config::{Config, parse_base_url};
+/// One configured candidate, as the embedder's validated configuration gives it: the
+/// serving base URL already split, so this crate parses no URLs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CandidateSpec {
+    /// `grid_site`.
+    pub site: String,
+    /// `grid_provider`.
+    pub provider: String,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// `host[:port]`.
+    pub authority: String,
+    /// Path prefix of the base URL (a trailing slash is dropped).
+    pub prefix: String,
+}
+
+/// One configured model and where it is served, in preference-free configuration order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The `model` value clients send.
+    pub name: String,
+    /// Where it is served.
+    pub candidates: Vec<CandidateSpec>,
+}
 
 /// One place a model is served: the (site, provider) pair and its serving base URL.
 #[derive(Clone, Debug)]
@@ -17,39 +44,41 @@ pub struct Upstream {
     pub site: Arc<str>,
     /// `grid_provider`.
     pub provider: Arc<str>,
-    scheme: Scheme,
-    authority: Authority,
+    scheme: Arc<str>,
+    authority: Arc<str>,
     /// Path prefix without a trailing slash (`""` for none).
     prefix: Arc<str>,
     /// Where the request path leaves what this candidate's responses said (shared by
     /// every model entry naming the same site and provider).
-    live: Arc<grid_score::live::LiveSlot>,
+    live: Arc<LiveSlot>,
 }
 
 impl Upstream {
     /// The live slot of this (site, provider): the request path records each response's
     /// flow-control headers and outcome here, the refresh folds them in.
-    pub fn live(&self) -> &grid_score::live::LiveSlot {
+    pub fn live(&self) -> &LiveSlot {
         &self.live
     }
 
     /// The same slot, shared: a streamed answer's body holds it until its end.
-    pub fn live_shared(&self) -> Arc<grid_score::live::LiveSlot> {
+    pub fn live_shared(&self) -> Arc<LiveSlot> {
         self.live.clone()
     }
 
-    /// The upstream URI for a client's path and query, the base URL's prefix kept.
-    pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        let pq = if self.prefix.is_empty() {
-            PathAndQuery::try_from(path_and_query)?
-        } else {
-            PathAndQuery::try_from(format!("{}{path_and_query}", self.prefix))?
-        };
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(pq)
-            .build()
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// `host[:port]` of the serving base URL.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// The base URL's path prefix, no trailing slash (`""` for none): it goes before the
+    /// client's path.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 
@@ -67,71 +96,62 @@ pub struct ModelEntry {
 pub struct Catalog {
     models: Vec<ModelEntry>,
     by_name: HashMap<Arc<str>, usize>,
-    live: grid_score::live::LiveBoard,
+    live: LiveBoard,
 }
 
 impl Catalog {
-    /// Builds the catalog from a validated config.
-    ///
-    /// # Panics
-    ///
-    /// Never for a config that passed [`Config::validate`], which checks every base URL.
-    pub fn from_config(config: &Config) -> Self {
+    /// The catalog of `models`, one live slot per distinct (site, provider).
+    pub fn new(models: &[ModelSpec]) -> Self {
         let mut sites: HashMap<&str, Arc<str>> = HashMap::new();
-        let keys: Vec<grid_score::CandidateKey> = config
-            .models
+        let keys: Vec<CandidateKey> = models
             .iter()
             .flat_map(|m| &m.candidates)
-            .map(|c| grid_score::CandidateKey::new(c.site.as_str(), c.provider.as_str()))
+            .map(|c| CandidateKey::new(c.site.as_str(), c.provider.as_str()))
             .collect();
-        let live = grid_score::live::LiveBoard::new(&keys);
-        let mut models = Vec::with_capacity(config.models.len());
-        for m in &config.models {
+        let live = LiveBoard::new(&keys);
+        let mut entries = Vec::with_capacity(models.len());
+        for m in models {
             let upstreams = m
                 .candidates
                 .iter()
                 .map(|c| {
-                    let uri = parse_base_url("base_url", &c.base_url).expect("validated base_url");
                     let site = Arc::clone(
                         sites
                             .entry(c.site.as_str())
                             .or_insert_with(|| c.site.as_str().into()),
                     );
+                    let key = CandidateKey::new(c.site.as_str(), c.provider.as_str());
                     Upstream {
                         site,
                         provider: c.provider.as_str().into(),
-                        scheme: uri.scheme().expect("validated scheme").clone(),
-                        authority: uri.authority().expect("validated authority").clone(),
-                        prefix: uri.path().trim_end_matches('/').into(),
-                        live: Arc::clone(
-                            live.slot(&grid_score::CandidateKey::new(
-                                c.site.as_str(),
-                                c.provider.as_str(),
-                            ))
-                            .expect("every candidate has a slot"),
-                        ),
+                        scheme: c.scheme.as_str().into(),
+                        authority: c.authority.as_str().into(),
+                        prefix: c.prefix.trim_end_matches('/').into(),
+                        live: Arc::clone(live.slot(&key).unwrap_or_else(|| {
+                            unreachable!("the board has a slot for every candidate")
+                        })),
                     }
                 })
                 .collect();
-            models.push(ModelEntry {
+            entries.push(ModelEntry {
                 name: m.name.as_str().into(),
                 upstreams,
             });
         }
-        let by_name = models
+        let by_name = entries
             .iter()
             .enumerate()
             .map(|(i, m)| (Arc::clone(&m.name), i))
             .collect();
         Self {
-            models,
+            models: entries,
             by_name,
             live,
         }
     }
 
     /// Every candidate's live slot, for the refresh to drain.
-    pub fn live(&self) -> &grid_score::live::LiveBoard {
+    pub fn live(&self) -> &LiveBoard {
         &self.live
     }
 
@@ -146,15 +166,13 @@ impl Catalog {
     }
 
     /// The model-to-candidates map grid-score refreshes over.
-    pub fn routes(&self) -> grid_score::Routes {
-        let mut routes = grid_score::Routes::new();
+    pub fn routes(&self) -> Routes {
+        let mut routes = Routes::new();
         for m in &self.models {
             let keys = m
                 .upstreams
                 .iter()
-                .map(|u| {
-                    grid_score::CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider))
-                })
+                .map(|u| CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider)))
                 .collect();
             routes.insert(Arc::clone(&m.name), keys);
         }
@@ -166,21 +184,39 @@ impl Catalog {
 mod tests {
     use super::*;
 
+    fn candidate(site: &str, provider: &str) -> CandidateSpec {
+        CandidateSpec {
+            site: site.into(),
+            provider: provider.into(),
+            scheme: "http".into(),
+            authority: format!("{site}.example:8000"),
+            prefix: "/serve/".into(),
+        }
+    }
+
     #[test]
-    fn base_url_prefix_is_kept_before_the_request_path() {
-        let text = crate::config::EXAMPLE_CONFIG_TOML
-            .replace("http://10.0.0.10:8000", "http://10.0.0.10:8000/site-a/");
-        let c = Config::from_toml_str(&text).unwrap();
-        let cat = Catalog::from_config(&c);
-        let m = cat.get("llama-3.1-8b-instruct").unwrap();
-        assert_eq!(
-            m.upstreams[0].uri_for("/v1/chat/completions?x=1").unwrap(),
-            "http://10.0.0.10:8000/site-a/v1/chat/completions?x=1"
-        );
-        assert_eq!(
-            m.upstreams[1].uri_for("/v1/models").unwrap(),
-            "https://gateway.b.example:8443/v1/models"
-        );
+    fn models_naming_the_same_site_and_provider_share_one_live_slot() {
+        let cat = Catalog::new(&[
+            ModelSpec {
+                name: "m1".into(),
+                candidates: vec![candidate("a", "p"), candidate("b", "p")],
+            },
+            ModelSpec {
+                name: "m2".into(),
+                candidates: vec![candidate("a", "p")],
+            },
+        ]);
+        let a1 = &cat.get("m1").unwrap().upstreams[0];
+        let a2 = &cat.get("m2").unwrap().upstreams[0];
+        assert!(std::ptr::eq(a1.live(), a2.live()));
+        assert_eq!(a1.prefix(), "/serve");
+        assert_eq!(a1.authority(), "a.example:8000");
+        let routes = cat.routes();
+        let m1 = routes
+            .iter()
+            .find(|(m, _)| &***m == "m1")
+            .map(|(_, c)| c.len());
+        assert_eq!(m1, Some(2));
         assert!(cat.get("nope").is_none());
     }
 }

@@ -1,19 +1,17 @@
-//! What the request path reads: one immutable routing view, published atomically.
+//! What the request path reads: one immutable routing view, the catalog and the table
+//! of one refresh.
 //!
-//! The poller builds a new [`RoutingView`] after each refresh (grid-score's
-//! [`RouteTable`]) and stores it in the shared [`Published`] slot; a request loads the
-//! slot once (`ArcSwap::load`: no lock, no allocation) and decides from that one view,
-//! never from the store.
+//! The [`Refresher`](crate::refresh::Refresher) builds a new [`RoutingView`] after each
+//! refresh; an embedder publishes it atomically (the gateway in an `ArcSwap`) and a
+//! request loads it once and decides from that one view, never from the store.
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-use grid_score::{CandidateKey, Decision, Rng, RouteTable};
-
 use crate::catalog::{Catalog, ModelEntry, Upstream};
-
-/// The slot the poller publishes into and requests load from.
-pub type Published = Arc<ArcSwap<RoutingView>>;
+use crate::reading::CandidateKey;
+use crate::rng::Rng;
+use crate::select::Decision;
+use crate::snapshot::RouteTable;
 
 /// The selection label of the second attempt after a refused connection.
 pub const RETRY_PATH: &str = "retry";
@@ -49,7 +47,7 @@ pub struct RoutingView {
     table: RouteTable,
 }
 
-/// Retry-After seconds from grid-score's milliseconds: rounded up, at least 1, so a
+/// Retry-After seconds from the table's milliseconds: rounded up, at least 1, so a
 /// client never retries at once.
 fn retry_after_s(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
@@ -66,12 +64,12 @@ impl RoutingView {
         &self.catalog
     }
 
-    /// The grid-score table of this view.
+    /// The table of this view.
     pub fn table(&self) -> &RouteTable {
         &self.table
     }
 
-    /// grid-score's pick for `model`, for callers that count decisions themselves.
+    /// The table's pick for `model`, for callers that count decisions themselves.
     pub fn pick<R: Rng + ?Sized>(&self, model: &str, rng: &mut R) -> Decision<'_> {
         self.table.pick(model, rng)
     }

@@ -274,8 +274,10 @@ mod tests {
             }
         }
         let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
-        let local: Vec<bool> = (0..names.len()).map(|i| config.has_gateway(i)).collect();
-        let signals = SignalPath::new(&names, &local);
+        let home = (0..names.len())
+            .find(|&i| config.has_gateway(i))
+            .expect("the scenario has a gateway");
+        let signals = SignalPath::new(&names, home);
         (config, sites, signals)
     }
 

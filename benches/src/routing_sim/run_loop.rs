@@ -215,6 +215,7 @@ impl World<'_> {
     }
 
     /// Drains every site's events into the record and the gateways' observations.
+    #[allow(clippy::too_many_lines)] // one match over every event kind, read top to bottom
     fn collect(&mut self) {
         let warmup = self.config.warmup_ms;
         for s in 0..self.sites.len() {
@@ -440,10 +441,7 @@ impl<'a> World<'a> {
             config
                 .gateways
                 .iter()
-                .map(|g| {
-                    let local: Vec<bool> = (0..names.len()).map(|i| i == g.site).collect();
-                    SignalPath::new(&names, &local)
-                })
+                .map(|g| SignalPath::new(&names, g.site))
                 .collect()
         } else {
             Vec::new()

@@ -2,25 +2,28 @@
 //! through the real code.
 //!
 //! ```text
-//! every 1 s, per site:  FakeEpp text --exposition::parse_strict--> epp::ProviderTracker
-//!                       --publication--> Batch (epoch, sequence) --> that site's operator store
-//! every 5 s, per peer:  peer store --encode_relay--> body --Store::ingest(Peer)--> home operator store
-//! every 1 s:            home store --encode_relay--> body --Store::ingest(Local)--> gateway store
-//!                       --grid_score::from_store::sync--> Scorer --refresh--> RouteTable
+//! every 1 s, per site:  FakeEpp text --Site::handle(Scraped)--> that site's operator
+//!                       (grid_signals::site::Site, as grid-operatord runs it)
+//! every 5 s, per peer:  peer Site --relay(Peer)--> body --handle(PeerBody)--> home Site
+//! every 1 s:            home Site --relay(Local)--> body --Refresher::ingest--> gateway store
+//!                       --Refresher::refresh--> RoutingView (grid_score::refresh, as
+//!                       grid-gatewayd runs it)
+//! each answer:          live slot --Refresher::refresh_live (off-cycle, rate-limited)
 //! ```
 //!
-//! Sites marked local are scraped by the home operator itself (the gateway's own site);
-//! the others are remote and reach the home operator only through its 5 s peer poll.
+//! The home site is the gateway's own: its operator scrapes it itself; the others are
+//! remote and reach the home operator only through its 5 s peer poll.
 
-use grid_score::live::{FlowObservation, LiveBoard};
-use grid_score::{CandidateKey, Reading, RouteTable, Routes, ScoreConfig, Scorer, from_store};
-use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
-use grid_signals::epp::{
-    PoolSelector, ProviderConfig, ProviderTracker, PublishedSample, ScrapeInput, ScrapeTiming,
-    StaleWindow,
-};
-use grid_signals::exposition::parse_strict;
-use grid_signals::store::{IngestReport, RelayBudget, Sender, Store, StoreConfig};
+use std::sync::Arc;
+
+use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
+use grid_score::live::FlowObservation;
+use grid_score::refresh::Refresher;
+use grid_score::routing::RoutingView;
+use grid_score::{CandidateKey, Reading, RouteTable, ScoreConfig, from_store};
+use grid_signals::epp::PoolSelector;
+use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
+use grid_signals::store::{RelayBudget, StoreConfig};
 
 use crate::fake_epp::{EppIdentity, FakeEpp};
 use crate::site_model::SiteModel;
@@ -37,17 +40,12 @@ pub const MODEL: &str = "llama";
 /// wall-clock stamps.
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
 
-/// One site's operator side: its EPP, its tracker and its place in the batch order.
+/// One site's operator: its EPP and the operator's own site machine (grid-signals'
+/// [`Site`], as the operator daemon runs it).
 struct SiteOperator {
     epp: FakeEpp,
-    tracker: ProviderTracker,
-    window: StaleWindow,
-    sequence: u64,
-    /// Where its batches go first: the home store for a local site, else its own.
-    local: bool,
-    /// A remote site's own operator store (what its peers poll).
-    own: Store,
-    /// Virtual-time offset of its peer poll within the 5 s period.
+    site: Site,
+    /// Virtual-time offset of its peer poll within the 5 s period (remote sites only).
     peer_phase_ms: u64,
 }
 
@@ -80,24 +78,18 @@ impl SignalCounts {
     }
 }
 
-/// Every operator, the home operator's store, the gateway's store and its scorer.
+/// Every operator (the home one among them) and the gateway's routing core.
 pub struct SignalPath {
     operators: Vec<SiteOperator>,
+    home: usize,
     keys: Vec<CandidateKey>,
-    home: Store,
-    gateway: Store,
-    scorer: Scorer,
-    routes: Routes,
-    table: RouteTable,
+    refresher: Refresher,
+    view: RoutingView,
     readings: Vec<Option<Reading>>,
     counts: SignalCounts,
     body: Vec<u8>,
-    live: LiveBoard,
     /// What answers said, in the order they reach the gateway: (virtual ms, site).
     heard: Vec<(u64, usize, Heard)>,
-    last_live_refresh: Option<u64>,
-    /// Answers handed to the slots but not yet folded into the table.
-    unfolded: bool,
 }
 
 /// What one answer told the gateway about its site, as the gateway's request path reads
@@ -126,10 +118,6 @@ pub enum Heard {
     },
 }
 
-/// The least time between two refreshes that answers trigger, as the gateway's poller
-/// keeps it (`grid_gatewayd::poller::LIVE_REFRESH_MIN_INTERVAL`).
-pub const LIVE_REFRESH_MIN_INTERVAL_MS: u64 = 50;
-
 impl std::fmt::Debug for SignalPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SignalPath")
@@ -139,21 +127,16 @@ impl std::fmt::Debug for SignalPath {
 }
 
 impl SignalPath {
-    /// A path for sites named `names`, `local[i]` saying whether site `i` is the
-    /// gateway's own.
-    pub fn new(names: &[String], local: &[bool]) -> Self {
-        let timing = ScrapeTiming {
-            interval_ms: LOCAL_CADENCE_MS,
-            stale_metrics_ms: None,
-            signal_ttl_ms: StoreConfig::default().ttl_ms,
-        };
-        let remote_count = local.iter().filter(|l| !**l).count().max(1) as u64;
+    /// A path for sites named `names`, site `home` being the gateway's own.
+    pub fn new(names: &[String], home: usize) -> Self {
+        let store = StoreConfig::default();
+        let remote_count = (names.len() - 1).max(1) as u64;
         let mut remote_seen = 0;
         let operators = names
             .iter()
-            .zip(local)
-            .map(|(name, &local)| {
-                let peer_phase_ms = if local {
+            .enumerate()
+            .map(|(i, name)| {
+                let peer_phase_ms = if i == home {
                     0
                 } else {
                     // Peers are polled at staggered points of the 5 s period, on scrape
@@ -162,20 +145,22 @@ impl SignalPath {
                     (remote_seen * PEER_CADENCE_MS / (remote_count + 1)) / LOCAL_CADENCE_MS
                         * LOCAL_CADENCE_MS
                 };
+                let provider = ProviderSpec {
+                    name: MODEL.into(),
+                    uid: format!("uid-{name}"),
+                    generation: 1,
+                    pool: PoolSelector::All,
+                    stale_metrics_ms: None,
+                };
+                let config = SiteConfig {
+                    site: name.clone(),
+                    epoch: EPOCH_MS,
+                    scrape_interval_ms: LOCAL_CADENCE_MS,
+                    store,
+                };
                 SiteOperator {
                     epp: FakeEpp::new(EppIdentity::new(name.clone(), MODEL)),
-                    tracker: ProviderTracker::new(
-                        ProviderConfig {
-                            site: name.clone(),
-                            provider: MODEL.into(),
-                            pool: PoolSelector::All,
-                        },
-                        EPOCH_MS,
-                    ),
-                    window: timing.window(0),
-                    sequence: 1,
-                    local,
-                    own: Store::new(StoreConfig::default()),
+                    site: Site::new(config, &[provider], EPOCH_MS),
                     peer_phase_ms,
                 }
             })
@@ -184,23 +169,29 @@ impl SignalPath {
             .iter()
             .map(|n| CandidateKey::new(n.as_str(), MODEL))
             .collect();
-        let routes = Routes::new().with(MODEL, keys.clone());
-        let mut scorer = Scorer::new(ScoreConfig::default());
-        let table = scorer.refresh(EPOCH_MS, &routes);
-        let live = LiveBoard::new(&keys);
+        let catalog = Catalog::new(&[ModelSpec {
+            name: MODEL.into(),
+            candidates: names
+                .iter()
+                .map(|n| CandidateSpec {
+                    site: n.clone(),
+                    provider: MODEL.into(),
+                    scheme: "http".into(),
+                    authority: format!("{n}.sim"),
+                    prefix: String::new(),
+                })
+                .collect(),
+        }]);
+        let mut refresher = Refresher::new(Arc::new(catalog), ScoreConfig::default(), store, None);
+        let view = refresher.refresh(EPOCH_MS).view;
         Self {
-            live,
             heard: Vec::new(),
-            last_live_refresh: None,
-            unfolded: false,
             readings: vec![None; names.len()],
             operators,
+            home,
             keys,
-            home: Store::new(StoreConfig::default()),
-            gateway: Store::new(StoreConfig::default()),
-            scorer,
-            routes,
-            table,
+            refresher,
+            view,
             counts: SignalCounts::default(),
             body: Vec::with_capacity(64 * 1024),
         }
@@ -235,48 +226,60 @@ impl SignalPath {
         for (op, site) in self.operators.iter_mut().zip(sites) {
             self.body.clear();
             op.epp.render_into(site, &mut self.body);
-            let samples = parse_strict(&self.body).expect("the fake EPP writes strict text");
-            op.tracker.handle(now, ScrapeInput::Parsed(&samples));
-            self.counts.scrapes += 1;
-            let published = op.tracker.publication(now, op.window);
-            let batch = frame(&op.tracker, op.sequence, now, &published);
-            op.sequence += 1;
-            self.counts.batches += 1;
-            let mut report = IngestReport::default();
-            let store = if op.local {
-                &mut self.home
-            } else {
-                &mut op.own
-            };
-            store.expire(now);
-            store.ingest_batch(batch, Sender::Local, now, now, &mut report);
-            self.counts.dropped += report.dropped.total();
+            op.site.handle(now, SiteInput::Expire);
+            op.site.handle(
+                now,
+                SiteInput::Scraped {
+                    provider: 0,
+                    outcome: Ok(&self.body),
+                    latest_pass_ms: 0,
+                },
+            );
+            drain(&mut op.site, &mut self.counts);
         }
     }
 
     fn poll_peers(&mut self, t_ms: u64, now: u64) {
-        for op in self.operators.iter_mut().filter(|op| !op.local) {
-            if t_ms % PEER_CADENCE_MS != op.peer_phase_ms {
+        for i in 0..self.operators.len() {
+            if i == self.home || t_ms % PEER_CADENCE_MS != self.operators[i].peer_phase_ms {
                 continue;
             }
             self.body.clear();
-            op.own
-                .encode_relay(now, now, RelayBudget::default(), &mut self.body);
-            let site = op.tracker.config().site.clone();
-            let report = self
-                .home
-                .ingest(&self.body, Sender::Peer { site: &site }, now, now);
+            let peer = &self.operators[i].site;
+            peer.relay(
+                Audience::Peer,
+                now,
+                now,
+                RelayBudget::default(),
+                &mut self.body,
+            );
+            let name = peer.config().site.clone();
+            let home = &mut self.operators[self.home].site;
+            home.handle(
+                now,
+                SiteInput::PeerBody {
+                    peer: &name,
+                    body: &self.body,
+                    date_ms: now,
+                },
+            );
             self.counts.peer_polls += 1;
-            self.counts.dropped += report.dropped.total();
+            drain(home, &mut self.counts);
         }
     }
 
     fn gateway_poll(&mut self, now: u64) {
         self.body.clear();
-        self.home.expire(now);
-        self.home
-            .encode_relay(now, now, RelayBudget::default(), &mut self.body);
-        let report = self.gateway.ingest(&self.body, Sender::Local, now, now);
+        let home = &mut self.operators[self.home].site;
+        home.handle(now, SiteInput::Expire);
+        home.relay(
+            Audience::Local,
+            now,
+            now,
+            RelayBudget::default(),
+            &mut self.body,
+        );
+        let report = self.refresher.ingest(&self.body, now, now);
         self.counts.gateway_polls += 1;
         self.counts.dropped += report.dropped.total();
         self.refresh(now);
@@ -291,10 +294,10 @@ impl SignalPath {
     }
 
     /// Hands every answer that reached the gateway by `t_ms` to the live slots, as the
-    /// request path does, and refreshes off-cycle when one did (at most once per
-    /// [`LIVE_REFRESH_MIN_INTERVAL_MS`], as the gateway's poller does).
+    /// request path does, and refreshes off-cycle when one said something new, as the
+    /// gateway's poller does (grid-score's [`Refresher::refresh_live`]: at most once per
+    /// [`grid_score::refresh::LIVE_REFRESH_MIN_INTERVAL_MS`]).
     pub fn settle(&mut self, t_ms: u64) {
-        let mut any = false;
         let mut i = 0;
         while i < self.heard.len() {
             let (at, site, heard) = self.heard[i];
@@ -303,12 +306,12 @@ impl SignalPath {
                 continue;
             }
             self.heard.swap_remove(i);
-            let Some(slot) = self.live.slot(&self.keys[site]) else {
+            let Some(slot) = self.refresher.catalog().live().slot(&self.keys[site]) else {
                 continue;
             };
             // As the gateway does, only an answer that says something new about room or
             // serving wakes a refresh; a plain answer is counted at the next one.
-            match heard {
+            let wakes = match heard {
                 Heard::Answer { flow, server_error } => {
                     slot.record_room(EPOCH_MS + at, &flow);
                     if server_error {
@@ -316,46 +319,46 @@ impl SignalPath {
                     } else {
                         slot.record_answer();
                     }
-                    any |= server_error || flow.has_room_signal();
+                    server_error || flow.has_room_signal()
                 }
                 Heard::Failed => {
                     slot.record_failure();
-                    any = true;
+                    true
                 }
-                Heard::Served { held_ms } => slot.record_served(held_ms),
-                Heard::FirstByte { ms } => slot.record_first_byte(ms),
+                Heard::Served { held_ms } => {
+                    slot.record_served(held_ms);
+                    false
+                }
+                Heard::FirstByte { ms } => {
+                    slot.record_first_byte(ms);
+                    false
+                }
+            };
+            if wakes {
+                self.refresher.wake_live();
             }
         }
-        let due = self
-            .last_live_refresh
-            .is_none_or(|last| t_ms >= last + LIVE_REFRESH_MIN_INTERVAL_MS);
-        self.unfolded |= any;
-        if self.unfolded && due {
-            let now = EPOCH_MS + t_ms;
-            self.last_live_refresh = Some(t_ms);
-            self.unfolded = false;
-            self.scorer.feed_live(&self.live, now);
-            self.table = self.scorer.refresh(now, &self.routes);
+        if let Some(view) = self.refresher.refresh_live(EPOCH_MS + t_ms) {
+            self.view = view;
         }
     }
 
     fn refresh(&mut self, now: u64) {
-        self.gateway.expire(now);
-        let report = from_store::sync(&mut self.scorer, &mut self.gateway, now);
-        self.scorer.feed_live(&self.live, now);
-        self.counts.refused_readings += report.refused.len() as u64;
+        let refreshed = self.refresher.refresh(now);
+        self.counts.refused_readings += refreshed.refused.len() as u64;
         for (i, key) in self.keys.iter().enumerate() {
             self.readings[i] = self
-                .gateway
+                .refresher
+                .store()
                 .entry(&key.site, &key.provider)
                 .and_then(|entry| from_store::reading_of(entry, now));
         }
-        self.table = self.scorer.refresh(now, &self.routes);
+        self.view = refreshed.view;
     }
 
     /// The routing table the last refresh built.
     pub fn table(&self) -> &RouteTable {
-        &self.table
+        self.view.table()
     }
 
     /// What the gateway last read for site `i`, if anything.
@@ -374,22 +377,19 @@ impl SignalPath {
     }
 }
 
-/// Frames a publication as a batch, as an operator does (metadata stamped `now`).
-fn frame(tracker: &ProviderTracker, sequence: u64, now: u64, samples: &[PublishedSample]) -> Batch {
-    let config = tracker.config();
-    let meta = BatchMeta::new(
-        config.site.as_str(),
-        config.provider.as_str(),
-        format!("uid-{}", config.site),
-        Fence::new(EPOCH_MS, sequence),
-        samples.len() as u64,
-        1,
-        now,
-    )
-    .expect("simulated names are within bounds");
-    let rows = samples
-        .iter()
-        .map(|s| Row::from_published(s).expect("published rows are valid"))
-        .collect();
-    Batch::new(meta, rows)
+/// Counts what a site machine said of the inputs just handled.
+fn drain(site: &mut Site, counts: &mut SignalCounts) {
+    while let Some(output) = site.poll() {
+        match output {
+            SiteOutput::Scraped { .. } => counts.scrapes += 1,
+            SiteOutput::Published { report, .. } => {
+                counts.batches += 1;
+                counts.dropped += report.dropped.total();
+            }
+            SiteOutput::PeerIngested { report } => counts.dropped += report.dropped.total(),
+            SiteOutput::NotPublished { error, .. } => {
+                panic!("simulated names and values are within the wire rules: {error}")
+            }
+        }
+    }
 }

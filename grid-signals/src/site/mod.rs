@@ -21,7 +21,7 @@
 //!     name: "m".into(), uid: "u1".into(), generation: 1, pool: PoolSelector::All, stale_metrics_ms: None,
 //! };
 //! let now = 1_700_000_000_000;
-//! let mut site = Site::new(config, vec![provider], now);
+//! let mut site = Site::new(config, &[provider], now);
 //! let body = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";
 //! site.handle(now, SiteInput::Scraped { provider: 0, outcome: Ok(body), latest_pass_ms: 0 });
 //! while let Some(output) = site.poll() {
@@ -70,7 +70,7 @@ pub enum Audience {
 }
 
 /// One input of [`Site::handle`].
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum SiteInput<'a> {
     /// A provider's scrape ended: its body, or why there is none.
     Scraped {
@@ -141,7 +141,7 @@ pub struct Site {
 
 impl Site {
     /// A site publishing `providers`, first known at `now` (ms since the Unix epoch).
-    pub fn new(config: SiteConfig, providers: Vec<ProviderSpec>, now: u64) -> Self {
+    pub fn new(config: SiteConfig, providers: &[ProviderSpec], now: u64) -> Self {
         let publishers = providers
             .iter()
             .map(|p| {
@@ -294,7 +294,7 @@ mod tests {
                 scrape_interval_ms: 1_000,
                 store: StoreConfig::default(),
             },
-            vec![ProviderSpec {
+            &[ProviderSpec {
                 name: "m".into(),
                 uid: format!("{name}/m"),
                 generation: 1,
