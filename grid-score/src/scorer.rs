@@ -577,8 +577,15 @@ mod tests {
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
         let snap = t.get("m").unwrap();
-        let a = snap.candidates().iter().find(|c| &**c.site() == "a").unwrap();
-        assert!((a.signal().turnover_ms - 160.0).abs() < 1.0, "learned, and shown as learned");
+        let a = snap
+            .candidates()
+            .iter()
+            .find(|c| &**c.site() == "a")
+            .unwrap();
+        assert!(
+            (a.signal().turnover_ms - 160.0).abs() < 1.0,
+            "learned, and shown as learned"
+        );
         assert!(a.headroom() == 0.0, "{}", a.headroom());
         assert_eq!(snap.path(), Some(crate::Path::Lone));
     }
@@ -662,4 +669,3 @@ mod tests {
         );
     }
 }
-
