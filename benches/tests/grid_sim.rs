@@ -5,6 +5,7 @@
 use grid_benches::routing_sim::policy::Policy;
 use grid_benches::routing_sim::scenario::Scenario;
 use grid_benches::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
+use grid_benches::routing_sim::stats::UNSERVED;
 use grid_benches::routing_sim::{SimConfig, run};
 
 const DURATION_MS: u64 = 20_000;
@@ -51,7 +52,11 @@ fn every_policy_answers_every_request_once_and_ours_overflows_no_band() {
         );
         let shares: f64 = r.summary.site_shares.iter().sum();
         assert!((shares - 1.0).abs() < 1e-9, "{name}: shares sum to 1");
-        assert!(r.summary.p50_ms <= r.summary.p99_ms && r.summary.p99_ms <= r.summary.max_ms);
+        // A percentile whose rank falls among requests never served reads UNSERVED, past
+        // every delay served (the largest of which is max_ms).
+        let served_or_unserved = |v: u64| v <= r.summary.max_ms || v == UNSERVED;
+        assert!(r.summary.p50_ms <= r.summary.p99_ms, "{name}");
+        assert!(served_or_unserved(r.summary.p99_ms), "{name}: {:?}", r.summary.p99_ms);
         assert!((0.0..=1.0).contains(&r.summary.full_share));
     }
 }
@@ -222,7 +227,7 @@ fn in_the_multi_gateway_scenario_every_request_is_answered_once_and_ours_overflo
             "{name}: one delay each that was not refused"
         );
         assert!(
-            r.summary.p99_e2e_ms > r.summary.p99_ms,
+            r.summary.p99_ms == UNSERVED || r.summary.p99_e2e_ms > r.summary.p99_ms,
             "{name}: the round trip adds to the wait"
         );
     }
