@@ -587,7 +587,7 @@ mod tests {
             "learned, and shown as learned"
         );
         assert!(a.headroom() == 0.0, "{}", a.headroom());
-        assert_eq!(snap.path(), Some(crate::Path::Lone));
+        assert_eq!(snap.path(), Some(Path::Lone));
     }
 
     #[test]

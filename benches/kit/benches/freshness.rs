@@ -12,17 +12,17 @@
 //! Design figures (issue 10): about 3 s to exclude and 2 s to rejoin locally, about 15 s
 //! more for a remote site.
 //!
-//! `cargo bench -p grid-benches --bench freshness`
+//! `cargo bench -p grid-kit --bench freshness`
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use grid_benches::clock::Stopwatch;
-use grid_benches::demo::traffic::{Rate, Tally, generate};
-use grid_benches::latency::Latencies;
-use grid_benches::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
-use grid_benches::sim_site::SimSiteConfig;
-use grid_benches::site_model::{ServiceTime, SiteConfig};
+use grid_kit::clock::Stopwatch;
+use grid_kit::demo::traffic::{Rate, Tally, generate};
+use grid_kit::latency::Latencies;
+use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
+use grid_kit::sim_site::SimSiteConfig;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
 
 const MODEL: &str = "fresh";
 const LOCAL_CYCLES: u64 = 5;

@@ -14,17 +14,17 @@
 //! Everything (generator, gateway, operator, upstream) shares this machine's cores, so the
 //! throughput ratio also charges the gateway's CPU to the generator's.
 //!
-//! `cargo bench -p grid-benches --bench overhead`
+//! `cargo bench -p grid-kit --bench overhead`
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use grid_benches::instant_upstream::InstantUpstream;
-use grid_benches::latency::Latencies;
-use grid_benches::load::{LoadClient, LoopResult, Protocol, chat_body, closed_loop};
-use grid_benches::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec};
-use grid_benches::sim_site::SimSiteConfig;
-use grid_benches::site_model::{ServiceTime, SiteConfig};
+use grid_kit::instant_upstream::InstantUpstream;
+use grid_kit::latency::Latencies;
+use grid_kit::load::{LoadClient, LoopResult, Protocol, chat_body, closed_loop};
+use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec};
+use grid_kit::sim_site::SimSiteConfig;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
 use http::Uri;
 
 const MODEL: &str = "bench";

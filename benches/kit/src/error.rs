@@ -1,44 +1,13 @@
 //! The kit's one error type.
 
-/// What the simulated world refuses: a configuration that cannot describe a site, a
-/// control outside its range, or a loopback socket that could not be opened.
+/// What the loopback kit refuses: a site model the simulator refused, a loopback socket
+/// that could not be opened, a daemon that did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A site configuration field is out of its range.
-    #[error("site config: {field} {reason}")]
-    InvalidConfig {
-        /// The offending field.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// A degrade factor outside `MIN_DEGRADE_FACTOR..=MAX_DEGRADE_FACTOR` (or not finite).
-    #[error("degrade factor {factor} outside {min}..={max}")]
-    DegradeOutOfRange {
-        /// The refused factor.
-        factor: f64,
-        /// The smallest accepted factor.
-        min: f64,
-        /// The largest accepted factor.
-        max: f64,
-    },
-    /// An endpoint index past the site's endpoints.
-    #[error("endpoint {index} does not exist (the site has {endpoints})")]
-    NoSuchEndpoint {
-        /// The refused index.
-        index: usize,
-        /// How many endpoints the site has.
-        endpoints: usize,
-    },
-    /// A flow-control band could not be provisioned, changed or removed.
-    #[error("flow-control band {priority}: {reason}")]
-    BandRefused {
-        /// The band's priority.
-        priority: i32,
-        /// Why.
-        reason: &'static str,
-    },
+    /// The simulated site model refused a configuration or a control.
+    #[error(transparent)]
+    Sim(#[from] grid_sim::Error),
     /// A loopback socket could not be bound or served.
     #[error("simulated site socket: {0}")]
     Io(#[from] std::io::Error),

@@ -25,9 +25,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::fake_epp::{EppIdentity, FakeEpp};
 use crate::sim_site::openai::{self, Api, DONE, WORDS};
-use crate::site_model::{SiteConfig, SiteModel};
+use grid_sim::fake_epp::{EppIdentity, FakeEpp};
+use grid_sim::site_model::{SiteConfig, SiteModel};
 
 /// Frames ready from the start.
 struct Frames(VecDeque<Bytes>);

@@ -1,5 +1,5 @@
-//! The whole-system kit: shared pieces of the criterion benches, the routing simulator,
-//! the simulated sites and the local-grid demo.
+//! The loopback kit: simulated sites behind real sockets, the local grid of real daemons,
+//! load generators, the demo, and the pieces of the whole-system benches.
 //!
 //! # I/O boundary
 //!
@@ -10,29 +10,20 @@
 //! # Data flow
 //!
 //! ```text
-//! site_model (slots, queues, flow-control bands, service times; time as a parameter)
-//!     |-- fake_epp: the EPP /metrics text its state would produce
-//!     |-- sim_site: a loopback OpenAI-compatible server living by the model in real time,
-//!     |             with /metrics from fake_epp and a control handle
-//!     `-- routing_sim: sites in virtual time, signals through the real grid-signals and
-//!                      grid-score paths, policies compared (the `grid-sim` binary)
+//! grid_sim::site_model --sim_site--> a loopback OpenAI-compatible server living by the
+//!                                    model in real time, /metrics from grid_sim::fake_epp
+//! pki + sim_site + the daemons' drivers --local_grid--> a whole grid on 127.0.0.1
+//! load / demo --> traffic through it, measured
 //! ```
-//!
-//! Randomness comes from [`sim_rng::SimRng`], seeded, so every run replays.
 
 pub mod clock;
 pub mod demo;
-pub mod epp_exposition;
 mod error;
-pub mod fake_epp;
 pub mod instant_upstream;
 pub mod latency;
 pub mod load;
 pub mod local_grid;
 pub mod pki;
-pub mod routing_sim;
-pub mod sim_rng;
 pub mod sim_site;
-pub mod site_model;
 
 pub use error::Error;

@@ -292,10 +292,11 @@ impl LocalGrid {
     /// (see [`LocalGrid::wait_measured`]).
     pub async fn start(spec: &GridSpec) -> Result<Self, Error> {
         if spec.sites.is_empty() {
-            return Err(Error::InvalidConfig {
+            return Err(grid_sim::Error::InvalidConfig {
                 field: "sites",
                 reason: "a grid needs at least one site",
-            });
+            }
+            .into());
         }
         let dir = tempfile::Builder::new()
             .prefix("grid-local-")

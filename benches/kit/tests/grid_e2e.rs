@@ -8,15 +8,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use grid_benches::fake_epp::EppIdentity;
-use grid_benches::load::{LoadClient, Protocol, chat_body};
-use grid_benches::local_grid::{
+use grid_kit::load::{LoadClient, Protocol, chat_body};
+use grid_kit::local_grid::{
     Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
 };
-use grid_benches::sim_site::{CapacityReaderMode, SimSiteConfig};
-use grid_benches::site_model::{ServiceTime, SiteConfig};
+use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_score::CandidateState;
 use grid_signals::epp::readiness::HYSTERESIS_SCRAPES;
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
 use http::StatusCode;
 use tokio::task::JoinSet;
 
@@ -93,7 +93,7 @@ async fn through_gateway(grid: &LocalGrid, n: usize, concurrency: usize) -> Hash
     let mut set = JoinSet::new();
     for i in 0..n {
         if set.len() >= concurrency {
-            let answer: grid_benches::load::Answer = set.join_next().await.unwrap().unwrap();
+            let answer: grid_kit::load::Answer = set.join_next().await.unwrap().unwrap();
             count(&mut counts, &answer);
         }
         let (c, uri) = (c.clone(), uri.clone());
@@ -109,7 +109,7 @@ async fn through_gateway(grid: &LocalGrid, n: usize, concurrency: usize) -> Hash
     counts
 }
 
-fn count(counts: &mut HashMap<String, usize>, answer: &grid_benches::load::Answer) {
+fn count(counts: &mut HashMap<String, usize>, answer: &grid_kit::load::Answer) {
     let key = match (&answer.site, answer.status) {
         (Some(site), StatusCode::OK) => site.clone(),
         (_, status) => format!("status:{}", status.as_u16()),
@@ -133,7 +133,7 @@ fn load_directly(grid: &LocalGrid, site: &str, n: usize) -> JoinSet<()> {
     set
 }
 
-async fn post_once(grid: &LocalGrid) -> grid_benches::load::Answer {
+async fn post_once(grid: &LocalGrid) -> grid_kit::load::Answer {
     client()
         .post_json(&grid.chat_url().parse().unwrap(), chat_body(MODEL, false))
         .await

@@ -6,19 +6,19 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use grid_benches::fake_epp::EppIdentity;
-use grid_benches::sim_site::{
+use grid_kit::sim_site::{
     CapacityReaderMode, MAX_REQUEST_BODY_BYTES, Rejection, SimSite, SimSiteConfig, SimSiteControl,
 };
-use grid_benches::sim_site::{
+use grid_kit::sim_site::{
     FLOW_BAND_HEADROOM_HEADER, FLOW_QUEUE_DURATION_HEADER, PRIORITY_HEADER,
     REQUEST_DROPPED_REASON_HEADER,
 };
-use grid_benches::site_model::{BandConfig, Priority, ServiceTime, SiteConfig};
 use grid_signals::epp::{
     PoolSelector, ProviderConfig, ProviderTracker, ReadyStatus, ScrapeInput, ScrapeTiming,
 };
 use grid_signals::exposition::parse_strict;
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{BandConfig, Priority, ServiceTime, SiteConfig};
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;

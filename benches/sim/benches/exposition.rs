@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use grid_benches::epp_exposition::epp_exposition;
 use grid_signals::exposition::{MAX_EXPOSITION_BYTES, samples};
+use grid_sim::epp_exposition::epp_exposition;
 
 /// What a parser run hands back, to check it parsed the whole input: a sample count.
 type ParseFn = fn(&str) -> Result<usize, String>;
@@ -80,7 +80,7 @@ const PARSERS: [(&str, ParseFn); 5] = [
 
 fn inputs() -> Vec<(&'static str, String)> {
     let alltypes = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/prometheus/alltypes.237mfs.prom.txt");
+        .join("../../../shared/fixtures/prometheus/alltypes.237mfs.prom.txt");
     let alltypes = std::fs::read_to_string(&alltypes)
         .unwrap_or_else(|e| panic!("{}: {e}", alltypes.display()));
     vec![
@@ -90,7 +90,7 @@ fn inputs() -> Vec<(&'static str, String)> {
 }
 
 fn output_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion-exposition")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/criterion-exposition")
 }
 
 /// Mean time per iteration, in nanoseconds, from criterion's saved estimates.

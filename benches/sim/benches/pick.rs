@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::Criterion;
-use grid_benches::clock;
 use grid_score::{
     CandidateKey, Path, Reading, RouteTable, Routes, ScoreConfig, Scorer, SplitMix64, UnitQueues,
 };
+use grid_sim::clock;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

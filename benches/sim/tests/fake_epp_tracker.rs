@@ -2,14 +2,14 @@
 //! `epp::ProviderTracker`), concludes what the model's true state is: ready endpoints,
 //! in-flight, and readiness through an outage.
 
-use grid_benches::fake_epp::{EppIdentity, FakeEpp};
-use grid_benches::sim_rng::SimRng;
-use grid_benches::site_model::{RequestSpec, SiteConfig, SiteModel};
 use grid_signals::epp::{
     PoolSelector, ProviderConfig, ProviderTracker, ReadyStatus, ScrapeInput, ScrapeTiming,
     StaleWindow,
 };
 use grid_signals::exposition::parse_strict;
+use grid_sim::fake_epp::{EppIdentity, FakeEpp};
+use grid_sim::sim_rng::SimRng;
+use grid_sim::site_model::{RequestSpec, SiteConfig, SiteModel};
 
 const T0: u64 = 1_700_000_000_000;
 

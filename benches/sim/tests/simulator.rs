@@ -2,11 +2,11 @@
 //! request is served exactly once under every policy, signals flowed through the real
 //! path without refusals, and the run is a pure function of its seed.
 
-use grid_benches::routing_sim::policy::Policy;
-use grid_benches::routing_sim::scenario::Scenario;
-use grid_benches::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
-use grid_benches::routing_sim::stats::UNSERVED;
-use grid_benches::routing_sim::{SimConfig, run};
+use grid_sim::routing_sim::policy::Policy;
+use grid_sim::routing_sim::scenario::Scenario;
+use grid_sim::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
+use grid_sim::routing_sim::stats::UNSERVED;
+use grid_sim::routing_sim::{SimConfig, run};
 
 const DURATION_MS: u64 = 20_000;
 
@@ -56,7 +56,11 @@ fn every_policy_answers_every_request_once_and_ours_overflows_no_band() {
         // every delay served (the largest of which is max_ms).
         let served_or_unserved = |v: u64| v <= r.summary.max_ms || v == UNSERVED;
         assert!(r.summary.p50_ms <= r.summary.p99_ms, "{name}");
-        assert!(served_or_unserved(r.summary.p99_ms), "{name}: {:?}", r.summary.p99_ms);
+        assert!(
+            served_or_unserved(r.summary.p99_ms),
+            "{name}: {:?}",
+            r.summary.p99_ms
+        );
         assert!((0.0..=1.0).contains(&r.summary.full_share));
     }
 }
@@ -136,7 +140,7 @@ fn the_same_seed_gives_the_same_figures_on_any_number_of_threads() {
 
 fn scenario(name: &str) -> Scenario {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scenarios")
+        .join("../scenarios")
         .join(name);
     let text = std::fs::read_to_string(&path).expect("the built-in scenario is there");
     Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -144,7 +148,7 @@ fn scenario(name: &str) -> Scenario {
 
 #[test]
 fn every_scenario_file_under_benches_scenarios_parses() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("benches/scenarios exists")
         .map(|e| {
@@ -193,7 +197,7 @@ fn the_standard_file_is_the_standard_scenario() {
 
 #[test]
 fn a_scenario_with_an_unknown_field_is_refused_with_the_field_name() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/standard.toml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/standard.toml");
     let text = std::fs::read_to_string(path).unwrap();
     let bad = text.replace("rtt_ms = 0\n", "rtt_ms = 0\nround_trip_ms = 5\n");
     let err = Scenario::parse(&bad).unwrap_err().to_string();
@@ -278,7 +282,7 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
     config.degrade.clear();
     config.bursts = None;
     let s64 = 3;
-    config.blips = vec![grid_benches::routing_sim::Blip {
+    config.blips = vec![grid_sim::routing_sim::Blip {
         site: s64,
         from_ms: 30_000,
         until_ms: 36_000,

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use grid_benches::demo::scenario::Scenario;
-use grid_benches::demo::{self, DemoConfig};
-use grid_benches::local_grid::Cadence;
+use grid_kit::demo::scenario::Scenario;
+use grid_kit::demo::{self, DemoConfig};
+use grid_kit::local_grid::Cadence;
 
 /// Flags of the local-grid demo.
 #[derive(Debug, Parser)]

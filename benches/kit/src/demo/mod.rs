@@ -28,10 +28,10 @@ use tokio::sync::watch;
 
 use crate::Error;
 use crate::clock::Stopwatch;
-use crate::fake_epp::EppIdentity;
 use crate::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
 use crate::sim_site::{CapacityReaderMode, SimSiteConfig};
-use crate::site_model::{BandConfig, ServiceTime, SiteConfig};
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{BandConfig, ServiceTime, SiteConfig};
 
 /// Requests each site's flow-control band holds per slot before it refuses new ones as
 /// `rejected-saturated` (429): a few request durations of queue.

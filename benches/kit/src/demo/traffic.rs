@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::clock::Stopwatch;
 use crate::latency::Latencies;
 use crate::load::{Answer, LoadClient, chat_body};
-use crate::sim_rng::SimRng;
+use grid_sim::sim_rng::SimRng;
 
 /// The most requests the generator keeps open; arrivals past it are counted as not sent,
 /// so a grid that stops answering cannot make the demo's memory grow without bound.

@@ -8,7 +8,7 @@
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 
-use crate::site_model::{
+use grid_sim::site_model::{
     BandSnapshot, CapacityReader, DropReason, FALLBACK_PRIORITY, Priority, SnapshotError,
 };
 

@@ -20,7 +20,7 @@
 //! # Flow control and its headers
 //!
 //! With flow control on (`queue_per_endpoint`), every request passes a priority band of
-//! the model ([`crate::site_model::bands`]). A request asks for a band with the
+//! the model ([`grid_sim::site_model::bands`]). A request asks for a band with the
 //! `x-sim-priority` header (an integer, [`PRIORITY_HEADER`]; absent is band 0; anything
 //! else is answered 400); a band that is not provisioned admits nothing and the request
 //! falls back to band 0. The site is two layers, and the EPP layer owns these response
@@ -67,16 +67,16 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::Error;
 use crate::clock::ElapsedClock;
-use crate::fake_epp::{EppIdentity, FakeEpp};
-use crate::site_model::{
-    BandSnapshot, DropReason, FailReason, FlowAdmission, Priority, Refusal, RequestId, RequestSpec,
-    SiteConfig, SiteEvent, SiteModel, bands::band_headroom,
-};
 use body::SimBody;
 use flow_headers::FlowSignal;
 pub use flow_headers::{
     CapacityReaderMode, FLOW_BAND_HEADROOM_HEADER, FLOW_QUEUE_DURATION_HEADER, PRIORITY_HEADER,
     REQUEST_DROPPED_REASON_HEADER,
+};
+use grid_sim::fake_epp::{EppIdentity, FakeEpp};
+use grid_sim::site_model::{
+    BandSnapshot, DropReason, FailReason, FlowAdmission, Priority, Refusal, RequestId, RequestSpec,
+    SiteConfig, SiteEvent, SiteModel, bands::band_headroom,
 };
 use openai::Api;
 
@@ -367,7 +367,8 @@ impl std::fmt::Debug for SimSiteControl {
 impl SimSiteControl {
     /// Every request that starts from now on takes `factor` times its service time.
     pub fn degrade(&self, factor: f64) -> Result<(), Error> {
-        self.shared.with_model(|m| m.set_degrade(factor))
+        self.shared.with_model(|m| m.set_degrade(factor))?;
+        Ok(())
     }
 
     /// Takes every endpoint away: what is running or waiting fails, new requests get 503,
@@ -387,19 +388,22 @@ impl SimSiteControl {
     /// Takes one endpoint away or brings it back.
     pub fn set_endpoint_up(&self, index: usize, up: bool) -> Result<(), Error> {
         self.shared
-            .with_model(|m| m.set_endpoint_up(m.now(), index, up))
+            .with_model(|m| m.set_endpoint_up(m.now(), index, up))?;
+        Ok(())
     }
 
     /// Provisions flow-control band `priority` or changes its capacity (`None`:
     /// unbounded), as a control plane does at runtime; the EPP's exposition and response
     /// headers see it at once.
     pub fn set_band(&self, priority: Priority, capacity: Option<usize>) -> Result<(), Error> {
-        self.shared.with_model(|m| m.set_band(priority, capacity))
+        self.shared.with_model(|m| m.set_band(priority, capacity))?;
+        Ok(())
     }
 
     /// Deprovisions an empty band (not band 0).
     pub fn remove_band(&self, priority: Priority) -> Result<(), Error> {
-        self.shared.with_model(|m| m.remove_band(priority))
+        self.shared.with_model(|m| m.remove_band(priority))?;
+        Ok(())
     }
 
     /// Band `priority` now, if provisioned.

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use grid_benches::routing_sim::policy::Policy;
-use grid_benches::routing_sim::report::{self, LoadResults};
-use grid_benches::routing_sim::run;
-use grid_benches::routing_sim::scenario::Scenario;
+use grid_sim::routing_sim::policy::Policy;
+use grid_sim::routing_sim::report::{self, LoadResults};
+use grid_sim::routing_sim::run;
+use grid_sim::routing_sim::scenario::Scenario;
 
 /// Flags of the routing simulator.
 #[derive(Debug, Parser)]
@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let path = args
         .scenario
-        .unwrap_or_else(|| manifest.join("scenarios").join("standard.toml"));
+        .unwrap_or_else(|| manifest.join("../scenarios/standard.toml"));
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut scenario =
@@ -66,10 +66,8 @@ fn main() -> anyhow::Result<()> {
         .seed
         .map_or_else(|| scenario.seeds.clone(), |s| vec![s]);
     let out = args.out.unwrap_or_else(|| {
-        manifest
-            .parent()
-            .map_or_else(|| manifest.join("target"), |root| root.join("target"))
-            .join("grid-sim")
+        // The workspace's target folder, two levels above benches/sim.
+        manifest.join("../../target/grid-sim")
     });
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let policies: Vec<Policy> = match &args.policies {
