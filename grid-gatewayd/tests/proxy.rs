@@ -1,13 +1,13 @@
 //! The gateway's HTTP surface against fake model servers on loopback: routing, headers,
 //! streaming, and every error answer that needs no signals.
 
-mod common;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::fake_model::{FakeModel, SSE_EVENTS, SSE_GAP};
-use common::{Cand, closed_port_url, get, http1_client, http2_client, post, send, start_gateway};
+use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS, SSE_GAP};
+use grid_kit::gateway_harness::{
+    Cand, closed_port_url, get, http1_client, http2_client, post, send, start_gateway,
+};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 
@@ -102,7 +102,7 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     for client in [http1_client(), http2_client()] {
         let resp = tokio::time::timeout(
-            common::EXCHANGE_TIMEOUT,
+            grid_kit::gateway_harness::EXCHANGE_TIMEOUT,
             client.request(post(&gw.url("/v1/chat/completions"), body)),
         )
         .await
@@ -115,9 +115,10 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
         let mut body = resp.into_body();
         let mut text = String::new();
         let mut first_at = None;
-        while let Some(frame) = tokio::time::timeout(common::EXCHANGE_TIMEOUT, body.frame())
-            .await
-            .unwrap()
+        while let Some(frame) =
+            tokio::time::timeout(grid_kit::gateway_harness::EXCHANGE_TIMEOUT, body.frame())
+                .await
+                .unwrap()
         {
             if let Ok(data) = frame.unwrap().into_data() {
                 first_at.get_or_insert_with(|| start.elapsed());
@@ -220,10 +221,13 @@ async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length(
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(hyper_util::client::legacy::connect::HttpConnector::new());
-    let resp = tokio::time::timeout(common::EXCHANGE_TIMEOUT, client.request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let resp = tokio::time::timeout(
+        grid_kit::gateway_harness::EXCHANGE_TIMEOUT,
+        client.request(req),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(
         up.seen().len(),

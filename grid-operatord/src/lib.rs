@@ -37,11 +37,3 @@ pub mod state;
 pub mod tls;
 
 pub use error::Error;
-
-#[cfg(test)]
-#[path = "../tests/support/pki.rs"]
-mod test_pki;
-
-#[cfg(test)]
-#[path = "../tests/support/fake_epp.rs"]
-mod test_epp;

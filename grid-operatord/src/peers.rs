@@ -194,8 +194,8 @@ mod tests {
     use rustls::RootCertStore;
 
     use super::*;
-    use crate::test_pki::Ca;
     use crate::tls::{Identity, TlsMaterial, Trust, client_config};
+    use grid_kit::pki::Ca;
 
     #[test]
     fn backoff_doubles_and_stays_within_its_jitter() {

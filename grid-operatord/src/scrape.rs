@@ -242,11 +242,11 @@ pub fn scrape_tls_config(roots: rustls::RootCertStore) -> Result<Arc<ClientConfi
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use crate::test_epp::{Behaviour, FakeEpp};
+    use grid_kit::epp_server::{Behaviour, FakeEpp};
     use grid_signals::exposition::MAX_EXPOSITION_BYTES;
 
     use super::*;
-    use crate::test_pki::Ca;
+    use grid_kit::pki::Ca;
 
     fn target(url: &str, timeout_ms: u64) -> ScrapeTarget {
         ScrapeTarget {

@@ -1,12 +1,11 @@
 //! A flood of peer connections (completed handshakes or half-open) never locks the local
 //! gateway out of the signals listener.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use grid_kit::pki::{Ca, SiteCert};
 use grid_operatord::listener::{Handler, HandlerFuture, Listener, ListenerMetrics, Timeouts};
 use grid_operatord::scrape::{ScrapeTarget, fetch};
 use grid_operatord::slots::{MAX_PEER_CONNECTIONS, ShedReason, Slots};
@@ -16,7 +15,6 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
-use support::pki::{Ca, SiteCert};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Answers with who the listener says is calling.

@@ -1,11 +1,14 @@
 //! Whole operators on loopback with real rustls and rcgen certificates: scraping fake
 //! EPPs, serving by identity, polling peers, the body cap, restarts and `/metrics`.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
+    signals_url,
+};
 use grid_operatord::config::{ConfigSource, FileConfigSource};
 use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::peers::PollOutcome;
@@ -13,11 +16,6 @@ use grid_operatord::signals::SIGNALS_CONTENT_TYPE;
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_signals::epp::ScrapeFailure;
 use grid_signals::exposition::{MAX_EXPOSITION_BYTES, SyntaxError};
-use support::fake_epp::{Behaviour, FakeEpp};
-use support::site::{
-    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
-    signals_url,
-};
 
 async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
     let config = site.config(peers, providers);
@@ -186,7 +184,7 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
     let tls = grid.client(&rogue.cert, "a", "a");
     refused(&get_signals(op.signals_addr, tls).await);
     // An expired certificate from the right CA.
-    let expired = grid.ca.mint(&support::pki::Mint {
+    let expired = grid.ca.mint(&grid_kit::pki::Mint {
         spiffe: Some("spiffe://grid.test/site/a".into()),
         expired: true,
         cn: "a",
@@ -528,7 +526,7 @@ async fn rows_a_peer_sends_for_another_site_are_dropped() {
 }
 
 /// `text` switched to pin mode, pinning each named peer to its certificate.
-fn pinned(text: &str, pins: &[(&str, &support::pki::SiteCert)]) -> String {
+fn pinned(text: &str, pins: &[(&str, &grid_kit::pki::SiteCert)]) -> String {
     let mut text = text.replace(
         "mode = \"spiffe\"\ntrustDomain = \"grid.test\"",
         "mode = \"pin\"",
@@ -589,7 +587,7 @@ async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
     })
     .await;
     // Another certificate for site b from the same CA is not the pinned one.
-    let other_b = grid.ca.site(support::site::DOMAIN, "b");
+    let other_b = grid.ca.site(grid_kit::operator_harness::DOMAIN, "b");
     refused(&get_signals(op_a.signals_addr, grid.client(&other_b, "b", "a")).await);
 }
 

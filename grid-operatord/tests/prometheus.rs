@@ -4,16 +4,16 @@
 //! query the provider series. Missing binaries fail the tests: CI must not pass without
 //! the checks.
 
-mod support;
-
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, signals_url,
+};
 use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::state::{FileStateStore, StateStore};
-use support::fake_epp::{Behaviour, FakeEpp};
-use support::site::{Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, signals_url};
 
 /// Two running operators and what they scrape; everything stops when dropped.
 struct TwoSites {

@@ -1,6 +1,8 @@
-//! A fake EPP: a small hyper server on 127.0.0.1 whose answer the test changes while it
-//! runs, counting requests and how many were in flight at once.
-#![allow(dead_code)]
+//! The fake EPP endpoint of the daemons' tests: a small hyper server on 127.0.0.1 whose
+//! answer (an EPP body such as [`grid_sim::fake_epp`] writes, a status, a hang, a delay)
+//! the test changes while it runs, counting requests and how many were in flight at once.
+//! A whole simulated site behind it is [`crate::sim_site`].
+#![allow(clippy::missing_panics_doc)] // a test fixture: every failure is the test's
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -18,11 +18,14 @@
 
 pub mod clock;
 pub mod demo;
+pub mod epp_server;
 mod error;
+pub mod gateway_harness;
 pub mod instant_upstream;
 pub mod latency;
 pub mod load;
 pub mod local_grid;
+pub mod operator_harness;
 pub mod pki;
 pub mod sim_site;
 

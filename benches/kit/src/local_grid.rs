@@ -26,7 +26,7 @@ use tempfile::TempDir;
 
 use crate::Error;
 use crate::clock::Stopwatch;
-use crate::pki::{LOOPBACK_NAME, LocalCa, SiteFiles, TRUST_DOMAIN};
+use crate::pki::{Ca, LOOPBACK_NAME, SiteFiles, TRUST_DOMAIN};
 use crate::sim_site::{SimSite, SimSiteConfig, SimSiteControl};
 
 /// The provider name every site's operator publishes its backend under.
@@ -305,7 +305,7 @@ impl LocalGrid {
                 path: std::env::temp_dir(),
                 source,
             })?;
-        let ca = LocalCa::new("grid local CA")?;
+        let ca = Ca::try_new("grid local CA")?;
         let mut files = Vec::with_capacity(spec.sites.len());
         for s in &spec.sites {
             files.push(ca.write_site(dir.path(), &s.name)?);

@@ -1,6 +1,6 @@
-//! Whole operators on loopback: a test CA, per-site certificates and configuration, and
-//! clients for a site's gateway or a peer.
-#![allow(dead_code)]
+//! Whole operators on loopback for grid-operatord's tests: a test CA, per-site
+//! certificates and configuration, and clients for a site's gateway or a peer.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the test's
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -18,7 +18,7 @@ use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
 use tempfile::TempDir;
 
-use super::pki::{Ca, SiteCert};
+use crate::pki::{Ca, SiteCert};
 
 /// The SPIFFE trust domain of every test grid.
 pub const DOMAIN: &str = "grid.test";
@@ -47,6 +47,12 @@ pub struct ProviderSpec {
     pub url: String,
     /// Per-scrape timeout in seconds.
     pub timeout_s: f64,
+}
+
+impl Default for Grid {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Grid {

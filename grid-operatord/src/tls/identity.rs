@@ -193,7 +193,7 @@ fn spiffe_site(leaf: &CertificateDer<'_>, domain: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_pki::{Ca, Mint};
+    use grid_kit::pki::{Ca, Mint};
 
     fn spiffe_trust(ca: &Ca) -> Trust {
         let mut roots = RootCertStore::empty();

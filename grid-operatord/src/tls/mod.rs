@@ -198,7 +198,7 @@ pub fn peer_identity(conn: &rustls::ServerConnection, trust: &Trust) -> Option<I
 mod tests {
     use std::time::Duration;
 
-    use crate::test_pki::{Ca, Mint, SiteCert};
+    use grid_kit::pki::{Ca, Mint, SiteCert};
     use rustls_pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};

@@ -18,8 +18,11 @@ use tokio::net::TcpListener;
 /// What the fake saw of one request.
 #[derive(Clone, Debug)]
 pub struct Seen {
+    /// The path and query it was asked for.
     pub path: String,
+    /// The request headers.
     pub headers: HeaderMap,
+    /// The request body.
     pub body: Bytes,
 }
 
@@ -30,8 +33,11 @@ pub const SSE_GAP: Duration = Duration::from_millis(150);
 /// SSE events in one streamed answer (before `[DONE]`).
 pub const SSE_EVENTS: usize = 4;
 
+/// A fake model server on 127.0.0.1 that records what it was sent.
 pub struct FakeModel {
+    /// Where it listens.
     pub addr: SocketAddr,
+    /// Its name, echoed in its answers.
     pub name: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     extra: Extra,
@@ -109,7 +115,6 @@ impl FakeModel {
 
     /// Every answer from now on carries these headers too (appended, so a name given
     /// twice is sent twice).
-    #[allow(dead_code)] // used by some of the test binaries sharing this module
     pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
         *self.extra.lock().unwrap() = headers
             .iter()
@@ -117,14 +122,17 @@ impl FakeModel {
             .collect();
     }
 
+    /// `http://` and its address.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
+    /// `https://` and its address.
     pub fn https_base_url(&self) -> String {
         format!("https://{}", self.addr)
     }
 
+    /// Every request seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }

@@ -20,19 +20,26 @@ use tokio::net::TcpListener;
 /// What the relay says about one site's provider `p`.
 #[derive(Clone, Copy, Debug)]
 pub struct SiteLoad {
+    /// `llm_d_epp_ready_endpoints`.
     pub ready_endpoints: u32,
+    /// `llm_d_epp_average_running_requests`.
     pub running_avg: f64,
+    /// `llm_d_epp_average_queue_size`.
     pub queued_avg: f64,
+    /// `llm_d_epp_average_kv_cache_utilization`.
     pub kv_mean: f64,
     /// Endpoints reporting a per-endpoint queue, and how many of them have work waiting.
     pub units: u32,
+    /// Serving units reporting a waiting queue.
     pub units_waiting: u32,
+    /// `llm_d_epp_flow_control_queue_size`.
     pub flow_held: f64,
     /// Added to every sample stamp (a large value makes the gateway drop rows as skew).
     pub stamp_offset_ms: u64,
 }
 
 impl SiteLoad {
+    /// A ready, idle site.
     pub fn idle() -> Self {
         Self {
             ready_endpoints: 2,
@@ -64,9 +71,13 @@ impl SiteLoad {
 /// One feedback POST as received.
 #[derive(Clone, Debug)]
 pub struct FeedbackSeen {
+    /// `x-grid-ingest-epoch`.
     pub epoch: String,
+    /// `x-grid-ingest-sequence`.
     pub sequence: u64,
+    /// The cumulative rejected count reported.
     pub rejected: u64,
+    /// Whether the report said clean.
     pub clean: bool,
 }
 
@@ -81,7 +92,9 @@ struct State {
     feedback: Vec<FeedbackSeen>,
 }
 
+/// A fake operator: serves a relay body built from the loads the test sets, over mTLS, and records feedback POSTs.
 pub struct FakeOperator {
+    /// Where it listens.
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
@@ -94,6 +107,7 @@ impl Drop for FakeOperator {
 }
 
 impl FakeOperator {
+    /// Starts serving with `tls` (which decides which clients it accepts).
     pub async fn start(tls: Arc<rustls::ServerConfig>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -125,10 +139,12 @@ impl FakeOperator {
         Self { addr, state, task }
     }
 
+    /// Its `https://` base URL.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
     }
 
+    /// Sets `site`'s load for the next relay.
     pub fn set(&self, site: &str, load: SiteLoad) {
         self.state
             .lock()
@@ -137,10 +153,12 @@ impl FakeOperator {
             .insert(site.to_owned(), load);
     }
 
+    /// Relay requests answered so far.
     pub fn polls(&self) -> u64 {
         self.state.lock().unwrap().polls
     }
 
+    /// Every feedback report received.
     pub fn feedback(&self) -> Vec<FeedbackSeen> {
         self.state.lock().unwrap().feedback.clone()
     }

@@ -1,10 +1,11 @@
-//! Shared test harness: certificates, fake model servers, a gateway on loopback, and a
-//! small HTTP client.
-#![allow(dead_code)]
+//! grid-gatewayd's test harness: fake model servers, a fake operator, a gateway on
+//! loopback with its certificates ([`crate::pki`]), and a small HTTP client.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the test's
 
 pub mod fake_model;
 pub mod fake_operator;
-pub mod pki;
+
+use crate::pki;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -25,24 +26,33 @@ pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One candidate of a model in a test config.
 pub struct Cand<'a> {
+    /// `grid_site`.
     pub site: &'a str,
+    /// `grid_provider`.
     pub provider: &'a str,
+    /// Its serving base URL.
     pub base_url: String,
 }
 
 /// A gateway on 127.0.0.1 with its temporary PEM files.
 pub struct Harness {
+    /// The running gateway (taken by [`Harness::shutdown`]).
     pub gateway: Option<Running>,
+    /// Where it serves.
     pub addr: SocketAddr,
+    /// Its certificates and configuration.
     pub dir: tempfile::TempDir,
-    pub pki: pki::Pki,
+    /// The CA its certificates chain to.
+    pub pki: pki::Ca,
 }
 
 impl Harness {
+    /// The gateway URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
+    /// Stops the gateway gracefully.
     pub async fn shutdown(mut self) {
         if let Some(g) = self.gateway.take() {
             tokio::time::timeout(EXCHANGE_TIMEOUT, g.shutdown())
@@ -56,7 +66,7 @@ impl Harness {
 /// the tables (e.g. `body_limit_bytes = 2048`).
 pub fn config_toml(
     dir: &std::path::Path,
-    pki: &pki::Pki,
+    pki: &pki::Ca,
     operator_url: &str,
     extra: &str,
     models: &[(&str, Vec<Cand<'_>>)],
@@ -87,7 +97,7 @@ pub fn config_toml(
 /// `operator_url` is given.
 pub async fn start_gateway(extra: &str, models: &[(&str, Vec<Cand<'_>>)]) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let pki = pki::Pki::new("test-grid-ca");
+    let pki = pki::Ca::new("test-grid-ca");
     let text = config_toml(dir.path(), &pki, "https://127.0.0.1:9", extra, models);
     let config = Config::from_toml_str(&text).unwrap();
     let gateway = driver::start(config).await.unwrap();
@@ -101,17 +111,22 @@ pub async fn start_gateway(extra: &str, models: &[(&str, Vec<Cand<'_>>)]) -> Har
 
 /// An answer read whole.
 pub struct Answer {
+    /// The status.
     pub status: StatusCode,
+    /// The headers.
     pub headers: HeaderMap,
+    /// The whole body.
     pub body: Bytes,
 }
 
 impl Answer {
+    /// The body as JSON.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
     }
 
+    /// `x-grid-site`, the site that answered.
     pub fn site(&self) -> Option<&str> {
         self.headers
             .get("x-grid-site")
@@ -127,10 +142,12 @@ impl Answer {
     }
 }
 
+/// A plain HTTP/1.1 client.
 pub fn http1_client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
+/// A plain HTTP/2 (prior knowledge) client.
 pub fn http2_client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new())
         .http2_only(true)
@@ -156,6 +173,7 @@ pub async fn send(
     .expect("exchange within the timeout")
 }
 
+/// A JSON POST to `url`.
 pub fn post(url: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
     Request::post(url)
         .header("content-type", "application/json")
@@ -163,6 +181,7 @@ pub fn post(url: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// A GET of `url`.
 pub fn get(url: &str) -> Request<Full<Bytes>> {
     Request::get(url).body(Full::new(Bytes::new())).unwrap()
 }
