@@ -17,9 +17,9 @@ pub enum Error {
         message: String,
     },
     /// A configuration value parsed but is not acceptable.
-    #[error("gateway config: `{field}` {reason}")]
+    #[error("configuration field `{field}`: {reason}")]
     ConfigField {
-        /// Dotted path of the offending field, e.g. `models[0].candidates[1].base_url`.
+        /// Dotted path of the offending field, e.g. `models[0].candidates[1].baseUrl`.
         field: String,
         /// What is wrong with it.
         reason: String,
@@ -57,4 +57,13 @@ pub enum Error {
         /// The operating system's reason.
         source: std::io::Error,
     },
+}
+
+impl From<grid_daemon::config::FieldError> for Error {
+    fn from(e: grid_daemon::config::FieldError) -> Self {
+        Self::ConfigField {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! # Request bodies are held, answers stream
 //!
-//! A request body is read into memory up to `body_limit_bytes` (413 beyond, decided
+//! A request body is read into memory up to `bodyLimitBytes` (413 beyond, decided
 //! before anything is sent upstream), scanned for its `model` field and forwarded
 //! unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
 //! one retry below. The answer is never held: its frames are passed on as they arrive,

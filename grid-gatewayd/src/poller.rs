@@ -1,16 +1,16 @@
 //! The signals loop: poll the local operator, ingest, refresh, publish, report back.
 //!
 //! One task owns the store, the scorer and the feedback reporter, so none of them needs a
-//! lock. Each cycle (every `poll_interval_ms`, only while the gateway serves):
+//! lock. Each cycle (every `operator.pollIntervalSeconds`, only while the gateway serves):
 //!
-//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `poll_timeout_ms`
+//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `operator.pollTimeoutSeconds`
 //!    and [`MAX_EXPOSITION_BYTES`];
 //! 2. ingest with the relay trusted for all sites; drops counted per reason;
 //! 3. fold the cycle into the reporter (before the refresh, so nothing can cancel it);
 //! 4. refresh and publish the new routing view atomically (also after a failed poll:
 //!    readings age out by time, and a silent operator must turn into "unmeasured");
 //! 5. when the reporter has something to send, one `POST /v1/site/signals/ingest` on its
-//!    own task, bounded by `feedback_timeout_ms`; its outcome comes back on a channel and
+//!    own task, bounded by `operator.feedbackTimeoutSeconds`; its outcome comes back on a channel and
 //!    never fails or delays a poll.
 
 use std::time::Duration;
@@ -44,7 +44,7 @@ pub const SIGNALS_PATH: &str = "/v1/site/signals";
 pub enum PollResult {
     /// A body was read and ingested.
     Ok,
-    /// The exchange exceeded `poll_timeout_ms`.
+    /// The exchange exceeded `operator.pollTimeoutSeconds`.
     Timeout,
     /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
     Transport,

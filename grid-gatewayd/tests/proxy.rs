@@ -191,7 +191,7 @@ async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length(
     let up = FakeModel::start("a").await;
     let limit = grid_gatewayd::config::MIN_BODY_LIMIT_BYTES;
     let gw = start_gateway(
-        &format!("body_limit_bytes = {limit}"),
+        &format!("bodyLimitBytes = {limit}"),
         &[("m", one("a", up.base_url()))],
     )
     .await;

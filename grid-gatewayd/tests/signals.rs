@@ -68,7 +68,10 @@ impl Grid {
         )
         .replace(
             "[operator]\n",
-            &format!("[operator]\npoll_interval_ms = {poll_ms}\n"),
+            &format!(
+                "[operator]\npollIntervalSeconds = {}\n",
+                poll_ms as f64 / 1000.0
+            ),
         );
         let gateway = driver::start(Config::from_toml_str(&text).unwrap())
             .await
@@ -261,7 +264,7 @@ async fn traffic_shifts_away_from_a_saturated_site() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_site_excluded_gives_503_with_retry_after() {
-    let grid = Grid::start("unavailable_retry_after_s = 7", true).await;
+    let grid = Grid::start("unavailableRetryAfterSeconds = 7", true).await;
     grid.measured().await;
     grid.operator.set(
         "a",
@@ -301,7 +304,7 @@ async fn every_site_excluded_gives_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shedding_on_and_every_site_full_gives_429_with_retry_after() {
-    let extra = "[availability.shedding]\nenabled = true\nfull_after_ms = 1\nroom_after_ms = 1000\nretry_after_s = 2\n";
+    let extra = "[availability.shedding]\nenabled = true\nfullAfterSeconds = 0.001\nroomAfterSeconds = 1\nretryAfterSeconds = 2\n";
     // The availability table must come after the top-level keys; config_toml puts `extra`
     // before [operator], so move it to the end.
     let grid = Grid::start_with_tail(extra).await;
@@ -421,7 +424,10 @@ impl Grid {
         )
         .replace(
             "[operator]\n",
-            &format!("[operator]\npoll_interval_ms = {POLL_MS}\n"),
+            &format!(
+                "[operator]\npollIntervalSeconds = {}\n",
+                POLL_MS as f64 / 1000.0
+            ),
         ) + tail;
         let gateway = driver::start(Config::from_toml_str(&text).unwrap())
             .await

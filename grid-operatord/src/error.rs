@@ -79,3 +79,12 @@ pub enum Error {
         declared: String,
     },
 }
+
+impl From<grid_daemon::config::FieldError> for Error {
+    fn from(e: grid_daemon::config::FieldError) -> Self {
+        Self::ConfigField {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}

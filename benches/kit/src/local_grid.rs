@@ -242,14 +242,14 @@ listen = "127.0.0.1:0"
 [operator]
 url = "https://{operator}"
 identity = "{LOOPBACK_NAME}"
-poll_interval_ms = {poll}
+pollIntervalSeconds = {poll}
 [tls]
 cert = "{cert}"
 key = "{key}"
 ca = "{ca}"
 "#,
         site = spec.sites[0].name,
-        poll = spec.cadence.gateway_poll_ms,
+        poll = seconds(spec.cadence.gateway_poll_ms),
         cert = files.cert.display(),
         key = files.key.display(),
         ca = files.ca.display(),
@@ -257,15 +257,17 @@ ca = "{ca}"
     if let Some(s) = spec.shedding {
         let _ = write!(
             text,
-            "[availability.shedding]\nenabled = true\nfull_after_ms = {}\nroom_after_ms = {}\nretry_after_s = {}\n",
-            s.full_after_ms, s.room_after_ms, s.retry_after_s
+            "[availability.shedding]\nenabled = true\nfullAfterSeconds = {}\nroomAfterSeconds = {}\nretryAfterSeconds = {}\n",
+            seconds(s.full_after_ms),
+            seconds(s.room_after_ms),
+            s.retry_after_s
         );
     }
     let _ = writeln!(text, "[[models]]\nname = \"{}\"", spec.model);
     for (site, url) in base_urls {
         let _ = writeln!(
             text,
-            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbase_url = \"{url}\""
+            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbaseUrl = \"{url}\""
         );
     }
     text

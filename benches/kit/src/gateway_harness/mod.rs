@@ -63,7 +63,7 @@ impl Harness {
 }
 
 /// Renders a gateway config for `models`, with `extra` TOML appended at top level before
-/// the tables (e.g. `body_limit_bytes = 2048`).
+/// the tables (e.g. `bodyLimitBytes = 2048`).
 pub fn config_toml(
     dir: &std::path::Path,
     pki: &pki::Ca,
@@ -85,7 +85,7 @@ pub fn config_toml(
         for c in cands {
             let _ = write!(
                 t,
-                "[[models.candidates]]\nsite = \"{}\"\nprovider = \"{}\"\nbase_url = \"{}\"\n",
+                "[[models.candidates]]\nsite = \"{}\"\nprovider = \"{}\"\nbaseUrl = \"{}\"\n",
                 c.site, c.provider, c.base_url
             );
         }
