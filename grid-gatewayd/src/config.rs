@@ -93,6 +93,8 @@ pub struct Config {
     pub operator: OperatorConfig,
     /// The gateway's own identity and trust anchors, for the operator and remote sites.
     pub tls: TlsFiles,
+    /// How the operator's certificate is trusted (`[trust]`).
+    pub trust: OperatorTrust,
     /// Availability knobs.
     pub availability: Availability,
     /// Routing knobs.
@@ -128,8 +130,27 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Its private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// The CA bundle that signs the operator's and remote sites' certificates.
-    pub ca: PathBuf,
+    /// The CA bundle that signs the operator's (unless `trust.mode = "pin"`) and remote
+    /// sites' certificates; required unless the operator is pinned and no candidate is
+    /// `https`.
+    pub ca: Option<PathBuf>,
+}
+
+/// How the gateway trusts its operator: grid-daemon's trust model, the operator's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OperatorTrust {
+    /// `ca` (the default): the operator's certificate chains to `tls.ca` and carries
+    /// `operator.identity`.
+    Ca,
+    /// `pin`: the operator presents this site's own certificate (the one in `tls.cert`,
+    /// as the operator's pin mode has it), so no CA is needed to reach it.
+    Pin,
+    /// `spiffe`: the operator's certificate chains to `tls.ca` and carries
+    /// `spiffe://<trustDomain>/site/<site>`.
+    Spiffe {
+        /// The SPIFFE trust domain.
+        trust_domain: String,
+    },
 }
 
 /// `[availability]`.
@@ -198,6 +219,7 @@ struct RawConfig {
     connect_timeout_seconds: Option<f64>,
     operator: RawOperator,
     tls: TlsFiles,
+    trust: Option<RawTrust>,
     #[serde(default)]
     availability: RawAvailability,
     #[serde(default)]
@@ -214,6 +236,13 @@ struct RawOperator {
     poll_timeout_seconds: Option<f64>,
     feedback_timeout_seconds: Option<f64>,
     replica: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTrust {
+    mode: String,
+    trust_domain: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -244,6 +273,36 @@ struct RawRouting {
 struct RawModel {
     name: String,
     candidates: Vec<Candidate>,
+}
+
+/// `[trust]`: absent is `ca`, the operator verified by chain and name.
+fn trust_of(raw: Option<RawTrust>) -> Result<OperatorTrust, Error> {
+    Ok(match raw {
+        None => OperatorTrust::Ca,
+        Some(t) => match (t.mode.as_str(), t.trust_domain) {
+            ("ca", None) => OperatorTrust::Ca,
+            ("pin", None) => OperatorTrust::Pin,
+            ("spiffe", Some(trust_domain)) => {
+                grid_daemon::config::trust_domain("trust.trustDomain", &trust_domain)?;
+                OperatorTrust::Spiffe { trust_domain }
+            }
+            ("spiffe", None) => {
+                return Err(field_err("trust.trustDomain", "required in `spiffe` mode"));
+            }
+            ("ca" | "pin", Some(_)) => {
+                return Err(field_err(
+                    "trust.trustDomain",
+                    "only applies in `spiffe` mode",
+                ));
+            }
+            (other, _) => {
+                return Err(field_err(
+                    "trust.mode",
+                    format!("`{other}` is not a trust mode; use `ca`, `pin` or `spiffe`"),
+                ));
+            }
+        },
+    })
 }
 
 /// Milliseconds of an optional `...Seconds` value within `min_ms..=max_ms`.
@@ -376,6 +435,7 @@ impl Config {
                 replica: o.replica.unwrap_or_else(|| "gateway".to_owned()),
             },
             tls: raw.tls,
+            trust: trust_of(raw.trust)?,
             availability: Availability {
                 shedding: Shedding {
                     enabled: s.enabled,
@@ -422,11 +482,10 @@ impl Config {
         })?;
         let mut config = Self::from_toml_str(&text)?;
         if let Some(dir) = path.parent() {
-            for p in [
-                &mut config.tls.cert,
-                &mut config.tls.key,
-                &mut config.tls.ca,
-            ] {
+            for p in [&mut config.tls.cert, &mut config.tls.key]
+                .into_iter()
+                .chain(config.tls.ca.as_mut())
+            {
                 if p.is_relative() {
                     *p = dir.join(&*p);
                 }
@@ -451,6 +510,21 @@ impl Config {
             MAX_RETRY_AFTER_S,
         )?;
         self.operator.validate()?;
+        let needs_ca = match &self.trust {
+            OperatorTrust::Pin => None,
+            OperatorTrust::Ca => Some("the operator is verified by chain and name"),
+            OperatorTrust::Spiffe { .. } => Some("required in `spiffe` mode"),
+        }
+        .or_else(|| {
+            self.models
+                .iter()
+                .flat_map(|m| &m.candidates)
+                .any(|c| c.base_url.starts_with("https://"))
+                .then_some("an `https` candidate is verified by chain and name")
+        });
+        if let (Some(why), None) = (needs_ca, &self.tls.ca) {
+            return Err(field_err("tls.ca", why));
+        }
         if let Some(v) = self.availability.shedding.retry_after_s {
             check_range(
                 "availability.shedding.retryAfterSeconds",
@@ -823,7 +897,45 @@ mod tests {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, MINIMAL).unwrap();
         let c = Config::load(&path).unwrap();
-        assert_eq!(c.tls.ca, dir.path().join("ca.crt"));
+        assert_eq!(c.tls.ca, Some(dir.path().join("ca.crt")));
+    }
+
+    #[test]
+    fn a_pinned_operator_needs_no_ca_unless_a_candidate_is_https() {
+        let pin = MINIMAL.replace("ca = \"ca.crt\"\n", "") + "[trust]\nmode = \"pin\"\n";
+        let c = Config::from_toml_str(&pin).unwrap();
+        assert_eq!(c.trust, OperatorTrust::Pin);
+        assert_eq!(c.tls.ca, None);
+        let https = pin.replace("http://127.0.0.1:8000", "https://site.b.example");
+        assert_eq!(refused_field(&https), "tls.ca");
+        let ca_mode = MINIMAL.replace("ca = \"ca.crt\"\n", "");
+        assert_eq!(refused_field(&ca_mode), "tls.ca");
+    }
+
+    #[test]
+    fn trust_modes_take_the_operators_spelling() {
+        let with = |t: &str| MINIMAL.to_owned() + "[trust]\n" + t;
+        let c = Config::from_toml_str(&with("mode = \"spiffe\"\ntrustDomain = \"grid.example\"\n"))
+            .unwrap();
+        assert_eq!(
+            c.trust,
+            OperatorTrust::Spiffe {
+                trust_domain: "grid.example".into()
+            }
+        );
+        assert_eq!(
+            refused_field(&with("mode = \"spiffe\"\n")),
+            "trust.trustDomain"
+        );
+        assert_eq!(
+            refused_field(&with("mode = \"pin\"\ntrustDomain = \"x\"\n")),
+            "trust.trustDomain"
+        );
+        assert_eq!(refused_field(&with("mode = \"dns\"\n")), "trust.mode");
+        assert_eq!(
+            Config::from_toml_str(MINIMAL).unwrap().trust,
+            OperatorTrust::Ca
+        );
     }
 
     #[test]

@@ -20,7 +20,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::gateway_tls::Identity;
 use crate::http_api::Api;
 use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
@@ -113,7 +112,7 @@ impl Signals {
     /// slot already holds a view (every candidate unmeasured); nothing runs until
     /// [`Signals::spawn`].
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
-        let identity = Identity::load(&config.tls)?;
+        let material = crate::trust::material(config)?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let operator_name =
             ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
@@ -123,7 +122,7 @@ impl Signals {
                 }
             })?;
         let operator = upstream::operator_client(
-            identity.client_config("operator")?,
+            crate::trust::operator_tls(config, &material)?,
             operator_name,
             connect_timeout,
         );
@@ -207,9 +206,9 @@ impl Signals {
 
 /// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
-    let identity = Identity::load(&config.tls)?;
+    let material = crate::trust::material(&config)?;
     let sites = upstream::site_client(
-        identity.client_config("sites")?,
+        crate::trust::sites_tls(&material)?,
         Duration::from_millis(config.connect_timeout_ms),
     );
     let mut registry = Registry::default();

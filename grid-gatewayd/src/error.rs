@@ -67,3 +67,19 @@ impl From<grid_daemon::config::FieldError> for Error {
         }
     }
 }
+
+impl From<grid_daemon::Error> for Error {
+    fn from(e: grid_daemon::Error) -> Self {
+        match e {
+            grid_daemon::Error::TlsMaterial { path, reason } => Self::Pem { path, reason },
+            grid_daemon::Error::Tls { context, source } => Self::Tls {
+                what: context,
+                reason: source.to_string(),
+            },
+            other => Self::Tls {
+                what: "grid-daemon",
+                reason: other.to_string(),
+            },
+        }
+    }
+}

@@ -22,13 +22,13 @@ pub mod clock;
 pub mod config;
 pub mod driver;
 mod error;
-pub mod gateway_tls;
 pub mod headers;
 pub mod http_api;
 pub mod poller;
 pub mod request_metrics;
 pub mod request_rng;
 pub mod server;
+pub mod trust;
 pub mod upstream;
 
 pub use config::Config;

@@ -4,7 +4,7 @@
 //! lock. Each cycle (every `operator.pollIntervalSeconds`, only while the gateway serves):
 //!
 //! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `operator.pollTimeoutSeconds`
-//!    and [`MAX_EXPOSITION_BYTES`];
+//!    and [`grid_signals::exposition::MAX_EXPOSITION_BYTES`];
 //! 2. ingest with the relay trusted for all sites; drops counted per reason;
 //! 3. fold the cycle into the reporter (before the refresh, so nothing can cancel it);
 //! 4. refresh and publish the new routing view atomically (also after a failed poll:
@@ -16,12 +16,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use grid_daemon::client::{Failed, read_response, within};
 use grid_feedback::reporter::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
 use grid_feedback::{Epoch, Replica};
-use grid_signals::exposition::MAX_EXPOSITION_BYTES;
+use grid_signals::epp::ScrapeFailure;
 use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
 use http::{Request, Uri};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -50,7 +51,7 @@ pub enum PollResult {
     Transport,
     /// The operator answered with a status other than 200.
     Status,
-    /// The body was larger than [`MAX_EXPOSITION_BYTES`].
+    /// The body was larger than [`grid_signals::exposition::MAX_EXPOSITION_BYTES`].
     BodyCap,
 }
 
@@ -248,12 +249,11 @@ impl Poller {
     }
 
     async fn cycle(&mut self, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
-        let fetched = tokio::time::timeout(self.config.poll_timeout, self.fetch()).await;
+        let fetched = self.fetch().await;
         let now_ms = clock::now_unix_ms();
         let (result, cycle) = match fetched {
-            Err(_) => (PollResult::Timeout, Cycle::FetchFailed),
-            Ok(Err(result)) => (result, Cycle::FetchFailed),
-            Ok(Ok((body, reference_ms))) => {
+            Err(result) => (result, Cycle::FetchFailed),
+            Ok((body, reference_ms)) => {
                 let report = match body {
                     Some(body) => {
                         self.refresher
@@ -370,31 +370,33 @@ impl Poller {
         req
     }
 
-    /// Reads one relay body: `Ok((None, _))` when it was over the cap.
-    async fn fetch(&self) -> Result<(Option<Bytes>, Option<u64>), PollResult> {
+    /// Reads one relay body over the one kept-alive operator connection, with
+    /// grid-daemon's reader (the operator's peer poller reads the same way): `Ok((None,
+    /// _))` when it was over the cap.
+    async fn fetch(&self) -> Result<(Option<Vec<u8>>, Option<u64>), PollResult> {
         let req = Request::get(operator_uri(&self.config.operator, SIGNALS_PATH))
             .body(Full::new(Bytes::new()))
             .map_err(|_| PollResult::Transport)?;
-        let resp = self.client.request(req).await.map_err(|e| {
-            tracing::debug!(error = %e, "operator unreachable");
-            PollResult::Transport
-        })?;
-        if resp.status() != http::StatusCode::OK {
-            return Err(PollResult::Status);
-        }
-        let reference_ms = resp
-            .headers()
-            .get(http::header::DATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        match Limited::new(resp.into_body(), MAX_EXPOSITION_BYTES)
-            .collect()
-            .await
-        {
-            Ok(c) => Ok((Some(c.to_bytes()), reference_ms)),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok((None, reference_ms)),
+        let attempt = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                tracing::debug!(error = %e, "operator unreachable");
+                Failed::from(ScrapeFailure::Connect)
+            })?;
+            read_response(resp).await
+        };
+        match within(self.config.poll_timeout, attempt).await {
+            Ok(fetched) => Ok((Some(fetched.body), fetched.date_ms)),
+            Err(Failed {
+                class: ScrapeFailure::BodyCap,
+                ..
+            }) => Ok((None, None)),
+            Err(Failed {
+                class: ScrapeFailure::Timeout,
+                ..
+            }) => Err(PollResult::Timeout),
+            Err(Failed {
+                status: Some(_), ..
+            }) => Err(PollResult::Status),
             Err(_) => Err(PollResult::Transport),
         }
     }

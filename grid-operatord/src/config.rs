@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::Error;
-use crate::fingerprint::Fingerprint;
+use grid_daemon::tls::Fingerprint;
 
 /// The most peers one operator polls; each holds a connection slot, and the signals
 /// listener admits at most [`crate::slots::MAX_PEER_CONNECTIONS`] of them.
@@ -572,21 +572,7 @@ fn check_name(field: &str, name: &str) -> Result<(), Error> {
 }
 
 fn check_trust_domain(domain: &str) -> Result<(), Error> {
-    let ok = !domain.is_empty()
-        && domain.len() <= 255
-        && domain.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b'_'
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(field_err(
-            "trust.trustDomain",
-            format!(
-                "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `-`, `.`, `_`)"
-            ),
-        ))
-    }
+    grid_daemon::config::trust_domain("trust.trustDomain", domain).map_err(Error::from)
 }
 
 fn parse_addr(field: &str, text: &str) -> Result<SocketAddr, Error> {

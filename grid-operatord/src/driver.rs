@@ -25,11 +25,12 @@ use crate::listener::{Listener, Timeouts};
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
 use crate::providers::{ScrapeLoop, ScrapedProvider};
-use crate::scrape::{ScrapeTarget, Scraper, scrape_tls_config};
+use crate::scrape::{Scraper, scrape_tls_config};
 use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
 use crate::state::{StateStore, start_epoch};
-use crate::tls::{self, Identity, TlsMaterial};
+use grid_daemon::client::FetchTarget;
+use grid_daemon::tls::{self, Identity, TlsMaterial};
 
 /// How often the declared signal transport mode is re-read.
 pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -112,32 +113,21 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<ScrapeTarget>, Error> {
+fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<FetchTarget>, Error> {
     config
         .providers
         .iter()
         .map(|p| {
             let tls = if p.url.scheme_str() == Some("https") {
                 let roots = match &p.ca_file {
-                    Some(path) => {
-                        let files = crate::config::TlsFiles {
-                            cert: config.tls.cert.clone(),
-                            key: config.tls.key.clone(),
-                            ca: Some(path.clone()),
-                        };
-                        TlsMaterial::load(&files)?.roots
-                    }
+                    Some(path) => tls::read_roots(path)?,
                     None => material.roots.clone(),
                 };
                 Some(scrape_tls_config(roots)?)
             } else {
                 None
             };
-            Ok(ScrapeTarget {
-                url: p.url.clone(),
-                timeout: p.timeout,
-                tls,
-            })
+            Ok(FetchTarget::new(p.url.clone(), p.timeout, tls))
         })
         .collect()
 }
@@ -150,8 +140,8 @@ pub async fn start(
     state: Arc<dyn StateStore>,
     options: Options,
 ) -> Result<Running, Error> {
-    let material = TlsMaterial::load(&config.tls)?;
-    let trust = Arc::new(tls::trust_from_config(&config, &material)?);
+    let material = crate::trust::material(&config.tls)?;
+    let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
     let server_tls = tls::server_config(&material, trust.clone())?;
     let targets = scrape_targets(&config, &material)?;
     let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
@@ -349,7 +339,7 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
 
 fn scrape_loop(
     config: &Config,
-    targets: Vec<ScrapeTarget>,
+    targets: Vec<FetchTarget>,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
 ) -> ScrapeLoop {

@@ -88,3 +88,16 @@ impl From<grid_daemon::config::FieldError> for Error {
         }
     }
 }
+
+impl From<grid_daemon::Error> for Error {
+    fn from(e: grid_daemon::Error) -> Self {
+        match e {
+            grid_daemon::Error::TlsMaterial { path, reason } => Self::TlsMaterial { path, reason },
+            grid_daemon::Error::Tls { context, source } => Self::Tls { context, source },
+            other => Self::TlsMaterial {
+                path: PathBuf::new(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}

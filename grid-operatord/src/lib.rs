@@ -25,7 +25,6 @@ pub mod config;
 pub mod driver;
 mod error;
 pub mod feedback;
-pub mod fingerprint;
 pub mod listener;
 pub mod metrics;
 pub mod peers;
@@ -34,6 +33,6 @@ pub mod scrape;
 pub mod signals;
 pub mod slots;
 pub mod state;
-pub mod tls;
+pub mod trust;
 
 pub use error::Error;

@@ -25,7 +25,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 
 use crate::slots::{HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, ShedReason, Slots};
-use crate::tls::{Identity, Trust, peer_identity};
+use grid_daemon::tls::{Identity, Trust, peer_identity};
 
 /// A response future of a [`Handler`].
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>;

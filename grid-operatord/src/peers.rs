@@ -20,8 +20,8 @@ use rustls::ClientConfig;
 
 use crate::clock;
 use crate::config::PeerConfig;
-use crate::scrape::{ScrapeTarget, fetch};
 use crate::signals::{SharedSignals, lock};
+use grid_daemon::client::{FetchTarget, fetch};
 
 /// Attempts per poll: the first and at most two retries.
 pub const MAX_POLL_ATTEMPTS: u32 = 3;
@@ -135,11 +135,11 @@ impl PeerPoller {
     /// One poll with its bounded, jittered retries; retries stop when another attempt
     /// could not finish within the poll interval.
     pub async fn poll_once(&self, rng: &mut impl Rng) -> PollOutcome {
-        let target = ScrapeTarget {
-            url: self.peer.url.clone(),
-            timeout: self.peer.timeout,
-            tls: Some(self.tls.clone()),
-        };
+        let target = FetchTarget::new(
+            self.peer.url.clone(),
+            self.peer.timeout,
+            Some(self.tls.clone()),
+        );
         let started = clock::monotonic();
         let mut last = ScrapeFailure::Connect;
         for attempt in 0..MAX_POLL_ATTEMPTS {
@@ -169,7 +169,7 @@ impl PeerPoller {
                     }
                     return PollOutcome::Ok;
                 }
-                Err(failure) => last = failure,
+                Err(failure) => last = failure.class,
             }
             let backoff = retry_backoff(attempt, rng);
             let retry_fits = started.elapsed() + backoff + self.peer.timeout <= self.interval;
@@ -194,7 +194,7 @@ mod tests {
     use rustls::RootCertStore;
 
     use super::*;
-    use crate::tls::{Identity, TlsMaterial, Trust, client_config};
+    use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config};
     use grid_kit::pki::Ca;
 
     #[test]

@@ -16,8 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::clock;
-use crate::scrape::{ScrapeTarget, Scraper};
+use crate::scrape::Scraper;
 use crate::signals::{SharedSignals, lock};
+use grid_daemon::client::FetchTarget;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScrapeLabels {
@@ -124,7 +125,7 @@ impl ScrapeMetrics {
 #[derive(Debug)]
 pub struct ScrapedProvider {
     /// Where and how to scrape.
-    pub target: ScrapeTarget,
+    pub target: FetchTarget,
     /// Its name, for labels.
     pub name: String,
 }

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::clock;
 use crate::feedback::FeedbackHandle;
 use crate::listener::{Handler, HandlerFuture};
-use crate::tls::Identity;
+use grid_daemon::tls::Identity;
 
 /// Path of the signals endpoint.
 pub const SIGNALS_PATH: &str = "/v1/site/signals";

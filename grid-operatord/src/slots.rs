@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::tls::Identity;
+use grid_daemon::tls::Identity;
 
 /// Connections the signals listener holds at once.
 pub const MAX_CONNECTIONS: usize = 256;

@@ -153,7 +153,7 @@ async fn a_peer_operator_is_polled_and_peers_see_only_the_serving_site() {
 /// With TLS 1.3 the server refuses a client certificate after the client finished its
 /// side of the handshake: the client sees the alert (`tls`) or, if the server closed
 /// first, a dropped connection (`http`). What the server counted is asserted separately.
-fn refused(result: &Result<grid_operatord::scrape::Fetched, ScrapeFailure>) {
+fn refused(result: &Result<grid_daemon::client::Fetched, ScrapeFailure>) {
     assert!(
         matches!(result, Err(ScrapeFailure::Tls | ScrapeFailure::Http)),
         "{result:?}"
@@ -532,7 +532,7 @@ fn pinned(text: &str, pins: &[(&str, &grid_kit::pki::SiteCert)]) -> String {
         "mode = \"pin\"",
     );
     for (name, cert) in pins {
-        let fp = grid_operatord::fingerprint::Fingerprint::of_der(&cert.cert);
+        let fp = grid_daemon::tls::Fingerprint::of_der(&cert.cert);
         text = text.replace(
             &format!("[[peers]]\nname = \"{name}\"\n"),
             &format!("[[peers]]\nname = \"{name}\"\nfingerprints = [\"{fp}\"]\n"),

@@ -146,11 +146,11 @@ async fn a_real_prometheus_server_scrapes_and_queries_the_operator() {
     let _server = Server(child);
     let query = |q: &'static str| async move {
         let url = format!("http://{web}/api/v1/query?query={q}");
-        let fetched = grid_operatord::scrape::fetch(&grid_operatord::scrape::ScrapeTarget {
-            url: url.parse().unwrap(),
-            timeout: std::time::Duration::from_secs(2),
-            tls: None,
-        })
+        let fetched = grid_daemon::client::fetch(&grid_daemon::client::FetchTarget::new(
+            url.parse().unwrap(),
+            std::time::Duration::from_secs(2),
+            None,
+        ))
         .await
         .ok()?;
         let v: serde_json::Value = serde_json::from_slice(&fetched.body).ok()?;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use grid_daemon::client::{FetchTarget, Fetched, fetch};
+use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config};
 use grid_operatord::config::Config;
-use grid_operatord::scrape::{Fetched, ScrapeTarget, fetch};
-use grid_operatord::tls::{Identity, TlsMaterial, Trust, client_config};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use rustls::RootCertStore;
@@ -172,12 +172,13 @@ pub async fn get_signals(
     addr: std::net::SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Fetched, grid_signals::epp::ScrapeFailure> {
-    fetch(&ScrapeTarget {
-        url: signals_url(addr).parse().unwrap(),
-        timeout: Duration::from_secs(5),
-        tls: Some(tls),
-    })
+    fetch(&FetchTarget::new(
+        signals_url(addr).parse().unwrap(),
+        Duration::from_secs(5),
+        Some(tls),
+    ))
     .await
+    .map_err(|f| f.class)
 }
 
 /// POST `/v1/site/signals/ingest` with `headers`; returns the status and response headers.
@@ -214,11 +215,11 @@ pub async fn post_ingest(
 
 /// GET `/metrics` of the operator at `addr` (plain HTTP).
 pub async fn get_metrics(addr: std::net::SocketAddr) -> String {
-    let fetched = fetch(&ScrapeTarget {
-        url: format!("http://{addr}/metrics").parse().unwrap(),
-        timeout: Duration::from_secs(5),
-        tls: None,
-    })
+    let fetched = fetch(&FetchTarget::new(
+        format!("http://{addr}/metrics").parse().unwrap(),
+        Duration::from_secs(5),
+        None,
+    ))
     .await
     .unwrap();
     String::from_utf8(fetched.body).unwrap()

@@ -63,6 +63,26 @@ pub fn name(field: &str, name: &str) -> Result<(), FieldError> {
     }
 }
 
+/// Checks a SPIFFE trust domain: lowercase letters, digits, `-`, `.`, `_`, at most 255
+/// bytes (the SPIFFE ID specification's character set).
+pub fn trust_domain(field: &str, domain: &str) -> Result<(), FieldError> {
+    let ok = !domain.is_empty()
+        && domain.len() <= 255
+        && domain.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b'_'
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!(
+                "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `-`, `.`, `_`)"
+            ),
+        ))
+    }
+}
+
 /// A duration given in seconds (fractional allowed), `default` when absent, refused
 /// outside `bounds`.
 pub fn seconds(

@@ -1,16 +1,19 @@
-//! What both grid daemons share, so each rule has one home: the configuration
-//! vocabulary both files are read with.
+//! What both grid daemons share, so each rule has one home: the trust model ([`tls`]),
+//! the client of `GET /v1/site/signals` and of EPP `/metrics` ([`client`]), and the
+//! configuration vocabulary both files are read with ([`config`]).
 //!
 //! # I/O boundary
 //!
-//! None: this crate checks values the daemons already parsed. The daemons own the files.
+//! [`tls`] reads PEM files; [`client`] opens one TCP (and TLS) connection per attempt on
+//! the caller's tokio runtime. [`config`] does no I/O. No clock is read here: deadlines
+//! are tokio timeouts the caller's runtime keeps.
 //!
 //! # Data flow
 //!
 //! ```text
-//! TOML (camelCase keys, durations in seconds, fractional allowed)
-//!     --serde--> a daemon's raw structs --config::{name, seconds, range}--> validated Config
-//!                                                      \--> FieldError naming the key
+//! PEM files --tls::TlsMaterial--> tls::Trust (pin | SPIFFE) --> server_config / client_config
+//! FetchTarget (URL, per-attempt timeout, TLS) --client::fetch--> Fetched { body <= 1 MiB, Date }
+//! TOML (camelCase, ...Seconds) --a daemon's raw structs--config::{name, seconds, range}--> Config
 //! ```
 //!
 //! ```
@@ -24,4 +27,9 @@
 //! # Ok::<(), grid_daemon::config::FieldError>(())
 //! ```
 
+pub mod client;
 pub mod config;
+mod error;
+pub mod tls;
+
+pub use error::Error;

@@ -8,7 +8,7 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::fingerprint::Fingerprint;
+use super::fingerprint::Fingerprint;
 
 /// The authorization a caller's certificate grants; it comes from the certificate only,
 /// never from a header or an address.

@@ -1,29 +1,42 @@
-//! Mutual TLS for the signals listener and the peer poller.
+//! One trust model for both daemons: PEM loading, the pin and SPIFFE verifiers, and the
+//! rustls configurations built on one crypto provider.
 //!
 //! Both trust modes end in the same place: rustls accepts a certificate only when it is
 //! trusted (pinned, or chaining to the CA, and currently valid), and [`Trust::classify`]
-//! maps the verified leaf to an [`Identity`] that decides what the caller may see.
+//! maps the verified leaf to an [`Identity`] that decides what the caller may see. The
+//! operator serves and polls its peers with it; the gateway reaches its operator with it
+//! ([`Identity::Local`]: the operator presents the site's own certificate, so in pin mode
+//! the gateway needs no CA at all). [`webpki_client`] is the other kind of client: a
+//! server verified by chain and name (an `https` EPP, a remote site, an operator reached
+//! by CA and name).
 
+mod fingerprint;
 mod identity;
 mod verify;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
 
 use crate::Error;
-use crate::config::{Config, TlsFiles, TrustMode};
 
 /// ALPN protocol both ends speak: the signals API is plain HTTP/1.1 requests.
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
 
-/// The site's certificate chain, key and (in SPIFFE mode) trust anchors.
+/// The one crypto provider every configuration is built on, made once per process.
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
+}
+
+/// The site's certificate chain, key and trust anchors.
 #[derive(Debug)]
 pub struct TlsMaterial {
     /// Leaf first.
@@ -45,22 +58,17 @@ impl Clone for TlsMaterial {
 }
 
 impl TlsMaterial {
-    /// Reads the PEM files named by the configuration.
-    pub fn load(files: &TlsFiles) -> Result<Self, Error> {
-        let chain = read_certs(&files.cert)?;
-        let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| Error::TlsMaterial {
-            path: files.key.clone(),
+    /// Reads the PEM files: the chain (leaf first), its key and, when given, a CA bundle.
+    pub fn load(cert: &Path, key: &Path, ca: Option<&Path>) -> Result<Self, Error> {
+        let chain = read_certs(cert)?;
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| Error::TlsMaterial {
+            path: key.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let mut roots = RootCertStore::empty();
-        if let Some(ca) = &files.ca {
-            for cert in read_certs(ca)? {
-                roots.add(cert).map_err(|e| Error::TlsMaterial {
-                    path: ca.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-        }
+        let roots = match ca {
+            Some(ca) => read_roots(ca)?,
+            None => RootCertStore::empty(),
+        };
         Ok(Self { chain, key, roots })
     }
 
@@ -68,6 +76,18 @@ impl TlsMaterial {
     pub fn leaf(&self) -> &CertificateDer<'static> {
         &self.chain[0]
     }
+}
+
+/// Reads a CA bundle into a root store.
+pub fn read_roots(path: &Path) -> Result<RootCertStore, Error> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(path)? {
+        roots.add(cert).map_err(|e| Error::TlsMaterial {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(roots)
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
@@ -83,57 +103,6 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
         return Err(bad("no CERTIFICATE block".into()));
     }
     Ok(certs)
-}
-
-/// Builds the trust map the configuration declares.
-pub fn trust_from_config(config: &Config, material: &TlsMaterial) -> Result<Trust, Error> {
-    match &config.trust {
-        TrustMode::Pin => Trust::pin(
-            &config.site,
-            material.leaf(),
-            config
-                .peers
-                .iter()
-                .map(|p| (p.name.clone(), p.fingerprints.clone())),
-        )
-        .map_err(|conflict| {
-            let (peer, reason) = match conflict {
-                PinConflict::OwnCertificate { peer } => {
-                    (peer, "is this site's own certificate".to_owned())
-                }
-                PinConflict::Shared { first, second } => {
-                    (second, format!("is also pinned for peer `{first}`"))
-                }
-            };
-            let i = config
-                .peers
-                .iter()
-                .position(|p| p.name == peer)
-                .unwrap_or(0);
-            Error::ConfigField {
-                field: format!("peers[{i}].fingerprints"),
-                reason,
-            }
-        }),
-        TrustMode::Spiffe { trust_domain } => {
-            if material.roots.is_empty() {
-                return Err(Error::ConfigField {
-                    field: "tls.ca".into(),
-                    reason: "spiffe mode needs at least one CA certificate".into(),
-                });
-            }
-            Ok(Trust::spiffe(
-                &config.site,
-                trust_domain,
-                config.peers.iter().map(|p| p.name.clone()),
-                material.roots.clone(),
-            ))
-        }
-    }
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// The signals listener's configuration: client certificates required, verified under the
@@ -164,7 +133,7 @@ pub fn server_config(
 }
 
 /// A client configuration that presents the site's certificate and accepts only a server
-/// that is `expected` (a peer when polling, [`Identity::Local`] for the local gateway).
+/// that is `expected` (a peer when polling, [`Identity::Local`] for the local operator).
 pub fn client_config(
     material: &TlsMaterial,
     trust: Arc<Trust>,
@@ -189,6 +158,26 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
+/// A client whose server must chain to `roots` and carry the name dialled (system roots
+/// are never used: a grid is a closed trust domain). With `identity`, it presents that
+/// certificate (a gateway toward remote sites); without, none (an `https` EPP scrape).
+pub fn webpki_client(
+    roots: RootCertStore,
+    identity: Option<&TlsMaterial>,
+    context: &'static str,
+) -> Result<ClientConfig, Error> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| Error::Tls { context, source })?
+        .with_root_certificates(roots);
+    match identity {
+        Some(m) => builder
+            .with_client_auth_cert(m.chain.clone(), m.key.clone_key())
+            .map_err(|source| Error::Tls { context, source }),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
 /// The identity of the peer on an accepted connection, from its verified certificate.
 pub fn peer_identity(conn: &rustls::ServerConnection, trust: &Trust) -> Option<Identity> {
     trust.classify(conn.peer_certificates()?.first()?)
@@ -204,7 +193,6 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::fingerprint::Fingerprint;
 
     fn material(cert: &SiteCert, ca: &Ca) -> TlsMaterial {
         let mut roots = RootCertStore::empty();
