@@ -76,13 +76,20 @@ pub struct Running {
     pub metrics: OperatorMetrics,
     /// The registry `/metrics` renders.
     pub registry: Arc<Registry>,
+    state: Arc<dyn StateStore>,
     tasks: JoinSet<Result<(), Error>>,
+}
+
+impl std::fmt::Debug for dyn StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateStore")
+    }
 }
 
 impl Running {
     /// Waits until a task ends: normally never; the mode watcher ends with
     /// [`Error::ModeChanged`] when the declared mode no longer matches.
-    pub async fn wait(mut self) -> Result<(), Error> {
+    pub async fn wait(&mut self) -> Result<(), Error> {
         match self.tasks.join_next().await {
             Some(Ok(result)) => result,
             Some(Err(e)) => Err(Error::Io {
@@ -91,6 +98,20 @@ impl Running {
             }),
             None => Ok(()),
         }
+    }
+}
+
+impl Running {
+    /// Stops the operator the way the gateway stops: every task ends (scrapes, peer
+    /// polls, the signals listener, `/metrics`, the mode watcher and the feedback writer,
+    /// whose every persisted write is atomic, so none is left half written), then the
+    /// batch fences are persisted once more, so a restart still refuses what this
+    /// process admitted.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.tasks.shutdown().await;
+        let fences = crate::signals::lock(&self.signals).export_fences();
+        let state = self.state.clone();
+        blocking(move || state.store_fences(&fences)).await
     }
 }
 
@@ -231,6 +252,7 @@ pub async fn start(
         signals,
         metrics,
         registry,
+        state,
         tasks,
     })
 }

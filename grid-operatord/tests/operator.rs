@@ -474,7 +474,7 @@ async fn a_declared_mode_change_stops_the_operator() {
         mode_check: Duration::from_millis(100),
         ..Options::default()
     };
-    let running = driver::start(config, Some(source), state, options)
+    let mut running = driver::start(config, Some(source), state, options)
         .await
         .unwrap();
     let text = std::fs::read_to_string(&path)
@@ -486,6 +486,33 @@ async fn a_declared_mode_change_stops_the_operator() {
         .unwrap();
     let err = ended.unwrap_err().to_string();
     assert!(err.contains("poll") && err.contains("gossip"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_every_task_persists_the_fences_and_frees_the_ports() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[])).unwrap();
+    let config = FileConfigSource::new(&path).load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let running = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let (signals, metrics) = (running.signals_addr, running.metrics_addr);
+    tokio::time::timeout(Duration::from_secs(5), running.shutdown())
+        .await
+        .expect("shutdown is prompt")
+        .unwrap();
+    assert!(
+        a.state_dir()
+            .join(grid_operatord::state::FENCES_FILE)
+            .exists()
+    );
+    // Both listeners are closed: their ports can be bound again.
+    for addr in [signals, metrics] {
+        std::net::TcpListener::bind(addr).unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,7 +96,7 @@
 //!
 //! The table is immutable and cheap to share; a pick never allocates, locks or reads the
 //! store. [`ScoreMetrics`] mirrors a table into gauges and counts decisions; the
-//! [`fuzzing`] module decodes arbitrary bytes into input sequences and checks the
+//! `fuzzing` module (feature `fuzzing`) decodes arbitrary bytes into input sequences and checks the
 //! invariants, for cargo-fuzz and for users who fuzz their own drivers.
 #![deny(clippy::disallowed_methods)]
 
@@ -105,6 +105,7 @@ pub mod catalog;
 mod config;
 mod error;
 pub mod from_store;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod hash;
 mod headroom;
