@@ -46,7 +46,7 @@ pub const DEFAULT_POLL_TIMEOUT_MS: u64 = 900;
 /// operator's own persist budget plus a second. The POST runs on its own task, so even a
 /// slow one never delays a poll; a shorter budget only turns slow persists into `timeout`
 /// failures.
-pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::reporter::REPORT_BUDGET.as_millis() as u64;
+pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::REPORT_BUDGET.as_millis() as u64;
 /// Default budget of one feedback POST (see [`MAX_FEEDBACK_TIMEOUT_MS`]).
 pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
 /// Longest accepted poll or feedback timeout.

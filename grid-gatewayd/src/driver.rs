@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use grid_feedback::metrics::ReporterMetrics;
-use grid_feedback::reporter::Reporter;
+use grid_feedback::{Reporter, ReporterMetrics};
 use grid_score::ScoreMetrics;
 use grid_signals::store::{IngestMetrics, StoreConfig};
 use prometheus_client::registry::Registry;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use grid_daemon::client::{Failed, read_response, within};
-use grid_feedback::reporter::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
+use grid_feedback::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
 use grid_feedback::{Epoch, Replica};
 use grid_signals::epp::ScrapeFailure;
 use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
@@ -361,7 +361,7 @@ impl Poller {
     fn feedback_request(&self, report: &grid_feedback::Report) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(Bytes::new()));
         *req.method_mut() = http::Method::POST;
-        *req.uri_mut() = operator_uri(&self.config.operator, grid_feedback::headers::INGEST_PATH);
+        *req.uri_mut() = operator_uri(&self.config.operator, grid_feedback::INGEST_PATH);
         for (name, value) in report.headers() {
             if let Ok(v) = http::HeaderValue::from_str(&value) {
                 req.headers_mut().insert(name, v);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use grid_feedback::ReceiverMetrics;
-use grid_signals::epp::publication::{
+use grid_signals::epp::{
     ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
     TTFT_P90_SECONDS,
 };

@@ -14,7 +14,7 @@ use grid_kit::local_grid::{
 };
 use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_score::CandidateState;
-use grid_signals::epp::readiness::HYSTERESIS_SCRAPES;
+use grid_signals::epp::HYSTERESIS_SCRAPES;
 use grid_sim::fake_epp::EppIdentity;
 use grid_sim::site_model::{ServiceTime, SiteConfig};
 use http::StatusCode;
