@@ -157,7 +157,7 @@ impl Error {
 }
 
 /// The closed set of reasons an ingest report is refused: the `reason` label of
-/// `grid_gateway_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
+/// `grid_operator_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RefusalReason {
     /// A version-1 header is absent (400).

@@ -126,7 +126,7 @@ pub struct ReceiverMetrics {
 
 impl ReceiverMetrics {
     /// Registers `grid_gateway_feedback_events_total{event}` and
-    /// `grid_gateway_feedback_refusals_total{reason}`, every label pre-created at 0 so a
+    /// `grid_operator_feedback_refusals_total{reason}`, every label pre-created at 0 so a
     /// dashboard sees the series before the first incident.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
@@ -146,7 +146,7 @@ impl ReceiverMetrics {
             metrics.events.clone(),
         );
         registry.register(
-            "grid_gateway_feedback_refusals",
+            "grid_operator_feedback_refusals",
             "Ingest feedback requests the operator refused, by reason",
             metrics.refusals.clone(),
         );
@@ -264,7 +264,7 @@ mod tests {
             .filter(|l| l.starts_with("grid_gateway_feedback_events_total"))
             .count();
         assert_eq!(event_lines, Event::ALL.len());
-        assert!(text.contains("grid_gateway_feedback_refusals_total{reason=\"replay\"} 0"));
+        assert!(text.contains("grid_operator_feedback_refusals_total{reason=\"replay\"} 0"));
     }
 
     #[test]

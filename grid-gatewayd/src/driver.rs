@@ -127,7 +127,7 @@ impl Signals {
         );
         let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
 
-        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid"));
+        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
         let handles = Handles {
             poll: PollMetrics::register(registry),
             ingest: IngestMetrics::register(registry),

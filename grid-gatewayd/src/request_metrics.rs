@@ -52,7 +52,7 @@ pub struct RequestMetrics {
     /// `grid_gateway_requests_total{outcome}`.
     pub requests: Family<OutcomeLabels, Counter>,
     /// `grid_gateway_retries_total{site}`. First attempts are counted by grid-score's
-    /// `grid_score_decisions_total{site,path,outcome}`.
+    /// `grid_gateway_score_decisions_total{site,path,outcome}`.
     pub retries: Family<RetryLabels, Counter>,
     /// `grid_gateway_upstream_failures_total{site,reason}`.
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,

@@ -314,7 +314,7 @@ async fn models_lists_configured_models_and_metrics_count_outcomes() {
     );
     assert!(
         text.lines()
-            .any(|l| l.starts_with("grid_score_decisions_total{")
+            .any(|l| l.starts_with("grid_gateway_score_decisions_total{")
                 && l.contains(r#"site="a""#)
                 && l.contains(r#"outcome="routed""#)),
         "{text}"
@@ -323,7 +323,7 @@ async fn models_lists_configured_models_and_metrics_count_outcomes() {
         "grid_gateway_polls_total",
         "grid_signals_ingest_dropped_total",
         "grid_signals_feedback_failures_total",
-        "grid_score_rho{",
+        "grid_gateway_score_rho{",
         "grid_gateway_model_shedding{",
     ] {
         assert!(text.contains(series), "{series} missing: {text}");

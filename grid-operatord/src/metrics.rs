@@ -131,10 +131,12 @@ impl OperatorMetrics {
             epoch.clone(),
         );
         registry.register_collector(Box::new(ProviderSeries { signals }));
+        let ingest = IngestMetrics::register(registry);
+        ingest.register_relay(registry);
         Self {
             scrapes: ScrapeMetrics::register(registry),
             polls: PollMetrics::register(registry),
-            ingest: IngestMetrics::register(registry),
+            ingest,
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
             refusals: RefusalMetrics::register(registry),

@@ -46,7 +46,8 @@ struct ReasonLabels {
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Handles to the scorer's metrics, registered under a `score` prefix (nest the registry
-/// under `grid` to get `grid_score_*`). Cloning shares the same series.
+/// under `grid_gateway`, as the gateway does, to get `grid_gateway_score_*`). Cloning shares
+/// the same series.
 #[derive(Clone, Debug)]
 pub struct ScoreMetrics {
     rho: Family<CandidateLabels, FloatGauge>,

@@ -18,9 +18,8 @@ pub struct IngestMetrics {
 }
 
 impl IngestMetrics {
-    /// Registers `grid_signals_ingest_dropped_total{reason}` and
-    /// `grid_signals_relay_dropped_providers_total` in `registry` (nest it with
-    /// `sub_registry_with_prefix` as the daemon sees fit) and returns their handles.
+    /// Registers `grid_signals_ingest_dropped_total{reason}` (the design texts' name, the
+    /// same in both daemons) in `registry` and returns the handles.
     ///
     /// Every reason starts at 0 so a dashboard sees the full set before the first drop.
     pub fn register(registry: &mut Registry) -> Self {
@@ -29,11 +28,6 @@ impl IngestMetrics {
             "grid_signals_ingest_dropped",
             "Lines of ingested signal bodies refused, by reason",
             metrics.dropped.clone(),
-        );
-        registry.register(
-            "grid_signals_relay_dropped_providers",
-            "Whole providers left out of a relay body to keep it within its budget",
-            metrics.relay_dropped_providers.clone(),
         );
         for reason in DropReason::ALL {
             metrics.dropped.get_or_create(&label(reason)).inc_by(0);
@@ -46,6 +40,16 @@ impl IngestMetrics {
         for (reason, lines) in report.dropped.iter() {
             self.dropped.get_or_create(&label(reason)).inc_by(lines);
         }
+    }
+
+    /// Registers `grid_operator_relay_dropped_providers_total`: only an operator relays,
+    /// so the series carries its process's prefix.
+    pub fn register_relay(&self, registry: &mut Registry) {
+        registry.register(
+            "grid_operator_relay_dropped_providers",
+            "Whole providers left out of a relay body to keep it within its budget",
+            self.relay_dropped_providers.clone(),
+        );
     }
 
     /// Adds providers a relay left out.
@@ -71,6 +75,7 @@ mod tests {
     fn drops_are_exported_by_reason_with_every_reason_present() {
         let mut registry = Registry::default();
         let metrics = IngestMetrics::register(&mut registry);
+        metrics.register_relay(&mut registry);
         let mut report = IngestReport::default();
         report.dropped.add(DropReason::Skew, 3);
         metrics.record(&report);
@@ -87,6 +92,6 @@ mod tests {
             );
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
-        assert!(text.contains("grid_signals_relay_dropped_providers_total 2"));
+        assert!(text.contains("grid_operator_relay_dropped_providers_total 2"));
     }
 }

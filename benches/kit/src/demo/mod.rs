@@ -269,7 +269,7 @@ impl Run<'_> {
     }
 
     /// Reads the gateway's routing decisions since the last sample (its
-    /// `grid_score_decisions_total`, so the share of traffic is what the gateway routed,
+    /// `grid_gateway_score_decisions_total`, so the share of traffic is what the gateway routed,
     /// counted when it routed it). A failed read skips the second.
     async fn sample_routing(&mut self) {
         let uri = format!("http://{}/metrics", self.grid.gateway_addr());

@@ -199,14 +199,14 @@ pub async fn generate(
 }
 
 /// The gateway's routing decisions so far, per site: the `routed` outcomes of
-/// `grid_score_decisions_total` in a `/metrics` page (Prometheus text or its `OpenMetrics` variant).
+/// `grid_gateway_score_decisions_total` in a `/metrics` page (Prometheus text or its `OpenMetrics` variant).
 /// Lines the parser refuses are skipped.
 pub fn routed_by_site(metrics: &[u8]) -> std::collections::HashMap<String, f64> {
     use grid_signals::exposition::{Line, lines};
     let mut routed = std::collections::HashMap::new();
     for line in lines(metrics).flatten() {
         let Line::Sample(s) = line else { continue };
-        if s.name != "grid_score_decisions_total"
+        if s.name != "grid_gateway_score_decisions_total"
             || !s.labels.get("outcome").is_some_and(|o| o.eq_str("routed"))
         {
             continue;
@@ -258,11 +258,11 @@ mod tests {
 
     #[test]
     fn routed_decisions_are_summed_per_site_over_paths_and_other_outcomes_ignored() {
-        let page = b"# TYPE grid_score_decisions counter\n\
-grid_score_decisions_total{site=\"a\",path=\"two_choices\",outcome=\"routed\"} 5\n\
-grid_score_decisions_total{site=\"a\",path=\"lone\",outcome=\"routed\"} 2\n\
-grid_score_decisions_total{site=\"b\",path=\"lone\",outcome=\"routed\"} 1\n\
-grid_score_decisions_total{site=\"\",path=\"\",outcome=\"shed\"} 9\n\
+        let page = b"# TYPE grid_gateway_score_decisions counter\n\
+grid_gateway_score_decisions_total{site=\"a\",path=\"two_choices\",outcome=\"routed\"} 5\n\
+grid_gateway_score_decisions_total{site=\"a\",path=\"lone\",outcome=\"routed\"} 2\n\
+grid_gateway_score_decisions_total{site=\"b\",path=\"lone\",outcome=\"routed\"} 1\n\
+grid_gateway_score_decisions_total{site=\"\",path=\"\",outcome=\"shed\"} 9\n\
 grid_gateway_polls_total{result=\"ok\"} 3\n\
 # EOF\n";
         let routed = routed_by_site(page);
