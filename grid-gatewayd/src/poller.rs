@@ -40,46 +40,26 @@ use crate::upstream::Published;
 /// Path of the operator's relay.
 pub const SIGNALS_PATH: &str = "/v1/site/signals";
 
-/// How one poll ended (the `result` label of `grid_gateway_polls_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PollResult {
-    /// A body was read and ingested.
-    Ok,
-    /// The exchange exceeded `operator.pollTimeoutSeconds`.
-    Timeout,
-    /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
-    Transport,
-    /// The operator answered with a status other than 200.
-    Status,
-    /// The body was larger than [`grid_signals::exposition::MAX_EXPOSITION_BYTES`].
-    BodyCap,
-}
-
-impl PollResult {
-    /// Every result, for pre-registering labels.
-    pub const ALL: [Self; 5] = [
-        Self::Ok,
-        Self::Timeout,
-        Self::Transport,
-        Self::Status,
-        Self::BodyCap,
-    ];
-
-    /// The metric label.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Timeout => "timeout",
-            Self::Transport => "transport",
-            Self::Status => "status",
-            Self::BodyCap => "body_cap",
-        }
+grid_signals::label_values! {
+    /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum PollResult {
+        /// A body was read and ingested.
+        Ok = "ok",
+        /// The exchange exceeded `operator.pollTimeoutSeconds`.
+        Timeout = "timeout",
+        /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
+        Transport = "transport",
+        /// The operator answered with a status other than 200.
+        Status = "status",
+        /// The body was larger than [`grid_signals::exposition::MAX_EXPOSITION_BYTES`].
+        BodyCap = "body_cap",
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    result: &'static str,
+    result: PollResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,9 +81,7 @@ impl PollMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         for r in PollResult::ALL {
-            m.polls
-                .get_or_create(&ResultLabels { result: r.as_str() })
-                .inc_by(0);
+            m.polls.get_or_create(&ResultLabels { result: r }).inc_by(0);
         }
         registry.register(
             "grid_gateway_polls",
@@ -125,11 +103,7 @@ impl PollMetrics {
 
     /// Count of polls that ended with `result`.
     pub fn polls(&self, result: PollResult) -> u64 {
-        self.polls
-            .get_or_create(&ResultLabels {
-                result: result.as_str(),
-            })
-            .get()
+        self.polls.get_or_create(&ResultLabels { result }).get()
     }
 }
 
@@ -273,9 +247,7 @@ impl Poller {
         };
         self.metrics
             .polls
-            .get_or_create(&ResultLabels {
-                result: result.as_str(),
-            })
+            .get_or_create(&ResultLabels { result })
             .inc();
         if result != PollResult::Ok {
             tracing::debug!(result = result.as_str(), "operator poll failed");

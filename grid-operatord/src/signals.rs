@@ -48,31 +48,21 @@ fn audience(caller: &Identity) -> Audience {
     }
 }
 
-/// Why the signals listener refused a request (feedback refusals are counted by
-/// grid-feedback); the label of `grid_operator_signals_refused_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Refusal {
-    /// A trusted certificate that is neither this site nor a configured peer (403).
-    Forbidden,
-    /// A path the listener does not serve (404).
-    NotFound,
-    /// A method the path does not take (405).
-    Method,
+grid_signals::label_values! {
+    /// Why the signals listener refused a request (feedback refusals are counted by
+    /// grid-feedback); the label of `grid_operator_signals_refused_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Refusal {
+        /// A trusted certificate that is neither this site nor a configured peer (403).
+        Forbidden = "forbidden",
+        /// A path the listener does not serve (404).
+        NotFound = "not_found",
+        /// A method the path does not take (405).
+        Method = "method",
+    }
 }
 
 impl Refusal {
-    /// Every reason, to pre-register label values.
-    pub const ALL: [Self; 3] = [Self::Forbidden, Self::NotFound, Self::Method];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Forbidden => "forbidden",
-            Self::NotFound => "not_found",
-            Self::Method => "method",
-        }
-    }
-
     fn status(self) -> StatusCode {
         match self {
             Self::Forbidden => StatusCode::FORBIDDEN,
@@ -82,10 +72,16 @@ impl Refusal {
     }
 }
 
+/// The label set of `grid_operator_signals_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
 /// `grid_operator_signals_refused_total{reason}`.
 #[derive(Clone, Debug, Default)]
 pub struct RefusalMetrics {
-    refused: Family<[(&'static str, &'static str); 1], Counter>,
+    refused: Family<RefusalLabels, Counter>,
 }
 
 impl RefusalMetrics {
@@ -93,7 +89,7 @@ impl RefusalMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         for r in Refusal::ALL {
-            let _ = m.refused.get_or_create(&[("reason", r.as_str())]);
+            let _ = m.refused.get_or_create(&RefusalLabels { reason: r });
         }
         registry.register(
             "grid_operator_signals_refused",
@@ -105,9 +101,7 @@ impl RefusalMetrics {
 
     /// Refusals for `reason` so far.
     pub fn count(&self, reason: Refusal) -> u64 {
-        self.refused
-            .get_or_create(&[("reason", reason.as_str())])
-            .get()
+        self.refused.get_or_create(&RefusalLabels { reason }).get()
     }
 }
 
@@ -140,7 +134,7 @@ impl SignalsService {
     fn refuse(&self, reason: Refusal) -> Response<Full<Bytes>> {
         self.refusals
             .refused
-            .get_or_create(&[("reason", reason.as_str())])
+            .get_or_create(&RefusalLabels { reason })
             .inc();
         empty(reason.status())
     }

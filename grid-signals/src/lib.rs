@@ -31,7 +31,14 @@ pub mod batch;
 pub mod epp;
 mod error;
 pub mod exposition;
+mod labels;
 pub mod site;
 pub mod store;
 
 pub use error::Error;
+
+#[doc(hidden)]
+/// What [`label_values!`] expands to, so a crate using it names no other dependency.
+pub mod __label_support {
+    pub use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+}

@@ -1,5 +1,6 @@
 //! The ingest counters a daemon exports.
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -7,7 +8,10 @@ use prometheus_client::registry::Registry;
 use super::{DropReason, IngestReport};
 
 /// Label set of `grid_signals_ingest_dropped_total`.
-type ReasonLabel = [(&'static str, &'static str); 1];
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: DropReason,
+}
 
 /// Handles to the store's metrics, registered in the daemon's registry (libraries never
 /// own one).
@@ -64,7 +68,7 @@ impl IngestMetrics {
 }
 
 fn label(reason: DropReason) -> ReasonLabel {
-    [("reason", reason.as_str())]
+    ReasonLabel { reason }
 }
 
 #[cfg(test)]
