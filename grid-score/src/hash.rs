@@ -9,7 +9,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// FNV-1a, 64-bit.
 #[derive(Clone, Copy, Debug)]
-pub struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Self {
@@ -30,10 +30,10 @@ impl Hasher for Fnv {
 }
 
 /// Builds [`Fnv`] hashers for `HashMap`.
-pub type FnvBuild = BuildHasherDefault<Fnv>;
+pub(crate) type FnvBuild = BuildHasherDefault<Fnv>;
 
 /// A `HashMap` hashed with [`Fnv`].
-pub type FnvMap<K, V> = std::collections::HashMap<K, V, FnvBuild>;
+pub(crate) type FnvMap<K, V> = std::collections::HashMap<K, V, FnvBuild>;
 
 #[cfg(test)]
 mod tests {

@@ -38,10 +38,10 @@ macro_rules! label_values {
 
         impl $name {
             /// Every value, in declaration order: what is pre-registered at 0.
-            pub const ALL: [Self; $crate::label_values!(@count $($variant)+)] = [$(Self::$variant),+];
+            $vis const ALL: [Self; $crate::label_values!(@count $($variant)+)] = [$(Self::$variant),+];
 
             /// The metric label value.
-            pub const fn as_str(self) -> &'static str {
+            $vis const fn as_str(self) -> &'static str {
                 match self {
                     $( Self::$variant => $label, )+
                 }

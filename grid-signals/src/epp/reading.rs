@@ -559,7 +559,7 @@ pub(crate) mod test_support {
     use super::SampleView;
 
     /// A sample written as `(name, labels, value)`.
-    pub struct Fake(
+    pub(crate) struct Fake(
         pub &'static str,
         pub &'static [(&'static str, &'static str)],
         pub f64,

@@ -11,10 +11,10 @@ use http_body_util::{BodyExt, Full};
 use tokio::sync::mpsc;
 
 /// The body type every simulated-site response uses.
-pub type SimBody = BoxBody<Bytes, Infallible>;
+pub(super) type SimBody = BoxBody<Bytes, Infallible>;
 
 /// A whole body.
-pub fn full(bytes: impl Into<Bytes>) -> SimBody {
+pub(super) fn full(bytes: impl Into<Bytes>) -> SimBody {
     Full::new(bytes.into()).boxed()
 }
 
@@ -40,7 +40,7 @@ impl Body for ChannelBody {
 }
 
 /// A streamed body and the sender that feeds it.
-pub fn channel() -> (mpsc::Sender<Bytes>, SimBody) {
+pub(super) fn channel() -> (mpsc::Sender<Bytes>, SimBody) {
     // A few chunks of slack: the writer paces itself by the model's times, not by this.
     let (tx, rx) = mpsc::channel(8);
     (tx, ChannelBody { rx }.boxed())
