@@ -59,15 +59,6 @@ pub enum Error {
     },
 }
 
-impl From<grid_daemon::config::FieldError> for Error {
-    fn from(e: grid_daemon::config::FieldError) -> Self {
-        Self::ConfigField {
-            field: e.field,
-            reason: e.reason,
-        }
-    }
-}
-
 impl From<grid_daemon::Error> for Error {
     fn from(e: grid_daemon::Error) -> Self {
         match e {
@@ -81,5 +72,12 @@ impl From<grid_daemon::Error> for Error {
                 reason: other.to_string(),
             },
         }
+    }
+}
+
+impl From<grid_daemon::config::FieldError> for Error {
+    fn from(e: grid_daemon::config::FieldError) -> Self {
+        let (field, reason) = (e.field, e.reason);
+        Self::ConfigField { field, reason }
     }
 }

@@ -82,10 +82,8 @@ pub enum Error {
 
 impl From<grid_daemon::config::FieldError> for Error {
     fn from(e: grid_daemon::config::FieldError) -> Self {
-        Self::ConfigField {
-            field: e.field,
-            reason: e.reason,
-        }
+        let (field, reason) = (e.field, e.reason);
+        Self::ConfigField { field, reason }
     }
 }
 
