@@ -42,14 +42,15 @@ use crate::upstream::Published;
 use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
-pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ResponseBody = BoxBody<Bytes, hyper::Error>;
 
 /// The routes that carry a `model` and are proxied.
-pub const PROXIED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
+pub(crate) const PROXIED_PATHS: [&str; 3] =
+    ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
 
 /// The request handler shared by every connection.
 #[derive(Clone)]
-pub struct Api {
+pub(crate) struct Api {
     inner: Arc<Inner>,
 }
 
@@ -91,7 +92,7 @@ fn api_error(
 impl Api {
     /// A handler over the published routing slot. `registry` is what `/metrics` encodes;
     /// it must already hold `metrics` and `score`.
-    pub fn new(
+    pub(crate) fn new(
         routes: Published,
         live_refresh: Arc<tokio::sync::Notify>,
         client: HttpClient,
@@ -114,7 +115,7 @@ impl Api {
     }
 
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
-    pub async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

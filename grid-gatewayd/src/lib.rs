@@ -16,6 +16,16 @@
 //! skew drops --Reporter--> POST /v1/site/signals/ingest
 //! ```
 
+//!
+//! # Public API
+//!
+//! [`driver::start`] with a [`Config`] gives a [`driver::Running`] (`shutdown`, its
+//! address, routing slot and metric handles). What an embedding proxy needs
+//! (`docs/embedding.md`): [`driver::Signals`] (the poller without the HTTP server),
+//! [`upstream`] (the published slot, `uri_for`, the site client), [`trust`], [`headers`],
+//! [`api_error`], [`request_rng`]. The request path and the server are private; the
+//! routing core itself is grid-score's.
+
 mod answer_timing;
 pub mod api_error;
 pub mod clock;
@@ -23,11 +33,11 @@ pub mod config;
 pub mod driver;
 mod error;
 pub mod headers;
-pub mod http_api;
+mod http_api;
 pub mod poller;
-pub mod request_metrics;
+mod request_metrics;
 pub mod request_rng;
-pub mod server;
+mod server;
 pub mod trust;
 pub mod upstream;
 

@@ -20,19 +20,28 @@
 //! local gateway --POST ingest--> grid-feedback::Receiver --persist--> 204 echo
 //! ```
 
+//!
+//! # Public API
+//!
+//! [`driver::start`] with a [`config::Config`] (from a [`config::ConfigSource`]) and a
+//! [`state::StateStore`] gives a [`driver::Running`] (`wait`, `shutdown`, its addresses,
+//! stores and metric handles). `listener`, `slots`, `peers` and `signals` stay public for
+//! the whole-operator tests that drive them on loopback; the scrape loop, the feedback
+//! writer and the trust wiring are private.
+
 pub mod clock;
 pub mod config;
 pub mod driver;
 mod error;
-pub mod feedback;
+mod feedback;
 pub mod listener;
 pub mod metrics;
 pub mod peers;
-pub mod providers;
-pub mod scrape;
+mod providers;
+mod scrape;
 pub mod signals;
 pub mod slots;
 pub mod state;
-pub mod trust;
+mod trust;
 
 pub use error::Error;

@@ -123,7 +123,7 @@ impl ScrapeMetrics {
 
 /// One scraped provider.
 #[derive(Debug)]
-pub struct ScrapedProvider {
+pub(crate) struct ScrapedProvider {
     /// Where and how to scrape.
     pub target: FetchTarget,
     /// Its name, for labels.
@@ -132,7 +132,7 @@ pub struct ScrapedProvider {
 
 /// The scrape loop.
 #[derive(Debug)]
-pub struct ScrapeLoop {
+pub(crate) struct ScrapeLoop {
     /// Every provider.
     pub providers: Vec<ScrapedProvider>,
     /// The shared concurrency bound.
@@ -150,7 +150,7 @@ pub struct ScrapeLoop {
 impl ScrapeLoop {
     /// Scrapes at the interval forever. A pass that runs long delays the next one rather
     /// than overlapping it, and its duration widens the readiness floor.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         for p in &self.providers {
             self.metrics.add_provider(&p.name);
         }

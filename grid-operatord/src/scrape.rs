@@ -9,11 +9,11 @@ use rustls::ClientConfig;
 use tokio::sync::Semaphore;
 
 /// The most scrapes in flight at once, across all providers (the spec's bound of 16).
-pub const MAX_CONCURRENT_SCRAPES: usize = 16;
+pub(crate) const MAX_CONCURRENT_SCRAPES: usize = 16;
 
 /// Scrapes with a shared concurrency bound.
 #[derive(Clone, Debug)]
-pub struct Scraper {
+pub(crate) struct Scraper {
     permits: Arc<Semaphore>,
 }
 
@@ -25,20 +25,15 @@ impl Default for Scraper {
 
 impl Scraper {
     /// A scraper allowing [`MAX_CONCURRENT_SCRAPES`] at once.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             permits: Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES)),
         }
     }
 
-    /// Scrapes in flight right now.
-    pub fn in_flight(&self) -> usize {
-        MAX_CONCURRENT_SCRAPES - self.permits.available_permits()
-    }
-
     /// Fetches the target's body, waiting for a permit first; the timeout starts once the
     /// permit is held, so waiting behind slow providers is not charged to this one.
-    pub async fn scrape(&self, target: &FetchTarget) -> Result<Vec<u8>, ScrapeFailure> {
+    pub(crate) async fn scrape(&self, target: &FetchTarget) -> Result<Vec<u8>, ScrapeFailure> {
         let _permit = self
             .permits
             .acquire()
@@ -50,7 +45,9 @@ impl Scraper {
 
 /// TLS settings for `https` EPP scrapes: the server certificate must chain to `roots` and
 /// name the URL's host. No client certificate is presented.
-pub fn scrape_tls_config(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, crate::Error> {
+pub(crate) fn scrape_tls_config(
+    roots: rustls::RootCertStore,
+) -> Result<Arc<ClientConfig>, crate::Error> {
     Ok(Arc::new(grid_daemon::tls::webpki_client(
         roots,
         None,

@@ -7,7 +7,7 @@ use crate::Error;
 use crate::config::{Config, TlsFiles, TrustMode};
 
 /// Reads the PEM files the configuration names.
-pub fn material(files: &TlsFiles) -> Result<TlsMaterial, Error> {
+pub(crate) fn material(files: &TlsFiles) -> Result<TlsMaterial, Error> {
     Ok(TlsMaterial::load(
         &files.cert,
         &files.key,
@@ -16,7 +16,7 @@ pub fn material(files: &TlsFiles) -> Result<TlsMaterial, Error> {
 }
 
 /// Builds the trust map the configuration declares.
-pub fn trust_from_config(config: &Config, material: &TlsMaterial) -> Result<Trust, Error> {
+pub(crate) fn trust_from_config(config: &Config, material: &TlsMaterial) -> Result<Trust, Error> {
     match &config.trust {
         TrustMode::Pin => Trust::pin(
             &config.site,
