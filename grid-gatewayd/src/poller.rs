@@ -141,6 +141,9 @@ pub struct Poller {
     metrics: PollMetrics,
     started: std::time::Instant,
     live_refresh: std::sync::Arc<tokio::sync::Notify>,
+    /// The previous poll's result: a change is logged above debug, so a gateway that
+    /// never reaches its operator says so at the default level.
+    last_result: Option<PollResult>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -183,6 +186,7 @@ impl Poller {
             metrics,
             started: clock::monotonic(),
             live_refresh,
+            last_result: None,
         }
     }
 
@@ -249,9 +253,7 @@ impl Poller {
             .polls
             .get_or_create(&ResultLabels { result })
             .inc();
-        if result != PollResult::Ok {
-            tracing::debug!(result = result.as_str(), "operator poll failed");
-        }
+        self.log_change(result);
         let mono = self.mono_ms();
         self.reporter.handle(mono, ReporterInput::Cycle(cycle));
         self.publish(now_ms);
@@ -279,6 +281,22 @@ impl Poller {
                 };
                 let _ = done.send((tx.exchange, delivery)).await;
             });
+        }
+    }
+
+    /// Logs a poll result at the level [`log_level`] gives it.
+    fn log_change(&mut self, result: PollResult) {
+        let previous = self.last_result.replace(result);
+        let operator = &self.config.operator;
+        match log_level(previous, result) {
+            Some(tracing::Level::WARN) => tracing::warn!(
+                %operator,
+                result = result.as_str(),
+                "operator poll failed; every site ranks as unmeasured until one succeeds"
+            ),
+            Some(tracing::Level::INFO) => tracing::info!(%operator, "operator polls succeed again"),
+            Some(_) => tracing::debug!(result = result.as_str(), "operator poll failed"),
+            None => {}
         }
     }
 
@@ -374,6 +392,19 @@ impl Poller {
     }
 }
 
+/// How loudly a poll result is logged after `previous`: a new failure at warn (a gateway
+/// that never reaches its operator says so at the default level), a recovery at info, a
+/// repeated failure at debug only (a down operator does not flood the log), a repeated
+/// success not at all.
+fn log_level(previous: Option<PollResult>, result: PollResult) -> Option<tracing::Level> {
+    match (previous, result) {
+        (Some(PollResult::Ok) | None, PollResult::Ok) => None,
+        (Some(_), PollResult::Ok) => Some(tracing::Level::INFO),
+        (Some(p), r) if p == r => Some(tracing::Level::DEBUG),
+        _ => Some(tracing::Level::WARN),
+    }
+}
+
 async fn until_stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -409,6 +440,26 @@ mod tests {
             operator_uri(&base, SIGNALS_PATH),
             "https://127.0.0.1:9443/v1/site/signals"
         );
+    }
+
+    #[test]
+    fn a_new_failure_warns_a_repeated_one_whispers_and_a_recovery_is_told() {
+        use tracing::Level;
+        assert_eq!(log_level(None, PollResult::Ok), None);
+        assert_eq!(log_level(None, PollResult::Transport), Some(Level::WARN));
+        assert_eq!(
+            log_level(Some(PollResult::Transport), PollResult::Transport),
+            Some(Level::DEBUG)
+        );
+        assert_eq!(
+            log_level(Some(PollResult::Transport), PollResult::Timeout),
+            Some(Level::WARN)
+        );
+        assert_eq!(
+            log_level(Some(PollResult::Timeout), PollResult::Ok),
+            Some(Level::INFO)
+        );
+        assert_eq!(log_level(Some(PollResult::Ok), PollResult::Ok), None);
     }
 
     #[test]
