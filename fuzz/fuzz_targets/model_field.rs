@@ -6,7 +6,7 @@
 //! prefix cut of an accepted one (the object left unclosed) is never accepted.
 #![no_main]
 
-use grid_gatewayd::model_field::{MAX_MODEL_NAME_BYTES, find_model};
+use grid_score::model_field::{MAX_MODEL_NAME_BYTES, find_model};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|body: &[u8]| {

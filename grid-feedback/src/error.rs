@@ -156,91 +156,49 @@ impl Error {
     }
 }
 
-/// The closed set of reasons an ingest report is refused: the `reason` label of
-/// `grid_gateway_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RefusalReason {
-    /// A version-1 header is absent (400).
-    MissingHeader,
-    /// A header appears more than once (400).
-    RepeatedHeader,
-    /// A header value is over its field's length limit (400).
-    OversizedHeader,
-    /// A header value has the wrong syntax (400).
-    MalformedHeader,
-    /// The version header names another version (400).
-    UnsupportedVersion,
-    /// An `x-grid-ingest-*` header version 1 does not define (400).
-    UnknownHeader,
-    /// Clean claimed at the maximum sequence or counter (400).
-    TerminalClean,
-    /// The request had a body (413).
-    NonemptyBody,
-    /// A peer's certificate, not the site's own (403).
-    Unauthorized,
-    /// An older sequence than the accepted one (409).
-    Replay,
-    /// The accepted sequence with different content (409).
-    ChangedDuplicate,
-    /// A newer sequence with a smaller counter (409).
-    DecreasingCounter,
-    /// No persisted reporter slot is free (503).
-    Overflow,
-    /// The writer's queue is full (503).
-    Busy,
-    /// The ingest budget ran out (503).
-    Deadline,
-    /// Every write attempt lost a resource-version race (503).
-    ConflictExhausted,
-    /// The write failed or was not verified (503).
-    WriteFailure,
+grid_signals::label_values! {
+    /// The closed set of reasons an ingest report is refused: the `reason` label of
+    /// `grid_operator_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum RefusalReason {
+        /// A version-1 header is absent (400).
+        MissingHeader = "missing_header",
+        /// A header appears more than once (400).
+        RepeatedHeader = "repeated_header",
+        /// A header value is over its field's length limit (400).
+        OversizedHeader = "oversized_header",
+        /// A header value has the wrong syntax (400).
+        MalformedHeader = "malformed_header",
+        /// The version header names another version (400).
+        UnsupportedVersion = "unsupported_version",
+        /// An `x-grid-ingest-*` header version 1 does not define (400).
+        UnknownHeader = "unknown_header",
+        /// Clean claimed at the maximum sequence or counter (400).
+        TerminalClean = "terminal_clean",
+        /// The request had a body (413).
+        NonemptyBody = "nonempty_body",
+        /// A peer's certificate, not the site's own (403).
+        Unauthorized = "unauthorized",
+        /// An older sequence than the accepted one (409).
+        Replay = "replay",
+        /// The accepted sequence with different content (409).
+        ChangedDuplicate = "changed_duplicate",
+        /// A newer sequence with a smaller counter (409).
+        DecreasingCounter = "decreasing_counter",
+        /// No persisted reporter slot is free (503).
+        Overflow = "overflow",
+        /// The writer's queue is full (503).
+        Busy = "busy",
+        /// The ingest budget ran out (503).
+        Deadline = "deadline",
+        /// Every write attempt lost a resource-version race (503).
+        ConflictExhausted = "conflict_exhausted",
+        /// The write failed or was not verified (503).
+        WriteFailure = "write_failure",
+    }
 }
 
 impl RefusalReason {
-    /// Every reason, for pre-registering metric labels and for exhaustive tests.
-    pub const ALL: [Self; 17] = [
-        Self::MissingHeader,
-        Self::RepeatedHeader,
-        Self::OversizedHeader,
-        Self::MalformedHeader,
-        Self::UnsupportedVersion,
-        Self::UnknownHeader,
-        Self::TerminalClean,
-        Self::NonemptyBody,
-        Self::Unauthorized,
-        Self::Replay,
-        Self::ChangedDuplicate,
-        Self::DecreasingCounter,
-        Self::Overflow,
-        Self::Busy,
-        Self::Deadline,
-        Self::ConflictExhausted,
-        Self::WriteFailure,
-    ];
-
-    /// The metric label and `x-grid-ingest-refusal` header value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MissingHeader => "missing_header",
-            Self::RepeatedHeader => "repeated_header",
-            Self::OversizedHeader => "oversized_header",
-            Self::MalformedHeader => "malformed_header",
-            Self::UnsupportedVersion => "unsupported_version",
-            Self::UnknownHeader => "unknown_header",
-            Self::TerminalClean => "terminal_clean",
-            Self::NonemptyBody => "nonempty_body",
-            Self::Unauthorized => "unauthorized",
-            Self::Replay => "replay",
-            Self::ChangedDuplicate => "changed_duplicate",
-            Self::DecreasingCounter => "decreasing_counter",
-            Self::Overflow => "overflow",
-            Self::Busy => "busy",
-            Self::Deadline => "deadline",
-            Self::ConflictExhausted => "conflict_exhausted",
-            Self::WriteFailure => "write_failure",
-        }
-    }
-
     /// The HTTP status the operator answers with. 4xx means "this request will never be
     /// accepted as sent"; 503 means "not stored now, keep the evidence and retry".
     pub fn status(self) -> u16 {

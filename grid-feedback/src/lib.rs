@@ -27,19 +27,23 @@ mod ack;
 mod condition;
 mod epoch;
 mod error;
-pub mod headers;
-pub mod metrics;
-pub mod receiver;
+mod headers;
+mod metrics;
+mod receiver;
 mod replica;
 mod report;
-pub mod reporter;
+mod reporter;
 mod state;
 
 pub use ack::Ack;
 pub use condition::{CONDITION_TYPE, Condition, ConditionReason, ConditionStatus};
 pub use epoch::Epoch;
 pub use error::{Error, RefusalReason};
-pub use headers::HEADER_REFUSAL;
+pub use headers::{
+    EPOCH_HEX_LEN, HEADER_CLEAN, HEADER_EPOCH, HEADER_PREFIX, HEADER_REFUSAL, HEADER_REJECTED,
+    HEADER_REPLICA, HEADER_SEQUENCE, HEADER_VERSION, INGEST_METHOD, INGEST_PATH, MAX_CLEAN_LEN,
+    MAX_DECIMAL_LEN, MAX_REPLICA_LEN, MAX_REPORTED_NAME_BYTES, WIRE_VERSION,
+};
 pub use metrics::{Event, FailureReason, ReceiverMetrics, ReporterMetrics};
 pub use receiver::{
     Caller, HeaderList, INGEST_BUDGET, MAX_QUEUED_REQUESTS, MAX_REPORTERS, MAX_WRITE_ATTEMPTS,

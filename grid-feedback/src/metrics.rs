@@ -4,117 +4,60 @@
 //! Labels come only from the closed enums here: never a reporter identity, a header value
 //! or an error string.
 
-use std::fmt::Write as _;
-
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use crate::RefusalReason;
 
-/// What happened while the operator tried to store feedback: the `event` label of
-/// `grid_gateway_feedback_events_total`, exactly this closed set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Event {
-    /// One Kubernetes 409 resource-version race.
-    Conflict,
-    /// All [`crate::MAX_WRITE_ATTEMPTS`] attempts lost a race.
-    ConflictExhausted,
-    /// Persisted reporter capacity refused a new identity.
-    Overflow,
-    /// A caller other than the site's own certificate submitted feedback.
-    Unauthorized,
-    /// Any other write error, or a storage response that could not be verified.
-    WriteFailure,
-}
-
-impl Event {
-    /// Every event, for pre-registering labels.
-    pub const ALL: [Self; 5] = [
-        Self::Conflict,
-        Self::ConflictExhausted,
-        Self::Overflow,
-        Self::Unauthorized,
-        Self::WriteFailure,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Conflict => "conflict",
-            Self::ConflictExhausted => "conflict_exhausted",
-            Self::Overflow => "overflow",
-            Self::Unauthorized => "unauthorized",
-            Self::WriteFailure => "write_failure",
-        }
+grid_signals::label_values! {
+    /// What happened while the operator tried to store feedback: the `event` label of
+    /// `grid_gateway_feedback_events_total`, exactly this closed set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Event {
+        /// One Kubernetes 409 resource-version race.
+        Conflict = "conflict",
+        /// All [`crate::MAX_WRITE_ATTEMPTS`] attempts lost a race.
+        ConflictExhausted = "conflict_exhausted",
+        /// Persisted reporter capacity refused a new identity.
+        Overflow = "overflow",
+        /// A caller other than the site's own certificate submitted feedback.
+        Unauthorized = "unauthorized",
+        /// Any other write error, or a storage response that could not be verified.
+        WriteFailure = "write_failure",
     }
 }
 
-/// Why one delivery attempt failed: the `reason` label of
-/// `grid_signals_feedback_failures_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FailureReason {
-    /// The exchange budget ([`crate::REPORT_BUDGET`]) expired.
-    Timeout,
-    /// Connection, authentication or HTTP-level error.
-    Transport,
-    /// A response other than 204 (an older operator refusing the route lands here).
-    Status,
-    /// A 204 whose echo is missing, repeated or names another report.
-    Acknowledgment,
-}
-
-impl FailureReason {
-    /// Every reason, for pre-registering labels.
-    pub const ALL: [Self; 4] = [
-        Self::Timeout,
-        Self::Transport,
-        Self::Status,
-        Self::Acknowledgment,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Timeout => "timeout",
-            Self::Transport => "transport",
-            Self::Status => "status",
-            Self::Acknowledgment => "acknowledgment",
-        }
+grid_signals::label_values! {
+    /// Why one delivery attempt failed: the `reason` label of
+    /// `grid_signals_feedback_failures_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FailureReason {
+        /// The exchange budget ([`crate::REPORT_BUDGET`]) expired.
+        Timeout = "timeout",
+        /// Connection, authentication or HTTP-level error.
+        Transport = "transport",
+        /// A response other than 204 (an older operator refusing the route lands here).
+        Status = "status",
+        /// A 204 whose echo is missing, repeated or names another report.
+        Acknowledgment = "acknowledgment",
     }
 }
-
-/// A closed enum rendered through its `as_str`, so labels and docs cannot drift apart.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Label<T>(T);
-
-macro_rules! label_value {
-    ($t:ty) => {
-        impl EncodeLabelValue for Label<$t> {
-            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-                encoder.write_str(self.0.as_str())
-            }
-        }
-    };
-}
-label_value!(Event);
-label_value!(FailureReason);
-label_value!(RefusalReason);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct EventLabels {
-    event: Label<Event>,
+    event: Event,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefusalLabels {
-    reason: Label<RefusalReason>,
+    reason: RefusalReason,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct FailureLabels {
-    reason: Label<FailureReason>,
+    reason: FailureReason,
 }
 
 /// The operator side's handles.
@@ -126,19 +69,15 @@ pub struct ReceiverMetrics {
 
 impl ReceiverMetrics {
     /// Registers `grid_gateway_feedback_events_total{event}` and
-    /// `grid_gateway_feedback_refusals_total{reason}`, every label pre-created at 0 so a
+    /// `grid_operator_feedback_refusals_total{reason}`, every label pre-created at 0 so a
     /// dashboard sees the series before the first incident.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         for event in Event::ALL {
-            drop(metrics.events.get_or_create(&EventLabels {
-                event: Label(event),
-            }));
+            drop(metrics.events.get_or_create(&EventLabels { event }));
         }
         for reason in RefusalReason::ALL {
-            drop(metrics.refusals.get_or_create(&RefusalLabels {
-                reason: Label(reason),
-            }));
+            drop(metrics.refusals.get_or_create(&RefusalLabels { reason }));
         }
         registry.register(
             "grid_gateway_feedback_events",
@@ -146,7 +85,7 @@ impl ReceiverMetrics {
             metrics.events.clone(),
         );
         registry.register(
-            "grid_gateway_feedback_refusals",
+            "grid_operator_feedback_refusals",
             "Ingest feedback requests the operator refused, by reason",
             metrics.refusals.clone(),
         );
@@ -154,37 +93,21 @@ impl ReceiverMetrics {
     }
 
     pub(crate) fn event(&self, event: Event) {
-        self.events
-            .get_or_create(&EventLabels {
-                event: Label(event),
-            })
-            .inc();
+        self.events.get_or_create(&EventLabels { event }).inc();
     }
 
     pub(crate) fn refusal(&self, reason: RefusalReason) {
-        self.refusals
-            .get_or_create(&RefusalLabels {
-                reason: Label(reason),
-            })
-            .inc();
+        self.refusals.get_or_create(&RefusalLabels { reason }).inc();
     }
 
     /// How many times `event` was counted; for tests and the daemon's self-checks.
     pub fn event_count(&self, event: Event) -> u64 {
-        self.events
-            .get_or_create(&EventLabels {
-                event: Label(event),
-            })
-            .get()
+        self.events.get_or_create(&EventLabels { event }).get()
     }
 
     /// How many requests were refused for `reason`.
     pub fn refusal_count(&self, reason: RefusalReason) -> u64 {
-        self.refusals
-            .get_or_create(&RefusalLabels {
-                reason: Label(reason),
-            })
-            .get()
+        self.refusals.get_or_create(&RefusalLabels { reason }).get()
     }
 }
 
@@ -199,9 +122,7 @@ impl ReporterMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         for reason in FailureReason::ALL {
-            drop(metrics.failures.get_or_create(&FailureLabels {
-                reason: Label(reason),
-            }));
+            drop(metrics.failures.get_or_create(&FailureLabels { reason }));
         }
         registry.register(
             "grid_signals_feedback_failures",
@@ -212,20 +133,12 @@ impl ReporterMetrics {
     }
 
     pub(crate) fn failure(&self, reason: FailureReason) {
-        self.failures
-            .get_or_create(&FailureLabels {
-                reason: Label(reason),
-            })
-            .inc();
+        self.failures.get_or_create(&FailureLabels { reason }).inc();
     }
 
     /// How many deliveries failed for `reason`.
     pub fn failure_count(&self, reason: FailureReason) -> u64 {
-        self.failures
-            .get_or_create(&FailureLabels {
-                reason: Label(reason),
-            })
-            .get()
+        self.failures.get_or_create(&FailureLabels { reason }).get()
     }
 
     /// Failed deliveries over every reason.
@@ -264,7 +177,7 @@ mod tests {
             .filter(|l| l.starts_with("grid_gateway_feedback_events_total"))
             .count();
         assert_eq!(event_lines, Event::ALL.len());
-        assert!(text.contains("grid_gateway_feedback_refusals_total{reason=\"replay\"} 0"));
+        assert!(text.contains("grid_operator_feedback_refusals_total{reason=\"replay\"} 0"));
     }
 
     #[test]

@@ -7,9 +7,10 @@
 use bytes::Bytes;
 use grid_gatewayd::Config;
 use grid_gatewayd::driver::Signals;
-use grid_gatewayd::model_field::find_model;
 use grid_gatewayd::request_rng::ThreadRng;
-use grid_gatewayd::routing::{Published, Route};
+use grid_gatewayd::upstream::{Published, uri_for};
+use grid_score::model_field::find_model;
+use grid_score::routing::Route;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full};
@@ -66,7 +67,7 @@ async fn proxy(
         Route::UnknownModel => return Ok(answer(StatusCode::NOT_FOUND)),
     };
     let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let Ok(uri) = upstream.uri_for(pq) else {
+    let Ok(uri) = uri_for(upstream, pq) else {
         return Ok(answer(StatusCode::BAD_REQUEST));
     };
     parts.uri = uri;

@@ -19,7 +19,7 @@ pub enum ApiErrorKind {
     UnknownRoute,
     /// 405: the route exists with another method.
     MethodNotAllowed,
-    /// 413: the body is larger than `body_limit_bytes`.
+    /// 413: the body is larger than `bodyLimitBytes`.
     BodyTooLarge,
     /// 429: the model is shedding (every healthy site full).
     Shedding,

@@ -1,8 +1,11 @@
 //! The gateway's configuration: one TOML file, documented in `docs/gateway.md`.
 //!
-//! Everything is checked at load, before any socket opens, and a refusal names the field
-//! (`models[0].candidates[1].base_url`), so a bad rollout fails at start rather than on
-//! the first request that reaches the bad entry.
+//! The dialect is the operator's (and the Kubernetes resources'): camelCase keys,
+//! durations as `...Seconds` (fractional allowed), names as DNS labels; the shared
+//! vocabulary is `grid_daemon::config`. Everything is checked at load, before any socket
+//! opens, and a refusal names the key as the file spells it
+//! (`models[0].candidates[1].baseUrl`), so a bad rollout fails at start rather than on the
+//! first request that reaches the bad entry.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -12,7 +15,8 @@ use http::Uri;
 use serde::Deserialize;
 
 use crate::Error;
-use crate::model_field::MAX_MODEL_NAME_BYTES;
+use grid_score::catalog::{CandidateSpec, ModelSpec};
+use grid_score::model_field::MAX_MODEL_NAME_BYTES;
 
 /// The example configuration shipped in `docs/examples/gateway.toml`, embedded so the
 /// daemon starts with `--config` omitted and the documented example can never rot (a test
@@ -42,7 +46,7 @@ pub const DEFAULT_POLL_TIMEOUT_MS: u64 = 900;
 /// operator's own persist budget plus a second. The POST runs on its own task, so even a
 /// slow one never delays a poll; a shorter budget only turns slow persists into `timeout`
 /// failures.
-pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::reporter::REPORT_BUDGET.as_millis() as u64;
+pub const MAX_FEEDBACK_TIMEOUT_MS: u64 = grid_feedback::REPORT_BUDGET.as_millis() as u64;
 /// Default budget of one feedback POST (see [`MAX_FEEDBACK_TIMEOUT_MS`]).
 pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
 /// Longest accepted poll or feedback timeout.
@@ -58,60 +62,62 @@ pub const MAX_RETRY_AFTER_S: u64 = 3_600;
 pub const MAX_MODELS: usize = 1_024;
 /// Most candidate (site, provider) pairs for one model.
 pub const MAX_CANDIDATES_PER_MODEL: usize = 64;
-/// Longest site, provider or replica name, in bytes (a DNS label's bound).
-pub const MAX_NAME_BYTES: usize = 63;
+/// Longest site, provider or replica name, in bytes (a DNS label; the rule both daemons
+/// share).
+pub const MAX_NAME_BYTES: usize = grid_daemon::config::MAX_NAME_LEN;
 
-/// The whole configuration.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Longest accepted `routing.turnoverSeconds`: an hour.
+pub const MAX_TURNOVER_MS: u64 = 3_600_000;
+/// Longest accepted `availability.shedding.fullAfterSeconds` / `roomAfterSeconds`: an
+/// hour.
+pub const MAX_SHED_WINDOW_MS: u64 = 3_600_000;
+/// Shortest accepted exchange timeout (connect, poll, feedback), in milliseconds.
+pub const MIN_EXCHANGE_TIMEOUT_MS: u64 = 1;
+
+/// The whole validated configuration; durations in milliseconds.
+#[derive(Clone, Debug)]
 pub struct Config {
     /// This gateway's site; used in logs and as the feedback replica's default prefix.
     pub site: String,
     /// Where the OpenAI-compatible API and `/metrics` are served (HTTP/1.1 and HTTP/2).
     pub listen: SocketAddr,
-    /// Largest request body accepted; bigger bodies get 413.
-    #[serde(default = "default_body_limit")]
+    /// Largest request body accepted (`bodyLimitBytes`); bigger bodies get 413.
     pub body_limit_bytes: usize,
-    /// Retry-After (seconds) sent with 503 when every candidate is excluded.
-    #[serde(default = "default_retry_after")]
+    /// Retry-After seconds sent with 503 when every candidate is excluded
+    /// (`unavailableRetryAfterSeconds`, whole seconds as the header carries them).
     pub unavailable_retry_after_s: u64,
-    /// Time allowed to connect to a serving site before it counts as failed.
-    #[serde(default = "default_connect_timeout")]
+    /// Time allowed to connect to a serving site before it counts as failed
+    /// (`connectTimeoutSeconds`).
     pub connect_timeout_ms: u64,
     /// The local operator whose relay feeds routing.
     pub operator: OperatorConfig,
     /// The gateway's own identity and trust anchors, for the operator and remote sites.
     pub tls: TlsFiles,
+    /// How the operator's certificate is trusted (`[trust]`).
+    pub trust: OperatorTrust,
     /// Availability knobs.
-    #[serde(default)]
     pub availability: Availability,
     /// Routing knobs.
-    #[serde(default)]
     pub routing: RoutingKnobs,
     /// The models served and, for each, where.
     pub models: Vec<ModelConfig>,
 }
 
 /// The local operator's signals endpoint.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug)]
 pub struct OperatorConfig {
     /// `https://host:port` of the operator's mTLS signals listener.
     pub url: String,
     /// The name the operator's certificate must carry (DNS SAN or IP), verified against
     /// `tls.ca`; the connection is refused otherwise and every site ranks as unmeasured.
     pub identity: String,
-    /// Cadence of `GET /v1/site/signals`.
-    #[serde(default = "default_poll_interval")]
+    /// Cadence of `GET /v1/site/signals` (`pollIntervalSeconds`).
     pub poll_interval_ms: u64,
-    /// Budget of one poll exchange, connect to last byte.
-    #[serde(default = "default_poll_timeout")]
+    /// Budget of one poll exchange, connect to last byte (`pollTimeoutSeconds`).
     pub poll_timeout_ms: u64,
-    /// Budget of one `POST /v1/site/signals/ingest`.
-    #[serde(default = "default_feedback_timeout")]
+    /// Budget of one `POST /v1/site/signals/ingest` (`feedbackTimeoutSeconds`).
     pub feedback_timeout_ms: u64,
     /// `x-grid-ingest-replica`: a diagnostic name of this gateway replica (a DNS label).
-    #[serde(default = "default_replica")]
     pub replica: String,
 }
 
@@ -124,51 +130,64 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Its private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// The CA bundle that signs the operator's and remote sites' certificates.
-    pub ca: PathBuf,
+    /// The CA bundle that signs the operator's (unless `trust.mode = "pin"`) and remote
+    /// sites' certificates; required unless the operator is pinned and no candidate is
+    /// `https`.
+    pub ca: Option<PathBuf>,
+}
+
+/// How the gateway trusts its operator: grid-daemon's trust model, the operator's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OperatorTrust {
+    /// `ca` (the default): the operator's certificate chains to `tls.ca` and carries
+    /// `operator.identity`.
+    Ca,
+    /// `pin`: the operator presents this site's own certificate (the one in `tls.cert`,
+    /// as the operator's pin mode has it), so no CA is needed to reach it.
+    Pin,
+    /// `spiffe`: the operator's certificate chains to `tls.ca` and carries
+    /// `spiffe://<trustDomain>/site/<site>`.
+    Spiffe {
+        /// The SPIFFE trust domain.
+        trust_domain: String,
+    },
 }
 
 /// `[availability]`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default)]
 pub struct Availability {
     /// `[availability.shedding]`.
-    #[serde(default)]
     pub shedding: Shedding,
 }
 
 /// `[routing]`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default)]
 pub struct RoutingKnobs {
-    /// How long a request typically holds a slot, ms: what a site's headroom reads until
-    /// its answers have shown its own turnover (grid-score learns it per site from answer
-    /// timing; `docs/routing.md`, "Turnover"). Unset: grid-score's default.
+    /// How long a request typically holds a slot, ms (`turnoverSeconds`): what a site's
+    /// headroom reads until its answers have shown its own turnover (grid-score learns it
+    /// per site from answer timing; `docs/routing.md`, "Turnover"). Unset: grid-score's
+    /// default.
     pub turnover_ms: Option<u64>,
 }
 
-/// Longest accepted `routing.turnover_ms`: an hour.
-pub const MAX_TURNOVER_MS: u64 = 3_600_000;
-
 /// `[availability.shedding]`: answer 429 when every healthy site of a model is full.
 /// Unset durations take grid-score's defaults (see `docs/routing.md`).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, Default)]
 pub struct Shedding {
     /// Off by default: a full grid queues rather than refuses.
-    #[serde(default)]
     pub enabled: bool,
-    /// How long every healthy site must have been saturated with work waiting.
+    /// How long every healthy site must have been saturated with work waiting, ms
+    /// (`fullAfterSeconds`).
     pub full_after_ms: Option<u64>,
-    /// How long no sample may have shown saturation before routing resumes.
+    /// How long no sample may have shown saturation before routing resumes, ms
+    /// (`roomAfterSeconds`).
     pub room_after_ms: Option<u64>,
-    /// Retry-After (seconds) sent with 429.
+    /// Retry-After seconds sent with 429 (`retryAfterSeconds`, whole seconds).
     pub retry_after_s: Option<u64>,
 }
 
 /// One model and its candidates.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug)]
 pub struct ModelConfig {
     /// The `model` value clients send.
     pub name: String,
@@ -178,18 +197,154 @@ pub struct ModelConfig {
 
 /// One place a model is served.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Candidate {
     /// The site, as its operator labels it (`grid_site`).
     pub site: String,
     /// The provider at that site (`grid_provider`).
     pub provider: String,
-    /// Where requests go: `http://` for the local site, `https://` (with the gateway's
-    /// certificate) for remote ones; a path prefix is kept before `/v1/...`.
+    /// Where requests go (`baseUrl`): `http://` for the local site, `https://` (with the
+    /// gateway's certificate) for remote ones; a path prefix is kept before `/v1/...`.
     pub base_url: String,
 }
 
+/// The file as written: camelCase keys, durations in seconds.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawConfig {
+    site: String,
+    listen: SocketAddr,
+    body_limit_bytes: Option<u64>,
+    unavailable_retry_after_seconds: Option<u64>,
+    connect_timeout_seconds: Option<f64>,
+    operator: RawOperator,
+    tls: TlsFiles,
+    trust: Option<RawTrust>,
+    #[serde(default)]
+    availability: RawAvailability,
+    #[serde(default)]
+    routing: RawRouting,
+    models: Vec<RawModel>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawOperator {
+    url: String,
+    identity: String,
+    poll_interval_seconds: Option<f64>,
+    poll_timeout_seconds: Option<f64>,
+    feedback_timeout_seconds: Option<f64>,
+    replica: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTrust {
+    mode: String,
+    trust_domain: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAvailability {
+    #[serde(default)]
+    shedding: RawShedding,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawShedding {
+    #[serde(default)]
+    enabled: bool,
+    full_after_seconds: Option<f64>,
+    room_after_seconds: Option<f64>,
+    retry_after_seconds: Option<u64>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawRouting {
+    turnover_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: String,
+    candidates: Vec<Candidate>,
+}
+
+/// `[trust]`: absent is `ca`, the operator verified by chain and name.
+fn trust_of(raw: Option<RawTrust>) -> Result<OperatorTrust, Error> {
+    Ok(match raw {
+        None => OperatorTrust::Ca,
+        Some(t) => match (t.mode.as_str(), t.trust_domain) {
+            ("ca", None) => OperatorTrust::Ca,
+            ("pin", None) => OperatorTrust::Pin,
+            ("spiffe", Some(trust_domain)) => {
+                grid_daemon::config::trust_domain("trust.trustDomain", &trust_domain)?;
+                OperatorTrust::Spiffe { trust_domain }
+            }
+            ("spiffe", None) => {
+                return Err(field_err("trust.trustDomain", "required in `spiffe` mode"));
+            }
+            ("ca" | "pin", Some(_)) => {
+                return Err(field_err(
+                    "trust.trustDomain",
+                    "only applies in `spiffe` mode",
+                ));
+            }
+            (other, _) => {
+                return Err(field_err(
+                    "trust.mode",
+                    format!("`{other}` is not a trust mode; use `ca`, `pin` or `spiffe`"),
+                ));
+            }
+        },
+    })
+}
+
+/// Milliseconds of an optional `...Seconds` value within `min_ms..=max_ms`.
+fn ms(field: &str, seconds: Option<f64>, min_ms: u64, max_ms: u64) -> Result<Option<u64>, Error> {
+    let Some(s) = seconds else { return Ok(None) };
+    let bounds = grid_daemon::config::Bounds { min_ms, max_ms };
+    let d = grid_daemon::config::seconds(field, Some(s), std::time::Duration::ZERO, bounds)?;
+    Ok(Some(d.as_millis() as u64))
+}
+
 impl Config {
+    /// The models and where each is served, as grid-score's catalog.
+    ///
+    /// # Panics
+    ///
+    /// Never for a config that passed [`Config::validate`], which checks every base URL.
+    pub fn catalog(&self) -> grid_score::catalog::Catalog {
+        let models: Vec<ModelSpec> = self
+            .models
+            .iter()
+            .map(|m| ModelSpec {
+                name: m.name.clone(),
+                candidates: m
+                    .candidates
+                    .iter()
+                    .map(|c| {
+                        let uri =
+                            parse_base_url("baseUrl", &c.base_url).expect("validated baseUrl");
+                        CandidateSpec {
+                            site: c.site.clone(),
+                            provider: c.provider.clone(),
+                            scheme: uri.scheme_str().expect("validated scheme").to_owned(),
+                            authority: uri.authority().expect("validated authority").to_string(),
+                            prefix: uri.path().trim_end_matches('/').to_owned(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        grid_score::catalog::Catalog::new(&models)
+    }
+
     /// grid-score's configuration from `availability.shedding` and the 503 Retry-After;
     /// unset shedding knobs keep grid-score's defaults.
     pub fn score_config(&self) -> grid_score::ScoreConfig {
@@ -213,28 +368,6 @@ impl Config {
     }
 }
 
-fn default_body_limit() -> usize {
-    DEFAULT_BODY_LIMIT_BYTES
-}
-fn default_retry_after() -> u64 {
-    DEFAULT_RETRY_AFTER_S
-}
-fn default_connect_timeout() -> u64 {
-    DEFAULT_CONNECT_TIMEOUT_MS
-}
-fn default_poll_interval() -> u64 {
-    DEFAULT_POLL_INTERVAL_MS
-}
-fn default_poll_timeout() -> u64 {
-    DEFAULT_POLL_TIMEOUT_MS
-}
-fn default_feedback_timeout() -> u64 {
-    DEFAULT_FEEDBACK_TIMEOUT_MS
-}
-fn default_replica() -> String {
-    "gateway".to_owned()
-}
-
 fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
     Error::ConfigField {
         field: field.into(),
@@ -246,11 +379,98 @@ impl Config {
     /// Parses and validates a TOML document. Relative TLS paths stay relative; see
     /// [`Config::load`].
     pub fn from_toml_str(text: &str) -> Result<Self, Error> {
-        let config: Config = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
             message: e.to_string(),
         })?;
+        let config = Self::from_raw(raw)?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The raw file's values with defaults filled in and durations in milliseconds,
+    /// each `...Seconds` checked against its bounds.
+    fn from_raw(raw: RawConfig) -> Result<Self, Error> {
+        let o = raw.operator;
+        let s = raw.availability.shedding;
+        Ok(Self {
+            site: raw.site,
+            listen: raw.listen,
+            body_limit_bytes: raw.body_limit_bytes.map_or(DEFAULT_BODY_LIMIT_BYTES, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            unavailable_retry_after_s: raw
+                .unavailable_retry_after_seconds
+                .unwrap_or(DEFAULT_RETRY_AFTER_S),
+            connect_timeout_ms: ms(
+                "connectTimeoutSeconds",
+                raw.connect_timeout_seconds,
+                MIN_EXCHANGE_TIMEOUT_MS,
+                MAX_EXCHANGE_TIMEOUT_MS,
+            )?
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+            operator: OperatorConfig {
+                url: o.url,
+                identity: o.identity,
+                poll_interval_ms: ms(
+                    "operator.pollIntervalSeconds",
+                    o.poll_interval_seconds,
+                    MIN_POLL_INTERVAL_MS,
+                    MAX_POLL_INTERVAL_MS,
+                )?
+                .unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+                poll_timeout_ms: ms(
+                    "operator.pollTimeoutSeconds",
+                    o.poll_timeout_seconds,
+                    MIN_EXCHANGE_TIMEOUT_MS,
+                    MAX_EXCHANGE_TIMEOUT_MS,
+                )?
+                .unwrap_or(DEFAULT_POLL_TIMEOUT_MS),
+                feedback_timeout_ms: ms(
+                    "operator.feedbackTimeoutSeconds",
+                    o.feedback_timeout_seconds,
+                    MIN_EXCHANGE_TIMEOUT_MS,
+                    MAX_FEEDBACK_TIMEOUT_MS,
+                )?
+                .unwrap_or(DEFAULT_FEEDBACK_TIMEOUT_MS),
+                replica: o.replica.unwrap_or_else(|| "gateway".to_owned()),
+            },
+            tls: raw.tls,
+            trust: trust_of(raw.trust)?,
+            availability: Availability {
+                shedding: Shedding {
+                    enabled: s.enabled,
+                    full_after_ms: ms(
+                        "availability.shedding.fullAfterSeconds",
+                        s.full_after_seconds,
+                        1,
+                        MAX_SHED_WINDOW_MS,
+                    )?,
+                    room_after_ms: ms(
+                        "availability.shedding.roomAfterSeconds",
+                        s.room_after_seconds,
+                        1,
+                        MAX_SHED_WINDOW_MS,
+                    )?,
+                    retry_after_s: s.retry_after_seconds,
+                },
+            },
+            routing: RoutingKnobs {
+                turnover_ms: ms(
+                    "routing.turnoverSeconds",
+                    raw.routing.turnover_seconds,
+                    1,
+                    MAX_TURNOVER_MS,
+                )?,
+            },
+            models: raw
+                .models
+                .into_iter()
+                .map(|m| ModelConfig {
+                    name: m.name,
+                    candidates: m.candidates,
+                })
+                .collect(),
+        })
     }
 
     /// Reads, parses and validates the file; relative TLS paths are resolved against the
@@ -262,11 +482,10 @@ impl Config {
         })?;
         let mut config = Self::from_toml_str(&text)?;
         if let Some(dir) = path.parent() {
-            for p in [
-                &mut config.tls.cert,
-                &mut config.tls.key,
-                &mut config.tls.ca,
-            ] {
+            for p in [&mut config.tls.cert, &mut config.tls.key]
+                .into_iter()
+                .chain(config.tls.ca.as_mut())
+            {
                 if p.is_relative() {
                     *p = dir.join(&*p);
                 }
@@ -279,39 +498,36 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         check_name("site", &self.site)?;
         check_range(
-            "body_limit_bytes",
+            "bodyLimitBytes",
             self.body_limit_bytes as u64,
             MIN_BODY_LIMIT_BYTES as u64,
             MAX_BODY_LIMIT_BYTES as u64,
         )?;
         check_range(
-            "unavailable_retry_after_s",
+            "unavailableRetryAfterSeconds",
             self.unavailable_retry_after_s,
             1,
             MAX_RETRY_AFTER_S,
         )?;
-        check_range(
-            "connect_timeout_ms",
-            self.connect_timeout_ms,
-            1,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )?;
         self.operator.validate()?;
-        let s = &self.availability.shedding;
-        for (field, v) in [
-            ("availability.shedding.full_after_ms", s.full_after_ms),
-            ("availability.shedding.room_after_ms", s.room_after_ms),
-        ] {
-            if let Some(v) = v {
-                check_range(field, v, 1, 3_600_000)?;
-            }
+        let needs_ca = match &self.trust {
+            OperatorTrust::Pin => None,
+            OperatorTrust::Ca => Some("the operator is verified by chain and name"),
+            OperatorTrust::Spiffe { .. } => Some("required in `spiffe` mode"),
         }
-        if let Some(v) = self.routing.turnover_ms {
-            check_range("routing.turnover_ms", v, 1, MAX_TURNOVER_MS)?;
+        .or_else(|| {
+            self.models
+                .iter()
+                .flat_map(|m| &m.candidates)
+                .any(|c| c.base_url.starts_with("https://"))
+                .then_some("an `https` candidate is verified by chain and name")
+        });
+        if let (Some(why), None) = (needs_ca, &self.tls.ca) {
+            return Err(field_err("tls.ca", why));
         }
-        if let Some(v) = s.retry_after_s {
+        if let Some(v) = self.availability.shedding.retry_after_s {
             check_range(
-                "availability.shedding.retry_after_s",
+                "availability.shedding.retryAfterSeconds",
                 v,
                 1,
                 MAX_RETRY_AFTER_S,
@@ -355,24 +571,6 @@ impl OperatorConfig {
                 "is not a DNS name or IP address",
             ));
         }
-        check_range(
-            "operator.poll_interval_ms",
-            self.poll_interval_ms,
-            MIN_POLL_INTERVAL_MS,
-            MAX_POLL_INTERVAL_MS,
-        )?;
-        check_range(
-            "operator.poll_timeout_ms",
-            self.poll_timeout_ms,
-            1,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )?;
-        check_range(
-            "operator.feedback_timeout_ms",
-            self.feedback_timeout_ms,
-            1,
-            MAX_FEEDBACK_TIMEOUT_MS,
-        )?;
         check_name("operator.replica", &self.replica)
     }
 }
@@ -402,7 +600,7 @@ impl ModelConfig {
             let at = format!("models[{i}].candidates[{j}]");
             check_name(&format!("{at}.site"), &c.site)?;
             check_name(&format!("{at}.provider"), &c.provider)?;
-            parse_base_url(&format!("{at}.base_url"), &c.base_url)?;
+            parse_base_url(&format!("{at}.baseUrl"), &c.base_url)?;
             if !seen.insert((c.site.as_str(), c.provider.as_str())) {
                 return Err(field_err(
                     at,
@@ -432,30 +630,11 @@ pub(crate) fn parse_base_url(field: &str, url: &str) -> Result<Uri, Error> {
 }
 
 fn check_name(field: &str, name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(field_err(
-            field,
-            format!("must be 1 to {MAX_NAME_BYTES} bytes of letters, digits, '-', '_' or '.'"),
-        ))
-    }
+    grid_daemon::config::name(field, name).map_err(Error::from)
 }
 
 fn check_range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), Error> {
-    if (lo..=hi).contains(&v) {
-        Ok(())
-    } else {
-        Err(field_err(
-            field,
-            format!("is {v}, must be within {lo}..={hi}"),
-        ))
-    }
+    grid_daemon::config::range(field, v, lo, hi).map_err(Error::from)
 }
 
 #[cfg(test)]
@@ -469,7 +648,7 @@ mod tests {
         listen = "127.0.0.1:8080"
         [operator]
         url = "https://127.0.0.1:9443"
-        identity = "operator.a.grid"
+        identity = "operator.a.example"
         [tls]
         cert = "gw.crt"
         key = "gw.key"
@@ -479,7 +658,7 @@ mod tests {
         [[models.candidates]]
         site = "a"
         provider = "p"
-        base_url = "http://127.0.0.1:8000"
+        baseUrl = "http://127.0.0.1:8000"
     "#;
 
     fn refused_field(text: &str) -> String {
@@ -511,20 +690,20 @@ mod tests {
         let with = |n: u64| {
             MINIMAL.replace(
                 "[operator]",
-                &format!("[operator]\nfeedback_timeout_ms = {n}"),
+                &format!("[operator]\nfeedbackTimeoutSeconds = {}", n as f64 / 1000.0),
             )
         };
         assert!(Config::from_toml_str(&with(MAX_FEEDBACK_TIMEOUT_MS)).is_ok());
         assert_eq!(
             refused_field(&with(MAX_FEEDBACK_TIMEOUT_MS + 1)),
-            "operator.feedback_timeout_ms"
+            "operator.feedbackTimeoutSeconds"
         );
     }
 
     #[test]
     fn shedding_knobs_reach_the_score_config_and_unset_ones_keep_its_defaults() {
         let text = MINIMAL.to_owned()
-            + "[availability.shedding]\nenabled = true\nfull_after_ms = 700\nretry_after_s = 3\n";
+            + "[availability.shedding]\nenabled = true\nfullAfterSeconds = 0.7\nretryAfterSeconds = 3\n";
         let c = Config::from_toml_str(&text).unwrap().score_config();
         assert!(c.shedding.enabled);
         assert_eq!(c.shedding.full_after_ms, 700);
@@ -535,7 +714,9 @@ mod tests {
 
     #[test]
     fn the_turnover_prior_reaches_the_score_config_and_is_refused_past_its_bounds() {
-        let with = |v: u64| MINIMAL.to_owned() + &format!("[routing]\nturnover_ms = {v}\n");
+        let with = |v: u64| {
+            MINIMAL.to_owned() + &format!("[routing]\nturnoverSeconds = {}\n", v as f64 / 1000.0)
+        };
         let c = Config::from_toml_str(&with(8_000)).unwrap().score_config();
         assert_eq!(c.turnover_ms, 8_000);
         assert_eq!(
@@ -547,23 +728,23 @@ mod tests {
         );
         assert!(Config::from_toml_str(&with(1)).is_ok());
         assert!(Config::from_toml_str(&with(MAX_TURNOVER_MS)).is_ok());
-        assert_eq!(refused_field(&with(0)), "routing.turnover_ms");
+        assert_eq!(refused_field(&with(0)), "routing.turnoverSeconds");
         assert_eq!(
             refused_field(&with(MAX_TURNOVER_MS + 1)),
-            "routing.turnover_ms"
+            "routing.turnoverSeconds"
         );
     }
 
     #[test]
     fn unknown_field_is_refused_by_name() {
-        let text = MINIMAL.replace("[operator]", "[operator]\npoll_intervall_ms = 5");
+        let text = MINIMAL.replace("[operator]", "[operator]\npollIntervallSeconds = 5");
         let err = refused_field(&text);
-        assert!(err.contains("poll_intervall_ms"), "{err}");
+        assert!(err.contains("pollIntervallSeconds"), "{err}");
     }
 
     #[test]
     fn missing_field_is_refused_by_name() {
-        let text = MINIMAL.replace("identity = \"operator.a.grid\"", "");
+        let text = MINIMAL.replace("identity = \"operator.a.example\"", "");
         let err = refused_field(&text);
         assert!(err.contains("identity"), "{err}");
     }
@@ -571,9 +752,9 @@ mod tests {
     #[test]
     fn bad_base_url_is_refused_naming_its_path() {
         let text = MINIMAL.replace("http://127.0.0.1:8000", "ftp://x");
-        assert_eq!(refused_field(&text), "models[0].candidates[0].base_url");
+        assert_eq!(refused_field(&text), "models[0].candidates[0].baseUrl");
         let text = MINIMAL.replace("http://127.0.0.1:8000", "http://x/?q=1");
-        assert_eq!(refused_field(&text), "models[0].candidates[0].base_url");
+        assert_eq!(refused_field(&text), "models[0].candidates[0].baseUrl");
     }
 
     #[test]
@@ -585,42 +766,46 @@ mod tests {
     #[test]
     fn repeated_candidate_and_model_are_refused() {
         let dup = MINIMAL.to_owned()
-            + "[[models.candidates]]\nsite = \"a\"\nprovider = \"p\"\nbase_url = \"http://x\"\n";
+            + "[[models.candidates]]\nsite = \"a\"\nprovider = \"p\"\nbaseUrl = \"http://x\"\n";
         assert_eq!(refused_field(&dup), "models[0].candidates[1]");
         let dup_model = MINIMAL.to_owned()
-            + "[[models]]\nname = \"m\"\n[[models.candidates]]\nsite = \"b\"\nprovider = \"p\"\nbase_url = \"http://x\"\n";
+            + "[[models]]\nname = \"m\"\n[[models.candidates]]\nsite = \"b\"\nprovider = \"p\"\nbaseUrl = \"http://x\"\n";
         assert_eq!(refused_field(&dup_model), "models[1].name");
     }
 
     #[test]
     fn body_limit_is_bounded_at_both_ends() {
         let with =
-            |n: usize| MINIMAL.replace("listen =", &format!("body_limit_bytes = {n}\nlisten ="));
+            |n: usize| MINIMAL.replace("listen =", &format!("bodyLimitBytes = {n}\nlisten ="));
         assert!(Config::from_toml_str(&with(MIN_BODY_LIMIT_BYTES)).is_ok());
         assert_eq!(
             refused_field(&with(MIN_BODY_LIMIT_BYTES - 1)),
-            "body_limit_bytes"
+            "bodyLimitBytes"
         );
         assert!(Config::from_toml_str(&with(MAX_BODY_LIMIT_BYTES)).is_ok());
         assert_eq!(
             refused_field(&with(MAX_BODY_LIMIT_BYTES + 1)),
-            "body_limit_bytes"
+            "bodyLimitBytes"
         );
     }
 
     #[test]
     fn poll_interval_is_bounded_at_both_ends() {
-        let with =
-            |n: u64| MINIMAL.replace("[operator]", &format!("[operator]\npoll_interval_ms = {n}"));
+        let with = |n: u64| {
+            MINIMAL.replace(
+                "[operator]",
+                &format!("[operator]\npollIntervalSeconds = {}", n as f64 / 1000.0),
+            )
+        };
         assert!(Config::from_toml_str(&with(MIN_POLL_INTERVAL_MS)).is_ok());
         assert_eq!(
             refused_field(&with(MIN_POLL_INTERVAL_MS - 1)),
-            "operator.poll_interval_ms"
+            "operator.pollIntervalSeconds"
         );
         assert!(Config::from_toml_str(&with(MAX_POLL_INTERVAL_MS)).is_ok());
         assert_eq!(
             refused_field(&with(MAX_POLL_INTERVAL_MS + 1)),
-            "operator.poll_interval_ms"
+            "operator.pollIntervalSeconds"
         );
     }
 
@@ -631,7 +816,7 @@ mod tests {
             for k in 1..n {
                 let _ = write!(
                     t,
-                    "[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbase_url = \"http://x\"\n"
+                    "[[models.candidates]]\nsite = \"s{k}\"\nprovider = \"p\"\nbaseUrl = \"http://x\"\n"
                 );
             }
             t
@@ -659,11 +844,114 @@ mod tests {
     }
 
     #[test]
+    fn a_name_follows_the_operators_dns_label_rule() {
+        // Site_A passed the gateway's old rule and failed the operator's: one rule now.
+        let text = MINIMAL.replace(
+            "site = \"a\"\n        listen",
+            "site = \"Site_A\"\n        listen",
+        );
+        assert_eq!(refused_field(&text), "site");
+        let err = Config::from_toml_str(&text).unwrap_err().to_string();
+        assert!(
+            err.starts_with("configuration field `site`: `Site_A` is not a DNS label"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn durations_are_seconds_and_may_be_fractional() {
+        let text = MINIMAL.replace(
+            "[operator]",
+            "connectTimeoutSeconds = 0.25\n[operator]\npollTimeoutSeconds = 0.5",
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(c.connect_timeout_ms, 250);
+        assert_eq!(c.operator.poll_timeout_ms, 500);
+        let text = MINIMAL.replace("[operator]", "connectTimeoutSeconds = 0.0001\n[operator]");
+        assert_eq!(refused_field(&text), "connectTimeoutSeconds");
+    }
+
+    #[test]
+    fn the_shedding_windows_are_bounded_at_both_ends() {
+        let with = |v: f64| {
+            MINIMAL.to_owned()
+                + &format!(
+                    "[availability.shedding]\nfullAfterSeconds = {v}\nroomAfterSeconds = {v}\n"
+                )
+        };
+        assert!(Config::from_toml_str(&with(0.001)).is_ok());
+        assert!(Config::from_toml_str(&with(MAX_SHED_WINDOW_MS as f64 / 1000.0)).is_ok());
+        assert_eq!(
+            refused_field(&with(0.0)),
+            "availability.shedding.fullAfterSeconds"
+        );
+        assert_eq!(
+            refused_field(&with(MAX_SHED_WINDOW_MS as f64 / 1000.0 + 0.001)),
+            "availability.shedding.fullAfterSeconds"
+        );
+    }
+
+    #[test]
     fn relative_tls_paths_resolve_against_the_config_directory() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, MINIMAL).unwrap();
         let c = Config::load(&path).unwrap();
-        assert_eq!(c.tls.ca, dir.path().join("ca.crt"));
+        assert_eq!(c.tls.ca, Some(dir.path().join("ca.crt")));
+    }
+
+    #[test]
+    fn a_pinned_operator_needs_no_ca_unless_a_candidate_is_https() {
+        let pin = MINIMAL.replace("ca = \"ca.crt\"\n", "") + "[trust]\nmode = \"pin\"\n";
+        let c = Config::from_toml_str(&pin).unwrap();
+        assert_eq!(c.trust, OperatorTrust::Pin);
+        assert_eq!(c.tls.ca, None);
+        let https = pin.replace("http://127.0.0.1:8000", "https://site.b.example");
+        assert_eq!(refused_field(&https), "tls.ca");
+        let ca_mode = MINIMAL.replace("ca = \"ca.crt\"\n", "");
+        assert_eq!(refused_field(&ca_mode), "tls.ca");
+    }
+
+    #[test]
+    fn trust_modes_take_the_operators_spelling() {
+        let with = |t: &str| MINIMAL.to_owned() + "[trust]\n" + t;
+        let c = Config::from_toml_str(&with("mode = \"spiffe\"\ntrustDomain = \"grid.example\"\n"))
+            .unwrap();
+        assert_eq!(
+            c.trust,
+            OperatorTrust::Spiffe {
+                trust_domain: "grid.example".into()
+            }
+        );
+        assert_eq!(
+            refused_field(&with("mode = \"spiffe\"\n")),
+            "trust.trustDomain"
+        );
+        assert_eq!(
+            refused_field(&with("mode = \"pin\"\ntrustDomain = \"x\"\n")),
+            "trust.trustDomain"
+        );
+        assert_eq!(refused_field(&with("mode = \"dns\"\n")), "trust.mode");
+        assert_eq!(
+            Config::from_toml_str(MINIMAL).unwrap().trust,
+            OperatorTrust::Ca
+        );
+    }
+
+    #[test]
+    fn base_url_prefix_is_kept_before_the_request_path() {
+        let text =
+            EXAMPLE_CONFIG_TOML.replace("http://10.0.0.10:8000", "http://10.0.0.10:8000/site-a/");
+        let c = Config::from_toml_str(&text).unwrap();
+        let cat = c.catalog();
+        let m = cat.get("llama-3.1-8b-instruct").unwrap();
+        assert_eq!(
+            crate::upstream::uri_for(&m.upstreams[0], "/v1/chat/completions?x=1").unwrap(),
+            "http://10.0.0.10:8000/site-a/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            crate::upstream::uri_for(&m.upstreams[1], "/v1/models").unwrap(),
+            "https://gateway.b.example:8443/v1/models"
+        );
     }
 }

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use grid_feedback::metrics::ReporterMetrics;
-use grid_feedback::reporter::Reporter;
+use grid_feedback::{Reporter, ReporterMetrics};
 use grid_score::ScoreMetrics;
 use grid_signals::store::{IngestMetrics, StoreConfig};
 use prometheus_client::registry::Registry;
@@ -19,15 +18,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::gateway_tls::Identity;
 use crate::http_api::Api;
 use crate::poller::{PollMetrics, Poller, PollerConfig};
-use crate::refresh::Refresher;
 use crate::request_metrics::RequestMetrics;
-use crate::routing::Published;
+use crate::upstream::Published;
 use crate::{Error, poller, server, upstream};
+use grid_score::refresh::Refresher;
 
 /// Metric handles a test or an embedder may read directly.
 #[derive(Clone, Debug)]
@@ -114,7 +111,7 @@ impl Signals {
     /// slot already holds a view (every candidate unmeasured); nothing runs until
     /// [`Signals::spawn`].
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
-        let identity = Identity::load(&config.tls)?;
+        let material = crate::trust::material(config)?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let operator_name =
             ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
@@ -124,19 +121,19 @@ impl Signals {
                 }
             })?;
         let operator = upstream::operator_client(
-            identity.client_config("operator")?,
+            crate::trust::operator_tls(config, &material)?,
             operator_name,
             connect_timeout,
         );
         let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
 
-        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid"));
+        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
         let handles = Handles {
             poll: PollMetrics::register(registry),
             ingest: IngestMetrics::register(registry),
             feedback: ReporterMetrics::register(registry),
         };
-        let catalog = Arc::new(Catalog::from_config(config));
+        let catalog = Arc::new(config.catalog());
         let mut refresher = Refresher::new(
             catalog,
             config.score_config(),
@@ -144,7 +141,7 @@ impl Signals {
             Some(score.clone()),
         );
         let published: Published = Arc::new(ArcSwap::from_pointee(
-            refresher.refresh(crate::clock::now_unix_ms()),
+            refresher.refresh(crate::clock::now_unix_ms()).view,
         ));
         let reporter = Reporter::new(
             poller::random_epoch(),
@@ -208,9 +205,9 @@ impl Signals {
 
 /// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
-    let identity = Identity::load(&config.tls)?;
+    let material = crate::trust::material(&config)?;
     let sites = upstream::site_client(
-        identity.client_config("sites")?,
+        crate::trust::sites_tls(&material)?,
         Duration::from_millis(config.connect_timeout_ms),
     );
     let mut registry = Registry::default();

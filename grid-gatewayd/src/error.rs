@@ -17,9 +17,9 @@ pub enum Error {
         message: String,
     },
     /// A configuration value parsed but is not acceptable.
-    #[error("gateway config: `{field}` {reason}")]
+    #[error("configuration field `{field}`: {reason}")]
     ConfigField {
-        /// Dotted path of the offending field, e.g. `models[0].candidates[1].base_url`.
+        /// Dotted path of the offending field, e.g. `models[0].candidates[1].baseUrl`.
         field: String,
         /// What is wrong with it.
         reason: String,
@@ -57,4 +57,27 @@ pub enum Error {
         /// The operating system's reason.
         source: std::io::Error,
     },
+}
+
+impl From<grid_daemon::Error> for Error {
+    fn from(e: grid_daemon::Error) -> Self {
+        match e {
+            grid_daemon::Error::TlsMaterial { path, reason } => Self::Pem { path, reason },
+            grid_daemon::Error::Tls { context, source } => Self::Tls {
+                what: context,
+                reason: source.to_string(),
+            },
+            other => Self::Tls {
+                what: "grid-daemon",
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<grid_daemon::config::FieldError> for Error {
+    fn from(e: grid_daemon::config::FieldError) -> Self {
+        let (field, reason) = (e.field, e.reason);
+        Self::ConfigField { field, reason }
+    }
 }

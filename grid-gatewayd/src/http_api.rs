@@ -2,7 +2,7 @@
 //!
 //! # Request bodies are held, answers stream
 //!
-//! A request body is read into memory up to `body_limit_bytes` (413 beyond, decided
+//! A request body is read into memory up to `bodyLimitBytes` (413 beyond, decided
 //! before anything is sent upstream), scanned for its `model` field and forwarded
 //! unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
 //! one retry below. The answer is never held: its frames are passed on as they arrive,
@@ -28,26 +28,29 @@ use prometheus_client::registry::Registry;
 
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
-use crate::catalog::Upstream;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
-use crate::model_field::find_model;
 use crate::request_metrics::{
     FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
-use crate::routing::{Published, RETRY_PATH, Route};
+use grid_score::catalog::Upstream;
+use grid_score::model_field::find_model;
+use grid_score::routing::{RETRY_PATH, Route};
+
 use crate::upstream::HttpClient;
+use crate::upstream::Published;
 use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
-pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ResponseBody = BoxBody<Bytes, hyper::Error>;
 
 /// The routes that carry a `model` and are proxied.
-pub const PROXIED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
+pub(crate) const PROXIED_PATHS: [&str; 3] =
+    ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
 
 /// The request handler shared by every connection.
 #[derive(Clone)]
-pub struct Api {
+pub(crate) struct Api {
     inner: Arc<Inner>,
 }
 
@@ -89,7 +92,7 @@ fn api_error(
 impl Api {
     /// A handler over the published routing slot. `registry` is what `/metrics` encodes;
     /// it must already hold `metrics` and `score`.
-    pub fn new(
+    pub(crate) fn new(
         routes: Published,
         live_refresh: Arc<tokio::sync::Notify>,
         client: HttpClient,
@@ -112,7 +115,7 @@ impl Api {
     }
 
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
-    pub async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -288,8 +291,7 @@ impl Api {
         body: &Bytes,
         grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {
-        let uri = upstream
-            .uri_for(path_and_query)
+        let uri = crate::upstream::uri_for(upstream, path_and_query)
             .map_err(|e| Failed::Path(format!("request path: {e}")))?;
         let mut out = Request::new(Full::new(body.clone()));
         *out.method_mut() = parts.method.clone();

@@ -3,35 +3,42 @@
 //! # I/O boundary
 //!
 //! This crate owns the gateway's clocks, sockets and TLS: it polls its local operator's
-//! `GET /v1/site/signals` over mutual TLS, feeds each body to the `grid-signals` store,
-//! publishes the `grid-score` snapshot atomically, serves OpenAI-style requests with hyper
-//! and reports rejected readings back through `grid-feedback`.
+//! `GET /v1/site/signals` over mutual TLS, feeds each body to grid-score's routing core
+//! (`grid_score::refresh::Refresher`: store, scorer, live slots), publishes its view
+//! atomically, serves OpenAI-style requests with hyper and reports rejected readings back
+//! through `grid-feedback`. No routing rule lives here.
 //!
 //! # Data flow
 //!
 //! ```text
-//! operator relay --poll--> store --refresh--> RouteSnapshot (arc-swap)
+//! operator relay --poll--> grid-score Refresher --refresh--> RoutingView (arc-swap)
 //! request --load snapshot once--> pick --> proxy to the chosen site (x-grid-site)
 //! skew drops --Reporter--> POST /v1/site/signals/ingest
 //! ```
 
+//!
+//! # Public API
+//!
+//! [`driver::start`] with a [`Config`] gives a [`driver::Running`] (`shutdown`, its
+//! address, routing slot and metric handles). What an embedding proxy needs
+//! (`docs/embedding.md`): [`driver::Signals`] (the poller without the HTTP server),
+//! [`upstream`] (the published slot, `uri_for`, the site client), [`trust`], [`headers`],
+//! [`api_error`], [`request_rng`]. The request path and the server are private; the
+//! routing core itself is grid-score's.
+
 mod answer_timing;
 pub mod api_error;
-pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod driver;
 mod error;
-pub mod gateway_tls;
 pub mod headers;
-pub mod http_api;
-pub mod model_field;
+mod http_api;
 pub mod poller;
-pub mod refresh;
-pub mod request_metrics;
+mod request_metrics;
 pub mod request_rng;
-pub mod routing;
-pub mod server;
+mod server;
+pub mod trust;
 pub mod upstream;
 
 pub use config::Config;

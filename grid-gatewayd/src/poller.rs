@@ -1,27 +1,28 @@
 //! The signals loop: poll the local operator, ingest, refresh, publish, report back.
 //!
 //! One task owns the store, the scorer and the feedback reporter, so none of them needs a
-//! lock. Each cycle (every `poll_interval_ms`, only while the gateway serves):
+//! lock. Each cycle (every `operator.pollIntervalSeconds`, only while the gateway serves):
 //!
-//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `poll_timeout_ms`
-//!    and [`MAX_EXPOSITION_BYTES`];
+//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `operator.pollTimeoutSeconds`
+//!    and [`grid_signals::exposition::MAX_EXPOSITION_BYTES`];
 //! 2. ingest with the relay trusted for all sites; drops counted per reason;
 //! 3. fold the cycle into the reporter (before the refresh, so nothing can cancel it);
 //! 4. refresh and publish the new routing view atomically (also after a failed poll:
 //!    readings age out by time, and a silent operator must turn into "unmeasured");
 //! 5. when the reporter has something to send, one `POST /v1/site/signals/ingest` on its
-//!    own task, bounded by `feedback_timeout_ms`; its outcome comes back on a channel and
+//!    own task, bounded by `operator.feedbackTimeoutSeconds`; its outcome comes back on a channel and
 //!    never fails or delays a poll.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use grid_feedback::reporter::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
+use grid_daemon::client::{Failed, read_response, within};
+use grid_feedback::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
 use grid_feedback::{Epoch, Replica};
-use grid_signals::exposition::MAX_EXPOSITION_BYTES;
+use grid_signals::epp::ScrapeFailure;
 use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
 use http::{Request, Uri};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,53 +31,35 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 
 use crate::clock;
-use crate::refresh::Refresher;
-use crate::routing::Published;
+use grid_score::refresh::Refresher;
+use grid_score::routing::RoutingView;
+
 use crate::upstream::HttpClient;
+use crate::upstream::Published;
 
 /// Path of the operator's relay.
 pub const SIGNALS_PATH: &str = "/v1/site/signals";
 
-/// How one poll ended (the `result` label of `grid_gateway_polls_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PollResult {
-    /// A body was read and ingested.
-    Ok,
-    /// The exchange exceeded `poll_timeout_ms`.
-    Timeout,
-    /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
-    Transport,
-    /// The operator answered with a status other than 200.
-    Status,
-    /// The body was larger than [`MAX_EXPOSITION_BYTES`].
-    BodyCap,
-}
-
-impl PollResult {
-    /// Every result, for pre-registering labels.
-    pub const ALL: [Self; 5] = [
-        Self::Ok,
-        Self::Timeout,
-        Self::Transport,
-        Self::Status,
-        Self::BodyCap,
-    ];
-
-    /// The metric label.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Timeout => "timeout",
-            Self::Transport => "transport",
-            Self::Status => "status",
-            Self::BodyCap => "body_cap",
-        }
+grid_signals::label_values! {
+    /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum PollResult {
+        /// A body was read and ingested.
+        Ok = "ok",
+        /// The exchange exceeded `operator.pollTimeoutSeconds`.
+        Timeout = "timeout",
+        /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
+        Transport = "transport",
+        /// The operator answered with a status other than 200.
+        Status = "status",
+        /// The body was larger than [`grid_signals::exposition::MAX_EXPOSITION_BYTES`].
+        BodyCap = "body_cap",
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    result: &'static str,
+    result: PollResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -98,9 +81,7 @@ impl PollMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         for r in PollResult::ALL {
-            m.polls
-                .get_or_create(&ResultLabels { result: r.as_str() })
-                .inc_by(0);
+            m.polls.get_or_create(&ResultLabels { result: r }).inc_by(0);
         }
         registry.register(
             "grid_gateway_polls",
@@ -122,11 +103,7 @@ impl PollMetrics {
 
     /// Count of polls that ended with `result`.
     pub fn polls(&self, result: PollResult) -> u64 {
-        self.polls
-            .get_or_create(&ResultLabels {
-                result: result.as_str(),
-            })
-            .get()
+        self.polls.get_or_create(&ResultLabels { result }).get()
     }
 }
 
@@ -153,12 +130,6 @@ enum Delivery {
     TimedOut,
 }
 
-/// The least time between two refreshes that responses' live evidence triggers (a
-/// poll's own refresh is not held back): at a thousand answers a second the gateway
-/// still refreshes at most twenty times a second, and a full band moves traffic within
-/// this long of the response that said so.
-pub const LIVE_REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(50);
-
 /// The loop's state.
 pub struct Poller {
     config: PollerConfig,
@@ -170,6 +141,9 @@ pub struct Poller {
     metrics: PollMetrics,
     started: std::time::Instant,
     live_refresh: std::sync::Arc<tokio::sync::Notify>,
+    /// The previous poll's result: a change is logged above debug, so a gateway that
+    /// never reaches its operator says so at the default level.
+    last_result: Option<PollResult>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -212,6 +186,7 @@ impl Poller {
             metrics,
             started: clock::monotonic(),
             live_refresh,
+            last_result: None,
         }
     }
 
@@ -234,11 +209,17 @@ impl Poller {
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
                 _ = tick.tick() => self.cycle(&done_tx).await,
                 () = live.notified() => {
-                    // A response carried live evidence: fold it in now, not at the next
-                    // poll. Responses arriving meanwhile leave one permit, so at most one
-                    // refresh per LIVE_REFRESH_MIN_INTERVAL however many there are.
-                    self.publish(clock::now_unix_ms());
-                    tokio::time::sleep(LIVE_REFRESH_MIN_INTERVAL).await;
+                    // An answer carried live evidence: fold it in now, not at the next
+                    // poll, as grid-score's refresher allows (at most once per
+                    // LIVE_REFRESH_MIN_INTERVAL_MS); answers arriving meanwhile leave one
+                    // permit, however many there are.
+                    self.refresher.wake_live();
+                    if let Some(wait) = self.refresher.live_wait_ms(clock::now_unix_ms()) {
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                    }
+                    if let Some(view) = self.refresher.refresh_live(clock::now_unix_ms()) {
+                        self.publish_view(view);
+                    }
                 }
             }
         }
@@ -246,12 +227,11 @@ impl Poller {
     }
 
     async fn cycle(&mut self, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
-        let fetched = tokio::time::timeout(self.config.poll_timeout, self.fetch()).await;
+        let fetched = self.fetch().await;
         let now_ms = clock::now_unix_ms();
         let (result, cycle) = match fetched {
-            Err(_) => (PollResult::Timeout, Cycle::FetchFailed),
-            Ok(Err(result)) => (result, Cycle::FetchFailed),
-            Ok(Ok((body, reference_ms))) => {
+            Err(result) => (result, Cycle::FetchFailed),
+            Ok((body, reference_ms)) => {
                 let report = match body {
                     Some(body) => {
                         self.refresher
@@ -271,13 +251,9 @@ impl Poller {
         };
         self.metrics
             .polls
-            .get_or_create(&ResultLabels {
-                result: result.as_str(),
-            })
+            .get_or_create(&ResultLabels { result })
             .inc();
-        if result != PollResult::Ok {
-            tracing::debug!(result = result.as_str(), "operator poll failed");
-        }
+        self.log_change(result);
         let mono = self.mono_ms();
         self.reporter.handle(mono, ReporterInput::Cycle(cycle));
         self.publish(now_ms);
@@ -308,9 +284,33 @@ impl Poller {
         }
     }
 
+    /// Logs a poll result at the level [`log_level`] gives it.
+    fn log_change(&mut self, result: PollResult) {
+        let previous = self.last_result.replace(result);
+        let operator = &self.config.operator;
+        match log_level(previous, result) {
+            Some(tracing::Level::WARN) => tracing::warn!(
+                %operator,
+                result = result.as_str(),
+                "operator poll failed; every site ranks as unmeasured until one succeeds"
+            ),
+            Some(tracing::Level::INFO) => tracing::info!(%operator, "operator polls succeed again"),
+            Some(_) => tracing::debug!(result = result.as_str(), "operator poll failed"),
+            None => {}
+        }
+    }
+
     /// Refreshes and publishes the routing view as of `now_ms`.
     fn publish(&mut self, now_ms: u64) {
-        let view = self.refresher.refresh(now_ms);
+        let refreshed = self.refresher.refresh(now_ms);
+        for e in &refreshed.refused {
+            tracing::debug!(error = %e, "reading refused");
+        }
+        self.publish_view(refreshed.view);
+    }
+
+    /// Mirrors `view`'s per-model state into gauges and publishes it.
+    fn publish_view(&mut self, view: RoutingView) {
         for m in view.catalog().models() {
             let labels = ModelLabels {
                 model: m.name.to_string(),
@@ -351,7 +351,7 @@ impl Poller {
     fn feedback_request(&self, report: &grid_feedback::Report) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(Bytes::new()));
         *req.method_mut() = http::Method::POST;
-        *req.uri_mut() = operator_uri(&self.config.operator, grid_feedback::headers::INGEST_PATH);
+        *req.uri_mut() = operator_uri(&self.config.operator, grid_feedback::INGEST_PATH);
         for (name, value) in report.headers() {
             if let Ok(v) = http::HeaderValue::from_str(&value) {
                 req.headers_mut().insert(name, v);
@@ -360,33 +360,48 @@ impl Poller {
         req
     }
 
-    /// Reads one relay body: `Ok((None, _))` when it was over the cap.
-    async fn fetch(&self) -> Result<(Option<Bytes>, Option<u64>), PollResult> {
+    /// Reads one relay body over the one kept-alive operator connection, with
+    /// grid-daemon's reader (the operator's peer poller reads the same way): `Ok((None,
+    /// _))` when it was over the cap.
+    async fn fetch(&self) -> Result<(Option<Vec<u8>>, Option<u64>), PollResult> {
         let req = Request::get(operator_uri(&self.config.operator, SIGNALS_PATH))
             .body(Full::new(Bytes::new()))
             .map_err(|_| PollResult::Transport)?;
-        let resp = self.client.request(req).await.map_err(|e| {
-            tracing::debug!(error = %e, "operator unreachable");
-            PollResult::Transport
-        })?;
-        if resp.status() != http::StatusCode::OK {
-            return Err(PollResult::Status);
-        }
-        let reference_ms = resp
-            .headers()
-            .get(http::header::DATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        match Limited::new(resp.into_body(), MAX_EXPOSITION_BYTES)
-            .collect()
-            .await
-        {
-            Ok(c) => Ok((Some(c.to_bytes()), reference_ms)),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok((None, reference_ms)),
+        let attempt = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                tracing::debug!(error = %e, "operator unreachable");
+                Failed::from(ScrapeFailure::Connect)
+            })?;
+            read_response(resp).await
+        };
+        match within(self.config.poll_timeout, attempt).await {
+            Ok(fetched) => Ok((Some(fetched.body), fetched.date_ms)),
+            Err(Failed {
+                class: ScrapeFailure::BodyCap,
+                ..
+            }) => Ok((None, None)),
+            Err(Failed {
+                class: ScrapeFailure::Timeout,
+                ..
+            }) => Err(PollResult::Timeout),
+            Err(Failed {
+                status: Some(_), ..
+            }) => Err(PollResult::Status),
             Err(_) => Err(PollResult::Transport),
         }
+    }
+}
+
+/// How loudly a poll result is logged after `previous`: a new failure at warn (a gateway
+/// that never reaches its operator says so at the default level), a recovery at info, a
+/// repeated failure at debug only (a down operator does not flood the log), a repeated
+/// success not at all.
+fn log_level(previous: Option<PollResult>, result: PollResult) -> Option<tracing::Level> {
+    match (previous, result) {
+        (Some(PollResult::Ok) | None, PollResult::Ok) => None,
+        (Some(_), PollResult::Ok) => Some(tracing::Level::INFO),
+        (Some(p), r) if p == r => Some(tracing::Level::DEBUG),
+        _ => Some(tracing::Level::WARN),
     }
 }
 
@@ -425,6 +440,26 @@ mod tests {
             operator_uri(&base, SIGNALS_PATH),
             "https://127.0.0.1:9443/v1/site/signals"
         );
+    }
+
+    #[test]
+    fn a_new_failure_warns_a_repeated_one_whispers_and_a_recovery_is_told() {
+        use tracing::Level;
+        assert_eq!(log_level(None, PollResult::Ok), None);
+        assert_eq!(log_level(None, PollResult::Transport), Some(Level::WARN));
+        assert_eq!(
+            log_level(Some(PollResult::Transport), PollResult::Transport),
+            Some(Level::DEBUG)
+        );
+        assert_eq!(
+            log_level(Some(PollResult::Transport), PollResult::Timeout),
+            Some(Level::WARN)
+        );
+        assert_eq!(
+            log_level(Some(PollResult::Timeout), PollResult::Ok),
+            Some(Level::INFO)
+        );
+        assert_eq!(log_level(Some(PollResult::Ok), PollResult::Ok), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 
 /// `{outcome}`: `proxied` or the OpenAI-style error code the gateway answered with.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
+pub(crate) struct OutcomeLabels {
     /// The outcome.
     pub outcome: &'static str,
 }
@@ -16,14 +16,14 @@ pub struct OutcomeLabels {
 /// `{site}`: the site a request was sent to on its second attempt, after the first site
 /// refused the connection.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RetryLabels {
+pub(crate) struct RetryLabels {
     /// The site tried second.
     pub site: String,
 }
 
 /// `{site, reason}` of an upstream failure before any byte of the answer.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UpstreamFailureLabels {
+pub(crate) struct UpstreamFailureLabels {
     /// The site that failed.
     pub site: String,
     /// `connect` (nothing was sent) or `request` (the exchange broke after sending).
@@ -32,7 +32,7 @@ pub struct UpstreamFailureLabels {
 
 /// `{header, reason}` of a site's flow-control header value the gateway did not trust.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FlowRefusalLabels {
+pub(crate) struct FlowRefusalLabels {
     /// `headroom`, `queue_duration` or `dropped_reason`.
     pub header: &'static str,
     /// `malformed`, `negative`, `duplicated` or `absurd`.
@@ -41,18 +41,18 @@ pub struct FlowRefusalLabels {
 
 /// `{site}` of an answer that is evidence of a serving failure.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SiteLabels {
+pub(crate) struct SiteLabels {
     /// The site.
     pub site: String,
 }
 
 /// The request path's metric handles.
 #[derive(Clone, Debug, Default)]
-pub struct RequestMetrics {
+pub(crate) struct RequestMetrics {
     /// `grid_gateway_requests_total{outcome}`.
     pub requests: Family<OutcomeLabels, Counter>,
     /// `grid_gateway_retries_total{site}`. First attempts are counted by grid-score's
-    /// `grid_score_decisions_total{site,path,outcome}`.
+    /// `grid_gateway_score_decisions_total{site,path,outcome}`.
     pub retries: Family<RetryLabels, Counter>,
     /// `grid_gateway_upstream_failures_total{site,reason}`.
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
@@ -65,7 +65,7 @@ pub struct RequestMetrics {
 
 impl RequestMetrics {
     /// Registers the handles under `grid_gateway_*`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
             "grid_gateway_requests",
@@ -96,7 +96,7 @@ impl RequestMetrics {
     }
 
     /// Counts one answered request.
-    pub fn outcome(&self, outcome: &'static str) {
+    pub(crate) fn outcome(&self, outcome: &'static str) {
         self.requests
             .get_or_create(&OutcomeLabels { outcome })
             .inc();

@@ -13,11 +13,11 @@ use tokio::net::TcpListener;
 use crate::http_api::Api;
 
 /// How long draining waits for open requests (streams included) before closing anyway.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `api` on `listener` until `shutdown` resolves, then stops accepting and lets
 /// open connections finish for up to [`DRAIN_TIMEOUT`].
-pub async fn serve(listener: TcpListener, api: Api, shutdown: impl Future<Output = ()>) {
+pub(crate) async fn serve(listener: TcpListener, api: Api, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);

@@ -5,9 +5,16 @@
 //! identity, whatever address the URL uses, so a gateway can dial its operator by IP
 //! while still refusing any certificate but the operator's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+
 use bytes::Bytes;
+use grid_score::catalog::Upstream;
+use grid_score::routing::RoutingView;
+use http::Uri;
+use http::uri::PathAndQuery;
 use http_body_util::Full;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -15,6 +22,24 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
+
+/// The slot the poller publishes each refresh's view into and requests load from
+/// (`ArcSwap::load`: no lock, no allocation).
+pub type Published = Arc<ArcSwap<RoutingView>>;
+
+/// The upstream URI for a client's path and query, the base URL's prefix kept.
+pub fn uri_for(upstream: &Upstream, path_and_query: &str) -> Result<Uri, http::Error> {
+    let pq = if upstream.prefix().is_empty() {
+        PathAndQuery::try_from(path_and_query)?
+    } else {
+        PathAndQuery::try_from(format!("{}{path_and_query}", upstream.prefix()))?
+    };
+    Uri::builder()
+        .scheme(upstream.scheme())
+        .authority(upstream.authority())
+        .path_and_query(pq)
+        .build()
+}
 
 /// A pooled client whose requests carry an in-memory body.
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;

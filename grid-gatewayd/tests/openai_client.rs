@@ -2,14 +2,12 @@
 //! a non-streaming chat completion through the gateway. `.ci/install` creates `.venv` with
 //! it; a missing venv fails this test rather than skipping it.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::fake_model::{FakeModel, SSE_EVENTS};
-use common::{Cand, start_gateway};
+use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS};
+use grid_kit::gateway_harness::{Cand, start_gateway};
 
 /// The Python client gets this long, imports included.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,13 +1,13 @@
 //! The gateway's HTTP surface against fake model servers on loopback: routing, headers,
 //! streaming, and every error answer that needs no signals.
 
-mod common;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::fake_model::{FakeModel, SSE_EVENTS, SSE_GAP};
-use common::{Cand, closed_port_url, get, http1_client, http2_client, post, send, start_gateway};
+use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS, SSE_GAP};
+use grid_kit::gateway_harness::{
+    Cand, closed_port_url, get, http1_client, http2_client, post, send, start_gateway,
+};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 
@@ -102,7 +102,7 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     for client in [http1_client(), http2_client()] {
         let resp = tokio::time::timeout(
-            common::EXCHANGE_TIMEOUT,
+            grid_kit::gateway_harness::EXCHANGE_TIMEOUT,
             client.request(post(&gw.url("/v1/chat/completions"), body)),
         )
         .await
@@ -115,9 +115,10 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
         let mut body = resp.into_body();
         let mut text = String::new();
         let mut first_at = None;
-        while let Some(frame) = tokio::time::timeout(common::EXCHANGE_TIMEOUT, body.frame())
-            .await
-            .unwrap()
+        while let Some(frame) =
+            tokio::time::timeout(grid_kit::gateway_harness::EXCHANGE_TIMEOUT, body.frame())
+                .await
+                .unwrap()
         {
             if let Ok(data) = frame.unwrap().into_data() {
                 first_at.get_or_insert_with(|| start.elapsed());
@@ -190,7 +191,7 @@ async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length(
     let up = FakeModel::start("a").await;
     let limit = grid_gatewayd::config::MIN_BODY_LIMIT_BYTES;
     let gw = start_gateway(
-        &format!("body_limit_bytes = {limit}"),
+        &format!("bodyLimitBytes = {limit}"),
         &[("m", one("a", up.base_url()))],
     )
     .await;
@@ -220,10 +221,13 @@ async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length(
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(hyper_util::client::legacy::connect::HttpConnector::new());
-    let resp = tokio::time::timeout(common::EXCHANGE_TIMEOUT, client.request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let resp = tokio::time::timeout(
+        grid_kit::gateway_harness::EXCHANGE_TIMEOUT,
+        client.request(req),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(
         up.seen().len(),
@@ -310,7 +314,7 @@ async fn models_lists_configured_models_and_metrics_count_outcomes() {
     );
     assert!(
         text.lines()
-            .any(|l| l.starts_with("grid_score_decisions_total{")
+            .any(|l| l.starts_with("grid_gateway_score_decisions_total{")
                 && l.contains(r#"site="a""#)
                 && l.contains(r#"outcome="routed""#)),
         "{text}"
@@ -319,7 +323,7 @@ async fn models_lists_configured_models_and_metrics_count_outcomes() {
         "grid_gateway_polls_total",
         "grid_signals_ingest_dropped_total",
         "grid_signals_feedback_failures_total",
-        "grid_score_rho{",
+        "grid_gateway_score_rho{",
         "grid_gateway_model_shedding{",
     ] {
         assert!(text.contains(series), "{series} missing: {text}");

@@ -1,12 +1,10 @@
 //! Remote sites are reached over TLS with the gateway's certificate, verified against the
 //! grid CA.
 
-mod common;
-
-use common::fake_model::FakeModel;
-use common::pki::{Pki, server_config};
-use common::{Cand, http1_client, post, send};
 use grid_gatewayd::Config;
+use grid_kit::gateway_harness::fake_model::FakeModel;
+use grid_kit::gateway_harness::{Cand, http1_client, post, send};
+use grid_kit::pki::{Ca, server_config};
 use http::StatusCode;
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -14,10 +12,10 @@ const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"
 #[tokio::test]
 async fn remote_site_over_mutual_tls_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new("grid-ca");
+    let pki = Ca::new("grid-ca");
     let site_files = pki.issue(dir.path(), "site-b", &["127.0.0.1"]);
-    let up = FakeModel::start_tls("b", server_config(&site_files, pki.ca_pem())).await;
-    let text = common::config_toml(
+    let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
+    let text = grid_kit::gateway_harness::config_toml(
         dir.path(),
         &pki,
         "https://127.0.0.1:9",
@@ -51,11 +49,11 @@ async fn remote_site_over_mutual_tls_is_served() {
 #[tokio::test]
 async fn remote_site_with_an_untrusted_certificate_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = Pki::new("grid-ca");
-    let rogue = Pki::new("rogue-ca");
+    let pki = Ca::new("grid-ca");
+    let rogue = Ca::new("rogue-ca");
     let site_files = rogue.issue(dir.path(), "site-b", &["127.0.0.1"]);
-    let up = FakeModel::start_tls("b", server_config(&site_files, pki.ca_pem())).await;
-    let text = common::config_toml(
+    let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
+    let text = grid_kit::gateway_harness::config_toml(
         dir.path(),
         &pki,
         "https://127.0.0.1:9",

@@ -1,17 +1,15 @@
 //! The signals path end to end on loopback with real rustls: a fake operator relays load
 //! for two sites served by fake model servers, and the gateway's routing follows it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::fake_model::FakeModel;
-use common::fake_operator::{FakeOperator, SiteLoad};
-use common::pki::{Pki, server_config};
-use common::{Cand, http1_client, post, send};
 use grid_gatewayd::Config;
 use grid_gatewayd::driver::{self, Running};
 use grid_gatewayd::poller::PollResult;
+use grid_kit::gateway_harness::fake_model::FakeModel;
+use grid_kit::gateway_harness::fake_operator::{FakeOperator, SiteLoad};
+use grid_kit::gateway_harness::{Cand, http1_client, post, send};
+use grid_kit::pki::{Ca, server_config};
 use http::StatusCode;
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -39,15 +37,15 @@ impl Grid {
 
     async fn start_polling_every(extra: &str, trusted_operator: bool, poll_ms: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let pki = Pki::new("grid-ca");
-        let rogue = Pki::new("rogue-ca");
+        let pki = Ca::new("grid-ca");
+        let rogue = Ca::new("rogue-ca");
         let op_issuer = if trusted_operator { &pki } else { &rogue };
         let op_files = op_issuer.issue(dir.path(), "operator", &["operator.a.grid"]);
-        let operator = FakeOperator::start(server_config(&op_files, pki.ca_pem())).await;
+        let operator = FakeOperator::start(server_config(&op_files, &pki.pem())).await;
         operator.set("a", SiteLoad::idle());
         operator.set("b", SiteLoad::idle());
         let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
-        let text = common::config_toml(
+        let text = grid_kit::gateway_harness::config_toml(
             dir.path(),
             &pki,
             &operator.url(),
@@ -70,7 +68,10 @@ impl Grid {
         )
         .replace(
             "[operator]\n",
-            &format!("[operator]\npoll_interval_ms = {poll_ms}\n"),
+            &format!(
+                "[operator]\npollIntervalSeconds = {}\n",
+                poll_ms as f64 / 1000.0
+            ),
         );
         let gateway = driver::start(Config::from_toml_str(&text).unwrap())
             .await
@@ -263,7 +264,7 @@ async fn traffic_shifts_away_from_a_saturated_site() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_site_excluded_gives_503_with_retry_after() {
-    let grid = Grid::start("unavailable_retry_after_s = 7", true).await;
+    let grid = Grid::start("unavailableRetryAfterSeconds = 7", true).await;
     grid.measured().await;
     grid.operator.set(
         "a",
@@ -290,7 +291,7 @@ async fn every_site_excluded_gives_503_with_retry_after() {
     assert!(grid.sites.iter().all(|s| s.seen().is_empty()));
     let models = send(
         &http1_client(),
-        common::get(&grid.url().replace("/chat/completions", "/models")),
+        grid_kit::gateway_harness::get(&grid.url().replace("/chat/completions", "/models")),
     )
     .await;
     assert_eq!(
@@ -303,7 +304,7 @@ async fn every_site_excluded_gives_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shedding_on_and_every_site_full_gives_429_with_retry_after() {
-    let extra = "[availability.shedding]\nenabled = true\nfull_after_ms = 1\nroom_after_ms = 1000\nretry_after_s = 2\n";
+    let extra = "[availability.shedding]\nenabled = true\nfullAfterSeconds = 0.001\nroomAfterSeconds = 1\nretryAfterSeconds = 2\n";
     // The availability table must come after the top-level keys; config_toml puts `extra`
     // before [operator], so move it to the end.
     let grid = Grid::start_with_tail(extra).await;
@@ -394,13 +395,13 @@ impl Grid {
     async fn start_with_tail(tail: &str) -> Self {
         // Same as `start`, with `tail` appended as TOML tables after the models.
         let dir = tempfile::tempdir().unwrap();
-        let pki = Pki::new("grid-ca");
+        let pki = Ca::new("grid-ca");
         let op_files = pki.issue(dir.path(), "operator", &["operator.a.grid"]);
-        let operator = FakeOperator::start(server_config(&op_files, pki.ca_pem())).await;
+        let operator = FakeOperator::start(server_config(&op_files, &pki.pem())).await;
         operator.set("a", SiteLoad::idle());
         operator.set("b", SiteLoad::idle());
         let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
-        let text = common::config_toml(
+        let text = grid_kit::gateway_harness::config_toml(
             dir.path(),
             &pki,
             &operator.url(),
@@ -423,7 +424,10 @@ impl Grid {
         )
         .replace(
             "[operator]\n",
-            &format!("[operator]\npoll_interval_ms = {POLL_MS}\n"),
+            &format!(
+                "[operator]\npollIntervalSeconds = {}\n",
+                POLL_MS as f64 / 1000.0
+            ),
         ) + tail;
         let gateway = driver::start(Config::from_toml_str(&text).unwrap())
             .await

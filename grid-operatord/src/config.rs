@@ -12,15 +12,15 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::Error;
-use crate::fingerprint::Fingerprint;
+use grid_daemon::tls::Fingerprint;
 
 /// The most peers one operator polls; each holds a connection slot, and the signals
 /// listener admits at most [`crate::slots::MAX_PEER_CONNECTIONS`] of them.
 pub const MAX_PEERS: usize = 128;
 /// The most providers one operator scrapes.
 pub const MAX_PROVIDERS: usize = 256;
-/// The longest site, peer or provider name (a DNS label).
-pub const MAX_NAME_LEN: usize = 63;
+/// The longest site, peer or provider name (a DNS label; the rule both daemons share).
+pub const MAX_NAME_LEN: usize = grid_daemon::config::MAX_NAME_LEN;
 /// The shortest interval or timeout accepted, in milliseconds: below it the operator would
 /// spend its time on handshakes.
 pub const MIN_PERIOD_MS: u64 = 100;
@@ -568,41 +568,11 @@ fn validate_provider(
 }
 
 fn check_name(field: &str, name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(field_err(
-            field,
-            format!(
-                "`{name}` is not a DNS label (1 to {MAX_NAME_LEN} of a-z, 0-9, `-`, not starting or ending with `-`)"
-            ),
-        ))
-    }
+    grid_daemon::config::name(field, name).map_err(Error::from)
 }
 
 fn check_trust_domain(domain: &str) -> Result<(), Error> {
-    let ok = !domain.is_empty()
-        && domain.len() <= 255
-        && domain.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b'_'
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(field_err(
-            "trust.trustDomain",
-            format!(
-                "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `-`, `.`, `_`)"
-            ),
-        ))
-    }
+    grid_daemon::config::trust_domain("trust.trustDomain", domain).map_err(Error::from)
 }
 
 fn parse_addr(field: &str, text: &str) -> Result<SocketAddr, Error> {
@@ -629,20 +599,14 @@ fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Err
     Ok(uri)
 }
 
+/// The bounds of every interval and timeout.
+const PERIOD: grid_daemon::config::Bounds = grid_daemon::config::Bounds {
+    min_ms: MIN_PERIOD_MS,
+    max_ms: MAX_PERIOD_MS,
+};
+
 fn period(field: &str, seconds: Option<f64>, default: Duration) -> Result<Duration, Error> {
-    let Some(s) = seconds else { return Ok(default) };
-    let ms = s * 1000.0;
-    if !ms.is_finite() || ms < MIN_PERIOD_MS as f64 || ms > MAX_PERIOD_MS as f64 {
-        return Err(field_err(
-            field,
-            format!(
-                "{s} s is outside {} s to {} s",
-                MIN_PERIOD_MS as f64 / 1000.0,
-                MAX_PERIOD_MS / 1000
-            ),
-        ));
-    }
-    Ok(Duration::from_micros((s * 1e6).round() as u64))
+    grid_daemon::config::seconds(field, seconds, default, PERIOD).map_err(Error::from)
 }
 
 #[cfg(test)]

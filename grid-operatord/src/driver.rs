@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grid_feedback::Receiver;
+use grid_signals::epp::PoolSelector;
+use grid_signals::site::{ProviderSpec, Site, SiteConfig};
 use grid_signals::store::StoreConfig;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -23,12 +25,12 @@ use crate::listener::{Listener, Timeouts};
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
 use crate::providers::{ScrapeLoop, ScrapedProvider};
-use crate::publish::Publisher;
-use crate::scrape::{ScrapeTarget, Scraper, scrape_tls_config};
-use crate::signals::{SharedSignals, Signals, SignalsService};
+use crate::scrape::{Scraper, scrape_tls_config};
+use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
 use crate::state::{StateStore, start_epoch};
-use crate::tls::{self, Identity, TlsMaterial};
+use grid_daemon::client::FetchTarget;
+use grid_daemon::tls::{self, Identity, TlsMaterial};
 
 /// How often the declared signal transport mode is re-read.
 pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -74,13 +76,20 @@ pub struct Running {
     pub metrics: OperatorMetrics,
     /// The registry `/metrics` renders.
     pub registry: Arc<Registry>,
+    state: Arc<dyn StateStore>,
     tasks: JoinSet<Result<(), Error>>,
+}
+
+impl std::fmt::Debug for dyn StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateStore")
+    }
 }
 
 impl Running {
     /// Waits until a task ends: normally never; the mode watcher ends with
     /// [`Error::ModeChanged`] when the declared mode no longer matches.
-    pub async fn wait(mut self) -> Result<(), Error> {
+    pub async fn wait(&mut self) -> Result<(), Error> {
         match self.tasks.join_next().await {
             Some(Ok(result)) => result,
             Some(Err(e)) => Err(Error::Io {
@@ -89,6 +98,20 @@ impl Running {
             }),
             None => Ok(()),
         }
+    }
+}
+
+impl Running {
+    /// Stops the operator the way the gateway stops: every task ends (scrapes, peer
+    /// polls, the signals listener, `/metrics`, the mode watcher and the feedback writer,
+    /// whose every persisted write is atomic, so none is left half written), then the
+    /// batch fences are persisted once more, so a restart still refuses what this
+    /// process admitted.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.tasks.shutdown().await;
+        let fences = crate::signals::lock(&self.signals).export_fences();
+        let state = self.state.clone();
+        blocking(move || state.store_fences(&fences)).await
     }
 }
 
@@ -111,32 +134,21 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<ScrapeTarget>, Error> {
+fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<FetchTarget>, Error> {
     config
         .providers
         .iter()
         .map(|p| {
             let tls = if p.url.scheme_str() == Some("https") {
                 let roots = match &p.ca_file {
-                    Some(path) => {
-                        let files = crate::config::TlsFiles {
-                            cert: config.tls.cert.clone(),
-                            key: config.tls.key.clone(),
-                            ca: Some(path.clone()),
-                        };
-                        TlsMaterial::load(&files)?.roots
-                    }
+                    Some(path) => tls::read_roots(path)?,
                     None => material.roots.clone(),
                 };
                 Some(scrape_tls_config(roots)?)
             } else {
                 None
             };
-            Ok(ScrapeTarget {
-                url: p.url.clone(),
-                timeout: p.timeout,
-                tls,
-            })
+            Ok(FetchTarget::new(p.url.clone(), p.timeout, tls))
         })
         .collect()
 }
@@ -149,8 +161,8 @@ pub async fn start(
     state: Arc<dyn StateStore>,
     options: Options,
 ) -> Result<Running, Error> {
-    let material = TlsMaterial::load(&config.tls)?;
-    let trust = Arc::new(tls::trust_from_config(&config, &material)?);
+    let material = crate::trust::material(&config.tls)?;
+    let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
     let server_tls = tls::server_config(&material, trust.clone())?;
     let targets = scrape_targets(&config, &material)?;
     let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
@@ -163,8 +175,7 @@ pub async fn start(
         fences,
     } = load_persisted(&state, now).await?;
 
-    let store_config = StoreConfig::default();
-    let mut held = Signals::new(store_config);
+    let mut held = site(&config, epoch, now);
     if let Some(fences) = fences {
         let import = held.import_fences(&fences, now);
         tracing::info!(
@@ -188,15 +199,7 @@ pub async fn start(
         Ok(())
     });
 
-    let scrape_loop = scrape_loop(
-        &config,
-        targets,
-        epoch,
-        now,
-        &signals,
-        &metrics,
-        store_config,
-    );
+    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics);
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
@@ -249,6 +252,7 @@ pub async fn start(
         signals,
         metrics,
         registry,
+        state,
         tasks,
     })
 }
@@ -327,30 +331,46 @@ fn restore_receiver(
     }
 }
 
+/// The site machine for `config`'s providers, publishing in `epoch`.
+fn site(config: &Config, epoch: u64, now: u64) -> Site {
+    let providers: Vec<ProviderSpec> = config
+        .providers
+        .iter()
+        .map(|p| ProviderSpec {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            generation: p.generation,
+            pool: p
+                .pool
+                .clone()
+                .map_or(PoolSelector::All, PoolSelector::Named),
+            stale_metrics_ms: p.stale_metrics.map(|d| d.as_millis() as u64),
+        })
+        .collect();
+    Site::new(
+        SiteConfig {
+            site: config.site.clone(),
+            epoch,
+            scrape_interval_ms: config.scrape_interval.as_millis() as u64,
+            store: StoreConfig::default(),
+        },
+        &providers,
+        now,
+    )
+}
+
 fn scrape_loop(
     config: &Config,
-    targets: Vec<ScrapeTarget>,
-    epoch: u64,
-    now: u64,
+    targets: Vec<FetchTarget>,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
-    store_config: StoreConfig,
 ) -> ScrapeLoop {
-    let interval_ms = config.scrape_interval.as_millis() as u64;
     let providers = config
         .providers
         .iter()
         .zip(targets)
         .map(|(p, target)| ScrapedProvider {
             target,
-            publisher: Publisher::new(
-                &config.site,
-                p,
-                epoch,
-                interval_ms,
-                store_config.ttl_ms,
-                now,
-            ),
             name: p.name.clone(),
         })
         .collect();

@@ -22,7 +22,7 @@ use crate::clock;
 use crate::state::StateStore;
 
 /// Requests waiting for the feedback task; more are answered 503 by the handler.
-pub const FEEDBACK_QUEUE: usize = 64;
+pub(crate) const FEEDBACK_QUEUE: usize = 64;
 
 struct Job {
     caller: Caller,
@@ -71,7 +71,7 @@ impl FeedbackHandle {
 }
 
 /// Starts the feedback task; it ends when every handle is dropped.
-pub fn spawn(
+pub(crate) fn spawn(
     receiver: Receiver,
     store: Arc<dyn StateStore>,
     ages_rejected: Gauge,

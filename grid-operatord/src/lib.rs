@@ -6,40 +6,42 @@
 //! scrapes EPP `/metrics` (hyper), serves `GET /v1/site/signals` and
 //! `POST /v1/site/signals/ingest` over mutual TLS (rustls), polls peer operators, persists
 //! its high-water marks and feedback state, and exports Prometheus `/metrics`. All
-//! decisions are made by `grid-signals` and `grid-feedback`, fed by the driver with `now`.
+//! decisions are made by `grid-signals` (the site machine `grid_signals::site::Site`:
+//! framing, the two stores, what a peer may see) and `grid-feedback`, fed by the driver
+//! with `now`.
 //! The clocks are read in [`clock`] only.
 //!
 //! # Data flow
 //!
 //! ```text
-//! EPP /metrics --scrape--> grid-signals::epp --batch--> store --serve--> peers and local gateway
-//! peer operators --poll--> grid-signals ordering --> store (relayed to the local gateway)
+//! EPP /metrics --scrape--> Site::handle(Scraped) --batch--> own + all stores
+//! peer operators --poll--> Site::handle(PeerBody) --> all store
+//! GET /v1/site/signals --Site::relay(Local | Peer)--> local gateway / peers
 //! local gateway --POST ingest--> grid-feedback::Receiver --persist--> 204 echo
 //! ```
+
+//!
+//! # Public API
+//!
+//! [`driver::start`] with a [`config::Config`] (from a [`config::ConfigSource`]) and a
+//! [`state::StateStore`] gives a [`driver::Running`] (`wait`, `shutdown`, its addresses,
+//! stores and metric handles). `listener`, `slots`, `peers` and `signals` stay public for
+//! the whole-operator tests that drive them on loopback; the scrape loop, the feedback
+//! writer and the trust wiring are private.
 
 pub mod clock;
 pub mod config;
 pub mod driver;
 mod error;
-pub mod feedback;
-pub mod fingerprint;
+mod feedback;
 pub mod listener;
 pub mod metrics;
 pub mod peers;
-pub mod providers;
-pub mod publish;
-pub mod scrape;
+mod providers;
+mod scrape;
 pub mod signals;
 pub mod slots;
 pub mod state;
-pub mod tls;
+mod trust;
 
 pub use error::Error;
-
-#[cfg(test)]
-#[path = "../tests/support/pki.rs"]
-mod test_pki;
-
-#[cfg(test)]
-#[path = "../tests/support/fake_epp.rs"]
-mod test_epp;

@@ -25,7 +25,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 
 use crate::slots::{HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, ShedReason, Slots};
-use crate::tls::{Identity, Trust, peer_identity};
+use grid_daemon::tls::{Identity, Trust, peer_identity};
 
 /// A response future of a [`Handler`].
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>;
@@ -58,10 +58,16 @@ impl Default for Timeouts {
     }
 }
 
+/// The label set of `grid_operator_connections_shed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ShedLabels {
+    reason: ShedReason,
+}
+
 /// The listener's series.
 #[derive(Clone, Debug)]
 pub struct ListenerMetrics {
-    shed: Family<[(&'static str, &'static str); 1], Counter>,
+    shed: Family<ShedLabels, Counter>,
     handshake_failures: Counter,
     open: Gauge,
 }
@@ -76,7 +82,7 @@ impl ListenerMetrics {
             open: Gauge::default(),
         };
         for r in ShedReason::ALL {
-            let _ = m.shed.get_or_create(&[("reason", r.as_str())]);
+            let _ = m.shed.get_or_create(&ShedLabels { reason: r });
         }
         registry.register(
             "grid_operator_connections_shed",
@@ -97,16 +103,12 @@ impl ListenerMetrics {
     }
 
     fn shed(&self, reason: ShedReason) {
-        self.shed
-            .get_or_create(&[("reason", reason.as_str())])
-            .inc();
+        self.shed.get_or_create(&ShedLabels { reason }).inc();
     }
 
     /// Connections shed for `reason` so far.
     pub fn shed_count(&self, reason: ShedReason) -> u64 {
-        self.shed
-            .get_or_create(&[("reason", reason.as_str())])
-            .get()
+        self.shed.get_or_create(&ShedLabels { reason }).get()
     }
 
     /// Handshakes refused so far.

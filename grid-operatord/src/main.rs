@@ -28,10 +28,13 @@ async fn main() -> anyhow::Result<()> {
     let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&args.config));
     let config = source.load()?;
     let state = Arc::new(FileStateStore::open(&config.state_dir)?);
-    let running = driver::start(config, Some(source), state, Options::default()).await?;
+    let mut running = driver::start(config, Some(source), state, Options::default()).await?;
     tokio::select! {
         result = running.wait() => result?,
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; stopping every task, persisting the fences");
+            running.shutdown().await?;
+        }
     }
     Ok(())
 }

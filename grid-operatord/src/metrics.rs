@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use grid_feedback::ReceiverMetrics;
-use grid_signals::epp::publication::{
+use grid_signals::epp::{
     ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
     TTFT_P90_SECONDS,
 };
@@ -131,10 +131,12 @@ impl OperatorMetrics {
             epoch.clone(),
         );
         registry.register_collector(Box::new(ProviderSeries { signals }));
+        let ingest = IngestMetrics::register(registry);
+        ingest.register_relay(registry);
         Self {
             scrapes: ScrapeMetrics::register(registry),
             polls: PollMetrics::register(registry),
-            ingest: IngestMetrics::register(registry),
+            ingest,
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
             refusals: RefusalMetrics::register(registry),

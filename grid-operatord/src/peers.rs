@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_signals::epp::ScrapeFailure;
+use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,8 +20,8 @@ use rustls::ClientConfig;
 
 use crate::clock;
 use crate::config::PeerConfig;
-use crate::scrape::{ScrapeTarget, fetch};
 use crate::signals::{SharedSignals, lock};
+use grid_daemon::client::{FetchTarget, fetch};
 
 /// Attempts per poll: the first and at most two retries.
 pub const MAX_POLL_ATTEMPTS: u32 = 3;
@@ -134,11 +135,11 @@ impl PeerPoller {
     /// One poll with its bounded, jittered retries; retries stop when another attempt
     /// could not finish within the poll interval.
     pub async fn poll_once(&self, rng: &mut impl Rng) -> PollOutcome {
-        let target = ScrapeTarget {
-            url: self.peer.url.clone(),
-            timeout: self.peer.timeout,
-            tls: Some(self.tls.clone()),
-        };
+        let target = FetchTarget::new(
+            self.peer.url.clone(),
+            self.peer.timeout,
+            Some(self.tls.clone()),
+        );
         let started = clock::monotonic();
         let mut last = ScrapeFailure::Connect;
         for attempt in 0..MAX_POLL_ATTEMPTS {
@@ -152,16 +153,23 @@ impl PeerPoller {
                     // sees the poll that brought them.
                     self.metrics.record(&self.peer.name, PollOutcome::Ok);
                     let now = clock::wall_ms();
-                    let report = lock(&self.signals).ingest_peer(
-                        &self.peer.name,
-                        &fetched.body,
-                        date_ms,
+                    let mut site = lock(&self.signals);
+                    site.handle(
                         now,
+                        SiteInput::PeerBody {
+                            peer: &self.peer.name,
+                            body: &fetched.body,
+                            date_ms,
+                        },
                     );
-                    self.ingest.record(&report);
+                    while let Some(output) = site.poll() {
+                        if let SiteOutput::PeerIngested { report } = output {
+                            self.ingest.record(&report);
+                        }
+                    }
                     return PollOutcome::Ok;
                 }
-                Err(failure) => last = failure,
+                Err(failure) => last = failure.class,
             }
             let backoff = retry_backoff(attempt, rng);
             let retry_fits = started.elapsed() + backoff + self.peer.timeout <= self.interval;
@@ -181,13 +189,13 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
+    use grid_signals::site::{Site, SiteConfig};
     use grid_signals::store::StoreConfig;
     use rustls::RootCertStore;
 
     use super::*;
-    use crate::signals::Signals;
-    use crate::test_pki::Ca;
-    use crate::tls::{Identity, TlsMaterial, Trust, client_config};
+    use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config};
+    use grid_kit::pki::Ca;
 
     #[test]
     fn backoff_doubles_and_stays_within_its_jitter() {
@@ -242,7 +250,16 @@ mod tests {
                 timeout: Duration::from_millis(500),
             },
             tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
-            signals: Arc::new(Mutex::new(Signals::new(StoreConfig::default()))),
+            signals: Arc::new(Mutex::new(Site::new(
+                SiteConfig {
+                    site: "a".into(),
+                    epoch: 1,
+                    scrape_interval_ms: 1_000,
+                    store: StoreConfig::default(),
+                },
+                &[],
+                0,
+            ))),
             metrics: PollMetrics::default(),
             ingest: IngestMetrics::default(),
             interval,

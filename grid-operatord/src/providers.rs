@@ -1,12 +1,13 @@
 //! The scrape loop: every interval, scrape every provider's EPP concurrently (bounded by
-//! the [`Scraper`]), feed each outcome to its [`Publisher`] as it arrives, and store the
-//! resulting batch.
+//! the [`Scraper`]), feed each outcome to the site machine (grid-signals' `Site`, which
+//! frames and stores the batch) as it arrives, and count what it says.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use grid_signals::epp::{LineRefusals, ScrapeFailure};
 use grid_signals::exposition::SyntaxError;
+use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -15,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::clock;
-use crate::publish::Publisher;
-use crate::scrape::{ScrapeTarget, Scraper};
+use crate::scrape::Scraper;
 use crate::signals::{SharedSignals, lock};
+use grid_daemon::client::FetchTarget;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScrapeLabels {
@@ -122,18 +123,16 @@ impl ScrapeMetrics {
 
 /// One scraped provider.
 #[derive(Debug)]
-pub struct ScrapedProvider {
+pub(crate) struct ScrapedProvider {
     /// Where and how to scrape.
-    pub target: ScrapeTarget,
-    /// Its publishing state.
-    pub publisher: Publisher,
+    pub target: FetchTarget,
     /// Its name, for labels.
     pub name: String,
 }
 
 /// The scrape loop.
 #[derive(Debug)]
-pub struct ScrapeLoop {
+pub(crate) struct ScrapeLoop {
     /// Every provider.
     pub providers: Vec<ScrapedProvider>,
     /// The shared concurrency bound.
@@ -151,7 +150,7 @@ pub struct ScrapeLoop {
 impl ScrapeLoop {
     /// Scrapes at the interval forever. A pass that runs long delays the next one rather
     /// than overlapping it, and its duration widens the readiness floor.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         for p in &self.providers {
             self.metrics.add_provider(&p.name);
         }
@@ -166,7 +165,8 @@ impl ScrapeLoop {
             self.metrics
                 .pass_seconds
                 .set(latest_pass_ms as f64 / 1000.0);
-            lock(&self.signals).expire(clock::wall_ms());
+            let now = clock::wall_ms();
+            lock(&self.signals).handle(now, SiteInput::Expire);
         }
     }
 
@@ -179,32 +179,49 @@ impl ScrapeLoop {
         while let Some(joined) = set.join_next().await {
             let Ok((i, outcome)) = joined else { continue };
             let now = clock::wall_ms();
-            let p = &mut self.providers[i];
-            let seen = p.publisher.observe(now, outcome.as_deref().map_err(|f| *f));
-            self.metrics
-                .scrapes
-                .get_or_create(&ScrapeLabels {
-                    provider: p.name.clone(),
-                    result: seen.failure.map_or("ok", ScrapeFailure::as_str),
-                })
-                .inc();
-            if seen.refused.total() > 0 {
-                self.metrics.count_refused(&p.name, &seen.refused);
-                tracing::debug!(
-                    provider = %p.name,
-                    lines = seen.refused.total(),
-                    "EPP exposition lines refused; the rest of the body was read"
-                );
+            let mut site = lock(&self.signals);
+            site.handle(
+                now,
+                SiteInput::Scraped {
+                    provider: i,
+                    outcome: outcome.as_deref().map_err(|f| *f),
+                    latest_pass_ms,
+                },
+            );
+            while let Some(output) = site.poll() {
+                self.record(output);
             }
-            match p.publisher.publish(now, latest_pass_ms) {
-                Ok(batch) => {
-                    let report = lock(&self.signals).publish(batch, now);
-                    self.ingest.record(&report);
+        }
+    }
+
+    /// Counts what the site machine said of one scrape.
+    fn record(&self, output: SiteOutput) {
+        match output {
+            SiteOutput::Scraped { provider, observed } => {
+                let name = &self.providers[provider].name;
+                self.metrics
+                    .scrapes
+                    .get_or_create(&ScrapeLabels {
+                        provider: name.clone(),
+                        result: observed.failure.map_or("ok", ScrapeFailure::as_str),
+                    })
+                    .inc();
+                if observed.refused.total() > 0 {
+                    self.metrics.count_refused(name, &observed.refused);
+                    tracing::debug!(
+                        provider = %name,
+                        lines = observed.refused.total(),
+                        "EPP exposition lines refused; the rest of the body was read"
+                    );
                 }
-                Err(e) => {
-                    self.metrics.publish_failures.inc();
-                    tracing::warn!(provider = %p.name, error = %e, "provider batch not published");
-                }
+            }
+            SiteOutput::Published { report, .. } | SiteOutput::PeerIngested { report } => {
+                self.ingest.record(&report);
+            }
+            SiteOutput::NotPublished { provider, error } => {
+                self.metrics.publish_failures.inc();
+                let name = &self.providers[provider].name;
+                tracing::warn!(provider = %name, %error, "provider batch not published");
             }
         }
     }

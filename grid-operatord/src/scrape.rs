@@ -1,43 +1,19 @@
-//! The EPP scrape client: one HTTP(S) GET per provider per interval, bounded in number,
-//! time and bytes, every failure put in a closed class.
-//!
-//! Each scrape opens its own connection and resolves the host itself, so a failure can be
-//! told apart precisely (`dns`, `connect`, `tls`, `http`, ...) instead of surfacing as one
-//! opaque client error. EPPs are in-cluster and scraped once a second, so the saved
-//! handshake of a pooled connection is not worth the lost diagnosis.
+//! The EPP scrape loop's client: [`grid_daemon::client::fetch`] (one bounded GET, every
+//! failure in a closed class) behind a shared bound of [`MAX_CONCURRENT_SCRAPES`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
+use grid_daemon::client::{FetchTarget, fetch};
 use grid_signals::epp::ScrapeFailure;
-use grid_signals::exposition::BodyBuf;
-use http_body_util::{BodyExt, Empty};
-use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
-use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 /// The most scrapes in flight at once, across all providers (the spec's bound of 16).
-pub const MAX_CONCURRENT_SCRAPES: usize = 16;
-
-/// What to scrape and how long one attempt may take.
-#[derive(Clone, Debug)]
-pub struct ScrapeTarget {
-    /// Full metrics URL, `http` or `https`.
-    pub url: http::Uri,
-    /// Budget of the whole scrape: resolve, connect, handshake, request and body.
-    pub timeout: Duration,
-    /// TLS settings for an `https` URL; `None` makes an `https` scrape fail as `tls`.
-    pub tls: Option<Arc<ClientConfig>>,
-}
+pub(crate) const MAX_CONCURRENT_SCRAPES: usize = 16;
 
 /// Scrapes with a shared concurrency bound.
 #[derive(Clone, Debug)]
-pub struct Scraper {
+pub(crate) struct Scraper {
     permits: Arc<Semaphore>,
 }
 
@@ -47,213 +23,56 @@ impl Default for Scraper {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
 impl Scraper {
     /// A scraper allowing [`MAX_CONCURRENT_SCRAPES`] at once.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             permits: Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES)),
         }
     }
 
-    /// Scrapes in flight right now.
-    pub fn in_flight(&self) -> usize {
-        MAX_CONCURRENT_SCRAPES - self.permits.available_permits()
-    }
-
     /// Fetches the target's body, waiting for a permit first; the timeout starts once the
     /// permit is held, so waiting behind slow providers is not charged to this one.
-    pub async fn scrape(&self, target: &ScrapeTarget) -> Result<Vec<u8>, ScrapeFailure> {
+    pub(crate) async fn scrape(&self, target: &FetchTarget) -> Result<Vec<u8>, ScrapeFailure> {
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| ScrapeFailure::Connect)?;
-        fetch(target).await.map(|f| f.body)
-    }
-}
-
-/// A successful GET: the body (at most [`grid_signals::exposition::MAX_EXPOSITION_BYTES`])
-/// and the response's `Date`, the reference time of the ages in it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fetched {
-    /// The body.
-    pub body: Vec<u8>,
-    /// The `Date` header in milliseconds since the Unix epoch, if present and valid.
-    pub date_ms: Option<u64>,
-    /// The `Content-Type` header, if present.
-    pub content_type: Option<String>,
-}
-
-/// One bounded GET of `target` (also used to poll peers, with an mTLS client
-/// configuration): the whole exchange within `target.timeout`, the body within the cap,
-/// every failure classified.
-pub async fn fetch(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
-    match tokio::time::timeout(target.timeout, exchange(target)).await {
-        Ok(result) => result,
-        Err(_) => Err(ScrapeFailure::Timeout),
-    }
-}
-
-/// A transport error after the handshake: `tls` when TLS caused it (with TLS 1.3 a
-/// server refuses a client certificate only after the client thinks the handshake is
-/// done, so the refusal surfaces here), `http` otherwise.
-fn classify_transport(error: &hyper::Error) -> ScrapeFailure {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = source {
-        if e.downcast_ref::<rustls::Error>().is_some() {
-            return ScrapeFailure::Tls;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io
-                .get_ref()
-                .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
-            {
-                return ScrapeFailure::Tls;
-            }
-        }
-        source = e.source();
-    }
-    ScrapeFailure::Http
-}
-
-fn host_of(url: &http::Uri) -> Option<&str> {
-    let host = url.host()?;
-    Some(
-        host.strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host),
-    )
-}
-
-async fn connect(url: &http::Uri, https: bool) -> Result<TcpStream, ScrapeFailure> {
-    let host = host_of(url).ok_or(ScrapeFailure::Dns)?;
-    let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let addrs: Vec<_> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|_| ScrapeFailure::Dns)?
-        .collect();
-    if addrs.is_empty() {
-        return Err(ScrapeFailure::Dns);
-    }
-    for addr in addrs {
-        if let Ok(tcp) = TcpStream::connect(addr).await {
-            let _ = tcp.set_nodelay(true);
-            return Ok(tcp);
-        }
-    }
-    Err(ScrapeFailure::Connect)
-}
-
-async fn exchange(target: &ScrapeTarget) -> Result<Fetched, ScrapeFailure> {
-    let url = &target.url;
-    let https = url.scheme_str() == Some("https");
-    let tcp = connect(url, https).await?;
-    let io: Box<dyn Io> = if https {
-        let tls = target.tls.clone().ok_or(ScrapeFailure::Tls)?;
-        let name = ServerName::try_from(host_of(url).unwrap_or_default().to_owned())
-            .map_err(|_| ScrapeFailure::Tls)?;
-        let stream = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|_| ScrapeFailure::Tls)?;
-        Box::new(stream)
-    } else {
-        Box::new(tcp)
-    };
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|_| ScrapeFailure::Http)?;
-    let request = Request::get(url.path_and_query().map_or("/", |p| p.as_str()))
-        .header(
-            http::header::HOST,
-            url.authority().map_or("", |a| a.as_str()),
-        )
-        .header(http::header::ACCEPT, "text/plain;version=0.0.4")
-        .header(http::header::USER_AGENT, "grid-operatord")
-        .body(Empty::<Bytes>::new())
-        .map_err(|_| ScrapeFailure::Http)?;
-    let exchange = async move {
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| classify_transport(&e))?;
-        match response.status() {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                return Err(ScrapeFailure::Unauthorized);
-            }
-            s if !s.is_success() => return Err(ScrapeFailure::Http),
-            _ => {}
-        }
-        let header = |name| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v: &http::HeaderValue| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let date_ms = header(http::header::DATE)
-            .and_then(|d| httpdate::parse_http_date(&d).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as u64);
-        let content_type = header(http::header::CONTENT_TYPE);
-        let mut body = response.into_body();
-        let mut buf = BodyBuf::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| classify_transport(&e))?;
-            if let Some(data) = frame.data_ref() {
-                buf.push(data).map_err(|_| ScrapeFailure::BodyCap)?;
-            }
-        }
-        Ok(Fetched {
-            body: buf.into_vec(),
-            date_ms,
-            content_type,
-        })
-    };
-    tokio::pin!(exchange);
-    tokio::pin!(conn);
-    tokio::select! {
-        result = &mut exchange => result,
-        // The connection ended first (closed or failed); the exchange now resolves promptly
-        // with whatever it got.
-        _ = &mut conn => exchange.await,
+        fetch(target).await.map(|f| f.body).map_err(|f| f.class)
     }
 }
 
 /// TLS settings for `https` EPP scrapes: the server certificate must chain to `roots` and
 /// name the URL's host. No client certificate is presented.
-pub fn scrape_tls_config(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, crate::Error> {
-    let config =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|source| crate::Error::Tls {
-                context: "scrape client protocol versions",
-                source,
-            })?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    Ok(Arc::new(config))
+pub(crate) fn scrape_tls_config(
+    roots: rustls::RootCertStore,
+) -> Result<Arc<ClientConfig>, crate::Error> {
+    Ok(Arc::new(grid_daemon::tls::webpki_client(
+        roots,
+        None,
+        "scrape client",
+    )?))
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use crate::test_epp::{Behaviour, FakeEpp};
+    use grid_kit::epp_server::{Behaviour, FakeEpp};
     use grid_signals::exposition::MAX_EXPOSITION_BYTES;
 
-    use super::*;
-    use crate::test_pki::Ca;
+    use std::time::Duration;
 
-    fn target(url: &str, timeout_ms: u64) -> ScrapeTarget {
-        ScrapeTarget {
-            url: url.parse().unwrap(),
-            timeout: Duration::from_millis(timeout_ms),
-            tls: None,
-        }
+    use super::*;
+    use grid_kit::pki::Ca;
+
+    fn target(url: &str, timeout_ms: u64) -> FetchTarget {
+        FetchTarget::new(
+            url.parse().unwrap(),
+            Duration::from_millis(timeout_ms),
+            None,
+        )
     }
 
     const BODY: &[u8] = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";

@@ -1,19 +1,14 @@
-//! What the operator holds and serves: its own providers' batches and, beside them, what
-//! it polled from its peers; and the HTTP side of the signals listener.
-//!
-//! Two stores keep the authorization rule structural: a peer is served from `own`, which
-//! only ever receives this site's publications, so no code path can leak a third site's
-//! readings to it; the local gateway is served from `all`.
+//! The HTTP side of the signals listener: `GET /v1/site/signals` answered from the site
+//! machine (grid-signals' [`Site`], which decides what a peer may see) and
+//! `POST /v1/site/signals/ingest` handed to the feedback task.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, Reply};
-use grid_signals::batch::{Batch, FenceSet};
-use grid_signals::store::{
-    FenceImport, IngestMetrics, IngestReport, RelayBudget, Sender, Store, StoreConfig,
-};
+use grid_signals::site::{Audience, Site};
+use grid_signals::store::{IngestMetrics, RelayBudget};
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -25,7 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::clock;
 use crate::feedback::FeedbackHandle;
 use crate::listener::{Handler, HandlerFuture};
-use crate::tls::Identity;
+use grid_daemon::tls::Identity;
 
 /// Path of the signals endpoint.
 pub const SIGNALS_PATH: &str = "/v1/site/signals";
@@ -34,116 +29,40 @@ pub const INGEST_PATH: &str = "/v1/site/signals/ingest";
 /// Content type of a signals body.
 pub const SIGNALS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
-/// The operator's two stores.
-#[derive(Debug)]
-pub struct Signals {
-    own: Store,
-    all: Store,
-}
+/// The site machine (grid-signals' [`Site`]: its publishers and its two stores), shared
+/// by the scrape loop, the peer pollers, the listener and `/metrics`.
+pub type SharedSignals = Arc<Mutex<Site>>;
 
-/// The stores shared by the scrape loop, the peer pollers, the listener and `/metrics`.
-pub type SharedSignals = Arc<Mutex<Signals>>;
-
-/// Locks the shared stores. Store updates are whole-batch operations that leave the store
+/// Locks the shared site. Its updates are whole-batch operations that leave the stores
 /// consistent even if a panic interrupted the caller, so a poisoned lock is still usable.
-pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Signals> {
+pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Site> {
     signals.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Signals {
-    /// Empty stores with the given tuning.
-    pub fn new(config: StoreConfig) -> Self {
-        Self {
-            own: Store::new(config),
-            all: Store::new(config),
-        }
-    }
-
-    /// Stores one of this site's own publications at `now`.
-    pub fn publish(&mut self, batch: Batch, now: u64) -> IngestReport {
-        let mut report = IngestReport::default();
-        self.own
-            .ingest_batch(batch.clone(), Sender::Local, now, now, &mut report);
-        let mut ignored = IngestReport::default();
-        self.all
-            .ingest_batch(batch, Sender::Local, now, now, &mut ignored);
-        report
-    }
-
-    /// Ingests a body polled from `peer` (its verified identity), dated `date_ms`.
-    pub fn ingest_peer(&mut self, peer: &str, body: &[u8], date_ms: u64, now: u64) -> IngestReport {
-        self.all
-            .ingest(body, Sender::Peer { site: peer }, date_ms, now)
-    }
-
-    /// Expires old readings from both stores.
-    pub fn expire(&mut self, now: u64) {
-        self.own.expire(now);
-        self.all.expire(now);
-        while self.own.poll_event().is_some() {}
-        while self.all.poll_event().is_some() {}
-    }
-
-    /// The fences of everything held, to persist.
-    pub fn export_fences(&self) -> FenceSet {
-        self.all.export_fences()
-    }
-
-    /// Raises fences to persisted ones after a restart, so a batch older than one already
-    /// admitted before the restart is still refused as `delayed`.
-    pub fn import_fences(&mut self, fences: &FenceSet, now: u64) -> FenceImport {
-        self.all.import_fences(fences, now)
-    }
-
-    /// Everything held, own providers and polled peers (read by `/metrics`).
-    pub fn all(&self) -> &Store {
-        &self.all
-    }
-
-    /// The relay body for `caller`, with ages relative to `reference_ms`.
-    pub fn relay_for(
-        &self,
-        caller: &Identity,
-        now: u64,
-        reference_ms: u64,
-        metrics: &IngestMetrics,
-    ) -> Vec<u8> {
-        let store = match caller {
-            Identity::Local => &self.all,
-            Identity::Peer(_) => &self.own,
-        };
-        let mut out = Vec::new();
-        let report = store.encode_relay(now, reference_ms, RelayBudget::default(), &mut out);
-        metrics.record_relay_dropped(report.providers_dropped);
-        out
+/// Who a relay body is for: the site's own certificate is its gateway, any peer gets
+/// this site's rows only ([`Site::relay`] holds that rule).
+fn audience(caller: &Identity) -> Audience {
+    match caller {
+        Identity::Local => Audience::Local,
+        Identity::Peer(_) => Audience::Peer,
     }
 }
 
-/// Why the signals listener refused a request (feedback refusals are counted by
-/// grid-feedback); the label of `grid_operator_signals_refused_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Refusal {
-    /// A trusted certificate that is neither this site nor a configured peer (403).
-    Forbidden,
-    /// A path the listener does not serve (404).
-    NotFound,
-    /// A method the path does not take (405).
-    Method,
+grid_signals::label_values! {
+    /// Why the signals listener refused a request (feedback refusals are counted by
+    /// grid-feedback); the label of `grid_operator_signals_refused_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Refusal {
+        /// A trusted certificate that is neither this site nor a configured peer (403).
+        Forbidden = "forbidden",
+        /// A path the listener does not serve (404).
+        NotFound = "not_found",
+        /// A method the path does not take (405).
+        Method = "method",
+    }
 }
 
 impl Refusal {
-    /// Every reason, to pre-register label values.
-    pub const ALL: [Self; 3] = [Self::Forbidden, Self::NotFound, Self::Method];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Forbidden => "forbidden",
-            Self::NotFound => "not_found",
-            Self::Method => "method",
-        }
-    }
-
     fn status(self) -> StatusCode {
         match self {
             Self::Forbidden => StatusCode::FORBIDDEN,
@@ -153,10 +72,16 @@ impl Refusal {
     }
 }
 
+/// The label set of `grid_operator_signals_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
 /// `grid_operator_signals_refused_total{reason}`.
 #[derive(Clone, Debug, Default)]
 pub struct RefusalMetrics {
-    refused: Family<[(&'static str, &'static str); 1], Counter>,
+    refused: Family<RefusalLabels, Counter>,
 }
 
 impl RefusalMetrics {
@@ -164,7 +89,7 @@ impl RefusalMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         for r in Refusal::ALL {
-            let _ = m.refused.get_or_create(&[("reason", r.as_str())]);
+            let _ = m.refused.get_or_create(&RefusalLabels { reason: r });
         }
         registry.register(
             "grid_operator_signals_refused",
@@ -176,9 +101,7 @@ impl RefusalMetrics {
 
     /// Refusals for `reason` so far.
     pub fn count(&self, reason: Refusal) -> u64 {
-        self.refused
-            .get_or_create(&[("reason", reason.as_str())])
-            .get()
+        self.refused.get_or_create(&RefusalLabels { reason }).get()
     }
 }
 
@@ -211,7 +134,7 @@ impl SignalsService {
     fn refuse(&self, reason: Refusal) -> Response<Full<Bytes>> {
         self.refusals
             .refused
-            .get_or_create(&[("reason", reason.as_str())])
+            .get_or_create(&RefusalLabels { reason })
             .inc();
         empty(reason.status())
     }
@@ -222,7 +145,15 @@ impl SignalsService {
         };
         let now = clock::wall_ms();
         let reference_ms = reference(now);
-        let body = lock(&self.signals).relay_for(&caller, now, reference_ms, &self.metrics);
+        let mut body = Vec::new();
+        let report = lock(&self.signals).relay(
+            audience(&caller),
+            now,
+            reference_ms,
+            RelayBudget::default(),
+            &mut body,
+        );
+        self.metrics.record_relay_dropped(report.providers_dropped);
         let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(reference_ms));
         let mut r = Response::new(Full::new(Bytes::from(body)));
         let h = r.headers_mut();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::tls::Identity;
+use grid_daemon::tls::Identity;
 
 /// Connections the signals listener holds at once.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -35,41 +35,21 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// long-lived connection cannot hold a slot forever.
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
 
-/// Why a connection was shed; the label of `grid_operator_connections_shed_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ShedReason {
-    /// Every slot was taken by a connection past its handshake.
-    Full,
-    /// A peer (or unidentified caller) finished its handshake in a reserved slot while
-    /// every general slot was taken.
-    PeerLimit,
-    /// Evicted while handshaking in a reserved slot to make room for a new connection.
-    Evicted,
-    /// The TLS handshake did not finish within [`HANDSHAKE_TIMEOUT`].
-    HandshakeTimeout,
-    /// Request headers did not arrive within [`HEADER_READ_TIMEOUT`].
-    HeaderTimeout,
-}
-
-impl ShedReason {
-    /// Every reason, to pre-register label values.
-    pub const ALL: [Self; 5] = [
-        Self::Full,
-        Self::PeerLimit,
-        Self::Evicted,
-        Self::HandshakeTimeout,
-        Self::HeaderTimeout,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Full => "full",
-            Self::PeerLimit => "peer_limit",
-            Self::Evicted => "evicted",
-            Self::HandshakeTimeout => "handshake_timeout",
-            Self::HeaderTimeout => "header_timeout",
-        }
+grid_signals::label_values! {
+    /// Why a connection was shed; the label of `grid_operator_connections_shed_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ShedReason {
+        /// Every slot was taken by a connection past its handshake.
+        Full = "full",
+        /// A peer (or unidentified caller) finished its handshake in a reserved slot while
+        /// every general slot was taken.
+        PeerLimit = "peer_limit",
+        /// Evicted while handshaking in a reserved slot to make room for a new connection.
+        Evicted = "evicted",
+        /// The TLS handshake did not finish within [`HANDSHAKE_TIMEOUT`].
+        HandshakeTimeout = "handshake_timeout",
+        /// Request headers did not arrive within [`HEADER_READ_TIMEOUT`].
+        HeaderTimeout = "header_timeout",
     }
 }
 

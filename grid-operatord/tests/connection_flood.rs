@@ -1,22 +1,20 @@
 //! A flood of peer connections (completed handshakes or half-open) never locks the local
 //! gateway out of the signals listener.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use grid_daemon::client::{FetchTarget, fetch};
+use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config, server_config};
+use grid_kit::pki::{Ca, SiteCert};
 use grid_operatord::listener::{Handler, HandlerFuture, Listener, ListenerMetrics, Timeouts};
-use grid_operatord::scrape::{ScrapeTarget, fetch};
 use grid_operatord::slots::{MAX_PEER_CONNECTIONS, ShedReason, Slots};
-use grid_operatord::tls::{Identity, TlsMaterial, Trust, client_config, server_config};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
-use support::pki::{Ca, SiteCert};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Answers with who the listener says is calling.
@@ -90,17 +88,17 @@ async fn ask(setup: &Setup, site: &str) -> Result<Vec<u8>, String> {
         Identity::Local,
     )
     .unwrap();
-    let target = ScrapeTarget {
-        url: format!("https://127.0.0.1:{}/v1/site/signals", setup.addr.port())
+    let target = FetchTarget::new(
+        format!("https://127.0.0.1:{}/v1/site/signals", setup.addr.port())
             .parse()
             .unwrap(),
-        timeout: Duration::from_secs(5),
-        tls: Some(tls),
-    };
+        Duration::from_secs(5),
+        Some(tls),
+    );
     fetch(&target)
         .await
         .map(|f| f.body)
-        .map_err(|e| e.as_str().to_owned())
+        .map_err(|e| e.class.as_str().to_owned())
 }
 
 fn total_shed(m: &ListenerMetrics) -> u64 {
@@ -210,13 +208,13 @@ async fn a_trusted_stranger_is_served_as_nobody_and_an_untrusted_one_is_refused(
         Identity::Local,
     )
     .unwrap();
-    let target = ScrapeTarget {
-        url: format!("https://127.0.0.1:{}/", setup.addr.port())
+    let target = FetchTarget::new(
+        format!("https://127.0.0.1:{}/", setup.addr.port())
             .parse()
             .unwrap(),
-        timeout: Duration::from_secs(5),
-        tls: Some(tls),
-    };
+        Duration::from_secs(5),
+        Some(tls),
+    );
     assert!(fetch(&target).await.is_err());
     let m = setup.metrics.clone();
     wait_until("handshake failure counted", || m.handshake_failures() == 1).await;

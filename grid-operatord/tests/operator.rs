@@ -1,11 +1,14 @@
 //! Whole operators on loopback with real rustls and rcgen certificates: scraping fake
 //! EPPs, serving by identity, polling peers, the body cap, restarts and `/metrics`.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
+    signals_url,
+};
 use grid_operatord::config::{ConfigSource, FileConfigSource};
 use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::peers::PollOutcome;
@@ -13,11 +16,6 @@ use grid_operatord::signals::SIGNALS_CONTENT_TYPE;
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_signals::epp::ScrapeFailure;
 use grid_signals::exposition::{MAX_EXPOSITION_BYTES, SyntaxError};
-use support::fake_epp::{Behaviour, FakeEpp};
-use support::site::{
-    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
-    signals_url,
-};
 
 async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
     let config = site.config(peers, providers);
@@ -155,7 +153,7 @@ async fn a_peer_operator_is_polled_and_peers_see_only_the_serving_site() {
 /// With TLS 1.3 the server refuses a client certificate after the client finished its
 /// side of the handshake: the client sees the alert (`tls`) or, if the server closed
 /// first, a dropped connection (`http`). What the server counted is asserted separately.
-fn refused(result: &Result<grid_operatord::scrape::Fetched, ScrapeFailure>) {
+fn refused(result: &Result<grid_daemon::client::Fetched, ScrapeFailure>) {
     assert!(
         matches!(result, Err(ScrapeFailure::Tls | ScrapeFailure::Http)),
         "{result:?}"
@@ -186,7 +184,7 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
     let tls = grid.client(&rogue.cert, "a", "a");
     refused(&get_signals(op.signals_addr, tls).await);
     // An expired certificate from the right CA.
-    let expired = grid.ca.mint(&support::pki::Mint {
+    let expired = grid.ca.mint(&grid_kit::pki::Mint {
         spiffe: Some("spiffe://grid.test/site/a".into()),
         expired: true,
         cn: "a",
@@ -476,7 +474,7 @@ async fn a_declared_mode_change_stops_the_operator() {
         mode_check: Duration::from_millis(100),
         ..Options::default()
     };
-    let running = driver::start(config, Some(source), state, options)
+    let mut running = driver::start(config, Some(source), state, options)
         .await
         .unwrap();
     let text = std::fs::read_to_string(&path)
@@ -488,6 +486,33 @@ async fn a_declared_mode_change_stops_the_operator() {
         .unwrap();
     let err = ended.unwrap_err().to_string();
     assert!(err.contains("poll") && err.contains("gossip"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_every_task_persists_the_fences_and_frees_the_ports() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[])).unwrap();
+    let config = FileConfigSource::new(&path).load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let running = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let (signals, metrics) = (running.signals_addr, running.metrics_addr);
+    tokio::time::timeout(Duration::from_secs(5), running.shutdown())
+        .await
+        .expect("shutdown is prompt")
+        .unwrap();
+    assert!(
+        a.state_dir()
+            .join(grid_operatord::state::FENCES_FILE)
+            .exists()
+    );
+    // Both listeners are closed: their ports can be bound again.
+    for addr in [signals, metrics] {
+        std::net::TcpListener::bind(addr).unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,13 +553,13 @@ async fn rows_a_peer_sends_for_another_site_are_dropped() {
 }
 
 /// `text` switched to pin mode, pinning each named peer to its certificate.
-fn pinned(text: &str, pins: &[(&str, &support::pki::SiteCert)]) -> String {
+fn pinned(text: &str, pins: &[(&str, &grid_kit::pki::SiteCert)]) -> String {
     let mut text = text.replace(
         "mode = \"spiffe\"\ntrustDomain = \"grid.test\"",
         "mode = \"pin\"",
     );
     for (name, cert) in pins {
-        let fp = grid_operatord::fingerprint::Fingerprint::of_der(&cert.cert);
+        let fp = grid_daemon::tls::Fingerprint::of_der(&cert.cert);
         text = text.replace(
             &format!("[[peers]]\nname = \"{name}\"\n"),
             &format!("[[peers]]\nname = \"{name}\"\nfingerprints = [\"{fp}\"]\n"),
@@ -589,7 +614,7 @@ async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
     })
     .await;
     // Another certificate for site b from the same CA is not the pinned one.
-    let other_b = grid.ca.site(support::site::DOMAIN, "b");
+    let other_b = grid.ca.site(grid_kit::operator_harness::DOMAIN, "b");
     refused(&get_signals(op_a.signals_addr, grid.client(&other_b, "b", "a")).await);
 }
 

@@ -4,16 +4,16 @@
 //! query the provider series. Missing binaries fail the tests: CI must not pass without
 //! the checks.
 
-mod support;
-
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, signals_url,
+};
 use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::state::{FileStateStore, StateStore};
-use support::fake_epp::{Behaviour, FakeEpp};
-use support::site::{Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, signals_url};
 
 /// Two running operators and what they scrape; everything stops when dropped.
 struct TwoSites {
@@ -146,11 +146,11 @@ async fn a_real_prometheus_server_scrapes_and_queries_the_operator() {
     let _server = Server(child);
     let query = |q: &'static str| async move {
         let url = format!("http://{web}/api/v1/query?query={q}");
-        let fetched = grid_operatord::scrape::fetch(&grid_operatord::scrape::ScrapeTarget {
-            url: url.parse().unwrap(),
-            timeout: std::time::Duration::from_secs(2),
-            tls: None,
-        })
+        let fetched = grid_daemon::client::fetch(&grid_daemon::client::FetchTarget::new(
+            url.parse().unwrap(),
+            std::time::Duration::from_secs(2),
+            None,
+        ))
         .await
         .ok()?;
         let v: serde_json::Value = serde_json::from_slice(&fetched.body).ok()?;

@@ -2,38 +2,20 @@
 
 use std::sync::Arc;
 
-/// Why a reading or candidate was refused; the label of the refusal counter.
-///
-/// Closed on purpose: each reason is one metric label, so the label set stays bounded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RejectReason {
-    /// A value was NaN or infinite; arithmetic on it would poison capacity and rho.
-    NonFinite,
-    /// A count or fraction was below zero, which no EPP series can be.
-    Negative,
-    /// More serving units reported waiting work than units exist.
-    WaitingExceedsUnits,
-    /// The scorer already tracks [`crate::MAX_CANDIDATES`] site/provider pairs.
-    CandidateCap,
-}
-
-impl RejectReason {
-    /// Every reason, for pre-registering metric labels and exhaustive tests.
-    pub const ALL: [Self; 4] = [
-        Self::NonFinite,
-        Self::Negative,
-        Self::WaitingExceedsUnits,
-        Self::CandidateCap,
-    ];
-
-    /// The metric label for this reason.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::NonFinite => "non_finite",
-            Self::Negative => "negative",
-            Self::WaitingExceedsUnits => "waiting_exceeds_units",
-            Self::CandidateCap => "candidate_cap",
-        }
+grid_signals::label_values! {
+    /// Why a reading or candidate was refused; the label of the refusal counter.
+    ///
+    /// Closed on purpose: each reason is one metric label, so the label set stays bounded.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum RejectReason {
+        /// A value was NaN or infinite; arithmetic on it would poison capacity and rho.
+        NonFinite = "non_finite",
+        /// A count or fraction was below zero, which no EPP series can be.
+        Negative = "negative",
+        /// More serving units reported waiting work than units exist.
+        WaitingExceedsUnits = "waiting_exceeds_units",
+        /// The scorer already tracks [`crate::MAX_CANDIDATES`] site/provider pairs.
+        CandidateCap = "candidate_cap",
     }
 }
 

@@ -14,7 +14,7 @@ const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 /// Word-at-a-time multiplicative hash.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct WordHash(u64);
+pub(crate) struct WordHash(u64);
 
 impl WordHash {
     fn add(&mut self, word: u64) {
@@ -65,10 +65,10 @@ fn read_u32(four: &[u8]) -> u32 {
 }
 
 /// Builds [`WordHash`] hashers for `HashMap`.
-pub type FastBuild = BuildHasherDefault<WordHash>;
+pub(crate) type FastBuild = BuildHasherDefault<WordHash>;
 
 /// A `HashMap` hashed with [`WordHash`].
-pub type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;
 
 #[cfg(test)]
 mod tests {

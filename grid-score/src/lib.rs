@@ -54,25 +54,70 @@
 //! A gateway fed by `grid_signals::store` calls [`from_store::sync`] before each refresh:
 //! it turns the store's entries into readings and its events into resets.
 //!
+//! # The routing core of an embedding proxy
+//!
+//! What a proxy embedding grid needs beside its HTTP stack lives here too, so the
+//! gateway daemon, the routing simulator, the fuzz targets and an embedder run one core:
+//!
+//! ```text
+//! relay body --refresh::Refresher::ingest--> store --refresh(now)--> routing::RoutingView
+//! answer heads --catalog::Upstream::live--> live slots --refresh_live(now)--> RoutingView
+//! request body --model_field::find_model--> model --RoutingView::pick/route--> Route
+//! ```
+//!
+//! ```
+//! use std::sync::Arc;
+//! use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
+//! use grid_score::refresh::Refresher;
+//! use grid_score::routing::Route;
+//! use grid_score::{ScoreConfig, SplitMix64};
+//! use grid_signals::store::StoreConfig;
+//!
+//! let catalog = Catalog::new(&[ModelSpec {
+//!     name: "llama".into(),
+//!     candidates: vec![CandidateSpec {
+//!         site: "a".into(), provider: "llama-a".into(),
+//!         scheme: "http".into(), authority: "10.0.0.1:8000".into(), prefix: String::new(),
+//!     }],
+//! }]);
+//! let mut refresher = Refresher::new(Arc::new(catalog), ScoreConfig::default(), StoreConfig::default(), None);
+//! // Each poll: ingest the operator's relay body (dated by its `Date`), then refresh.
+//! let now = 1_700_000_000_000;
+//! refresher.ingest(b"", now, now);
+//! let view = refresher.refresh(now).view; // publish it (the gateway: an ArcSwap)
+//! // Each request: the model from the body, then a decision from the one view loaded.
+//! let model = grid_score::model_field::find_model(br#"{"model":"llama","messages":[]}"#).unwrap();
+//! let decision = view.pick(&model, &mut SplitMix64::new(7));
+//! match view.route(&model, &decision) {
+//!     Route::To { upstream, .. } => assert_eq!(&*upstream.site, "a"),
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+//!
 //! The table is immutable and cheap to share; a pick never allocates, locks or reads the
 //! store. [`ScoreMetrics`] mirrors a table into gauges and counts decisions; the
-//! [`fuzzing`] module decodes arbitrary bytes into input sequences and checks the
+//! `fuzzing` module (feature `fuzzing`) decodes arbitrary bytes into input sequences and checks the
 //! invariants, for cargo-fuzz and for users who fuzz their own drivers.
 #![deny(clippy::disallowed_methods)]
 
 mod capacity;
+pub mod catalog;
 mod config;
 mod error;
 pub mod from_store;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod hash;
 mod headroom;
 mod learner;
 pub mod live;
 mod metrics;
+pub mod model_field;
 mod reading;
+pub mod refresh;
 mod rho;
 mod rng;
+pub mod routing;
 mod scorer;
 mod select;
 mod shed;

@@ -40,13 +40,14 @@ struct DecisionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
-    reason: &'static str,
+    reason: RejectReason,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Handles to the scorer's metrics, registered under a `score` prefix (nest the registry
-/// under `grid` to get `grid_score_*`). Cloning shares the same series.
+/// under `grid_gateway`, as the gateway does, to get `grid_gateway_score_*`). Cloning shares
+/// the same series.
 #[derive(Clone, Debug)]
 pub struct ScoreMetrics {
     rho: Family<CandidateLabels, FloatGauge>,
@@ -130,9 +131,7 @@ impl ScoreMetrics {
         );
         for reason in RejectReason::ALL {
             // Pre-create so every reason reads 0 rather than being absent.
-            let _ = this.rejected.get_or_create(&ReasonLabels {
-                reason: reason.as_str(),
-            });
+            let _ = this.rejected.get_or_create(&ReasonLabels { reason });
         }
         this
     }
@@ -217,11 +216,7 @@ impl ScoreMetrics {
 
     /// Counts one refused reading.
     pub fn rejected(&self, reason: RejectReason) {
-        self.rejected
-            .get_or_create(&ReasonLabels {
-                reason: reason.as_str(),
-            })
-            .inc();
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
     }
 }
 

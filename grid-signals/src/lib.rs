@@ -19,6 +19,9 @@
 //!                                                                  +--> relay text (exposition writer)
 //! ```
 //!
+//! [`site::Site`] puts the operator's half together: scrape results in, batches into
+//! its two stores, peer bodies in, a relay body out for the local gateway or a peer.
+//!
 //! The store's read API for the ordering step (entries, learning state, latest readings,
 //! `window_worst`, reset events) is described in [`store`]; the wire rules of batches in
 //! `docs/wire.md`.
@@ -28,6 +31,14 @@ pub mod batch;
 pub mod epp;
 mod error;
 pub mod exposition;
+mod labels;
+pub mod site;
 pub mod store;
 
 pub use error::Error;
+
+#[doc(hidden)]
+/// What [`label_values!`] expands to, so a crate using it names no other dependency.
+pub mod __label_support {
+    pub use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+}

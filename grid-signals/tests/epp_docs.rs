@@ -2,11 +2,11 @@
 //! abbreviated there), every series published, every Ready reason and every refusal label
 //! (refused samples and refused exposition lines).
 
-use grid_signals::epp::names::{Generation, NAME_TABLE};
-use grid_signals::epp::publication::{
+use grid_signals::epp::{
     ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
     TTFT_P90_SECONDS,
 };
+use grid_signals::epp::{Generation, NAME_TABLE};
 use grid_signals::epp::{ReadyReason, SampleRejection, ScrapeFailure};
 use grid_signals::exposition::SyntaxError;
 

@@ -1,57 +1,33 @@
 //! Why a scrape produced no parsed exposition.
 
-/// The class of a failed scrape, as the operator's driver classified it.
-///
-/// Closed on purpose: each class is a metric label and part of a Ready-condition reason,
-/// so an unbounded set would grow both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ScrapeFailure {
-    /// The scrape's time budget ran out.
-    Timeout,
-    /// The EPP answered 401 or 403.
-    Unauthorized,
-    /// The TLS handshake or certificate check failed.
-    Tls,
-    /// The EPP's host name did not resolve.
-    Dns,
-    /// The TCP connection was refused or reset.
-    Connect,
-    /// The EPP answered with a non-2xx status other than 401/403.
-    Http,
-    /// The body reached [`crate::exposition::MAX_EXPOSITION_BYTES`]. Unlike every other
-    /// class the endpoint answered, so this leaves readiness unknown instead of failing it.
-    BodyCap,
-    /// The body was not valid Prometheus text exposition.
-    Parse,
+crate::label_values! {
+    /// The class of a failed scrape, as the operator's driver classified it.
+    ///
+    /// Closed on purpose: each class is a metric label and part of a Ready-condition reason,
+    /// so an unbounded set would grow both.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum ScrapeFailure {
+        /// The scrape's time budget ran out.
+        Timeout = "timeout",
+        /// The EPP answered 401 or 403.
+        Unauthorized = "unauthorized",
+        /// The TLS handshake or certificate check failed.
+        Tls = "tls",
+        /// The EPP's host name did not resolve.
+        Dns = "dns",
+        /// The TCP connection was refused or reset.
+        Connect = "connect",
+        /// The EPP answered with a non-2xx status other than 401/403.
+        Http = "http",
+        /// The body reached [`crate::exposition::MAX_EXPOSITION_BYTES`]. Unlike every other
+        /// class the endpoint answered, so this leaves readiness unknown instead of failing it.
+        BodyCap = "body_cap",
+        /// The body was not valid Prometheus text exposition.
+        Parse = "parse",
+    }
 }
 
 impl ScrapeFailure {
-    /// Every class, for tests and for pre-registering metric label values.
-    pub const ALL: [Self; 8] = [
-        Self::Timeout,
-        Self::Unauthorized,
-        Self::Tls,
-        Self::Dns,
-        Self::Connect,
-        Self::Http,
-        Self::BodyCap,
-        Self::Parse,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Timeout => "timeout",
-            Self::Unauthorized => "unauthorized",
-            Self::Tls => "tls",
-            Self::Dns => "dns",
-            Self::Connect => "connect",
-            Self::Http => "http",
-            Self::BodyCap => "body_cap",
-            Self::Parse => "parse",
-        }
-    }
-
     /// The Ready-condition reason naming this class (Kubernetes reasons are CamelCase).
     pub fn condition_reason(self) -> &'static str {
         match self {

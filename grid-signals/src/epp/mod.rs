@@ -24,23 +24,39 @@
 //! [`SampleView`]); time comes in as `now`. Names and labels read, every series published
 //! and the Ready-condition reasons are listed in `docs/metrics.md`.
 
-pub mod body;
-pub mod failure;
-pub mod in_flight;
-pub mod latency;
-pub mod names;
-pub mod publication;
-pub mod readiness;
-pub mod reading;
-pub mod tracker;
+mod body;
+mod failure;
+mod in_flight;
+mod latency;
+mod names;
+mod publication;
+mod readiness;
+mod reading;
+mod tracker;
 
 pub use body::{LineRefusals, ScrapeBody};
 pub use failure::ScrapeFailure;
 pub use in_flight::{InFlightEstimate, InFlightSource, operator_in_flight};
-pub use latency::{CounterChange, Latency, LatencyWindow};
-pub use publication::{PublishedSample, publication};
-pub use readiness::{Readiness, ReadyReason, ReadyStatus, ScrapeTiming, StaleWindow};
+pub use latency::{
+    CounterChange, LATENCY_WINDOW_MS, Latency, LatencyWindow, MAX_WINDOW_SNAPSHOTS,
+    MIN_WINDOW_REQUESTS, quantile,
+};
+pub use names::{
+    BUCKET_BOUND_LABEL, ENDPOINT_LABEL, EppMetric, FLOW_CONTROL_POOL_LABEL, GENERATIONS,
+    Generation, HistogramPart, INFLIGHT_ENDPOINT_LABEL, INFLIGHT_NAMESPACE_LABEL, NAME_TABLE,
+    OLD_ENDPOINT_LABEL, POOL_LABEL, Recognized, STREAMING_LABEL, endpoint_label, family_of,
+    recognize,
+};
+pub use publication::{
+    ERROR_RATIO, IN_FLIGHT_REQUESTS, PROVIDER_LABEL, PublicationInput, PublishedSample, READY,
+    READY_ENDPOINTS, SITE_LABEL, TPOT_SECONDS, TTFT_P50_SECONDS, TTFT_P90_SECONDS, publication,
+};
+pub use readiness::{
+    ENGINE_ANSWER_WINDOW_MS, HYSTERESIS_SCRAPES, Readiness, ReadinessState, ReadyObservation,
+    ReadyReason, ReadyStatus, ScrapeTiming, StaleWindow,
+};
 pub use reading::{
-    PoolSelector, RejectionCounts, SampleRejection, SampleView, ScrapeReading, read_scrape,
+    Counters, Histogram, MAX_ENDPOINTS, MAX_HISTOGRAM_BUCKETS, MAX_POOLS, PoolSelector,
+    RejectionCounts, SampleRejection, SampleView, ScrapeReading, read_scrape,
 };
 pub use tracker::{ProviderConfig, ProviderTracker, ScrapeInput, ScrapeSummary};

@@ -86,57 +86,29 @@ impl SampleView for crate::exposition::OwnedSample {
     }
 }
 
-/// Why a recognized sample was not used. Each is counted, never fatal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SampleRejection {
-    /// The value is NaN or infinite.
-    NonFiniteValue,
-    /// A count, gauge or counter below zero.
-    NegativeValue,
-    /// A pool-scoped series without its pool label.
-    MissingPoolLabel,
-    /// A per-endpoint series without its endpoint label(s).
-    MissingEndpointLabel,
-    /// A histogram bucket whose `le` is missing or not a number.
-    BadBucketBound,
-    /// A pool past [`MAX_POOLS`].
-    TooManyPools,
-    /// An endpoint past [`MAX_ENDPOINTS`].
-    TooManyEndpoints,
-    /// A bucket bound past [`MAX_HISTOGRAM_BUCKETS`].
-    TooManyBuckets,
-    /// The same name and label set a second time in one scrape; summing it again would
-    /// double count (the first is kept).
-    DuplicateSeries,
-}
-
-impl SampleRejection {
-    /// Every reason, in label order of declaration.
-    pub const ALL: [Self; 9] = [
-        Self::NonFiniteValue,
-        Self::NegativeValue,
-        Self::MissingPoolLabel,
-        Self::MissingEndpointLabel,
-        Self::BadBucketBound,
-        Self::TooManyPools,
-        Self::TooManyEndpoints,
-        Self::TooManyBuckets,
-        Self::DuplicateSeries,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NonFiniteValue => "non_finite_value",
-            Self::NegativeValue => "negative_value",
-            Self::MissingPoolLabel => "missing_pool_label",
-            Self::MissingEndpointLabel => "missing_endpoint_label",
-            Self::BadBucketBound => "bad_bucket_bound",
-            Self::TooManyPools => "too_many_pools",
-            Self::TooManyEndpoints => "too_many_endpoints",
-            Self::TooManyBuckets => "too_many_buckets",
-            Self::DuplicateSeries => "duplicate_series",
-        }
+crate::label_values! {
+    /// Why a recognized sample was not used. Each is counted, never fatal.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum SampleRejection {
+        /// The value is NaN or infinite.
+        NonFiniteValue = "non_finite_value",
+        /// A count, gauge or counter below zero.
+        NegativeValue = "negative_value",
+        /// A pool-scoped series without its pool label.
+        MissingPoolLabel = "missing_pool_label",
+        /// A per-endpoint series without its endpoint label(s).
+        MissingEndpointLabel = "missing_endpoint_label",
+        /// A histogram bucket whose `le` is missing or not a number.
+        BadBucketBound = "bad_bucket_bound",
+        /// A pool past [`MAX_POOLS`].
+        TooManyPools = "too_many_pools",
+        /// An endpoint past [`MAX_ENDPOINTS`].
+        TooManyEndpoints = "too_many_endpoints",
+        /// A bucket bound past [`MAX_HISTOGRAM_BUCKETS`].
+        TooManyBuckets = "too_many_buckets",
+        /// The same name and label set a second time in one scrape; summing it again would
+        /// double count (the first is kept).
+        DuplicateSeries = "duplicate_series",
     }
 }
 
@@ -587,7 +559,7 @@ pub(crate) mod test_support {
     use super::SampleView;
 
     /// A sample written as `(name, labels, value)`.
-    pub struct Fake(
+    pub(crate) struct Fake(
         pub &'static str,
         pub &'static [(&'static str, &'static str)],
         pub f64,

@@ -1,65 +1,37 @@
 //! Why ingested data was refused: a closed set of reasons and their counts.
 
-/// Why a line of an ingested body was refused.
-///
-/// Closed, so the `reason` label of `grid_signals_ingest_dropped_total` has a bounded set
-/// of values and every refusal has a test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DropReason {
-    /// The line is not valid exposition text.
-    Parse,
-    /// The whole body was over [`crate::exposition::MAX_EXPOSITION_BYTES`].
-    BodyCap,
-    /// Stamped too far after the body's `Date` or implausibly long before it, or the
-    /// publisher epoch is too far ahead of the receiver's clock.
-    Skew,
-    /// At or below the provider's fence and not an exact repeat of the held publication.
-    Delayed,
-    /// Its batch is not whole (wrong row count, a refused line, or interrupted).
-    Incomplete,
-    /// A peer sent a batch for a site other than its own verified identity.
-    SiteMismatch,
-    /// Over one of the store's caps or a wire size bound.
-    Cap,
-    /// A `grid_provider_config_generation` line that breaks the metadata rules.
-    Metadata,
-    /// A sample line outside any batch.
-    Unbatched,
-    /// A row inside a whole batch that breaks the row rules (no timestamp, NaN, bad name).
-    Malformed,
+crate::label_values! {
+    /// Why a line of an ingested body was refused.
+    ///
+    /// Closed, so the `reason` label of `grid_signals_ingest_dropped_total` has a bounded set
+    /// of values and every refusal has a test.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum DropReason {
+        /// The line is not valid exposition text.
+        Parse = "parse",
+        /// The whole body was over [`crate::exposition::MAX_EXPOSITION_BYTES`].
+        BodyCap = "body_cap",
+        /// Stamped too far after the body's `Date` or implausibly long before it, or the
+        /// publisher epoch is too far ahead of the receiver's clock.
+        Skew = "skew",
+        /// At or below the provider's fence and not an exact repeat of the held publication.
+        Delayed = "delayed",
+        /// Its batch is not whole (wrong row count, a refused line, or interrupted).
+        Incomplete = "incomplete",
+        /// A peer sent a batch for a site other than its own verified identity.
+        SiteMismatch = "site_mismatch",
+        /// Over one of the store's caps or a wire size bound.
+        Cap = "cap",
+        /// A `grid_provider_config_generation` line that breaks the metadata rules.
+        Metadata = "metadata",
+        /// A sample line outside any batch.
+        Unbatched = "unbatched",
+        /// A row inside a whole batch that breaks the row rules (no timestamp, NaN, bad name).
+        Malformed = "malformed",
+    }
 }
 
 impl DropReason {
-    /// Every reason, in label order.
-    pub const ALL: [Self; 10] = [
-        Self::Parse,
-        Self::BodyCap,
-        Self::Skew,
-        Self::Delayed,
-        Self::Incomplete,
-        Self::SiteMismatch,
-        Self::Cap,
-        Self::Metadata,
-        Self::Unbatched,
-        Self::Malformed,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Parse => "parse",
-            Self::BodyCap => "body_cap",
-            Self::Skew => "skew",
-            Self::Delayed => "delayed",
-            Self::Incomplete => "incomplete",
-            Self::SiteMismatch => "site_mismatch",
-            Self::Cap => "cap",
-            Self::Metadata => "metadata",
-            Self::Unbatched => "unbatched",
-            Self::Malformed => "malformed",
-        }
-    }
-
     fn index(self) -> usize {
         self as usize
     }

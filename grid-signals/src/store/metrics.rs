@@ -1,5 +1,6 @@
 //! The ingest counters a daemon exports.
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -7,7 +8,10 @@ use prometheus_client::registry::Registry;
 use super::{DropReason, IngestReport};
 
 /// Label set of `grid_signals_ingest_dropped_total`.
-type ReasonLabel = [(&'static str, &'static str); 1];
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: DropReason,
+}
 
 /// Handles to the store's metrics, registered in the daemon's registry (libraries never
 /// own one).
@@ -18,9 +22,8 @@ pub struct IngestMetrics {
 }
 
 impl IngestMetrics {
-    /// Registers `grid_signals_ingest_dropped_total{reason}` and
-    /// `grid_signals_relay_dropped_providers_total` in `registry` (nest it with
-    /// `sub_registry_with_prefix` as the daemon sees fit) and returns their handles.
+    /// Registers `grid_signals_ingest_dropped_total{reason}` (the design texts' name, the
+    /// same in both daemons) in `registry` and returns the handles.
     ///
     /// Every reason starts at 0 so a dashboard sees the full set before the first drop.
     pub fn register(registry: &mut Registry) -> Self {
@@ -29,11 +32,6 @@ impl IngestMetrics {
             "grid_signals_ingest_dropped",
             "Lines of ingested signal bodies refused, by reason",
             metrics.dropped.clone(),
-        );
-        registry.register(
-            "grid_signals_relay_dropped_providers",
-            "Whole providers left out of a relay body to keep it within its budget",
-            metrics.relay_dropped_providers.clone(),
         );
         for reason in DropReason::ALL {
             metrics.dropped.get_or_create(&label(reason)).inc_by(0);
@@ -48,6 +46,16 @@ impl IngestMetrics {
         }
     }
 
+    /// Registers `grid_operator_relay_dropped_providers_total`: only an operator relays,
+    /// so the series carries its process's prefix.
+    pub fn register_relay(&self, registry: &mut Registry) {
+        registry.register(
+            "grid_operator_relay_dropped_providers",
+            "Whole providers left out of a relay body to keep it within its budget",
+            self.relay_dropped_providers.clone(),
+        );
+    }
+
     /// Adds providers a relay left out.
     pub fn record_relay_dropped(&self, providers: u64) {
         self.relay_dropped_providers.inc_by(providers);
@@ -60,7 +68,7 @@ impl IngestMetrics {
 }
 
 fn label(reason: DropReason) -> ReasonLabel {
-    [("reason", reason.as_str())]
+    ReasonLabel { reason }
 }
 
 #[cfg(test)]
@@ -71,6 +79,7 @@ mod tests {
     fn drops_are_exported_by_reason_with_every_reason_present() {
         let mut registry = Registry::default();
         let metrics = IngestMetrics::register(&mut registry);
+        metrics.register_relay(&mut registry);
         let mut report = IngestReport::default();
         report.dropped.add(DropReason::Skew, 3);
         metrics.record(&report);
@@ -87,6 +96,6 @@ mod tests {
             );
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
-        assert!(text.contains("grid_signals_relay_dropped_providers_total 2"));
+        assert!(text.contains("grid_operator_relay_dropped_providers_total 2"));
     }
 }

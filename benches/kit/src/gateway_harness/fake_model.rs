@@ -1,0 +1,240 @@
+//! A fake OpenAI-compatible model server on loopback: JSON answers, SSE streams, and a
+//! record of every request it saw.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+/// What the fake saw of one request.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// The path and query it was asked for.
+    pub path: String,
+    /// The request headers.
+    pub headers: HeaderMap,
+    /// The request body.
+    pub body: Bytes,
+}
+
+/// Pause between SSE events: long enough that a buffering proxy would visibly hold the
+/// first event back, short enough for a quick test.
+pub const SSE_GAP: Duration = Duration::from_millis(150);
+
+/// SSE events in one streamed answer (before `[DONE]`).
+pub const SSE_EVENTS: usize = 4;
+
+/// A fake model server on 127.0.0.1 that records what it was sent.
+pub struct FakeModel {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its name, echoed in its answers.
+    pub name: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    extra: Extra,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeModel {
+    /// Starts a plain-HTTP fake named `name` on 127.0.0.1.
+    pub async fn start(name: &str) -> Self {
+        Self::start_with(name, None).await
+    }
+
+    /// Starts an HTTPS fake that requires a client certificate (the remote-site case).
+    pub async fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(name, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let extra: Extra = Arc::default();
+        let (name2, seen2, extra2) = (name.to_owned(), Arc::clone(&seen), Arc::clone(&extra));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (name, seen, extra) = (name2.clone(), Arc::clone(&seen2), Arc::clone(&extra2));
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let (seen, extra) = (Arc::clone(&seen), Arc::clone(&extra));
+                        let name = name.clone();
+                        async move {
+                            let mut resp = handle(name, seen, req).await?;
+                            for (k, v) in extra.lock().unwrap().iter() {
+                                resp.headers_mut().append(
+                                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                                    http::HeaderValue::from_str(v).unwrap(),
+                                );
+                            }
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        Some(acceptor) => {
+                            // A refused handshake (no or untrusted client certificate) just ends here.
+                            if let Ok(tls) = acceptor.accept(stream).await {
+                                let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            name: name.to_owned(),
+            seen,
+            extra,
+            task,
+        }
+    }
+
+    /// Every answer from now on carries these headers too (appended, so a name given
+    /// twice is sent twice).
+    pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
+        *self.extra.lock().unwrap() = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+    }
+
+    /// `http://` and its address.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `https://` and its address.
+    pub fn https_base_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Every request seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Headers every answer carries on top of its own (a site router's flow-control advice).
+type Extra = Arc<Mutex<Vec<(String, String)>>>;
+
+fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        // Hop-by-hop and spoofed routing headers the gateway must not pass back as is.
+        .header("connection", "x-upstream-hop")
+        .header("x-upstream-hop", "1")
+        .header("x-grid-site", "spoofed-by-upstream")
+        .body(Full::new(Bytes::from(v.to_string())).boxed())
+        .unwrap()
+}
+
+async fn handle(
+    name: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_owned();
+    let headers = req.headers().clone();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    seen.lock().unwrap().push(Seen {
+        path: path.clone(),
+        headers,
+        body: body.clone(),
+    });
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = v["model"].as_str().unwrap_or("").to_owned();
+    let resp = match path.as_str() {
+        "/v1/chat/completions" if v["stream"] == true => sse(name, model),
+        "/v1/chat/completions" => json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": format!("hello from {name}")}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+            }),
+        ),
+        "/v1/completions" => json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "id": "cmpl-1", "object": "text_completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "text": format!("hello from {name}"), "finish_reason": "stop", "logprobs": null}]
+            }),
+        ),
+        "/v1/embeddings" => json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "object": "list", "model": model,
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1}
+            }),
+        ),
+        _ => json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"error": {"message": "no route", "type": "x", "code": null}}),
+        ),
+    };
+    Ok(resp)
+}
+
+/// An SSE answer whose events are produced one by one with [`SSE_GAP`] between them.
+fn sse(name: String, model: String) -> Response<Body> {
+    let (mut tx, body) = http_body_util::channel::Channel::<Bytes, Infallible>::new(1);
+    tokio::spawn(async move {
+        for i in 0..SSE_EVENTS {
+            let chunk = serde_json::json!({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": format!("{name}-{i} ")},
+                             "finish_reason": if i + 1 == SSE_EVENTS { serde_json::json!("stop") } else { serde_json::Value::Null }}]
+            });
+            if tx
+                .send(Frame::data(Bytes::from(format!("data: {chunk}\n\n"))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(SSE_GAP).await;
+        }
+        let _ = tx
+            .send(Frame::data(Bytes::from_static(b"data: [DONE]\n\n")))
+            .await;
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body.boxed())
+        .unwrap()
+}

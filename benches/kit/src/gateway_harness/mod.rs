@@ -1,0 +1,195 @@
+//! grid-gatewayd's test harness: fake model servers, a fake operator, a gateway on
+//! loopback with its certificates ([`crate::pki`]), and a small HTTP client.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the test's
+
+pub mod fake_model;
+pub mod fake_operator;
+
+use crate::pki;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use grid_gatewayd::Config;
+use grid_gatewayd::driver::{self, Running};
+
+/// Every test exchange is bounded by this, so a hung proxy fails the test instead of CI.
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One candidate of a model in a test config.
+pub struct Cand<'a> {
+    /// `grid_site`.
+    pub site: &'a str,
+    /// `grid_provider`.
+    pub provider: &'a str,
+    /// Its serving base URL.
+    pub base_url: String,
+}
+
+/// A gateway on 127.0.0.1 with its temporary PEM files.
+pub struct Harness {
+    /// The running gateway (taken by [`Harness::shutdown`]).
+    pub gateway: Option<Running>,
+    /// Where it serves.
+    pub addr: SocketAddr,
+    /// Its certificates and configuration.
+    pub dir: tempfile::TempDir,
+    /// The CA its certificates chain to.
+    pub pki: pki::Ca,
+}
+
+impl Harness {
+    /// The gateway URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Stops the gateway gracefully.
+    pub async fn shutdown(mut self) {
+        if let Some(g) = self.gateway.take() {
+            tokio::time::timeout(EXCHANGE_TIMEOUT, g.shutdown())
+                .await
+                .expect("gateway drains in time");
+        }
+    }
+}
+
+/// Renders a gateway config for `models`, with `extra` TOML appended at top level before
+/// the tables (e.g. `bodyLimitBytes = 2048`).
+pub fn config_toml(
+    dir: &std::path::Path,
+    pki: &pki::Ca,
+    operator_url: &str,
+    extra: &str,
+    models: &[(&str, Vec<Cand<'_>>)],
+) -> String {
+    let gw = pki.issue(dir, "gateway", &["gateway.a.grid"]);
+    let mut t = format!(
+        "site = \"a\"\nlisten = \"127.0.0.1:0\"\n{extra}\n\
+         [operator]\nurl = \"{operator_url}\"\nidentity = \"operator.a.grid\"\n\
+         [tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+        gw.cert.display(),
+        gw.key.display(),
+        gw.ca.display()
+    );
+    for (name, cands) in models {
+        let _ = writeln!(t, "[[models]]\nname = \"{name}\"");
+        for c in cands {
+            let _ = write!(
+                t,
+                "[[models.candidates]]\nsite = \"{}\"\nprovider = \"{}\"\nbaseUrl = \"{}\"\n",
+                c.site, c.provider, c.base_url
+            );
+        }
+    }
+    t
+}
+
+/// Starts a gateway routing `models`; its operator URL points at a closed port unless
+/// `operator_url` is given.
+pub async fn start_gateway(extra: &str, models: &[(&str, Vec<Cand<'_>>)]) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki::Ca::new("test-grid-ca");
+    let text = config_toml(dir.path(), &pki, "https://127.0.0.1:9", extra, models);
+    let config = Config::from_toml_str(&text).unwrap();
+    let gateway = driver::start(config).await.unwrap();
+    Harness {
+        addr: gateway.local_addr(),
+        gateway: Some(gateway),
+        dir,
+        pki,
+    }
+}
+
+/// An answer read whole.
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+
+    /// `x-grid-site`, the site that answered.
+    pub fn site(&self) -> Option<&str> {
+        self.headers
+            .get("x-grid-site")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    /// The OpenAI-style error code.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// A plain HTTP/1.1 client.
+pub fn http1_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// A plain HTTP/2 (prior knowledge) client.
+pub fn http2_client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new())
+}
+
+/// Sends one request and reads the whole answer, bounded by [`EXCHANGE_TIMEOUT`].
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Answer {
+    tokio::time::timeout(EXCHANGE_TIMEOUT, async {
+        let resp = client.request(req).await.expect("gateway answers");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("answer body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    })
+    .await
+    .expect("exchange within the timeout")
+}
+
+/// A JSON POST to `url`.
+pub fn post(url: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .unwrap()
+}
+
+/// A GET of `url`.
+pub fn get(url: &str) -> Request<Full<Bytes>> {
+    Request::get(url).body(Full::new(Bytes::new())).unwrap()
+}
+
+/// A URL on 127.0.0.1 where nothing listens (bound, then closed).
+pub fn closed_port_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}")
+}

@@ -1,0 +1,32 @@
+//! The loopback kit: simulated sites behind real sockets, the local grid of real daemons,
+//! load generators, the demo, and the pieces of the whole-system benches.
+//!
+//! # I/O boundary
+//!
+//! Unlike the pure crates, this crate may read clocks and open loopback sockets: it plays
+//! the world around grid (EPPs, model servers, load generators). It never sends traffic
+//! anywhere but loopback. The clock is read in one place, [`clock`].
+//!
+//! # Data flow
+//!
+//! ```text
+//! grid_sim::site_model --sim_site--> a loopback OpenAI-compatible server living by the
+//!                                    model in real time, /metrics from grid_sim::fake_epp
+//! pki + sim_site + the daemons' drivers --local_grid--> a whole grid on 127.0.0.1
+//! load / demo --> traffic through it, measured
+//! ```
+
+pub mod clock;
+pub mod demo;
+pub mod epp_server;
+mod error;
+pub mod gateway_harness;
+pub mod instant_upstream;
+pub mod latency;
+pub mod load;
+pub mod local_grid;
+pub mod operator_harness;
+pub mod pki;
+pub mod sim_site;
+
+pub use error::Error;

@@ -1,0 +1,597 @@
+//! A whole grid on loopback in one process: per site a backend (a simulated site, or any
+//! server that answers the OpenAI-style routes and EPP `/metrics`), the REAL `grid-operatord`
+//! driver scraping it, and one REAL `grid-gatewayd` driver at the first site.
+//!
+//! ```text
+//! site[0] backend <-scrape- operator[0] <-poll (gateway cadence)- gateway --proxy--> any site
+//! site[i] backend <-scrape- operator[i] <-peer poll (peer cadence)- operator[0]
+//! ```
+//!
+//! The first site is the gateway's own ("local"): its readings reach the gateway after one
+//! scrape and one gateway poll. Every other site is seen only through its own operator,
+//! which the first operator polls as a peer ("remote"), so its readings also wait for a peer poll.
+//! Trust is SPIFFE over certificates minted at start into a temporary directory that is
+//! removed when the grid is dropped. Everything listens on 127.0.0.1.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_operatord::state::{FileStateStore, StateStore};
+use grid_score::CandidateState;
+use grid_score::routing::RoutingView;
+use tempfile::TempDir;
+
+use crate::Error;
+use crate::clock::Stopwatch;
+use crate::pki::{Ca, LOOPBACK_NAME, SiteFiles, TRUST_DOMAIN};
+use crate::sim_site::{SimSite, SimSiteConfig, SimSiteControl};
+
+/// The provider name every site's operator publishes its backend under.
+pub const PROVIDER: &str = "pool";
+
+/// How often each daemon looks: the defaults are the spec's, tests use [`Cadence::FAST`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cadence {
+    /// Each operator's EPP scrape interval.
+    pub scrape_ms: u64,
+    /// The first operator's peer poll interval.
+    pub peer_poll_ms: u64,
+    /// The gateway's operator poll interval.
+    pub gateway_poll_ms: u64,
+}
+
+impl Cadence {
+    /// The daemons' defaults: scrape 1 s, peer poll 5 s, gateway poll 1 s.
+    pub const DEFAULT: Self = Self {
+        scrape_ms: 1_000,
+        peer_poll_ms: 5_000,
+        gateway_poll_ms: 1_000,
+    };
+    /// Short intervals for tests: scrape 200 ms, peer poll 500 ms, gateway poll 200 ms.
+    pub const FAST: Self = Self {
+        scrape_ms: 200,
+        peer_poll_ms: 500,
+        gateway_poll_ms: 200,
+    };
+}
+
+/// The gateway's `[availability.shedding]` when shedding is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shedding {
+    /// `full_after_ms`.
+    pub full_after_ms: u64,
+    /// `room_after_ms`.
+    pub room_after_ms: u64,
+    /// `retry_after_s`.
+    pub retry_after_s: u64,
+}
+
+/// What serves a site's requests and `/metrics`.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// A simulated site started by the grid.
+    Simulated(SimSiteConfig),
+    /// A server already running at this `http://host:port` base URL.
+    External(String),
+}
+
+/// One site of the grid.
+#[derive(Clone, Debug)]
+pub struct SiteSpec {
+    /// The site name (a DNS label).
+    pub name: String,
+    /// Its backend.
+    pub backend: Backend,
+}
+
+/// The whole grid.
+#[derive(Clone, Debug)]
+pub struct GridSpec {
+    /// The model every site serves.
+    pub model: String,
+    /// The sites; the first is the gateway's.
+    pub sites: Vec<SiteSpec>,
+    /// The daemons' cadences.
+    pub cadence: Cadence,
+    /// Shedding, when on.
+    pub shedding: Option<Shedding>,
+}
+
+/// One running site.
+struct RunningSite {
+    name: String,
+    sim: Option<SimSite>,
+    base_url: String,
+    operator: grid_operatord::driver::Running,
+}
+
+/// Where a site stands in the gateway's current routing view.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SiteRouting {
+    /// Healthy: selectable, with the scorer's figures.
+    Candidate {
+        /// Room, no room, full or unmeasured.
+        state: CandidateState,
+        /// Latest smoothed rho (infinite when unmeasured).
+        rho: f64,
+        /// Learned capacity, in requests.
+        capacity: f64,
+        /// Recent worst rho, the ordering key.
+        score: f64,
+    },
+    /// Out of selection, with the reason's metric label.
+    Excluded(&'static str),
+    /// Not in the view at all (model unknown to the view).
+    Absent,
+}
+
+impl SiteRouting {
+    /// Whether a pick can choose this site.
+    pub fn selectable(&self) -> bool {
+        matches!(self, Self::Candidate { .. })
+    }
+
+    /// Whether the site has a fresh reading (measured, or excluded by one).
+    pub fn measured(&self) -> bool {
+        match self {
+            Self::Candidate { state, .. } => *state != CandidateState::Unmeasured,
+            Self::Excluded(_) => true,
+            Self::Absent => false,
+        }
+    }
+}
+
+/// A running local grid. Dropping it stops every part; [`LocalGrid::shutdown`] also
+/// drains the gateway and waits for the simulated sites.
+pub struct LocalGrid {
+    model: String,
+    sites: Vec<RunningSite>,
+    gateway: Option<grid_gatewayd::driver::Running>,
+    dir: TempDir,
+}
+
+impl std::fmt::Debug for LocalGrid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalGrid")
+            .field("model", &self.model)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1_000.0
+}
+
+fn signals_url(addr: SocketAddr) -> String {
+    format!("https://{addr}/v1/site/signals")
+}
+
+/// An address on loopback that was free a moment ago: operator[0] must be named in its
+/// peers' configurations before it starts (they only admit peers they list).
+fn free_loopback_addr() -> Result<SocketAddr, Error> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(probe.local_addr()?)
+}
+
+/// The operator configuration of one site.
+fn operator_toml(
+    site: &str,
+    files: &SiteFiles,
+    state_dir: &Path,
+    signals: SocketAddr,
+    cadence: Cadence,
+    peers: &[(&str, String)],
+    backend_url: &str,
+) -> String {
+    let mut text = format!(
+        r#"site = "{site}"
+network = "local"
+stateDir = "{state}"
+[listen]
+signals = "{signals}"
+metrics = "127.0.0.1:0"
+[tls]
+cert = "{cert}"
+key = "{key}"
+ca = "{ca}"
+[trust]
+mode = "spiffe"
+trustDomain = "{TRUST_DOMAIN}"
+[signalTransport]
+mode = "poll"
+[intervals]
+scrapeSeconds = {scrape}
+peerPollSeconds = {peer}
+"#,
+        state = state_dir.display(),
+        cert = files.cert.display(),
+        key = files.key.display(),
+        ca = files.ca.display(),
+        scrape = seconds(cadence.scrape_ms),
+        peer = seconds(cadence.peer_poll_ms),
+    );
+    for (name, url) in peers {
+        let _ = writeln!(
+            text,
+            "[[peers]]\nname = \"{name}\"\nurl = \"{url}\"\ntimeoutSeconds = {}",
+            seconds(cadence.peer_poll_ms.clamp(1_000, 2_000))
+        );
+    }
+    let _ = writeln!(
+        text,
+        "[[providers]]\nname = \"{PROVIDER}\"\nurl = \"{backend_url}\"\ntimeoutSeconds = {}",
+        seconds(cadence.scrape_ms.clamp(500, 1_000))
+    );
+    text
+}
+
+/// The gateway configuration at site[0].
+fn gateway_toml(
+    spec: &GridSpec,
+    files: &SiteFiles,
+    operator: SocketAddr,
+    base_urls: &[(&str, &str)],
+) -> String {
+    let mut text = format!(
+        r#"site = "{site}"
+listen = "127.0.0.1:0"
+[operator]
+url = "https://{operator}"
+identity = "{LOOPBACK_NAME}"
+pollIntervalSeconds = {poll}
+[tls]
+cert = "{cert}"
+key = "{key}"
+ca = "{ca}"
+"#,
+        site = spec.sites[0].name,
+        poll = seconds(spec.cadence.gateway_poll_ms),
+        cert = files.cert.display(),
+        key = files.key.display(),
+        ca = files.ca.display(),
+    );
+    if let Some(s) = spec.shedding {
+        let _ = write!(
+            text,
+            "[availability.shedding]\nenabled = true\nfullAfterSeconds = {}\nroomAfterSeconds = {}\nretryAfterSeconds = {}\n",
+            seconds(s.full_after_ms),
+            seconds(s.room_after_ms),
+            s.retry_after_s
+        );
+    }
+    let _ = writeln!(text, "[[models]]\nname = \"{}\"", spec.model);
+    for (site, url) in base_urls {
+        let _ = writeln!(
+            text,
+            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbaseUrl = \"{url}\""
+        );
+    }
+    text
+}
+
+async fn start_operator(
+    text: &str,
+    state_dir: &Path,
+) -> Result<grid_operatord::driver::Running, Error> {
+    let config = grid_operatord::config::Config::from_toml(text, Path::new("local-grid.toml"))?;
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(state_dir)?);
+    Ok(grid_operatord::driver::start(
+        config,
+        None,
+        state,
+        grid_operatord::driver::Options::default(),
+    )
+    .await?)
+}
+
+impl LocalGrid {
+    /// Mints the certificates, starts every backend, every operator (peers first) and the
+    /// gateway. Returns as soon as the gateway serves; its sites may still be unmeasured
+    /// (see [`LocalGrid::wait_measured`]).
+    pub async fn start(spec: &GridSpec) -> Result<Self, Error> {
+        if spec.sites.is_empty() {
+            return Err(grid_sim::Error::InvalidConfig {
+                field: "sites",
+                reason: "a grid needs at least one site",
+            }
+            .into());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("grid-local-")
+            .tempdir()
+            .map_err(|source| Error::Write {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        let ca = Ca::try_new("grid local CA")?;
+        let mut files = Vec::with_capacity(spec.sites.len());
+        for s in &spec.sites {
+            files.push(ca.write_site(dir.path(), &s.name)?);
+        }
+        let mut backends = Vec::with_capacity(spec.sites.len());
+        for s in &spec.sites {
+            backends.push(match &s.backend {
+                Backend::Simulated(config) => {
+                    let sim = SimSite::start(config.clone()).await?;
+                    let url = sim.url("");
+                    (Some(sim), url)
+                }
+                Backend::External(url) => (None, url.clone()),
+            });
+        }
+        let local_addr = free_loopback_addr()?;
+        let local_name = spec.sites[0].name.as_str();
+        // Peers first: each lists operator[0] (so it admits its polls); operator[0] then
+        // lists every peer at its real address.
+        let mut operators = Vec::with_capacity(spec.sites.len());
+        operators.push(None);
+        let mut peer_urls = Vec::new();
+        for (i, s) in spec.sites.iter().enumerate().skip(1) {
+            let state = dir.path().join(format!("{}-state", s.name));
+            let text = operator_toml(
+                &s.name,
+                &files[i],
+                &state,
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                spec.cadence,
+                &[(local_name, signals_url(local_addr))],
+                &backends[i].1,
+            );
+            let op = start_operator(&text, &state).await?;
+            peer_urls.push((s.name.as_str(), signals_url(op.signals_addr)));
+            operators.push(Some(op));
+        }
+        let state = dir.path().join(format!("{local_name}-state"));
+        let text = operator_toml(
+            local_name,
+            &files[0],
+            &state,
+            local_addr,
+            spec.cadence,
+            &peer_urls,
+            &backends[0].1,
+        );
+        operators[0] = Some(start_operator(&text, &state).await?);
+
+        let base_urls: Vec<(&str, &str)> = spec
+            .sites
+            .iter()
+            .zip(&backends)
+            .map(|(s, (_, url))| (s.name.as_str(), url.as_str()))
+            .collect();
+        let text = gateway_toml(spec, &files[0], local_addr, &base_urls);
+        let gateway =
+            grid_gatewayd::driver::start(grid_gatewayd::Config::from_toml_str(&text)?).await?;
+        let sites = spec
+            .sites
+            .iter()
+            .zip(backends)
+            .zip(operators)
+            .filter_map(|((s, (sim, base_url)), op)| {
+                op.map(|operator| RunningSite {
+                    name: s.name.clone(),
+                    sim,
+                    base_url,
+                    operator,
+                })
+            })
+            .collect();
+        Ok(Self {
+            model: spec.model.clone(),
+            sites,
+            gateway: Some(gateway),
+            dir,
+        })
+    }
+
+    fn gateway(&self) -> &grid_gatewayd::driver::Running {
+        self.gateway
+            .as_ref()
+            .expect("the gateway runs until shutdown consumes the grid")
+    }
+
+    /// The model served.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The temporary directory holding the certificates and the operators' state.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where the gateway serves.
+    pub fn gateway_addr(&self) -> SocketAddr {
+        self.gateway().local_addr()
+    }
+
+    /// `http://<gateway>/v1/chat/completions`.
+    pub fn chat_url(&self) -> String {
+        format!("http://{}/v1/chat/completions", self.gateway_addr())
+    }
+
+    /// The site names, the gateway's first.
+    pub fn site_names(&self) -> impl Iterator<Item = &str> {
+        self.sites.iter().map(|s| s.name.as_str())
+    }
+
+    /// A simulated site's control handle.
+    pub fn control(&self, site: &str) -> Option<SimSiteControl> {
+        self.sites
+            .iter()
+            .find(|s| s.name == site)
+            .and_then(|s| s.sim.as_ref())
+            .map(SimSite::control)
+    }
+
+    /// A site's backend base URL (`http://127.0.0.1:port`), for reaching it directly.
+    pub fn base_url(&self, site: &str) -> Option<&str> {
+        self.sites
+            .iter()
+            .find(|s| s.name == site)
+            .map(|s| s.base_url.as_str())
+    }
+
+    /// A site operator's `/metrics` address.
+    pub fn operator_metrics_addr(&self, site: &str) -> Option<SocketAddr> {
+        self.sites
+            .iter()
+            .find(|s| s.name == site)
+            .map(|s| s.operator.metrics_addr)
+    }
+
+    /// The gateway's current routing view.
+    pub fn view(&self) -> Arc<RoutingView> {
+        self.gateway().published().load_full()
+    }
+
+    /// Whether the gateway answers 429 for the model now.
+    pub fn shedding(&self) -> bool {
+        self.view().is_shedding(&self.model)
+    }
+
+    /// Where `site` stands in the gateway's current view.
+    pub fn routing(&self, site: &str) -> SiteRouting {
+        routing_of(&self.view(), &self.model, site)
+    }
+
+    /// Waits, checking every 10 ms, until `cond` holds; returns how long it took, or
+    /// [`Error::Timeout`] after `limit`.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut cond: impl FnMut(&Self) -> bool,
+    ) -> Result<Duration, Error> {
+        let watch = Stopwatch::start();
+        loop {
+            if cond(self) {
+                return Ok(watch.elapsed());
+            }
+            if watch.elapsed() >= limit {
+                return Err(Error::Timeout {
+                    what: what.to_owned(),
+                    limit_ms: limit.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until every site has a fresh reading at the gateway.
+    pub async fn wait_measured(&self, limit: Duration) -> Result<Duration, Error> {
+        self.wait_until("every site measured", limit, |g| {
+            g.site_names().all(|s| g.routing(s).measured())
+        })
+        .await
+    }
+
+    /// Stops polling and drains the gateway, stops the operators, then the simulated
+    /// sites, and removes the certificates.
+    pub async fn shutdown(mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.shutdown().await;
+        }
+        for site in self.sites.drain(..) {
+            drop(site.operator);
+            if let Some(sim) = site.sim {
+                sim.stop().await;
+            }
+        }
+    }
+}
+
+/// Where `site` stands for `model` in `view`.
+pub fn routing_of(view: &RoutingView, model: &str, site: &str) -> SiteRouting {
+    let Some(snapshot) = view.table().get(model) else {
+        return SiteRouting::Absent;
+    };
+    if let Some(c) = snapshot
+        .candidates()
+        .iter()
+        .find(|c| c.site().as_ref() == site)
+    {
+        return SiteRouting::Candidate {
+            state: c.state(),
+            rho: c.rho(),
+            capacity: c.capacity(),
+            score: c.score(),
+        };
+    }
+    snapshot
+        .excluded()
+        .iter()
+        .find(|e| e.key.site.as_ref() == site)
+        .map_or(SiteRouting::Absent, |e| {
+            SiteRouting::Excluded(e.reason.as_str())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> SiteFiles {
+        SiteFiles {
+            cert: "/t/a.crt".into(),
+            key: "/t/a.key".into(),
+            ca: "/t/ca.crt".into(),
+        }
+    }
+
+    #[test]
+    fn operator_config_parses_with_the_daemon_own_parser() {
+        let text = operator_toml(
+            "b",
+            &files(),
+            Path::new("/t/b-state"),
+            "127.0.0.1:0".parse().unwrap(),
+            Cadence::DEFAULT,
+            &[("a", "https://127.0.0.1:9/v1/site/signals".into())],
+            "http://127.0.0.1:8000",
+        );
+        let c = grid_operatord::config::Config::from_toml(&text, Path::new("t.toml")).unwrap();
+        assert_eq!(c.peer_poll_interval, Duration::from_secs(5));
+        assert_eq!(c.scrape_interval, Duration::from_secs(1));
+        assert_eq!(c.peers.len(), 1);
+        assert_eq!(c.providers[0].name, PROVIDER);
+    }
+
+    #[test]
+    fn gateway_config_parses_and_carries_shedding_and_every_site() {
+        let spec = GridSpec {
+            model: "m".into(),
+            sites: vec![
+                SiteSpec {
+                    name: "a".into(),
+                    backend: Backend::External("http://127.0.0.1:1".into()),
+                },
+                SiteSpec {
+                    name: "b".into(),
+                    backend: Backend::External("http://127.0.0.1:2".into()),
+                },
+            ],
+            cadence: Cadence::FAST,
+            shedding: Some(Shedding {
+                full_after_ms: 300,
+                room_after_ms: 2_000,
+                retry_after_s: 2,
+            }),
+        };
+        let text = gateway_toml(
+            &spec,
+            &files(),
+            "127.0.0.1:9".parse().unwrap(),
+            &[("a", "http://127.0.0.1:1"), ("b", "http://127.0.0.1:2")],
+        );
+        let c = grid_gatewayd::Config::from_toml_str(&text).unwrap();
+        assert_eq!(c.operator.poll_interval_ms, 200);
+        assert!(c.availability.shedding.enabled);
+        assert_eq!(c.models[0].candidates.len(), 2);
+        assert_eq!(c.site, "a");
+    }
+}

@@ -1,0 +1,257 @@
+//! Whole operators on loopback for grid-operatord's tests: a test CA, per-site
+//! certificates and configuration, and clients for a site's gateway or a peer.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the test's
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_daemon::client::{FetchTarget, Fetched, fetch};
+use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config};
+use grid_operatord::config::Config;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls::RootCertStore;
+use rustls_pki_types::ServerName;
+use tempfile::TempDir;
+
+use crate::pki::{Ca, SiteCert};
+
+/// The SPIFFE trust domain of every test grid.
+pub const DOMAIN: &str = "grid.test";
+
+/// A test grid: one CA.
+pub struct Grid {
+    /// The CA all sites chain to.
+    pub ca: Ca,
+}
+
+/// One site's files.
+pub struct Site {
+    /// Site name.
+    pub name: String,
+    /// Holds the certificate, key, CA and state directory.
+    pub dir: TempDir,
+    /// The site's own certificate (the operator's and its gateway's).
+    pub cert: SiteCert,
+}
+
+/// A provider entry of a site's configuration.
+pub struct ProviderSpec {
+    /// Provider name.
+    pub name: String,
+    /// EPP base URL.
+    pub url: String,
+    /// Per-scrape timeout in seconds.
+    pub timeout_s: f64,
+}
+
+impl Default for Grid {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Grid {
+    /// A fresh grid.
+    pub fn new() -> Self {
+        Self {
+            ca: Ca::new("grid-ca"),
+        }
+    }
+
+    /// A site with its certificate written to disk.
+    pub fn site(&self, name: &str) -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = self.ca.site(DOMAIN, name);
+        cert.write(dir.path(), "site");
+        std::fs::write(dir.path().join("ca.crt"), self.ca.pem()).unwrap();
+        Site {
+            name: name.to_owned(),
+            dir,
+            cert,
+        }
+    }
+
+    fn material(&self, cert: &SiteCert) -> TlsMaterial {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.cert()).unwrap();
+        TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots,
+        }
+    }
+
+    /// A client presenting `cert` (whose site is `who`) that accepts only a server of
+    /// site `server`.
+    pub fn client(&self, cert: &SiteCert, who: &str, server: &str) -> Arc<rustls::ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.cert()).unwrap();
+        let expected = if who == server {
+            Identity::Local
+        } else {
+            Identity::Peer(server.to_owned())
+        };
+        let trust = Arc::new(Trust::spiffe(who, DOMAIN, [server.to_owned()], roots));
+        client_config(&self.material(cert), trust, expected).unwrap()
+    }
+}
+
+impl Site {
+    /// The state directory.
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Configuration text: SPIFFE trust, loopback listeners on OS-chosen ports, fast
+    /// intervals, these peers and providers.
+    pub fn config_text(&self, peers: &[(&str, String)], providers: &[ProviderSpec]) -> String {
+        let d = self.dir.path();
+        let mut text = format!(
+            r#"site = "{name}"
+network = "test"
+stateDir = "{state}"
+[listen]
+signals = "127.0.0.1:0"
+metrics = "127.0.0.1:0"
+[tls]
+cert = "{cert}"
+key = "{key}"
+ca = "{ca}"
+[trust]
+mode = "spiffe"
+trustDomain = "{DOMAIN}"
+[signalTransport]
+mode = "poll"
+[intervals]
+scrapeSeconds = 0.2
+peerPollSeconds = 0.5
+"#,
+            name = self.name,
+            state = self.state_dir().display(),
+            cert = d.join("site.crt").display(),
+            key = d.join("site.key").display(),
+            ca = d.join("ca.crt").display(),
+        );
+        for (name, url) in peers {
+            writeln!(
+                text,
+                "[[peers]]\nname = \"{name}\"\nurl = \"{url}\"\ntimeoutSeconds = 1"
+            )
+            .unwrap();
+        }
+        for p in providers {
+            writeln!(
+                text,
+                "[[providers]]\nname = \"{}\"\nurl = \"{}\"\ntimeoutSeconds = {}\nstaleMetricsSeconds = 5",
+                p.name, p.url, p.timeout_s
+            )
+            .unwrap();
+        }
+        text
+    }
+
+    /// The parsed configuration.
+    pub fn config(&self, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Config {
+        let text = self.config_text(peers, providers);
+        Config::from_toml(&text, Path::new("test.toml")).unwrap()
+    }
+}
+
+/// The signals URL of an operator listening at `addr`.
+pub fn signals_url(addr: std::net::SocketAddr) -> String {
+    format!("https://127.0.0.1:{}/v1/site/signals", addr.port())
+}
+
+/// GET the signals of the operator at `addr` with `tls`.
+pub async fn get_signals(
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<Fetched, grid_signals::epp::ScrapeFailure> {
+    fetch(&FetchTarget::new(
+        signals_url(addr).parse().unwrap(),
+        Duration::from_secs(5),
+        Some(tls),
+    ))
+    .await
+    .map_err(|f| f.class)
+}
+
+/// POST `/v1/site/signals/ingest` with `headers`; returns the status and response headers.
+pub async fn post_ingest(
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    headers: &[(&str, String)],
+) -> (u16, http::HeaderMap) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut request = http::Request::post("/v1/site/signals/ingest").header("host", "localhost");
+    for (k, v) in headers {
+        request = request.header(*k, v.as_str());
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(10),
+        sender.send_request(request.body(Empty::<Bytes>::new()).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let _ = response.into_body().collect().await;
+    (status, headers)
+}
+
+/// GET `/metrics` of the operator at `addr` (plain HTTP).
+pub async fn get_metrics(addr: std::net::SocketAddr) -> String {
+    let fetched = fetch(&FetchTarget::new(
+        format!("http://{addr}/metrics").parse().unwrap(),
+        Duration::from_secs(5),
+        None,
+    ))
+    .await
+    .unwrap();
+    String::from_utf8(fetched.body).unwrap()
+}
+
+/// Polls `cond` every 50 ms for at most `secs` seconds.
+pub async fn eventually<F, Fut>(what: &str, secs: u64, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {secs} s waiting for {what}");
+}
+
+/// An EPP exposition with `ready` ready endpoints and `running` average running requests.
+pub fn epp_body(ready: u32, running: f64) -> Vec<u8> {
+    format!(
+        "# TYPE llm_d_epp_ready_endpoints gauge\n\
+         llm_d_epp_ready_endpoints{{name=\"pool\"}} {ready}\n\
+         # TYPE llm_d_epp_average_running_requests gauge\n\
+         llm_d_epp_average_running_requests{{name=\"pool\"}} {running}\n\
+         # TYPE llm_d_epp_average_queue_size gauge\n\
+         llm_d_epp_average_queue_size{{name=\"pool\"}} 0.5\n\
+         # TYPE llm_d_epp_average_kv_cache_utilization gauge\n\
+         llm_d_epp_average_kv_cache_utilization{{name=\"pool\"}} 0.25\n"
+    )
+    .into_bytes()
+}

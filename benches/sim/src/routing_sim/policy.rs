@@ -1,0 +1,309 @@
+//! The routing policies compared, each choosing a site for one arrival at one gateway.
+
+use grid_score::{Decision, SplitMix64};
+
+use super::SimConfig;
+use super::peak_ewma::PeakEwmaP2c;
+use super::prequal::{Prequal, ProbeReading};
+use super::signals::{MODEL, SignalPath};
+use crate::sim_rng::SimRng;
+use crate::site_model::SiteModel;
+
+/// A routing policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// grid-score: the refreshed `RouteTable` and its pick.
+    Ours,
+    /// Each site in turn, blind to load and capacity.
+    RoundRobin,
+    /// A random site, weighted by its configured slots.
+    CapacityWeighted,
+    /// The site with the fewest queued requests in the polled signals (ties at random):
+    /// a queue-only cross-site scorer on the same stale data ours reads.
+    LeastQueue,
+    /// Prequal (NSDI 2024): asynchronous probes of requests in flight and latency, one
+    /// round trip each, hot-cold lexicographic choice (see [`super::prequal`]). Uses the
+    /// probed sites' true state, not the polled signals.
+    Prequal,
+    /// Power of two choices over tower's peak-EWMA cost, from this gateway's own requests
+    /// (see [`super::peak_ewma`]).
+    P2cPeakEwma,
+    /// Sees every site's true state at the instant of arrival and joins the shortest
+    /// expected queueing delay (ties by expected response time).
+    Oracle,
+}
+
+impl Policy {
+    /// Every policy, in report order.
+    pub const ALL: [Self; 7] = [
+        Self::Ours,
+        Self::RoundRobin,
+        Self::CapacityWeighted,
+        Self::LeastQueue,
+        Self::Prequal,
+        Self::P2cPeakEwma,
+        Self::Oracle,
+    ];
+
+    /// Its name in tables and files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ours => "ours",
+            Self::RoundRobin => "round-robin",
+            Self::CapacityWeighted => "capacity-weighted",
+            Self::LeastQueue => "least-queue",
+            Self::Prequal => "prequal",
+            Self::P2cPeakEwma => "p2c-peak-ewma",
+            Self::Oracle => "oracle",
+        }
+    }
+
+    /// Whether it reads the polled signals (the others never do, so their worlds skip
+    /// the signal path).
+    pub fn reads_signals(self) -> bool {
+        matches!(self, Self::Ours | Self::LeastQueue)
+    }
+}
+
+/// Random streams of gateway `g`'s router: gateway 0 keeps the streams of the
+/// single-gateway simulator, so its figures did not move when gateways were added.
+const GATEWAY_STREAM_STRIDE: u64 = 1_000;
+/// The router's baseline stream (gateway 0).
+const ROUTER_STREAM: u64 = 100;
+/// The seed offset of grid-score's pick generator.
+const PICK_SEED: u64 = 0x5eed;
+
+/// One gateway's routing state under one policy.
+#[derive(Debug)]
+pub struct Router {
+    policy: Policy,
+    /// For grid-score's pick (its own `Rng`).
+    pick_rng: SplitMix64,
+    /// For the baselines' draws and tie-breaks.
+    rng: SimRng,
+    next: usize,
+    slots: Vec<f64>,
+    names: Vec<String>,
+    mean_service_ms: f64,
+    peak: Option<PeakEwmaP2c>,
+    prequal: Option<Prequal>,
+}
+
+impl Router {
+    /// The router of gateway `gateway` for `policy` over `config`'s sites.
+    pub fn new(policy: Policy, config: &SimConfig, gateway: usize) -> Self {
+        let g = gateway as u64;
+        let stream = ROUTER_STREAM + g * GATEWAY_STREAM_STRIDE;
+        let n = config.sites.len();
+        let rtts: Vec<u64> = (0..n).map(|s| config.rtt_ms(gateway, s)).collect();
+        Self {
+            policy,
+            pick_rng: SplitMix64::new(
+                config.seed ^ PICK_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            rng: SimRng::fork(config.seed, stream),
+            next: gateway,
+            slots: config.sites.iter().map(|s| s.slots() as f64).collect(),
+            names: config.sites.iter().map(|s| s.name.clone()).collect(),
+            mean_service_ms: config.service.mean_ms(),
+            peak: (policy == Policy::P2cPeakEwma)
+                .then(|| PeakEwmaP2c::new(&rtts, SimRng::fork(config.seed, stream + 1))),
+            prequal: (policy == Policy::Prequal)
+                .then(|| Prequal::new(n, SimRng::fork(config.seed, stream + 2))),
+        }
+    }
+
+    /// A request of this gateway's was sent to `site` now.
+    pub fn sent(&mut self, site: usize) {
+        if let Some(p) = &mut self.peak {
+            p.sent(site);
+        }
+    }
+
+    /// The gateway learns at `at_ms` a latency sample for `site` and/or that one of its
+    /// requests there is over (only peak-EWMA listens).
+    pub fn observe(&mut self, at_ms: u64, site: usize, sample_ms: Option<u64>, done: bool) {
+        if let Some(p) = &mut self.peak {
+            p.observe(at_ms, site, sample_ms, done);
+        }
+    }
+
+    /// The probes this query sends (only Prequal probes).
+    pub fn probe_targets(&mut self, out: &mut Vec<usize>) {
+        out.clear();
+        if let Some(p) = &mut self.prequal {
+            p.probe_targets(out);
+        }
+    }
+
+    /// A probe's reading lands at the gateway at `at_ms`.
+    pub fn land(&mut self, at_ms: u64, reading: ProbeReading) {
+        if let Some(p) = &mut self.prequal {
+            p.land(at_ms, reading);
+        }
+    }
+
+    /// The site for the arrival at `now`, and whether the policy placed it itself
+    /// (`false`: it could not, and the request went by capacity, or uniformly for an
+    /// empty probe pool, instead). `signals` is this gateway's view, present for the
+    /// policies that [read it](Policy::reads_signals).
+    ///
+    /// # Panics
+    ///
+    /// When grid-score's table names a site the scenario does not have (the table is
+    /// built from the same names, so that is a bug), or when a policy that reads signals
+    /// is given none.
+    pub fn choose(
+        &mut self,
+        now: u64,
+        sites: &[SiteModel],
+        signals: Option<&SignalPath>,
+    ) -> (usize, bool) {
+        let signals = || signals.expect("policies that read signals are given them");
+        match self.policy {
+            Policy::Ours => match signals().table().pick(MODEL, &mut self.pick_rng) {
+                Decision::Route { candidate, .. } => {
+                    let site = candidate.site();
+                    let index = self
+                        .names
+                        .iter()
+                        .position(|n| n.as_str() == &**site)
+                        .expect("the table only holds configured sites");
+                    (index, true)
+                }
+                Decision::Shed { .. } | Decision::Unavailable { .. } | Decision::UnknownModel => {
+                    (self.by_capacity(), false)
+                }
+            },
+            Policy::RoundRobin => {
+                let i = self.next % sites.len();
+                self.next += 1;
+                (i, true)
+            }
+            Policy::CapacityWeighted => (self.by_capacity(), true),
+            Policy::LeastQueue => self.least_queue(sites.len(), signals()),
+            Policy::Prequal => self
+                .prequal
+                .as_mut()
+                .expect("a Prequal router has its pool")
+                .choose(now),
+            Policy::P2cPeakEwma => (
+                self.peak
+                    .as_mut()
+                    .expect("a peak-EWMA router has its costs")
+                    .choose(now),
+                true,
+            ),
+            Policy::Oracle => (self.oracle(sites), true),
+        }
+    }
+
+    fn by_capacity(&mut self) -> usize {
+        let total: f64 = self.slots.iter().sum();
+        let mut x = self.rng.unit() * total;
+        for (i, w) in self.slots.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        self.slots.len() - 1
+    }
+
+    fn least_queue(&mut self, n: usize, signals: &SignalPath) -> (usize, bool) {
+        let queue = |i: usize| {
+            signals
+                .reading(i)
+                .filter(|r| r.ready_endpoints != Some(0) && r.ready != Some(false))
+                .and_then(|r| r.queue_depth.map(|q| q + r.flow_held.unwrap_or(0.0)))
+        };
+        let best = (0..n).filter_map(queue).fold(f64::INFINITY, f64::min);
+        if best.is_infinite() {
+            return (self.by_capacity(), false);
+        }
+        let tied: Vec<usize> = (0..n).filter(|&i| queue(i) == Some(best)).collect();
+        (tied[self.rng.below(tied.len() as u64) as usize], true)
+    }
+
+    fn oracle(&self, sites: &[SiteModel]) -> usize {
+        let key = |s: &SiteModel| {
+            let c = s.capacity() as f64;
+            if c == 0.0 {
+                return (f64::INFINITY, f64::INFINITY);
+            }
+            let n = (s.running() + s.waiting()) as f64;
+            let per_slot_ms = self.mean_service_ms * s.degrade() / c;
+            (
+                (n + 1.0 - c).max(0.0) * per_slot_ms,
+                (n + 1.0) * per_slot_ms,
+            )
+        };
+        let mut best = 0;
+        for i in 1..sites.len() {
+            let (a, b) = (key(&sites[i]), key(&sites[best]));
+            if a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)).is_lt() {
+                best = i;
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::site_model::{RequestSpec, SiteConfig};
+
+    fn world(fill: &[usize]) -> (SimConfig, Vec<SiteModel>, SignalPath) {
+        let config = SimConfig::standard(0.5, 60_000, 1);
+        let mut sites: Vec<SiteModel> = config
+            .sites
+            .iter()
+            .map(|s| SiteModel::new(SiteConfig::new(s.name.clone(), s.endpoints, 8), 1).unwrap())
+            .collect();
+        for (site, &n) in sites.iter_mut().zip(fill) {
+            for _ in 0..n {
+                site.arrive(
+                    0,
+                    RequestSpec {
+                        streaming: false,
+                        service_ms: Some(10_000),
+                    },
+                )
+                .unwrap();
+            }
+        }
+        let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
+        let home = (0..names.len())
+            .find(|&i| config.has_gateway(i))
+            .expect("the scenario has a gateway");
+        let signals = SignalPath::new(&names, home);
+        (config, sites, signals)
+    }
+
+    #[test]
+    fn the_oracle_never_joins_a_queue_while_a_slot_is_free() {
+        // Slots 8, 16, 32, 64: every site full except one free slot on the 16-slot site.
+        let (config, sites, signals) = world(&[20, 15, 40, 70]);
+        let mut router = Router::new(Policy::Oracle, &config, 0);
+        assert_eq!(router.choose(0, &sites, Some(&signals)), (1, true));
+    }
+
+    #[test]
+    fn with_every_site_full_the_oracle_joins_the_shortest_wait_per_slot() {
+        // Waiting per slot: 8/8, 8/16, 8/32, 8/64: the 64-slot site drains first.
+        let (config, sites, signals) = world(&[16, 24, 40, 72]);
+        let mut router = Router::new(Policy::Oracle, &config, 0);
+        assert_eq!(router.choose(0, &sites, Some(&signals)), (3, true));
+    }
+
+    #[test]
+    fn least_queue_without_any_reading_falls_back_to_capacity() {
+        let (config, sites, signals) = world(&[0, 0, 0, 0]);
+        let mut router = Router::new(Policy::LeastQueue, &config, 0);
+        assert!(
+            !router.choose(0, &sites, Some(&signals)).1,
+            "no reading: not placed by itself"
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! The gateway's TLS clients, built with grid-daemon's one trust model
+//! ([`grid_daemon::tls`]), the operator's own.
+//!
+//! The gateway is only ever a TLS client. It presents the site's own certificate (the
+//! operator admits feedback only from its own site's identity; remote sites admit the
+//! grid's gateways). Toward its operator it trusts what `[trust]` says: the CA and
+//! `operator.identity`, the site's own certificate (pin), or the site's SPIFFE ID. Toward
+//! remote sites it verifies by the CA and the base URL's host, never the system roots: a
+//! grid is a closed trust domain.
+
+use std::sync::Arc;
+
+use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config, webpki_client};
+use rustls::ClientConfig;
+
+use crate::Error;
+use crate::config::{Config, OperatorTrust};
+
+/// Reads the certificate chain, key and (when configured) CA bundle.
+pub fn material(config: &Config) -> Result<TlsMaterial, Error> {
+    Ok(TlsMaterial::load(
+        &config.tls.cert,
+        &config.tls.key,
+        config.tls.ca.as_deref(),
+    )?)
+}
+
+/// The client configuration toward the local operator, as `[trust]` declares it.
+pub fn operator_tls(config: &Config, material: &TlsMaterial) -> Result<ClientConfig, Error> {
+    let local = |trust: Trust| -> Result<ClientConfig, Error> {
+        let mut tls = (*client_config(material, Arc::new(trust), Identity::Local)?).clone();
+        // The pooled connector sets ALPN from the HTTP versions it enables.
+        tls.alpn_protocols.clear();
+        Ok(tls)
+    };
+    match &config.trust {
+        OperatorTrust::Ca => Ok(webpki_client(
+            material.roots.clone(),
+            Some(material),
+            "operator",
+        )?),
+        OperatorTrust::Pin => local(
+            Trust::pin(&config.site, material.leaf(), std::iter::empty()).map_err(|_| {
+                Error::ConfigField {
+                    field: "trust.mode".into(),
+                    reason: "pin mode needs the site's own certificate in tls.cert".into(),
+                }
+            })?,
+        ),
+        OperatorTrust::Spiffe { trust_domain } => local(Trust::spiffe(
+            &config.site,
+            trust_domain,
+            std::iter::empty(),
+            material.roots.clone(),
+        )),
+    }
+}
+
+/// The client configuration toward remote sites: the CA and the base URL's host.
+pub fn sites_tls(material: &TlsMaterial) -> Result<ClientConfig, Error> {
+    Ok(webpki_client(
+        material.roots.clone(),
+        Some(material),
+        "sites",
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TlsFiles;
+
+    #[test]
+    fn missing_file_is_named_in_the_error() {
+        let files = TlsFiles {
+            cert: "/nonexistent/gw.crt".into(),
+            key: "/nonexistent/gw.key".into(),
+            ca: Some("/nonexistent/ca.crt".into()),
+        };
+        let err = Error::from(
+            TlsMaterial::load(&files.cert, &files.key, files.ca.as_deref()).unwrap_err(),
+        )
+        .to_string();
+        assert!(err.contains("/nonexistent/gw.crt"), "{err}");
+    }
+
+    #[test]
+    fn file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.pem");
+        std::fs::write(&p, "not pem\n").unwrap();
+        let err = TlsMaterial::load(&p, &p, Some(&p)).unwrap_err();
+        assert!(matches!(Error::from(err), Error::Pem { .. }));
+    }
+}

@@ -1,0 +1,152 @@
+//! What the request path reads: one immutable routing view, the catalog and the table
+//! of one refresh.
+//!
+//! The [`Refresher`](crate::refresh::Refresher) builds a new [`RoutingView`] after each
+//! refresh; an embedder publishes it atomically (the gateway in an `ArcSwap`) and a
+//! request loads it once and decides from that one view, never from the store.
+
+use std::sync::Arc;
+
+use crate::catalog::{Catalog, ModelEntry, Upstream};
+use crate::reading::CandidateKey;
+use crate::rng::Rng;
+use crate::select::Decision;
+use crate::snapshot::RouteTable;
+
+/// The selection label of the second attempt after a refused connection.
+pub const RETRY_PATH: &str = "retry";
+
+/// Where one request goes.
+#[derive(Debug)]
+pub enum Route<'a> {
+    /// Send it to this upstream; `path` says which selection rule chose it (metric label).
+    To {
+        /// The chosen (site, provider) and its address.
+        upstream: &'a Upstream,
+        /// The selection rule that chose it.
+        path: &'static str,
+    },
+    /// The model is shedding: answer 429 with this Retry-After.
+    Shed {
+        /// Seconds.
+        retry_after_s: u64,
+    },
+    /// Every candidate is excluded: answer 503 with this Retry-After.
+    Unavailable {
+        /// Seconds.
+        retry_after_s: u64,
+    },
+    /// No such model is configured: answer 404.
+    UnknownModel,
+}
+
+/// One published routing state: the catalog and the table of the last refresh.
+#[derive(Debug)]
+pub struct RoutingView {
+    catalog: Arc<Catalog>,
+    table: RouteTable,
+}
+
+/// Retry-After seconds from the table's milliseconds: rounded up, at least 1, so a
+/// client never retries at once.
+fn retry_after_s(ms: u64) -> u64 {
+    ms.div_ceil(1000).max(1)
+}
+
+impl RoutingView {
+    /// A view over `table`.
+    pub fn new(catalog: Arc<Catalog>, table: RouteTable) -> Self {
+        Self { catalog, table }
+    }
+
+    /// The catalog this view routes over.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The table of this view.
+    pub fn table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// The table's pick for `model`, for callers that count decisions themselves.
+    pub fn pick<R: Rng + ?Sized>(&self, model: &str, rng: &mut R) -> Decision<'_> {
+        self.table.pick(model, rng)
+    }
+
+    /// Maps a decision onto the catalog: where to send the request, or how to refuse.
+    pub fn route<'a>(&'a self, model: &str, decision: &Decision<'a>) -> Route<'a> {
+        match decision {
+            Decision::Route {
+                candidate, path, ..
+            } => {
+                match self
+                    .catalog
+                    .get(model)
+                    .and_then(|m| upstream_of(m, candidate.key()))
+                {
+                    Some(upstream) => Route::To {
+                        upstream,
+                        path: path.as_str(),
+                    },
+                    // The table and catalog are built from the same config, so this is
+                    // unreachable in the daemon; refusing is the safe answer regardless.
+                    None => Route::Unavailable { retry_after_s: 1 },
+                }
+            }
+            Decision::Shed { retry_after_ms } => Route::Shed {
+                retry_after_s: retry_after_s(*retry_after_ms),
+            },
+            Decision::Unavailable { retry_after_ms } => Route::Unavailable {
+                retry_after_s: retry_after_s(*retry_after_ms),
+            },
+            Decision::UnknownModel => Route::UnknownModel,
+        }
+    }
+
+    /// The least-loaded routable candidate of `model` at a site other than `failed_site`:
+    /// where a request goes once when its first site refused the connection.
+    pub fn retry_target(&self, model: &str, failed_site: &str) -> Option<&Upstream> {
+        let entry = self.catalog.get(model)?;
+        let snapshot = self.table.get(model)?;
+        snapshot
+            .candidates()
+            .iter()
+            .filter(|c| &**c.site() != failed_site)
+            .find_map(|c| upstream_of(entry, c.key()))
+    }
+
+    /// Whether `model` has at least one candidate that is not excluded.
+    pub fn is_routable(&self, model: &str) -> bool {
+        self.table
+            .get(model)
+            .is_some_and(|s| !s.candidates().is_empty())
+    }
+
+    /// Whether `model` is refusing with 429 now: it has healthy candidates but no path.
+    pub fn is_shedding(&self, model: &str) -> bool {
+        self.table
+            .get(model)
+            .is_some_and(|s| !s.candidates().is_empty() && s.path().is_none())
+    }
+}
+
+fn upstream_of<'a>(entry: &'a ModelEntry, key: &CandidateKey) -> Option<&'a Upstream> {
+    entry
+        .upstreams
+        .iter()
+        .find(|u| u.site == key.site && u.provider == key.provider)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_s(0), 1);
+        assert_eq!(retry_after_s(1), 1);
+        assert_eq!(retry_after_s(1000), 1);
+        assert_eq!(retry_after_s(1001), 2);
+    }
+}

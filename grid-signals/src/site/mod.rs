@@ -1,0 +1,394 @@
+//! One site's operator side as a state machine: scrape results in, batches into its
+//! stores; peer bodies in; a relay body out for whoever asks.
+//!
+//! The operator's driver and the routing simulator feed the same [`Site`]: the driver
+//! with what its scrape loop and peer pollers read off the network and the wall clock,
+//! the simulator with its fake EPPs and virtual time. Neither frames a batch or picks a
+//! store itself, so the rule that decides what a peer may see has one home.
+//!
+//! Two stores keep that rule structural: a [`Audience::Peer`] is served from `own`, which
+//! only ever receives this site's publications, so no path can leak a third site's
+//! readings to a peer; the local gateway ([`Audience::Local`]) is served from `all`,
+//! which also holds what the peers relayed.
+//!
+//! ```
+//! use grid_signals::epp::PoolSelector;
+//! use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
+//! use grid_signals::store::{RelayBudget, StoreConfig};
+//!
+//! let config = SiteConfig { site: "a".into(), epoch: 1, scrape_interval_ms: 1_000, store: StoreConfig::default() };
+//! let provider = ProviderSpec {
+//!     name: "m".into(), uid: "u1".into(), generation: 1, pool: PoolSelector::All, stale_metrics_ms: None,
+//! };
+//! let now = 1_700_000_000_000;
+//! let mut site = Site::new(config, &[provider], now);
+//! let body = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";
+//! site.handle(now, SiteInput::Scraped { provider: 0, outcome: Ok(body), latest_pass_ms: 0 });
+//! while let Some(output) = site.poll() {
+//!     if let SiteOutput::Published { report, .. } = output {
+//!         assert_eq!(report.dropped.total(), 0);
+//!     }
+//! }
+//! let mut relay = Vec::new();
+//! site.relay(Audience::Peer, now, now, RelayBudget::default(), &mut relay);
+//! assert!(relay.starts_with(b"grid_provider_config_generation"));
+//! ```
+
+mod publisher;
+
+use std::collections::VecDeque;
+
+pub use publisher::{Observed, ProviderSpec, Publisher};
+
+use crate::Error;
+use crate::batch::{Fence, FenceSet};
+use crate::epp::ScrapeFailure;
+use crate::store::{
+    FenceImport, IngestReport, RelayBudget, RelayReport, Sender, Store, StoreConfig,
+};
+
+/// What a site needs to know of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteConfig {
+    /// `grid_site`.
+    pub site: String,
+    /// This process's publisher epoch (persisted by the caller before the first scrape).
+    pub epoch: u64,
+    /// Time between scrape passes: the readiness floor is built from it.
+    pub scrape_interval_ms: u64,
+    /// Tuning of both stores; its TTL also sets the default `staleMetricsSeconds`.
+    pub store: StoreConfig,
+}
+
+/// Who a relay body is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Audience {
+    /// The site's own gateway: everything held, this site's and what peers relayed.
+    Local,
+    /// A peer operator: this site's own publications only.
+    Peer,
+}
+
+/// One input of [`Site::handle`].
+#[derive(Clone, Copy, Debug)]
+pub enum SiteInput<'a> {
+    /// A provider's scrape ended: its body, or why there is none.
+    Scraped {
+        /// Index of the provider, in the order given to [`Site::new`].
+        provider: usize,
+        /// The body read (capped by the caller), or the failure class.
+        outcome: Result<&'a [u8], ScrapeFailure>,
+        /// How long the latest whole scrape pass took: it widens the readiness floor.
+        latest_pass_ms: u64,
+    },
+    /// A body polled from a peer whose identity the caller verified.
+    PeerBody {
+        /// The peer's site name, from its certificate.
+        peer: &'a str,
+        /// The relay body.
+        body: &'a [u8],
+        /// The peer's `Date`: the reference its ages are relative to.
+        date_ms: u64,
+    },
+    /// Time passed: expire old readings from both stores.
+    Expire,
+}
+
+/// What [`Site::poll`] hands back, for the caller to count and log.
+#[derive(Debug, PartialEq)]
+pub enum SiteOutput {
+    /// A provider's scrape outcome was read.
+    Scraped {
+        /// Index of the provider.
+        provider: usize,
+        /// What it counted as.
+        observed: Observed,
+    },
+    /// A provider's batch was framed and stored.
+    Published {
+        /// Index of the provider.
+        provider: usize,
+        /// Its place in the publication order.
+        fence: Fence,
+        /// Samples it carried.
+        samples: u64,
+        /// What the site's own store refused of it (normally nothing).
+        report: IngestReport,
+    },
+    /// A provider's batch could not be framed (a name or value out of the wire rules).
+    NotPublished {
+        /// Index of the provider.
+        provider: usize,
+        /// Why.
+        error: Error,
+    },
+    /// A peer's body was ingested.
+    PeerIngested {
+        /// What the store kept and refused of it.
+        report: IngestReport,
+    },
+}
+
+/// One site's publishers and its two stores.
+#[derive(Debug)]
+pub struct Site {
+    config: SiteConfig,
+    publishers: Vec<Publisher>,
+    own: Store,
+    all: Store,
+    outputs: VecDeque<SiteOutput>,
+}
+
+impl Site {
+    /// A site publishing `providers`, first known at `now` (ms since the Unix epoch).
+    pub fn new(config: SiteConfig, providers: &[ProviderSpec], now: u64) -> Self {
+        let publishers = providers
+            .iter()
+            .map(|p| {
+                Publisher::new(
+                    &config.site,
+                    p,
+                    config.epoch,
+                    config.scrape_interval_ms,
+                    config.store.ttl_ms,
+                    now,
+                )
+            })
+            .collect();
+        Self {
+            own: Store::new(config.store),
+            all: Store::new(config.store),
+            config,
+            publishers,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The site's configuration.
+    pub fn config(&self) -> &SiteConfig {
+        &self.config
+    }
+
+    /// The providers' names, in index order.
+    pub fn providers(&self) -> impl Iterator<Item = &str> {
+        self.publishers.iter().map(Publisher::name)
+    }
+
+    /// Feeds one input observed at `now` (ms since the Unix epoch). A provider index out
+    /// of range is ignored: the caller built the site from the same list.
+    pub fn handle(&mut self, now: u64, input: SiteInput<'_>) {
+        match input {
+            SiteInput::Scraped {
+                provider,
+                outcome,
+                latest_pass_ms,
+            } => self.scraped(now, provider, outcome, latest_pass_ms),
+            SiteInput::PeerBody {
+                peer,
+                body,
+                date_ms,
+            } => {
+                let report = self
+                    .all
+                    .ingest(body, Sender::Peer { site: peer }, date_ms, now);
+                self.outputs.push_back(SiteOutput::PeerIngested { report });
+            }
+            SiteInput::Expire => {
+                self.own.expire(now);
+                self.all.expire(now);
+                // Nothing here learns from revisions; the gateway's store does.
+                while self.own.poll_event().is_some() {}
+                while self.all.poll_event().is_some() {}
+            }
+        }
+    }
+
+    fn scraped(
+        &mut self,
+        now: u64,
+        provider: usize,
+        outcome: Result<&[u8], ScrapeFailure>,
+        latest_pass_ms: u64,
+    ) {
+        let Some(publisher) = self.publishers.get_mut(provider) else {
+            return;
+        };
+        let observed = publisher.observe(now, outcome);
+        self.outputs
+            .push_back(SiteOutput::Scraped { provider, observed });
+        match publisher.publish(now, latest_pass_ms) {
+            Ok(batch) => {
+                let fence = batch.meta.fence();
+                let samples = batch.meta.samples();
+                let mut report = IngestReport::default();
+                self.own
+                    .ingest_batch(batch.clone(), Sender::Local, now, now, &mut report);
+                let mut ignored = IngestReport::default();
+                self.all
+                    .ingest_batch(batch, Sender::Local, now, now, &mut ignored);
+                self.outputs.push_back(SiteOutput::Published {
+                    provider,
+                    fence,
+                    samples,
+                    report,
+                });
+            }
+            Err(error) => self
+                .outputs
+                .push_back(SiteOutput::NotPublished { provider, error }),
+        }
+    }
+
+    /// The next output of the inputs handled so far, oldest first.
+    pub fn poll(&mut self) -> Option<SiteOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// Writes the relay body for `audience` into `out`, ages relative to `reference_ms`
+    /// (the `Date` the caller will send).
+    pub fn relay(
+        &self,
+        audience: Audience,
+        now: u64,
+        reference_ms: u64,
+        budget: RelayBudget,
+        out: &mut Vec<u8>,
+    ) -> RelayReport {
+        let store = match audience {
+            Audience::Local => &self.all,
+            Audience::Peer => &self.own,
+        };
+        store.encode_relay(now, reference_ms, budget, out)
+    }
+
+    /// Everything held, own providers and polled peers (what `/metrics` shows).
+    pub fn all(&self) -> &Store {
+        &self.all
+    }
+
+    /// The fences of everything held, to persist.
+    pub fn export_fences(&self) -> FenceSet {
+        self.all.export_fences()
+    }
+
+    /// Raises fences to persisted ones after a restart, so a batch older than one already
+    /// admitted before the restart is still refused as `delayed`.
+    pub fn import_fences(&mut self, fences: &FenceSet, now: u64) -> FenceImport {
+        self.all.import_fences(fences, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::epp::PoolSelector;
+
+    const NOW: u64 = 1_700_000_000_000;
+    const BODY: &[u8] = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";
+
+    fn site(name: &str) -> Site {
+        Site::new(
+            SiteConfig {
+                site: name.into(),
+                epoch: 1,
+                scrape_interval_ms: 1_000,
+                store: StoreConfig::default(),
+            },
+            &[ProviderSpec {
+                name: "m".into(),
+                uid: format!("{name}/m"),
+                generation: 1,
+                pool: PoolSelector::All,
+                stale_metrics_ms: None,
+            }],
+            NOW,
+        )
+    }
+
+    fn relay(site: &Site, audience: Audience) -> String {
+        let mut out = Vec::new();
+        site.relay(audience, NOW, NOW, RelayBudget::default(), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_peer_sees_only_this_sites_rows_while_the_local_gateway_sees_the_peers_too() {
+        let mut b = site("b");
+        b.handle(
+            NOW,
+            SiteInput::Scraped {
+                provider: 0,
+                outcome: Ok(BODY),
+                latest_pass_ms: 0,
+            },
+        );
+        let from_b = relay(&b, Audience::Peer);
+        let mut a = site("a");
+        a.handle(
+            NOW,
+            SiteInput::Scraped {
+                provider: 0,
+                outcome: Ok(BODY),
+                latest_pass_ms: 0,
+            },
+        );
+        a.handle(
+            NOW,
+            SiteInput::PeerBody {
+                peer: "b",
+                body: from_b.as_bytes(),
+                date_ms: NOW,
+            },
+        );
+        let outputs: Vec<_> = std::iter::from_fn(|| a.poll()).collect();
+        assert!(matches!(
+            outputs.last(),
+            Some(SiteOutput::PeerIngested { report }) if report.dropped.total() == 0
+        ));
+        let peer = relay(&a, Audience::Peer);
+        let local = relay(&a, Audience::Local);
+        assert!(peer.contains("grid_site=\"a\"") && !peer.contains("grid_site=\"b\""));
+        assert!(local.contains("grid_site=\"a\"") && local.contains("grid_site=\"b\""));
+    }
+
+    #[test]
+    fn each_scrape_reports_its_outcome_then_its_batch_in_sequence() {
+        let mut a = site("a");
+        for (i, now) in [NOW, NOW + 1_000].into_iter().enumerate() {
+            a.handle(
+                now,
+                SiteInput::Scraped {
+                    provider: 0,
+                    outcome: Ok(BODY),
+                    latest_pass_ms: 0,
+                },
+            );
+            assert_eq!(
+                a.poll(),
+                Some(SiteOutput::Scraped {
+                    provider: 0,
+                    observed: Observed::default()
+                })
+            );
+            let Some(SiteOutput::Published { fence, .. }) = a.poll() else {
+                panic!("no batch");
+            };
+            assert_eq!(fence, Fence::new(1, i as u64 + 1));
+            assert_eq!(a.poll(), None);
+        }
+    }
+
+    #[test]
+    fn a_provider_index_out_of_range_is_ignored() {
+        let mut a = site("a");
+        a.handle(
+            NOW,
+            SiteInput::Scraped {
+                provider: 1,
+                outcome: Ok(BODY),
+                latest_pass_ms: 0,
+            },
+        );
+        assert_eq!(a.poll(), None);
+    }
+}
