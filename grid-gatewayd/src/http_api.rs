@@ -385,14 +385,7 @@ impl Api {
         }
         let (observation, refusals) = flow.finish();
         for (header, reason) in refusals.iter() {
-            let labels = FlowRefusalLabels {
-                header: match header {
-                    live::FlowHeader::Headroom => "headroom",
-                    live::FlowHeader::QueueDuration => "queue_duration",
-                    live::FlowHeader::DroppedReason => "dropped_reason",
-                },
-                reason: reason.as_str(),
-            };
+            let labels = FlowRefusalLabels { header, reason };
             self.inner.metrics.flow_refused.get_or_create(&labels).inc();
         }
         let slot = upstream.live();

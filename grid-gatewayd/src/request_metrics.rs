@@ -34,9 +34,9 @@ pub(crate) struct UpstreamFailureLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct FlowRefusalLabels {
     /// `headroom`, `queue_duration` or `dropped_reason`.
-    pub header: &'static str,
+    pub header: grid_score::live::FlowHeader,
     /// `malformed`, `negative`, `duplicated` or `absurd`.
-    pub reason: &'static str,
+    pub reason: grid_score::live::FlowHeaderReject,
 }
 
 /// `{site}` of an answer that is evidence of a serving failure.

@@ -7,33 +7,17 @@ use crate::live::{LiveEvidence, LiveState};
 use crate::reading::Reading;
 use crate::rho::{Pressure, instant_rho};
 
-/// Why a candidate is out of selection until a newer reading says otherwise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExcludeReason {
-    /// `grid_provider_ready` read 0.
-    NotReady,
-    /// The EPP's ready-endpoint count read 0.
-    NoReadyEndpoints,
-    /// The per-unit series stopped while the ready-endpoint count kept stamping: the EPP
-    /// lost its endpoints' metrics, so the averages it still stamps are frozen.
-    UnitSeriesStopped,
-}
-
-impl ExcludeReason {
-    /// Every reason, for pre-registering labels and exhaustive tests.
-    pub const ALL: [Self; 3] = [
-        Self::NotReady,
-        Self::NoReadyEndpoints,
-        Self::UnitSeriesStopped,
-    ];
-
-    /// The metric label for this reason.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::NotReady => "not_ready",
-            Self::NoReadyEndpoints => "no_ready_endpoints",
-            Self::UnitSeriesStopped => "unit_series_stopped",
-        }
+grid_signals::label_values! {
+    /// Why a candidate is out of selection until a newer reading says otherwise.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ExcludeReason {
+        /// `grid_provider_ready` read 0.
+        NotReady = "not_ready",
+        /// The EPP's ready-endpoint count read 0.
+        NoReadyEndpoints = "no_ready_endpoints",
+        /// The per-unit series stopped while the ready-endpoint count kept stamping: the EPP
+        /// lost its endpoints' metrics, so the averages it still stamps are frozen.
+        UnitSeriesStopped = "unit_series_stopped",
     }
 }
 

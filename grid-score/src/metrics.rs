@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::error::RejectReason;
 use crate::reading::CandidateKey;
-use crate::select::Decision;
+use crate::select::{Decision, Outcome};
 use crate::snapshot::{RouteTable, UNMEASURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,8 +34,9 @@ impl From<&CandidateKey> for CandidateLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
     site: Arc<str>,
+    /// Empty when nothing was routed.
     path: &'static str,
-    outcome: &'static str,
+    outcome: Outcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -209,7 +210,7 @@ impl ScoreMetrics {
             .get_or_create(&DecisionLabels {
                 site,
                 path: decision.path().map_or("", |p| p.as_str()),
-                outcome: decision.outcome().as_str(),
+                outcome: decision.outcome(),
             })
             .inc();
     }

@@ -7,76 +7,38 @@
 use crate::rng::Rng;
 use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
 
-/// Which selection rule chose the site (a metric label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    /// Two or more sites with headroom: one drawn with weight its headroom.
-    Spread,
-    /// Exactly one site with headroom, enough for what the grid is serving.
-    Lone,
-    /// Sites with headroom, but less of it than what the grid is serving: that share of
-    /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
-    /// draw over both weights.
-    Overflow,
-    /// No site with headroom but some measured: one drawn among the measured with weight
-    /// pace x capacity over the square of one plus work waiting per unit of capacity.
-    ByCapacity,
-    /// Nothing measured: one drawn among the unmeasured by capacity.
-    Fallback,
-}
-
-impl Path {
-    /// Every path, for pre-registering labels.
-    pub const ALL: [Self; 5] = [
-        Self::Spread,
-        Self::Lone,
-        Self::Overflow,
-        Self::ByCapacity,
-        Self::Fallback,
-    ];
-
-    /// The metric label for this path.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Spread => "spread",
-            Self::Lone => "lone",
-            Self::Overflow => "overflow",
-            Self::ByCapacity => "by_capacity",
-            Self::Fallback => "fallback",
-        }
+grid_signals::label_values! {
+    /// Which selection rule chose the site (a metric label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Path {
+        /// Two or more sites with headroom: one drawn with weight its headroom.
+        Spread = "spread",
+        /// Exactly one site with headroom, enough for what the grid is serving.
+        Lone = "lone",
+        /// Sites with headroom, but less of it than what the grid is serving: that share of
+        /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
+        /// draw over both weights.
+        Overflow = "overflow",
+        /// No site with headroom but some measured: one drawn among the measured with weight
+        /// pace x capacity over the square of one plus work waiting per unit of capacity.
+        ByCapacity = "by_capacity",
+        /// Nothing measured: one drawn among the unmeasured by capacity.
+        Fallback = "fallback",
     }
 }
 
-/// The kind of answer, without its data (a metric label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Routed to a site.
-    Routed,
-    /// Shed: 429 with Retry-After.
-    Shed,
-    /// Every candidate excluded: 503 with Retry-After.
-    Unavailable,
-    /// The model is not configured: 404.
-    UnknownModel,
-}
-
-impl Outcome {
-    /// Every outcome, for pre-registering labels.
-    pub const ALL: [Self; 4] = [
-        Self::Routed,
-        Self::Shed,
-        Self::Unavailable,
-        Self::UnknownModel,
-    ];
-
-    /// The metric label for this outcome.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Routed => "routed",
-            Self::Shed => "shed",
-            Self::Unavailable => "unavailable",
-            Self::UnknownModel => "unknown_model",
-        }
+grid_signals::label_values! {
+    /// The kind of answer, without its data (a metric label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Outcome {
+        /// Routed to a site.
+        Routed = "routed",
+        /// Shed: 429 with Retry-After.
+        Shed = "shed",
+        /// Every candidate excluded: 503 with Retry-After.
+        Unavailable = "unavailable",
+        /// The model is not configured: 404.
+        UnknownModel = "unknown_model",
     }
 }
 

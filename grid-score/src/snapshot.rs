@@ -18,28 +18,18 @@ pub const UNMEASURED: f64 = f64::INFINITY;
 /// gateway proxies; bounds the arithmetic against a broken clock.
 pub const MAX_TURNOVER_MS: f64 = 3_600_000.0;
 
-/// Where a healthy candidate stands, derived from its score and latest sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CandidateState {
-    /// Measured, recent worst rho below 1.
-    Room,
-    /// Measured, no room, but not saturated with work waiting.
-    NoRoom,
-    /// Measured, saturated with work waiting at every unit or in flow control.
-    Full,
-    /// No fresh reading: scores [`UNMEASURED`].
-    Unmeasured,
-}
-
-impl CandidateState {
-    /// The metric label for this state.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Room => "room",
-            Self::NoRoom => "no_room",
-            Self::Full => "full",
-            Self::Unmeasured => "unmeasured",
-        }
+grid_signals::label_values! {
+    /// Where a healthy candidate stands, derived from its score and latest sample.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum CandidateState {
+        /// Measured, recent worst rho below 1.
+        Room = "room",
+        /// Measured, no room, but not saturated with work waiting.
+        NoRoom = "no_room",
+        /// Measured, saturated with work waiting at every unit or in flow control.
+        Full = "full",
+        /// No fresh reading: scores [`UNMEASURED`].
+        Unmeasured = "unmeasured",
     }
 }
 

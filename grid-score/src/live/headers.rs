@@ -13,8 +13,6 @@
 //! (`duplicated`: which copy would be the router's?), or is past a bound no real band or
 //! queue reaches (`absurd`).
 
-use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
-
 /// The headroom header.
 pub const HEADROOM_HEADER: &str = "x-llm-d-flow-band-headroom-requests";
 /// The provisional spelling of the headroom header, read as the same header.
@@ -39,44 +37,19 @@ pub const MAX_QUEUE_DURATION_MS: u64 = 3_600_000;
 /// Decimal digits read at most; more is absurd whatever the bound (and never overflows).
 const MAX_DIGITS: usize = 12;
 
-/// Why one flow-control header value was not trusted (a metric label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlowHeaderReject {
-    /// Not a plain decimal integer (empty, a sign other than a leading minus, a
-    /// fraction, letters, or bytes outside ASCII).
-    Malformed,
-    /// A leading minus: no band has negative room and no request waits negative time.
-    Negative,
-    /// The header (in either spelling) appeared more than once.
-    Duplicated,
-    /// Past [`MAX_HEADROOM_REQUESTS`] or [`MAX_QUEUE_DURATION_MS`].
-    Absurd,
-}
-
-impl FlowHeaderReject {
-    /// Every reason, for pre-registering labels.
-    pub const ALL: [Self; 4] = [
-        Self::Malformed,
-        Self::Negative,
-        Self::Duplicated,
-        Self::Absurd,
-    ];
-
-    /// The metric label.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Malformed => "malformed",
-            Self::Negative => "negative",
-            Self::Duplicated => "duplicated",
-            Self::Absurd => "absurd",
-        }
-    }
-}
-
-impl EncodeLabelValue for FlowHeaderReject {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
-        use std::fmt::Write as _;
-        encoder.write_str(self.as_str())
+grid_signals::label_values! {
+    /// Why one flow-control header value was not trusted (a metric label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FlowHeaderReject {
+        /// Not a plain decimal integer (empty, a sign other than a leading minus, a
+        /// fraction, letters, or bytes outside ASCII).
+        Malformed = "malformed",
+        /// A leading minus: no band has negative room and no request waits negative time.
+        Negative = "negative",
+        /// The header (in either spelling) appeared more than once.
+        Duplicated = "duplicated",
+        /// Past [`MAX_HEADROOM_REQUESTS`] or [`MAX_QUEUE_DURATION_MS`].
+        Absurd = "absurd",
     }
 }
 
@@ -104,15 +77,17 @@ impl DropReason {
     }
 }
 
-/// Which flow-control header a value came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlowHeader {
-    /// [`HEADROOM_HEADER`] or [`HEADROOM_HEADER_PROVISIONAL`].
-    Headroom,
-    /// [`QUEUE_DURATION_HEADER`].
-    QueueDuration,
-    /// [`DROPPED_REASON_HEADER`].
-    DroppedReason,
+grid_signals::label_values! {
+    /// Which flow-control header a value came from (a metric label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FlowHeader {
+        /// [`HEADROOM_HEADER`] or [`HEADROOM_HEADER_PROVISIONAL`].
+        Headroom = "headroom",
+        /// [`QUEUE_DURATION_HEADER`].
+        QueueDuration = "queue_duration",
+        /// [`DROPPED_REASON_HEADER`].
+        DroppedReason = "dropped_reason",
+    }
 }
 
 impl FlowHeader {
