@@ -2,14 +2,13 @@
 //! the [`Scraper`]), feed each outcome to the site machine (grid-signals' `Site`, which
 //! frames and stores the batch) as it arrives, and count what it says.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use grid_signals::epp::{LineRefusals, ScrapeFailure};
 use grid_signals::exposition::SyntaxError;
 use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,21 +25,11 @@ struct ScrapeLabels {
     result: &'static str,
 }
 
-/// A refused line's reason, rendered through [`SyntaxError::as_str`]: the label values
-/// are the parser's closed set, and the docs list the same strings.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct Reason(SyntaxError);
-
-impl EncodeLabelValue for Reason {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(self.0.as_str())
-    }
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefusedLineLabels {
     provider: String,
-    reason: Reason,
+    /// The parser's closed set of reasons.
+    reason: SyntaxError,
 }
 
 /// The scrape loop's series.
@@ -109,7 +98,7 @@ impl ScrapeMetrics {
         self.refused_lines
             .get_or_create(&RefusedLineLabels {
                 provider: provider.to_owned(),
-                reason: Reason(reason),
+                reason,
             })
             .clone()
     }

@@ -2,79 +2,47 @@
 
 use std::fmt;
 
-/// The closed set of reasons a line is refused, each naming what the parser expected at
-/// the reported column.
-///
-/// Callers count refused lines by [`SyntaxError::as_str`], so the set is closed and each
-/// reason is a stable metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SyntaxError {
-    /// Expected a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
-    MetricName,
-    /// Expected `{` or a blank right after the metric name.
-    NameEnd,
-    /// Expected a label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
-    LabelName,
-    /// Expected `=` after a label name.
-    LabelEquals,
-    /// Expected a double-quoted label value with only `\\`, `\"` and `\n` escapes,
-    /// closed on the same line.
-    LabelValue,
-    /// Expected `,` or `}` after a label value.
-    LabelSeparator,
-    /// Expected a sample value (a float as Go prints it: `1`, `1.5e-07`, `NaN`, `+Inf`).
-    Value,
-    /// Expected an integer millisecond timestamp.
-    Timestamp,
-    /// Expected the end of the line.
-    LineEnd,
-    /// The line is not valid UTF-8.
-    Utf8,
-    /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or an
-    /// `OpenMetrics` type) in a `# TYPE` line.
-    MetricType,
-    /// A label name the sample already has: given twice, or `__name__`, which the metric
-    /// name sets. Prometheus refuses such a series, so reading it would keep a sample
-    /// whose labels mean two things.
-    DuplicateLabel,
+crate::label_values! {
+    /// The closed set of reasons a line is refused, each naming what the parser expected
+    /// at the reported column.
+    ///
+    /// Callers count refused lines by [`SyntaxError::as_str`], so the set is closed and each
+    /// reason is a stable metric label.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum SyntaxError {
+        /// Expected a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+        MetricName = "metric_name",
+        /// Expected `{` or a blank right after the metric name.
+        NameEnd = "name_end",
+        /// Expected a label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
+        LabelName = "label_name",
+        /// Expected `=` after a label name.
+        LabelEquals = "label_equals",
+        /// Expected a double-quoted label value with only `\\`, `\"` and `\n` escapes,
+        /// closed on the same line.
+        LabelValue = "label_value",
+        /// Expected `,` or `}` after a label value.
+        LabelSeparator = "label_separator",
+        /// Expected a sample value (a float as Go prints it: `1`, `1.5e-07`, `NaN`, `+Inf`).
+        Value = "value",
+        /// Expected an integer millisecond timestamp.
+        Timestamp = "timestamp",
+        /// Expected the end of the line.
+        LineEnd = "line_end",
+        /// The line is not valid UTF-8.
+        Utf8 = "utf8",
+        /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or
+        /// an `OpenMetrics` type) in a `# TYPE` line.
+        MetricType = "metric_type",
+        /// A label name the sample already has: given twice, or `__name__`, which the metric
+        /// name sets. Prometheus refuses such a series, so reading it would keep a sample
+        /// whose labels mean two things.
+        DuplicateLabel = "duplicate_label",
+    }
 }
 
 impl SyntaxError {
-    /// The reason as a metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MetricName => "metric_name",
-            Self::NameEnd => "name_end",
-            Self::LabelName => "label_name",
-            Self::LabelEquals => "label_equals",
-            Self::LabelValue => "label_value",
-            Self::LabelSeparator => "label_separator",
-            Self::Value => "value",
-            Self::Timestamp => "timestamp",
-            Self::LineEnd => "line_end",
-            Self::Utf8 => "utf8",
-            Self::MetricType => "metric_type",
-            Self::DuplicateLabel => "duplicate_label",
-        }
-    }
-
-    /// Every reason, so callers can pre-register one counter per label value.
-    pub const ALL: [SyntaxError; 12] = [
-        Self::MetricName,
-        Self::NameEnd,
-        Self::LabelName,
-        Self::LabelEquals,
-        Self::LabelValue,
-        Self::LabelSeparator,
-        Self::Value,
-        Self::Timestamp,
-        Self::LineEnd,
-        Self::Utf8,
-        Self::MetricType,
-        Self::DuplicateLabel,
-    ];
-
     fn expected(self) -> &'static str {
         match self {
             Self::MetricName => "a metric name",
