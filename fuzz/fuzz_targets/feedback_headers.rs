@@ -114,7 +114,10 @@ fuzz_target!(|data: &[u8]| {
         (Caller::Local, Ok(report)) => {
             assert_eq!(response.reply, Reply::Acknowledge(report.ack()));
             assert_eq!(
-                receiver.state().reporter(report.epoch()).map(|r| r.sequence),
+                receiver
+                    .state()
+                    .reporter(report.epoch())
+                    .map(|r| r.sequence),
                 Some(report.sequence())
             );
         }

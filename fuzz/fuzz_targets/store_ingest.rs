@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     let report = store.ingest(data, Sender::Local, NOW, NOW);
     let lines = data.split(|&b| b == b'\n').count() as u64;
     let counted = report.dropped.total() + report.rows_stored + report.batches_stored;
-    assert!(counted <= lines + 1, "{counted} counted in {lines} lines: {report:?}");
+    assert!(
+        counted <= lines + 1,
+        "{counted} counted in {lines} lines: {report:?}"
+    );
 
     let again = store.ingest(data, Sender::Local, NOW, NOW);
     assert_eq!(again.batches_stored, 0, "{again:?}");

@@ -62,6 +62,9 @@ pub enum Error {
 impl From<grid_daemon::Error> for Error {
     fn from(e: grid_daemon::Error) -> Self {
         match e {
+            grid_daemon::Error::ConfigField { field, reason } => {
+                Self::ConfigField { field, reason }
+            }
             grid_daemon::Error::TlsMaterial { path, reason } => Self::Pem { path, reason },
             grid_daemon::Error::Tls { context, source } => Self::Tls {
                 what: context,
@@ -72,12 +75,5 @@ impl From<grid_daemon::Error> for Error {
                 reason: other.to_string(),
             },
         }
-    }
-}
-
-impl From<grid_daemon::config::FieldError> for Error {
-    fn from(e: grid_daemon::config::FieldError) -> Self {
-        let (field, reason) = (e.field, e.reason);
-        Self::ConfigField { field, reason }
     }
 }

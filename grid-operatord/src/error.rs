@@ -80,16 +80,12 @@ pub enum Error {
     },
 }
 
-impl From<grid_daemon::config::FieldError> for Error {
-    fn from(e: grid_daemon::config::FieldError) -> Self {
-        let (field, reason) = (e.field, e.reason);
-        Self::ConfigField { field, reason }
-    }
-}
-
 impl From<grid_daemon::Error> for Error {
     fn from(e: grid_daemon::Error) -> Self {
         match e {
+            grid_daemon::Error::ConfigField { field, reason } => {
+                Self::ConfigField { field, reason }
+            }
             grid_daemon::Error::TlsMaterial { path, reason } => Self::TlsMaterial { path, reason },
             grid_daemon::Error::Tls { context, source } => Self::Tls { context, source },
             other => Self::TlsMaterial {

@@ -52,14 +52,19 @@ pub enum Error {
         /// Provider of the refused candidate.
         provider: Arc<str>,
     },
+    /// A request body has no routable `model` (a 400 answer).
+    #[error("{0}")]
+    ModelField(crate::model_field::BodyRefusal),
 }
 
 impl Error {
-    /// The counter label for this refusal.
-    pub const fn reason(&self) -> RejectReason {
+    /// The reading-refusal counter's label, for a refused reading or candidate; `None`
+    /// for a refused request body (counted by the gateway's answers instead).
+    pub const fn reason(&self) -> Option<RejectReason> {
         match self {
-            Self::Reading { reason, .. } => *reason,
-            Self::CandidateCap { .. } => RejectReason::CandidateCap,
+            Self::Reading { reason, .. } => Some(*reason),
+            Self::CandidateCap { .. } => Some(RejectReason::CandidateCap),
+            Self::ModelField(_) => None,
         }
     }
 }
@@ -86,7 +91,7 @@ mod tests {
             field: "kv_mean",
             reason: RejectReason::NonFinite,
         };
-        assert_eq!(e.reason(), RejectReason::NonFinite);
+        assert_eq!(e.reason(), Some(RejectReason::NonFinite));
         assert_eq!(
             e.to_string(),
             "reading for a/p refused: field kv_mean: non_finite"

@@ -22,10 +22,11 @@ pub const MAX_MODEL_NAME_BYTES: usize = 256;
 /// fixed-size bracket stack.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// Why a body has no routable `model`. Each maps to a 400 answer.
+/// Why a body has no routable `model` (carried by [`crate::Error::ModelField`]). Each maps
+/// to a 400 answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ModelFieldError {
+pub enum BodyRefusal {
     /// The body is not one JSON object (empty, an array, a bare value).
     NotAnObject,
     /// The body is not well-formed JSON at `offset` (0-based byte).
@@ -53,7 +54,7 @@ pub enum ModelFieldError {
     },
 }
 
-impl ModelFieldError {
+impl BodyRefusal {
     /// A short stable label, for metrics and error codes.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -69,7 +70,7 @@ impl ModelFieldError {
     }
 }
 
-impl std::fmt::Display for ModelFieldError {
+impl std::fmt::Display for BodyRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotAnObject => f.write_str("the request body is not a JSON object"),
@@ -97,18 +98,20 @@ impl std::fmt::Display for ModelFieldError {
     }
 }
 
-impl std::error::Error for ModelFieldError {}
-
 /// Returns the `model` string of a JSON request body, unescaped (borrowed when it had no
 /// escapes).
-pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, ModelFieldError> {
+pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, crate::Error> {
+    find(body).map_err(crate::Error::ModelField)
+}
+
+fn find(body: &[u8]) -> Result<Cow<'_, str>, BodyRefusal> {
     let mut lx = Lexer { body, pos: 0 };
     lx.skip_ws();
     if lx.peek() != Some(b'{') {
-        return Err(ModelFieldError::NotAnObject);
+        return Err(BodyRefusal::NotAnObject);
     }
     lx.pos += 1;
-    let mut model: Option<Result<Cow<'_, str>, ModelFieldError>> = None;
+    let mut model: Option<Result<Cow<'_, str>, BodyRefusal>> = None;
     lx.skip_ws();
     if lx.peek() == Some(b'}') {
         lx.pos += 1;
@@ -122,14 +125,14 @@ pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, ModelFieldError> {
             lx.skip_ws();
             if key.is_model()? {
                 if model.is_some() {
-                    return Err(ModelFieldError::Duplicate { offset: key_at });
+                    return Err(BodyRefusal::Duplicate { offset: key_at });
                 }
                 model = Some(if lx.peek() == Some(b'"') {
                     let value = lx.string()?;
                     value.unescape().and_then(check_name)
                 } else {
                     lx.skip_value()?;
-                    Err(ModelFieldError::NotAString)
+                    Err(BodyRefusal::NotAString)
                 });
             } else {
                 lx.skip_value()?;
@@ -139,22 +142,22 @@ pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, ModelFieldError> {
             match lx.next() {
                 Some(b',') => {}
                 Some(b'}') => break,
-                _ => return Err(ModelFieldError::Syntax { offset: at }),
+                _ => return Err(BodyRefusal::Syntax { offset: at }),
             }
         }
     }
     lx.skip_ws();
     if lx.pos != body.len() {
-        return Err(ModelFieldError::Syntax { offset: lx.pos });
+        return Err(BodyRefusal::Syntax { offset: lx.pos });
     }
-    model.unwrap_or(Err(ModelFieldError::Missing))
+    model.unwrap_or(Err(BodyRefusal::Missing))
 }
 
-fn check_name(name: Cow<'_, str>) -> Result<Cow<'_, str>, ModelFieldError> {
+fn check_name(name: Cow<'_, str>) -> Result<Cow<'_, str>, BodyRefusal> {
     if name.is_empty() {
-        Err(ModelFieldError::Empty)
+        Err(BodyRefusal::Empty)
     } else if name.len() > MAX_MODEL_NAME_BYTES {
-        Err(ModelFieldError::TooLong)
+        Err(BodyRefusal::TooLong)
     } else {
         Ok(name)
     }
@@ -168,7 +171,7 @@ struct RawString<'a> {
 }
 
 impl<'a> RawString<'a> {
-    fn is_model(&self) -> Result<bool, ModelFieldError> {
+    fn is_model(&self) -> Result<bool, BodyRefusal> {
         if self.escaped {
             Ok(self.unescape()? == "model")
         } else {
@@ -176,8 +179,8 @@ impl<'a> RawString<'a> {
         }
     }
 
-    fn unescape(&self) -> Result<Cow<'a, str>, ModelFieldError> {
-        let syntax = |i: usize| ModelFieldError::Syntax {
+    fn unescape(&self) -> Result<Cow<'a, str>, BodyRefusal> {
+        let syntax = |i: usize| BodyRefusal::Syntax {
             offset: self.at + i,
         };
         if !self.escaped {
@@ -266,23 +269,23 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn expect(&mut self, want: u8) -> Result<(), ModelFieldError> {
+    fn expect(&mut self, want: u8) -> Result<(), BodyRefusal> {
         if self.peek() == Some(want) {
             self.pos += 1;
             Ok(())
         } else {
-            Err(ModelFieldError::Syntax { offset: self.pos })
+            Err(BodyRefusal::Syntax { offset: self.pos })
         }
     }
 
     /// Reads a string token starting at its opening quote.
-    fn string(&mut self) -> Result<RawString<'a>, ModelFieldError> {
+    fn string(&mut self) -> Result<RawString<'a>, BodyRefusal> {
         self.expect(b'"')?;
         let start = self.pos;
         let mut escaped = false;
         loop {
             match self.next() {
-                None => return Err(ModelFieldError::Syntax { offset: self.pos }),
+                None => return Err(BodyRefusal::Syntax { offset: self.pos }),
                 Some(b'"') => break,
                 Some(b'\\') => {
                     escaped = true;
@@ -291,19 +294,19 @@ impl<'a> Lexer<'a> {
                         Some(b'u') => {
                             let digits = self.body.get(self.pos..self.pos + 4);
                             if digits.and_then(hex4).is_none() {
-                                return Err(ModelFieldError::Syntax { offset: self.pos });
+                                return Err(BodyRefusal::Syntax { offset: self.pos });
                             }
                             self.pos += 4;
                         }
                         _ => {
-                            return Err(ModelFieldError::Syntax {
+                            return Err(BodyRefusal::Syntax {
                                 offset: self.pos.saturating_sub(1),
                             });
                         }
                     }
                 }
                 Some(0..0x20) => {
-                    return Err(ModelFieldError::Syntax {
+                    return Err(BodyRefusal::Syntax {
                         offset: self.pos - 1,
                     });
                 }
@@ -319,7 +322,7 @@ impl<'a> Lexer<'a> {
 
     /// Skips one value: a string, a scalar, or a balanced array/object. Inside nested
     /// values only tokens and bracket balance are checked; the upstream parses them.
-    fn skip_value(&mut self) -> Result<(), ModelFieldError> {
+    fn skip_value(&mut self) -> Result<(), BodyRefusal> {
         let mut stack = [0u8; MAX_JSON_DEPTH];
         let mut depth = 0usize;
         loop {
@@ -331,7 +334,7 @@ impl<'a> Lexer<'a> {
                 }
                 Some(open @ (b'{' | b'[')) => {
                     if depth == MAX_JSON_DEPTH {
-                        return Err(ModelFieldError::TooDeep { offset: at });
+                        return Err(BodyRefusal::TooDeep { offset: at });
                     }
                     stack[depth] = if open == b'{' { b'}' } else { b']' };
                     depth += 1;
@@ -340,7 +343,7 @@ impl<'a> Lexer<'a> {
                 }
                 Some(close @ (b'}' | b']')) => {
                     if depth == 0 || stack[depth - 1] != close {
-                        return Err(ModelFieldError::Syntax { offset: at });
+                        return Err(BodyRefusal::Syntax { offset: at });
                     }
                     depth -= 1;
                     self.pos += 1;
@@ -354,7 +357,7 @@ impl<'a> Lexer<'a> {
                         self.pos += 1;
                     }
                 }
-                None | Some(_) => return Err(ModelFieldError::Syntax { offset: at }),
+                None | Some(_) => return Err(BodyRefusal::Syntax { offset: at }),
             }
             if depth == 0 {
                 return Ok(());
@@ -372,8 +375,8 @@ fn is_scalar_byte(b: u8) -> bool {
 mod tests {
     use super::*;
 
-    fn model(body: &str) -> Result<String, ModelFieldError> {
-        find_model(body.as_bytes()).map(Cow::into_owned)
+    fn model(body: &str) -> Result<String, BodyRefusal> {
+        find(body.as_bytes()).map(Cow::into_owned)
     }
 
     #[test]
@@ -401,18 +404,18 @@ mod tests {
 
     #[test]
     fn missing_model_is_refused() {
-        assert_eq!(model(r#"{"prompt":"x"}"#), Err(ModelFieldError::Missing));
-        assert_eq!(model("{}"), Err(ModelFieldError::Missing));
+        assert_eq!(model(r#"{"prompt":"x"}"#), Err(BodyRefusal::Missing));
+        assert_eq!(model("{}"), Err(BodyRefusal::Missing));
         assert_eq!(
             model(r#"{"x":{"model":"nested"}}"#),
-            Err(ModelFieldError::Missing)
+            Err(BodyRefusal::Missing)
         );
     }
 
     #[test]
     fn non_object_bodies_are_refused() {
         for body in ["", "  ", "[]", "\"model\"", "null", "1"] {
-            assert_eq!(model(body), Err(ModelFieldError::NotAnObject), "{body:?}");
+            assert_eq!(model(body), Err(BodyRefusal::NotAnObject), "{body:?}");
         }
     }
 
@@ -420,61 +423,58 @@ mod tests {
     fn malformed_json_is_refused_with_its_offset() {
         assert_eq!(
             model(r#"{"model":"m""#),
-            Err(ModelFieldError::Syntax { offset: 12 })
+            Err(BodyRefusal::Syntax { offset: 12 })
         );
         assert_eq!(
             model(r#"{"model":"m"} x"#),
-            Err(ModelFieldError::Syntax { offset: 14 })
+            Err(BodyRefusal::Syntax { offset: 14 })
         );
         assert!(matches!(
             model(r#"{"a":[1,2}"#),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
         assert!(matches!(
             model(r#"{"a" 1}"#),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
         assert!(matches!(
             model("{\"model\":\"a\u{1}\"}"),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
         assert!(matches!(
             model(r#"{"model":"\x"}"#),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
         assert!(matches!(
             model(r#"{"model":"\ud800"}"#),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
         assert!(matches!(
             model(r#"{"a":@}"#),
-            Err(ModelFieldError::Syntax { .. })
+            Err(BodyRefusal::Syntax { .. })
         ));
     }
 
     #[test]
     fn invalid_utf8_in_model_is_refused() {
         assert!(matches!(
-            find_model(b"{\"model\":\"\xff\"}"),
-            Err(ModelFieldError::Syntax { .. })
+            find(b"{\"model\":\"\xff\"}"),
+            Err(BodyRefusal::Syntax { .. })
         ));
     }
 
     #[test]
     fn non_string_model_is_refused() {
-        assert_eq!(
-            model(r#"{"model":["a"]}"#),
-            Err(ModelFieldError::NotAString)
-        );
-        assert_eq!(model(r#"{"model":null}"#), Err(ModelFieldError::NotAString));
-        assert_eq!(model(r#"{"model":""}"#), Err(ModelFieldError::Empty));
+        assert_eq!(model(r#"{"model":["a"]}"#), Err(BodyRefusal::NotAString));
+        assert_eq!(model(r#"{"model":null}"#), Err(BodyRefusal::NotAString));
+        assert_eq!(model(r#"{"model":""}"#), Err(BodyRefusal::Empty));
     }
 
     #[test]
     fn second_model_key_is_refused() {
         assert_eq!(
             model(r#"{"model":"a","model":"b"}"#),
-            Err(ModelFieldError::Duplicate { offset: 13 })
+            Err(BodyRefusal::Duplicate { offset: 13 })
         );
     }
 
@@ -485,7 +485,7 @@ mod tests {
         let over = "m".repeat(MAX_MODEL_NAME_BYTES + 1);
         assert_eq!(
             model(&format!(r#"{{"model":"{over}"}}"#)),
-            Err(ModelFieldError::TooLong)
+            Err(BodyRefusal::TooLong)
         );
     }
 
@@ -495,7 +495,7 @@ mod tests {
         assert_eq!(model(&nest(MAX_JSON_DEPTH)).unwrap(), "m");
         assert_eq!(
             model(&nest(MAX_JSON_DEPTH + 1)),
-            Err(ModelFieldError::TooDeep {
+            Err(BodyRefusal::TooDeep {
                 offset: 5 + MAX_JSON_DEPTH
             })
         );

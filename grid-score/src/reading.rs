@@ -238,7 +238,7 @@ mod tests {
             ..Reading::new(1)
         };
         assert_eq!(
-            r.validate(&key()).unwrap_err().reason(),
+            r.validate(&key()).unwrap_err().reason().unwrap(),
             RejectReason::Negative
         );
     }
@@ -262,7 +262,7 @@ mod tests {
             ..Reading::new(1)
         };
         assert_eq!(
-            past.validate(&key()).unwrap_err().reason(),
+            past.validate(&key()).unwrap_err().reason().unwrap(),
             RejectReason::WaitingExceedsUnits
         );
     }

@@ -92,7 +92,9 @@ impl Refresher {
         let synced = from_store::sync(&mut self.scorer, &mut self.store, now_ms);
         if let Some(m) = &self.metrics {
             for e in &synced.refused {
-                m.rejected(e.reason());
+                if let Some(reason) = e.reason() {
+                    m.rejected(reason);
+                }
             }
         }
         Refreshed {

@@ -10,27 +10,6 @@ use std::time::Duration;
 /// The longest site, peer, provider or replica name: a DNS label.
 pub const MAX_NAME_LEN: usize = 63;
 
-/// A configuration value that parsed but is not acceptable.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{field}` {reason}")]
-#[non_exhaustive]
-pub struct FieldError {
-    /// The key as the file spells it, dotted and indexed: `models[0].candidates[1].baseUrl`.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl FieldError {
-    /// A refusal of `field` for `reason`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
 /// The inclusive range a duration must fall in, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
@@ -43,7 +22,7 @@ pub struct Bounds {
 /// Checks a site, peer, provider or replica name: a DNS label (1 to [`MAX_NAME_LEN`] of
 /// `a-z`, `0-9`, `-`, not starting or ending with `-`), because it ends up in a SPIFFE
 /// ID, a certificate name and a Kubernetes object name.
-pub fn name(field: &str, name: &str) -> Result<(), FieldError> {
+pub fn name(field: &str, name: &str) -> Result<(), crate::Error> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
@@ -54,7 +33,7 @@ pub fn name(field: &str, name: &str) -> Result<(), FieldError> {
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new(
+        Err(crate::Error::config_field(
             field,
             format!(
                 "`{name}` is not a DNS label (1 to {MAX_NAME_LEN} of a-z, 0-9, `-`, not starting or ending with `-`)"
@@ -65,7 +44,7 @@ pub fn name(field: &str, name: &str) -> Result<(), FieldError> {
 
 /// Checks a SPIFFE trust domain: lowercase letters, digits, `-`, `.`, `_`, at most 255
 /// bytes (the SPIFFE ID specification's character set).
-pub fn trust_domain(field: &str, domain: &str) -> Result<(), FieldError> {
+pub fn trust_domain(field: &str, domain: &str) -> Result<(), crate::Error> {
     let ok = !domain.is_empty()
         && domain.len() <= 255
         && domain.bytes().all(|b| {
@@ -74,7 +53,7 @@ pub fn trust_domain(field: &str, domain: &str) -> Result<(), FieldError> {
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new(
+        Err(crate::Error::config_field(
             field,
             format!(
                 "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `-`, `.`, `_`)"
@@ -90,13 +69,13 @@ pub fn seconds(
     seconds: Option<f64>,
     default: Duration,
     bounds: Bounds,
-) -> Result<Duration, FieldError> {
+) -> Result<Duration, crate::Error> {
     let Some(s) = seconds else {
         return Ok(default);
     };
     let ms = s * 1000.0;
     if !ms.is_finite() || ms < bounds.min_ms as f64 || ms > bounds.max_ms as f64 {
-        return Err(FieldError::new(
+        return Err(crate::Error::config_field(
             field,
             format!(
                 "{s} s is outside {} s to {} s",
@@ -109,11 +88,11 @@ pub fn seconds(
 }
 
 /// A whole number refused outside `lo..=hi`.
-pub fn range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), FieldError> {
+pub fn range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), crate::Error> {
     if (lo..=hi).contains(&v) {
         Ok(())
     } else {
-        Err(FieldError::new(
+        Err(crate::Error::config_field(
             field,
             format!("is {v}, must be within {lo}..={hi}"),
         ))
@@ -123,6 +102,13 @@ pub fn range(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn field_of(e: &crate::Error) -> &str {
+        match e {
+            crate::Error::ConfigField { field, .. } => field,
+            other => panic!("not a field refusal: {other}"),
+        }
+    }
 
     const B: Bounds = Bounds {
         min_ms: 100,
@@ -134,7 +120,7 @@ mod tests {
         assert!(name("site", &"a".repeat(MAX_NAME_LEN)).is_ok());
         assert!(name("site", &"a".repeat(MAX_NAME_LEN + 1)).is_err());
         for bad in ["", "Site_A", "-a", "a-", "a.b", "A"] {
-            assert_eq!(name("site", bad).unwrap_err().field, "site", "{bad:?}");
+            assert_eq!(field_of(&name("site", bad).unwrap_err()), "site", "{bad:?}");
         }
         assert!(name("site", "site-a-0").is_ok());
     }
@@ -142,19 +128,19 @@ mod tests {
     #[test]
     fn seconds_are_fractional_and_bounded_at_both_ends() {
         let d = Duration::from_secs(1);
-        assert_eq!(seconds("x", None, d, B), Ok(d));
+        assert_eq!(seconds("x", None, d, B).unwrap(), d);
         assert_eq!(
-            seconds("x", Some(0.1), d, B),
-            Ok(Duration::from_millis(100))
+            seconds("x", Some(0.1), d, B).unwrap(),
+            Duration::from_millis(100)
         );
         assert_eq!(
-            seconds("x", Some(3600.0), d, B),
-            Ok(Duration::from_secs(3600))
+            seconds("x", Some(3600.0), d, B).unwrap(),
+            Duration::from_secs(3600)
         );
         for bad in [0.099, 3600.001, f64::NAN, f64::INFINITY, -1.0] {
             let e = seconds("intervals.scrapeSeconds", Some(bad), d, B).unwrap_err();
-            assert_eq!(e.field, "intervals.scrapeSeconds");
-            assert!(e.reason.contains("0.1 s to 3600 s"), "{}", e.reason);
+            assert_eq!(field_of(&e), "intervals.scrapeSeconds");
+            assert!(e.to_string().contains("0.1 s to 3600 s"), "{e}");
         }
     }
 

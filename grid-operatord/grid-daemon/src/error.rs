@@ -2,11 +2,20 @@
 
 use std::path::PathBuf;
 
-/// Why TLS material or a TLS configuration could not be built; each daemon turns it into
-/// its own error, naming the same file or context.
+/// Why a configuration value, TLS material or a TLS configuration was refused; each
+/// daemon turns it into its own error, naming the same field, file or context.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A configuration value that parsed but is not acceptable.
+    #[error("`{field}` {reason}")]
+    ConfigField {
+        /// The key as the file spells it, dotted and indexed:
+        /// `models[0].candidates[1].baseUrl`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A PEM file is unreadable or holds no usable certificate or key.
     #[error("TLS material {path}: {reason}")]
     TlsMaterial {
@@ -24,4 +33,14 @@ pub enum Error {
         #[source]
         source: rustls::Error,
     },
+}
+
+impl Error {
+    /// A refusal of configuration `field` for `reason`.
+    pub fn config_field(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::ConfigField {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
 }

@@ -23,8 +23,8 @@
 //! let poll = Bounds { min_ms: 100, max_ms: 60_000 };
 //! assert_eq!(config::seconds("operator.pollIntervalSeconds", Some(0.25), Duration::from_secs(1), poll)?, Duration::from_millis(250));
 //! let err = config::name("site", "Site_A").unwrap_err();
-//! assert_eq!(err.field, "site");
-//! # Ok::<(), grid_daemon::config::FieldError>(())
+//! assert!(matches!(&err, grid_daemon::Error::ConfigField { field, .. } if field == "site"));
+//! # Ok::<(), grid_daemon::Error>(())
 //! ```
 
 pub mod client;
