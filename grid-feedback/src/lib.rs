@@ -20,6 +20,58 @@
 //! gateway:  204 echo --Reporter::handle--> pending evidence cleared only if it names it exactly
 //! ```
 //!
+//! # One report, end to end
+//!
+//! ```
+//! use grid_feedback::{
+//!     Caller, Cycle, Epoch, Outcome, Receiver, ReceiverInput, ReceiverMetrics, Replica, Reply,
+//!     Reporter, ReporterInput, ReporterMetrics, Request, RequestId, WriteOutcome, deadline_for,
+//! };
+//!
+//! let now = 1_700_000_000_000;
+//! // Gateway: an ingest committed with three skew drops; a report is due.
+//! let mut reporter = Reporter::new(
+//!     Epoch::new(0x9e37_79b9).unwrap(), // the daemon draws it from the OS
+//!     Replica::new("gateway-a-0")?,
+//!     ReporterMetrics::default(),
+//! );
+//! reporter.handle(now, ReporterInput::Cycle(Cycle::Committed { skew_drops: 3 }));
+//! let transmit = reporter.poll_transmit(now).expect("bad evidence is reported");
+//! let headers = transmit.report.headers();
+//! let wire: Vec<(&[u8], &[u8])> =
+//!     headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())).collect();
+//!
+//! // Operator: the POST arrives over the site's own certificate.
+//! let mut receiver = Receiver::new(now, ReceiverMetrics::default());
+//! let request = Request {
+//!     id: RequestId(1),
+//!     caller: Caller::Local,
+//!     headers: &wire,
+//!     body: b"",
+//!     deadline_ms: deadline_for(now),
+//! };
+//! receiver.handle(now, ReceiverInput::Request(request));
+//! // Nothing is answered before the state is persisted...
+//! assert!(receiver.poll_response().is_none());
+//! let write = receiver.poll_write().expect("persist first");
+//! receiver.handle(now, ReceiverInput::WriteResult { write: write.id, outcome: WriteOutcome::Persisted });
+//! // ...then the 204 echoes the report.
+//! let response = receiver.poll_response().expect("answered once persisted");
+//! assert!(matches!(response.reply, Reply::Acknowledge(_)));
+//! let status = response.reply.status();
+//! let echoed = response.reply.headers();
+//! let echoed: Vec<(&[u8], &[u8])> =
+//!     echoed.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())).collect();
+//!
+//! // Gateway: the exact echo clears the evidence.
+//! reporter.handle(now, ReporterInput::Response {
+//!     exchange: transmit.exchange,
+//!     outcome: Outcome::Http { status, headers: &echoed },
+//! });
+//! assert!(reporter.pending().is_none());
+//! # Ok::<(), grid_feedback::Error>(())
+//! ```
+//!
 //! The wire contract, bounds, statuses and metrics are written down in `docs/feedback.md`.
 #![deny(clippy::disallowed_methods)]
 
