@@ -57,6 +57,8 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
 /// Longest accepted Retry-After.
 pub const MAX_RETRY_AFTER_S: u64 = 3_600;
+/// Default `operator.replica`, the diagnostic name of this gateway replica.
+pub const DEFAULT_REPLICA: &str = "gateway";
 
 /// Most models one gateway routes.
 pub const MAX_MODELS: usize = 1_024;
@@ -314,6 +316,106 @@ fn ms(field: &str, seconds: Option<f64>, min_ms: u64, max_ms: u64) -> Result<Opt
 }
 
 impl Config {
+    /// A configuration with every default the file applies, routing no model yet: the
+    /// typed way to build one (tests, embedders), equal to a file that gives only the
+    /// required keys. Set fields, add models with [`Config::with_model`], then
+    /// [`Config::validate`] as [`Config::from_toml_str`] does.
+    ///
+    /// ```
+    /// use grid_gatewayd::config::{Candidate, Config, OperatorConfig, TlsFiles};
+    ///
+    /// let mut config = Config::new(
+    ///     "a",
+    ///     "127.0.0.1:8080".parse().unwrap(),
+    ///     OperatorConfig::new("https://127.0.0.1:9443", "operator.a.example"),
+    ///     TlsFiles::new("site.crt", "site.key", Some("ca.crt")),
+    /// )
+    /// .with_model("m", [Candidate::new("a", "p", "http://127.0.0.1:8000")]);
+    /// config.body_limit_bytes = 1 << 20;
+    /// config.validate().unwrap();
+    /// ```
+    pub fn new(
+        site: impl Into<String>,
+        listen: SocketAddr,
+        operator: OperatorConfig,
+        tls: TlsFiles,
+    ) -> Self {
+        Self {
+            site: site.into(),
+            listen,
+            body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
+            unavailable_retry_after_s: DEFAULT_RETRY_AFTER_S,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            operator,
+            tls,
+            trust: OperatorTrust::Ca,
+            availability: Availability::default(),
+            routing: RoutingKnobs::default(),
+            models: Vec::new(),
+        }
+    }
+
+    /// Adds a model served at `candidates`.
+    #[must_use]
+    pub fn with_model(
+        mut self,
+        name: impl Into<String>,
+        candidates: impl IntoIterator<Item = Candidate>,
+    ) -> Self {
+        self.models.push(ModelConfig {
+            name: name.into(),
+            candidates: candidates.into_iter().collect(),
+        });
+        self
+    }
+}
+
+impl OperatorConfig {
+    /// The operator at `url` whose certificate carries `identity`, polled at the
+    /// defaults.
+    pub fn new(url: impl Into<String>, identity: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            identity: identity.into(),
+            poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
+            poll_timeout_ms: DEFAULT_POLL_TIMEOUT_MS,
+            feedback_timeout_ms: DEFAULT_FEEDBACK_TIMEOUT_MS,
+            replica: DEFAULT_REPLICA.to_owned(),
+        }
+    }
+}
+
+impl TlsFiles {
+    /// The gateway's certificate chain, key and (optionally) CA bundle.
+    pub fn new(
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        ca: Option<impl Into<PathBuf>>,
+    ) -> Self {
+        Self {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.map(Into::into),
+        }
+    }
+}
+
+impl Candidate {
+    /// Provider `provider` of `site`, served at `base_url`.
+    pub fn new(
+        site: impl Into<String>,
+        provider: impl Into<String>,
+        base_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            site: site.into(),
+            provider: provider.into(),
+            base_url: base_url.into(),
+        }
+    }
+}
+
+impl Config {
     /// The models and where each is served, as grid-score's catalog.
     ///
     /// # Panics
@@ -387,90 +489,81 @@ impl Config {
         Ok(config)
     }
 
-    /// The raw file's values with defaults filled in and durations in milliseconds,
-    /// each `...Seconds` checked against its bounds.
+    /// The raw file's values with defaults filled in ([`Config::new`] holds them) and
+    /// durations in milliseconds, each `...Seconds` checked against its bounds.
     fn from_raw(raw: RawConfig) -> Result<Self, Error> {
         let o = raw.operator;
         let s = raw.availability.shedding;
-        Ok(Self {
-            site: raw.site,
-            listen: raw.listen,
-            body_limit_bytes: raw.body_limit_bytes.map_or(DEFAULT_BODY_LIMIT_BYTES, |n| {
-                usize::try_from(n).unwrap_or(usize::MAX)
-            }),
-            unavailable_retry_after_s: raw
-                .unavailable_retry_after_seconds
-                .unwrap_or(DEFAULT_RETRY_AFTER_S),
-            connect_timeout_ms: ms(
-                "connectTimeoutSeconds",
-                raw.connect_timeout_seconds,
-                MIN_EXCHANGE_TIMEOUT_MS,
-                MAX_EXCHANGE_TIMEOUT_MS,
-            )?
-            .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
-            operator: OperatorConfig {
-                url: o.url,
-                identity: o.identity,
-                poll_interval_ms: ms(
-                    "operator.pollIntervalSeconds",
-                    o.poll_interval_seconds,
-                    MIN_POLL_INTERVAL_MS,
-                    MAX_POLL_INTERVAL_MS,
-                )?
-                .unwrap_or(DEFAULT_POLL_INTERVAL_MS),
-                poll_timeout_ms: ms(
-                    "operator.pollTimeoutSeconds",
-                    o.poll_timeout_seconds,
-                    MIN_EXCHANGE_TIMEOUT_MS,
-                    MAX_EXCHANGE_TIMEOUT_MS,
-                )?
-                .unwrap_or(DEFAULT_POLL_TIMEOUT_MS),
-                feedback_timeout_ms: ms(
-                    "operator.feedbackTimeoutSeconds",
-                    o.feedback_timeout_seconds,
-                    MIN_EXCHANGE_TIMEOUT_MS,
-                    MAX_FEEDBACK_TIMEOUT_MS,
-                )?
-                .unwrap_or(DEFAULT_FEEDBACK_TIMEOUT_MS),
-                replica: o.replica.unwrap_or_else(|| "gateway".to_owned()),
-            },
-            tls: raw.tls,
-            trust: trust_of(raw.trust)?,
-            availability: Availability {
-                shedding: Shedding {
-                    enabled: s.enabled,
-                    full_after_ms: ms(
-                        "availability.shedding.fullAfterSeconds",
-                        s.full_after_seconds,
-                        1,
-                        MAX_SHED_WINDOW_MS,
-                    )?,
-                    room_after_ms: ms(
-                        "availability.shedding.roomAfterSeconds",
-                        s.room_after_seconds,
-                        1,
-                        MAX_SHED_WINDOW_MS,
-                    )?,
-                    retry_after_s: s.retry_after_seconds,
-                },
-            },
-            routing: RoutingKnobs {
-                turnover_ms: ms(
-                    "routing.turnoverSeconds",
-                    raw.routing.turnover_seconds,
-                    1,
-                    MAX_TURNOVER_MS,
-                )?,
-            },
-            models: raw
-                .models
-                .into_iter()
-                .map(|m| ModelConfig {
-                    name: m.name,
-                    candidates: m.candidates,
-                })
-                .collect(),
-        })
+        let mut operator = OperatorConfig::new(o.url, o.identity);
+        if let Some(v) = ms(
+            "operator.pollIntervalSeconds",
+            o.poll_interval_seconds,
+            MIN_POLL_INTERVAL_MS,
+            MAX_POLL_INTERVAL_MS,
+        )? {
+            operator.poll_interval_ms = v;
+        }
+        if let Some(v) = ms(
+            "operator.pollTimeoutSeconds",
+            o.poll_timeout_seconds,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )? {
+            operator.poll_timeout_ms = v;
+        }
+        if let Some(v) = ms(
+            "operator.feedbackTimeoutSeconds",
+            o.feedback_timeout_seconds,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_FEEDBACK_TIMEOUT_MS,
+        )? {
+            operator.feedback_timeout_ms = v;
+        }
+        if let Some(r) = o.replica {
+            operator.replica = r;
+        }
+        let mut config = Self::new(raw.site, raw.listen, operator, raw.tls);
+        if let Some(n) = raw.body_limit_bytes {
+            config.body_limit_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(s) = raw.unavailable_retry_after_seconds {
+            config.unavailable_retry_after_s = s;
+        }
+        if let Some(v) = ms(
+            "connectTimeoutSeconds",
+            raw.connect_timeout_seconds,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )? {
+            config.connect_timeout_ms = v;
+        }
+        config.trust = trust_of(raw.trust)?;
+        config.availability.shedding = Shedding {
+            enabled: s.enabled,
+            full_after_ms: ms(
+                "availability.shedding.fullAfterSeconds",
+                s.full_after_seconds,
+                1,
+                MAX_SHED_WINDOW_MS,
+            )?,
+            room_after_ms: ms(
+                "availability.shedding.roomAfterSeconds",
+                s.room_after_seconds,
+                1,
+                MAX_SHED_WINDOW_MS,
+            )?,
+            retry_after_s: s.retry_after_seconds,
+        };
+        config.routing.turnover_ms = ms(
+            "routing.turnoverSeconds",
+            raw.routing.turnover_seconds,
+            1,
+            MAX_TURNOVER_MS,
+        )?;
+        Ok(raw
+            .models
+            .into_iter()
+            .fold(config, |c, m| c.with_model(m.name, m.candidates)))
     }
 
     /// Reads, parses and validates the file; relative TLS paths are resolved against the
@@ -674,6 +767,19 @@ mod tests {
         let c = Config::from_toml_str(EXAMPLE_CONFIG_TOML).unwrap();
         assert_eq!(c.operator.poll_interval_ms, 1_000);
         assert!(c.models.len() >= 2);
+    }
+
+    #[test]
+    fn the_typed_builder_equals_the_minimal_file() {
+        let typed = Config::new(
+            "a",
+            "127.0.0.1:8080".parse().unwrap(),
+            OperatorConfig::new("https://127.0.0.1:9443", "operator.a.example"),
+            TlsFiles::new("gw.crt", "gw.key", Some("ca.crt")),
+        )
+        .with_model("m", [Candidate::new("a", "p", "http://127.0.0.1:8000")]);
+        let parsed = Config::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(format!("{typed:?}"), format!("{parsed:?}"));
     }
 
     #[test]

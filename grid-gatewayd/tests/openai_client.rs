@@ -23,7 +23,7 @@ async fn openai_python_client_streams_and_completes_through_the_gateway() {
     );
     let up = FakeModel::start("a").await;
     let gw = start_gateway(
-        "",
+        |_| {},
         &[(
             "m",
             vec![Cand {

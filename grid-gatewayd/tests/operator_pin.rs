@@ -2,9 +2,12 @@
 //! both present the site's own certificate, so the gateway needs no CA to reach its
 //! operator, and any other certificate (even one the grid CA signed) is refused.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use grid_gatewayd::Config;
+use grid_gatewayd::config::{Candidate, OperatorConfig, OperatorTrust, TlsFiles};
 use grid_gatewayd::driver;
 use grid_gatewayd::poller::PollResult;
 use grid_kit::gateway_harness::fake_model::FakeModel;
@@ -12,29 +15,19 @@ use grid_kit::gateway_harness::fake_operator::{FakeOperator, SiteLoad};
 use grid_kit::pki::{Ca, SiteFiles, server_config};
 
 /// The gateway's config in pin mode: its own certificate, no `tls.ca`.
-fn pinned_config(site: &SiteFiles, operator_url: &str, model_url: &str) -> String {
-    format!(
-        r#"site = "a"
-listen = "127.0.0.1:0"
-[operator]
-url = "{operator_url}"
-identity = "localhost"
-pollIntervalSeconds = 0.1
-[tls]
-cert = "{cert}"
-key = "{key}"
-[trust]
-mode = "pin"
-[[models]]
-name = "m"
-[[models.candidates]]
-site = "a"
-provider = "p"
-baseUrl = "{model_url}"
-"#,
-        cert = site.cert.display(),
-        key = site.key.display(),
+fn pinned_config(site: &SiteFiles, operator_url: &str, model_url: &str) -> Config {
+    let mut operator = OperatorConfig::new(operator_url, "localhost");
+    operator.poll_interval_ms = 100;
+    let mut config = Config::new(
+        "a",
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        operator,
+        TlsFiles::new(&site.cert, &site.key, None::<PathBuf>),
     )
+    .with_model("m", [Candidate::new("a", "p", model_url)]);
+    config.trust = OperatorTrust::Pin;
+    config.validate().unwrap();
+    config
 }
 
 /// Polls of each result after the gateway ran for about a second against `operator`.
@@ -46,10 +39,8 @@ async fn polls_against(
     let operator = FakeOperator::start(server_config(operator_files, &ca.pem())).await;
     operator.set("a", SiteLoad::idle());
     let model = FakeModel::start("a").await;
-    let text = pinned_config(gateway_files, &operator.url(), &model.base_url());
-    let gateway = driver::start(Config::from_toml_str(&text).unwrap())
-        .await
-        .unwrap();
+    let config = pinned_config(gateway_files, &operator.url(), &model.base_url());
+    let gateway = driver::start(config).await.unwrap();
     let poll = gateway.handles().poll.clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while poll.polls(PollResult::Ok) + poll.polls(PollResult::Transport) < 3

@@ -24,7 +24,7 @@ fn one(site: &str, url: String) -> Vec<Cand<'_>> {
 #[tokio::test]
 async fn chat_completion_is_proxied_with_body_unchanged_and_site_header_added() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let body = format!("{CHAT}  \n");
     let req = Request::post(gw.url("/v1/chat/completions?trace=1"))
         .header("content-type", "application/json")
@@ -65,7 +65,7 @@ async fn chat_completion_is_proxied_with_body_unchanged_and_site_header_added() 
 #[tokio::test]
 async fn completions_and_embeddings_are_proxied_too() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let c = http1_client();
     let a = send(
         &c,
@@ -88,7 +88,7 @@ async fn completions_and_embeddings_are_proxied_too() {
 #[tokio::test]
 async fn http2_clients_are_served() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let a = send(&http2_client(), post(&gw.url("/v1/chat/completions"), CHAT)).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.site(), Some("a"));
@@ -98,7 +98,7 @@ async fn http2_clients_are_served() {
 #[tokio::test]
 async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     for client in [http1_client(), http2_client()] {
         let resp = tokio::time::timeout(
@@ -147,7 +147,7 @@ async fn streamed_answer_is_relayed_event_by_event_without_buffering() {
 #[tokio::test]
 async fn malformed_requests_get_openai_style_400() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let c = http1_client();
     for body in [
         "{not json",
@@ -169,7 +169,7 @@ async fn malformed_requests_get_openai_style_400() {
 #[tokio::test]
 async fn unknown_model_route_and_method_get_404_and_405() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway("", &[("m", one("a", up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let c = http1_client();
     let a = send(
         &c,
@@ -191,7 +191,7 @@ async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length(
     let up = FakeModel::start("a").await;
     let limit = grid_gatewayd::config::MIN_BODY_LIMIT_BYTES;
     let gw = start_gateway(
-        &format!("bodyLimitBytes = {limit}"),
+        |c| c.body_limit_bytes = limit,
         &[("m", one("a", up.base_url()))],
     )
     .await;
@@ -252,7 +252,7 @@ async fn refused_connection_is_retried_once_on_another_site() {
             base_url: up.base_url(),
         },
     ];
-    let gw = start_gateway("", &[("m", cands)]).await;
+    let gw = start_gateway(|_| {}, &[("m", cands)]).await;
     let c = http1_client();
     // Whichever site the pick draws first, every request ends at b.
     for _ in 0..8 {
@@ -271,7 +271,7 @@ async fn refused_connection_is_retried_once_on_another_site() {
 
 #[tokio::test]
 async fn failed_only_site_gives_502() {
-    let gw = start_gateway("", &[("m", one("a", closed_port_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", closed_port_url()))]).await;
     let a = send(&http1_client(), post(&gw.url("/v1/chat/completions"), CHAT)).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY);
     assert_eq!(a.error_code(), "upstream_failed");
@@ -283,7 +283,7 @@ async fn failed_only_site_gives_502() {
 async fn models_lists_configured_models_and_metrics_count_outcomes() {
     let up = FakeModel::start("a").await;
     let gw = start_gateway(
-        "",
+        |_| {},
         &[
             ("m", one("a", up.base_url())),
             ("e", one("a", up.base_url())),

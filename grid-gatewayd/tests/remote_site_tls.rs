@@ -1,7 +1,6 @@
 //! Remote sites are reached over TLS with the gateway's certificate, verified against the
 //! grid CA.
 
-use grid_gatewayd::Config;
 use grid_kit::gateway_harness::fake_model::FakeModel;
 use grid_kit::gateway_harness::{Cand, http1_client, post, send};
 use grid_kit::pki::{Ca, server_config};
@@ -15,11 +14,10 @@ async fn remote_site_over_mutual_tls_is_served() {
     let pki = Ca::new("grid-ca");
     let site_files = pki.issue(dir.path(), "site-b", &["127.0.0.1"]);
     let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
-    let text = grid_kit::gateway_harness::config_toml(
+    let config = grid_kit::gateway_harness::config(
         dir.path(),
         &pki,
         "https://127.0.0.1:9",
-        "",
         &[(
             "m",
             vec![Cand {
@@ -29,9 +27,7 @@ async fn remote_site_over_mutual_tls_is_served() {
             }],
         )],
     );
-    let gw = grid_gatewayd::driver::start(Config::from_toml_str(&text).unwrap())
-        .await
-        .unwrap();
+    let gw = grid_gatewayd::driver::start(config).await.unwrap();
     let a = send(
         &http1_client(),
         post(
@@ -53,11 +49,10 @@ async fn remote_site_with_an_untrusted_certificate_is_refused() {
     let rogue = Ca::new("rogue-ca");
     let site_files = rogue.issue(dir.path(), "site-b", &["127.0.0.1"]);
     let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
-    let text = grid_kit::gateway_harness::config_toml(
+    let config = grid_kit::gateway_harness::config(
         dir.path(),
         &pki,
         "https://127.0.0.1:9",
-        "",
         &[(
             "m",
             vec![Cand {
@@ -67,9 +62,7 @@ async fn remote_site_with_an_untrusted_certificate_is_refused() {
             }],
         )],
     );
-    let gw = grid_gatewayd::driver::start(Config::from_toml_str(&text).unwrap())
-        .await
-        .unwrap();
+    let gw = grid_gatewayd::driver::start(config).await.unwrap();
     let a = send(
         &http1_client(),
         post(

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use grid_gatewayd::Config;
+use grid_gatewayd::config::Shedding;
 use grid_gatewayd::driver::{self, Running};
 use grid_gatewayd::poller::PollResult;
 use grid_kit::gateway_harness::fake_model::FakeModel;
@@ -31,11 +32,15 @@ struct Grid {
 impl Grid {
     /// Sites `a` and `b` serving model `m`; the operator's certificate is issued by
     /// `operator_ca` (the grid CA unless a test wants it untrusted).
-    async fn start(extra: &str, trusted_operator: bool) -> Self {
-        Self::start_polling_every(extra, trusted_operator, POLL_MS).await
+    async fn start(tune: impl FnOnce(&mut Config), trusted_operator: bool) -> Self {
+        Self::start_polling_every(tune, trusted_operator, POLL_MS).await
     }
 
-    async fn start_polling_every(extra: &str, trusted_operator: bool, poll_ms: u64) -> Self {
+    async fn start_polling_every(
+        tune: impl FnOnce(&mut Config),
+        trusted_operator: bool,
+        poll_ms: u64,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pki = Ca::new("grid-ca");
         let rogue = Ca::new("rogue-ca");
@@ -45,11 +50,10 @@ impl Grid {
         operator.set("a", SiteLoad::idle());
         operator.set("b", SiteLoad::idle());
         let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
-        let text = grid_kit::gateway_harness::config_toml(
+        let mut config = grid_kit::gateway_harness::config(
             dir.path(),
             &pki,
             &operator.url(),
-            extra,
             &[(
                 "m",
                 vec![
@@ -65,17 +69,11 @@ impl Grid {
                     },
                 ],
             )],
-        )
-        .replace(
-            "[operator]\n",
-            &format!(
-                "[operator]\npollIntervalSeconds = {}\n",
-                poll_ms as f64 / 1000.0
-            ),
         );
-        let gateway = driver::start(Config::from_toml_str(&text).unwrap())
-            .await
-            .unwrap();
+        config.operator.poll_interval_ms = poll_ms;
+        tune(&mut config);
+        config.validate().unwrap();
+        let gateway = driver::start(config).await.unwrap();
         Self {
             gateway: Some(gateway),
             operator,
@@ -132,7 +130,7 @@ impl Grid {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn site_with_zero_ready_endpoints_leaves_within_one_poll_and_rejoins_after_recovery() {
-    let grid = Grid::start("", true).await;
+    let grid = Grid::start(|_| {}, true).await;
     grid.measured().await;
     let polls_before = grid.operator.polls();
     grid.operator.set(
@@ -166,7 +164,7 @@ async fn site_with_zero_ready_endpoints_leaves_within_one_poll_and_rejoins_after
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sites_full_band_header_moves_traffic_within_one_response_without_a_poll() {
     // One poll at start, the next a minute later: only the response path can move traffic.
-    let grid = Grid::start_polling_every("", true, 60_000).await;
+    let grid = Grid::start_polling_every(|_| {}, true, 60_000).await;
     grid.measured().await;
     let polls = grid.operator.polls();
     grid.sites[0].set_response_headers(&[
@@ -240,7 +238,7 @@ async fn a_sites_full_band_header_moves_traffic_within_one_response_without_a_po
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_shifts_away_from_a_saturated_site() {
-    let grid = Grid::start("", true).await;
+    let grid = Grid::start(|_| {}, true).await;
     grid.measured().await;
     grid.operator.set("a", SiteLoad::full());
     grid.until("a reads saturated", ONE_POLL_WITH_MARGIN, |g| {
@@ -264,7 +262,7 @@ async fn traffic_shifts_away_from_a_saturated_site() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_site_excluded_gives_503_with_retry_after() {
-    let grid = Grid::start("unavailableRetryAfterSeconds = 7", true).await;
+    let grid = Grid::start(|c| c.unavailable_retry_after_s = 7, true).await;
     grid.measured().await;
     grid.operator.set(
         "a",
@@ -304,10 +302,18 @@ async fn every_site_excluded_gives_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shedding_on_and_every_site_full_gives_429_with_retry_after() {
-    let extra = "[availability.shedding]\nenabled = true\nfullAfterSeconds = 0.001\nroomAfterSeconds = 1\nretryAfterSeconds = 2\n";
-    // The availability table must come after the top-level keys; config_toml puts `extra`
-    // before [operator], so move it to the end.
-    let grid = Grid::start_with_tail(extra).await;
+    let grid = Grid::start(
+        |c| {
+            c.availability.shedding = Shedding {
+                enabled: true,
+                full_after_ms: Some(1),
+                room_after_ms: Some(1_000),
+                retry_after_s: Some(2),
+            };
+        },
+        true,
+    )
+    .await;
     grid.measured().await;
     grid.operator.set("a", SiteLoad::full());
     grid.operator.set("b", SiteLoad::full());
@@ -325,7 +331,7 @@ async fn shedding_on_and_every_site_full_gives_429_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_operator_certificate_is_refused_and_every_site_ranks_unmeasured() {
-    let grid = Grid::start("", false).await;
+    let grid = Grid::start(|_| {}, false).await;
     let polls = &grid.gw().handles().poll;
     grid.until("three refused polls", Duration::from_secs(5), |_| {
         polls.polls(PollResult::Transport) >= 3
@@ -351,7 +357,7 @@ async fn untrusted_operator_certificate_is_refused_and_every_site_ranks_unmeasur
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skew_drops_reach_the_operator_and_clear_after_a_clean_cycle() {
-    let grid = Grid::start("", true).await;
+    let grid = Grid::start(|_| {}, true).await;
     grid.measured().await;
     // Stamps a minute after the body's Date: implausible, dropped as skew.
     grid.operator.set(
@@ -389,54 +395,4 @@ async fn skew_drops_reach_the_operator_and_clear_after_a_clean_cycle() {
     assert!(ingest.dropped(grid_signals::store::DropReason::Skew) > 0);
     assert_eq!(grid.gw().handles().feedback.total_failures(), 0);
     grid.shutdown().await;
-}
-
-impl Grid {
-    async fn start_with_tail(tail: &str) -> Self {
-        // Same as `start`, with `tail` appended as TOML tables after the models.
-        let dir = tempfile::tempdir().unwrap();
-        let pki = Ca::new("grid-ca");
-        let op_files = pki.issue(dir.path(), "operator", &["operator.a.grid"]);
-        let operator = FakeOperator::start(server_config(&op_files, &pki.pem())).await;
-        operator.set("a", SiteLoad::idle());
-        operator.set("b", SiteLoad::idle());
-        let sites = vec![FakeModel::start("a").await, FakeModel::start("b").await];
-        let text = grid_kit::gateway_harness::config_toml(
-            dir.path(),
-            &pki,
-            &operator.url(),
-            "",
-            &[(
-                "m",
-                vec![
-                    Cand {
-                        site: "a",
-                        provider: "p",
-                        base_url: sites[0].base_url(),
-                    },
-                    Cand {
-                        site: "b",
-                        provider: "p",
-                        base_url: sites[1].base_url(),
-                    },
-                ],
-            )],
-        )
-        .replace(
-            "[operator]\n",
-            &format!(
-                "[operator]\npollIntervalSeconds = {}\n",
-                POLL_MS as f64 / 1000.0
-            ),
-        ) + tail;
-        let gateway = driver::start(Config::from_toml_str(&text).unwrap())
-            .await
-            .unwrap();
-        Self {
-            gateway: Some(gateway),
-            operator,
-            sites,
-            _dir: dir,
-        }
-    }
 }

@@ -307,11 +307,69 @@ impl Config {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        Self::validate(raw)
+        let config = Self::from_raw(raw)?;
+        config.validate()?;
+        Ok(config)
     }
 
-    fn validate(raw: RawConfig) -> Result<Self, Error> {
-        check_name("site", &raw.site)?;
+    /// A configuration with every default the file applies, with no peer and no provider
+    /// yet: the typed way to build one (tests, a controller), equal to a file that gives
+    /// only the required keys. Add peers and providers, set fields, then
+    /// [`Config::validate`] as [`Config::from_toml`] does.
+    ///
+    /// ```
+    /// use grid_operatord::config::{Config, Listen, ProviderConfig, TlsFiles, TrustMode};
+    ///
+    /// let listen = Listen {
+    ///     signals: "127.0.0.1:9443".parse().unwrap(),
+    ///     metrics: "127.0.0.1:9090".parse().unwrap(),
+    /// };
+    /// let tls = TlsFiles { cert: "site.crt".into(), key: "site.key".into(), ca: None };
+    /// let config = Config::new("a", "prod", "/var/lib/grid", listen, tls, TrustMode::Pin)
+    ///     .with_provider(ProviderConfig::new("a", "llama", "http://127.0.0.1:9100/metrics".parse().unwrap()));
+    /// config.validate().unwrap();
+    /// ```
+    pub fn new(
+        site: impl Into<String>,
+        network: impl Into<String>,
+        state_dir: impl Into<PathBuf>,
+        listen: Listen,
+        tls: TlsFiles,
+        trust: TrustMode,
+    ) -> Self {
+        Self {
+            site: site.into(),
+            network: network.into(),
+            state_dir: state_dir.into(),
+            listen,
+            tls,
+            trust,
+            transport: TransportMode::Poll,
+            scrape_interval: DEFAULT_SCRAPE_INTERVAL,
+            peer_poll_interval: DEFAULT_PEER_POLL_INTERVAL,
+            peers: Vec::new(),
+            providers: Vec::new(),
+        }
+    }
+
+    /// Adds a peer operator to poll.
+    #[must_use]
+    pub fn with_peer(mut self, peer: PeerConfig) -> Self {
+        self.peers.push(peer);
+        self
+    }
+
+    /// Adds a provider to scrape.
+    #[must_use]
+    pub fn with_provider(mut self, provider: ProviderConfig) -> Self {
+        self.providers.push(provider);
+        self
+    }
+
+    /// The file's values converted (addresses, URLs, pins and periods parsed, each
+    /// checked against its bounds) with defaults filled in; the cross-field rules are
+    /// [`Config::validate`]'s.
+    fn from_raw(raw: RawConfig) -> Result<Self, Error> {
         let network = match raw.network {
             RawNetwork::One(n) => n,
             RawNetwork::Many(list) if list.len() == 1 => {
@@ -327,84 +385,193 @@ impl Config {
                 ));
             }
         };
-        check_name("network", &network)?;
-        if raw.state_dir.as_os_str().is_empty() {
-            return Err(field_err("stateDir", "must name a directory"));
-        }
         let listen = Listen {
             signals: parse_addr("listen.signals", &raw.listen.signals)?,
             metrics: parse_addr("listen.metrics", &raw.listen.metrics)?,
         };
-        if listen.signals == listen.metrics && listen.signals.port() != 0 {
+        let tls = TlsFiles {
+            cert: raw.tls.cert,
+            key: raw.tls.key,
+            ca: raw.tls.ca,
+        };
+        let mut config = Self::new(
+            raw.site,
+            network,
+            raw.state_dir,
+            listen,
+            tls,
+            trust_of(&raw.trust)?,
+        );
+        config.transport = transport_of(raw.signal_transport.as_ref())?;
+        config.scrape_interval = period(
+            "intervals.scrapeSeconds",
+            raw.intervals.scrape_seconds,
+            DEFAULT_SCRAPE_INTERVAL,
+        )?;
+        config.peer_poll_interval = period(
+            "intervals.peerPollSeconds",
+            raw.intervals.peer_poll_seconds,
+            DEFAULT_PEER_POLL_INTERVAL,
+        )?;
+        for (i, p) in raw.peers.into_iter().enumerate() {
+            config.peers.push(peer_of(i, p)?);
+        }
+        for (i, p) in raw.providers.into_iter().enumerate() {
+            let provider = provider_of(i, p, &config.site)?;
+            config.providers.push(provider);
+        }
+        Ok(config)
+    }
+
+    /// Checks every bound and cross-field rule; the error names the first bad field as
+    /// the file spells it.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_name("site", &self.site)?;
+        check_name("network", &self.network)?;
+        if self.state_dir.as_os_str().is_empty() {
+            return Err(field_err("stateDir", "must name a directory"));
+        }
+        if self.listen.signals == self.listen.metrics && self.listen.signals.port() != 0 {
             return Err(field_err(
                 "listen.metrics",
                 "must differ from listen.signals: /metrics is plain HTTP, signals are mTLS",
             ));
         }
-        let trust = validate_trust(&raw.trust, &raw.tls)?;
-        let transport = validate_transport(raw.signal_transport.as_ref())?;
-        let scrape_interval = period(
-            "intervals.scrapeSeconds",
-            raw.intervals.scrape_seconds,
-            DEFAULT_SCRAPE_INTERVAL,
-        )?;
-        let peer_poll_interval = period(
-            "intervals.peerPollSeconds",
-            raw.intervals.peer_poll_seconds,
-            DEFAULT_PEER_POLL_INTERVAL,
-        )?;
-        if raw.peers.len() > MAX_PEERS {
+        if let TrustMode::Spiffe { trust_domain } = &self.trust {
+            check_trust_domain(trust_domain)?;
+            if self.tls.ca.is_none() {
+                return Err(field_err("tls.ca", "required in `spiffe` mode"));
+            }
+        }
+        for (field, period) in [
+            ("intervals.scrapeSeconds", self.scrape_interval),
+            ("intervals.peerPollSeconds", self.peer_poll_interval),
+        ] {
+            check_period(field, period)?;
+        }
+        if self.peers.len() > MAX_PEERS {
             return Err(field_err(
                 "peers",
-                format!("at most {MAX_PEERS} peers, {} listed", raw.peers.len()),
+                format!("at most {MAX_PEERS} peers, {} listed", self.peers.len()),
             ));
         }
-        if raw.providers.len() > MAX_PROVIDERS {
+        if self.providers.len() > MAX_PROVIDERS {
             return Err(field_err(
                 "providers",
                 format!(
                     "at most {MAX_PROVIDERS} providers, {} listed",
-                    raw.providers.len()
+                    self.providers.len()
                 ),
             ));
         }
-        let mut peers = Vec::with_capacity(raw.peers.len());
-        for (i, p) in raw.peers.into_iter().enumerate() {
-            peers.push(validate_peer(i, p, &raw.site, &trust, &peers)?);
+        for (i, p) in self.peers.iter().enumerate() {
+            p.validate(i, &self.site, &self.trust, &self.peers[..i])?;
         }
-        let mut providers = Vec::with_capacity(raw.providers.len());
-        for (i, p) in raw.providers.into_iter().enumerate() {
-            providers.push(validate_provider(i, p, &raw.site, &providers)?);
-        }
-        for (i, p) in providers.iter().enumerate() {
-            if p.url.scheme_str() == Some("https") && p.ca_file.is_none() && raw.tls.ca.is_none() {
+        for (i, p) in self.providers.iter().enumerate() {
+            p.validate(i, &self.providers[..i])?;
+            if p.url.scheme_str() == Some("https") && p.ca_file.is_none() && self.tls.ca.is_none() {
                 return Err(field_err(
                     format!("providers[{i}].caFile"),
                     "an https EPP needs `caFile` here or `tls.ca`",
                 ));
             }
         }
-        Ok(Self {
-            site: raw.site,
-            network,
-            state_dir: raw.state_dir,
-            listen,
-            tls: TlsFiles {
-                cert: raw.tls.cert,
-                key: raw.tls.key,
-                ca: raw.tls.ca,
-            },
-            trust,
-            transport,
-            scrape_interval,
-            peer_poll_interval,
-            peers,
-            providers,
-        })
+        Ok(())
     }
 }
 
-fn validate_trust(trust: &RawTrust, tls: &RawTls) -> Result<TrustMode, Error> {
+impl PeerConfig {
+    /// Peer `name` polled at `url` (its `GET /v1/site/signals`), known in pin mode by
+    /// `fingerprints`, with the default attempt timeout.
+    pub fn new(name: impl Into<String>, url: http::Uri, fingerprints: Vec<Fingerprint>) -> Self {
+        Self {
+            name: name.into(),
+            url,
+            fingerprints,
+            timeout: DEFAULT_PEER_TIMEOUT,
+        }
+    }
+
+    fn validate(
+        &self,
+        i: usize,
+        site: &str,
+        trust: &TrustMode,
+        earlier: &[PeerConfig],
+    ) -> Result<(), Error> {
+        let at = |f: &str| format!("peers[{i}].{f}");
+        check_name(&at("name"), &self.name)?;
+        if self.name == site {
+            return Err(field_err(at("name"), "a peer cannot be this site itself"));
+        }
+        if earlier.iter().any(|e| e.name == self.name) {
+            return Err(field_err(
+                at("name"),
+                format!("`{}` is listed twice", self.name),
+            ));
+        }
+        check_scheme(&at("url"), &self.url, &["https"])?;
+        match trust {
+            TrustMode::Pin if self.fingerprints.is_empty() => {
+                return Err(field_err(
+                    at("fingerprints"),
+                    "pin mode needs at least one fingerprint",
+                ));
+            }
+            TrustMode::Spiffe { .. } if !self.fingerprints.is_empty() => {
+                return Err(field_err(at("fingerprints"), "only applies in `pin` mode"));
+            }
+            _ => {}
+        }
+        check_period(&at("timeoutSeconds"), self.timeout)
+    }
+}
+
+impl ProviderConfig {
+    /// Provider `name` of `site` whose EPP metrics are at `url` (the full URL, path
+    /// included), with the file's defaults: uid `<site>/<name>`, generation 1, the
+    /// default timeout, staleness half the signal TTL, every pool.
+    pub fn new(site: &str, name: impl Into<String>, url: http::Uri) -> Self {
+        let name = name.into();
+        Self {
+            uid: format!("{site}/{name}"),
+            name,
+            url,
+            timeout: DEFAULT_SCRAPE_TIMEOUT,
+            stale_metrics: None,
+            generation: 1,
+            ca_file: None,
+            pool: None,
+        }
+    }
+
+    fn validate(&self, i: usize, earlier: &[ProviderConfig]) -> Result<(), Error> {
+        let at = |f: &str| format!("providers[{i}].{f}");
+        check_name(&at("name"), &self.name)?;
+        if earlier.iter().any(|e| e.name == self.name) {
+            return Err(field_err(
+                at("name"),
+                format!("`{}` is listed twice", self.name),
+            ));
+        }
+        check_scheme(&at("url"), &self.url, &["http", "https"])?;
+        check_period(&at("timeoutSeconds"), self.timeout)?;
+        if let Some(d) = self.stale_metrics {
+            check_period(&at("staleMetricsSeconds"), d)?;
+        }
+        if self.uid.is_empty() || self.uid.len() > 128 || self.uid.chars().any(char::is_control) {
+            return Err(field_err(at("uid"), "1 to 128 printable characters"));
+        }
+        if let Some(pool) = &self.pool {
+            if pool.is_empty() || pool.len() > 253 {
+                return Err(field_err(at("pool"), "1 to 253 bytes"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn trust_of(trust: &RawTrust) -> Result<TrustMode, Error> {
     Ok(match trust.mode.as_str() {
         "pin" => {
             if trust.trust_domain.is_some() {
@@ -415,19 +582,12 @@ fn validate_trust(trust: &RawTrust, tls: &RawTls) -> Result<TrustMode, Error> {
             }
             TrustMode::Pin
         }
-        "spiffe" => {
-            let domain = trust
+        "spiffe" => TrustMode::Spiffe {
+            trust_domain: trust
                 .trust_domain
                 .clone()
-                .ok_or_else(|| field_err("trust.trustDomain", "required in `spiffe` mode"))?;
-            check_trust_domain(&domain)?;
-            if tls.ca.is_none() {
-                return Err(field_err("tls.ca", "required in `spiffe` mode"));
-            }
-            TrustMode::Spiffe {
-                trust_domain: domain,
-            }
-        }
+                .ok_or_else(|| field_err("trust.trustDomain", "required in `spiffe` mode"))?,
+        },
         other => {
             return Err(field_err(
                 "trust.mode",
@@ -437,7 +597,7 @@ fn validate_trust(trust: &RawTrust, tls: &RawTls) -> Result<TrustMode, Error> {
     })
 }
 
-fn validate_transport(t: Option<&RawTransport>) -> Result<TransportMode, Error> {
+fn transport_of(t: Option<&RawTransport>) -> Result<TransportMode, Error> {
     Ok(match t.map(|t| t.mode.as_str()) {
         Some("poll") => TransportMode::Poll,
         None | Some(TransportMode::GOSSIP) => {
@@ -455,24 +615,8 @@ fn validate_transport(t: Option<&RawTransport>) -> Result<TransportMode, Error> 
     })
 }
 
-fn validate_peer(
-    i: usize,
-    p: RawPeer,
-    site: &str,
-    trust: &TrustMode,
-    earlier: &[PeerConfig],
-) -> Result<PeerConfig, Error> {
+fn peer_of(i: usize, p: RawPeer) -> Result<PeerConfig, Error> {
     let at = |f: &str| format!("peers[{i}].{f}");
-    check_name(&at("name"), &p.name)?;
-    if p.name == site {
-        return Err(field_err(at("name"), "a peer cannot be this site itself"));
-    }
-    if earlier.iter().any(|e| e.name == p.name) {
-        return Err(field_err(
-            at("name"),
-            format!("`{}` is listed twice", p.name),
-        ));
-    }
     let url = parse_url(&at("url"), &p.url, &["https"])?;
     let fingerprints = p
         .fingerprints
@@ -482,44 +626,17 @@ fn validate_peer(
             Fingerprint::parse(f).map_err(|r| field_err(at(&format!("fingerprints[{j}]")), r))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    match trust {
-        TrustMode::Pin if fingerprints.is_empty() => {
-            return Err(field_err(
-                at("fingerprints"),
-                "pin mode needs at least one fingerprint",
-            ));
-        }
-        TrustMode::Spiffe { .. } if !fingerprints.is_empty() => {
-            return Err(field_err(at("fingerprints"), "only applies in `pin` mode"));
-        }
-        _ => {}
-    }
-    Ok(PeerConfig {
-        name: p.name,
-        url,
-        fingerprints,
-        timeout: period(
-            &at("timeoutSeconds"),
-            p.timeout_seconds,
-            DEFAULT_PEER_TIMEOUT,
-        )?,
-    })
+    let mut peer = PeerConfig::new(p.name, url, fingerprints);
+    peer.timeout = period(
+        &at("timeoutSeconds"),
+        p.timeout_seconds,
+        DEFAULT_PEER_TIMEOUT,
+    )?;
+    Ok(peer)
 }
 
-fn validate_provider(
-    i: usize,
-    p: RawProvider,
-    site: &str,
-    earlier: &[ProviderConfig],
-) -> Result<ProviderConfig, Error> {
+fn provider_of(i: usize, p: RawProvider, site: &str) -> Result<ProviderConfig, Error> {
     let at = |f: &str| format!("providers[{i}].{f}");
-    check_name(&at("name"), &p.name)?;
-    if earlier.iter().any(|e| e.name == p.name) {
-        return Err(field_err(
-            at("name"),
-            format!("`{}` is listed twice", p.name),
-        ));
-    }
     let path = p.path.unwrap_or_else(|| DEFAULT_METRICS_PATH.to_owned());
     if !path.starts_with('/') {
         return Err(field_err(at("path"), "must start with `/`"));
@@ -538,33 +655,23 @@ fn validate_provider(
         path
     );
     let url = parse_url(&at("path"), &joined, &["http", "https"])?;
-    let stale_metrics = match p.stale_metrics_seconds {
+    let mut provider = ProviderConfig::new(site, p.name, url);
+    provider.timeout = period(
+        &at("timeoutSeconds"),
+        p.timeout_seconds,
+        DEFAULT_SCRAPE_TIMEOUT,
+    )?;
+    provider.stale_metrics = match p.stale_metrics_seconds {
         None => None,
         Some(s) => Some(period(&at("staleMetricsSeconds"), Some(s), Duration::ZERO)?),
     };
-    let uid = p.uid.unwrap_or_else(|| format!("{site}/{}", p.name));
-    if uid.is_empty() || uid.len() > 128 || uid.chars().any(char::is_control) {
-        return Err(field_err(at("uid"), "1 to 128 printable characters"));
+    if let Some(uid) = p.uid {
+        provider.uid = uid;
     }
-    Ok(ProviderConfig {
-        name: p.name,
-        url,
-        timeout: period(
-            &at("timeoutSeconds"),
-            p.timeout_seconds,
-            DEFAULT_SCRAPE_TIMEOUT,
-        )?,
-        stale_metrics,
-        uid,
-        generation: p.generation.unwrap_or(1),
-        ca_file: p.ca_file,
-        pool: match p.pool {
-            Some(pool) if pool.is_empty() || pool.len() > 253 => {
-                return Err(field_err(at("pool"), "1 to 253 bytes"));
-            }
-            other => other,
-        },
-    })
+    provider.generation = p.generation.unwrap_or(1);
+    provider.ca_file = p.ca_file;
+    provider.pool = p.pool;
+    Ok(provider)
 }
 
 fn check_name(field: &str, name: &str) -> Result<(), Error> {
@@ -584,6 +691,13 @@ fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Err
     let uri: http::Uri = text
         .parse()
         .map_err(|e| field_err(field, format!("`{text}` is not a URL ({e})")))?;
+    check_scheme(field, &uri, schemes)?;
+    Ok(uri)
+}
+
+/// A URL's scheme is one of `schemes` and it names a host.
+fn check_scheme(field: &str, uri: &http::Uri, schemes: &[&str]) -> Result<(), Error> {
+    let text = uri.to_string();
     match uri.scheme_str() {
         Some(s) if schemes.contains(&s) => {}
         _ => {
@@ -596,7 +710,7 @@ fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Err
     if uri.host().is_none_or(str::is_empty) {
         return Err(field_err(field, format!("`{text}` has no host")));
     }
-    Ok(uri)
+    Ok(())
 }
 
 /// The bounds of every interval and timeout.
@@ -607,6 +721,11 @@ const PERIOD: grid_daemon::config::Bounds = grid_daemon::config::Bounds {
 
 fn period(field: &str, seconds: Option<f64>, default: Duration) -> Result<Duration, Error> {
     grid_daemon::config::seconds(field, seconds, default, PERIOD).map_err(Error::from)
+}
+
+/// A typed period within the bounds [`period`] applies to the file's seconds.
+fn check_period(field: &str, d: Duration) -> Result<(), Error> {
+    period(field, Some(d.as_secs_f64()), d).map(drop)
 }
 
 #[cfg(test)]
@@ -674,6 +793,60 @@ staleMetricsSeconds = 10
             c.peers[0].fingerprints[0],
             Fingerprint::parse(&PIN.replace(':', "").to_uppercase()).unwrap()
         );
+    }
+
+    #[test]
+    fn a_typed_config_meets_the_same_rules_as_a_file() {
+        let listen = Listen {
+            signals: "127.0.0.1:9443".parse().unwrap(),
+            metrics: "127.0.0.1:9090".parse().unwrap(),
+        };
+        let tls = TlsFiles {
+            cert: "a.pem".into(),
+            key: "a.key".into(),
+            ca: None,
+        };
+        let pin = Fingerprint::parse(PIN).unwrap();
+        let url = || "https://b.example:9443/v1/site/signals".parse().unwrap();
+        let typed = Config::new("a", "prod", "/var/lib/grid", listen, tls, TrustMode::Pin)
+            .with_peer(PeerConfig::new("b", url(), vec![pin]))
+            .with_provider(ProviderConfig::new(
+                "a",
+                "llama",
+                "http://epp.local:9090/metrics".parse().unwrap(),
+            ));
+        typed.validate().unwrap();
+        let mut parsed = load(&base()).unwrap();
+        parsed.providers[0].stale_metrics = None;
+        assert_eq!(format!("{typed:?}"), format!("{parsed:?}"));
+        let field = |c: Config| match c.validate() {
+            Err(Error::ConfigField { field, .. }) => field,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            field(
+                typed
+                    .clone()
+                    .with_peer(PeerConfig::new("a", url(), vec![pin]))
+            ),
+            "peers[1].name"
+        );
+        assert_eq!(
+            field(
+                typed
+                    .clone()
+                    .with_peer(PeerConfig::new("c", url(), Vec::new()))
+            ),
+            "peers[1].fingerprints"
+        );
+        let mut fast = typed.clone();
+        fast.scrape_interval = Duration::from_millis(MIN_PERIOD_MS - 1);
+        assert_eq!(field(fast), "intervals.scrapeSeconds");
+        let mut spiffe = typed;
+        spiffe.trust = TrustMode::Spiffe {
+            trust_domain: "grid.example".into(),
+        };
+        assert_eq!(field(spiffe), "tls.ca");
     }
 
     #[test]

@@ -553,30 +553,12 @@ async fn rows_a_peer_sends_for_another_site_are_dropped() {
 }
 
 /// `text` switched to pin mode, pinning each named peer to its certificate.
-fn pinned(text: &str, pins: &[(&str, &grid_kit::pki::SiteCert)]) -> String {
-    let mut text = text.replace(
-        "mode = \"spiffe\"\ntrustDomain = \"grid.test\"",
-        "mode = \"pin\"",
-    );
-    for (name, cert) in pins {
-        let fp = grid_daemon::tls::Fingerprint::of_der(&cert.cert);
-        text = text.replace(
-            &format!("[[peers]]\nname = \"{name}\"\n"),
-            &format!("[[peers]]\nname = \"{name}\"\nfingerprints = [\"{fp}\"]\n"),
-        );
-    }
-    text
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
     let grid = Grid::new();
     let (a, b) = (grid.site("a"), grid.site("b"));
     let epp_b = FakeEpp::start(Behaviour::Body(epp_body(9, 1.0))).await;
-    let start = |text: String, dir: std::path::PathBuf| async move {
-        let config =
-            grid_operatord::config::Config::from_toml(&text, std::path::Path::new("pin.toml"))
-                .unwrap();
+    let start = |config: grid_operatord::config::Config, dir: std::path::PathBuf| async move {
         assert_eq!(config.trust, grid_operatord::config::TrustMode::Pin);
         let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(dir).unwrap());
         driver::start(config, None, state, Options::default())
@@ -584,16 +566,18 @@ async fn pin_mode_operators_poll_each_other_and_refuse_an_unpinned_peer() {
             .unwrap()
     };
     let op_b = start(
-        pinned(
-            &b.config_text(&[("a", NOWHERE.into())], &[provider("mistral", &epp_b)]),
+        b.pinned_config(
+            &[("a", NOWHERE.into())],
+            &[provider("mistral", &epp_b)],
             &[("a", &a.cert)],
         ),
         b.state_dir(),
     )
     .await;
     let op_a = start(
-        pinned(
-            &a.config_text(&[("b", signals_url(op_b.signals_addr))], &[]),
+        a.pinned_config(
+            &[("b", signals_url(op_b.signals_addr))],
+            &[],
             &[("b", &b.cert)],
         ),
         a.state_dir(),

@@ -13,12 +13,20 @@
 //! Trust is SPIFFE over certificates minted at start into a temporary directory that is
 //! removed when the grid is dropped. Everything listens on 127.0.0.1.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use grid_gatewayd::Config as GatewayConfig;
+use grid_gatewayd::config::{
+    Candidate, OperatorConfig as GatewayOperator, Shedding as GatewayShedding,
+    TlsFiles as GatewayTls,
+};
+use grid_operatord::config::{
+    Config as OperatorConfig, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig,
+    TlsFiles as OperatorTls, TrustMode,
+};
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_score::CandidateState;
 use grid_score::routing::RoutingView;
@@ -162,10 +170,6 @@ impl std::fmt::Debug for LocalGrid {
     }
 }
 
-fn seconds(ms: u64) -> f64 {
-    ms as f64 / 1_000.0
-}
-
 fn signals_url(addr: SocketAddr) -> String {
     format!("https://{addr}/v1/site/signals")
 }
@@ -178,7 +182,7 @@ fn free_loopback_addr() -> Result<SocketAddr, Error> {
 }
 
 /// The operator configuration of one site.
-fn operator_toml(
+fn operator_config(
     site: &str,
     files: &SiteFiles,
     state_dir: &Path,
@@ -186,98 +190,90 @@ fn operator_toml(
     cadence: Cadence,
     peers: &[(&str, String)],
     backend_url: &str,
-) -> String {
-    let mut text = format!(
-        r#"site = "{site}"
-network = "local"
-stateDir = "{state}"
-[listen]
-signals = "{signals}"
-metrics = "127.0.0.1:0"
-[tls]
-cert = "{cert}"
-key = "{key}"
-ca = "{ca}"
-[trust]
-mode = "spiffe"
-trustDomain = "{TRUST_DOMAIN}"
-[signalTransport]
-mode = "poll"
-[intervals]
-scrapeSeconds = {scrape}
-peerPollSeconds = {peer}
-"#,
-        state = state_dir.display(),
-        cert = files.cert.display(),
-        key = files.key.display(),
-        ca = files.ca.display(),
-        scrape = seconds(cadence.scrape_ms),
-        peer = seconds(cadence.peer_poll_ms),
-    );
+) -> Result<OperatorConfig, Error> {
+    let listen = Listen {
+        signals,
+        metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    let tls = OperatorTls {
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+        ca: Some(files.ca.clone()),
+    };
+    let trust = TrustMode::Spiffe {
+        trust_domain: TRUST_DOMAIN.to_owned(),
+    };
+    let mut config = OperatorConfig::new(site, "local", state_dir, listen, tls, trust);
+    config.scrape_interval = Duration::from_millis(cadence.scrape_ms);
+    config.peer_poll_interval = Duration::from_millis(cadence.peer_poll_ms);
     for (name, url) in peers {
-        let _ = writeln!(
-            text,
-            "[[peers]]\nname = \"{name}\"\nurl = \"{url}\"\ntimeoutSeconds = {}",
-            seconds(cadence.peer_poll_ms.clamp(1_000, 2_000))
-        );
+        let mut peer = PeerConfig::new(*name, uri(url)?, Vec::new());
+        peer.timeout = Duration::from_millis(cadence.peer_poll_ms.clamp(1_000, 2_000));
+        config = config.with_peer(peer);
     }
-    let _ = writeln!(
-        text,
-        "[[providers]]\nname = \"{PROVIDER}\"\nurl = \"{backend_url}\"\ntimeoutSeconds = {}",
-        seconds(cadence.scrape_ms.clamp(500, 1_000))
+    let mut provider = ProviderConfig::new(
+        site,
+        PROVIDER,
+        uri(&format!(
+            "{}{}",
+            backend_url.trim_end_matches('/'),
+            DEFAULT_METRICS_PATH
+        ))?,
     );
-    text
+    provider.timeout = Duration::from_millis(cadence.scrape_ms.clamp(500, 1_000));
+    let config = config.with_provider(provider);
+    config.validate()?;
+    Ok(config)
+}
+
+fn uri(text: &str) -> Result<http::Uri, Error> {
+    text.parse().map_err(|_| {
+        grid_sim::Error::InvalidConfig {
+            field: "url",
+            reason: "a URL the local grid builds must parse",
+        }
+        .into()
+    })
 }
 
 /// The gateway configuration at site[0].
-fn gateway_toml(
+fn gateway_config(
     spec: &GridSpec,
     files: &SiteFiles,
     operator: SocketAddr,
     base_urls: &[(&str, &str)],
-) -> String {
-    let mut text = format!(
-        r#"site = "{site}"
-listen = "127.0.0.1:0"
-[operator]
-url = "https://{operator}"
-identity = "{LOOPBACK_NAME}"
-pollIntervalSeconds = {poll}
-[tls]
-cert = "{cert}"
-key = "{key}"
-ca = "{ca}"
-"#,
-        site = spec.sites[0].name,
-        poll = seconds(spec.cadence.gateway_poll_ms),
-        cert = files.cert.display(),
-        key = files.key.display(),
-        ca = files.ca.display(),
+) -> Result<GatewayConfig, Error> {
+    let mut op = GatewayOperator::new(format!("https://{operator}"), LOOPBACK_NAME);
+    op.poll_interval_ms = spec.cadence.gateway_poll_ms;
+    let tls = GatewayTls::new(&files.cert, &files.key, Some(&files.ca));
+    let mut config = GatewayConfig::new(
+        spec.sites[0].name.clone(),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        op,
+        tls,
+    )
+    .with_model(
+        spec.model.clone(),
+        base_urls
+            .iter()
+            .map(|(site, url)| Candidate::new(*site, PROVIDER, *url)),
     );
     if let Some(s) = spec.shedding {
-        let _ = write!(
-            text,
-            "[availability.shedding]\nenabled = true\nfullAfterSeconds = {}\nroomAfterSeconds = {}\nretryAfterSeconds = {}\n",
-            seconds(s.full_after_ms),
-            seconds(s.room_after_ms),
-            s.retry_after_s
-        );
+        config.availability.shedding = GatewayShedding {
+            enabled: true,
+            full_after_ms: Some(s.full_after_ms),
+            room_after_ms: Some(s.room_after_ms),
+            retry_after_s: Some(s.retry_after_s),
+        };
     }
-    let _ = writeln!(text, "[[models]]\nname = \"{}\"", spec.model);
-    for (site, url) in base_urls {
-        let _ = writeln!(
-            text,
-            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbaseUrl = \"{url}\""
-        );
-    }
-    text
+    config.validate()?;
+    Ok(config)
 }
 
 async fn start_operator(
-    text: &str,
+    config: OperatorConfig,
     state_dir: &Path,
 ) -> Result<grid_operatord::driver::Running, Error> {
-    let config = grid_operatord::config::Config::from_toml(text, Path::new("local-grid.toml"))?;
     let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(state_dir)?);
     Ok(grid_operatord::driver::start(
         config,
@@ -332,7 +328,7 @@ impl LocalGrid {
         let mut peer_urls = Vec::new();
         for (i, s) in spec.sites.iter().enumerate().skip(1) {
             let state = dir.path().join(format!("{}-state", s.name));
-            let text = operator_toml(
+            let config = operator_config(
                 &s.name,
                 &files[i],
                 &state,
@@ -340,13 +336,13 @@ impl LocalGrid {
                 spec.cadence,
                 &[(local_name, signals_url(local_addr))],
                 &backends[i].1,
-            );
-            let op = start_operator(&text, &state).await?;
+            )?;
+            let op = start_operator(config, &state).await?;
             peer_urls.push((s.name.as_str(), signals_url(op.signals_addr)));
             operators.push(Some(op));
         }
         let state = dir.path().join(format!("{local_name}-state"));
-        let text = operator_toml(
+        let config = operator_config(
             local_name,
             &files[0],
             &state,
@@ -354,8 +350,8 @@ impl LocalGrid {
             spec.cadence,
             &peer_urls,
             &backends[0].1,
-        );
-        operators[0] = Some(start_operator(&text, &state).await?);
+        )?;
+        operators[0] = Some(start_operator(config, &state).await?);
 
         let base_urls: Vec<(&str, &str)> = spec
             .sites
@@ -363,9 +359,8 @@ impl LocalGrid {
             .zip(&backends)
             .map(|(s, (_, url))| (s.name.as_str(), url.as_str()))
             .collect();
-        let text = gateway_toml(spec, &files[0], local_addr, &base_urls);
-        let gateway =
-            grid_gatewayd::driver::start(grid_gatewayd::Config::from_toml_str(&text)?).await?;
+        let config = gateway_config(spec, &files[0], local_addr, &base_urls)?;
+        let gateway = grid_gatewayd::driver::start(config).await?;
         let sites = spec
             .sites
             .iter()
@@ -544,8 +539,8 @@ mod tests {
     }
 
     #[test]
-    fn operator_config_parses_with_the_daemon_own_parser() {
-        let text = operator_toml(
+    fn operator_config_passes_the_daemon_own_validation() {
+        let c = operator_config(
             "b",
             &files(),
             Path::new("/t/b-state"),
@@ -553,16 +548,20 @@ mod tests {
             Cadence::DEFAULT,
             &[("a", "https://127.0.0.1:9/v1/site/signals".into())],
             "http://127.0.0.1:8000",
-        );
-        let c = grid_operatord::config::Config::from_toml(&text, Path::new("t.toml")).unwrap();
+        )
+        .unwrap();
         assert_eq!(c.peer_poll_interval, Duration::from_secs(5));
         assert_eq!(c.scrape_interval, Duration::from_secs(1));
         assert_eq!(c.peers.len(), 1);
         assert_eq!(c.providers[0].name, PROVIDER);
+        assert_eq!(
+            c.providers[0].url.to_string(),
+            "http://127.0.0.1:8000/metrics"
+        );
     }
 
     #[test]
-    fn gateway_config_parses_and_carries_shedding_and_every_site() {
+    fn gateway_config_is_valid_and_carries_shedding_and_every_site() {
         let spec = GridSpec {
             model: "m".into(),
             sites: vec![
@@ -582,13 +581,13 @@ mod tests {
                 retry_after_s: 2,
             }),
         };
-        let text = gateway_toml(
+        let c = gateway_config(
             &spec,
             &files(),
             "127.0.0.1:9".parse().unwrap(),
             &[("a", "http://127.0.0.1:1"), ("b", "http://127.0.0.1:2")],
-        );
-        let c = grid_gatewayd::Config::from_toml_str(&text).unwrap();
+        )
+        .unwrap();
         assert_eq!(c.operator.poll_interval_ms, 200);
         assert!(c.availability.shedding.enabled);
         assert_eq!(c.models[0].candidates.len(), 2);

@@ -4,14 +4,16 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
-use std::path::Path;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use grid_daemon::client::{FetchTarget, Fetched, fetch};
-use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config};
-use grid_operatord::config::Config;
+use grid_daemon::tls::{Fingerprint, Identity, TlsMaterial, Trust, client_config};
+use grid_operatord::config::{
+    Config, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig, TlsFiles, TrustMode,
+};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use rustls::RootCertStore;
@@ -155,21 +157,69 @@ peerPollSeconds = 0.5
         text
     }
 
-    /// The parsed configuration.
+    /// The same configuration as [`Site::config_text`] (which file-source tests write),
+    /// built typed: SPIFFE trust, loopback listeners, fast intervals.
     pub fn config(&self, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Config {
-        let text = self.config_text(peers, providers);
-        Config::from_toml(&text, Path::new("test.toml")).unwrap()
+        let d = self.dir.path();
+        let listen = Listen {
+            signals: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let tls = TlsFiles {
+            cert: d.join("site.crt"),
+            key: d.join("site.key"),
+            ca: Some(d.join("ca.crt")),
+        };
+        let trust = TrustMode::Spiffe {
+            trust_domain: DOMAIN.to_owned(),
+        };
+        let mut config = Config::new(&self.name, "test", self.state_dir(), listen, tls, trust);
+        config.scrape_interval = Duration::from_millis(200);
+        config.peer_poll_interval = Duration::from_millis(500);
+        for (name, url) in peers {
+            let mut peer = PeerConfig::new(*name, url.parse().unwrap(), Vec::new());
+            peer.timeout = Duration::from_secs(1);
+            config = config.with_peer(peer);
+        }
+        for p in providers {
+            let url = format!("{}{DEFAULT_METRICS_PATH}", p.url.trim_end_matches('/'));
+            let mut provider = ProviderConfig::new(&self.name, &p.name, url.parse().unwrap());
+            provider.timeout = Duration::from_secs_f64(p.timeout_s);
+            provider.stale_metrics = Some(Duration::from_secs(5));
+            config = config.with_provider(provider);
+        }
+        config.validate().unwrap();
+        config
+    }
+
+    /// This site's configuration in pin mode: no SPIFFE domain, each peer known by the
+    /// fingerprint of its certificate in `pins`.
+    pub fn pinned_config(
+        &self,
+        peers: &[(&str, String)],
+        providers: &[ProviderSpec],
+        pins: &[(&str, &SiteCert)],
+    ) -> Config {
+        let mut config = self.config(peers, providers);
+        config.trust = TrustMode::Pin;
+        for peer in &mut config.peers {
+            if let Some((_, cert)) = pins.iter().find(|(n, _)| *n == peer.name) {
+                peer.fingerprints = vec![Fingerprint::of_der(&cert.cert)];
+            }
+        }
+        config.validate().unwrap();
+        config
     }
 }
 
 /// The signals URL of an operator listening at `addr`.
-pub fn signals_url(addr: std::net::SocketAddr) -> String {
+pub fn signals_url(addr: SocketAddr) -> String {
     format!("https://127.0.0.1:{}/v1/site/signals", addr.port())
 }
 
 /// GET the signals of the operator at `addr` with `tls`.
 pub async fn get_signals(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<Fetched, grid_signals::epp::ScrapeFailure> {
     fetch(&FetchTarget::new(
@@ -183,7 +233,7 @@ pub async fn get_signals(
 
 /// POST `/v1/site/signals/ingest` with `headers`; returns the status and response headers.
 pub async fn post_ingest(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
     headers: &[(&str, String)],
 ) -> (u16, http::HeaderMap) {
@@ -214,7 +264,7 @@ pub async fn post_ingest(
 }
 
 /// GET `/metrics` of the operator at `addr` (plain HTTP).
-pub async fn get_metrics(addr: std::net::SocketAddr) -> String {
+pub async fn get_metrics(addr: SocketAddr) -> String {
     let fetched = fetch(&FetchTarget::new(
         format!("http://{addr}/metrics").parse().unwrap(),
         Duration::from_secs(5),
@@ -254,4 +304,27 @@ pub fn epp_body(ready: u32, running: f64) -> Vec<u8> {
          llm_d_epp_average_kv_cache_utilization{{name=\"pool\"}} 0.25\n"
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_config_equals_the_file_it_stands_for() {
+        let grid = Grid::new();
+        let site = grid.site("a");
+        let peers = [("b", "https://127.0.0.1:9/v1/site/signals".to_owned())];
+        let providers = [ProviderSpec {
+            name: "llama".into(),
+            url: "http://127.0.0.1:8000".into(),
+            timeout_s: 0.5,
+        }];
+        let text = site.config_text(&peers, &providers);
+        let parsed = Config::from_toml(&text, std::path::Path::new("t.toml")).unwrap();
+        assert_eq!(
+            format!("{parsed:?}"),
+            format!("{:?}", site.config(&peers, &providers))
+        );
+    }
 }

@@ -7,7 +7,6 @@ pub mod fake_operator;
 
 use crate::pki;
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use grid_gatewayd::Config;
+use grid_gatewayd::config::{Candidate, OperatorConfig, TlsFiles};
 use grid_gatewayd::driver::{self, Running};
 
 /// Every test exchange is bounded by this, so a hung proxy fails the test instead of CI.
@@ -62,44 +62,42 @@ impl Harness {
     }
 }
 
-/// Renders a gateway config for `models`, with `extra` TOML appended at top level before
-/// the tables (e.g. `bodyLimitBytes = 2048`).
-pub fn config_toml(
+/// A gateway config on 127.0.0.1 (any port) for `models`, its certificate issued by
+/// `pki` into `dir`, polling the operator at `operator_url` (identity `operator.a.grid`).
+pub fn config(
     dir: &std::path::Path,
     pki: &pki::Ca,
     operator_url: &str,
-    extra: &str,
     models: &[(&str, Vec<Cand<'_>>)],
-) -> String {
+) -> Config {
     let gw = pki.issue(dir, "gateway", &["gateway.a.grid"]);
-    let mut t = format!(
-        "site = \"a\"\nlisten = \"127.0.0.1:0\"\n{extra}\n\
-         [operator]\nurl = \"{operator_url}\"\nidentity = \"operator.a.grid\"\n\
-         [tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
-        gw.cert.display(),
-        gw.key.display(),
-        gw.ca.display()
+    let base = Config::new(
+        "a",
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        OperatorConfig::new(operator_url, "operator.a.grid"),
+        TlsFiles::new(gw.cert, gw.key, Some(gw.ca)),
     );
-    for (name, cands) in models {
-        let _ = writeln!(t, "[[models]]\nname = \"{name}\"");
-        for c in cands {
-            let _ = write!(
-                t,
-                "[[models.candidates]]\nsite = \"{}\"\nprovider = \"{}\"\nbaseUrl = \"{}\"\n",
-                c.site, c.provider, c.base_url
-            );
-        }
-    }
-    t
+    models.iter().fold(base, |c, (name, cands)| {
+        c.with_model(
+            *name,
+            cands
+                .iter()
+                .map(|c| Candidate::new(c.site, c.provider, c.base_url.clone())),
+        )
+    })
 }
 
-/// Starts a gateway routing `models`; its operator URL points at a closed port unless
-/// `operator_url` is given.
-pub async fn start_gateway(extra: &str, models: &[(&str, Vec<Cand<'_>>)]) -> Harness {
+/// Starts a gateway routing `models` with `tune` applied to its config; its operator URL
+/// points at a closed port.
+pub async fn start_gateway(
+    tune: impl FnOnce(&mut Config),
+    models: &[(&str, Vec<Cand<'_>>)],
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki::Ca::new("test-grid-ca");
-    let text = config_toml(dir.path(), &pki, "https://127.0.0.1:9", extra, models);
-    let config = Config::from_toml_str(&text).unwrap();
+    let mut config = config(dir.path(), &pki, "https://127.0.0.1:9", models);
+    tune(&mut config);
+    config.validate().unwrap();
     let gateway = driver::start(config).await.unwrap();
     Harness {
         addr: gateway.local_addr(),
