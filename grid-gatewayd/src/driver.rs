@@ -235,6 +235,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         request_metrics,
         signals.score_metrics().clone(),
         registry,
+        handles.poll.clone(),
     );
     let (stop, mut stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, async move {

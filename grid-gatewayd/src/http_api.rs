@@ -29,10 +29,12 @@ use prometheus_client::registry::Registry;
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
+use crate::poller::{PollMetrics, PollResult};
 use crate::request_metrics::{
     FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
+use grid_daemon::exposition;
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
 use grid_score::routing::{RETRY_PATH, Route};
@@ -43,6 +45,31 @@ use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, hyper::Error>;
+
+/// Liveness probe: answers 200 while the process serves requests at all.
+pub(crate) const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness probe: 200 once a poll of the operator has fed routing (the gateway has a
+/// routing view built from signals), 503 before.
+pub(crate) const READYZ_PATH: &str = "/readyz";
+
+/// A probe's answer: `200 ok` or `503 not ready`, plain text.
+fn probe(ok: bool) -> Response<ResponseBody> {
+    let (status, text) = if ok {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no poll of the operator has succeeded yet\n",
+        )
+    };
+    let mut r = Response::new(full(text));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
 
 /// The routes that carry a `model` and are proxied.
 pub(crate) const PROXIED_PATHS: [&str; 3] =
@@ -63,6 +90,8 @@ struct Inner {
     metrics: RequestMetrics,
     score: grid_score::ScoreMetrics,
     registry: Arc<Registry>,
+    /// Read by `/readyz`.
+    poll: PollMetrics,
 }
 
 impl std::fmt::Debug for Api {
@@ -100,6 +129,7 @@ impl Api {
         metrics: RequestMetrics,
         score: grid_score::ScoreMetrics,
         registry: Arc<Registry>,
+        poll: PollMetrics,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -110,6 +140,7 @@ impl Api {
                 metrics,
                 score,
                 registry,
+                poll,
             }),
         }
     }
@@ -134,7 +165,11 @@ impl Api {
                 api_error(ApiErrorKind::MethodNotAllowed, "use GET", None)
             }
         } else if path == "/metrics" && req.method() == Method::GET {
-            self.metrics()
+            self.metrics(&req)
+        } else if path == HEALTHZ_PATH && req.method() == Method::GET {
+            probe(true)
+        } else if path == READYZ_PATH && req.method() == Method::GET {
+            probe(self.inner.poll.polls(PollResult::Ok) > 0)
         } else {
             api_error(
                 ApiErrorKind::UnknownRoute,
@@ -169,19 +204,18 @@ impl Api {
         r
     }
 
-    fn metrics(&self) -> Response<ResponseBody> {
-        let mut text = String::new();
-        if prometheus_client::encoding::text::encode(&mut text, &self.inner.registry).is_err() {
-            return Response::builder()
-                .status(StatusCode::INTERNAL_SERVER_ERROR)
-                .body(full("metrics encoding failed"))
-                .expect("static response");
-        }
+    /// The exposition negotiated as the operator's is: `OpenMetrics` when `Accept` names
+    /// it, text 0.0.4 otherwise (what `promtool check metrics` and `curl` read).
+    fn metrics<B>(&self, req: &Request<B>) -> Response<ResponseBody> {
+        let accept = req
+            .headers()
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        let (text, kind) = exposition::negotiate(&self.inner.registry, accept);
         let mut r = Response::new(full(text));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        );
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
         r
     }
 

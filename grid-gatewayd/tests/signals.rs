@@ -396,3 +396,13 @@ async fn skew_drops_reach_the_operator_and_clear_after_a_clean_cycle() {
     assert_eq!(grid.gw().handles().feedback.total_failures(), 0);
     grid.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_200_once_a_poll_of_the_operator_fed_routing() {
+    let grid = Grid::start(|_| {}, true).await;
+    grid.measured().await;
+    let url = format!("http://{}/readyz", grid.gw().local_addr());
+    let a = send(&http1_client(), grid_kit::gateway_harness::get(&url)).await;
+    assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+    grid.shutdown().await;
+}

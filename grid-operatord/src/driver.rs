@@ -231,8 +231,9 @@ pub async fn start(
         Ok(())
     });
     let served = registry.clone();
+    let scrapes = metrics.scrapes.clone();
     tasks.spawn(async move {
-        metrics::serve(metrics_tcp, served).await;
+        metrics::serve(metrics_tcp, served, scrapes).await;
         Ok(())
     });
     tasks.spawn(persist_fences(

@@ -2,7 +2,6 @@
 //! the provider series read from the store at scrape time, and a plain-HTTP listener.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,14 +28,7 @@ use crate::peers::PollMetrics;
 use crate::providers::ScrapeMetrics;
 use crate::signals::{RefusalMetrics, SharedSignals, lock};
 use crate::slots::HEADER_READ_TIMEOUT;
-
-/// Content type of the `OpenMetrics` answer (what prometheus-client writes), served to
-/// callers whose `Accept` names it, as a Prometheus server's does.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// Content type of the Prometheus text answer, served to everyone else (`curl`,
-/// `promtool check metrics`).
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+use grid_daemon::exposition;
 
 /// The provider series exported for every site held, with their help text.
 pub const PROVIDER_SERIES: [(&str, &str); 7] = [
@@ -146,101 +138,71 @@ impl OperatorMetrics {
     }
 }
 
-/// The text of `registry` as `/metrics` answers it.
-pub fn render(registry: &Registry) -> String {
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
-    out
-}
+/// Liveness probe on the metrics listener: 200 while the process serves at all.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness probe on the metrics listener: 200 once every provider was scraped once
+/// (a complete pass; the signals it serves are then this site's own), 503 before.
+pub const READYZ_PATH: &str = "/readyz";
 
-/// Rewrites prometheus-client's `OpenMetrics` text as Prometheus text 0.0.4: a counter's
-/// `HELP` and `TYPE` name its `_total` samples (`OpenMetrics` names the family without the
-/// suffix), and the OpenMetrics-only `# UNIT` and `# EOF` lines are dropped.
-pub fn to_text_004(openmetrics: &str) -> String {
-    let mut out = String::with_capacity(openmetrics.len());
-    let mut help: Option<&str> = None;
-    for line in openmetrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            if let Some(previous) = help.replace(rest) {
-                push_line(&mut out, "# HELP ", previous);
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
-            let rename = kind == "counter" && !name.ends_with("_total");
-            let suffix = if rename { "_total" } else { "" };
-            if let Some(h) = help.take() {
-                let (help_name, text) = h.split_once(' ').unwrap_or((h, ""));
-                if help_name == name {
-                    let _ = writeln!(out, "# HELP {name}{suffix} {text}");
-                } else {
-                    push_line(&mut out, "# HELP ", h);
-                }
-            }
-            let _ = writeln!(out, "# TYPE {name}{suffix} {kind}");
-            continue;
-        }
-        if let Some(h) = help.take() {
-            push_line(&mut out, "# HELP ", h);
-        }
-        push_line(&mut out, "", line);
+/// Answers one request of the plain-HTTP metrics listener.
+fn answer(
+    request: &Request<hyper::body::Incoming>,
+    registry: &Registry,
+    scrapes: &ScrapeMetrics,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    let path = request.uri().path();
+    let known = [METRICS_PATH, HEALTHZ_PATH, READYZ_PATH].contains(&path);
+    if !known {
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return r;
     }
-    if let Some(h) = help {
-        push_line(&mut out, "# HELP ", h);
+    if request.method() != Method::GET {
+        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        return r;
     }
-    out
+    let (body, kind) = match path {
+        HEALTHZ_PATH => ("ok\n".to_owned(), PROBE_CONTENT_TYPE),
+        READYZ_PATH if scrapes.passes() > 0 => ("ok\n".to_owned(), PROBE_CONTENT_TYPE),
+        READYZ_PATH => {
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            (
+                "not ready: no complete scrape pass yet\n".to_owned(),
+                PROBE_CONTENT_TYPE,
+            )
+        }
+        _ => {
+            let accept = request
+                .headers()
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok());
+            exposition::negotiate(registry, accept)
+        }
+    };
+    *r.body_mut() = Full::new(Bytes::from(body));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+    r
 }
 
-fn push_line(out: &mut String, prefix: &str, line: &str) {
-    out.push_str(prefix);
-    out.push_str(line);
-    out.push('\n');
-}
+const METRICS_PATH: &str = "/metrics";
+const PROBE_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
-fn wants_openmetrics(request: &Request<hyper::body::Incoming>) -> bool {
-    request
-        .headers()
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"))
-}
-
-/// Serves `GET /metrics` (plain HTTP) until the task is dropped.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
+/// Serves `GET /metrics`, `/healthz` and `/readyz` (plain HTTP) until the task is
+/// dropped.
+pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: ScrapeMetrics) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let registry = registry.clone();
+        let scrapes = scrapes.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let registry = registry.clone();
-                async move {
-                    let mut r = Response::new(Full::new(Bytes::new()));
-                    if request.uri().path() != "/metrics" {
-                        *r.status_mut() = StatusCode::NOT_FOUND;
-                    } else if request.method() != Method::GET {
-                        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-                    } else {
-                        let openmetrics = render(&registry);
-                        let (body, kind) = if wants_openmetrics(&request) {
-                            (openmetrics, OPENMETRICS_CONTENT_TYPE)
-                        } else {
-                            (to_text_004(&openmetrics), TEXT_CONTENT_TYPE)
-                        };
-                        *r.body_mut() = Full::new(Bytes::from(body));
-                        r.headers_mut()
-                            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
-                    }
-                    Ok::<_, Infallible>(r)
-                }
+                let r = answer(&request, &registry, &scrapes);
+                async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -248,29 +210,5 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>) {
                 .serve_connection(TokioIo::new(tcp), service)
                 .await;
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_are_renamed_to_their_samples_and_openmetrics_lines_dropped() {
-        let om = "# HELP a_events Events.\n# TYPE a_events counter\na_events_total{k=\"v\"} 1\n\
-                  # HELP g A gauge.\n# TYPE g gauge\n# UNIT g seconds\ng 2\n# EOF\n";
-        assert_eq!(
-            to_text_004(om),
-            "# HELP a_events_total Events.\n# TYPE a_events_total counter\na_events_total{k=\"v\"} 1\n\
-             # HELP g A gauge.\n# TYPE g gauge\ng 2\n"
-        );
-    }
-
-    #[test]
-    fn a_help_without_a_type_is_kept() {
-        assert_eq!(
-            to_text_004("# HELP x Lonely.\nx 1\n"),
-            "# HELP x Lonely.\nx 1\n"
-        );
     }
 }

@@ -38,13 +38,14 @@ pub struct ScrapeMetrics {
     scrapes: Family<ScrapeLabels, Counter>,
     refused_lines: Family<RefusedLineLabels, Counter>,
     pass_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    passes: Counter,
     publish_failures: Counter,
 }
 
 impl ScrapeMetrics {
     /// Registers `grid_operator_scrapes_total{provider,result}`,
     /// `grid_operator_scrape_lines_refused_total{provider,reason}`,
-    /// `grid_operator_scrape_pass_seconds` and
+    /// `grid_operator_scrape_pass_seconds`, `grid_operator_scrape_passes_total` and
     /// `grid_operator_publish_failures_total`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
@@ -64,11 +65,22 @@ impl ScrapeMetrics {
             m.pass_seconds.clone(),
         );
         registry.register(
+            "grid_operator_scrape_passes",
+            "Complete scrape passes over every provider; /readyz answers 200 after the first",
+            m.passes.clone(),
+        );
+        registry.register(
             "grid_operator_publish_failures",
             "Provider batches that could not be framed (a bound of docs/wire.md was exceeded)",
             m.publish_failures.clone(),
         );
         m
+    }
+
+    /// Complete scrape passes so far: the operator is ready once it has scraped every
+    /// provider once.
+    pub fn passes(&self) -> u64 {
+        self.passes.get()
     }
 
     /// Scrapes of `provider` with `result` (`ok` or a failure class).
@@ -154,6 +166,7 @@ impl ScrapeLoop {
             self.metrics
                 .pass_seconds
                 .set(latest_pass_ms as f64 / 1000.0);
+            self.metrics.passes.inc();
             let now = clock::wall_ms();
             lock(&self.signals).handle(now, SiteInput::Expire);
         }

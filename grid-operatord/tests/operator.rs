@@ -695,3 +695,35 @@ async fn fences_survive_a_restart_so_an_older_batch_stays_refused() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_answers_probes_ready_only_after_a_complete_scrape_pass() {
+    use grid_kit::gateway_harness::{get, http1_client, send};
+    let grid = Grid::new();
+    let a = grid.site("a");
+    // The first pass lasts as long as this EPP's answer.
+    let epp = FakeEpp::start(Behaviour::Delay(
+        Duration::from_millis(1_500),
+        epp_body(2, 1.0),
+    ))
+    .await;
+    let spec = ProviderSpec {
+        timeout_s: 3.0,
+        ..provider("llama", &epp)
+    };
+    let op = run(&a, &[], &[spec]).await;
+    let url = |path: &str| format!("http://{}{path}", op.metrics_addr);
+    let c = http1_client();
+    assert_eq!(send(&c, get(&url("/healthz"))).await.status, 200);
+    assert_eq!(
+        send(&c, get(&url("/readyz"))).await.status,
+        503,
+        "no pass has completed yet"
+    );
+    eventually("ready after the first pass", 10, || {
+        let (c, u) = (c.clone(), url("/readyz"));
+        async move { send(&c, get(&u)).await.status == 200 }
+    })
+    .await;
+    assert_eq!(send(&c, get(&url("/nothing"))).await.status, 404);
+}

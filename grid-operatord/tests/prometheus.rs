@@ -4,7 +4,6 @@
 //! query the provider series. Missing binaries fail the tests: CI must not pass without
 //! the checks.
 
-use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -78,30 +77,9 @@ async fn promtool_finds_no_problem_in_the_operator_metrics() {
     let sites = two_sites(&grid).await;
     let addr = sites.addr;
     let metrics = get_metrics(addr).await;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (bash .ci/install adds Debian's prometheus package)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "promtool: {report}\n--- metrics:\n{metrics}"
-    );
-    assert!(report.trim().is_empty(), "promtool: {report}");
+    if let Err(report) = grid_kit::promtool::check_metrics(&metrics) {
+        panic!("{report}");
+    }
 }
 
 /// A Prometheus server we started; killed (by its own pid) when dropped.

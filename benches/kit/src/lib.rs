@@ -27,6 +27,7 @@ pub mod load;
 pub mod local_grid;
 pub mod operator_harness;
 pub mod pki;
+pub mod promtool;
 pub mod sim_site;
 
 pub use error::Error;

@@ -30,6 +30,7 @@
 pub mod client;
 pub mod config;
 mod error;
+pub mod exposition;
 pub mod tls;
 
 pub use error::Error;

@@ -1,0 +1,43 @@
+//! `promtool check metrics` (Debian's `prometheus` package, installed by `.ci/install`)
+//! over an exposition: what both daemons' `/metrics` tests assert. A missing binary fails
+//! the test: CI must not pass without the check.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+/// Runs `promtool check metrics` on `text`; `Err` carries promtool's report (a lint
+/// finding or a parse error) with the exposition for context.
+///
+/// # Panics
+///
+/// When promtool is not installed.
+pub fn check_metrics(text: &str) -> Result<(), String> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (bash .ci/install adds Debian's prometheus package)");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("writing to promtool: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for promtool: {e}"))?;
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() && report.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool ({}): {report}\n--- metrics:\n{text}",
+            out.status
+        ))
+    }
+}

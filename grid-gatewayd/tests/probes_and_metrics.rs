@@ -1,0 +1,71 @@
+//! The gateway's `/metrics` answers as the operator's does (text 0.0.4 that promtool
+//! accepts unless `Accept` asks for `OpenMetrics`), and its probes tell a Kubernetes
+//! kubelet what it needs: `/healthz` while serving, `/readyz` once a poll fed routing.
+
+use grid_kit::gateway_harness::fake_model::FakeModel;
+use grid_kit::gateway_harness::{Cand, http1_client, send, start_gateway};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+
+fn one(base_url: String) -> Vec<Cand<'static>> {
+    vec![Cand {
+        site: "a",
+        provider: "p",
+        base_url,
+    }]
+}
+
+#[tokio::test]
+async fn metrics_without_accept_are_text_004_that_promtool_accepts() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let a = send(
+        &http1_client(),
+        grid_kit::gateway_harness::get(&gw.url("/metrics")),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(
+        a.headers["content-type"],
+        grid_daemon::exposition::TEXT_CONTENT_TYPE
+    );
+    let text = String::from_utf8(a.body.to_vec()).unwrap();
+    assert!(!text.contains("# EOF"), "{text}");
+    if let Err(report) = grid_kit::promtool::check_metrics(&text) {
+        panic!("{report}");
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_asked_for_openmetrics_are_openmetrics() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let req = Request::get(gw.url("/metrics"))
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .body(Full::default())
+        .unwrap();
+    let a = send(&http1_client(), req).await;
+    assert_eq!(
+        a.headers["content-type"],
+        grid_daemon::exposition::OPENMETRICS_CONTENT_TYPE
+    );
+    assert!(a.body.ends_with(b"# EOF\n"));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn healthz_is_200_and_readyz_503_while_no_poll_has_succeeded() {
+    let up = FakeModel::start("a").await;
+    // The harness's operator URL is a closed port: no poll ever succeeds.
+    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let c = http1_client();
+    let health = send(&c, grid_kit::gateway_harness::get(&gw.url("/healthz"))).await;
+    assert_eq!(health.status, StatusCode::OK);
+    let ready = send(&c, grid_kit::gateway_harness::get(&gw.url("/readyz"))).await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    gw.shutdown().await;
+}
