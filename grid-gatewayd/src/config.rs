@@ -19,8 +19,8 @@ use grid_score::catalog::{CandidateSpec, ModelSpec};
 use grid_score::model_field::MAX_MODEL_NAME_BYTES;
 
 /// The example configuration shipped in `docs/examples/gateway.toml`, embedded so the
-/// daemon starts with `--config` omitted and the documented example can never rot (a test
-/// loads it).
+/// documented example can never rot (a test loads it). The daemon never loads it on its
+/// own: it binds `0.0.0.0`, which a gateway started without `--config` must not do.
 pub const EXAMPLE_CONFIG_TOML: &str = include_str!("../../docs/examples/gateway.toml");
 
 /// Smallest accepted request body limit: below 1 KiB not even a short chat request fits.
@@ -53,8 +53,11 @@ pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
 pub const MAX_EXCHANGE_TIMEOUT_MS: u64 = 60_000;
 /// Default time to establish a connection to a serving site.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
-/// Default Retry-After, in seconds, on a 503 (every candidate excluded).
-pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
+/// Default Retry-After, in seconds, on a 503 (every candidate excluded): grid-score's
+/// default, whose reason docs/routing.md gives (a remote site rejoins within one peer
+/// poll), so the daemon and the library it embeds agree.
+pub const DEFAULT_RETRY_AFTER_S: u64 =
+    grid_score::DEFAULT_UNAVAILABLE_RETRY_AFTER_MS.div_ceil(1_000);
 /// Longest accepted Retry-After.
 pub const MAX_RETRY_AFTER_S: u64 = 3_600;
 /// Default `operator.replica`, the diagnostic name of this gateway replica.
@@ -816,6 +819,11 @@ mod tests {
         assert_eq!(c.shedding.room_after_ms, grid_score::DEFAULT_ROOM_AFTER_MS);
         assert_eq!(c.shedding.retry_after_ms, 3000);
         assert_eq!(c.unavailable_retry_after_ms, DEFAULT_RETRY_AFTER_S * 1000);
+        assert_eq!(
+            c.unavailable_retry_after_ms,
+            grid_score::DEFAULT_UNAVAILABLE_RETRY_AFTER_MS,
+            "the daemon's 503 Retry-After default is the one docs/routing.md gives"
+        );
     }
 
     #[test]

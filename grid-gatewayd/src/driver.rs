@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::http_api::Api;
+use crate::http_api::{Api, Inner};
 use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
 use crate::upstream::Published;
@@ -144,7 +144,7 @@ impl Signals {
             refresher.refresh(crate::clock::now_unix_ms()).view,
         ));
         let reporter = Reporter::new(
-            poller::random_epoch(),
+            poller::random_epoch()?,
             poller::replica(&config.operator.replica)?,
             handles.feedback.clone(),
         );
@@ -227,16 +227,16 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         addr: config.listen,
         source,
     })?;
-    let api = Api::new(
-        Arc::clone(&published),
-        Arc::clone(signals.live_refresh()),
-        sites,
-        config.body_limit_bytes,
-        request_metrics,
-        signals.score_metrics().clone(),
+    let api = Api::new(Inner {
+        routes: Arc::clone(&published),
+        live_refresh: Arc::clone(signals.live_refresh()),
+        client: sites,
+        body_limit: config.body_limit_bytes,
+        metrics: request_metrics,
+        score: signals.score_metrics().clone(),
         registry,
-        handles.poll.clone(),
-    );
+        poll: handles.poll.clone(),
+    });
     let (stop, mut stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(listener, api, async move {
         let _ = stopped.wait_for(|s| *s).await;

@@ -57,6 +57,13 @@ pub enum Error {
         /// The operating system's reason.
         source: std::io::Error,
     },
+    /// The operating system's random generator failed, so no feedback epoch could be
+    /// drawn (an epoch that is not random could repeat a predecessor's).
+    #[error("drawing the feedback epoch from the OS random generator: {reason}")]
+    Entropy {
+        /// getrandom's reason.
+        reason: String,
+    },
 }
 
 impl From<grid_daemon::Error> for Error {

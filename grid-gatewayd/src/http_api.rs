@@ -81,17 +81,24 @@ pub(crate) struct Api {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    routes: Published,
+/// What a handler serves with; the driver builds it once.
+pub(crate) struct Inner {
+    /// The routing slot requests read.
+    pub(crate) routes: Published,
     /// Woken after a response carried live evidence: the poller refreshes off-cycle.
-    live_refresh: Arc<tokio::sync::Notify>,
-    client: HttpClient,
-    body_limit: usize,
-    metrics: RequestMetrics,
-    score: grid_score::ScoreMetrics,
-    registry: Arc<Registry>,
+    pub(crate) live_refresh: Arc<tokio::sync::Notify>,
+    /// The client of serving sites.
+    pub(crate) client: HttpClient,
+    /// `bodyLimitBytes`.
+    pub(crate) body_limit: usize,
+    /// Request series.
+    pub(crate) metrics: RequestMetrics,
+    /// grid-score's decision series.
+    pub(crate) score: grid_score::ScoreMetrics,
+    /// What `/metrics` encodes; it already holds `metrics` and `score`.
+    pub(crate) registry: Arc<Registry>,
     /// Read by `/readyz`.
-    poll: PollMetrics,
+    pub(crate) poll: PollMetrics,
 }
 
 impl std::fmt::Debug for Api {
@@ -119,29 +126,10 @@ fn api_error(
 }
 
 impl Api {
-    /// A handler over the published routing slot. `registry` is what `/metrics` encodes;
-    /// it must already hold `metrics` and `score`.
-    pub(crate) fn new(
-        routes: Published,
-        live_refresh: Arc<tokio::sync::Notify>,
-        client: HttpClient,
-        body_limit: usize,
-        metrics: RequestMetrics,
-        score: grid_score::ScoreMetrics,
-        registry: Arc<Registry>,
-        poll: PollMetrics,
-    ) -> Self {
+    /// A handler over `inner`.
+    pub(crate) fn new(inner: Inner) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                routes,
-                live_refresh,
-                client,
-                body_limit,
-                metrics,
-                score,
-                registry,
-                poll,
-            }),
+            inner: Arc::new(inner),
         }
     }
 

@@ -8,29 +8,27 @@ use grid_gatewayd::Config;
 #[derive(Debug, Parser)]
 #[command(version, about = "grid gateway")]
 struct Args {
-    /// Gateway configuration file (TOML); see docs/gateway.md. Without it the embedded
-    /// example (docs/examples/gateway.toml) is used.
+    /// Gateway configuration file (TOML); see docs/gateway.md (docs/examples/gateway.toml
+    /// is an example to copy and edit).
     #[arg(long)]
-    config: Option<std::path::PathBuf>,
+    config: std::path::PathBuf,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    grid_daemon::logging::init();
     let args = Args::parse();
-    let config = match &args.config {
-        Some(path) => Config::load(path).with_context(|| format!("loading {}", path.display()))?,
-        None => Config::from_toml_str(grid_gatewayd::config::EXAMPLE_CONFIG_TOML)?,
-    };
+    let config =
+        Config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     let running = grid_gatewayd::driver::start(config).await?;
-    tokio::signal::ctrl_c()
+    let stop = grid_daemon::shutdown::requested()
         .await
-        .context("waiting for Ctrl-C")?;
-    tracing::info!("shutting down: stopping the poller, draining requests");
+        .context("installing the SIGINT/SIGTERM handlers")?;
+    tracing::info!(
+        signal = stop.as_str(),
+        "shutting down: stopping the poller, draining requests"
+    );
     running.shutdown().await;
+    tracing::info!("drained; exiting");
     Ok(())
 }

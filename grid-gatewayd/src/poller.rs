@@ -30,6 +30,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 
+use crate::Error;
 use crate::clock;
 use grid_score::refresh::Refresher;
 use grid_score::routing::RoutingView;
@@ -154,13 +155,26 @@ impl std::fmt::Debug for Poller {
     }
 }
 
-/// A fresh random nonzero feedback epoch for this process.
-pub fn random_epoch() -> Epoch {
-    loop {
-        if let Some(e) = Epoch::new(crate::request_rng::os_random_u64()) {
-            return e;
+/// A fresh random nonzero feedback epoch for this process, drawn from the operating
+/// system's generator (`getrandom`): two gateway processes must never share an epoch,
+/// and a predecessor's must not be guessable.
+///
+/// # Errors
+///
+/// When the OS generator fails.
+pub fn random_epoch() -> Result<Epoch, Error> {
+    // A zero draw has probability 2^-64 per try; four tries bound the loop.
+    for _ in 0..4 {
+        let word = getrandom::u64().map_err(|e| Error::Entropy {
+            reason: e.to_string(),
+        })?;
+        if let Some(e) = Epoch::new(word) {
+            return Ok(e);
         }
     }
+    Err(Error::Entropy {
+        reason: "the generator answered zero four times".into(),
+    })
 }
 
 impl Poller {
@@ -422,8 +436,8 @@ fn operator_uri(base: &Uri, path: &'static str) -> Uri {
 
 /// The feedback replica name from `operator.replica`, refused naming the field when the
 /// wire contract does not accept it.
-pub fn replica(name: &str) -> Result<Replica, crate::Error> {
-    Replica::new(name).map_err(|e| crate::Error::ConfigField {
+pub fn replica(name: &str) -> Result<Replica, Error> {
+    Replica::new(name).map_err(|e| Error::ConfigField {
         field: "operator.replica".into(),
         reason: e.to_string(),
     })
@@ -432,6 +446,13 @@ pub fn replica(name: &str) -> Result<Replica, crate::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn feedback_epochs_are_drawn_fresh_from_the_os_generator() {
+        let draws: std::collections::HashSet<u64> =
+            (0..64).map(|_| random_epoch().unwrap().get()).collect();
+        assert_eq!(draws.len(), 64, "64 draws, 64 distinct nonzero epochs");
+    }
 
     #[test]
     fn operator_uri_replaces_the_path() {

@@ -1,18 +1,23 @@
 //! Random draws for the request path, without a lock or a syscall per request.
 //!
-//! Each thread keeps its own grid-score generator, seeded once from the standard
-//! library's per-process random hash keys (the OS entropy `RandomState` already reads).
+//! Each thread keeps its own grid-score generator, seeded once from the operating
+//! system's generator (`getrandom`).
 
 use std::cell::RefCell;
 use std::hash::{BuildHasher as _, Hasher as _};
 
 use grid_score::{Rng, SplitMix64};
 
-/// A fresh random word from the OS-seeded hasher keys; for seeds and the feedback epoch.
+/// A fresh random word from the OS generator, for a thread's seed. Should the generator
+/// fail (it does not on Linux once booted), the standard library's OS-seeded hash keys
+/// stand in: a seed only spreads picks, it identifies nothing (the feedback epoch, which
+/// does, has no fallback: `poller::random_epoch`).
 pub fn os_random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0x6772_6964); // "grid"
-    h.finish()
+    getrandom::u64().unwrap_or_else(|_| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x6772_6964); // "grid"
+        h.finish()
+    })
 }
 
 thread_local! {

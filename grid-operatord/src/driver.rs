@@ -77,6 +77,10 @@ pub struct Running {
     /// The registry `/metrics` renders.
     pub registry: Arc<Registry>,
     state: Arc<dyn StateStore>,
+    /// Held for the whole of every fence write, the blocking part included: an aborted
+    /// periodic write still in flight finishes before the final one starts, so the final
+    /// (newest) fences are the ones left on disk.
+    fence_writes: Arc<tokio::sync::Mutex<()>>,
     tasks: JoinSet<Result<(), Error>>,
 }
 
@@ -109,9 +113,14 @@ impl Running {
     /// process admitted.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         self.tasks.shutdown().await;
+        let writing = Arc::clone(&self.fence_writes).lock_owned().await;
         let fences = crate::signals::lock(&self.signals).export_fences();
         let state = self.state.clone();
-        blocking(move || state.store_fences(&fences)).await
+        blocking(move || {
+            let _writing = writing;
+            state.store_fences(&fences)
+        })
+        .await
     }
 }
 
@@ -236,9 +245,11 @@ pub async fn start(
         metrics::serve(metrics_tcp, served, scrapes).await;
         Ok(())
     });
+    let fence_writes = Arc::new(tokio::sync::Mutex::new(()));
     tasks.spawn(persist_fences(
         signals.clone(),
         state.clone(),
+        Arc::clone(&fence_writes),
         options.fence_persist,
     ));
     if let Some(source) = source {
@@ -254,6 +265,7 @@ pub async fn start(
         metrics,
         registry,
         state,
+        fence_writes,
         tasks,
     })
 }
@@ -390,6 +402,7 @@ fn scrape_loop(
 async fn persist_fences(
     signals: SharedSignals,
     state: Arc<dyn StateStore>,
+    writes: Arc<tokio::sync::Mutex<()>>,
     every: Duration,
 ) -> Result<(), Error> {
     let mut written = None;
@@ -403,7 +416,12 @@ async fn persist_fences(
         }
         let state = state.clone();
         let copy = fences.clone();
-        match tokio::task::spawn_blocking(move || state.store_fences(&copy)).await {
+        let writing = Arc::clone(&writes).lock_owned().await;
+        let write = move || {
+            let _writing = writing;
+            state.store_fences(&copy)
+        };
+        match tokio::task::spawn_blocking(write).await {
             Ok(Ok(())) => written = Some(fences),
             Ok(Err(e)) => tracing::warn!(error = %e, "persisting batch fences failed"),
             Err(e) => tracing::warn!(error = %e, "persisting batch fences failed"),

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::Parser;
 use grid_operatord::config::{ConfigSource, FileConfigSource};
 use grid_operatord::driver::{self, Options};
@@ -18,12 +19,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    grid_daemon::logging::init();
     let args = Args::parse();
     let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&args.config));
     let config = source.load()?;
@@ -31,9 +27,11 @@ async fn main() -> anyhow::Result<()> {
     let mut running = driver::start(config, Some(source), state, Options::default()).await?;
     tokio::select! {
         result = running.wait() => result?,
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted; stopping every task, persisting the fences");
+        stop = grid_daemon::shutdown::requested() => {
+            let signal = stop.context("installing the SIGINT/SIGTERM handlers")?.as_str();
+            tracing::info!(signal, "stopping every task, persisting the fences");
             running.shutdown().await?;
+            tracing::info!("fences persisted; exiting");
         }
     }
     Ok(())

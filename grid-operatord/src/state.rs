@@ -154,8 +154,12 @@ impl StateStore for FileStateStore {
 /// directory so the rename itself is durable.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    // A name of its own per write: two writers of one file never share (and rename away)
+    // each other's temporary file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
+    tmp_name.push(format!(".{}.{n}.tmp", std::process::id()));
     let tmp = dir.join(tmp_name);
     {
         let mut file = std::fs::File::create(&tmp)?;
@@ -257,6 +261,30 @@ mod tests {
                 .unwrap(),
             Some(set)
         );
+    }
+
+    #[test]
+    fn concurrent_atomic_writes_of_one_file_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| atomic_write(&path, format!("writer {i}").as_bytes()))
+                        .collect::<Result<Vec<()>, _>>()
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap().expect("every write lands");
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("f")]);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod clock;
+pub mod daemon_process;
 pub mod demo;
 pub mod epp_server;
 mod error;

@@ -19,14 +19,16 @@ pub fn check_metrics(text: &str) -> Result<(), String> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool is installed (bash .ci/install adds Debian's prometheus package)");
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| format!("writing to promtool: {e}"))?;
-    }
+    let written = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(text.as_bytes()));
     let out = child
         .wait_with_output()
         .map_err(|e| format!("waiting for promtool: {e}"))?;
+    if let Some(Err(e)) = written {
+        return Err(format!("writing to promtool: {e}"));
+    }
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -31,6 +31,8 @@ pub mod client;
 pub mod config;
 mod error;
 pub mod exposition;
+pub mod logging;
+pub mod shutdown;
 pub mod tls;
 
 pub use error::Error;

@@ -1,0 +1,100 @@
+//! The real gateway process under SIGTERM: a stream in flight is finished, not cut, and
+//! the process exits 0. A supervisor (Kubernetes, systemd) stops a daemon with SIGTERM;
+//! without a handler the default action kills it mid-answer.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_kit::daemon_process::{Daemon, log_field};
+use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS};
+use grid_kit::gateway_harness::{http1_client, post};
+use grid_kit::pki::Ca;
+use http_body_util::BodyExt as _;
+
+/// A gateway config file routing model `m` to `model_url`; its operator is a closed port.
+fn write_config(dir: &Path, model_url: &str) -> std::path::PathBuf {
+    let files = Ca::new("grid-ca").issue(dir, "gateway", &["gateway.a.grid"]);
+    let text = format!(
+        r#"site = "a"
+listen = "127.0.0.1:0"
+[operator]
+url = "https://127.0.0.1:9"
+identity = "operator.a.grid"
+[tls]
+cert = "{}"
+key = "{}"
+ca = "{}"
+[[models]]
+name = "m"
+[[models.candidates]]
+site = "a"
+provider = "p"
+baseUrl = "{model_url}"
+"#,
+        files.cert.display(),
+        files.key.display(),
+        files.ca.display()
+    );
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_stream_in_flight_finish_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start("a").await;
+    let config = write_config(dir.path(), &model.base_url());
+    let mut gw = Daemon::spawn(
+        Path::new(env!("CARGO_BIN_EXE_grid-gatewayd")),
+        &["--config", config.to_str().unwrap()],
+    );
+    let line = gw.wait_for_line("gateway serving", Duration::from_secs(20));
+    assert!(
+        !line.contains('\u{1b}'),
+        "no ANSI codes on a pipe: {line:?}"
+    );
+    let addr = log_field(&line, "local_addr").expect("the address is logged");
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        http1_client().request(post(&format!("http://{addr}/v1/chat/completions"), body)),
+    )
+    .await
+    .expect("answer head in time")
+    .expect("answer head");
+    let mut body = resp.into_body();
+    let mut text = Vec::new();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("first event in time")
+        .expect("a first frame")
+        .expect("a good frame");
+    text.extend_from_slice(first.data_ref().map_or(&[][..], Bytes::as_ref));
+    gw.signal("TERM");
+    let rest = tokio::time::timeout(Duration::from_secs(20), body.collect())
+        .await
+        .expect("the stream ends in time")
+        .expect("the stream is not cut");
+    text.extend_from_slice(&rest.to_bytes());
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(
+        text.matches("chat.completion.chunk").count(),
+        SSE_EVENTS,
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let status = gw.wait_exit(Duration::from_secs(40)).expect("it exits");
+    assert!(status.success(), "{status:?}\n{}", gw.seen.join("\n"));
+}
+
+#[test]
+fn without_config_the_gateway_refuses_to_start_and_says_why() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_grid-gatewayd"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--config"), "{err}");
+}
