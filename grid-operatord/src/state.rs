@@ -153,10 +153,10 @@ impl StateStore for FileStateStore {
 /// content: write a sibling temporary file, fsync it, rename it over `path`, fsync the
 /// directory so the rename itself is durable.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
     // A name of its own per write: two writers of one file never share (and rename away)
     // each other's temporary file.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".{}.{n}.tmp", std::process::id()));
