@@ -1,7 +1,7 @@
 //! Who a verified certificate belongs to.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, UnixTime};
@@ -34,7 +34,9 @@ pub struct Trust {
 #[derive(Debug)]
 pub(crate) enum TrustKind {
     Pin {
-        local: Fingerprint,
+        /// This site's own leaf, newest first: the current one and, after a rotation, the
+        /// one before it (a local peer that has not reloaded yet still presents it).
+        local: RwLock<Vec<Fingerprint>>,
         peers: HashMap<Fingerprint, String>,
     },
     Spiffe {
@@ -88,7 +90,10 @@ impl Trust {
         }
         Ok(Self {
             site: site.to_owned(),
-            kind: TrustKind::Pin { local, peers: map },
+            kind: TrustKind::Pin {
+                local: RwLock::new(vec![local]),
+                peers: map,
+            },
         })
     }
 
@@ -123,7 +128,8 @@ impl Trust {
         match &self.kind {
             TrustKind::Pin { local, peers } => {
                 let fp = Fingerprint::of_der(leaf);
-                if fp == *local {
+                let local = local.read().unwrap_or_else(PoisonError::into_inner);
+                if local.contains(&fp) {
                     Some(Identity::Local)
                 } else {
                     peers.get(&fp).map(|name| Identity::Peer(name.clone()))
@@ -140,6 +146,28 @@ impl Trust {
                 }
             }
         }
+    }
+
+    /// In pin mode, `leaf` becomes this site's own certificate, the previous one still
+    /// accepted until the next rotation (both daemons of a site reload on their own
+    /// schedule); SPIFFE mode names the site in the certificate and needs nothing.
+    ///
+    /// # Errors
+    ///
+    /// The peer whose pin `leaf` is: it would let that peer act as the local gateway.
+    pub fn rotate_local(&self, leaf: Fingerprint) -> Result<(), String> {
+        let TrustKind::Pin { local, peers } = &self.kind else {
+            return Ok(());
+        };
+        if let Some(peer) = peers.get(&leaf) {
+            return Err(peer.clone());
+        }
+        let mut local = local.write().unwrap_or_else(PoisonError::into_inner);
+        if local.first() != Some(&leaf) {
+            local.insert(0, leaf);
+            local.truncate(2);
+        }
+        Ok(())
     }
 
     /// Whether `now` is inside the certificate's validity period. Pin mode has no chain

@@ -12,6 +12,7 @@
 
 mod fingerprint;
 mod identity;
+mod rotation;
 mod verify;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
+pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
 
 use crate::Error;
 
@@ -106,9 +108,18 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
 }
 
 /// The signals listener's configuration: client certificates required, verified under the
-/// trust mode.
+/// trust mode; presents `material` for good (see [`server_config_presenting`]).
 pub fn server_config(
     material: &TlsMaterial,
+    trust: Arc<Trust>,
+) -> Result<Arc<ServerConfig>, Error> {
+    server_config_presenting(CertSlot::fixed(material)?, trust)
+}
+
+/// [`server_config`] presenting whatever `slot` holds at each handshake, so a reloaded
+/// certificate is presented to new connections.
+pub fn server_config_presenting(
+    slot: Arc<CertSlot>,
     trust: Arc<Trust>,
 ) -> Result<Arc<ServerConfig>, Error> {
     let provider = provider();
@@ -123,11 +134,7 @@ pub fn server_config(
             source,
         })?
         .with_client_cert_verifier(Arc::new(verifier))
-        .with_single_cert(material.chain.clone(), material.key.clone_key())
-        .map_err(|source| Error::Tls {
-            context: "server certificate",
-            source,
-        })?;
+        .with_cert_resolver(slot);
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
 }
@@ -136,6 +143,15 @@ pub fn server_config(
 /// that is `expected` (a peer when polling, [`Identity::Local`] for the local operator).
 pub fn client_config(
     material: &TlsMaterial,
+    trust: Arc<Trust>,
+    expected: Identity,
+) -> Result<Arc<ClientConfig>, Error> {
+    client_config_presenting(CertSlot::fixed(material)?, trust, expected)
+}
+
+/// [`client_config`] presenting whatever `slot` holds at each handshake.
+pub fn client_config_presenting(
+    slot: Arc<CertSlot>,
     trust: Arc<Trust>,
     expected: Identity,
 ) -> Result<Arc<ClientConfig>, Error> {
@@ -149,11 +165,7 @@ pub fn client_config(
         })?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_client_auth_cert(material.chain.clone(), material.key.clone_key())
-        .map_err(|source| Error::Tls {
-            context: "client certificate",
-            source,
-        })?;
+        .with_client_cert_resolver(slot);
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
 }
@@ -166,16 +178,24 @@ pub fn webpki_client(
     identity: Option<&TlsMaterial>,
     context: &'static str,
 ) -> Result<ClientConfig, Error> {
+    let slot = identity.map(CertSlot::fixed).transpose()?;
+    webpki_client_presenting(roots, slot, context)
+}
+
+/// [`webpki_client`] presenting whatever `slot` holds at each handshake.
+pub fn webpki_client_presenting(
+    roots: RootCertStore,
+    slot: Option<Arc<CertSlot>>,
+    context: &'static str,
+) -> Result<ClientConfig, Error> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| Error::Tls { context, source })?
         .with_root_certificates(roots);
-    match identity {
-        Some(m) => builder
-            .with_client_auth_cert(m.chain.clone(), m.key.clone_key())
-            .map_err(|source| Error::Tls { context, source }),
-        None => Ok(builder.with_no_client_auth()),
-    }
+    Ok(match slot {
+        Some(slot) => builder.with_client_cert_resolver(slot),
+        None => builder.with_no_client_auth(),
+    })
 }
 
 /// The identity of the peer on an accepted connection, from its verified certificate.
