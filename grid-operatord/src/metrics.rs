@@ -112,6 +112,12 @@ pub struct OperatorMetrics {
     pub ages_rejected: Gauge,
     /// This process's publisher epoch.
     pub epoch: Gauge,
+    /// 1 when the persisted epoch mark was too far ahead of the clock at start and the
+    /// epoch was clamped to the clock's lead bound.
+    pub epoch_clamped: Gauge,
+    /// How far the persisted epoch mark was ahead of the clock at start when it forced
+    /// the clamp, in seconds; 0 otherwise.
+    pub epoch_mark_lead: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl OperatorMetrics {
@@ -130,6 +136,18 @@ impl OperatorMetrics {
             "This process's publisher epoch: wall-clock milliseconds since the Unix epoch, above every persisted one",
             epoch.clone(),
         );
+        let epoch_clamped = Gauge::default();
+        registry.register(
+            "grid_operator_publisher_epoch_clamped",
+            "1 when the persisted publisher-epoch mark was more than 10 minutes ahead of the clock at start (the clock stepped back) and the epoch was clamped to the clock plus 10 minutes",
+            epoch_clamped.clone(),
+        );
+        let epoch_mark_lead = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "grid_operator_publisher_epoch_mark_lead_seconds",
+            "How far the persisted publisher-epoch mark was ahead of the clock at start when it forced the clamp; 0 otherwise",
+            epoch_mark_lead.clone(),
+        );
         registry.register_collector(Box::new(ProviderSeries { signals }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
@@ -142,6 +160,8 @@ impl OperatorMetrics {
             refusals: RefusalMetrics::register(registry),
             ages_rejected,
             epoch,
+            epoch_clamped,
+            epoch_mark_lead,
         }
     }
 }

@@ -695,3 +695,70 @@ async fn fences_survive_a_restart_so_an_older_batch_stays_refused() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persisted_epoch_mark_an_hour_ahead_of_the_clock_keeps_the_site_serving_and_says_so() {
+    use grid_signals::batch::{Fence, FenceRecord, FenceSet, MAX_EPOCH_LEAD_MS};
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let now = grid_operatord::clock::wall_ms();
+    // The previous process ran with a clock an hour ahead: its mark and its own
+    // provider's fence are both there; then the clock stepped back across the restart.
+    let ahead = now + 3_600_000;
+    let store = FileStateStore::open(a.state_dir()).unwrap();
+    store.store_epoch_hwm(ahead).unwrap();
+    store
+        .store_fences(&FenceSet {
+            records: vec![FenceRecord {
+                site: "a".into(),
+                provider: "llama".into(),
+                fence: Fence::new(ahead, 40),
+            }],
+        })
+        .unwrap();
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    // The epoch every receiver with a right clock still admits, above every fence one
+    // could have retained from the previous process.
+    let after = grid_operatord::clock::wall_ms();
+    assert!(
+        op.epoch >= now + MAX_EPOCH_LEAD_MS && op.epoch <= after + MAX_EPOCH_LEAD_MS,
+        "epoch {} not clamped to the clock's lead bound",
+        op.epoch
+    );
+    let gateway = grid.client(&a.cert, "a", "a");
+    eventually("the site's provider served to its gateway", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "a", "llama") == Some(1.0)
+        }
+    })
+    .await;
+    let m = get_metrics(op.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_publisher_epoch_clamped 1"),
+        "{m}"
+    );
+    assert_eq!(
+        op.metrics
+            .ingest
+            .dropped(grid_signals::store::DropReason::Skew),
+        0
+    );
+    assert_eq!(
+        op.metrics
+            .ingest
+            .dropped(grid_signals::store::DropReason::Delayed),
+        0
+    );
+    drop(op);
+    // The next restart starts above the clamped epoch.
+    let hwm = FileStateStore::open(a.state_dir())
+        .unwrap()
+        .load_epoch_hwm()
+        .unwrap()
+        .unwrap();
+    assert!(hwm <= after + MAX_EPOCH_LEAD_MS, "mark {hwm} left ahead");
+}
