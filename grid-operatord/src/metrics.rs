@@ -69,6 +69,11 @@ pub const PROVIDER_SERIES: [(&str, &str); 7] = [
 
 /// Reads the provider series out of the store on every scrape, so a series the operator
 /// does not hold is absent rather than 0, and a peer's value is what was last polled.
+///
+/// "Held" is what the relay carries: the newest publication of each provider
+/// ([`grid_signals::store::Entry::published`]). A reading still in a window but no longer
+/// in the newest publication (the EPP stopped exporting the series) is absent here, as it
+/// is on `/v1/site/signals`, never a stale value.
 #[derive(Debug)]
 pub struct ProviderSeries {
     signals: SharedSignals,
@@ -76,11 +81,12 @@ pub struct ProviderSeries {
 
 impl Collector for ProviderSeries {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let now = crate::clock::wall_ms();
         let signals = lock(&self.signals);
         for (name, help) in PROVIDER_SERIES {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for entry in signals.all().entries() {
-                if let Some(reading) = entry.latest(name, &[]) {
+                if let Some(reading) = entry.published(name, &[], now) {
                     let labels = [
                         ("grid_site", entry.site()),
                         ("grid_provider", entry.provider()),

@@ -762,3 +762,52 @@ async fn a_persisted_epoch_mark_an_hour_ahead_of_the_clock_keeps_the_site_servin
         .unwrap();
     assert!(hwm <= after + MAX_EPOCH_LEAD_MS, "mark {hwm} left ahead");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_a_provider_series_while_it_is_held_and_drop_it_as_soon_as_it_is_not() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    let addr = op.metrics_addr;
+    eventually(
+        "grid_provider_ready 1 on /metrics while held",
+        10,
+        || async move {
+            value_of(
+                &get_metrics(addr).await,
+                "grid_provider_ready",
+                "a",
+                "llama",
+            ) == Some(1.0)
+        },
+    )
+    .await;
+    // The EPP stops exporting the pool's series: readiness becomes unknown and the next
+    // publication carries no grid_provider_ready. The relay drops it at once; /metrics
+    // must too, long before the 30 s TTL would expire the old reading.
+    epp.set(Behaviour::Body(b"some_other_family 1\n".to_vec()));
+    let gateway = grid.client(&a.cert, "a", "a");
+    let signals = op.signals_addr;
+    eventually("the relay no longer carries grid_provider_ready", 5, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(signals, tls).await.unwrap();
+            let body = text(&f.body);
+            body.contains("grid_provider_config_generation{")
+                && value_of(&body, "grid_provider_ready", "a", "llama").is_none()
+        }
+    })
+    .await;
+    let m = get_metrics(addr).await;
+    assert_eq!(
+        value_of(&m, "grid_provider_ready", "a", "llama"),
+        None,
+        "a series the relay no longer holds is still on /metrics:\n{m}"
+    );
+    assert_eq!(
+        value_of(&m, "grid_provider_ready_endpoints", "a", "llama"),
+        None,
+        "{m}"
+    );
+}
