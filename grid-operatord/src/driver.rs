@@ -371,7 +371,7 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
             stale_metrics_ms: p.stale_metrics.map(|d| d.as_millis() as u64),
         })
         .collect();
-    Site::new(
+    let mut site = Site::new(
         SiteConfig {
             site: config.site.clone(),
             epoch,
@@ -380,7 +380,11 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
         },
         &providers,
         now,
-    )
+    );
+    for (i, p) in config.providers.iter().enumerate() {
+        site.set_unavailable(i, p.unavailable);
+    }
+    site
 }
 
 fn scrape_loop(
@@ -399,6 +403,7 @@ fn scrape_loop(
         })
         .collect();
     ScrapeLoop {
+        readiness: vec![None; config.providers.len()],
         providers,
         scraper: Scraper::new(),
         signals: signals.clone(),

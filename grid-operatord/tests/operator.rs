@@ -811,3 +811,78 @@ async fn metrics_show_a_provider_series_while_it_is_held_and_drop_it_as_soon_as_
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_unavailable_from_configuration_reads_not_ready_with_that_reason() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let mut config = a.config(&[], &[provider("llama", &epp)]);
+    config.providers[0].unavailable = true;
+    config.validate().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let op = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let gateway = grid.client(&a.cert, "a", "a");
+    eventually("grid_provider_ready 0 relayed", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "a", "llama") == Some(0.0)
+        }
+    })
+    .await;
+    // Still scraped: its load stays visible.
+    let m = get_metrics(op.metrics_addr).await;
+    assert_eq!(
+        value_of(&m, "grid_provider_ready_endpoints", "a", "llama"),
+        Some(2.0)
+    );
+    assert!(
+        m.contains(
+            "grid_operator_provider_ready_reason{provider=\"llama\",reason=\"unavailable\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            "grid_operator_provider_ready_reason{provider=\"llama\",reason=\"endpoints_ready\"} 0"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_transition_is_exported_with_its_reason_and_the_failed_scrapes_class() {
+    use grid_signals::epp::ReadyReasonLabel;
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let mut config = a.config(&[], &[provider("llama", &epp)]);
+    // The readiness floor (two 1 s intervals) decides the stale window.
+    config.providers[0].stale_metrics = Some(Duration::from_secs(1));
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let op = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let scrapes = op.metrics.scrapes.clone();
+    eventually("endpoints_ready is the current reason", 10, || {
+        let s = scrapes.clone();
+        async move { s.ready_reason("llama", ReadyReasonLabel::EndpointsReady) == 1 }
+    })
+    .await;
+    epp.set(Behaviour::Status(500));
+    eventually("scrape_http is the current reason", 10, || {
+        let s = scrapes.clone();
+        async move { s.ready_reason("llama", ReadyReasonLabel::ScrapeHttp) == 1 }
+    })
+    .await;
+    let current: Vec<_> = ReadyReasonLabel::ALL
+        .into_iter()
+        .filter(|r| scrapes.ready_reason("llama", *r) == 1)
+        .collect();
+    assert_eq!(current, [ReadyReasonLabel::ScrapeHttp]);
+    let m = get_metrics(op.metrics_addr).await;
+    assert_eq!(value_of(&m, "grid_provider_ready", "a", "llama"), Some(0.0));
+}
