@@ -97,6 +97,13 @@ impl ReceiverMetrics {
     }
 
     pub(crate) fn refusal(&self, reason: RefusalReason) {
+        self.record_refusal(reason);
+    }
+
+    /// Counts a request the daemon refused for `reason` before the receiver saw it (its
+    /// own queue in front of the receiver was full, or the budget ran out waiting), so
+    /// every refusal lands in the one series.
+    pub fn record_refusal(&self, reason: RefusalReason) {
         self.refusals.get_or_create(&RefusalLabels { reason }).inc();
     }
 

@@ -225,6 +225,7 @@ pub async fn start(
             feedback,
             metrics: metrics.ingest.clone(),
             refusals: metrics.refusals.clone(),
+            feedback_metrics: metrics.feedback.clone(),
         }),
     };
     tasks.spawn(async move {
