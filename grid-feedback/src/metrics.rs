@@ -65,6 +65,7 @@ struct FailureLabels {
 pub struct ReceiverMetrics {
     events: Family<EventLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
+    expired: Counter,
 }
 
 impl ReceiverMetrics {
@@ -89,11 +90,25 @@ impl ReceiverMetrics {
             "Ingest feedback requests the operator refused, by reason",
             metrics.refusals.clone(),
         );
+        registry.register(
+            "grid_operator_feedback_evidence_expired",
+            "Gateway processes whose unresolved rejection evidence expired after UNRESOLVED_RETENTION_MS of silence",
+            metrics.expired.clone(),
+        );
         metrics
     }
 
     pub(crate) fn event(&self, event: Event) {
         self.events.get_or_create(&EventLabels { event }).inc();
+    }
+
+    pub(crate) fn expired(&self, records: u64) {
+        self.expired.inc_by(records);
+    }
+
+    /// How many processes' unresolved evidence expired for silence.
+    pub fn expired_count(&self) -> u64 {
+        self.expired.get()
     }
 
     pub(crate) fn refusal(&self, reason: RefusalReason) {
