@@ -25,6 +25,10 @@ pub enum ConditionReason {
     ReadingsRejected,
     /// No reporter's evidence is unresolved.
     NoRejectedReadings,
+    /// No reporter's evidence is unresolved because the last of it expired: its process
+    /// was silent longer than [`crate::UNRESOLVED_RETENTION_MS`]. Kept while the status
+    /// stays False, so the reader sees the evidence was retired, not resolved.
+    UnresolvedEvidenceExpired,
 }
 
 impl ConditionReason {
@@ -33,6 +37,7 @@ impl ConditionReason {
         match self {
             Self::ReadingsRejected => "ReadingsRejected",
             Self::NoRejectedReadings => "NoRejectedReadings",
+            Self::UnresolvedEvidenceExpired => "UnresolvedEvidenceExpired",
         }
     }
 }
@@ -55,11 +60,14 @@ pub struct Condition {
 
 impl Condition {
     /// Derives the condition from the records; the transition time moves only when the
-    /// status flips, as Kubernetes conditions expect.
+    /// status flips, as Kubernetes conditions expect. `expired` is how many unresolved
+    /// records were just retired for silence: with nothing unresolved left, the reason
+    /// says the evidence expired (and keeps saying so while the status stays False).
     pub(crate) fn derive(
         records: &[ReporterRecord],
         previous: Option<&Condition>,
         now_ms: u64,
+        expired: usize,
     ) -> Self {
         let mut names: Vec<&str> = records
             .iter()
@@ -69,7 +77,23 @@ impl Condition {
         let unresolved = names.len();
         names.sort_unstable();
         names.dedup();
-        let (status, reason, message) = if unresolved == 0 {
+        let still_expired = previous.filter(|p| {
+            p.status == ConditionStatus::False
+                && p.reason == ConditionReason::UnresolvedEvidenceExpired
+        });
+        let (status, reason, message) = if unresolved == 0 && expired > 0 {
+            let days = crate::UNRESOLVED_RETENTION_MS / 86_400_000;
+            (
+                ConditionStatus::False,
+                ConditionReason::UnresolvedEvidenceExpired,
+                format!(
+                    "No gateway replica has unresolved rejections of implausible reading ages: \
+                     the evidence of {expired} silent for more than {days} days expired unresolved"
+                ),
+            )
+        } else if let (0, Some(p)) = (unresolved, still_expired) {
+            (ConditionStatus::False, p.reason, p.message.clone())
+        } else if unresolved == 0 {
             (
                 ConditionStatus::False,
                 ConditionReason::NoRejectedReadings,
@@ -125,7 +149,7 @@ mod tests {
 
     #[test]
     fn the_condition_is_false_when_nothing_is_unresolved() {
-        let c = Condition::derive(&[record(1, "gw-a", false)], None, 5);
+        let c = Condition::derive(&[record(1, "gw-a", false)], None, 5, 0);
         assert_eq!(c.status, ConditionStatus::False);
         assert_eq!(c.reason.as_str(), "NoRejectedReadings");
         assert_eq!(c.unresolved_replicas, 0);
@@ -139,7 +163,7 @@ mod tests {
             record(2, "gw-a", true),
             record(3, "gw-c", false),
         ];
-        let c = Condition::derive(&records, None, 5);
+        let c = Condition::derive(&records, None, 5, 0);
         assert_eq!(c.status, ConditionStatus::True);
         assert_eq!(c.unresolved_replicas, 2);
         assert!(
@@ -148,7 +172,7 @@ mod tests {
             c.message
         );
         assert!(c.message.contains("(gw-a, gw-b)"), "{}", c.message);
-        let one = Condition::derive(&records[..1], None, 5);
+        let one = Condition::derive(&records[..1], None, 5, 0);
         assert!(
             one.message.starts_with("1 gateway replica rejected"),
             "{}",
@@ -158,14 +182,15 @@ mod tests {
 
     #[test]
     fn the_transition_time_moves_only_when_the_status_flips() {
-        let first = Condition::derive(&[record(1, "gw-a", true)], None, 5);
+        let first = Condition::derive(&[record(1, "gw-a", true)], None, 5, 0);
         let again = Condition::derive(
             &[record(1, "gw-a", true), record(2, "gw-b", true)],
             Some(&first),
             9,
+            0,
         );
         assert_eq!(again.last_transition_ms, 5);
-        let cleared = Condition::derive(&[record(1, "gw-a", false)], Some(&again), 12);
+        let cleared = Condition::derive(&[record(1, "gw-a", false)], Some(&again), 12, 0);
         assert_eq!(cleared.last_transition_ms, 12);
     }
 }

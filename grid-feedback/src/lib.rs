@@ -99,8 +99,8 @@ pub use headers::{
 pub use metrics::{Event, FailureReason, ReceiverMetrics, ReporterMetrics};
 pub use receiver::{
     Caller, HeaderList, INGEST_BUDGET, MAX_QUEUED_REQUESTS, MAX_REPORTERS, MAX_WRITE_ATTEMPTS,
-    Receiver, ReceiverInput, Reply, Request, RequestId, Response, Write, WriteId, WriteOutcome,
-    deadline_for,
+    RESOLVED_RETENTION_MS, Receiver, ReceiverInput, Reply, Request, RequestId, Response,
+    UNRESOLVED_RETENTION_MS, Write, WriteId, WriteOutcome, deadline_for,
 };
 pub use replica::Replica;
 pub use report::{Report, parse_report};

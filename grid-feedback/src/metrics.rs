@@ -65,6 +65,7 @@ struct FailureLabels {
 pub struct ReceiverMetrics {
     events: Family<EventLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
+    expired: Counter,
 }
 
 impl ReceiverMetrics {
@@ -89,6 +90,11 @@ impl ReceiverMetrics {
             "Ingest feedback requests the operator refused, by reason",
             metrics.refusals.clone(),
         );
+        registry.register(
+            "grid_operator_feedback_evidence_expired",
+            "Gateway processes whose unresolved rejection evidence expired after UNRESOLVED_RETENTION_MS of silence",
+            metrics.expired.clone(),
+        );
         metrics
     }
 
@@ -96,7 +102,23 @@ impl ReceiverMetrics {
         self.events.get_or_create(&EventLabels { event }).inc();
     }
 
+    pub(crate) fn expired(&self, records: u64) {
+        self.expired.inc_by(records);
+    }
+
+    /// How many processes' unresolved evidence expired for silence.
+    pub fn expired_count(&self) -> u64 {
+        self.expired.get()
+    }
+
     pub(crate) fn refusal(&self, reason: RefusalReason) {
+        self.record_refusal(reason);
+    }
+
+    /// Counts a request the daemon refused for `reason` before the receiver saw it (its
+    /// own queue in front of the receiver was full, or the budget ran out waiting), so
+    /// every refusal lands in the one series.
+    pub fn record_refusal(&self, reason: RefusalReason) {
         self.refusals.get_or_create(&RefusalLabels { reason }).inc();
     }
 

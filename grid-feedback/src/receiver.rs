@@ -27,6 +27,19 @@ use crate::{Ack, Condition, Error, Report, parse_report};
 /// Persisted reporter identities. A new identity beyond it evicts the stalest resolved
 /// one; if every slot is unresolved it is refused and counted `overflow`.
 pub const MAX_REPORTERS: usize = 64;
+/// How long a reporter's unresolved evidence survives its silence (7 days): past it, with
+/// no report of that process accepted, the next write retires it, counts it in
+/// `grid_operator_feedback_evidence_expired_total` and, once nothing unresolved is left,
+/// clears `GatewayAgesRejected` with reason `UnresolvedEvidenceExpired`. Until then
+/// unresolved evidence survives silence, replacement and restart, as the spec requires;
+/// the bound exists because a gateway process that is gone can never report clean, so
+/// without it the condition could never clear.
+pub const UNRESOLVED_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+/// How long a reporter whose evidence is resolved is remembered after its last accepted
+/// report (1 hour): then it is retired, so its slot is free and `overflow` means every
+/// slot holds unresolved evidence. A retired clean process that reports again is a new
+/// identity, judged from zero.
+pub const RESOLVED_RETENTION_MS: u64 = 3_600_000;
 /// Requests waiting for the writer; matches the signals listener's 256-connection limit.
 pub const MAX_QUEUED_REQUESTS: usize = 256;
 /// Write attempts per batch when storage reports a resource-version conflict.
@@ -177,6 +190,8 @@ struct InFlight {
     /// but the result still matters: a persisted write becomes the durable state.
     members: Vec<Queued>,
     announced: bool,
+    /// Unresolved records this write retires for silence, counted once it is persisted.
+    expired: u64,
 }
 
 /// How a report changes one reporter's record.
@@ -203,7 +218,7 @@ impl Receiver {
         Self::with_durable(
             ReceiverState {
                 reporters: Vec::new(),
-                condition: Condition::derive(&[], None, now_ms),
+                condition: Condition::derive(&[], None, now_ms, 0),
             },
             metrics,
         )
@@ -243,7 +258,7 @@ impl Receiver {
                 });
             }
         }
-        let condition = Condition::derive(&state.reporters, Some(&state.condition), now_ms);
+        let condition = Condition::derive(&state.reporters, Some(&state.condition), now_ms, 0);
         Ok(Self::with_durable(
             ReceiverState {
                 reporters: state.reporters,
@@ -357,6 +372,7 @@ impl Receiver {
                     return;
                 };
                 self.durable = write.state;
+                self.metrics.expired(write.expired);
                 for member in write.members {
                     self.responses.push_back(Response {
                         request: member.id,
@@ -436,6 +452,7 @@ impl Receiver {
             return;
         }
         let mut candidate = self.durable.reporters.clone();
+        let expired = retire_silent(&mut candidate, now_ms);
         let mut members = Vec::new();
         while let Some(queued) = self.queue.pop_front() {
             if queued.deadline_ms <= now_ms {
@@ -472,7 +489,8 @@ impl Receiver {
         if members.is_empty() {
             return;
         }
-        let condition = Condition::derive(&candidate, Some(&self.durable.condition), now_ms);
+        let condition =
+            Condition::derive(&candidate, Some(&self.durable.condition), now_ms, expired);
         self.write = Some(InFlight {
             id: WriteId(self.next_write),
             attempt: 1,
@@ -482,6 +500,7 @@ impl Receiver {
             },
             members,
             announced: false,
+            expired: expired as u64,
         });
         self.next_write += 1;
     }
@@ -577,6 +596,28 @@ fn apply(
     }
 }
 
+/// Retires every record silent past its retention at `now_ms` ([`RESOLVED_RETENTION_MS`]
+/// for resolved evidence, [`UNRESOLVED_RETENTION_MS`] for unresolved); returns how many
+/// unresolved ones went. Terminal evidence expires too: it can never be resolved, so only
+/// the bound can end it.
+fn retire_silent(records: &mut Vec<ReporterRecord>, now_ms: u64) -> usize {
+    let mut expired = 0;
+    records.retain(|r| {
+        let unresolved = r.unresolved_since_ms.is_some();
+        let retention = if unresolved {
+            UNRESOLVED_RETENTION_MS
+        } else {
+            RESOLVED_RETENTION_MS
+        };
+        let keep = r.last_accepted_ms.saturating_add(retention) >= now_ms;
+        if !keep && unresolved {
+            expired += 1;
+        }
+        keep
+    });
+    expired
+}
+
 /// The resolved record accepted longest ago: the only kind that may make room, because
 /// unresolved evidence must survive silence and replacement.
 fn stalest_resolved(records: &[ReporterRecord]) -> Option<usize> {
@@ -591,7 +632,7 @@ fn stalest_resolved(records: &[ReporterRecord]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ConditionStatus, Epoch, RefusalReason, Replica};
+    use crate::{ConditionReason, ConditionStatus, Epoch, RefusalReason, Replica};
 
     const T0: u64 = 1_700_000_000_000;
 
@@ -1045,6 +1086,67 @@ mod tests {
         assert_eq!(h.metrics.event_count(Event::Overflow), 1);
         // Known identities still report.
         assert_eq!(h.submit(&report(3, 2, 1, true)).status(), 204);
+    }
+
+    #[test]
+    fn unresolved_evidence_of_a_replica_silent_past_the_retention_expires_and_says_so() {
+        let mut h = Harness::new();
+        // gw-0's process (epoch 1) rejected readings, then went away for good.
+        assert_eq!(h.submit(&report(1, 1, 3, false)).status(), 204);
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
+        // Its replacement (epoch 2) reports clean, exactly at the retention: still held.
+        h.now = T0 + UNRESOLVED_RETENTION_MS;
+        assert_eq!(h.submit(&report(2, 1, 0, true)).status(), 204);
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
+        assert!(h.rx.state().reporter(epoch(1)).is_some());
+        // One millisecond past it, the next report retires the silent evidence.
+        h.now += 1;
+        assert_eq!(h.submit(&report(2, 2, 0, true)).status(), 204);
+        assert!(h.rx.state().reporter(epoch(1)).is_none());
+        let condition = h.rx.condition();
+        assert_eq!(condition.status, ConditionStatus::False);
+        assert_eq!(condition.reason, ConditionReason::UnresolvedEvidenceExpired);
+        assert!(
+            condition.message.contains("expired"),
+            "{}",
+            condition.message
+        );
+        assert_eq!(h.metrics.expired_count(), 1);
+        // The reason stays while the status does, and across a restart.
+        h.now += 1;
+        assert_eq!(h.submit(&report(2, 3, 0, true)).status(), 204);
+        assert_eq!(
+            h.rx.condition().reason,
+            ConditionReason::UnresolvedEvidenceExpired
+        );
+        let restored = Receiver::restore(h.rx.state().clone(), h.now, h.metrics.clone()).unwrap();
+        assert_eq!(
+            restored.condition().reason,
+            ConditionReason::UnresolvedEvidenceExpired
+        );
+    }
+
+    #[test]
+    fn a_clean_replica_silent_past_its_retention_is_retired_so_overflow_needs_every_slot_unresolved()
+     {
+        let mut h = Harness::new();
+        for e in 1..MAX_REPORTERS as u64 {
+            h.submit(&report(e, 1, 0, true));
+        }
+        // Evidence that is still fresh is kept however long the clean ones were silent.
+        h.now = T0 + RESOLVED_RETENTION_MS;
+        h.submit(&report(MAX_REPORTERS as u64, 1, 1, false));
+        assert_eq!(h.rx.state().reporters.len(), MAX_REPORTERS);
+        h.now += 1;
+        // Every clean record silent past RESOLVED_RETENTION_MS is retired with the next write.
+        h.submit(&report(MAX_REPORTERS as u64, 2, 1, false));
+        assert_eq!(h.rx.state().reporters.len(), 1);
+        assert_eq!(
+            h.metrics.expired_count(),
+            0,
+            "clean records are not evidence"
+        );
+        assert_eq!(h.rx.condition().status, ConditionStatus::True);
     }
 
     #[test]

@@ -207,6 +207,10 @@ pub struct ProviderConfig {
     /// The EPP pool (`name` label) this provider is; `None` reads every pool the EPP
     /// reports, combined.
     pub pool: Option<String>,
+    /// Unavailable from configuration (the spec's third not-ready case): it is still
+    /// scraped, so its load stays visible, but reads not ready with reason `Unavailable`
+    /// whatever the EPP says, so an operator can take it out of routing by hand.
+    pub unavailable: bool,
 }
 
 #[derive(Deserialize)]
@@ -291,6 +295,8 @@ struct RawProvider {
     generation: Option<u64>,
     ca_file: Option<PathBuf>,
     pool: Option<String>,
+    #[serde(default)]
+    unavailable: bool,
 }
 
 fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
@@ -530,7 +536,7 @@ impl PeerConfig {
 impl ProviderConfig {
     /// Provider `name` of `site` whose EPP metrics are at `url` (the full URL, path
     /// included), with the file's defaults: uid `<site>/<name>`, generation 1, the
-    /// default timeout, staleness half the signal TTL, every pool.
+    /// default timeout, staleness half the signal TTL, every pool, available.
     pub fn new(site: &str, name: impl Into<String>, url: http::Uri) -> Self {
         let name = name.into();
         Self {
@@ -542,6 +548,7 @@ impl ProviderConfig {
             generation: 1,
             ca_file: None,
             pool: None,
+            unavailable: false,
         }
     }
 
@@ -671,6 +678,7 @@ fn provider_of(i: usize, p: RawProvider, site: &str) -> Result<ProviderConfig, E
     provider.generation = p.generation.unwrap_or(1);
     provider.ca_file = p.ca_file;
     provider.pool = p.pool;
+    provider.unavailable = p.unavailable;
     Ok(provider)
 }
 
@@ -793,6 +801,21 @@ staleMetricsSeconds = 10
             c.peers[0].fingerprints[0],
             Fingerprint::parse(&PIN.replace(':', "").to_uppercase()).unwrap()
         );
+    }
+
+    #[test]
+    fn a_provider_is_available_unless_the_file_says_unavailable_true() {
+        assert!(!load(&base()).unwrap().providers[0].unavailable);
+        let text = base().replace(
+            "staleMetricsSeconds = 10",
+            "staleMetricsSeconds = 10\nunavailable = true",
+        );
+        assert!(load(&text).unwrap().providers[0].unavailable);
+        let wrong = base().replace(
+            "staleMetricsSeconds = 10",
+            "staleMetricsSeconds = 10\nunavailable = \"yes\"",
+        );
+        assert!(refused_field(&wrong).starts_with("syntax"), "{wrong}");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::providers::{ScrapeLoop, ScrapedProvider};
 use crate::scrape::{Scraper, scrape_tls_config};
 use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
-use crate::state::{StateStore, start_epoch};
+use crate::state::{StartEpoch, StateStore, start_epoch};
 use grid_daemon::client::FetchTarget;
 use grid_daemon::tls::{self, Identity, TlsMaterial};
 
@@ -179,10 +179,11 @@ pub async fn start(
 
     let now = clock::wall_ms();
     let Persisted {
-        epoch,
+        epoch: started,
         feedback: restored,
         fences,
     } = load_persisted(&state, now).await?;
+    let epoch = started.epoch;
 
     let mut held = site(&config, epoch, now);
     if let Some(fences) = fences {
@@ -196,7 +197,7 @@ pub async fn start(
     let signals: SharedSignals = Arc::new(Mutex::new(held));
     let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone());
-    metrics.epoch.set(epoch as i64);
+    report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
     let registry = Arc::new(registry);
 
@@ -233,6 +234,7 @@ pub async fn start(
             feedback,
             metrics: metrics.ingest.clone(),
             refusals: metrics.refusals.clone(),
+            feedback_metrics: metrics.feedback.clone(),
         }),
     };
     tasks.spawn(async move {
@@ -270,16 +272,39 @@ pub async fn start(
     })
 }
 
+/// Exports this process's epoch and says loudly when the persisted mark forced a clamp:
+/// the site would otherwise keep serving with no hint that a clock stepped back.
+fn report_epoch(started: &StartEpoch, metrics: &OperatorMetrics) {
+    let epoch = started.epoch;
+    metrics.epoch.set(epoch as i64);
+    metrics
+        .epoch_clamped
+        .set(i64::from(started.clamped_lead_ms.is_some()));
+    metrics
+        .epoch_mark_lead
+        .set(started.clamped_lead_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+    if let Some(lead_ms) = started.clamped_lead_ms {
+        tracing::error!(
+            previous_mark = started.previous_mark,
+            lead_ms,
+            epoch,
+            "the persisted publisher-epoch mark is more than 10 minutes ahead of the clock \
+             (the clock stepped back across a restart): publishing at the clock plus 10 \
+             minutes instead, the highest epoch receivers admit; check the host's clock"
+        );
+    }
+}
+
 /// What a start reads back from the state store.
 struct Persisted {
-    epoch: u64,
+    epoch: StartEpoch,
     feedback: Option<grid_feedback::ReceiverState>,
     fences: Option<grid_signals::batch::FenceSet>,
 }
 
 /// Persists this process's epoch (before anything can publish) and reads back the rest.
 async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persisted, Error> {
-    let epoch = {
+    let started = {
         let state = state.clone();
         blocking(move || start_epoch(state.as_ref(), now)).await?
     };
@@ -292,7 +317,7 @@ async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persist
         blocking(move || state.load_fences()).await?
     };
     Ok(Persisted {
-        epoch,
+        epoch: started,
         feedback,
         fences,
     })
@@ -360,7 +385,7 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
             stale_metrics_ms: p.stale_metrics.map(|d| d.as_millis() as u64),
         })
         .collect();
-    Site::new(
+    let mut site = Site::new(
         SiteConfig {
             site: config.site.clone(),
             epoch,
@@ -369,7 +394,11 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
         },
         &providers,
         now,
-    )
+    );
+    for (i, p) in config.providers.iter().enumerate() {
+        site.set_unavailable(i, p.unavailable);
+    }
+    site
 }
 
 fn scrape_loop(
@@ -388,6 +417,7 @@ fn scrape_loop(
         })
         .collect();
     ScrapeLoop {
+        readiness: vec![None; config.providers.len()],
         providers,
         scraper: Scraper::new(),
         signals: signals.clone(),

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_feedback::{
-    Caller, ConditionStatus, INGEST_BUDGET, Receiver, ReceiverInput, Reply, Request, RequestId,
-    WriteId, WriteOutcome, deadline_for,
+    Caller, ConditionStatus, INGEST_BUDGET, Receiver, ReceiverInput, RefusalReason, Reply, Request,
+    RequestId, WriteId, WriteOutcome, deadline_for,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, oneshot};
@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock;
 use crate::state::StateStore;
 
-/// Requests waiting for the feedback task; more are answered 503 by the handler.
+/// Requests waiting for the feedback task; more are refused at once as `busy` (503 with
+/// `x-grid-ingest-refusal: busy`, counted like the receiver's own refusals).
 pub(crate) const FEEDBACK_QUEUE: usize = 64;
 
 struct Job {
@@ -47,15 +48,16 @@ impl std::fmt::Debug for Job {
 }
 
 impl FeedbackHandle {
-    /// Hands one request to the receiver and waits for its reply; `None` when the task is
-    /// gone or overloaded, or the budget ran out (the handler answers 503).
+    /// Hands one request to the receiver and waits for its reply. Refused without one,
+    /// for the handler to answer 503 naming why: `busy` when [`FEEDBACK_QUEUE`] requests
+    /// already wait (or the task is gone), `deadline` when [`INGEST_BUDGET`] ran out.
     pub async fn submit(
         &self,
         caller: Caller,
         headers: Vec<(Vec<u8>, Vec<u8>)>,
         body: Vec<u8>,
         received_ms: u64,
-    ) -> Option<Reply> {
+    ) -> Result<Reply, RefusalReason> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Job {
@@ -65,8 +67,12 @@ impl FeedbackHandle {
                 received_ms,
                 reply,
             })
-            .ok()?;
-        tokio::time::timeout(INGEST_BUDGET, rx).await.ok()?.ok()
+            .map_err(|_| RefusalReason::Busy)?;
+        match tokio::time::timeout(INGEST_BUDGET, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(RefusalReason::Busy),
+            Err(_) => Err(RefusalReason::Deadline),
+        }
     }
 }
 
@@ -199,7 +205,7 @@ mod tests {
         )
         .await
         .expect("refused without waiting");
-        assert_eq!(refused, None);
+        assert_eq!(refused, Err(RefusalReason::Busy));
         waiting.abort_all();
     }
 }

@@ -61,6 +61,11 @@ pub const PROVIDER_SERIES: [(&str, &str); 7] = [
 
 /// Reads the provider series out of the store on every scrape, so a series the operator
 /// does not hold is absent rather than 0, and a peer's value is what was last polled.
+///
+/// "Held" is what the relay carries: the newest publication of each provider
+/// ([`grid_signals::store::Entry::published`]). A reading still in a window but no longer
+/// in the newest publication (the EPP stopped exporting the series) is absent here, as it
+/// is on `/v1/site/signals`, never a stale value.
 #[derive(Debug)]
 pub struct ProviderSeries {
     signals: SharedSignals,
@@ -68,11 +73,12 @@ pub struct ProviderSeries {
 
 impl Collector for ProviderSeries {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let now = crate::clock::wall_ms();
         let signals = lock(&self.signals);
         for (name, help) in PROVIDER_SERIES {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for entry in signals.all().entries() {
-                if let Some(reading) = entry.latest(name, &[]) {
+                if let Some(reading) = entry.published(name, &[], now) {
                     let labels = [
                         ("grid_site", entry.site()),
                         ("grid_provider", entry.provider()),
@@ -104,6 +110,12 @@ pub struct OperatorMetrics {
     pub ages_rejected: Gauge,
     /// This process's publisher epoch.
     pub epoch: Gauge,
+    /// 1 when the persisted epoch mark was too far ahead of the clock at start and the
+    /// epoch was clamped to the clock's lead bound.
+    pub epoch_clamped: Gauge,
+    /// How far the persisted epoch mark was ahead of the clock at start when it forced
+    /// the clamp, in seconds; 0 otherwise.
+    pub epoch_mark_lead: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl OperatorMetrics {
@@ -122,6 +134,18 @@ impl OperatorMetrics {
             "This process's publisher epoch: wall-clock milliseconds since the Unix epoch, above every persisted one",
             epoch.clone(),
         );
+        let epoch_clamped = Gauge::default();
+        registry.register(
+            "grid_operator_publisher_epoch_clamped",
+            "1 when the persisted publisher-epoch mark was more than 10 minutes ahead of the clock at start (the clock stepped back) and the epoch was clamped to the clock plus 10 minutes",
+            epoch_clamped.clone(),
+        );
+        let epoch_mark_lead = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "grid_operator_publisher_epoch_mark_lead_seconds",
+            "How far the persisted publisher-epoch mark was ahead of the clock at start when it forced the clamp; 0 otherwise",
+            epoch_mark_lead.clone(),
+        );
         registry.register_collector(Box::new(ProviderSeries { signals }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
@@ -134,6 +158,8 @@ impl OperatorMetrics {
             refusals: RefusalMetrics::register(registry),
             ages_rejected,
             epoch,
+            epoch_clamped,
+            epoch_mark_lead,
         }
     }
 }

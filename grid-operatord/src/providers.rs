@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use grid_signals::epp::{LineRefusals, ScrapeFailure};
+use grid_signals::epp::{
+    LineRefusals, Readiness, ReadyReason, ReadyReasonLabel, ReadyStatus, ScrapeFailure,
+};
 use grid_signals::exposition::SyntaxError;
 use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
@@ -26,6 +28,13 @@ struct ScrapeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReadyReasonLabels {
+    provider: String,
+    /// grid-signals' closed set of readiness reasons.
+    reason: ReadyReasonLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefusedLineLabels {
     provider: String,
     /// The parser's closed set of reasons.
@@ -40,6 +49,7 @@ pub struct ScrapeMetrics {
     pass_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     passes: Counter,
     publish_failures: Counter,
+    ready_reason: Family<ReadyReasonLabels, Gauge>,
 }
 
 impl ScrapeMetrics {
@@ -68,6 +78,11 @@ impl ScrapeMetrics {
             "grid_operator_scrape_passes",
             "Complete scrape passes over every provider; /readyz answers 200 after the first",
             m.passes.clone(),
+        );
+        registry.register(
+            "grid_operator_provider_ready_reason",
+            "1 for the reason of each own provider's current readiness verdict (its Ready condition's reason, a failed scrape's class included), 0 for every other reason",
+            m.ready_reason.clone(),
         );
         registry.register(
             "grid_operator_publish_failures",
@@ -99,11 +114,36 @@ impl ScrapeMetrics {
     }
 
     /// Creates every reason's series of `provider` at 0, so a dashboard sees them before
-    /// the first refused line.
+    /// the first refused line or readiness verdict.
     pub fn add_provider(&self, provider: &str) {
         for reason in SyntaxError::ALL {
             self.refused_counter(provider, reason);
         }
+        for reason in ReadyReasonLabel::ALL {
+            self.ready_reason_gauge(provider, reason);
+        }
+    }
+
+    /// Whether `reason` is `provider`'s current readiness reason (1) or not (0).
+    pub fn ready_reason(&self, provider: &str, reason: ReadyReasonLabel) -> i64 {
+        self.ready_reason_gauge(provider, reason).get()
+    }
+
+    fn ready_reason_gauge(&self, provider: &str, reason: ReadyReasonLabel) -> Gauge {
+        self.ready_reason
+            .get_or_create(&ReadyReasonLabels {
+                provider: provider.to_owned(),
+                reason,
+            })
+            .clone()
+    }
+
+    /// Moves `provider`'s current reason from `from` to `to`.
+    fn set_ready_reason(&self, provider: &str, from: Option<ReadyReason>, to: ReadyReason) {
+        if let Some(from) = from {
+            self.ready_reason_gauge(provider, from.label()).set(0);
+        }
+        self.ready_reason_gauge(provider, to.label()).set(1);
     }
 
     fn refused_counter(&self, provider: &str, reason: SyntaxError) -> Counter {
@@ -146,6 +186,15 @@ pub(crate) struct ScrapeLoop {
     pub ingest: IngestMetrics,
     /// Scrape interval.
     pub interval: Duration,
+    /// Each provider's last published readiness reason, so a transition is logged once.
+    pub readiness: Vec<Option<ReadyReason>>,
+}
+
+/// Whether a provider's readiness changed from `last` to `now`: the first verdict and
+/// every change of reason count, a repeat of the same reason does not (a change of
+/// status always changes the reason).
+pub(crate) fn transition(last: Option<ReadyReason>, now: ReadyReason) -> bool {
+    last != Some(now)
 }
 
 impl ScrapeLoop {
@@ -181,23 +230,53 @@ impl ScrapeLoop {
         while let Some(joined) = set.join_next().await {
             let Ok((i, outcome)) = joined else { continue };
             let now = clock::wall_ms();
-            let mut site = lock(&self.signals);
-            site.handle(
-                now,
-                SiteInput::Scraped {
-                    provider: i,
-                    outcome: outcome.as_deref().map_err(|f| *f),
-                    latest_pass_ms,
-                },
-            );
-            while let Some(output) = site.poll() {
+            // Counted and logged after the lock is released, so a log line never holds
+            // up the relay or /metrics.
+            let outputs: Vec<SiteOutput> = {
+                let mut site = lock(&self.signals);
+                site.handle(
+                    now,
+                    SiteInput::Scraped {
+                        provider: i,
+                        outcome: outcome.as_deref().map_err(|f| *f),
+                        latest_pass_ms,
+                    },
+                );
+                std::iter::from_fn(|| site.poll()).collect()
+            };
+            for output in outputs {
                 self.record(output);
             }
         }
     }
 
+    /// Logs and exports a provider's readiness when its reason changed: once per
+    /// transition, at info when it can serve or is unknown, at warn when it cannot.
+    fn record_readiness(&mut self, provider: usize, readiness: Readiness) {
+        let (Some(name), Some(last)) = (
+            self.providers.get(provider).map(|p| p.name.as_str()),
+            self.readiness.get_mut(provider),
+        ) else {
+            return;
+        };
+        if !transition(*last, readiness.reason) {
+            return;
+        }
+        self.metrics.set_ready_reason(name, *last, readiness.reason);
+        let previous = last.map_or("none", ReadyReason::as_str);
+        let class = readiness.reason.failure().map(ScrapeFailure::as_str);
+        let status = readiness.status.as_str();
+        let reason = readiness.reason.as_str();
+        if readiness.status == ReadyStatus::NotReady {
+            tracing::warn!(provider = %name, status, reason, class, previous, "provider readiness changed");
+        } else {
+            tracing::info!(provider = %name, status, reason, class, previous, "provider readiness changed");
+        }
+        *last = Some(readiness.reason);
+    }
+
     /// Counts what the site machine said of one scrape.
-    fn record(&self, output: SiteOutput) {
+    fn record(&mut self, output: SiteOutput) {
         match output {
             SiteOutput::Scraped { provider, observed } => {
                 let name = &self.providers[provider].name;
@@ -217,14 +296,66 @@ impl ScrapeLoop {
                     );
                 }
             }
-            SiteOutput::Published { report, .. } | SiteOutput::PeerIngested { report } => {
+            SiteOutput::Published {
+                provider,
+                report,
+                readiness,
+                ..
+            } => {
                 self.ingest.record(&report);
+                self.record_readiness(provider, readiness);
             }
+            SiteOutput::PeerIngested { report } => self.ingest.record(&report),
             SiteOutput::NotPublished { provider, error } => {
                 self.metrics.publish_failures.inc();
                 let name = &self.providers[provider].name;
                 tracing::warn!(provider = %name, %error, "provider batch not published");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_verdict_and_each_change_of_reason_are_transitions_and_a_repeat_is_not() {
+        let ready = ReadyReason::EndpointsReady;
+        let timeout = ReadyReason::ScrapeFailed(ScrapeFailure::Timeout);
+        assert!(transition(None, ready));
+        assert!(!transition(Some(ready), ready));
+        assert!(transition(Some(ready), timeout));
+        assert!(!transition(Some(timeout), timeout));
+        // Another failure class is another reason.
+        assert!(transition(
+            Some(timeout),
+            ReadyReason::ScrapeFailed(ScrapeFailure::Connect)
+        ));
+    }
+
+    #[test]
+    fn a_provider_exports_exactly_its_current_reason_as_one() {
+        let mut registry = Registry::default();
+        let m = ScrapeMetrics::register(&mut registry);
+        m.add_provider("llama");
+        for reason in ReadyReasonLabel::ALL {
+            assert_eq!(m.ready_reason("llama", reason), 0);
+        }
+        m.set_ready_reason("llama", None, ReadyReason::EndpointsReady);
+        let timeout = ReadyReason::ScrapeFailed(ScrapeFailure::Timeout);
+        m.set_ready_reason("llama", Some(ReadyReason::EndpointsReady), timeout);
+        let ones: Vec<_> = ReadyReasonLabel::ALL
+            .into_iter()
+            .filter(|r| m.ready_reason("llama", *r) == 1)
+            .collect();
+        assert_eq!(ones, [ReadyReasonLabel::ScrapeTimeout]);
+        let text = grid_daemon::exposition::render(&registry);
+        assert!(
+            text.contains(
+                "grid_operator_provider_ready_reason{provider=\"llama\",reason=\"scrape_timeout\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
-use grid_feedback::{Caller, Reply};
+use grid_feedback::{Caller, ReceiverMetrics, RefusalReason, Reply};
 use grid_signals::site::{Audience, Site};
 use grid_signals::store::{IngestMetrics, RelayBudget};
 use http::{Method, StatusCode, header};
@@ -116,6 +116,8 @@ pub struct SignalsService {
     pub metrics: IngestMetrics,
     /// Refused requests.
     pub refusals: RefusalMetrics,
+    /// Feedback refusals, for the ones made before the receiver saw the request.
+    pub feedback_metrics: ReceiverMetrics,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -198,13 +200,34 @@ impl SignalsService {
             Ok(Err(_)) => vec![0],
             Err(_) => return empty(StatusCode::REQUEST_TIMEOUT),
         };
-        match self
+        let outcome = self
             .feedback
             .submit(caller, headers, body, received_ms)
-            .await
-        {
-            Some(reply) => reply_response(&reply),
-            None => empty(StatusCode::SERVICE_UNAVAILABLE),
+            .await;
+        feedback_response(outcome, &self.feedback_metrics)
+    }
+}
+
+/// The answer to an ingest report: the receiver's reply, or a refusal made before the
+/// receiver saw it, in the receiver's own form (its status, `x-grid-ingest-refusal`
+/// naming the reason) and counted in the same series, so an overloaded operator says
+/// why instead of a bare 503.
+fn feedback_response(
+    outcome: Result<Reply, RefusalReason>,
+    metrics: &ReceiverMetrics,
+) -> Response<Full<Bytes>> {
+    match outcome {
+        Ok(reply) => reply_response(&reply),
+        Err(reason) => {
+            metrics.record_refusal(reason);
+            let mut r = empty(
+                StatusCode::from_u16(reason.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            );
+            r.headers_mut().insert(
+                grid_feedback::HEADER_REFUSAL,
+                header::HeaderValue::from_static(reason.as_str()),
+            );
+            r
         }
     }
 }
@@ -245,6 +268,28 @@ impl Handler for SignalsService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_feedback_queue_answers_503_naming_the_reason_and_counts_it() {
+        let mut registry = Registry::default();
+        let metrics = ReceiverMetrics::register(&mut registry);
+        let r = feedback_response(Err(RefusalReason::Busy), &metrics);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers()
+                .get(grid_feedback::HEADER_REFUSAL)
+                .and_then(|v| v.to_str().ok()),
+            Some("busy")
+        );
+        assert_eq!(metrics.refusal_count(RefusalReason::Busy), 1);
+        let r = feedback_response(Err(RefusalReason::Deadline), &metrics);
+        assert_eq!(
+            r.headers()
+                .get(grid_feedback::HEADER_REFUSAL)
+                .and_then(|v| v.to_str().ok()),
+            Some("deadline")
+        );
+    }
 
     #[test]
     fn reference_is_the_whole_second_the_date_header_can_say() {

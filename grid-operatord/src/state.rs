@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use grid_feedback::ReceiverState;
-use grid_signals::batch::FenceSet;
+use grid_signals::batch::{FenceSet, MAX_EPOCH_LEAD_MS};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -39,15 +39,46 @@ pub trait StateStore: Send + Sync {
     fn store_fences(&self, fences: &FenceSet) -> Result<(), Error>;
 }
 
+/// The publisher epoch a start chose, and whether the persisted mark forced a clamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartEpoch {
+    /// This process's publisher epoch.
+    pub epoch: u64,
+    /// The mark persisted before this start, if any.
+    pub previous_mark: Option<u64>,
+    /// How far that mark was ahead of the clock at start, in milliseconds, when it was
+    /// more than [`MAX_EPOCH_LEAD_MS`] ahead (the epoch was clamped); `None` otherwise.
+    pub clamped_lead_ms: Option<u64>,
+}
+
 /// The publisher epoch for this process: wall-clock based, but strictly above every
 /// epoch persisted before, so it still moves forward when the clock stepped back across a
 /// restart. It is persisted before it is returned, so no batch can carry an epoch a later
 /// restart might reuse.
-pub fn start_epoch(store: &dyn StateStore, now_ms: u64) -> Result<u64, Error> {
-    let floor = store.load_epoch_hwm()?.map_or(0, |h| h.saturating_add(1));
-    let epoch = now_ms.max(floor);
+///
+/// One exception, when the mark is more than [`MAX_EPOCH_LEAD_MS`] ahead of the clock
+/// (the previous process ran with a clock that was far ahead): `mark + 1` would be refused
+/// as `skew` by every receiver, this operator's own store included, until the clock
+/// catches up, which silently removes the site. The epoch is then `now +
+/// MAX_EPOCH_LEAD_MS`, the highest one a receiver with a right clock admits. It is still
+/// above every fence such a receiver can hold for this site, since a receiver retains no
+/// epoch more than that lead ahead of its own clock at admission, which was before
+/// `now`. The mark is lowered to it, so later restarts move up from there.
+pub fn start_epoch(store: &dyn StateStore, now_ms: u64) -> Result<StartEpoch, Error> {
+    let previous_mark = store.load_epoch_hwm()?;
+    let floor = previous_mark.map_or(0, |h| h.saturating_add(1));
+    let bound = now_ms.saturating_add(MAX_EPOCH_LEAD_MS);
+    let (epoch, clamped_lead_ms) = if floor > bound {
+        (bound, previous_mark.map(|h| h.saturating_sub(now_ms)))
+    } else {
+        (now_ms.max(floor), None)
+    };
     store.store_epoch_hwm(epoch)?;
-    Ok(epoch)
+    Ok(StartEpoch {
+        epoch,
+        previous_mark,
+        clamped_lead_ms,
+    })
 }
 
 /// State kept as files in one directory.
@@ -178,19 +209,23 @@ mod tests {
     fn first_start_uses_the_wall_clock_and_persists_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStateStore::open(dir.path()).unwrap();
-        assert_eq!(start_epoch(&store, 1_000).unwrap(), 1_000);
+        assert_eq!(start_epoch(&store, 1_000).unwrap().epoch, 1_000);
         assert_eq!(store.load_epoch_hwm().unwrap(), Some(1_000));
     }
 
     #[test]
     fn epoch_moves_forward_when_the_clock_steps_back_across_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let first = start_epoch(&FileStateStore::open(dir.path()).unwrap(), 5_000).unwrap();
+        let first = start_epoch(&FileStateStore::open(dir.path()).unwrap(), 5_000)
+            .unwrap()
+            .epoch;
         // Restart: a fresh store on the same directory, clock now behind the old epoch.
         let reopened = FileStateStore::open(dir.path()).unwrap();
-        let second = start_epoch(&reopened, 4_000).unwrap();
+        let second = start_epoch(&reopened, 4_000).unwrap().epoch;
         assert_eq!(second, first + 1);
-        let third = start_epoch(&FileStateStore::open(dir.path()).unwrap(), 9_000).unwrap();
+        let third = start_epoch(&FileStateStore::open(dir.path()).unwrap(), 9_000)
+            .unwrap()
+            .epoch;
         assert_eq!(third, 9_000);
     }
 
@@ -199,7 +234,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = FileStateStore::open(dir.path()).unwrap();
         store.store_epoch_hwm(u64::MAX).unwrap();
-        assert_eq!(start_epoch(&store, 1).unwrap(), u64::MAX);
+        assert_eq!(start_epoch(&store, u64::MAX).unwrap().epoch, u64::MAX);
+    }
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn a_mark_exactly_at_the_lead_bound_is_followed_and_one_past_it_is_clamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStateStore::open(dir.path()).unwrap();
+        // mark + 1 == now + lead: still admitted everywhere, so the mark rules.
+        store.store_epoch_hwm(NOW + MAX_EPOCH_LEAD_MS - 1).unwrap();
+        let at = start_epoch(&store, NOW).unwrap();
+        assert_eq!(at.epoch, NOW + MAX_EPOCH_LEAD_MS);
+        assert_eq!(at.clamped_lead_ms, None);
+        // mark + 1 one past the bound: clamped to the bound, the lead reported.
+        store.store_epoch_hwm(NOW + MAX_EPOCH_LEAD_MS).unwrap();
+        let past = start_epoch(&store, NOW).unwrap();
+        assert_eq!(past.epoch, NOW + MAX_EPOCH_LEAD_MS);
+        assert_eq!(past.clamped_lead_ms, Some(MAX_EPOCH_LEAD_MS));
+        assert_eq!(past.previous_mark, Some(NOW + MAX_EPOCH_LEAD_MS));
+    }
+
+    #[test]
+    fn a_clamped_start_lowers_the_mark_so_the_next_start_moves_up_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStateStore::open(dir.path()).unwrap();
+        store.store_epoch_hwm(NOW + 3_600_000).unwrap();
+        let first = start_epoch(&store, NOW).unwrap();
+        assert_eq!(first.epoch, NOW + MAX_EPOCH_LEAD_MS);
+        assert_eq!(first.clamped_lead_ms, Some(3_600_000));
+        assert_eq!(store.load_epoch_hwm().unwrap(), Some(first.epoch));
+        // A restart one second later, same clock: above the clamped epoch, not clamped.
+        let second = start_epoch(&store, NOW + 1_000).unwrap();
+        assert_eq!(second.epoch, first.epoch + 1);
+        assert_eq!(second.clamped_lead_ms, None);
     }
 
     #[test]

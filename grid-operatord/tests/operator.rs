@@ -727,3 +727,194 @@ async fn the_metrics_listener_answers_probes_ready_only_after_a_complete_scrape_
     .await;
     assert_eq!(send(&c, get(&url("/nothing"))).await.status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persisted_epoch_mark_an_hour_ahead_of_the_clock_keeps_the_site_serving_and_says_so() {
+    use grid_signals::batch::{Fence, FenceRecord, FenceSet, MAX_EPOCH_LEAD_MS};
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let now = grid_operatord::clock::wall_ms();
+    // The previous process ran with a clock an hour ahead: its mark and its own
+    // provider's fence are both there; then the clock stepped back across the restart.
+    let ahead = now + 3_600_000;
+    let store = FileStateStore::open(a.state_dir()).unwrap();
+    store.store_epoch_hwm(ahead).unwrap();
+    store
+        .store_fences(&FenceSet {
+            records: vec![FenceRecord {
+                site: "a".into(),
+                provider: "llama".into(),
+                fence: Fence::new(ahead, 40),
+            }],
+        })
+        .unwrap();
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    // The epoch every receiver with a right clock still admits, above every fence one
+    // could have retained from the previous process.
+    let after = grid_operatord::clock::wall_ms();
+    assert!(
+        op.epoch >= now + MAX_EPOCH_LEAD_MS && op.epoch <= after + MAX_EPOCH_LEAD_MS,
+        "epoch {} not clamped to the clock's lead bound",
+        op.epoch
+    );
+    let gateway = grid.client(&a.cert, "a", "a");
+    eventually("the site's provider served to its gateway", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "a", "llama") == Some(1.0)
+        }
+    })
+    .await;
+    let m = get_metrics(op.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_publisher_epoch_clamped 1"),
+        "{m}"
+    );
+    assert_eq!(
+        op.metrics
+            .ingest
+            .dropped(grid_signals::store::DropReason::Skew),
+        0
+    );
+    assert_eq!(
+        op.metrics
+            .ingest
+            .dropped(grid_signals::store::DropReason::Delayed),
+        0
+    );
+    drop(op);
+    // The next restart starts above the clamped epoch.
+    let hwm = FileStateStore::open(a.state_dir())
+        .unwrap()
+        .load_epoch_hwm()
+        .unwrap()
+        .unwrap();
+    assert!(hwm <= after + MAX_EPOCH_LEAD_MS, "mark {hwm} left ahead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_a_provider_series_while_it_is_held_and_drop_it_as_soon_as_it_is_not() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = run(&a, &[], &[provider("llama", &epp)]).await;
+    let addr = op.metrics_addr;
+    eventually(
+        "grid_provider_ready 1 on /metrics while held",
+        10,
+        || async move {
+            value_of(
+                &get_metrics(addr).await,
+                "grid_provider_ready",
+                "a",
+                "llama",
+            ) == Some(1.0)
+        },
+    )
+    .await;
+    // The EPP stops exporting the pool's series: readiness becomes unknown and the next
+    // publication carries no grid_provider_ready. The relay drops it at once; /metrics
+    // must too, long before the 30 s TTL would expire the old reading.
+    epp.set(Behaviour::Body(b"some_other_family 1\n".to_vec()));
+    let gateway = grid.client(&a.cert, "a", "a");
+    let signals = op.signals_addr;
+    eventually("the relay no longer carries grid_provider_ready", 5, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(signals, tls).await.unwrap();
+            let body = text(&f.body);
+            body.contains("grid_provider_config_generation{")
+                && value_of(&body, "grid_provider_ready", "a", "llama").is_none()
+        }
+    })
+    .await;
+    let m = get_metrics(addr).await;
+    assert_eq!(
+        value_of(&m, "grid_provider_ready", "a", "llama"),
+        None,
+        "a series the relay no longer holds is still on /metrics:\n{m}"
+    );
+    assert_eq!(
+        value_of(&m, "grid_provider_ready_endpoints", "a", "llama"),
+        None,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_unavailable_from_configuration_reads_not_ready_with_that_reason() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let mut config = a.config(&[], &[provider("llama", &epp)]);
+    config.providers[0].unavailable = true;
+    config.validate().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let op = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let gateway = grid.client(&a.cert, "a", "a");
+    eventually("grid_provider_ready 0 relayed", 10, || {
+        let tls = gateway.clone();
+        async move {
+            let f = get_signals(op.signals_addr, tls).await.unwrap();
+            value_of(&text(&f.body), "grid_provider_ready", "a", "llama") == Some(0.0)
+        }
+    })
+    .await;
+    // Still scraped: its load stays visible.
+    let m = get_metrics(op.metrics_addr).await;
+    assert_eq!(
+        value_of(&m, "grid_provider_ready_endpoints", "a", "llama"),
+        Some(2.0)
+    );
+    assert!(
+        m.contains(
+            "grid_operator_provider_ready_reason{provider=\"llama\",reason=\"unavailable\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            "grid_operator_provider_ready_reason{provider=\"llama\",reason=\"endpoints_ready\"} 0"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_transition_is_exported_with_its_reason_and_the_failed_scrapes_class() {
+    use grid_signals::epp::ReadyReasonLabel;
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let mut config = a.config(&[], &[provider("llama", &epp)]);
+    // The readiness floor (two 1 s intervals) decides the stale window.
+    config.providers[0].stale_metrics = Some(Duration::from_secs(1));
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let op = driver::start(config, None, state, Options::default())
+        .await
+        .unwrap();
+    let scrapes = op.metrics.scrapes.clone();
+    eventually("endpoints_ready is the current reason", 10, || {
+        let s = scrapes.clone();
+        async move { s.ready_reason("llama", ReadyReasonLabel::EndpointsReady) == 1 }
+    })
+    .await;
+    epp.set(Behaviour::Status(500));
+    eventually("scrape_http is the current reason", 10, || {
+        let s = scrapes.clone();
+        async move { s.ready_reason("llama", ReadyReasonLabel::ScrapeHttp) == 1 }
+    })
+    .await;
+    let current: Vec<_> = ReadyReasonLabel::ALL
+        .into_iter()
+        .filter(|r| scrapes.ready_reason("llama", *r) == 1)
+        .collect();
+    assert_eq!(current, [ReadyReasonLabel::ScrapeHttp]);
+    let m = get_metrics(op.metrics_addr).await;
+    assert_eq!(value_of(&m, "grid_provider_ready", "a", "llama"), Some(0.0));
+}

@@ -105,6 +105,39 @@ struct Expect {
     reset: Option<Revision>,
 }
 
+/// Whether `a` and `b` are one publication: equal in everything but a single shift of
+/// every stamp (a relay's re-dating), which does not make a changed duplicate.
+fn same_publication(a: &Batch, b: &Batch) -> bool {
+    let relative = |batch: &Batch| -> (Vec<u64>, Batch) {
+        let base = batch.meta.stamp_ms();
+        let offsets = batch
+            .rows
+            .iter()
+            .map(|r| r.stamp_ms().wrapping_sub(base))
+            .collect();
+        let m = &batch.meta;
+        let meta = BatchMeta::new(
+            m.site(),
+            m.provider(),
+            m.uid(),
+            m.fence(),
+            m.samples(),
+            m.generation(),
+            0,
+        )
+        .expect("the batch's own metadata");
+        let rows = batch
+            .rows
+            .iter()
+            .map(|r| Row::new(r.name(), r.labels().to_vec(), r.value(), 0).expect("its own row"))
+            .collect();
+        let mut normal = Batch::new(meta, rows);
+        normal.lines_refused = batch.lines_refused;
+        (offsets, normal)
+    };
+    relative(a) == relative(b)
+}
+
 impl Model {
     fn apply(&mut self, batch: &Batch, now: u64) -> Expect {
         let mut e = Expect::default();
@@ -119,7 +152,8 @@ impl Model {
             .entry(batch.meta.provider().to_owned())
             .or_default();
         if let Some(held_fence) = p.fence {
-            if fence < held_fence || (fence == held_fence && p.held.as_ref() != Some(batch)) {
+            let same = p.held.as_ref().is_some_and(|h| same_publication(h, batch));
+            if fence < held_fence || (fence == held_fence && !same) {
                 e.delayed = lines;
                 return e;
             }

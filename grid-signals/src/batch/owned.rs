@@ -41,7 +41,9 @@ impl Batch {
         1 + self.rows.len() as u64
     }
 
-    /// A digest of everything the batch says, as received.
+    /// A digest of everything the batch says, as received, with its stamps taken
+    /// relative to the metadata stamp: a copy re-dated by a relay (every stamp moved by
+    /// one shift) is the same publication.
     ///
     /// Two batches with the same digest are treated as the same publication (an exact
     /// repeat). 64 bits of `SipHash` with fixed keys: deterministic, and a collision between
@@ -83,6 +85,17 @@ mod tests {
         let mut refused = batch(2, &[1.0, 2.0]);
         refused.lines_refused = 1;
         assert!(!refused.is_complete());
+    }
+
+    #[test]
+    fn digest_ignores_one_shift_of_every_stamp_but_not_a_row_stamp_moved_alone() {
+        let shifted = |meta_stamp: u64, row_stamp: u64| {
+            let meta = BatchMeta::new("s", "p", "u", Fence::new(1, 1), 1, 7, meta_stamp).unwrap();
+            Batch::new(meta, vec![Row::new("m", vec![], 1.0, row_stamp).unwrap()]).digest()
+        };
+        assert_eq!(shifted(10, 8), shifted(410, 408));
+        assert_ne!(shifted(10, 8), shifted(10, 9));
+        assert_ne!(shifted(10, 8), shifted(11, 8));
     }
 
     #[test]

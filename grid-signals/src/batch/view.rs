@@ -252,6 +252,12 @@ impl BatchView<'_, '_> {
     }
 
     /// The digest of everything the batch says (see [`Batch::digest`]).
+    ///
+    /// Stamps enter relative to the metadata stamp, and the metadata stamp not at all: a
+    /// relay dated with a whole-second `Date` moves every stamp of a publication by the
+    /// same sub-second shift, and that re-dated copy is still the publication held at its
+    /// fence (a repeat, not a changed duplicate counted as `delayed`). Any other change
+    /// to a stamp changes the digest.
     pub(crate) fn digest(&self) -> u64 {
         let meta = self.meta;
         let mut h = DefaultHasher::new();
@@ -263,7 +269,6 @@ impl BatchView<'_, '_> {
             meta.fence.sequence,
             meta.samples,
             meta.generation,
-            meta.stamp_ms,
             self.rows.len() as u64,
         ] {
             h.write_u64(n);
@@ -276,7 +281,7 @@ impl BatchView<'_, '_> {
                 write_str(&mut h, value);
             }
             h.write_u64(row.value.to_bits());
-            h.write_u64(row.stamp_ms);
+            h.write_u64(row.stamp_ms.wrapping_sub(meta.stamp_ms));
         }
         h.write_u64(self.lines_refused as u64);
         h.finish()

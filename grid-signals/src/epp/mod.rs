@@ -53,7 +53,7 @@ pub use publication::{
 };
 pub use readiness::{
     ENGINE_ANSWER_WINDOW_MS, HYSTERESIS_SCRAPES, Readiness, ReadinessState, ReadyObservation,
-    ReadyReason, ReadyStatus, ScrapeTiming, StaleWindow,
+    ReadyReason, ReadyReasonLabel, ReadyStatus, ScrapeTiming, StaleWindow,
 };
 pub use reading::{
     Counters, Histogram, MAX_ENDPOINTS, MAX_HISTOGRAM_BUCKETS, MAX_POOLS, PoolSelector,

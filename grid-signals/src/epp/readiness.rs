@@ -130,6 +130,84 @@ impl ReadyReason {
     }
 }
 
+crate::label_values! {
+    /// [`ReadyReason`] as a metric label: the closed set an operator exports the current
+    /// reason of each provider under (`grid_operator_provider_ready_reason{reason}`), one
+    /// value per condition reason, a failed scrape's class included.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ReadyReasonLabel {
+        /// [`ReadyReason::EndpointsReady`].
+        EndpointsReady = "endpoints_ready",
+        /// [`ReadyReason::EngineAnswering`].
+        EngineAnswering = "engine_answering",
+        /// [`ReadyReason::ZeroEndpointsUnconfirmed`].
+        ZeroEndpointsUnconfirmed = "zero_endpoints_unconfirmed",
+        /// [`ReadyReason::NoReadyEndpoints`].
+        NoReadyEndpoints = "no_ready_endpoints",
+        /// [`ReadyReason::RecoveryUnconfirmed`].
+        RecoveryUnconfirmed = "recovery_unconfirmed",
+        /// [`ReadyReason::Unavailable`].
+        Unavailable = "unavailable",
+        /// [`ReadyReason::ScrapeFailed`] with [`ScrapeFailure::Timeout`].
+        ScrapeTimeout = "scrape_timeout",
+        /// ... with [`ScrapeFailure::Unauthorized`].
+        ScrapeUnauthorized = "scrape_unauthorized",
+        /// ... with [`ScrapeFailure::Tls`].
+        ScrapeTls = "scrape_tls",
+        /// ... with [`ScrapeFailure::Dns`].
+        ScrapeDns = "scrape_dns",
+        /// ... with [`ScrapeFailure::Connect`].
+        ScrapeConnect = "scrape_connect",
+        /// ... with [`ScrapeFailure::Http`].
+        ScrapeHttp = "scrape_http",
+        /// ... with [`ScrapeFailure::BodyCap`].
+        ScrapeBodyCap = "scrape_body_cap",
+        /// ... with [`ScrapeFailure::Parse`].
+        ScrapeParse = "scrape_parse",
+        /// [`ReadyReason::NoRecentScrape`].
+        NoRecentScrape = "no_recent_scrape",
+        /// [`ReadyReason::NoScrapeYet`].
+        NoScrapeYet = "no_scrape_yet",
+        /// [`ReadyReason::NoReadySeries`].
+        NoReadySeries = "no_ready_series",
+    }
+}
+
+impl ReadyReason {
+    /// The reason's metric label (snake case of [`Self::as_str`]).
+    pub fn label(self) -> ReadyReasonLabel {
+        match self {
+            Self::EndpointsReady => ReadyReasonLabel::EndpointsReady,
+            Self::EngineAnswering => ReadyReasonLabel::EngineAnswering,
+            Self::ZeroEndpointsUnconfirmed => ReadyReasonLabel::ZeroEndpointsUnconfirmed,
+            Self::NoReadyEndpoints => ReadyReasonLabel::NoReadyEndpoints,
+            Self::RecoveryUnconfirmed => ReadyReasonLabel::RecoveryUnconfirmed,
+            Self::Unavailable => ReadyReasonLabel::Unavailable,
+            Self::ScrapeFailed(class) => match class {
+                ScrapeFailure::Timeout => ReadyReasonLabel::ScrapeTimeout,
+                ScrapeFailure::Unauthorized => ReadyReasonLabel::ScrapeUnauthorized,
+                ScrapeFailure::Tls => ReadyReasonLabel::ScrapeTls,
+                ScrapeFailure::Dns => ReadyReasonLabel::ScrapeDns,
+                ScrapeFailure::Connect => ReadyReasonLabel::ScrapeConnect,
+                ScrapeFailure::Http => ReadyReasonLabel::ScrapeHttp,
+                ScrapeFailure::BodyCap => ReadyReasonLabel::ScrapeBodyCap,
+                ScrapeFailure::Parse => ReadyReasonLabel::ScrapeParse,
+            },
+            Self::NoRecentScrape => ReadyReasonLabel::NoRecentScrape,
+            Self::NoScrapeYet => ReadyReasonLabel::NoScrapeYet,
+            Self::NoReadySeries => ReadyReasonLabel::NoReadySeries,
+        }
+    }
+
+    /// The failed scrape's class, for a reason that names one.
+    pub fn failure(self) -> Option<ScrapeFailure> {
+        match self {
+            Self::ScrapeFailed(class) => Some(class),
+            _ => None,
+        }
+    }
+}
+
 /// The verdict at one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Readiness {
@@ -628,5 +706,45 @@ mod tests {
         reasons.sort_unstable();
         reasons.dedup();
         assert_eq!(reasons.len(), n);
+    }
+
+    #[test]
+    fn every_reason_has_one_label_the_snake_case_of_its_condition_reason() {
+        let all: Vec<ReadyReason> = [
+            ReadyReason::EndpointsReady,
+            ReadyReason::EngineAnswering,
+            ReadyReason::ZeroEndpointsUnconfirmed,
+            ReadyReason::NoReadyEndpoints,
+            ReadyReason::RecoveryUnconfirmed,
+            ReadyReason::Unavailable,
+            ReadyReason::NoRecentScrape,
+            ReadyReason::NoScrapeYet,
+            ReadyReason::NoReadySeries,
+        ]
+        .into_iter()
+        .chain(
+            ScrapeFailure::ALL
+                .into_iter()
+                .map(ReadyReason::ScrapeFailed),
+        )
+        .collect();
+        let mut labels: Vec<ReadyReasonLabel> = all.iter().map(|r| r.label()).collect();
+        for reason in &all {
+            let snake: String = reason
+                .as_str()
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let sep = (i > 0 && c.is_ascii_uppercase()).then_some('_');
+                    sep.into_iter()
+                        .chain(std::iter::once(c.to_ascii_lowercase()))
+                })
+                .collect();
+            assert_eq!(reason.label().as_str(), snake);
+        }
+        labels.sort_by_key(|l| l.as_str());
+        labels.dedup();
+        assert_eq!(labels.len(), ReadyReasonLabel::ALL.len());
+        assert_eq!(all.len(), ReadyReasonLabel::ALL.len());
     }
 }

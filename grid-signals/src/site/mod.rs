@@ -42,7 +42,7 @@ pub use publisher::{Observed, ProviderSpec, Publisher};
 
 use crate::Error;
 use crate::batch::{Fence, FenceSet};
-use crate::epp::ScrapeFailure;
+use crate::epp::{Readiness, ScrapeFailure};
 use crate::store::{
     FenceImport, IngestReport, RelayBudget, RelayReport, Sender, Store, StoreConfig,
 };
@@ -114,6 +114,8 @@ pub enum SiteOutput {
         samples: u64,
         /// What the site's own store refused of it (normally nothing).
         report: IngestReport,
+        /// The readiness verdict it carries, for the caller to log and export.
+        readiness: Readiness,
     },
     /// A provider's batch could not be framed (a name or value out of the wire rules).
     NotPublished {
@@ -216,6 +218,7 @@ impl Site {
         let observed = publisher.observe(now, outcome);
         self.outputs
             .push_back(SiteOutput::Scraped { provider, observed });
+        let readiness = publisher.readiness(now, latest_pass_ms);
         match publisher.publish(now, latest_pass_ms) {
             Ok(batch) => {
                 let fence = batch.meta.fence();
@@ -231,11 +234,21 @@ impl Site {
                     fence,
                     samples,
                     report,
+                    readiness,
                 });
             }
             Err(error) => self
                 .outputs
                 .push_back(SiteOutput::NotPublished { provider, error }),
+        }
+    }
+
+    /// Marks provider `provider` (index) Unavailable from configuration, or clears it;
+    /// an index out of range is ignored. Its next batches read not ready with reason
+    /// `Unavailable`, the spec's third not-ready case.
+    pub fn set_unavailable(&mut self, provider: usize, unavailable: bool) {
+        if let Some(publisher) = self.publishers.get_mut(provider) {
+            publisher.set_unavailable(unavailable);
         }
     }
 
@@ -376,6 +389,37 @@ mod tests {
             assert_eq!(fence, Fence::new(1, i as u64 + 1));
             assert_eq!(a.poll(), None);
         }
+    }
+
+    #[test]
+    fn a_provider_marked_unavailable_publishes_not_ready_with_that_reason() {
+        use crate::epp::{ReadyReason, ReadyStatus};
+        let mut a = site("a");
+        a.set_unavailable(0, true);
+        a.set_unavailable(7, true);
+        a.handle(
+            NOW,
+            SiteInput::Scraped {
+                provider: 0,
+                outcome: Ok(BODY),
+                latest_pass_ms: 0,
+            },
+        );
+        let published = std::iter::from_fn(|| a.poll()).find_map(|o| match o {
+            SiteOutput::Published { readiness, .. } => Some(readiness),
+            _ => None,
+        });
+        let readiness = published.expect("a batch");
+        assert_eq!(
+            (readiness.status, readiness.reason),
+            (ReadyStatus::NotReady, ReadyReason::Unavailable)
+        );
+        let local = relay(&a, Audience::Local);
+        let ready = local
+            .lines()
+            .find(|l| l.starts_with("grid_provider_ready{"))
+            .expect("a readiness row");
+        assert!(ready.contains("} 0 "), "{ready}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::Error;
 use crate::batch::{Batch, BatchMeta, Fence, Row};
 use crate::epp::{
     LineRefusals, PoolSelector, ProviderConfig as TrackerConfig, ProviderTracker, PublishedSample,
-    ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
+    Readiness, ScrapeBody, ScrapeFailure, ScrapeInput, ScrapeTiming, StaleWindow,
 };
 use crate::exposition;
 
@@ -117,6 +117,18 @@ impl Publisher {
             failure: Some(failure),
             refused,
         }
+    }
+
+    /// Marks the provider Unavailable (its configuration says it cannot serve), or
+    /// clears it: the verdict is then not ready with [`crate::epp::ReadyReason::Unavailable`].
+    pub fn set_unavailable(&mut self, unavailable: bool) {
+        self.tracker.set_unavailable(unavailable);
+    }
+
+    /// The readiness verdict at `now` given the latest scrape pass duration (the one the
+    /// next batch publishes).
+    pub fn readiness(&self, now: u64, latest_pass_ms: u64) -> Readiness {
+        self.tracker.readiness(now, self.window(latest_pass_ms))
     }
 
     /// The stale window given the latest scrape pass duration.

@@ -196,6 +196,23 @@ impl Entry {
             .latest()
     }
 
+    /// The reading of the series `metric` with exactly the extra labels `labels` in the
+    /// provider's last complete publication, while that publication is at most one TTL
+    /// old at `now_ms`: what the relay carries right now (see
+    /// [`super::Store::encode_relay`]).
+    ///
+    /// Unlike [`Self::latest`], which keeps a reading until the TTL expires it, a series
+    /// the newest publication no longer carries is `None` at once, so an exporter built
+    /// on this never shows a value the store no longer holds.
+    pub fn published(&self, metric: &str, labels: &[(&str, &str)], now_ms: u64) -> Option<Reading> {
+        let publication = self.publication.as_ref()?;
+        if publication.meta().stamp_ms().saturating_add(self.ttl_ms) < now_ms {
+            return None;
+        }
+        let (value, stamp_ms) = publication.find(metric, labels)?;
+        Some(Reading { value, stamp_ms })
+    }
+
     /// The newest stamp of any reading held.
     pub fn newest_at(&self) -> Option<u64> {
         self.metrics

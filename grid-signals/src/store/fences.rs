@@ -1,14 +1,16 @@
 //! Carrying fences across restarts.
 
 use super::Store;
-use crate::batch::{FenceRecord, FenceSet, MAX_KEY_BYTES, check_bounded};
+use crate::batch::{FenceRecord, FenceSet, MAX_KEY_BYTES, check_bounded, epoch_too_far};
 
 /// What [`Store::import_fences`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FenceImport {
     /// Records applied (a fence raised or a new entry created).
     pub applied: usize,
-    /// Records refused: names out of bounds, or no room under the provider caps.
+    /// Records refused: names out of bounds, an epoch more than
+    /// [`crate::batch::MAX_EPOCH_LEAD_MS`] ahead of the clock, or no room under the
+    /// provider caps.
     pub refused: usize,
 }
 
@@ -34,11 +36,18 @@ impl Store {
     ///
     /// Imported entries count against the caps like any other, and are forgotten after
     /// [`super::FENCE_RETENTION_MS`] without batches.
+    ///
+    /// A fence whose epoch is more than [`crate::batch::MAX_EPOCH_LEAD_MS`] ahead of
+    /// `now_ms` is refused, as admission would refuse its batch: it was admitted under a
+    /// clock that has since stepped back, and retaining it would refuse every honest batch
+    /// (the site's own, published in an epoch clamped to the clock) until the clock
+    /// caught up.
     pub fn import_fences(&mut self, set: &FenceSet, now_ms: u64) -> FenceImport {
         let mut outcome = FenceImport::default();
         for record in &set.records {
             let valid = check_bounded("grid_site", &record.site, MAX_KEY_BYTES).is_ok()
-                && check_bounded("grid_provider", &record.provider, MAX_KEY_BYTES).is_ok();
+                && check_bounded("grid_provider", &record.provider, MAX_KEY_BYTES).is_ok()
+                && !epoch_too_far(record.fence.epoch, now_ms);
             match valid
                 .then(|| self.entry_mut_or_create(&record.site, &record.provider, now_ms))
                 .flatten()
@@ -132,5 +141,37 @@ mod tests {
             }
         );
         assert_eq!(s.entry("b", "m").unwrap().fence(), Some(Fence::new(T0, 7)));
+    }
+
+    #[test]
+    fn a_fence_exactly_at_the_epoch_lead_is_imported_and_one_past_it_is_refused() {
+        use crate::batch::MAX_EPOCH_LEAD_MS;
+        let record = |provider: &str, epoch: u64| FenceRecord {
+            site: "b".into(),
+            provider: provider.into(),
+            fence: Fence::new(epoch, 40),
+        };
+        let set = FenceSet {
+            records: vec![
+                record("at", T0 + MAX_EPOCH_LEAD_MS),
+                record("past", T0 + MAX_EPOCH_LEAD_MS + 1),
+            ],
+        };
+        let mut s = store();
+        assert_eq!(
+            s.import_fences(&set, T0),
+            FenceImport {
+                applied: 1,
+                refused: 1
+            }
+        );
+        assert!(s.entry("b", "past").is_none());
+        // The provider whose fence was refused admits the honest batch of its clock.
+        let r = admit(
+            &mut s,
+            batch("b", "past", Fence::new(T0, 1), &[("q", 1.0)], T0),
+            T0,
+        );
+        assert_eq!(r.batches_stored, 1);
     }
 }

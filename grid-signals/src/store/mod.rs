@@ -29,7 +29,8 @@
 //! - Per entry: [`Entry::learning`] (may learning use it now, or why not),
 //!   [`Entry::revision`], [`Entry::fence`], [`Entry::latest`] (newest reading of a series,
 //!   with an exact label filter for per-endpoint series), [`Entry::series`],
-//!   [`Entry::newest_at`], [`Entry::metric_newest_at`] and
+//!   [`Entry::published`] (the reading the newest publication carries, as the relay
+//!   would), [`Entry::newest_at`], [`Entry::metric_newest_at`] and
 //!   [`Entry::window_worst`] (highest value within a window, clamped to the TTL).
 //! - [`Store::poll_event`] drains [`StoreEvent`]s: one `Reset` per learning lifetime start
 //!   (revision change, or first complete batch after a zero-sample one), `Expired` when an
@@ -238,6 +239,41 @@ mod tests {
             })
         );
         assert_eq!(s.poll_event(), None);
+    }
+
+    #[test]
+    fn a_published_series_is_there_while_the_newest_publication_carries_it_and_gone_after() {
+        let mut s = store();
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &[("q", 1.0), ("r", 2.0)], T0),
+            T0,
+        );
+        let e = s.entry("b", "m").unwrap();
+        assert_eq!(e.published("q", &[], T0).map(|r| r.value), Some(1.0));
+        assert_eq!(
+            e.published("q", &[("k", "v")], T0),
+            None,
+            "labels must match"
+        );
+        // The next publication no longer carries q: gone at once, though the window
+        // still holds the older reading until the TTL.
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 2), &[("r", 3.0)], T0 + 1_000),
+            T0 + 1_000,
+        );
+        let e = s.entry("b", "m").unwrap();
+        assert_eq!(e.published("q", &[], T0 + 1_000), None);
+        assert!(e.latest("q", &[]).is_some());
+        assert_eq!(
+            e.published("r", &[], T0 + 1_000).map(|r| r.value),
+            Some(3.0)
+        );
+        // Exactly one TTL old it is still published; one millisecond more and it is not.
+        let at = T0 + 1_000 + DEFAULT_TTL_MS;
+        assert!(e.published("r", &[], at).is_some());
+        assert_eq!(e.published("r", &[], at + 1), None);
     }
 
     #[test]

@@ -108,6 +108,24 @@ impl Publication {
         write_batch(out, &self.meta, rows, shift_ms);
     }
 
+    /// The row of series `metric` with exactly the extra labels `labels` (any order),
+    /// value and stamp (store clock), if this publication carries it.
+    pub(crate) fn find(&self, metric: &str, labels: &[(&str, &str)]) -> Option<(f64, u64)> {
+        self.rows
+            .iter()
+            .find(|row| {
+                let held = &self.labels[row.labels.clone()];
+                self.text[row.name.clone()] == *metric
+                    && held.len() == labels.len()
+                    && held.iter().all(|(n, v)| {
+                        labels.iter().any(|(ln, lv)| {
+                            self.text[n.clone()] == **ln && self.text[v.clone()] == **lv
+                        })
+                    })
+            })
+            .map(|row| (row.value, row.stamp_ms))
+    }
+
     fn append(&mut self, s: &str) -> Range<usize> {
         let start = self.text.len();
         self.text.push_str(s);

@@ -150,6 +150,41 @@ mod tests {
     }
 
     #[test]
+    fn an_unchanged_publication_relayed_again_under_a_whole_second_date_is_a_repeat_not_a_drop() {
+        // The operator dates a relay body with a whole-second `Date` and shifts stamps by
+        // the sub-second remainder, so the same publication re-relayed 400 ms later has
+        // other stamp bytes. It is still the publication held at that fence.
+        let mut operator = store();
+        admit(
+            &mut operator,
+            batch("b", "m", Fence::new(T0, 3), &[("q", 4.0)], T0 - 100),
+            T0 - 100,
+        );
+        let mut first = Vec::new();
+        operator.encode_relay(T0 + 300, T0, RelayBudget::default(), &mut first);
+        let mut second = Vec::new();
+        operator.encode_relay(T0 + 700, T0, RelayBudget::default(), &mut second);
+        assert_ne!(first, second, "the stamps moved with the re-dating");
+        let mut gateway = store();
+        let r = gateway.ingest(&first, Sender::Local, T0, T0 + 300);
+        assert_eq!((r.batches_stored, r.dropped.total()), (1, 0));
+        let stored = gateway.entry("b", "m").unwrap().latest("q", &[]).unwrap();
+        let r = gateway.ingest(&second, Sender::Local, T0, T0 + 700);
+        assert_eq!(
+            (
+                r.batches_repeated,
+                r.dropped.get(super::super::DropReason::Delayed)
+            ),
+            (1, 0)
+        );
+        // A repeat leaves the held reading (and its age) as it was.
+        assert_eq!(
+            gateway.entry("b", "m").unwrap().latest("q", &[]),
+            Some(stored)
+        );
+    }
+
+    #[test]
     fn relay_shifts_stamps_to_the_reference_time() {
         let mut s = store();
         admit(
