@@ -232,6 +232,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         Arc::clone(signals.live_refresh()),
         sites,
         config.body_limit_bytes,
+        crate::http_api::UpstreamWaits {
+            headers: Duration::from_millis(config.upstream_headers_timeout_ms),
+            idle: Duration::from_millis(config.upstream_idle_timeout_ms),
+        },
         request_metrics,
         signals.score_metrics().clone(),
         registry,

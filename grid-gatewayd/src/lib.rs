@@ -34,6 +34,7 @@ pub mod driver;
 mod error;
 pub mod headers;
 mod http_api;
+mod idle_body;
 pub mod poller;
 mod request_metrics;
 pub mod request_rng;
