@@ -27,6 +27,8 @@ pub enum ApiErrorKind {
     Unavailable,
     /// 502: the chosen site failed before any byte of its answer was sent.
     UpstreamFailed,
+    /// 504: the chosen site sent no answer head within `upstreamHeadersTimeoutSeconds`.
+    UpstreamTimeout,
 }
 
 impl ApiErrorKind {
@@ -40,6 +42,7 @@ impl ApiErrorKind {
             Self::Shedding => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -52,7 +55,7 @@ impl ApiErrorKind {
             | Self::MethodNotAllowed
             | Self::BodyTooLarge => "invalid_request_error",
             Self::Shedding => "rate_limit_error",
-            Self::Unavailable | Self::UpstreamFailed => "server_error",
+            Self::Unavailable | Self::UpstreamFailed | Self::UpstreamTimeout => "server_error",
         }
     }
 
@@ -67,6 +70,7 @@ impl ApiErrorKind {
             Self::Shedding => "shedding",
             Self::Unavailable => "unavailable",
             Self::UpstreamFailed => "upstream_failed",
+            Self::UpstreamTimeout => "upstream_timeout",
         }
     }
 }

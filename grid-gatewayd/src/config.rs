@@ -53,6 +53,38 @@ pub const DEFAULT_FEEDBACK_TIMEOUT_MS: u64 = MAX_FEEDBACK_TIMEOUT_MS;
 pub const MAX_EXCHANGE_TIMEOUT_MS: u64 = 60_000;
 /// Default time to establish a connection to a serving site.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default bound on the wait for a site's answer head after sending
+/// (`upstreamHeadersTimeoutSeconds`). A plain completion's head comes only when the whole
+/// generation is done, and a site under queueing may hold a request in prefill for long:
+/// a minute lets long answers through while an upstream that accepted and went silent is
+/// answered 504 instead of holding its client for as long as the client waits.
+pub const DEFAULT_UPSTREAM_HEADERS_TIMEOUT_MS: u64 = 60_000;
+/// Default bound on the silence between two frames of a site's answer body
+/// (`upstreamIdleTimeoutSeconds`). A streaming model server sends a token every few tens
+/// of milliseconds and SSE servers send keep-alive comments; 30 s of silence mid-answer
+/// is a hung site, and ending the stream frees the client and the gateway's connection.
+pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// Longest accepted upstream header or idle bound: an hour, past which a wait is
+/// unbounded in practice.
+pub const MAX_UPSTREAM_TIMEOUT_MS: u64 = 3_600_000;
+/// Default cap on open client connections (`maxConnections`): half the common 20,000
+/// descriptor limit, so the upstream, operator and listener sockets always find a
+/// descriptor and an idle-connection flood cannot starve real requests.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Largest accepted `maxConnections`.
+pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
+/// Default bound on a new client connection's wait for its first request head
+/// (`clientHeaderTimeoutSeconds`): a real client sends its request at once; ten seconds
+/// covers a slow network while a slow-header connection is closed long before such
+/// connections pile up.
+pub const DEFAULT_CLIENT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default bound on a client connection with no request in flight
+/// (`clientIdleTimeoutSeconds`): long enough that a client between requests keeps its
+/// connection (and its TLS or TCP setup), short enough that idle connections do not pile
+/// up toward the connection cap.
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Longest accepted client header or idle bound.
+pub const MAX_CLIENT_TIMEOUT_MS: u64 = 3_600_000;
 /// Default Retry-After, in seconds, on a 503 (every candidate excluded): grid-score's
 /// default, whose reason docs/routing.md gives (a remote site rejoins within one peer
 /// poll), so the daemon and the library it embeds agree.
@@ -92,8 +124,22 @@ pub struct Config {
     /// (`unavailableRetryAfterSeconds`, whole seconds as the header carries them).
     pub unavailable_retry_after_s: u64,
     /// Time allowed to connect to a serving site before it counts as failed
-    /// (`connectTimeoutSeconds`).
+    /// (`connectTimeoutSeconds`): TCP connect and, for `https` sites, the TLS handshake.
     pub connect_timeout_ms: u64,
+    /// Time allowed from sending a request to a site until its answer head arrives
+    /// (`upstreamHeadersTimeoutSeconds`); past it the client gets 504.
+    pub upstream_headers_timeout_ms: u64,
+    /// Longest silence between two frames of a site's answer body
+    /// (`upstreamIdleTimeoutSeconds`); past it the answer is cut.
+    pub upstream_idle_timeout_ms: u64,
+    /// Most client connections open at once (`maxConnections`); more are closed at accept.
+    pub max_connections: usize,
+    /// Time a new client connection has to deliver its first request head
+    /// (`clientHeaderTimeoutSeconds`).
+    pub client_header_timeout_ms: u64,
+    /// Time a client connection may stay open with no request in flight
+    /// (`clientIdleTimeoutSeconds`).
+    pub client_idle_timeout_ms: u64,
     /// The local operator whose relay feeds routing.
     pub operator: OperatorConfig,
     /// The gateway's own identity and trust anchors, for the operator and remote sites.
@@ -222,6 +268,11 @@ struct RawConfig {
     body_limit_bytes: Option<u64>,
     unavailable_retry_after_seconds: Option<u64>,
     connect_timeout_seconds: Option<f64>,
+    upstream_headers_timeout_seconds: Option<f64>,
+    upstream_idle_timeout_seconds: Option<f64>,
+    max_connections: Option<u64>,
+    client_header_timeout_seconds: Option<f64>,
+    client_idle_timeout_seconds: Option<f64>,
     operator: RawOperator,
     tls: TlsFiles,
     trust: Option<RawTrust>,
@@ -349,6 +400,11 @@ impl Config {
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             unavailable_retry_after_s: DEFAULT_RETRY_AFTER_S,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            upstream_headers_timeout_ms: DEFAULT_UPSTREAM_HEADERS_TIMEOUT_MS,
+            upstream_idle_timeout_ms: DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
+            client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             operator,
             tls,
             trust: OperatorTrust::Ca,
@@ -540,6 +596,15 @@ impl Config {
         )? {
             config.connect_timeout_ms = v;
         }
+        config.set_waits(
+            raw.upstream_headers_timeout_seconds,
+            raw.upstream_idle_timeout_seconds,
+            raw.client_header_timeout_seconds,
+            raw.client_idle_timeout_seconds,
+        )?;
+        if let Some(n) = raw.max_connections {
+            config.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         config.trust = trust_of(raw.trust)?;
         config.availability.shedding = Shedding {
             enabled: s.enabled,
@@ -567,6 +632,48 @@ impl Config {
             .models
             .into_iter()
             .fold(config, |c, m| c.with_model(m.name, m.candidates)))
+    }
+
+    /// The four `...TimeoutSeconds` bounds on upstream and client waits, where the file
+    /// gives them.
+    fn set_waits(
+        &mut self,
+        upstream_headers: Option<f64>,
+        upstream_idle: Option<f64>,
+        client_header: Option<f64>,
+        client_idle: Option<f64>,
+    ) -> Result<(), Error> {
+        for (field, seconds, max_ms, slot) in [
+            (
+                "upstreamHeadersTimeoutSeconds",
+                upstream_headers,
+                MAX_UPSTREAM_TIMEOUT_MS,
+                &mut self.upstream_headers_timeout_ms,
+            ),
+            (
+                "upstreamIdleTimeoutSeconds",
+                upstream_idle,
+                MAX_UPSTREAM_TIMEOUT_MS,
+                &mut self.upstream_idle_timeout_ms,
+            ),
+            (
+                "clientHeaderTimeoutSeconds",
+                client_header,
+                MAX_CLIENT_TIMEOUT_MS,
+                &mut self.client_header_timeout_ms,
+            ),
+            (
+                "clientIdleTimeoutSeconds",
+                client_idle,
+                MAX_CLIENT_TIMEOUT_MS,
+                &mut self.client_idle_timeout_ms,
+            ),
+        ] {
+            if let Some(v) = ms(field, seconds, MIN_EXCHANGE_TIMEOUT_MS, max_ms)? {
+                *slot = v;
+            }
+        }
+        Ok(())
     }
 
     /// Reads, parses and validates the file; relative TLS paths are resolved against the
@@ -604,6 +711,42 @@ impl Config {
             self.unavailable_retry_after_s,
             1,
             MAX_RETRY_AFTER_S,
+        )?;
+        check_range(
+            "connectTimeoutSeconds",
+            self.connect_timeout_ms,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        for (field, v, max_ms) in [
+            (
+                "upstreamHeadersTimeoutSeconds",
+                self.upstream_headers_timeout_ms,
+                MAX_UPSTREAM_TIMEOUT_MS,
+            ),
+            (
+                "upstreamIdleTimeoutSeconds",
+                self.upstream_idle_timeout_ms,
+                MAX_UPSTREAM_TIMEOUT_MS,
+            ),
+            (
+                "clientHeaderTimeoutSeconds",
+                self.client_header_timeout_ms,
+                MAX_CLIENT_TIMEOUT_MS,
+            ),
+            (
+                "clientIdleTimeoutSeconds",
+                self.client_idle_timeout_ms,
+                MAX_CLIENT_TIMEOUT_MS,
+            ),
+        ] {
+            check_range(field, v, MIN_EXCHANGE_TIMEOUT_MS, max_ms)?;
+        }
+        check_range(
+            "maxConnections",
+            self.max_connections as u64,
+            1,
+            MAX_MAX_CONNECTIONS as u64,
         )?;
         self.operator.validate()?;
         let needs_ca = match &self.trust {
@@ -983,6 +1126,68 @@ mod tests {
         assert_eq!(c.operator.poll_timeout_ms, 500);
         let text = MINIMAL.replace("[operator]", "connectTimeoutSeconds = 0.0001\n[operator]");
         assert_eq!(refused_field(&text), "connectTimeoutSeconds");
+    }
+
+    #[test]
+    fn every_wait_is_bounded_at_both_ends() {
+        for (key, max_ms) in [
+            ("upstreamHeadersTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS),
+            ("upstreamIdleTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS),
+            ("clientHeaderTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS),
+            ("clientIdleTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS),
+            ("connectTimeoutSeconds", MAX_EXCHANGE_TIMEOUT_MS),
+        ] {
+            let with = |ms: u64| {
+                MINIMAL.replace(
+                    "[operator]",
+                    &format!("{key} = {}\n[operator]", ms as f64 / 1000.0),
+                )
+            };
+            assert!(Config::from_toml_str(&with(MIN_EXCHANGE_TIMEOUT_MS)).is_ok());
+            assert!(Config::from_toml_str(&with(max_ms)).is_ok());
+            assert_eq!(refused_field(&with(0)), key);
+            assert_eq!(refused_field(&with(max_ms + 1)), key);
+        }
+    }
+
+    #[test]
+    fn the_waits_default_to_the_documented_values() {
+        let c = Config::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(c.upstream_headers_timeout_ms, 60_000);
+        assert_eq!(c.upstream_idle_timeout_ms, 30_000);
+        assert_eq!(c.client_header_timeout_ms, 10_000);
+        assert_eq!(c.client_idle_timeout_ms, 60_000);
+        assert_eq!(c.max_connections, 10_000);
+        let text = MINIMAL.replace("[operator]", "upstreamIdleTimeoutSeconds = 0.3\n[operator]");
+        assert_eq!(
+            Config::from_toml_str(&text)
+                .unwrap()
+                .upstream_idle_timeout_ms,
+            300
+        );
+    }
+
+    #[test]
+    fn the_connection_cap_is_bounded_at_both_ends() {
+        let with =
+            |n: usize| MINIMAL.replace("listen =", &format!("maxConnections = {n}\nlisten ="));
+        assert!(Config::from_toml_str(&with(1)).is_ok());
+        assert!(Config::from_toml_str(&with(MAX_MAX_CONNECTIONS)).is_ok());
+        assert_eq!(refused_field(&with(0)), "maxConnections");
+        assert_eq!(
+            refused_field(&with(MAX_MAX_CONNECTIONS + 1)),
+            "maxConnections"
+        );
+    }
+
+    #[test]
+    fn a_typed_config_is_bounded_like_a_file() {
+        let mut c = Config::from_toml_str(MINIMAL).unwrap();
+        c.upstream_headers_timeout_ms = 0;
+        assert!(matches!(
+            c.validate(),
+            Err(Error::ConfigField { field, .. }) if field == "upstreamHeadersTimeoutSeconds"
+        ));
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     );
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
+    let listener_metrics = server::ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
     let registry = Arc::new(registry);
     let published = Arc::clone(signals.published());
@@ -234,13 +235,28 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         body_limit: config.body_limit_bytes,
         metrics: request_metrics,
         score: signals.score_metrics().clone(),
+        waits: crate::http_api::UpstreamWaits {
+            headers: Duration::from_millis(config.upstream_headers_timeout_ms),
+            idle: Duration::from_millis(config.upstream_idle_timeout_ms),
+        },
         registry,
         poll: handles.poll.clone(),
     });
     let (stop, mut stopped) = watch::channel(false);
-    let server = tokio::spawn(server::serve(listener, api, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
+    let limits = server::Limits {
+        max_connections: config.max_connections,
+        header_timeout: Duration::from_millis(config.client_header_timeout_ms),
+        idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
+    };
+    let server = tokio::spawn(server::serve(
+        listener,
+        api,
+        limits,
+        listener_metrics,
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        },
+    ));
     tracing::info!(%local_addr, site = %config.site, "gateway serving");
     let poller = signals.spawn();
     Ok(Running {

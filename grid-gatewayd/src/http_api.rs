@@ -17,8 +17,19 @@
 //! not idempotent (a retried generation costs the site twice and may answer
 //! differently). A failure after the answer started cannot be turned into an error
 //! status; the client sees the stream cut.
+//!
+//! # Every wait on a site is bounded
+//!
+//! Connecting (TCP and TLS) by `connectTimeoutSeconds` (a connect failure: retried once),
+//! sending until the answer's head by `upstreamHeadersTimeoutSeconds` (504, not retried:
+//! the request was sent), each silence inside the answer body by
+//! `upstreamIdleTimeoutSeconds` (the answer is cut, [`crate::idle_body`]). Each one that
+//! runs out is counted in `grid_gateway_upstream_timeouts_total{site,phase}` and recorded
+//! in the site's live slot as a serving failure, exactly as a refused connection or a 5xx
+//! is: a site that hangs is weighed down like one that fails.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -29,9 +40,11 @@ use prometheus_client::registry::Registry;
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
+use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
 use crate::request_metrics::{
-    FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, UpstreamFailureLabels,
+    FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, TimeoutPhase, UpstreamFailure,
+    UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
 use grid_daemon::exposition;
@@ -44,7 +57,7 @@ use crate::upstream::Published;
 use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
-pub(crate) type ResponseBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
 
 /// Liveness probe: answers 200 while the process serves requests at all.
 pub(crate) const HEALTHZ_PATH: &str = "/healthz";
@@ -91,6 +104,8 @@ pub(crate) struct Inner {
     pub(crate) client: HttpClient,
     /// `bodyLimitBytes`.
     pub(crate) body_limit: usize,
+    /// The bounds on waiting for a site's answer.
+    pub(crate) waits: UpstreamWaits,
     /// Request series.
     pub(crate) metrics: RequestMetrics,
     /// grid-score's decision series.
@@ -99,6 +114,15 @@ pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     /// Read by `/readyz`.
     pub(crate) poll: PollMetrics,
+}
+
+/// The bounds on waiting for a site's answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UpstreamWaits {
+    /// Sending until the answer's head (`upstreamHeadersTimeoutSeconds`).
+    pub(crate) headers: Duration,
+    /// Each silence inside the answer body (`upstreamIdleTimeoutSeconds`).
+    pub(crate) idle: Duration,
 }
 
 impl std::fmt::Debug for Api {
@@ -296,6 +320,7 @@ impl Api {
                     upstream = next;
                     retried = true;
                 }
+                Err(Failed::HeadersTimedOut) => return upstream_timed_out(&model),
                 Err(_) => return upstream_failed(&model),
             }
         }
@@ -320,7 +345,21 @@ impl Api {
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
         let sent = crate::clock::monotonic();
-        match self.inner.client.request(out).await {
+        let waits = self.inner.waits;
+        let Ok(answered) =
+            tokio::time::timeout(waits.headers, self.inner.client.request(out)).await
+        else {
+            // Dropping the exchange drops its connection (HTTP/1.1) or resets its stream
+            // (HTTP/2): the site's late answer goes nowhere.
+            self.serving_failure(upstream);
+            self.inner
+                .metrics
+                .timed_out(&upstream.site, TimeoutPhase::Headers);
+            self.count_failure(upstream, UpstreamFailure::Request);
+            tracing::warn!(site = %upstream.site, bound = ?waits.headers, "upstream sent no answer head in time");
+            return Err(Failed::HeadersTimedOut);
+        };
+        match answered {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 strip_hop_by_hop(&mut rparts.headers);
@@ -347,6 +386,16 @@ impl Api {
                 if let Ok(v) = HeaderValue::from_str(&upstream.site) {
                     rparts.headers.insert(SITE_HEADER, v);
                 }
+                let rbody = IdleBody::new(
+                    rbody,
+                    waits.idle,
+                    IdleReport {
+                        metrics: self.inner.metrics.clone(),
+                        site: upstream.site.to_string(),
+                        slot: upstream.live_shared(),
+                        live_refresh: Arc::clone(&self.inner.live_refresh),
+                    },
+                );
                 let body = if rparts.status.is_success() {
                     head.record(upstream.live());
                     if head.streaming {
@@ -360,18 +409,21 @@ impl Api {
                 Ok(Response::from_parts(rparts, body))
             }
             Err(e) => {
-                upstream.live().record_failure();
-                self.inner.live_refresh.notify_one();
+                self.serving_failure(upstream);
                 let connect = e.is_connect();
-                let labels = UpstreamFailureLabels {
-                    site: upstream.site.to_string(),
-                    reason: if connect { "connect" } else { "request" },
-                };
-                self.inner
-                    .metrics
-                    .upstream_failures
-                    .get_or_create(&labels)
-                    .inc();
+                if crate::upstream::is_connect_timeout(&e) {
+                    self.inner
+                        .metrics
+                        .timed_out(&upstream.site, TimeoutPhase::Connect);
+                }
+                self.count_failure(
+                    upstream,
+                    if connect {
+                        UpstreamFailure::Connect
+                    } else {
+                        UpstreamFailure::Request
+                    },
+                );
                 tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
                 Err(if connect {
                     Failed::Connect
@@ -384,6 +436,25 @@ impl Api {
 }
 
 impl Api {
+    /// Records a failed or timed-out exchange in the site's live slot and wakes a refresh:
+    /// routing weighs the site down as it does for a 5xx.
+    fn serving_failure(&self, upstream: &Upstream) {
+        upstream.live().record_failure();
+        self.inner.live_refresh.notify_one();
+    }
+
+    fn count_failure(&self, upstream: &Upstream, reason: UpstreamFailure) {
+        let labels = UpstreamFailureLabels {
+            site: upstream.site.to_string(),
+            reason,
+        };
+        self.inner
+            .metrics
+            .upstream_failures
+            .get_or_create(&labels)
+            .inc();
+    }
+
     /// Reads the site's flow-control headers (strictly, refusals counted), records them
     /// and the answer's outcome in the site's live slot, and removes every
     /// `x-llm-d-flow-*` header: what the gateway's clients see is the grid's advice, not
@@ -441,12 +512,22 @@ enum Failed {
     Connect,
     /// The exchange failed after the request may have been sent.
     Exchange,
+    /// No answer head within `upstreamHeadersTimeoutSeconds` (the request was sent).
+    HeadersTimedOut,
 }
 
 fn too_large(limit: usize) -> Response<ResponseBody> {
     api_error(
         ApiErrorKind::BodyTooLarge,
         &format!("the request body is larger than {limit} bytes"),
+        None,
+    )
+}
+
+fn upstream_timed_out(model: &str) -> Response<ResponseBody> {
+    api_error(
+        ApiErrorKind::UpstreamTimeout,
+        &format!("the site chosen for {model:?} sent no answer in time"),
         None,
     )
 }

@@ -23,8 +23,8 @@
 //! address, routing slot and metric handles). What an embedding proxy needs
 //! (`docs/embedding.md`): [`driver::Signals`] (the poller without the HTTP server),
 //! [`upstream`] (the published slot, `uri_for`, the site client), [`trust`], [`headers`],
-//! [`api_error`], [`request_rng`]. The request path and the server are private; the
-//! routing core itself is grid-score's.
+//! [`api_error`], [`request_rng`]; [`server`] shows the listener's limits. The request
+//! path and the accept loop are private; the routing core itself is grid-score's.
 
 mod answer_timing;
 pub mod api_error;
@@ -34,10 +34,11 @@ pub mod driver;
 mod error;
 pub mod headers;
 mod http_api;
+mod idle_body;
 pub mod poller;
 mod request_metrics;
 pub mod request_rng;
-mod server;
+pub mod server;
 pub mod trust;
 pub mod upstream;
 

@@ -21,13 +21,48 @@ pub(crate) struct RetryLabels {
     pub site: String,
 }
 
+grid_signals::label_values! {
+    /// Why an upstream attempt failed before any byte of its answer (the `reason` of
+    /// `grid_gateway_upstream_failures_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(crate) enum UpstreamFailure {
+        /// Connecting (TCP or TLS, refused or timed out) failed: nothing was sent.
+        Connect = "connect",
+        /// The exchange broke, or its head did not come in time, after sending.
+        Request = "request",
+    }
+}
+
+grid_signals::label_values! {
+    /// Which bounded wait on a site ran out (the `phase` of
+    /// `grid_gateway_upstream_timeouts_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(crate) enum TimeoutPhase {
+        /// TCP connect plus TLS handshake, `connectTimeoutSeconds`.
+        Connect = "connect",
+        /// Sending until the answer's head, `upstreamHeadersTimeoutSeconds`.
+        Headers = "headers",
+        /// Silence between two frames of the answer body, `upstreamIdleTimeoutSeconds`.
+        Body = "body",
+    }
+}
+
 /// `{site, reason}` of an upstream failure before any byte of the answer.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct UpstreamFailureLabels {
     /// The site that failed.
     pub site: String,
-    /// `connect` (nothing was sent) or `request` (the exchange broke after sending).
-    pub reason: &'static str,
+    /// `connect` (nothing was sent) or `request` (after sending).
+    pub reason: UpstreamFailure,
+}
+
+/// `{site, phase}` of a bounded wait on a site that ran out.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TimeoutLabels {
+    /// The site waited for.
+    pub site: String,
+    /// The wait.
+    pub phase: TimeoutPhase,
 }
 
 /// `{header, reason}` of a site's flow-control header value the gateway did not trust.
@@ -56,6 +91,9 @@ pub(crate) struct RequestMetrics {
     pub retries: Family<RetryLabels, Counter>,
     /// `grid_gateway_upstream_failures_total{site,reason}`.
     pub upstream_failures: Family<UpstreamFailureLabels, Counter>,
+    /// `grid_gateway_upstream_timeouts_total{site,phase}`: every bounded wait on a site
+    /// that ran out, each also a serving failure in routing.
+    pub upstream_timeouts: Family<TimeoutLabels, Counter>,
     /// `grid_gateway_flow_headers_refused_total{header,reason}`.
     pub flow_refused: Family<FlowRefusalLabels, Counter>,
     /// `grid_gateway_upstream_error_answers_total{site}`: 5xx answers, fed to routing as
@@ -83,6 +121,11 @@ impl RequestMetrics {
             m.upstream_failures.clone(),
         );
         registry.register(
+            "grid_gateway_upstream_timeouts",
+            "Bounded waits on a site that ran out, by site and phase (connect, headers, body)",
+            m.upstream_timeouts.clone(),
+        );
+        registry.register(
             "grid_gateway_flow_headers_refused",
             "Flow-control response header values not trusted, by header and reason",
             m.flow_refused.clone(),
@@ -93,6 +136,16 @@ impl RequestMetrics {
             m.error_answers.clone(),
         );
         m
+    }
+
+    /// Counts one wait on `site` that ran out.
+    pub(crate) fn timed_out(&self, site: &str, phase: TimeoutPhase) {
+        self.upstream_timeouts
+            .get_or_create(&TimeoutLabels {
+                site: site.to_owned(),
+                phase,
+            })
+            .inc();
     }
 
     /// Counts one answered request.

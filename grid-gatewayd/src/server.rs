@@ -1,60 +1,473 @@
 //! The accept loop: HTTP/1.1 and HTTP/2 (prior knowledge or upgrade-free h2c) on one
-//! listener, with graceful draining.
+//! listener, with bounded waits, a connection cap and graceful draining.
+//!
+//! # Every client wait is bounded
+//!
+//! Each connection has a watchdog that knows whether a request is in flight on it (a
+//! request counts from its head until its answer body is dropped, sent or not):
+//!
+//! - a new connection must deliver its first request head within
+//!   `clientHeaderTimeoutSeconds` (a client that connects and sends nothing, or sends
+//!   its head byte by byte, is closed);
+//! - a connection with no request in flight is closed after `clientIdleTimeoutSeconds`
+//!   (an idle keep-alive HTTP/1.1 connection, or an HTTP/2 one with no stream open;
+//!   for HTTP/1.1 that also bounds a slow head on a kept-alive connection);
+//! - an HTTP/2 peer that stops answering pings is dropped after
+//!   [`HTTP2_KEEP_ALIVE_INTERVAL`] plus [`HTTP2_KEEP_ALIVE_TIMEOUT`].
+//!
+//! The watchdog bounds HTTP/1.1 and HTTP/2 alike and also the protocol sniffing before
+//! either starts (hyper-util's auto builder reads the HTTP/2 preface with no bound of its
+//! own), which is why hyper's HTTP/1.1 header timer is not used. A request in flight is
+//! bounded by the upstream bounds (`http_api`), not here.
+//!
+//! # A cap below the descriptor limit
+//!
+//! At most `maxConnections` connections are open; one past the cap is closed at accept
+//! (counted as `limit`), so a flood of idle connections cannot take the descriptors that
+//! upstream and operator sockets need. Accept errors (`EMFILE` when the process is out of
+//! descriptors anyway) back off exponentially from [`ACCEPT_BACKOFF_MIN`] to
+//! [`ACCEPT_BACKOFF_MAX`] and are logged at most once per [`ACCEPT_ERROR_LOG_INTERVAL`].
 
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http::Response;
+use http_body_util::BodyExt as _;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 
-use crate::http_api::Api;
+use crate::http_api::{Api, ResponseBody};
 
 /// How long draining waits for open requests (streams included) before closing anyway.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a connection closed by its watchdog may take to say goodbye (an HTTP/2
+/// GOAWAY) before it is dropped.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Interval of HTTP/2 keep-alive pings to a client: a peer that vanished without a FIN
+/// (a partition, a dead host) is noticed within a minute.
+pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// How long a client has to answer an HTTP/2 ping before its connection is dropped.
+pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// First pause after a failed accept: a transient error (a connection reset before
+/// accept) costs 10 ms.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// Longest pause after repeated failed accepts: an out-of-descriptors listener retries
+/// once a second instead of spinning, and still notices freed descriptors quickly.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accept errors are logged at most once per this interval (with the count of those not
+/// logged), so a listener out of descriptors does not flood the log.
+pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+grid_signals::label_values! {
+    /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Refusal {
+        /// `maxConnections` were open: closed at accept.
+        Limit = "limit",
+        /// `accept` failed (out of descriptors, reset before accept).
+        AcceptError = "accept_error",
+    }
+}
+
+grid_signals::label_values! {
+    /// Why the gateway closed a client connection (`grid_gateway_connections_closed_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Closed {
+        /// No first request head within `clientHeaderTimeoutSeconds`.
+        HeaderTimeout = "header_timeout",
+        /// No request in flight for `clientIdleTimeoutSeconds`.
+        IdleTimeout = "idle_timeout",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    reason: Closed,
+}
+
+/// The listener's metric handles.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ListenerMetrics {
+    refused: Family<RefusalLabels, Counter>,
+    closed: Family<ClosedLabels, Counter>,
+    open: Gauge,
+}
+
+impl ListenerMetrics {
+    /// Registers `grid_gateway_connections_refused_total{reason}`,
+    /// `grid_gateway_connections_closed_total{reason}` and `grid_gateway_connections_open`,
+    /// every reason at 0.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for reason in Refusal::ALL {
+            m.refused.get_or_create(&RefusalLabels { reason }).inc_by(0);
+        }
+        for reason in Closed::ALL {
+            m.closed.get_or_create(&ClosedLabels { reason }).inc_by(0);
+        }
+        registry.register(
+            "grid_gateway_connections_refused",
+            "Client connections not served, by reason (limit, accept_error)",
+            m.refused.clone(),
+        );
+        registry.register(
+            "grid_gateway_connections_closed",
+            "Client connections the gateway closed, by reason (header_timeout, idle_timeout)",
+            m.closed.clone(),
+        );
+        registry.register(
+            "grid_gateway_connections_open",
+            "Client connections open now",
+            m.open.clone(),
+        );
+        m
+    }
+
+    fn refused(&self, reason: Refusal) {
+        self.refused.get_or_create(&RefusalLabels { reason }).inc();
+    }
+
+    fn closed(&self, reason: Closed) {
+        self.closed.get_or_create(&ClosedLabels { reason }).inc();
+    }
+}
+
+/// The listener's bounds, from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// `maxConnections`.
+    pub(crate) max_connections: usize,
+    /// `clientHeaderTimeoutSeconds`.
+    pub(crate) header_timeout: Duration,
+    /// `clientIdleTimeoutSeconds`.
+    pub(crate) idle_timeout: Duration,
+}
+
 /// Serves `api` on `listener` until `shutdown` resolves, then stops accepting and lets
 /// open connections finish for up to [`DRAIN_TIMEOUT`].
-pub(crate) async fn serve(listener: TcpListener, api: Api, shutdown: impl Future<Output = ()>) {
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+pub(crate) async fn serve(
+    listener: TcpListener,
+    api: Api,
+    limits: Limits,
+    metrics: ListenerMetrics,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The watchdog bounds header reads for both protocols (see the module docs).
+    builder.http1().header_read_timeout(None);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
+        .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+    // u32 is what `acquire_many` takes; the configured cap is far below it.
+    let cap = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let slots = Arc::new(Semaphore::new(cap as usize));
+    let (draining, drain) = watch::channel(false);
+    let mut backoff = AcceptBackoff::default();
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of descriptors or a reset before accept: keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => {
+                    backoff.on_success();
+                    a
+                }
+                Err(e) => {
+                    metrics.refused(Refusal::AcceptError);
+                    let (pause, log) = backoff.on_error(crate::clock::monotonic());
+                    if let Some(unlogged) = log {
+                        tracing::warn!(error = %e, unlogged, retry_in = ?pause, "accept failed; backing off");
                     }
-                };
-                let _ = stream.set_nodelay(true);
-                let api = api.clone();
-                let service = service_fn(move |req| {
-                    let api = api.clone();
-                    async move { Ok::<_, std::convert::Infallible>(api.handle(req).await) }
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let watched = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = watched.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => continue,
+                        () = &mut shutdown => break,
                     }
-                });
-            }
+                }
+            },
             () = &mut shutdown => break,
-        }
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            // Closed at once: the cap is what keeps descriptors for real work.
+            metrics.refused(Refusal::Limit);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (activity, watched) = watch::channel(Activity::new(crate::clock::monotonic()));
+        let service = {
+            let api = api.clone();
+            service_fn(move |req| {
+                let api = api.clone();
+                let guard = InFlight::start(activity.clone());
+                async move {
+                    let resp = api.handle(req).await;
+                    Ok::<_, std::convert::Infallible>(guard.hold(resp))
+                }
+            })
+        };
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let (metrics, mut drain) = (metrics.clone(), drain.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            metrics.open.inc();
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => Some(ended),
+                reason = watchdog(watched, limits) => {
+                    metrics.closed(reason);
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await.ok()
+                }
+                () = async { let _ = drain.wait_for(|d| *d).await; } => {
+                    conn.as_mut().graceful_shutdown();
+                    Some(conn.as_mut().await)
+                }
+            };
+            if let Some(Err(e)) = ended {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            metrics.open.dec();
+        });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    let _ = draining.send(true);
+    if tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_many(cap))
         .await
         .is_err()
     {
         tracing::warn!("drain timed out; closing remaining connections");
+    }
+}
+
+/// What a connection's watchdog reads.
+#[derive(Clone, Copy, Debug)]
+struct Activity {
+    /// Requests whose answer is not done.
+    in_flight: usize,
+    /// At least one request was seen (the header bound no longer applies).
+    served: bool,
+    /// When `in_flight` last changed (or the connection opened).
+    since: Instant,
+}
+
+impl Activity {
+    fn new(now: Instant) -> Self {
+        Self {
+            in_flight: 0,
+            served: false,
+            since: now,
+        }
+    }
+
+    /// When the connection is to be closed, and why; `None` while a request is in flight.
+    fn deadline(&self, limits: Limits) -> Option<(Instant, Closed)> {
+        match (self.in_flight, self.served) {
+            (0, false) => Some((self.since + limits.header_timeout, Closed::HeaderTimeout)),
+            (0, true) => Some((self.since + limits.idle_timeout, Closed::IdleTimeout)),
+            _ => None,
+        }
+    }
+}
+
+/// Resolves when the connection has waited past its bound, with why.
+async fn watchdog(mut activity: watch::Receiver<Activity>, limits: Limits) -> Closed {
+    loop {
+        let due = activity.borrow_and_update().deadline(limits);
+        let changed = async {
+            if activity.changed().await.is_err() {
+                // The connection (and its service) is gone; its own future ends it.
+                std::future::pending::<()>().await;
+            }
+        };
+        match due {
+            None => changed.await,
+            Some((deadline, reason)) => tokio::select! {
+                () = tokio::time::sleep_until(deadline.into()) => return reason,
+                () = changed => {}
+            },
+        }
+    }
+}
+
+/// One request in flight on a connection, from its head until its answer body is
+/// dropped.
+struct InFlight(watch::Sender<Activity>);
+
+impl InFlight {
+    fn start(activity: watch::Sender<Activity>) -> Self {
+        activity.send_modify(|a| {
+            a.in_flight += 1;
+            a.served = true;
+        });
+        Self(activity)
+    }
+
+    /// The answer, its body holding the guard.
+    fn hold(self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
+        resp.map(|body| Guarded { body, _guard: self }.boxed())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = crate::clock::monotonic();
+        self.0.send_modify(|a| {
+            a.in_flight = a.in_flight.saturating_sub(1);
+            a.since = now;
+        });
+    }
+}
+
+/// An answer body that ends its request's [`InFlight`] when dropped.
+struct Guarded {
+    body: ResponseBody,
+    _guard: InFlight,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = crate::idle_body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Pauses after failed accepts: doubling from [`ACCEPT_BACKOFF_MIN`] to
+/// [`ACCEPT_BACKOFF_MAX`], reset by a successful accept; says when to log.
+#[derive(Debug)]
+struct AcceptBackoff {
+    next: Duration,
+    last_log: Option<Instant>,
+    unlogged: u64,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        Self {
+            next: ACCEPT_BACKOFF_MIN,
+            last_log: None,
+            unlogged: 0,
+        }
+    }
+}
+
+impl AcceptBackoff {
+    /// The pause after a failed accept at `now`, and `Some(errors not logged since the
+    /// last log line)` when this one is to be logged.
+    fn on_error(&mut self, now: Instant) -> (Duration, Option<u64>) {
+        let pause = self.next;
+        self.next = (self.next * 2).min(ACCEPT_BACKOFF_MAX);
+        let due = self
+            .last_log
+            .is_none_or(|at| now.duration_since(at) >= ACCEPT_ERROR_LOG_INTERVAL);
+        if due {
+            self.last_log = Some(now);
+            let unlogged = std::mem::take(&mut self.unlogged);
+            (pause, Some(unlogged))
+        } else {
+            self.unlogged += 1;
+            (pause, None)
+        }
+    }
+
+    fn on_success(&mut self) {
+        self.next = ACCEPT_BACKOFF_MIN;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_accept_errors_back_off_to_the_cap_and_log_once_per_interval() {
+        let start = crate::clock::monotonic();
+        let mut b = AcceptBackoff::default();
+        let (mut now, mut logged, mut pauses) = (start, 0, Vec::new());
+        // A minute of a listener out of descriptors.
+        while now.duration_since(start) < Duration::from_secs(60) {
+            let (pause, log) = b.on_error(now);
+            logged += usize::from(log.is_some());
+            pauses.push(pause);
+            now += pause;
+        }
+        assert_eq!(pauses[0], ACCEPT_BACKOFF_MIN);
+        assert_eq!(pauses[1], ACCEPT_BACKOFF_MIN * 2);
+        assert_eq!(*pauses.last().unwrap(), ACCEPT_BACKOFF_MAX, "capped");
+        assert!(
+            pauses.len() < 80,
+            "{} accepts in a minute, not one per 10 ms",
+            pauses.len()
+        );
+        assert!(
+            (6..=7).contains(&logged),
+            "{logged} log lines in a minute, one per interval"
+        );
+        b.on_success();
+        assert_eq!(b.on_error(now).0, ACCEPT_BACKOFF_MIN, "reset by an accept");
+    }
+
+    #[test]
+    fn a_connection_is_due_by_its_header_bound_then_its_idle_bound_never_while_busy() {
+        let limits = Limits {
+            max_connections: 1,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        };
+        let t0 = crate::clock::monotonic();
+        let mut a = Activity::new(t0);
+        assert_eq!(
+            a.deadline(limits),
+            Some((t0 + limits.header_timeout, Closed::HeaderTimeout))
+        );
+        a.in_flight = 1;
+        a.served = true;
+        assert_eq!(
+            a.deadline(limits),
+            None,
+            "a request in flight is never idle"
+        );
+        a.in_flight = 0;
+        a.since = t0 + Duration::from_secs(5);
+        assert_eq!(
+            a.deadline(limits),
+            Some((a.since + limits.idle_timeout, Closed::IdleTimeout))
+        );
     }
 }

@@ -4,8 +4,19 @@
 //! are verified under the name in their base URL; the operator under the configured
 //! identity, whatever address the URL uses, so a gateway can dial its operator by IP
 //! while still refusing any certificate but the operator's.
+//!
+//! # The connect bound covers TCP and TLS
+//!
+//! `connectTimeoutSeconds` bounds the whole connector ([`BoundedConnect`]): the TCP
+//! connect and, for `https://`, the TLS handshake. A site whose ingress accepts TCP and
+//! then stalls (a frozen process behind a live kernel socket) fails as a connect error
+//! like a refused port, so the request path's one retry elsewhere applies: nothing of the
+//! request was sent.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -42,7 +53,67 @@ pub fn uri_for(upstream: &Upstream, path_and_query: &str) -> Result<Uri, http::E
 }
 
 /// A pooled client whose requests carry an in-memory body.
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpClient = Client<BoundedConnect<HttpsConnector<HttpConnector>>, Full<Bytes>>;
+
+/// A boxed connector error.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The connector ran out of its bound (TCP connect plus TLS handshake).
+#[derive(Debug, thiserror::Error)]
+#[error("connecting (TCP and TLS) took longer than {0:?}")]
+pub struct ConnectTimedOut(pub Duration);
+
+/// Whether `error` (a pooled client's error) is a connect that ran out of its bound.
+pub fn is_connect_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<ConnectTimedOut>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// A connector whose every connection attempt, handshakes included, is bounded.
+#[derive(Clone, Debug)]
+pub struct BoundedConnect<C> {
+    inner: C,
+    timeout: Duration,
+}
+
+impl<C> BoundedConnect<C> {
+    /// `inner` with each `call` bounded by `timeout`.
+    pub fn new(inner: C, timeout: Duration) -> Self {
+        Self { inner, timeout }
+    }
+}
+
+impl<C> tower_service::Service<Uri> for BoundedConnect<C>
+where
+    C: tower_service::Service<Uri>,
+    C::Error: Into<BoxError>,
+    C::Future: Send + 'static,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err(Box::new(ConnectTimedOut(timeout)) as BoxError),
+            }
+        })
+    }
+}
 
 /// Idle connections kept per site: enough to absorb a burst without a TLS handshake per
 /// request, few enough that an idle gateway does not hold many sockets per site.
@@ -71,7 +142,7 @@ pub fn site_client(tls: ClientConfig, connect_timeout: Duration) -> HttpClient {
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(MAX_IDLE_PER_SITE)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .build(connector)
+        .build(BoundedConnect::new(connector, connect_timeout))
 }
 
 /// The client for the local operator: TLS only, its certificate verified as `identity`,
@@ -90,5 +161,5 @@ pub fn operator_client(
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .build(connector)
+        .build(BoundedConnect::new(connector, connect_timeout))
 }

@@ -33,6 +33,24 @@ pub const SSE_GAP: Duration = Duration::from_millis(150);
 /// SSE events in one streamed answer (before `[DONE]`).
 pub const SSE_EVENTS: usize = 4;
 
+/// How long a hanging fake stays silent: far past any bound a test configures, and still
+/// finite so no task outlives its test by much.
+pub const HANG: Duration = Duration::from_secs(60);
+
+/// How the fake answers, settable at run time ([`FakeModel::set_behaviour`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Answers at once (the default).
+    #[default]
+    Answer,
+    /// Reads the request, then sends nothing for [`HANG`]: no head, no body.
+    HangBeforeHead,
+    /// Sends the head and half of a plain answer's body, then nothing for [`HANG`].
+    StallBody,
+    /// Streams the first SSE event, then nothing for [`HANG`] (for `stream: true`).
+    StallStream,
+}
+
 /// A fake model server on 127.0.0.1 that records what it was sent.
 pub struct FakeModel {
     /// Where it listens.
@@ -41,6 +59,7 @@ pub struct FakeModel {
     pub name: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     extra: Extra,
+    behaviour: Arc<Mutex<Behaviour>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -66,20 +85,24 @@ impl FakeModel {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let extra: Extra = Arc::default();
+        let behaviour = Arc::new(Mutex::new(Behaviour::default()));
         let (name2, seen2, extra2) = (name.to_owned(), Arc::clone(&seen), Arc::clone(&extra));
+        let behaviour2 = Arc::clone(&behaviour);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let (name, seen, extra) = (name2.clone(), Arc::clone(&seen2), Arc::clone(&extra2));
+                let behaviour = Arc::clone(&behaviour2);
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let (seen, extra) = (Arc::clone(&seen), Arc::clone(&extra));
                         let name = name.clone();
+                        let behaviour = *behaviour.lock().unwrap();
                         async move {
-                            let mut resp = handle(name, seen, req).await?;
+                            let mut resp = handle(name, seen, behaviour, req).await?;
                             for (k, v) in extra.lock().unwrap().iter() {
                                 resp.headers_mut().append(
                                     http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
@@ -109,8 +132,14 @@ impl FakeModel {
             name: name.to_owned(),
             seen,
             extra,
+            behaviour,
             task,
         }
+    }
+
+    /// Every request from now on is answered as `behaviour` says.
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *self.behaviour.lock().unwrap() = behaviour;
     }
 
     /// Every answer from now on carries these headers too (appended, so a name given
@@ -158,6 +187,7 @@ fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
 async fn handle(
     name: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    behaviour: Behaviour,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
@@ -175,8 +205,15 @@ async fn handle(
     });
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let model = v["model"].as_str().unwrap_or("").to_owned();
+    match behaviour {
+        Behaviour::HangBeforeHead => tokio::time::sleep(HANG).await,
+        Behaviour::StallBody => return Ok(stalled_body()),
+        Behaviour::StallStream if v["stream"] == true => return Ok(sse(name, model, 1)),
+        // A plain request to a stalling stream server is answered as usual.
+        Behaviour::Answer | Behaviour::StallStream => {}
+    }
     let resp = match path.as_str() {
-        "/v1/chat/completions" if v["stream"] == true => sse(name, model),
+        "/v1/chat/completions" if v["stream"] == true => sse(name, model, SSE_EVENTS),
         "/v1/chat/completions" => json(
             StatusCode::OK,
             &serde_json::json!({
@@ -209,11 +246,87 @@ async fn handle(
     Ok(resp)
 }
 
-/// An SSE answer whose events are produced one by one with [`SSE_GAP`] between them.
-fn sse(name: String, model: String) -> Response<Body> {
+/// A plain JSON answer whose head and first half arrive, then nothing for [`HANG`].
+fn stalled_body() -> Response<Body> {
+    let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[]}"#;
     let (mut tx, body) = http_body_util::channel::Channel::<Bytes, Infallible>::new(1);
     tokio::spawn(async move {
-        for i in 0..SSE_EVENTS {
+        let half = Bytes::from_static(&whole[..whole.len() / 2]);
+        if tx.send(Frame::data(half)).await.is_ok() {
+            tokio::time::sleep(HANG).await;
+        }
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .header("content-length", whole.len())
+        .body(body.boxed())
+        .unwrap()
+}
+
+/// A listener on 127.0.0.1 that accepts connections and never writes a byte: a hung TLS
+/// handshake (`kill -STOP` on a site's ingress) or a site that accepted and froze. Each
+/// socket is held for at most [`HANG`].
+pub struct SilentListener {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SilentListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SilentListener {
+    /// Starts listening.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::spawn(async move {
+                    tokio::time::sleep(HANG).await;
+                    drop(stream);
+                });
+            }
+        });
+        Self {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    /// `https://` and its address.
+    pub fn https_base_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// `http://` and its address.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// An SSE answer whose `events` events are produced one by one with [`SSE_GAP`] between
+/// them; with fewer than [`SSE_EVENTS`] it then stalls for [`HANG`] instead of ending.
+fn sse(name: String, model: String, events: usize) -> Response<Body> {
+    let (mut tx, body) = http_body_util::channel::Channel::<Bytes, Infallible>::new(1);
+    tokio::spawn(async move {
+        for i in 0..events {
             let chunk = serde_json::json!({
                 "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": model,
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": format!("{name}-{i} ")},
@@ -227,6 +340,10 @@ fn sse(name: String, model: String) -> Response<Body> {
                 return;
             }
             tokio::time::sleep(SSE_GAP).await;
+        }
+        if events < SSE_EVENTS {
+            tokio::time::sleep(HANG).await;
+            return;
         }
         let _ = tx
             .send(Frame::data(Bytes::from_static(b"data: [DONE]\n\n")))

@@ -1,0 +1,212 @@
+//! The API listener's waits and limits: a client that connects and sends nothing, sends
+//! its head slowly, or idles between requests is closed after its bound; connections past
+//! the cap are closed at once while open ones keep working.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+use bytes::Bytes;
+use grid_kit::gateway_harness::fake_model::FakeModel;
+use grid_kit::gateway_harness::{Cand, Harness, get, http1_client, send, start_gateway};
+use http::StatusCode;
+use http_body_util::BodyExt as _;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// The bound the tests configure: short for a quick test, far above loopback latency.
+const BOUND_MS: u64 = 300;
+
+/// What "within the bound" allows: the bound plus generous scheduling slack.
+const WITHIN: Duration = Duration::from_secs(5);
+
+fn one(site: &str, url: String) -> Vec<Cand<'_>> {
+    vec![Cand {
+        site,
+        provider: "p",
+        base_url: url,
+    }]
+}
+
+async fn metrics(gw: &Harness) -> String {
+    let m = send(&http1_client(), get(&gw.url("/metrics"))).await;
+    String::from_utf8(m.body.to_vec()).unwrap()
+}
+
+/// The value of the series `line_prefix` (labels included), 0 when absent.
+fn series(text: &str, line_prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Whether the gateway closes `stream` within [`WITHIN`] (end of stream or reset).
+async fn closed_by_gateway(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            // An answer (e.g. a 408) before the close is fine; keep reading.
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_no_request_is_closed_after_the_header_bound() {
+    let gw = start_gateway(
+        |c| c.client_header_timeout_ms = BOUND_MS,
+        &[("m", one("a", "http://127.0.0.1:9".into()))],
+    )
+    .await;
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    let mut slow = TcpStream::connect(gw.addr).await.unwrap();
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert!(closed_by_gateway(&mut silent).await, "silent connection");
+    assert!(closed_by_gateway(&mut slow).await, "slow-header connection");
+    assert!(started.elapsed() >= Duration::from_millis(BOUND_MS));
+    let text = metrics(&gw).await;
+    assert_eq!(
+        series(
+            &text,
+            r#"grid_gateway_connections_closed_total{reason="header_timeout"}"#
+        ),
+        2,
+        "{text}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_bound() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| c.client_idle_timeout_ms = BOUND_MS,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    for http2 in [false, true] {
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let io = TokioIo::new(tcp);
+        // The client keeps its side (`_keep`): only the gateway may end the connection.
+        let (resp, conn, _keep): (_, _, Box<dyn std::any::Any + Send>) = if http2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            let conn = tokio::spawn(conn);
+            let resp = send.send_request(models_request()).await.unwrap();
+            (resp, conn, Box::new(send))
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            let conn = tokio::spawn(conn);
+            let resp = send.send_request(models_request()).await.unwrap();
+            (resp, conn, Box::new(send))
+        };
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.into_body().collect().await.unwrap();
+        tokio::time::timeout(WITHIN, conn)
+            .await
+            .unwrap_or_else(|_| panic!("idle connection (http2: {http2}) held open"))
+            .unwrap()
+            .ok();
+    }
+    let text = metrics(&gw).await;
+    assert!(
+        series(
+            &text,
+            r#"grid_gateway_connections_closed_total{reason="idle_timeout"}"#
+        ) >= 2,
+        "{text}"
+    );
+    gw.shutdown().await;
+}
+
+fn models_request() -> http::Request<http_body_util::Empty<Bytes>> {
+    http::Request::get("/v1/models")
+        .header("host", "gateway")
+        .body(http_body_util::Empty::new())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once_and_counted_while_open_ones_keep_working() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let resp = send.send_request(models_request()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.into_body().collect().await.unwrap();
+        open.push(send);
+    }
+    let mut extra = TcpStream::connect(gw.addr).await.unwrap();
+    assert!(
+        closed_by_gateway(&mut extra).await,
+        "the connection past the cap is closed"
+    );
+    for send in &mut open {
+        let resp = send.send_request(models_request()).await.unwrap();
+        assert_eq!(
+            resp.status(),
+            StatusCode::OK,
+            "an open connection still works"
+        );
+        resp.into_body().collect().await.unwrap();
+    }
+    // Once one closes, a new connection is served again.
+    drop(open.pop());
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        if let Ok((mut send, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
+        {
+            tokio::spawn(conn);
+            if let Ok(resp) = send.send_request(models_request()).await {
+                assert_eq!(resp.status(), StatusCode::OK);
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection admitted after one closed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // `/metrics` needs a connection slot of its own: free one more.
+    drop(open);
+    let deadline = Instant::now() + WITHIN;
+    let text = loop {
+        let text = tokio::time::timeout(WITHIN, async {
+            let c = http1_client();
+            c.request(get(&gw.url("/metrics"))).await
+        })
+        .await;
+        if let Ok(Ok(resp)) = text {
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            break String::from_utf8(body.to_vec()).unwrap();
+        }
+        assert!(Instant::now() < deadline, "metrics never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        series(
+            &text,
+            r#"grid_gateway_connections_refused_total{reason="limit"}"#
+        ) >= 1,
+        "{text}"
+    );
+    gw.shutdown().await;
+}
