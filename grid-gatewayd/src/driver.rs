@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use grid_daemon::tls::{CertSlot, ReloadMetrics, Trust};
 use grid_feedback::{Reporter, ReporterMetrics};
 use grid_score::ScoreMetrics;
 use grid_signals::store::{IngestMetrics, StoreConfig};
@@ -76,6 +77,9 @@ impl Running {
 /// slot they publish into. [`start`] uses it; a proxy that keeps its own HTTP server
 /// embeds it directly (see `examples/embedded_proxy.rs`).
 pub struct Signals {
+    certificate: Arc<CertSlot>,
+    operator_trust: Option<Arc<Trust>>,
+    reloads: ReloadMetrics,
     published: Published,
     live_refresh: Arc<tokio::sync::Notify>,
     handles: Handles,
@@ -96,11 +100,14 @@ impl std::fmt::Debug for Signals {
 pub struct PollerTask {
     stop: watch::Sender<bool>,
     task: JoinHandle<Reporter>,
+    certificates: JoinHandle<()>,
 }
 
 impl PollerTask {
-    /// Stops polling and returns the reporter (its evidence can be handed to a successor).
+    /// Stops polling and the certificate checks, and returns the reporter (its evidence
+    /// can be handed to a successor).
     pub async fn stop(self) -> Option<Reporter> {
+        self.certificates.abort();
         let _ = self.stop.send(true);
         self.task.await.ok()
     }
@@ -112,6 +119,9 @@ impl Signals {
     /// [`Signals::spawn`].
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
         let material = crate::trust::material(config)?;
+        let certificate = crate::trust::certificate(config, &material)?;
+        let (operator_tls, operator_trust) =
+            crate::trust::operator_tls(config, &material, &certificate)?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let operator_name =
             ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
@@ -120,14 +130,11 @@ impl Signals {
                     reason: e.to_string(),
                 }
             })?;
-        let operator = upstream::operator_client(
-            crate::trust::operator_tls(config, &material)?,
-            operator_name,
-            connect_timeout,
-        );
+        let operator = upstream::operator_client(operator_tls, operator_name, connect_timeout);
         let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
 
         let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
+        let reloads = ReloadMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
         let handles = Handles {
             poll: PollMetrics::register(registry),
             ingest: IngestMetrics::register(registry),
@@ -165,6 +172,9 @@ impl Signals {
             Arc::clone(&live_refresh),
         );
         Ok(Self {
+            certificate,
+            operator_trust,
+            reloads,
             published,
             live_refresh,
             handles,
@@ -193,12 +203,27 @@ impl Signals {
         &self.handles
     }
 
-    /// Starts polling. Call once the listener is up: a gateway polls only while serving.
+    /// The site's certificate as this gateway presents it (to its operator and to remote
+    /// sites): build any further client with it so a renewal reaches that client too.
+    pub fn certificate(&self) -> &Arc<CertSlot> {
+        &self.certificate
+    }
+
+    /// Starts polling and checking the certificate files (every
+    /// [`grid_daemon::tls::CERT_CHECK_INTERVAL`] and on SIGHUP). Call once the listener is
+    /// up: a gateway polls only while serving.
     pub fn spawn(self) -> PollerTask {
         let (stop, stopped) = watch::channel(false);
+        let certificates = tokio::spawn(grid_daemon::tls::watch(
+            self.certificate,
+            self.operator_trust,
+            grid_daemon::tls::CERT_CHECK_INTERVAL,
+            self.reloads,
+        ));
         PollerTask {
             stop,
             task: tokio::spawn(self.poller.run(stopped)),
+            certificates,
         }
     }
 }
@@ -206,14 +231,14 @@ impl Signals {
 /// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
     let material = crate::trust::material(&config)?;
-    let sites = upstream::site_client(
-        crate::trust::sites_tls(&material)?,
-        Duration::from_millis(config.connect_timeout_ms),
-    );
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
     let listener_metrics = server::ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
+    let sites = upstream::site_client(
+        crate::trust::sites_tls(&material, signals.certificate())?,
+        Duration::from_millis(config.connect_timeout_ms),
+    );
     let registry = Arc::new(registry);
     let published = Arc::clone(signals.published());
     let handles = signals.handles().clone();

@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config, webpki_client};
+use grid_daemon::tls::{
+    CertSlot, Identity, TlsMaterial, Trust, client_config_presenting, webpki_client_presenting,
+};
 use rustls::ClientConfig;
 
 use crate::Error;
@@ -25,20 +27,34 @@ pub fn material(config: &Config) -> Result<TlsMaterial, Error> {
     )?)
 }
 
-/// The client configuration toward the local operator, as `[trust]` declares it.
-pub fn operator_tls(config: &Config, material: &TlsMaterial) -> Result<ClientConfig, Error> {
-    let local = |trust: Trust| -> Result<ClientConfig, Error> {
-        let mut tls = (*client_config(material, Arc::new(trust), Identity::Local)?).clone();
+/// The site's certificate as every client of this gateway presents it: one slot, so a
+/// renewal reaches the operator and the remote sites at once.
+pub fn certificate(config: &Config, material: &TlsMaterial) -> Result<Arc<CertSlot>, Error> {
+    Ok(CertSlot::new(material, &config.tls.cert, &config.tls.key)?)
+}
+
+/// The client configuration toward the local operator, as `[trust]` declares it, and the
+/// trust it verifies the operator with (pin and SPIFFE modes), which follows a renewal of
+/// the site's certificate.
+pub fn operator_tls(
+    config: &Config,
+    material: &TlsMaterial,
+    slot: &Arc<CertSlot>,
+) -> Result<(ClientConfig, Option<Arc<Trust>>), Error> {
+    let local = |trust: Trust| -> Result<(ClientConfig, Option<Arc<Trust>>), Error> {
+        let trust = Arc::new(trust);
+        let mut tls =
+            (*client_config_presenting(Arc::clone(slot), Arc::clone(&trust), Identity::Local)?)
+                .clone();
         // The pooled connector sets ALPN from the HTTP versions it enables.
         tls.alpn_protocols.clear();
-        Ok(tls)
+        Ok((tls, Some(trust)))
     };
     match &config.trust {
-        OperatorTrust::Ca => Ok(webpki_client(
-            material.roots.clone(),
-            Some(material),
-            "operator",
-        )?),
+        OperatorTrust::Ca => Ok((
+            webpki_client_presenting(material.roots.clone(), Some(Arc::clone(slot)), "operator")?,
+            None,
+        )),
         OperatorTrust::Pin => local(
             Trust::pin(&config.site, material.leaf(), std::iter::empty()).map_err(|_| {
                 Error::ConfigField {
@@ -57,10 +73,10 @@ pub fn operator_tls(config: &Config, material: &TlsMaterial) -> Result<ClientCon
 }
 
 /// The client configuration toward remote sites: the CA and the base URL's host.
-pub fn sites_tls(material: &TlsMaterial) -> Result<ClientConfig, Error> {
-    Ok(webpki_client(
+pub fn sites_tls(material: &TlsMaterial, slot: &Arc<CertSlot>) -> Result<ClientConfig, Error> {
+    Ok(webpki_client_presenting(
         material.roots.clone(),
-        Some(material),
+        Some(Arc::clone(slot)),
         "sites",
     )?)
 }

@@ -48,6 +48,8 @@ pub struct Options {
     pub mode_check: Duration,
     /// How often the fences are persisted.
     pub fence_persist: Duration,
+    /// How often the certificate files are compared with what is presented.
+    pub cert_check: Duration,
 }
 
 impl Default for Options {
@@ -56,6 +58,7 @@ impl Default for Options {
             timeouts: Timeouts::default(),
             mode_check: MODE_CHECK_INTERVAL,
             fence_persist: FENCE_PERSIST_INTERVAL,
+            cert_check: tls::CERT_CHECK_INTERVAL,
         }
     }
 }
@@ -76,6 +79,8 @@ pub struct Running {
     pub metrics: OperatorMetrics,
     /// The registry `/metrics` renders.
     pub registry: Arc<Registry>,
+    /// Certificate reloads (`grid_operator_certificate_reloads_total`).
+    pub certificates: tls::ReloadMetrics,
     state: Arc<dyn StateStore>,
     /// Held for the whole of every fence write, the blocking part included: an aborted
     /// periodic write still in flight finishes before the final one starts, so the final
@@ -172,7 +177,10 @@ pub async fn start(
 ) -> Result<Running, Error> {
     let material = crate::trust::material(&config.tls)?;
     let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
-    let server_tls = tls::server_config(&material, trust.clone())?;
+    let trust_for_reloads = Arc::clone(&trust);
+    // One presented certificate for the listener and every peer poll, renewed in place.
+    let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
+    let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
     let targets = scrape_targets(&config, &material)?;
     let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
     let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
@@ -185,20 +193,13 @@ pub async fn start(
     } = load_persisted(&state, now).await?;
     let epoch = started.epoch;
 
-    let mut held = site(&config, epoch, now);
-    if let Some(fences) = fences {
-        let import = held.import_fences(&fences, now);
-        tracing::info!(
-            applied = import.applied,
-            refused = import.refused,
-            "fences restored"
-        );
-    }
-    let signals: SharedSignals = Arc::new(Mutex::new(held));
+    let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
     let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone());
     report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
+    let certificates =
+        tls::ReloadMetrics::register(registry.sub_registry_with_prefix("grid_operator"));
     let registry = Arc::new(registry);
 
     let mut tasks = JoinSet::new();
@@ -215,7 +216,7 @@ pub async fn start(
         Ok(())
     });
 
-    for poller in peer_pollers(&config, &material, &trust, &signals, &metrics)? {
+    for poller in peer_pollers(&config, &certificate, &trust, &signals, &metrics)? {
         tasks.spawn(async move {
             poller.run().await;
             Ok(())
@@ -241,23 +242,24 @@ pub async fn start(
         listener.run().await;
         Ok(())
     });
-    let served = registry.clone();
-    let scrapes = metrics.scrapes.clone();
+    let (served, scrapes) = (registry.clone(), metrics.scrapes.clone());
     tasks.spawn(async move {
         metrics::serve(metrics_tcp, served, scrapes).await;
         Ok(())
     });
     let fence_writes = Arc::new(tokio::sync::Mutex::new(()));
+    let persist = (state.clone(), Arc::clone(&fence_writes));
     tasks.spawn(persist_fences(
         signals.clone(),
-        state.clone(),
-        Arc::clone(&fence_writes),
+        persist,
         options.fence_persist,
     ));
-    if let Some(source) = source {
-        let running = config.transport;
-        tasks.spawn(watch_mode(source, running, options.mode_check));
-    }
+    watch_declarations(
+        &mut tasks,
+        (certificate, trust_for_reloads, certificates.clone()),
+        source.map(|s| (s, Declared::of(&config))),
+        options,
+    );
     tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
     Ok(Running {
         signals_addr,
@@ -266,6 +268,7 @@ pub async fn start(
         signals,
         metrics,
         registry,
+        certificates,
         state,
         fence_writes,
         tasks,
@@ -325,7 +328,7 @@ async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persist
 
 fn peer_pollers(
     config: &Config,
-    material: &TlsMaterial,
+    certificate: &Arc<tls::CertSlot>,
     trust: &Arc<tls::Trust>,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
@@ -336,8 +339,8 @@ fn peer_pollers(
         .map(|peer| {
             Ok(PeerPoller {
                 peer: peer.clone(),
-                tls: tls::client_config(
-                    material,
+                tls: tls::client_config_presenting(
+                    Arc::clone(certificate),
                     trust.clone(),
                     Identity::Peer(peer.name.clone()),
                 )?,
@@ -431,8 +434,7 @@ fn scrape_loop(
 /// logged and retried next time; it never stops the operator.
 async fn persist_fences(
     signals: SharedSignals,
-    state: Arc<dyn StateStore>,
-    writes: Arc<tokio::sync::Mutex<()>>,
+    (state, writes): (Arc<dyn StateStore>, Arc<tokio::sync::Mutex<()>>),
     every: Duration,
 ) -> Result<(), Error> {
     let mut written = None;
@@ -459,26 +461,110 @@ async fn persist_fences(
     }
 }
 
-/// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`.
+/// This site's machine at `epoch`, with the persisted fences (if any) imported.
+fn restored_site(
+    config: &Config,
+    epoch: u64,
+    now: u64,
+    fences: Option<grid_signals::batch::FenceSet>,
+) -> Site {
+    let mut held = site(config, epoch, now);
+    if let Some(fences) = fences {
+        let import = held.import_fences(&fences, now);
+        tracing::info!(
+            applied = import.applied,
+            refused = import.refused,
+            "fences restored"
+        );
+    }
+    held
+}
+
+/// Spawns what follows the files under a running operator: the certificate (renewed in
+/// place) and, with a source, the declared mode and trust (either change ends the process
+/// for its supervisor to restart).
+fn watch_declarations(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    (slot, trust, reloads): (Arc<tls::CertSlot>, Arc<tls::Trust>, tls::ReloadMetrics),
+    source: Option<(Arc<dyn ConfigSource>, Declared)>,
+    options: Options,
+) {
+    tasks.spawn(async move {
+        tls::watch(slot, Some(trust), options.cert_check, reloads).await;
+        Ok(())
+    });
+    if let Some((source, running)) = source {
+        tasks.spawn(watch_mode(source, running, options.mode_check));
+    }
+}
+
+/// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`,
+/// or [`Error::TrustChanged`] once it declares another trust.
 async fn watch_mode(
     source: Arc<dyn ConfigSource>,
-    running: TransportMode,
+    running: Declared,
     every: Duration,
 ) -> Result<(), Error> {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let source = source.clone();
-        match tokio::task::spawn_blocking(move || source.declared_mode()).await {
-            Ok(Ok(declared)) if declared != running.as_str() => {
+        let (a, b) = (source.clone(), source.clone());
+        match tokio::task::spawn_blocking(move || a.declared_mode()).await {
+            Ok(Ok(declared)) if declared != running.transport.as_str() => {
                 return Err(Error::ModeChanged {
-                    running: running.as_str(),
+                    running: running.transport.as_str(),
                     declared,
                 });
             }
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot re-read the declared mode"),
             _ => {}
+        }
+        // The trust is read whole: a file being edited fails validation and is read again
+        // at the next check, never half applied.
+        if let Ok(Ok(config)) = tokio::task::spawn_blocking(move || b.load()).await {
+            if let Some(field) = running.trust_differs(&Declared::of(&config)) {
+                return Err(Error::TrustChanged { field });
+            }
+        }
+    }
+}
+
+/// What a running operator must restart to change: the signal transport and the trust
+/// (mode, CA bundle, and each peer's name, URL and pins). Certificate renewals are not
+/// here: they are applied in place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Declared {
+    transport: TransportMode,
+    trust: crate::config::TrustMode,
+    ca: Option<std::path::PathBuf>,
+    peers: Vec<(String, String, Vec<tls::Fingerprint>)>,
+}
+
+impl Declared {
+    fn of(config: &Config) -> Self {
+        Self {
+            transport: config.transport,
+            trust: config.trust.clone(),
+            ca: config.tls.ca.clone(),
+            peers: config
+                .peers
+                .iter()
+                .map(|p| (p.name.clone(), p.url.to_string(), p.fingerprints.clone()))
+                .collect(),
+        }
+    }
+
+    /// The first field whose declaration differs, as the file spells it.
+    fn trust_differs(&self, now: &Self) -> Option<&'static str> {
+        if self.trust != now.trust {
+            Some("trust")
+        } else if self.ca != now.ca {
+            Some("tls.ca")
+        } else if self.peers != now.peers {
+            Some("peers")
+        } else {
+            None
         }
     }
 }

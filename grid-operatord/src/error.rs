@@ -78,6 +78,14 @@ pub enum Error {
         /// The mode the configuration now declares.
         declared: String,
     },
+    /// The declared trust changed under a running operator.
+    #[error(
+        "the declared `{field}` changed: exiting so the supervisor restarts with the new trust (a peer's certificates are only ever judged under the trust a process started with)"
+    )]
+    TrustChanged {
+        /// The first changed field: `trust`, `tls.ca` or `peers`.
+        field: &'static str,
+    },
 }
 
 impl From<grid_daemon::Error> for Error {

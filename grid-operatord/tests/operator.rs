@@ -918,3 +918,80 @@ async fn a_readiness_transition_is_exported_with_its_reason_and_the_failed_scrap
     let m = get_metrics(op.metrics_addr).await;
     assert_eq!(value_of(&m, "grid_provider_ready", "a", "llama"), Some(0.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_presented_to_new_connections_without_a_restart() {
+    use grid_daemon::tls::{Identity, ReloadResult, TlsMaterial, Trust, client_config};
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let config = a.config(&[], &[]);
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let options = Options {
+        cert_check: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let op = driver::start(config, None, state, options).await.unwrap();
+    // A local client that accepts the operator only if it presents the renewed leaf.
+    let renewed = grid.ca.site(grid_kit::operator_harness::DOMAIN, "a");
+    let material = TlsMaterial {
+        chain: vec![renewed.cert.clone()],
+        key: renewed.key(),
+        roots: rustls::RootCertStore::empty(),
+    };
+    let only_renewed = Arc::new(Trust::pin("a", &renewed.cert, []).unwrap());
+    let tls = client_config(&material, only_renewed, Identity::Local).unwrap();
+    assert!(
+        get_signals(op.signals_addr, tls.clone()).await.is_err(),
+        "the old leaf is presented before the renewal"
+    );
+    // A renewal whose key is not its certificate's is refused, the old pair kept.
+    let (cert_path, key_path) = (a.dir.path().join("site.crt"), a.dir.path().join("site.key"));
+    std::fs::write(&cert_path, &renewed.cert_pem).unwrap();
+    eventually("the mismatched pair refused", 10, || async {
+        op.certificates.count(ReloadResult::Refused) > 0
+    })
+    .await;
+    assert!(get_signals(op.signals_addr, tls.clone()).await.is_err());
+    std::fs::write(&key_path, &renewed.key_pem).unwrap();
+    eventually("the renewed pair presented", 10, || {
+        let tls = tls.clone();
+        async move { get_signals(op.signals_addr, tls).await.is_ok() }
+    })
+    .await;
+    assert_eq!(op.certificates.count(ReloadResult::Rotated), 1);
+    let m = get_metrics(op.metrics_addr).await;
+    assert!(
+        m.contains("grid_operator_certificate_reloads_total{result=\"rotated\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_trust_change_stops_the_operator_so_its_supervisor_restarts_it() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[])).unwrap();
+    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
+    let config = source.load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let options = Options {
+        mode_check: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let mut running = driver::start(config, Some(source), state, options)
+        .await
+        .unwrap();
+    // Unchanged trust: the operator keeps running through several checks.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), running.wait())
+            .await
+            .is_err()
+    );
+    std::fs::write(&path, a.config_text(&[("b", NOWHERE.into())], &[])).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), running.wait())
+        .await
+        .expect("the operator stops");
+    let err = ended.unwrap_err().to_string();
+    assert!(err.contains("`peers`") && err.contains("restarts"), "{err}");
+}

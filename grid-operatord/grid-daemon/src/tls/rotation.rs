@@ -226,6 +226,8 @@ pub async fn watch(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    // The same refused files are counted and logged once, not at every check.
+    let mut refused: Option<String> = None;
     loop {
         #[cfg(unix)]
         {
@@ -247,20 +249,135 @@ pub async fn watch(
         let (s, t) = (Arc::clone(&slot), trust.clone());
         let checked =
             tokio::task::spawn_blocking(move || s.reload(t.as_deref(), UnixTime::now())).await;
-        match checked {
-            Ok(Ok(Reload::Unchanged)) => {}
+        let failure = match checked {
+            Ok(Ok(Reload::Unchanged)) => None,
             Ok(Ok(Reload::Rotated { from, to })) => {
                 metrics.inc(ReloadResult::Rotated);
                 tracing::info!(%from, %to, "certificate rotated: new connections present the renewed pair");
+                None
             }
-            Ok(Err(e)) => {
-                metrics.inc(ReloadResult::Refused);
-                tracing::error!(error = %e, "renewed certificate refused; still presenting the previous pair");
-            }
-            Err(e) => {
-                metrics.inc(ReloadResult::Refused);
-                tracing::error!(error = %e, "certificate check failed; still presenting the previous pair");
-            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if failure.is_some() && failure != refused {
+            metrics.inc(ReloadResult::Refused);
+            tracing::error!(
+                error = failure.as_deref().unwrap_or_default(),
+                "renewed certificate refused; still presenting the previous pair"
+            );
         }
+        refused = failure;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use grid_kit::pki::{Ca, Mint, SiteCert};
+
+    use super::*;
+
+    fn material(cert: &SiteCert) -> TlsMaterial {
+        TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots: rustls::RootCertStore::empty(),
+        }
+    }
+
+    /// A slot presenting `first`, reading its files from `dir`.
+    fn slot(dir: &Path, first: &SiteCert) -> Arc<CertSlot> {
+        let (c, k) = first.write(dir, "site");
+        CertSlot::new(&material(first), &c, &k).unwrap()
+    }
+
+    fn fp(cert: &SiteCert) -> Fingerprint {
+        Fingerprint::of_der(&cert.cert)
+    }
+
+    #[test]
+    fn a_renewed_pair_is_presented_after_a_reload_and_unchanged_files_are_left_alone() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let (old, new) = (ca.site("grid.test", "a"), ca.site("grid.test", "a"));
+        let slot = slot(dir.path(), &old);
+        assert_eq!(
+            slot.reload(None, UnixTime::now()).unwrap(),
+            Reload::Unchanged
+        );
+        new.write(dir.path(), "site");
+        assert_eq!(
+            slot.reload(None, UnixTime::now()).unwrap(),
+            Reload::Rotated {
+                from: fp(&old),
+                to: fp(&new)
+            }
+        );
+        assert_eq!(slot.leaf(), new.cert);
+        assert_eq!(
+            slot.reload(None, UnixTime::now()).unwrap(),
+            Reload::Unchanged
+        );
+    }
+
+    #[test]
+    fn a_renewal_whose_key_is_not_the_leafs_is_refused_and_the_old_pair_kept() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let (old, new, other) = (
+            ca.site("grid.test", "a"),
+            ca.site("grid.test", "a"),
+            ca.site("grid.test", "a"),
+        );
+        let slot = slot(dir.path(), &old);
+        // The certificate is written before its key: a reload between the two writes.
+        new.write(dir.path(), "site");
+        let (_, other_key) = other.write(dir.path(), "other");
+        std::fs::copy(other_key, dir.path().join("site.key")).unwrap();
+        assert!(slot.reload(None, UnixTime::now()).is_err());
+        assert_eq!(slot.leaf(), old.cert);
+    }
+
+    #[test]
+    fn an_expired_renewal_is_refused() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let old = ca.site("grid.test", "a");
+        let expired = ca.mint(&Mint {
+            spiffe: Some("spiffe://grid.test/site/a".into()),
+            expired: true,
+            cn: "a",
+        });
+        let slot = slot(dir.path(), &old);
+        expired.write(dir.path(), "site");
+        let err = slot.reload(None, UnixTime::now()).unwrap_err().to_string();
+        assert!(err.contains("renewed certificate"), "{err}");
+        assert_eq!(slot.leaf(), old.cert);
+    }
+
+    #[test]
+    fn in_pin_mode_the_local_pin_follows_a_rotation_and_keeps_only_the_previous_leaf() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let (first, second, third, peer) = (
+            ca.site("grid.test", "a"),
+            ca.site("grid.test", "a"),
+            ca.site("grid.test", "a"),
+            ca.site("grid.test", "b"),
+        );
+        let trust = Trust::pin("a", &first.cert, [("b".to_owned(), vec![fp(&peer)])]).unwrap();
+        let slot = slot(dir.path(), &first);
+        for next in [&second, &third] {
+            next.write(dir.path(), "site");
+            slot.reload(Some(&trust), UnixTime::now()).unwrap();
+        }
+        assert_eq!(
+            trust.classify(&third.cert),
+            Some(super::super::Identity::Local)
+        );
+        assert_eq!(
+            trust.classify(&second.cert),
+            Some(super::super::Identity::Local)
+        );
+        assert_eq!(trust.classify(&first.cert), None, "two rotations ago");
+        // A renewal that is a peer's pinned certificate would make that peer local.
+        peer.write(dir.path(), "site");
+        assert!(slot.reload(Some(&trust), UnixTime::now()).is_err());
+        assert_eq!(slot.leaf(), third.cert);
     }
 }
