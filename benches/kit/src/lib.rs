@@ -21,6 +21,8 @@ pub mod daemon_process;
 pub mod demo;
 pub mod epp_server;
 mod error;
+pub mod fault_relay;
+pub mod fault_suite;
 pub mod gateway_harness;
 pub mod instant_upstream;
 pub mod latency;

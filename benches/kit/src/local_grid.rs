@@ -12,9 +12,17 @@
 //! which the first operator polls as a peer ("remote"), so its readings also wait for a peer poll.
 //! Trust is SPIFFE over certificates minted at start into a temporary directory that is
 //! removed when the grid is dropped. Everything listens on 127.0.0.1.
+//!
+//! Started with [`LocalGrid::start_with_links`], every remote site sits behind two
+//! [`FaultRelay`]s, a WAN between it and site[0]: one in front of its operator's signals
+//! listener (operator[0]'s peer polls cross it) and one in front of its backend (the
+//! gateway's proxied requests cross it). Each site's own operator still scrapes its
+//! backend directly, as a co-located operator does. The relays are TCP-level, so TLS
+//! passes through; the peer URL names the relay's `127.0.0.1`, which the site
+//! certificates carry as an IP SAN.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +42,7 @@ use tempfile::TempDir;
 
 use crate::Error;
 use crate::clock::Stopwatch;
+use crate::fault_relay::{Delay, FaultControl, FaultRelay, WAN};
 use crate::pki::{Ca, LOOPBACK_NAME, SiteFiles, TRUST_DOMAIN};
 use crate::sim_site::{SimSite, SimSiteConfig, SimSiteControl};
 
@@ -108,12 +117,63 @@ pub struct GridSpec {
     pub shedding: Option<Shedding>,
 }
 
+/// The WAN between site[0] and every remote site: what [`LocalGrid::start_with_links`]
+/// puts in each remote site's two relays at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Links {
+    /// The one-way delay each relay adds in each direction.
+    pub delay: Delay,
+    /// Seeds the relays' jitter (each relay gets its own seed derived from it).
+    pub seed: u64,
+}
+
+impl Links {
+    /// 20-80 ms each way ([`WAN`]), seed 1.
+    pub const WAN: Self = Self {
+        delay: WAN,
+        seed: 1,
+    };
+}
+
+/// The control handles of a remote site's two relays.
+#[derive(Clone, Debug)]
+pub struct SiteLink {
+    /// In front of the site operator's signals listener: operator[0]'s peer polls.
+    pub peer: FaultControl,
+    /// In front of the site's backend: the gateway's proxied requests.
+    pub backend: FaultControl,
+}
+
+impl SiteLink {
+    /// Applies `f` to both relays.
+    pub fn both(&self, f: impl Fn(&FaultControl)) {
+        f(&self.peer);
+        f(&self.backend);
+    }
+}
+
+/// A remote site's relays, kept alive with it.
+struct RunningLink {
+    peer: FaultRelay,
+    backend: FaultRelay,
+}
+
+/// How many times, 100 ms apart, a restarted operator retries binding the signals port
+/// its predecessor held (the aborted predecessor closes its listener asynchronously).
+pub const REBIND_ATTEMPTS: u32 = 50;
+
 /// One running site.
 struct RunningSite {
     name: String,
     sim: Option<SimSite>,
     base_url: String,
-    operator: grid_operatord::driver::Running,
+    /// `None` while stopped by [`LocalGrid::stop_operator`].
+    operator: Option<grid_operatord::driver::Running>,
+    /// The configuration it runs with, its listeners fixed at the addresses first bound,
+    /// so a restart serves where peers and relays already point.
+    config: OperatorConfig,
+    state_dir: PathBuf,
+    link: Option<RunningLink>,
 }
 
 /// Where a site stands in the gateway's current routing view.
@@ -270,18 +330,72 @@ fn gateway_config(
     Ok(config)
 }
 
+/// Starts an operator; returns it with its configuration, the listeners fixed at the
+/// addresses bound (so a restart binds the same ones).
 async fn start_operator(
-    config: OperatorConfig,
+    mut config: OperatorConfig,
     state_dir: &Path,
-) -> Result<grid_operatord::driver::Running, Error> {
+) -> Result<(grid_operatord::driver::Running, OperatorConfig), Error> {
     let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(state_dir)?);
-    Ok(grid_operatord::driver::start(
-        config,
+    let running = grid_operatord::driver::start(
+        config.clone(),
         None,
         state,
         grid_operatord::driver::Options::default(),
     )
-    .await?)
+    .await?;
+    config.listen.signals = running.signals_addr;
+    config.listen.metrics = running.metrics_addr;
+    Ok((running, config))
+}
+
+/// Starts every simulated backend; returns each site's backend and base URL.
+async fn start_backends(spec: &GridSpec) -> Result<Vec<(Option<SimSite>, String)>, Error> {
+    let mut backends = Vec::with_capacity(spec.sites.len());
+    for s in &spec.sites {
+        backends.push(match &s.backend {
+            Backend::Simulated(config) => {
+                let sim = SimSite::start(config.clone()).await?;
+                let url = sim.url("");
+                (Some(sim), url)
+            }
+            Backend::External(url) => (None, url.clone()),
+        });
+    }
+    Ok(backends)
+}
+
+/// Starts remote site `index`'s two relays, with the WAN delay in force.
+async fn start_link(
+    links: Links,
+    index: usize,
+    signals: SocketAddr,
+    backend_url: &str,
+) -> Result<RunningLink, Error> {
+    let seed = links
+        .seed
+        .wrapping_mul(0x100)
+        .wrapping_add(index as u64 * 2);
+    let peer = FaultRelay::start(signals, seed).await?;
+    let backend = FaultRelay::start(socket_addr_of(backend_url)?, seed + 1).await?;
+    peer.control().set_delay_both(links.delay);
+    backend.control().set_delay_both(links.delay);
+    Ok(RunningLink { peer, backend })
+}
+
+/// The `host:port` of an `http://host:port` base URL, as a socket address.
+fn socket_addr_of(base_url: &str) -> Result<SocketAddr, Error> {
+    base_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| {
+            grid_sim::Error::InvalidConfig {
+                field: "backend",
+                reason: "a linked backend must be an http://ip:port base URL",
+            }
+            .into()
+        })
 }
 
 impl LocalGrid {
@@ -289,6 +403,17 @@ impl LocalGrid {
     /// gateway. Returns as soon as the gateway serves; its sites may still be unmeasured
     /// (see [`LocalGrid::wait_measured`]).
     pub async fn start(spec: &GridSpec) -> Result<Self, Error> {
+        Self::start_inner(spec, None).await
+    }
+
+    /// As [`LocalGrid::start`], with every remote site behind two fault relays (its peer
+    /// path and its request path) adding `links.delay`; [`LocalGrid::link`] hands out their
+    /// controls.
+    pub async fn start_with_links(spec: &GridSpec, links: Links) -> Result<Self, Error> {
+        Self::start_inner(spec, Some(links)).await
+    }
+
+    async fn start_inner(spec: &GridSpec, links: Option<Links>) -> Result<Self, Error> {
         if spec.sites.is_empty() {
             return Err(grid_sim::Error::InvalidConfig {
                 field: "sites",
@@ -308,24 +433,18 @@ impl LocalGrid {
         for s in &spec.sites {
             files.push(ca.write_site(dir.path(), &s.name)?);
         }
-        let mut backends = Vec::with_capacity(spec.sites.len());
-        for s in &spec.sites {
-            backends.push(match &s.backend {
-                Backend::Simulated(config) => {
-                    let sim = SimSite::start(config.clone()).await?;
-                    let url = sim.url("");
-                    (Some(sim), url)
-                }
-                Backend::External(url) => (None, url.clone()),
-            });
-        }
+        let backends = start_backends(spec).await?;
         let local_addr = free_loopback_addr()?;
         let local_name = spec.sites[0].name.as_str();
         // Peers first: each lists operator[0] (so it admits its polls); operator[0] then
-        // lists every peer at its real address.
+        // lists every peer at its real address (or its relay's).
         let mut operators = Vec::with_capacity(spec.sites.len());
+        let mut relays = Vec::with_capacity(spec.sites.len());
         operators.push(None);
+        relays.push(None);
         let mut peer_urls = Vec::new();
+        // What the gateway proxies to: the backend itself, or the relay in front of it.
+        let mut request_urls = vec![backends[0].1.clone()];
         for (i, s) in spec.sites.iter().enumerate().skip(1) {
             let state = dir.path().join(format!("{}-state", s.name));
             let config = operator_config(
@@ -337,9 +456,19 @@ impl LocalGrid {
                 &[(local_name, signals_url(local_addr))],
                 &backends[i].1,
             )?;
-            let op = start_operator(config, &state).await?;
-            peer_urls.push((s.name.as_str(), signals_url(op.signals_addr)));
-            operators.push(Some(op));
+            let (op, config) = start_operator(config, &state).await?;
+            let link = match links {
+                None => None,
+                Some(l) => Some(start_link(l, i, op.signals_addr, &backends[i].1).await?),
+            };
+            let (peer_addr, request_url) = match &link {
+                Some(l) => (l.peer.addr(), format!("http://{}", l.backend.addr())),
+                None => (op.signals_addr, backends[i].1.clone()),
+            };
+            peer_urls.push((s.name.as_str(), signals_url(peer_addr)));
+            request_urls.push(request_url);
+            operators.push(Some((op, config, state)));
+            relays.push(link);
         }
         let state = dir.path().join(format!("{local_name}-state"));
         let config = operator_config(
@@ -351,13 +480,14 @@ impl LocalGrid {
             &peer_urls,
             &backends[0].1,
         )?;
-        operators[0] = Some(start_operator(config, &state).await?);
+        let (op, config) = start_operator(config, &state).await?;
+        operators[0] = Some((op, config, state));
 
         let base_urls: Vec<(&str, &str)> = spec
             .sites
             .iter()
-            .zip(&backends)
-            .map(|(s, (_, url))| (s.name.as_str(), url.as_str()))
+            .zip(&request_urls)
+            .map(|(s, url)| (s.name.as_str(), url.as_str()))
             .collect();
         let config = gateway_config(spec, &files[0], local_addr, &base_urls)?;
         let gateway = grid_gatewayd::driver::start(config).await?;
@@ -366,12 +496,16 @@ impl LocalGrid {
             .iter()
             .zip(backends)
             .zip(operators)
-            .filter_map(|((s, (sim, base_url)), op)| {
-                op.map(|operator| RunningSite {
+            .zip(relays)
+            .filter_map(|(((s, (sim, base_url)), op), link)| {
+                op.map(|(operator, config, state_dir)| RunningSite {
                     name: s.name.clone(),
                     sim,
                     base_url,
-                    operator,
+                    operator: Some(operator),
+                    config,
+                    state_dir,
+                    link,
                 })
             })
             .collect();
@@ -381,6 +515,72 @@ impl LocalGrid {
             gateway: Some(gateway),
             dir,
         })
+    }
+
+    fn site(&self, site: &str) -> Option<&RunningSite> {
+        self.sites.iter().find(|s| s.name == site)
+    }
+
+    /// The control handles of a remote site's relays; `None` for site[0], an unknown
+    /// site, or a grid started without links.
+    pub fn link(&self, site: &str) -> Option<SiteLink> {
+        self.site(site)
+            .and_then(|s| s.link.as_ref())
+            .map(|l| SiteLink {
+                peer: l.peer.control(),
+                backend: l.backend.control(),
+            })
+    }
+
+    /// Stops a site's operator the way a crash does: its tasks are aborted, no final
+    /// fence write. Returns whether it was running.
+    pub fn stop_operator(&mut self, site: &str) -> bool {
+        self.sites
+            .iter_mut()
+            .find(|s| s.name == site)
+            .and_then(|s| s.operator.take())
+            .is_some()
+    }
+
+    /// Starts a stopped site operator again, on the addresses it had and from its state
+    /// directory (its epoch high-water mark and fences as last persisted).
+    pub async fn start_operator(&mut self, site: &str) -> Result<(), Error> {
+        let Some(s) = self.sites.iter_mut().find(|s| s.name == site) else {
+            return Err(Error::Timeout {
+                what: format!("site {site} (unknown)"),
+                limit_ms: 0,
+            });
+        };
+        if s.operator.is_some() {
+            return Ok(());
+        }
+        let mut attempt = 0;
+        let running = loop {
+            match start_operator(s.config.clone(), &s.state_dir).await {
+                Ok((running, _)) => break running,
+                Err(Error::Operator(grid_operatord::Error::Bind { .. }))
+                    if attempt + 1 < REBIND_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        s.operator = Some(running);
+        Ok(())
+    }
+
+    /// A site operator's signals listener (the real one, not its relay).
+    pub fn operator_signals_addr(&self, site: &str) -> Option<SocketAddr> {
+        self.site(site)
+            .and_then(|s| s.operator.as_ref())
+            .map(|o| o.signals_addr)
+    }
+
+    /// The gateway's routing slot, for watching the view from another task.
+    pub fn published(&self) -> grid_gatewayd::upstream::Published {
+        Arc::clone(self.gateway().published())
     }
 
     fn gateway(&self) -> &grid_gatewayd::driver::Running {
@@ -433,10 +633,9 @@ impl LocalGrid {
 
     /// A site operator's `/metrics` address.
     pub fn operator_metrics_addr(&self, site: &str) -> Option<SocketAddr> {
-        self.sites
-            .iter()
-            .find(|s| s.name == site)
-            .map(|s| s.operator.metrics_addr)
+        self.site(site)
+            .and_then(|s| s.operator.as_ref())
+            .map(|o| o.metrics_addr)
     }
 
     /// The gateway's current routing view.

@@ -282,7 +282,27 @@ struct Shared {
     rejections: [AtomicU64; Rejection::ALL.len()],
     model_name: String,
     spoof_flow_headers: bool,
+    /// What `/metrics` answers instead of the live exposition, while set.
+    epp_fault: Mutex<Option<EppFault>>,
 }
+
+/// What a faulty EPP answers on `/metrics` instead of the live exposition: the cases the
+/// operator's scrape must survive (the fault suite switches a site through them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EppFault {
+    /// 200 with an empty body: no series at all.
+    NoSeries,
+    /// 200 with the live exposition padded past [`EPP_OVERSIZE_BYTES`] (over the 1 MiB
+    /// exposition cap).
+    Oversize,
+    /// 200 with bytes that are no exposition.
+    Garbage,
+    /// The live exposition, after this delay.
+    Slow(Duration),
+}
+
+/// How large an [`EppFault::Oversize`] answer is: just over the 1 MiB exposition cap.
+pub const EPP_OVERSIZE_BYTES: usize = (1 << 20) + 4_096;
 
 impl Shared {
     /// The error answer for `reason`, with the drop reason when flow control dropped it.
@@ -416,6 +436,11 @@ impl SimSiteControl {
         self.shared.inner.lock().capacity_reader = mode;
     }
 
+    /// Makes `/metrics` answer `fault` instead of the live exposition (`None`: live again).
+    pub fn set_epp_fault(&self, fault: Option<EppFault>) {
+        *self.shared.epp_fault.lock() = fault;
+    }
+
     /// The state now.
     pub fn stats(&self) -> SiteStats {
         self.shared.with_model(|m| SiteStats {
@@ -485,6 +510,7 @@ impl SimSite {
             rejections: std::array::from_fn(|_| AtomicU64::new(0)),
             model_name: config.identity.model,
             spoof_flow_headers: config.spoof_flow_headers,
+            epp_fault: Mutex::new(None),
         });
         let task = tokio::spawn({
             let shared = Arc::clone(&shared);
@@ -611,10 +637,31 @@ async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Response<SimB
     let api = Api::from_path(path);
     match (request.method(), path, api) {
         (&Method::GET, "/metrics", _) => {
-            let text = SimSiteControl {
-                shared: Arc::clone(&shared),
+            let fault = shared.epp_fault.lock().clone();
+            if let Some(EppFault::Slow(delay)) = fault {
+                tokio::time::sleep(delay).await;
             }
-            .metrics();
+            let live = || {
+                SimSiteControl {
+                    shared: Arc::clone(&shared),
+                }
+                .metrics()
+            };
+            let text = match fault {
+                None | Some(EppFault::Slow(_)) => live(),
+                Some(EppFault::NoSeries) => Vec::new(),
+                Some(EppFault::Garbage) => {
+                    b"\x00\xff{not an exposition}\n\x7f garbage 1 2 3\n".to_vec()
+                }
+                Some(EppFault::Oversize) => {
+                    let mut text = live();
+                    let pad = b"# padding past the exposition cap\n";
+                    while text.len() < EPP_OVERSIZE_BYTES {
+                        text.extend_from_slice(pad);
+                    }
+                    text
+                }
+            };
             let mut response = Response::new(body::full(text));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -1,0 +1,539 @@
+//! The fault suite (issue 15): three sites on loopback with WAN-like links between them
+//! ([`crate::fault_relay`]), steady load through the gateway, and one fault at a time
+//! injected on site `c`, held, then healed. Each fault gets a fresh grid, so no fault's
+//! aftermath colours the next. What each run measured is one [`Row`]; the `grid-faults`
+//! binary prints them as the markdown table `docs/operations.md` carries.
+//!
+//! Every loop is bounded in count and time: at most [`MAX_REQUESTS_PER_WORKER`] requests
+//! per worker, each bounded by [`REQUEST_TIMEOUT`]; the fault is held [`Fault::hold`]; rejoining
+//! is awaited at most [`REJOIN_LIMIT`]. Traffic goes to loopback only.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the run's
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
+use http::StatusCode;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use crate::Error;
+use crate::clock::Stopwatch;
+use crate::load::{LoadClient, Protocol, chat_body};
+use crate::local_grid::{
+    Backend, Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
+};
+use crate::sim_site::{CapacityReaderMode, EppFault, SimSiteConfig, SimSiteControl};
+
+/// The model every site serves.
+pub const MODEL: &str = "llama";
+/// The sites: `a` holds the gateway, `b` and `c` are remote (behind relays).
+pub const SITES: [&str; 3] = ["a", "b", "c"];
+/// The site every fault is injected on.
+pub const FAULTED: &str = "c";
+/// Closed-loop workers driving the gateway: enough to keep every site busy, well under
+/// the grid's capacity (3 sites x 2 endpoints x 4 slots).
+pub const WORKERS: usize = 6;
+/// Each request's bound, answer included: what a client gives up after.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests per worker at most, whatever the time.
+pub const MAX_REQUESTS_PER_WORKER: u64 = 5_000;
+/// Steady load before the fault.
+pub const WARMUP: Duration = Duration::from_secs(2);
+/// How long each fault is held ([`Fault::hold`]).
+pub const HOLD: Duration = Duration::from_secs(8);
+/// How long a fault that silences `c`'s signal is held: past the gateway's
+/// `fresh_for_ms` (15 s), so the loss of signal can show (and the issue's 20 s freeze).
+pub const SILENCE_HOLD: Duration = Duration::from_secs(20);
+/// How long the faulted site is given to become selectable again after healing.
+pub const REJOIN_LIMIT: Duration = Duration::from_secs(15);
+/// Start-up and first readings of every site, through the WAN links.
+pub const MEASURED_WITHIN: Duration = Duration::from_secs(30);
+/// How often the suite looks at the gateway's routing view.
+pub const WATCH_EVERY: Duration = Duration::from_millis(20);
+/// The peer flood: idle TCP connections held open at the faulted operator's signals port.
+pub const PEER_FLOOD_CONNECTIONS: usize = 300;
+/// The slow-client flood: connections to the gateway sending their headers byte by byte.
+pub const SLOW_CLIENTS: usize = 200;
+/// One header byte per slow client this often.
+pub const SLOW_CLIENT_BYTE_EVERY: Duration = Duration::from_millis(500);
+/// How long the slow EPP takes to answer: past the operator's scrape timeout.
+pub const SLOW_EPP: Duration = Duration::from_secs(2);
+
+/// One fault of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Both of `c`'s links black-holed: bytes read, nothing forwarded, nothing answered.
+    Partition,
+    /// `c`'s operator aborted (no final fence write), started again after the hold.
+    OperatorRestart,
+    /// `c`'s peer link stalled: operator[0]'s polls get no byte back (a frozen process
+    /// as its peers see it; emulated, since the operators run in-process).
+    OperatorFrozen,
+    /// `c`'s request link stalled: the upstream accepts and never answers.
+    HungUpstream,
+    /// `c`'s request link resets every connection.
+    ResettingUpstream,
+    /// `c`'s EPP reports zero ready endpoints (its model server fails requests with 503).
+    EppZeroReady,
+    /// `c`'s EPP answers 200 with no series.
+    EppNoSeries,
+    /// `c`'s EPP answers over 1 MiB.
+    EppOversize,
+    /// `c`'s EPP answers bytes that are no exposition.
+    EppGarbage,
+    /// `c`'s EPP answers after [`SLOW_EPP`].
+    EppSlow,
+    /// [`PEER_FLOOD_CONNECTIONS`] idle connections at `c`'s operator's signals port.
+    PeerFlood,
+    /// [`SLOW_CLIENTS`] connections to the gateway sending headers byte by byte.
+    SlowClientFlood,
+}
+
+impl Fault {
+    /// Every fault, in the order the suite runs them.
+    pub const ALL: [Self; 12] = [
+        Self::Partition,
+        Self::OperatorRestart,
+        Self::OperatorFrozen,
+        Self::HungUpstream,
+        Self::ResettingUpstream,
+        Self::EppZeroReady,
+        Self::EppNoSeries,
+        Self::EppOversize,
+        Self::EppGarbage,
+        Self::EppSlow,
+        Self::PeerFlood,
+        Self::SlowClientFlood,
+    ];
+
+    /// Its name on the command line and in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Partition => "partition",
+            Self::OperatorRestart => "operator-restart",
+            Self::OperatorFrozen => "operator-frozen",
+            Self::HungUpstream => "hung-upstream",
+            Self::ResettingUpstream => "resetting-upstream",
+            Self::EppZeroReady => "epp-zero-ready",
+            Self::EppNoSeries => "epp-no-series",
+            Self::EppOversize => "epp-oversize",
+            Self::EppGarbage => "epp-garbage",
+            Self::EppSlow => "epp-slow",
+            Self::PeerFlood => "peer-flood",
+            Self::SlowClientFlood => "slow-client-flood",
+        }
+    }
+
+    /// How long it is held.
+    pub fn hold(self) -> Duration {
+        match self {
+            Self::Partition | Self::OperatorRestart | Self::OperatorFrozen => SILENCE_HOLD,
+            _ => HOLD,
+        }
+    }
+
+    /// Whether the design says the faulted site must leave selection during this fault.
+    pub fn expects_exclusion(self) -> bool {
+        !matches!(self, Self::PeerFlood | Self::SlowClientFlood)
+    }
+}
+
+/// What one fault's run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    /// The fault's name.
+    pub fault: &'static str,
+    /// Requests sent through the gateway.
+    pub sent: u64,
+    /// Answers by status.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Requests with no answer, by how they failed.
+    pub failures: BTreeMap<&'static str, u64>,
+    /// 200 answers naming a site that the gateway's view excluded both when the request
+    /// was sent and when its answer arrived.
+    pub to_excluded: u64,
+    /// 200 answers by serving site.
+    pub by_site: BTreeMap<String, u64>,
+    /// From injection until `c` left the gateway's preference (excluded, or unmeasured:
+    /// sorted last), if it did within the hold.
+    pub to_exclude: Option<Duration>,
+    /// The exclusion reason seen first.
+    pub reason: Option<&'static str>,
+    /// From healing until `c` was measured and selectable again, if within
+    /// [`REJOIN_LIMIT`].
+    pub to_rejoin: Option<Duration>,
+    /// Anything else worth a column (flood outcomes).
+    pub note: String,
+}
+
+fn site(name: &str) -> SiteSpec {
+    let mut config = SiteConfig::new(name, 2, 4);
+    config.service = ServiceTime {
+        median_ms: 100.0,
+        sigma: 0.0,
+        prefill_share: 0.2,
+        output_tokens: 8,
+    };
+    SiteSpec {
+        name: name.to_owned(),
+        backend: Backend::Simulated(SimSiteConfig {
+            site: config,
+            identity: EppIdentity::new(name, MODEL),
+            seed: 15,
+            spoof_flow_headers: false,
+            capacity_reader: CapacityReaderMode::Live,
+        }),
+    }
+}
+
+/// The suite's grid spec: three sites, the test cadences.
+pub fn spec() -> GridSpec {
+    GridSpec {
+        model: MODEL.to_owned(),
+        sites: SITES.iter().map(|s| site(s)).collect(),
+        cadence: Cadence::FAST,
+        shedding: None,
+    }
+}
+
+fn failure_kind(e: &Error) -> &'static str {
+    match e {
+        Error::Timeout { .. } => "timeout",
+        Error::Request(m) => {
+            let m = m.to_ascii_lowercase();
+            if m.contains("reset") {
+                "reset"
+            } else if m.contains("refused") {
+                "refused"
+            } else if m.contains("closed") || m.contains("incomplete") || m.contains("eof") {
+                "closed"
+            } else {
+                "error"
+            }
+        }
+        _ => "error",
+    }
+}
+
+/// What one worker saw.
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    statuses: BTreeMap<u16, u64>,
+    failures: BTreeMap<&'static str, u64>,
+    to_excluded: u64,
+    by_site: BTreeMap<String, u64>,
+}
+
+fn excluded_now(published: &grid_gatewayd::upstream::Published, site: &str) -> bool {
+    matches!(
+        routing_of(&published.load_full(), MODEL, site),
+        SiteRouting::Excluded(_)
+    )
+}
+
+async fn worker(
+    client: LoadClient,
+    uri: http::Uri,
+    published: grid_gatewayd::upstream::Published,
+    stop: Arc<AtomicBool>,
+    index: usize,
+) -> Tally {
+    let mut t = Tally::default();
+    while !stop.load(Ordering::Relaxed) && t.sent < MAX_REQUESTS_PER_WORKER {
+        let excluded_at_send: Vec<bool> =
+            SITES.iter().map(|s| excluded_now(&published, s)).collect();
+        t.sent += 1;
+        let stream = (t.sent + index as u64) % 2 == 0;
+        match client.post_json(&uri, chat_body(MODEL, stream)).await {
+            Ok(a) => {
+                *t.statuses.entry(a.status.as_u16()).or_default() += 1;
+                if a.status == StatusCode::OK {
+                    if let Some(site) = a.site {
+                        let i = SITES.iter().position(|s| *s == site);
+                        if i.is_some_and(|i| excluded_at_send[i]) && excluded_now(&published, &site)
+                        {
+                            t.to_excluded += 1;
+                        }
+                        *t.by_site.entry(site).or_default() += 1;
+                    }
+                }
+            }
+            Err(e) => *t.failures.entry(failure_kind(&e)).or_default() += 1,
+        }
+    }
+    t
+}
+
+/// Holds [`PEER_FLOOD_CONNECTIONS`] idle connections at `addr` until aborted; reports
+/// how many it opened.
+async fn peer_flood(addr: SocketAddr, opened: Arc<std::sync::atomic::AtomicUsize>) {
+    let mut held = Vec::with_capacity(PEER_FLOOD_CONNECTIONS);
+    for _ in 0..PEER_FLOOD_CONNECTIONS {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await
+        {
+            held.push(s);
+            opened.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// One slow client: a request's headers, one byte per [`SLOW_CLIENT_BYTE_EVERY`], for at
+/// most `limit`. Returns whether the gateway closed it before the end.
+async fn slow_client(addr: SocketAddr, limit: Duration) -> Option<bool> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: grid\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    let watch = Stopwatch::start();
+    for b in head {
+        if watch.elapsed() >= limit {
+            return Some(false);
+        }
+        if s.write_all(&[*b]).await.is_err() {
+            return Some(true);
+        }
+        tokio::time::sleep(SLOW_CLIENT_BYTE_EVERY).await;
+    }
+    Some(false)
+}
+
+/// Whether a site is out of the gateway's preference: excluded (no pick can choose it),
+/// or unmeasured (its signal is lost, so it sorts after every measured site: the design's
+/// answer to a lost peer, which degrades to least preferred rather than excluded).
+fn out_of_preference(r: &SiteRouting) -> bool {
+    match r {
+        SiteRouting::Candidate { state, .. } => *state == grid_score::CandidateState::Unmeasured,
+        SiteRouting::Excluded(_) | SiteRouting::Absent => true,
+    }
+}
+
+/// Polls the view every [`WATCH_EVERY`] until `cond` holds for [`FAULTED`] or `limit`
+/// passes; returns the time taken and the routing then.
+async fn watch_faulted(
+    grid: &LocalGrid,
+    limit: Duration,
+    cond: impl Fn(&SiteRouting) -> bool,
+) -> (Option<Duration>, SiteRouting) {
+    let watch = Stopwatch::start();
+    loop {
+        let r = grid.routing(FAULTED);
+        if cond(&r) {
+            return (Some(watch.elapsed()), r);
+        }
+        if watch.elapsed() >= limit {
+            return (None, r);
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+}
+
+/// What an injection left running, for its healing.
+#[derive(Default)]
+struct Injected {
+    slow_clients: JoinSet<Option<bool>>,
+    opened: Arc<std::sync::atomic::AtomicUsize>,
+    flood: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Injects `fault` on [`FAULTED`].
+fn inject(
+    fault: Fault,
+    grid: &mut LocalGrid,
+    link: &SiteLink,
+    control: &SimSiteControl,
+) -> Injected {
+    let mut injected = Injected::default();
+    match fault {
+        Fault::Partition => link.both(|c| c.set_black_hole(true)),
+        Fault::OperatorRestart => {
+            grid.stop_operator(FAULTED);
+        }
+        Fault::OperatorFrozen => link.peer.stall(),
+        Fault::HungUpstream => link.backend.stall(),
+        Fault::ResettingUpstream => link.backend.set_resetting(true),
+        Fault::EppZeroReady => control.drop_all_endpoints(),
+        Fault::EppNoSeries => control.set_epp_fault(Some(EppFault::NoSeries)),
+        Fault::EppOversize => control.set_epp_fault(Some(EppFault::Oversize)),
+        Fault::EppGarbage => control.set_epp_fault(Some(EppFault::Garbage)),
+        Fault::EppSlow => control.set_epp_fault(Some(EppFault::Slow(SLOW_EPP))),
+        Fault::PeerFlood => {
+            let addr = grid
+                .operator_signals_addr(FAULTED)
+                .expect("the faulted operator runs");
+            injected.flood = Some(tokio::spawn(peer_flood(addr, Arc::clone(&injected.opened))));
+        }
+        Fault::SlowClientFlood => {
+            let addr = grid.gateway_addr();
+            for _ in 0..SLOW_CLIENTS {
+                injected.slow_clients.spawn(slow_client(addr, HOLD));
+            }
+        }
+    }
+    injected
+}
+
+/// Heals `fault`; returns the note its row carries.
+async fn heal(
+    fault: Fault,
+    grid: &mut LocalGrid,
+    link: &SiteLink,
+    control: &SimSiteControl,
+    injected: &mut Injected,
+) -> Result<String, Error> {
+    let mut note = String::new();
+    match fault {
+        Fault::Partition => link.both(|c| c.set_black_hole(false)),
+        Fault::OperatorRestart => grid.start_operator(FAULTED).await?,
+        Fault::OperatorFrozen => link.peer.clear_stall(),
+        Fault::HungUpstream => link.backend.clear_stall(),
+        Fault::ResettingUpstream => link.backend.set_resetting(false),
+        Fault::EppZeroReady => control.restore(),
+        Fault::EppNoSeries | Fault::EppOversize | Fault::EppGarbage | Fault::EppSlow => {
+            control.set_epp_fault(None);
+        }
+        Fault::PeerFlood => {
+            if let Some(f) = injected.flood.take() {
+                f.abort();
+            }
+            note = format!(
+                "{} of {PEER_FLOOD_CONNECTIONS} flood connections opened",
+                injected.opened.load(Ordering::Relaxed)
+            );
+        }
+        Fault::SlowClientFlood => {
+            let (mut closed, mut open, mut refused) = (0, 0, 0);
+            while let Some(done) = injected.slow_clients.join_next().await {
+                match done {
+                    Ok(Some(true)) => closed += 1,
+                    Ok(Some(false)) => open += 1,
+                    _ => refused += 1,
+                }
+            }
+            note = format!(
+                "slow clients: {closed} closed by the gateway, {open} still open after {} s, {refused} not connected",
+                HOLD.as_secs()
+            );
+        }
+    }
+    Ok(note)
+}
+
+/// Runs one fault on a fresh grid and measures it.
+pub async fn run(fault: Fault) -> Result<Row, Error> {
+    let mut grid = LocalGrid::start_with_links(&spec(), Links::WAN).await?;
+    grid.wait_until("every site selectable", MEASURED_WITHIN, |g| {
+        SITES.iter().all(|s| g.routing(s).selectable())
+    })
+    .await?;
+    let link = grid
+        .link(FAULTED)
+        .expect("a remote site of a linked grid has links");
+    let control = grid.control(FAULTED).expect("the sites are simulated");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = LoadClient::new(Protocol::Http1, REQUEST_TIMEOUT);
+    let uri: http::Uri = grid
+        .chat_url()
+        .parse()
+        .map_err(|_| Error::Request("the gateway's URL".into()))?;
+    let mut workers = JoinSet::new();
+    for i in 0..WORKERS {
+        workers.spawn(worker(
+            client.clone(),
+            uri.clone(),
+            grid.published(),
+            Arc::clone(&stop),
+            i,
+        ));
+    }
+    tokio::time::sleep(WARMUP).await;
+
+    let mut row = Row {
+        fault: fault.name(),
+        ..Row::default()
+    };
+    let mut injected = inject(fault, &mut grid, &link, &control);
+    let held = Stopwatch::start();
+    let hold = fault.hold();
+    let (to_exclude, seen) = watch_faulted(&grid, hold, out_of_preference).await;
+    row.to_exclude = to_exclude;
+    row.reason = match seen {
+        SiteRouting::Excluded(reason) => Some(reason),
+        SiteRouting::Candidate { .. } if to_exclude.is_some() => Some("unmeasured"),
+        _ => None,
+    };
+    if let Some(rest) = hold.checked_sub(held.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+
+    row.note = heal(fault, &mut grid, &link, &control, &mut injected).await?;
+    if row.to_exclude.is_some() || !fault.expects_exclusion() {
+        let (to_rejoin, _) = watch_faulted(&grid, REJOIN_LIMIT, |r| !out_of_preference(r)).await;
+        row.to_rejoin = to_rejoin;
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = workers.join_next().await {
+        let Ok(t) = done else { continue };
+        row.sent += t.sent;
+        row.to_excluded += t.to_excluded;
+        for (k, v) in t.statuses {
+            *row.statuses.entry(k).or_default() += v;
+        }
+        for (k, v) in t.failures {
+            *row.failures.entry(k).or_default() += v;
+        }
+        for (k, v) in t.by_site {
+            *row.by_site.entry(k).or_default() += v;
+        }
+    }
+    grid.shutdown().await;
+    Ok(row)
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "—".to_owned(), |d| format!("{} ms", d.as_millis()))
+}
+
+fn pairs<K: std::fmt::Display>(m: &BTreeMap<K, u64>) -> String {
+    if m.is_empty() {
+        return "0".to_owned();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The markdown table of `rows`.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| fault | sent | answered (status: n) | 200s by site | failed (how: n) | 200s from an excluded site | c out after | how | c back after | note |\n\
+         | --- | ---: | --- | --- | --- | ---: | ---: | --- | ---: | --- |\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.fault,
+            r.sent,
+            pairs(&r.statuses),
+            pairs(&r.by_site),
+            pairs(&r.failures),
+            r.to_excluded,
+            ms(r.to_exclude),
+            r.reason.unwrap_or("—"),
+            ms(r.to_rejoin),
+            r.note,
+        );
+    }
+    out
+}
