@@ -21,6 +21,8 @@ pub enum ApiErrorKind {
     MethodNotAllowed,
     /// 413: the body is larger than `bodyLimitBytes`.
     BodyTooLarge,
+    /// 408: the body did not arrive whole within `clientBodyTimeoutSeconds`.
+    BodyTimeout,
     /// 429: the model is shedding (every healthy site full).
     Shedding,
     /// 503: every candidate of the model is excluded.
@@ -39,6 +41,7 @@ impl ApiErrorKind {
             Self::NotFound | Self::UnknownRoute => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Shedding => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamFailed => StatusCode::BAD_GATEWAY,
@@ -53,7 +56,8 @@ impl ApiErrorKind {
             | Self::NotFound
             | Self::UnknownRoute
             | Self::MethodNotAllowed
-            | Self::BodyTooLarge => "invalid_request_error",
+            | Self::BodyTooLarge
+            | Self::BodyTimeout => "invalid_request_error",
             Self::Shedding => "rate_limit_error",
             Self::Unavailable | Self::UpstreamFailed | Self::UpstreamTimeout => "server_error",
         }
@@ -67,6 +71,7 @@ impl ApiErrorKind {
             Self::UnknownRoute => "unknown_url",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::BodyTooLarge => "body_too_large",
+            Self::BodyTimeout => "body_timeout",
             Self::Shedding => "shedding",
             Self::Unavailable => "unavailable",
             Self::UpstreamFailed => "upstream_failed",

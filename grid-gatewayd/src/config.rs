@@ -83,7 +83,12 @@ pub const DEFAULT_CLIENT_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// connection (and its TLS or TCP setup), short enough that idle connections do not pile
 /// up toward the connection cap.
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
-/// Longest accepted client header or idle bound.
+/// Default bound on reading a whole request body once its head arrived
+/// (`clientBodyTimeoutSeconds`): a client sends its body right after its head, and even
+/// the largest accepted body crosses a slow link in seconds; a client that trickles its
+/// body holds a connection, a request slot and a buffer, so past this it gets 408.
+pub const DEFAULT_CLIENT_BODY_TIMEOUT_MS: u64 = 30_000;
+/// Longest accepted client header, body or idle bound.
 pub const MAX_CLIENT_TIMEOUT_MS: u64 = 3_600_000;
 /// Default Retry-After, in seconds, on a 503 (every candidate excluded): grid-score's
 /// default, whose reason docs/routing.md gives (a remote site rejoins within one peer
@@ -140,6 +145,9 @@ pub struct Config {
     /// Time a client connection may stay open with no request in flight
     /// (`clientIdleTimeoutSeconds`).
     pub client_idle_timeout_ms: u64,
+    /// Time a client has to deliver a proxied request's whole body once its head arrived
+    /// (`clientBodyTimeoutSeconds`); past it the client gets 408.
+    pub client_body_timeout_ms: u64,
     /// The local operator whose relay feeds routing.
     pub operator: OperatorConfig,
     /// The gateway's own identity and trust anchors, for the operator and remote sites.
@@ -259,6 +267,16 @@ pub struct Candidate {
     pub base_url: String,
 }
 
+/// The `...TimeoutSeconds` bounds on upstream and client waits as the file gives them.
+#[derive(Clone, Copy)]
+struct Waits {
+    upstream_headers: Option<f64>,
+    upstream_idle: Option<f64>,
+    client_header: Option<f64>,
+    client_idle: Option<f64>,
+    client_body: Option<f64>,
+}
+
 /// The file as written: camelCase keys, durations in seconds.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -273,6 +291,7 @@ struct RawConfig {
     max_connections: Option<u64>,
     client_header_timeout_seconds: Option<f64>,
     client_idle_timeout_seconds: Option<f64>,
+    client_body_timeout_seconds: Option<f64>,
     operator: RawOperator,
     tls: TlsFiles,
     trust: Option<RawTrust>,
@@ -405,6 +424,7 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
+            client_body_timeout_ms: DEFAULT_CLIENT_BODY_TIMEOUT_MS,
             operator,
             tls,
             trust: OperatorTrust::Ca,
@@ -596,12 +616,13 @@ impl Config {
         )? {
             config.connect_timeout_ms = v;
         }
-        config.set_waits(
-            raw.upstream_headers_timeout_seconds,
-            raw.upstream_idle_timeout_seconds,
-            raw.client_header_timeout_seconds,
-            raw.client_idle_timeout_seconds,
-        )?;
+        config.set_waits(Waits {
+            upstream_headers: raw.upstream_headers_timeout_seconds,
+            upstream_idle: raw.upstream_idle_timeout_seconds,
+            client_header: raw.client_header_timeout_seconds,
+            client_idle: raw.client_idle_timeout_seconds,
+            client_body: raw.client_body_timeout_seconds,
+        })?;
         if let Some(n) = raw.max_connections {
             config.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
         }
@@ -634,15 +655,16 @@ impl Config {
             .fold(config, |c, m| c.with_model(m.name, m.candidates)))
     }
 
-    /// The four `...TimeoutSeconds` bounds on upstream and client waits, where the file
+    /// The five `...TimeoutSeconds` bounds on upstream and client waits, where the file
     /// gives them.
-    fn set_waits(
-        &mut self,
-        upstream_headers: Option<f64>,
-        upstream_idle: Option<f64>,
-        client_header: Option<f64>,
-        client_idle: Option<f64>,
-    ) -> Result<(), Error> {
+    fn set_waits(&mut self, waits: Waits) -> Result<(), Error> {
+        let Waits {
+            upstream_headers,
+            upstream_idle,
+            client_header,
+            client_idle,
+            client_body,
+        } = waits;
         for (field, seconds, max_ms, slot) in [
             (
                 "upstreamHeadersTimeoutSeconds",
@@ -667,6 +689,12 @@ impl Config {
                 client_idle,
                 MAX_CLIENT_TIMEOUT_MS,
                 &mut self.client_idle_timeout_ms,
+            ),
+            (
+                "clientBodyTimeoutSeconds",
+                client_body,
+                MAX_CLIENT_TIMEOUT_MS,
+                &mut self.client_body_timeout_ms,
             ),
         ] {
             if let Some(v) = ms(field, seconds, MIN_EXCHANGE_TIMEOUT_MS, max_ms)? {
@@ -697,27 +725,9 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every bound and cross-field rule; the error names the first bad field.
-    pub fn validate(&self) -> Result<(), Error> {
-        check_name("site", &self.site)?;
-        check_range(
-            "bodyLimitBytes",
-            self.body_limit_bytes as u64,
-            MIN_BODY_LIMIT_BYTES as u64,
-            MAX_BODY_LIMIT_BYTES as u64,
-        )?;
-        check_range(
-            "unavailableRetryAfterSeconds",
-            self.unavailable_retry_after_s,
-            1,
-            MAX_RETRY_AFTER_S,
-        )?;
-        check_range(
-            "connectTimeoutSeconds",
-            self.connect_timeout_ms,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )?;
+    /// The `...TimeoutSeconds` bounds on upstream and client waits, and the header bound
+    /// above the connect bound.
+    fn validate_waits(&self) -> Result<(), Error> {
         for (field, v, max_ms) in [
             (
                 "upstreamHeadersTimeoutSeconds",
@@ -739,9 +749,51 @@ impl Config {
                 self.client_idle_timeout_ms,
                 MAX_CLIENT_TIMEOUT_MS,
             ),
+            (
+                "clientBodyTimeoutSeconds",
+                self.client_body_timeout_ms,
+                MAX_CLIENT_TIMEOUT_MS,
+            ),
         ] {
             check_range(field, v, MIN_EXCHANGE_TIMEOUT_MS, max_ms)?;
         }
+        // The header bound counts from sending, and sending starts with connecting: a
+        // header bound at or below the connect bound would answer a slow connect 504
+        // (not retried) before the connect bound could fail it over to another site.
+        if self.upstream_headers_timeout_ms <= self.connect_timeout_ms {
+            return Err(field_err(
+                "upstreamHeadersTimeoutSeconds",
+                format!(
+                    "must exceed connectTimeoutSeconds ({} ms): it counts from sending, connect included",
+                    self.connect_timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks every bound and cross-field rule; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_name("site", &self.site)?;
+        check_range(
+            "bodyLimitBytes",
+            self.body_limit_bytes as u64,
+            MIN_BODY_LIMIT_BYTES as u64,
+            MAX_BODY_LIMIT_BYTES as u64,
+        )?;
+        check_range(
+            "unavailableRetryAfterSeconds",
+            self.unavailable_retry_after_s,
+            1,
+            MAX_RETRY_AFTER_S,
+        )?;
+        check_range(
+            "connectTimeoutSeconds",
+            self.connect_timeout_ms,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        self.validate_waits()?;
         check_range(
             "maxConnections",
             self.max_connections as u64,
@@ -1130,19 +1182,45 @@ mod tests {
 
     #[test]
     fn every_wait_is_bounded_at_both_ends() {
-        for (key, max_ms) in [
-            ("upstreamHeadersTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS),
-            ("upstreamIdleTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS),
-            ("clientHeaderTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS),
-            ("clientIdleTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS),
-            ("connectTimeoutSeconds", MAX_EXCHANGE_TIMEOUT_MS),
+        // The header bound must exceed the connect bound: each end of one is tried with
+        // the other out of its way.
+        let long_headers = "upstreamHeadersTimeoutSeconds = 3600\n";
+        for (key, max_ms, other) in [
+            ("upstreamHeadersTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS, ""),
+            ("upstreamIdleTimeoutSeconds", MAX_UPSTREAM_TIMEOUT_MS, ""),
+            ("clientHeaderTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
+            ("clientIdleTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
+            ("clientBodyTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
+            (
+                "connectTimeoutSeconds",
+                MAX_EXCHANGE_TIMEOUT_MS,
+                long_headers,
+            ),
         ] {
             let with = |ms: u64| {
                 MINIMAL.replace(
                     "[operator]",
-                    &format!("{key} = {}\n[operator]", ms as f64 / 1000.0),
+                    &format!("{other}{key} = {}\n[operator]", ms as f64 / 1000.0),
                 )
             };
+            if key == "upstreamHeadersTimeoutSeconds" {
+                // Its lowest accepted value is one past the (lowest) connect bound.
+                let lowest = |ms: u64| {
+                    MINIMAL.replace(
+                        "[operator]",
+                        &format!(
+                            "connectTimeoutSeconds = 0.001\n{key} = {}\n[operator]",
+                            ms as f64 / 1000.0
+                        ),
+                    )
+                };
+                assert!(Config::from_toml_str(&lowest(MIN_EXCHANGE_TIMEOUT_MS + 1)).is_ok());
+                assert_eq!(refused_field(&lowest(MIN_EXCHANGE_TIMEOUT_MS)), key);
+                assert!(Config::from_toml_str(&with(max_ms)).is_ok());
+                assert_eq!(refused_field(&with(0)), key);
+                assert_eq!(refused_field(&with(max_ms + 1)), key);
+                continue;
+            }
             assert!(Config::from_toml_str(&with(MIN_EXCHANGE_TIMEOUT_MS)).is_ok());
             assert!(Config::from_toml_str(&with(max_ms)).is_ok());
             assert_eq!(refused_field(&with(0)), key);
@@ -1165,6 +1243,47 @@ mod tests {
                 .upstream_idle_timeout_ms,
             300
         );
+    }
+
+    #[test]
+    fn the_client_body_bound_defaults_to_thirty_seconds_and_is_read_from_the_file() {
+        let c = Config::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(c.client_body_timeout_ms, DEFAULT_CLIENT_BODY_TIMEOUT_MS);
+        assert_eq!(DEFAULT_CLIENT_BODY_TIMEOUT_MS, 30_000);
+        let text = MINIMAL.replace("[operator]", "clientBodyTimeoutSeconds = 0.3\n[operator]");
+        assert_eq!(
+            Config::from_toml_str(&text).unwrap().client_body_timeout_ms,
+            300
+        );
+    }
+
+    #[test]
+    fn a_header_bound_not_above_the_connect_bound_is_refused_naming_the_header_bound() {
+        let with = |connect: &str, headers: &str| {
+            MINIMAL.replace(
+                "[operator]",
+                &format!(
+                    "connectTimeoutSeconds = {connect}\nupstreamHeadersTimeoutSeconds = {headers}\n[operator]"
+                ),
+            )
+        };
+        assert_eq!(
+            refused_field(&with("5", "5")),
+            "upstreamHeadersTimeoutSeconds"
+        );
+        assert_eq!(
+            refused_field(&with("5", "4")),
+            "upstreamHeadersTimeoutSeconds"
+        );
+        assert!(Config::from_toml_str(&with("5", "5.001")).is_ok());
+        let err = Config::from_toml_str(&with("5", "5"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("connectTimeoutSeconds"), "{err}");
+        // Built in code, the same rule holds.
+        let mut c = Config::from_toml_str(MINIMAL).unwrap();
+        c.upstream_headers_timeout_ms = c.connect_timeout_ms;
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -258,6 +258,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         live_refresh: Arc::clone(signals.live_refresh()),
         client: sites,
         body_limit: config.body_limit_bytes,
+        body_timeout: Duration::from_millis(config.client_body_timeout_ms),
         metrics: request_metrics,
         score: signals.score_metrics().clone(),
         waits: crate::http_api::UpstreamWaits {

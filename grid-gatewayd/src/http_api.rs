@@ -3,8 +3,10 @@
 //! # Request bodies are held, answers stream
 //!
 //! A request body is read into memory up to `bodyLimitBytes` (413 beyond, decided
-//! before anything is sent upstream), scanned for its `model` field and forwarded
-//! unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
+//! before anything is sent upstream) within `clientBodyTimeoutSeconds` of its head (408
+//! past it: a client trickling its body would otherwise hold its connection and buffer
+//! for as long as it likes, the listener's idle bound not applying while a request is in
+//! flight), scanned for its `model` field and forwarded unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
 //! one retry below. The answer is never held: its frames are passed on as they arrive,
 //! so `stream: true` server-sent events reach the client token by token.
 //!
@@ -104,6 +106,8 @@ pub(crate) struct Inner {
     pub(crate) client: HttpClient,
     /// `bodyLimitBytes`.
     pub(crate) body_limit: usize,
+    /// `clientBodyTimeoutSeconds`: the whole body read, from the head's arrival.
+    pub(crate) body_timeout: Duration,
     /// The bounds on waiting for a site's answer.
     pub(crate) waits: UpstreamWaits,
     /// Request series.
@@ -246,7 +250,16 @@ impl Api {
             return too_large(limit);
         }
         let (mut parts, body) = req.into_parts();
-        let body = match Limited::new(body, limit).collect().await {
+        let bound = self.inner.body_timeout;
+        let Ok(collected) = tokio::time::timeout(bound, Limited::new(body, limit).collect()).await
+        else {
+            return api_error(
+                ApiErrorKind::BodyTimeout,
+                &format!("the request body did not arrive within {bound:?}"),
+                None,
+            );
+        };
+        let body = match collected {
             Ok(c) => c.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(limit),
             Err(e) => {

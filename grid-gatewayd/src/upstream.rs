@@ -30,7 +30,7 @@ use http_body_util::Full;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 
@@ -145,8 +145,20 @@ pub fn site_client(tls: ClientConfig, connect_timeout: Duration) -> HttpClient {
         .build(BoundedConnect::new(connector, connect_timeout))
 }
 
+/// How often the gateway pings its operator over their one HTTP/2 connection: a frozen
+/// operator is noticed (and the connection replaced at the next poll) within one
+/// interval plus [`OPERATOR_KEEP_ALIVE_TIMEOUT`], even between polls.
+pub const OPERATOR_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a ping to the operator may go unanswered before the connection is dropped.
+pub const OPERATOR_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The client for the local operator: TLS only, its certificate verified as `identity`,
-/// and one kept-alive connection (the spec's "one connection to its operator").
+/// and HTTP/2 only (ALPN `h2`), so the spec's "one connection to its operator" holds: a
+/// feedback POST that overlaps the next poll is a second stream on the same connection,
+/// not a second connection (which an HTTP/1.1 pool must open while one is busy). The
+/// pool opens at most one HTTP/2 connection per host at a time and every request waits
+/// for it. An operator that does not offer `h2` cannot be polled: every grid operator's
+/// signals listener does.
 pub fn operator_client(
     tls: ClientConfig,
     identity: ServerName<'static>,
@@ -156,9 +168,14 @@ pub fn operator_client(
         .with_tls_config(tls)
         .https_only()
         .with_server_name_resolver(FixedServerNameResolver::new(identity))
-        .enable_http1()
+        .enable_http2()
         .wrap_connector(http_connector(connect_timeout));
     Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_keep_alive_interval(OPERATOR_KEEP_ALIVE_INTERVAL)
+        .http2_keep_alive_timeout(OPERATOR_KEEP_ALIVE_TIMEOUT)
         .pool_max_idle_per_host(1)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .build(BoundedConnect::new(connector, connect_timeout))

@@ -210,3 +210,54 @@ async fn connections_past_the_cap_are_closed_at_once_and_counted_while_open_ones
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_that_trickles_its_body_gets_408_after_the_body_bound() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| c.client_body_timeout_ms = BOUND_MS,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    let tcp = TcpStream::connect(gw.addr).await.unwrap();
+    let (mut rx, mut tx) = tcp.into_split();
+    tx.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    // One byte every 50 ms: the connection is never idle, the body never complete (150
+    // bytes of the 200 declared, 7.5 s, far past the bound).
+    let trickle = tokio::spawn(async move {
+        for _ in 0..150 {
+            if tx.write_all(b" ").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = WITHIN.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, rx.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[..n]),
+            other => panic!("no answer head within {WITHIN:?}: {other:?}"),
+        }
+    }
+    let elapsed = started.elapsed();
+    trickle.abort();
+    let text = String::from_utf8_lossy(&answer).to_string();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(elapsed >= Duration::from_millis(BOUND_MS), "{elapsed:?}");
+    let m = metrics(&gw).await;
+    assert_eq!(
+        series(&m, r#"grid_gateway_requests_total{outcome="body_timeout"}"#),
+        1,
+        "{m}"
+    );
+    // Nothing reached the site.
+    assert!(up.seen().is_empty());
+    gw.shutdown().await;
+}

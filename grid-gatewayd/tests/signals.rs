@@ -406,3 +406,37 @@ async fn readyz_answers_200_once_a_poll_of_the_operator_fed_routing() {
     assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
     grid.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_feedback_post_overlapping_polls_shares_the_one_operator_connection() {
+    let grid = Grid::start(|_| {}, true).await;
+    grid.measured().await;
+    // Every POST is now held well past several polls.
+    grid.operator.set_ingest_delay(Duration::from_millis(1_500));
+    grid.operator.set(
+        "b",
+        SiteLoad {
+            stamp_offset_ms: 60_000,
+            ..SiteLoad::idle()
+        },
+    );
+    grid.until("a bad report", Duration::from_secs(5), |g| {
+        g.operator.feedback().iter().any(|f| !f.clean)
+    })
+    .await;
+    // The POST is held; polls keep coming meanwhile.
+    let polls = grid.operator.polls();
+    grid.until(
+        "three polls while the POST is held",
+        Duration::from_secs(5),
+        |g| g.operator.polls() >= polls + 3,
+    )
+    .await;
+    assert_eq!(grid.operator.connections(), 1);
+    grid.until("the held POST answered", Duration::from_secs(5), |g| {
+        g.gw().handles().feedback.total_failures() == 0 && g.operator.polls() >= polls + 8
+    })
+    .await;
+    assert_eq!(grid.operator.connections(), 1);
+    grid.shutdown().await;
+}

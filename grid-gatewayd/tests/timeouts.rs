@@ -63,7 +63,11 @@ async fn an_upstream_that_never_answers_gets_504_within_the_header_bound() {
     let up = FakeModel::start("a").await;
     up.set_behaviour(Behaviour::HangBeforeHead);
     let gw = start_gateway(
-        |c| c.upstream_headers_timeout_ms = BOUND_MS,
+        |c| {
+            // The header bound must exceed the connect bound (validate refuses otherwise).
+            c.connect_timeout_ms = BOUND_MS / 2;
+            c.upstream_headers_timeout_ms = BOUND_MS;
+        },
         &[("m", one("a", up.base_url()))],
     )
     .await;

@@ -4,6 +4,17 @@
 //! The listener decides who is calling; the handler decides what that caller may see.
 //! Nothing a connection does (a failed handshake, a timeout, a shed) stops the accept
 //! loop.
+//!
+//! # HTTP/2 and HTTP/1.1
+//!
+//! ALPN decides the protocol: `h2` when the client offers it (the local gateway does, so
+//! its polls and feedback POSTs share one connection), `http/1.1` otherwise (peers, and
+//! any client offering no ALPN). Both carry the same bounds: the handshake timeout, the
+//! header-read timeout (for HTTP/2: a connection with no request in flight for that long
+//! is closed, which covers a stream whose headers never complete and an idle connection
+//! alike, counted as `header_timeout` as for HTTP/1.1), the maximum connection age and
+//! the slot table. HTTP/2 adds [`H2_MAX_CONCURRENT_STREAMS`], a header-list bound and
+//! keep-alive pings that close a connection whose peer stopped answering.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,7 +27,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -25,7 +36,21 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 
 use crate::slots::{HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, ShedReason, Slots};
-use grid_daemon::tls::{Identity, Trust, peer_identity};
+use grid_daemon::tls::{ALPN_H2, Identity, Trust, peer_identity};
+
+/// Streams one HTTP/2 connection may have open at once. The local gateway needs two (a
+/// poll and a feedback POST); a few more absorb a slow exchange without letting one
+/// connection multiply the handler's work.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 8;
+/// Largest HTTP/2 header list accepted: the signals API's requests carry a few short
+/// headers; hyper's default (16 MiB) would let one stream hold megabytes.
+pub const H2_MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// How often an HTTP/2 connection is pinged: a peer that stopped answering (a frozen
+/// process, a dead link) is noticed within a request, long before the connection's
+/// maximum age.
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a keep-alive ping may go unanswered before the connection is closed.
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A response future of a [`Handler`].
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>;
@@ -205,22 +230,11 @@ impl<H: Handler> Connection<H> {
             }
         };
         self.metrics.open.inc();
-        let handler = self.handler.clone();
-        let service = service_fn(move |request| {
-            let response = handler.handle(caller.clone(), request);
-            async move { Ok::<_, Infallible>(response.await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.timeouts.header_read)
-            .serve_connection(TokioIo::new(tls), service);
-        tokio::pin!(conn);
-        let result = tokio::select! {
-            result = conn.as_mut() => result,
-            () = tokio::time::sleep(self.timeouts.max_age) => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(ALPN_H2);
+        let result = if h2 {
+            self.serve_h2(TokioIo::new(tls), caller).await
+        } else {
+            self.serve_h1(TokioIo::new(tls), caller).await
         };
         if let Err(e) = result {
             if e.is_timeout() {
@@ -229,5 +243,135 @@ impl<H: Handler> Connection<H> {
         }
         self.metrics.open.dec();
         drop(slot);
+    }
+}
+
+type TlsIo = TokioIo<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
+
+impl<H: Handler> Connection<H> {
+    async fn serve_h1(&self, io: TlsIo, caller: Option<Identity>) -> Result<(), hyper::Error> {
+        let handler = self.handler.clone();
+        let service = service_fn(move |request| {
+            let response = handler.handle(caller.clone(), request);
+            async move { Ok::<_, Infallible>(response.await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.timeouts.header_read)
+            .serve_connection(io, service);
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => result,
+            () = tokio::time::sleep(self.timeouts.max_age) => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    }
+
+    /// HTTP/2 has no header-read timeout of its own: [`InFlight`] closes the connection
+    /// once no request has been in flight for `header_read`.
+    async fn serve_h2(&self, io: TlsIo, caller: Option<Identity>) -> Result<(), hyper::Error> {
+        let handler = self.handler.clone();
+        let in_flight = Arc::new(InFlight::default());
+        let counted = in_flight.clone();
+        let service = service_fn(move |request| {
+            let guard = counted.start();
+            let response = handler.handle(caller.clone(), request);
+            async move {
+                let response = response.await;
+                drop(guard);
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
+            .keep_alive_interval(Some(H2_KEEP_ALIVE_INTERVAL))
+            .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+            .serve_connection(io, service);
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => result,
+            () = tokio::time::sleep(self.timeouts.max_age) => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+            () = in_flight.idle_for(self.timeouts.header_read) => {
+                self.metrics.shed(ShedReason::HeaderTimeout);
+                conn.as_mut().graceful_shutdown();
+                // A client that ignores GOAWAY is still cut at the connection's age.
+                tokio::time::timeout(self.timeouts.max_age, conn).await.unwrap_or(Ok(()))
+            }
+        }
+    }
+}
+
+/// Requests in flight on one HTTP/2 connection and when the last one ended.
+#[derive(Debug)]
+struct InFlight {
+    state: std::sync::Mutex<(usize, tokio::time::Instant)>,
+    changed: tokio::sync::Notify,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self {
+            state: std::sync::Mutex::new((0, tokio::time::Instant::now())),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+/// One request in flight; dropping it ends the request.
+struct Started(Arc<InFlight>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.0 = state.0.saturating_sub(1);
+        state.1 = tokio::time::Instant::now();
+        drop(state);
+        self.0.changed.notify_waiters();
+    }
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, tokio::time::Instant)> {
+        // Each critical section is two plain assignments: a poisoned lock is still whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn start(self: &Arc<Self>) -> Started {
+        self.lock().0 += 1;
+        self.changed.notify_waiters();
+        Started(self.clone())
+    }
+
+    /// Returns once no request has been in flight for `bound`. Each turn of the loop
+    /// waits for a change or for the deadline; the caller bounds the whole wait by the
+    /// connection's maximum age.
+    async fn idle_for(&self, bound: Duration) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (open, since) = *self.lock();
+            if open == 0 {
+                let deadline = since + bound;
+                if tokio::time::Instant::now() >= deadline {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = changed => {}
+                }
+            } else {
+                changed.await;
+            }
+        }
     }
 }

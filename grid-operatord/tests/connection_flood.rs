@@ -359,3 +359,90 @@ async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
     let slots = setup.slots.clone();
     wait_until("slot freed", || slots.held() == (0, 0)).await;
 }
+
+/// A TLS stream to the listener as `site`, offering `alpn`.
+async fn connect_offering(
+    setup: &Setup,
+    site: &str,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let cert = setup.ca.site("grid.test", site);
+    let mut tls = (*client_config(
+        &material(&cert, &setup.ca),
+        setup.trust.clone(),
+        Identity::Local,
+    )
+    .unwrap())
+    .clone();
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = TcpStream::connect(setup.addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_client_offering_h2_is_served_over_http2_and_one_offering_http11_over_http11() {
+    use http_body_util::{BodyExt, Empty};
+    let setup = start(Timeouts::default()).await;
+    let stream = connect_offering(&setup, "a", &[b"h2", b"http/1.1"]).await;
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // Two requests at once on the one connection.
+    let ask = |sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>| {
+        let request = Request::get("https://localhost/v1/site/signals")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        sender.send_request(request)
+    };
+    let (first, second) = tokio::join!(ask(&mut sender.clone()), ask(&mut sender));
+    for response in [first.unwrap(), second.unwrap()] {
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"local");
+    }
+    let old = connect_offering(&setup, "b", &[b"http/1.1"]).await;
+    assert_eq!(old.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+}
+
+#[tokio::test]
+async fn an_http2_connection_without_a_request_in_flight_is_closed_at_the_header_read_timeout() {
+    use http_body_util::{BodyExt, Empty};
+    let setup = start(Timeouts {
+        handshake: Duration::from_secs(5),
+        header_read: Duration::from_millis(300),
+        max_age: Duration::from_secs(300),
+    })
+    .await;
+    let stream = connect_offering(&setup, "b", &[b"h2"]).await;
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let conn = tokio::spawn(conn);
+    let request = Request::get("https://localhost/v1/site/signals")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"peer b");
+    let m = setup.metrics.clone();
+    let slots = setup.slots.clone();
+    wait_until("idle HTTP/2 connection closed", || {
+        m.shed_count(ShedReason::HeaderTimeout) == 1 && slots.held() == (0, 0)
+    })
+    .await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("client saw the close");
+    assert!(ended.is_ok());
+}

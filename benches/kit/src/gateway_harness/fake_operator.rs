@@ -1,6 +1,8 @@
 //! A fake local operator on loopback: the mTLS signals listener a gateway polls. It relays
 //! one batch per site from a mutable load table, dates each body, and answers feedback
-//! POSTs with the 204 echo, recording what it received.
+//! POSTs with the 204 echo (after a settable delay), recording what it received. It
+//! speaks HTTP/2 and HTTP/1.1, as the real signals listener does, and counts the TCP
+//! connections it accepts.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -90,6 +92,10 @@ struct State {
     sequence: u64,
     polls: u64,
     feedback: Vec<FeedbackSeen>,
+    /// TCP connections accepted so far.
+    connections: u64,
+    /// How long each feedback POST is held before it is answered.
+    ingest_delay: std::time::Duration,
 }
 
 /// A fake operator: serves a relay body built from the loads the test sets, over mTLS, and records feedback POSTs.
@@ -124,6 +130,7 @@ impl FakeOperator {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                st.lock().unwrap().connections += 1;
                 let (acceptor, st) = (acceptor.clone(), Arc::clone(&st));
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(stream).await else {
@@ -156,6 +163,16 @@ impl FakeOperator {
     /// Relay requests answered so far.
     pub fn polls(&self) -> u64 {
         self.state.lock().unwrap().polls
+    }
+
+    /// TCP connections accepted so far (a gateway holds exactly one).
+    pub fn connections(&self) -> u64 {
+        self.state.lock().unwrap().connections
+    }
+
+    /// Holds every later feedback POST for `delay` before answering it (a slow persist).
+    pub fn set_ingest_delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().ingest_delay = delay;
     }
 
     /// Every feedback report received.
@@ -200,7 +217,12 @@ async fn handle(
                 rejected: get("x-grid-ingest-rejected").parse().unwrap_or(0),
                 clean: get("x-grid-ingest-clean") == "true",
             };
-            state.lock().unwrap().feedback.push(seen);
+            let delay = {
+                let mut st = state.lock().unwrap();
+                st.feedback.push(seen);
+                st.ingest_delay
+            };
+            tokio::time::sleep(delay).await;
             Ok(Response::builder()
                 .status(StatusCode::NO_CONTENT)
                 .header("x-grid-ingest-epoch", get("x-grid-ingest-epoch"))

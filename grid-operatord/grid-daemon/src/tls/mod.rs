@@ -29,8 +29,13 @@ pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadR
 
 use crate::Error;
 
-/// ALPN protocol both ends speak: the signals API is plain HTTP/1.1 requests.
+/// ALPN protocol of HTTP/1.1: what peers poll with and what every signals listener
+/// accepts, so an HTTP/1.1-only client (a peer, `curl --http1.1`) is always served.
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// ALPN protocol of HTTP/2, which the signals listener prefers: the local gateway holds
+/// one connection to its operator and multiplexes its polls and feedback POSTs over it.
+pub const ALPN_H2: &[u8] = b"h2";
 
 /// The one crypto provider every configuration is built on, made once per process.
 pub fn provider() -> Arc<CryptoProvider> {
@@ -135,7 +140,8 @@ pub fn server_config_presenting(
         })?
         .with_client_cert_verifier(Arc::new(verifier))
         .with_cert_resolver(slot);
-    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    // The server's order decides: HTTP/2 when the client offers it, HTTP/1.1 otherwise.
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
 }
 
