@@ -73,6 +73,13 @@ pub const MAX_UPSTREAM_TIMEOUT_MS: u64 = 3_600_000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Largest accepted `maxConnections`.
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
+/// Default cap on requests in flight to one site (`maxConnectionsPerSite`), each one
+/// upstream connection over HTTP/1.1: far above what a site serves at once (its EPP
+/// queues the rest), so only a runaway burst meets it, and it keeps one site from taking
+/// every descriptor the client connections leave.
+pub const DEFAULT_MAX_CONNECTIONS_PER_SITE: usize = 1_024;
+/// Largest accepted `maxConnectionsPerSite`.
+pub const MAX_MAX_CONNECTIONS_PER_SITE: usize = 100_000;
 /// Default bound on a new client connection's wait for its first request head
 /// (`clientHeaderTimeoutSeconds`): a real client sends its request at once; ten seconds
 /// covers a slow network while a slow-header connection is closed long before such
@@ -139,6 +146,9 @@ pub struct Config {
     pub upstream_idle_timeout_ms: u64,
     /// Most client connections open at once (`maxConnections`); more are closed at accept.
     pub max_connections: usize,
+    /// Most requests in flight to one site (`maxConnectionsPerSite`); one more waits up
+    /// to the connect bound for a slot, then fails over as a failed connect does.
+    pub max_connections_per_site: usize,
     /// Time a new client connection has to deliver its first request head
     /// (`clientHeaderTimeoutSeconds`).
     pub client_header_timeout_ms: u64,
@@ -289,6 +299,7 @@ struct RawConfig {
     upstream_headers_timeout_seconds: Option<f64>,
     upstream_idle_timeout_seconds: Option<f64>,
     max_connections: Option<u64>,
+    max_connections_per_site: Option<u64>,
     client_header_timeout_seconds: Option<f64>,
     client_idle_timeout_seconds: Option<f64>,
     client_body_timeout_seconds: Option<f64>,
@@ -422,6 +433,7 @@ impl Config {
             upstream_headers_timeout_ms: DEFAULT_UPSTREAM_HEADERS_TIMEOUT_MS,
             upstream_idle_timeout_ms: DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_site: DEFAULT_MAX_CONNECTIONS_PER_SITE,
             client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             client_body_timeout_ms: DEFAULT_CLIENT_BODY_TIMEOUT_MS,
@@ -623,6 +635,9 @@ impl Config {
             client_idle: raw.client_idle_timeout_seconds,
             client_body: raw.client_body_timeout_seconds,
         })?;
+        if let Some(n) = raw.max_connections_per_site {
+            config.max_connections_per_site = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         if let Some(n) = raw.max_connections {
             config.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
         }
@@ -799,6 +814,12 @@ impl Config {
             self.max_connections as u64,
             1,
             MAX_MAX_CONNECTIONS as u64,
+        )?;
+        check_range(
+            "maxConnectionsPerSite",
+            self.max_connections_per_site as u64,
+            1,
+            MAX_MAX_CONNECTIONS_PER_SITE as u64,
         )?;
         self.operator.validate()?;
         let needs_ca = match &self.trust {
@@ -1284,6 +1305,29 @@ mod tests {
         let mut c = Config::from_toml_str(MINIMAL).unwrap();
         c.upstream_headers_timeout_ms = c.connect_timeout_ms;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn the_per_site_cap_is_bounded_at_both_ends_and_defaults_to_its_constant() {
+        let with = |n: usize| {
+            MINIMAL.replace(
+                "listen =",
+                &format!("maxConnectionsPerSite = {n}\nlisten ="),
+            )
+        };
+        assert_eq!(
+            Config::from_toml_str(MINIMAL)
+                .unwrap()
+                .max_connections_per_site,
+            DEFAULT_MAX_CONNECTIONS_PER_SITE
+        );
+        assert!(Config::from_toml_str(&with(1)).is_ok());
+        assert!(Config::from_toml_str(&with(MAX_MAX_CONNECTIONS_PER_SITE)).is_ok());
+        assert_eq!(refused_field(&with(0)), "maxConnectionsPerSite");
+        assert_eq!(
+            refused_field(&with(MAX_MAX_CONNECTIONS_PER_SITE + 1)),
+            "maxConnectionsPerSite"
+        );
     }
 
     #[test]

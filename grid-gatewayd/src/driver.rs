@@ -261,7 +261,16 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         body_timeout: Duration::from_millis(config.client_body_timeout_ms),
         metrics: request_metrics,
         score: signals.score_metrics().clone(),
+        site_slots: crate::site_slots::SiteSlots::new(
+            config
+                .models
+                .iter()
+                .flat_map(|m| &m.candidates)
+                .map(|c| c.site.as_str()),
+            config.max_connections_per_site,
+        ),
         waits: crate::http_api::UpstreamWaits {
+            slot: Duration::from_millis(config.connect_timeout_ms),
             headers: Duration::from_millis(config.upstream_headers_timeout_ms),
             idle: Duration::from_millis(config.upstream_idle_timeout_ms),
         },

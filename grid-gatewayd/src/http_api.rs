@@ -49,6 +49,7 @@ use crate::request_metrics::{
     UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
+use crate::site_slots::{SiteFull, SiteSlots};
 use grid_daemon::exposition;
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
@@ -110,6 +111,8 @@ pub(crate) struct Inner {
     pub(crate) body_timeout: Duration,
     /// The bounds on waiting for a site's answer.
     pub(crate) waits: UpstreamWaits,
+    /// Each site's slots (`maxConnectionsPerSite`).
+    pub(crate) site_slots: SiteSlots,
     /// Request series.
     pub(crate) metrics: RequestMetrics,
     /// grid-score's decision series.
@@ -123,6 +126,8 @@ pub(crate) struct Inner {
 /// The bounds on waiting for a site's answer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct UpstreamWaits {
+    /// For a slot of a full site: the connect bound, the wait for a connection.
+    pub(crate) slot: Duration,
     /// Sending until the answer's head (`upstreamHeadersTimeoutSeconds`).
     pub(crate) headers: Duration,
     /// Each silence inside the answer body (`upstreamIdleTimeoutSeconds`).
@@ -357,8 +362,23 @@ impl Api {
         *out.method_mut() = parts.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
-        let sent = crate::clock::monotonic();
         let waits = self.inner.waits;
+        let site_slot = match self
+            .inner
+            .site_slots
+            .acquire(&upstream.site, waits.slot)
+            .await
+        {
+            Ok(slot) => slot,
+            Err(SiteFull) => {
+                // Nothing was sent: failed over as a failed connect, never counted against
+                // the site in routing (the congestion is this gateway's).
+                self.count_failure(upstream, UpstreamFailure::SiteFull);
+                tracing::warn!(site = %upstream.site, bound = ?waits.slot, "every slot of the site stayed taken");
+                return Err(Failed::Connect);
+            }
+        };
+        let sent = crate::clock::monotonic();
         let Ok(answered) =
             tokio::time::timeout(waits.headers, self.inner.client.request(out)).await
         else {
@@ -407,6 +427,7 @@ impl Api {
                         site: upstream.site.to_string(),
                         slot: upstream.live_shared(),
                         live_refresh: Arc::clone(&self.inner.live_refresh),
+                        _site_slot: site_slot,
                     },
                 );
                 let body = if rparts.status.is_success() {

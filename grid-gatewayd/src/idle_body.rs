@@ -34,6 +34,8 @@ pub(crate) struct IdleReport {
     pub(crate) site: String,
     pub(crate) slot: Arc<LiveSlot>,
     pub(crate) live_refresh: Arc<tokio::sync::Notify>,
+    /// The site slot the answer holds until it ends (or is cut): `maxConnectionsPerSite`.
+    pub(crate) _site_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl IdleReport {
@@ -122,6 +124,7 @@ mod tests {
             metrics: metrics.clone(),
             site: "a".into(),
             slot: Arc::clone(slot),
+            _site_slot: None,
             live_refresh: Arc::new(tokio::sync::Notify::new()),
         }
     }

@@ -39,6 +39,7 @@ pub mod poller;
 mod request_metrics;
 pub mod request_rng;
 pub mod server;
+mod site_slots;
 pub mod trust;
 pub mod upstream;
 

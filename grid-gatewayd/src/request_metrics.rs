@@ -30,6 +30,9 @@ grid_signals::label_values! {
         Connect = "connect",
         /// The exchange broke, or its head did not come in time, after sending.
         Request = "request",
+        /// Every slot of the site was taken for longer than the connect bound
+        /// (`maxConnectionsPerSite`): nothing was sent.
+        SiteFull = "site_full",
     }
 }
 

@@ -134,14 +134,26 @@ impl Fault {
     /// How long it is held.
     pub fn hold(self) -> Duration {
         match self {
-            Self::Partition | Self::OperatorRestart | Self::OperatorFrozen => SILENCE_HOLD,
+            // A failing EPP reads not ready only once its last good scrape is older than
+            // `staleMetricsSeconds`: held as long as a silence, so the row can show it.
+            Self::Partition
+            | Self::OperatorRestart
+            | Self::OperatorFrozen
+            | Self::EppOversize
+            | Self::EppGarbage
+            | Self::EppSlow => SILENCE_HOLD,
             _ => HOLD,
         }
     }
 
     /// Whether the design says the faulted site must leave selection during this fault.
+    /// A body without the ready-endpoint series leaves readiness unknown, which never
+    /// excludes (seed 000, Provider Readiness); floods must not move a healthy site.
     pub fn expects_exclusion(self) -> bool {
-        !matches!(self, Self::PeerFlood | Self::SlowClientFlood)
+        !matches!(
+            self,
+            Self::PeerFlood | Self::SlowClientFlood | Self::EppNoSeries
+        )
     }
 }
 

@@ -1,0 +1,87 @@
+//! The per-site cap on requests in flight upstream (`maxConnectionsPerSite`).
+//!
+//! The pool keeps a bounded number of idle connections per site, but nothing bounded the
+//! active ones: a burst toward one site opened one HTTP/1.1 connection per request in
+//! flight. Each request now holds one of its site's slots from before it is sent until
+//! its answer's last byte (or its failure), so over HTTP/1.1 the cap is a cap on the
+//! site's connections; over HTTP/2 it caps streams, and connections are fewer still.
+//!
+//! A request that finds every slot taken waits at most the connect bound (the time it
+//! would have waited for a connection), then fails as a failed connect does: nothing was
+//! sent, so it is retried once on another site. A full site is this gateway's own
+//! congestion, not the site's failure, so routing does not record it as one.
+//!
+//! The slots are made at start, one semaphore per configured site, in a map never
+//! written again: a request reads it without a lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Every configured site's slots.
+#[derive(Debug)]
+pub(crate) struct SiteSlots {
+    sites: HashMap<Arc<str>, Arc<Semaphore>>,
+}
+
+/// Why no slot was taken.
+#[derive(Debug)]
+pub(crate) struct SiteFull;
+
+impl SiteSlots {
+    /// `per_site` slots for each of `sites`.
+    pub(crate) fn new<'a>(sites: impl IntoIterator<Item = &'a str>, per_site: usize) -> Self {
+        let per_site = per_site.min(Semaphore::MAX_PERMITS);
+        Self {
+            sites: sites
+                .into_iter()
+                .map(|s| (Arc::from(s), Arc::new(Semaphore::new(per_site))))
+                .collect(),
+        }
+    }
+
+    /// One of `site`'s slots, waiting at most `wait`. A site that is not configured (none
+    /// is routed to) has no cap: `Ok(None)`.
+    pub(crate) async fn acquire(
+        &self,
+        site: &str,
+        wait: Duration,
+    ) -> Result<Option<OwnedSemaphorePermit>, SiteFull> {
+        let Some(semaphore) = self.sites.get(site) else {
+            return Ok(None);
+        };
+        if let Ok(permit) = Arc::clone(semaphore).try_acquire_owned() {
+            return Ok(Some(permit));
+        }
+        match tokio::time::timeout(wait, Arc::clone(semaphore).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            // The semaphore is never closed; a timeout is the only real outcome here.
+            Ok(Err(_)) | Err(_) => Err(SiteFull),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_past_the_cap_waits_its_bound_and_takes_a_slot_freed_in_time() {
+        let slots = SiteSlots::new(["a", "b"], 2);
+        let wait = Duration::from_millis(50);
+        let first = slots.acquire("a", wait).await.unwrap();
+        let _second = slots.acquire("a", wait).await.unwrap();
+        assert!(
+            slots.acquire("a", wait).await.is_err(),
+            "the third is over the cap"
+        );
+        // Another site has its own slots, and an unconfigured one none.
+        assert!(slots.acquire("b", wait).await.unwrap().is_some());
+        assert!(slots.acquire("z", wait).await.unwrap().is_none());
+        let waiting = slots.acquire("a", Duration::from_secs(5));
+        drop(first);
+        assert!(waiting.await.unwrap().is_some(), "a freed slot is taken");
+    }
+}

@@ -1,0 +1,57 @@
+//! `maxConnectionsPerSite`: a request past a site's cap waits the connect bound for a
+//! slot, then fails over as a failed connect does, and is counted; a slot frees when its
+//! answer ends.
+
+use std::time::Duration;
+
+use grid_kit::gateway_harness::fake_model::FakeModel;
+use grid_kit::gateway_harness::{Cand, get, http1_client, post, send, start_gateway};
+use http::StatusCode;
+use http_body_util::BodyExt as _;
+
+const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+const STREAM: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_counted() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| {
+            c.max_connections_per_site = 1;
+            c.connect_timeout_ms = 200;
+        },
+        &[(
+            "m",
+            vec![Cand {
+                site: "a",
+                provider: "p",
+                base_url: up.base_url(),
+            }],
+        )],
+    )
+    .await;
+    let c = http1_client();
+    // A stream holds a's only slot until its last event.
+    let streaming = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.request(post(&gw.url("/v1/chat/completions"), STREAM)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let mut body = streaming.into_body();
+    let _first = body.frame().await.unwrap().unwrap();
+    let full = send(&c, post(&gw.url("/v1/chat/completions"), CHAT)).await;
+    assert_eq!(full.status, StatusCode::BAD_GATEWAY, "nowhere else to go");
+    let metrics = send(&c, get(&gw.url("/metrics"))).await;
+    let text = String::from_utf8(metrics.body.to_vec()).unwrap();
+    assert!(
+        text.contains(r#"grid_gateway_upstream_failures_total{site="a",reason="site_full"} 1"#),
+        "{text}"
+    );
+    // The stream ends, its slot frees, and the next request is served.
+    body.collect().await.unwrap();
+    let next = send(&c, post(&gw.url("/v1/chat/completions"), CHAT)).await;
+    assert_eq!(next.status, StatusCode::OK);
+    gw.shutdown().await;
+}
