@@ -363,21 +363,7 @@ impl Api {
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
         let waits = self.inner.waits;
-        let site_slot = match self
-            .inner
-            .site_slots
-            .acquire(&upstream.site, waits.slot)
-            .await
-        {
-            Ok(slot) => slot,
-            Err(SiteFull) => {
-                // Nothing was sent: failed over as a failed connect, never counted against
-                // the site in routing (the congestion is this gateway's).
-                self.count_failure(upstream, UpstreamFailure::SiteFull);
-                tracing::warn!(site = %upstream.site, bound = ?waits.slot, "every slot of the site stayed taken");
-                return Err(Failed::Connect);
-            }
-        };
+        let site_slot = self.site_slot(upstream).await?;
         let sent = crate::clock::monotonic();
         let Ok(answered) =
             tokio::time::timeout(waits.headers, self.inner.client.request(out)).await
@@ -470,6 +456,25 @@ impl Api {
 }
 
 impl Api {
+    /// One of `upstream`'s slots (`maxConnectionsPerSite`), held until the answer ends.
+    async fn site_slot(
+        &self,
+        upstream: &Upstream,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Failed> {
+        let bound = self.inner.waits.slot;
+        self.inner
+            .site_slots
+            .acquire(&upstream.site, bound)
+            .await
+            .map_err(|SiteFull| {
+                // Nothing was sent: failed over as a failed connect, never counted against
+                // the site in routing (the congestion is this gateway's).
+                self.count_failure(upstream, UpstreamFailure::SiteFull);
+                tracing::warn!(site = %upstream.site, ?bound, "every slot of the site stayed taken");
+                Failed::Connect
+            })
+    }
+
     /// Records a failed or timed-out exchange in the site's live slot and wakes a refresh:
     /// routing weighs the site down as it does for a 5xx.
     fn serving_failure(&self, upstream: &Upstream) {
