@@ -11,7 +11,7 @@ use grid_kit::operator_harness::{Grid, ProviderSpec, epp_body, eventually};
 use grid_operatord::state::FENCES_FILE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_persists_the_fences_and_exits_zero() {
+async fn a_healthy_run_logs_no_warning_and_sigterm_persists_the_fences_and_exits_zero() {
     let grid = Grid::new();
     let a = grid.site("a");
     let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
@@ -44,4 +44,14 @@ async fn sigterm_persists_the_fences_and_exits_zero() {
     assert!(status.success(), "{status:?}\n{}", op.seen.join("\n"));
     let written = std::fs::read_to_string(&fences).expect("fences persisted at the stop");
     assert!(written.contains("llama"), "{written}");
+    let loud: Vec<_> = op
+        .seen
+        .iter()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(
+        loud.is_empty(),
+        "a healthy run warned:\n{}",
+        op.seen.join("\n")
+    );
 }

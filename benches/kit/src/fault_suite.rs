@@ -141,7 +141,9 @@ impl Fault {
             | Self::OperatorFrozen
             | Self::EppOversize
             | Self::EppGarbage
-            | Self::EppSlow => SILENCE_HOLD,
+            | Self::EppSlow
+            // Past the gateway's 10 s `clientHeaderTimeoutSeconds`, so the closing shows.
+            | Self::SlowClientFlood => SILENCE_HOLD,
             _ => HOLD,
         }
     }
@@ -385,7 +387,7 @@ fn inject(
         Fault::SlowClientFlood => {
             let addr = grid.gateway_addr();
             for _ in 0..SLOW_CLIENTS {
-                injected.slow_clients.spawn(slow_client(addr, HOLD));
+                injected.slow_clients.spawn(slow_client(addr, Fault::SlowClientFlood.hold()));
             }
         }
     }
@@ -431,7 +433,7 @@ async fn heal(
             }
             note = format!(
                 "slow clients: {closed} closed by the gateway, {open} still open after {} s, {refused} not connected",
-                HOLD.as_secs()
+                Fault::SlowClientFlood.hold().as_secs()
             );
         }
     }
