@@ -60,6 +60,53 @@ async fn a_short_outage_run_shows_the_site_leave_and_rejoin_and_writes_its_plot(
     assert!(report.served.iter().map(|(_, n)| n).sum::<u64>() > 0);
     let svg = std::fs::read_to_string(&report.plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rho per site"));
+    assert_eq!(report.plot, dir.path().join("demo.svg"));
+    // Each step applied is labelled on the plot, by its short text.
+    for label in ["a loses endpoints", "a restored"] {
+        assert!(svg.contains(&format!(">\n{label}\n</text>")), "{label}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legend_is_printed_once_before_the_run_and_a_relative_plot_path_comes_back_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), 600);
+    // The same file, named relative to the current directory (the package's, under
+    // cargo test): up to the root, then down to the temporary directory.
+    let cwd = std::env::current_dir().unwrap();
+    let mut relative = std::path::PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        relative.push("..");
+    }
+    relative.push(dir.path().strip_prefix("/").unwrap());
+    relative.push("relative.svg");
+    assert!(relative.is_relative());
+    config.plot = relative;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // Stopped before the grid has been measured: the legend comes before anything else.
+    let _ = stop.send(true);
+    let mut out = Vec::new();
+    let report = tokio::time::timeout(
+        Duration::from_secs(40),
+        demo::run(&config, stopped, &mut out),
+    )
+    .await
+    .expect("the stop is honoured")
+    .expect("the run succeeds");
+    let text = String::from_utf8(out).unwrap();
+    let legend = demo::screen::legend();
+    assert_eq!(text.matches(&legend).count(), 1, "{text}");
+    assert!(
+        text.find(&legend) < text.find("gateway on http://"),
+        "{text}"
+    );
+    assert!(report.plot.is_absolute(), "{}", report.plot.display());
+    assert_eq!(
+        report.plot,
+        std::fs::canonicalize(dir.path())
+            .unwrap()
+            .join("relative.svg")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

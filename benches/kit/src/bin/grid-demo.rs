@@ -15,9 +15,17 @@ use grid_kit::demo::scenario::Scenario;
 use grid_kit::demo::{self, DemoConfig};
 use grid_kit::local_grid::Cadence;
 
+const ABOUT: &str = "Run a whole local grid on loopback and watch it route";
+
+/// `--help`'s text: what the demo does, then the legend it prints at start, so the
+/// columns can be looked up without running it.
+fn long_about() -> String {
+    format!("{ABOUT}\n\n{}", demo::screen::legend())
+}
+
 /// Flags of the local-grid demo.
 #[derive(Debug, Parser)]
-#[command(about = "Run a whole local grid on loopback and watch it route")]
+#[command(about = ABOUT, long_about = long_about())]
 struct Args {
     /// How long the load runs, in seconds (the scenario's steps scale with it).
     #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(10..=3600))]
@@ -28,8 +36,7 @@ struct Args {
     /// The scripted scenario.
     #[arg(long, value_enum, default_value_t = Scenario::Full)]
     scenario: Scenario,
-    /// Where to write the SVG plot (default: grid-demo.svg next to this binary, in
-    /// cargo's target directory).
+    /// Where to write the SVG plot [default: grid-demo.svg in the current directory].
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Seed of arrivals and service times.
@@ -38,13 +45,6 @@ struct Args {
     /// Print plain lines even on a terminal.
     #[arg(long)]
     plain: bool,
-}
-
-fn default_plot() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join("grid-demo.svg")))
-        .unwrap_or_else(|| PathBuf::from("grid-demo.svg"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
         duration: Duration::from_secs(args.duration),
         load: args.load,
         scenario: args.scenario,
-        plot: args.plot.unwrap_or_else(default_plot),
+        plot: demo::plot_path(args.plot.as_deref()).context("resolving the plot's path")?,
         cadence: Cadence::DEFAULT,
         seed: args.seed,
         live: !args.plain && std::io::stdout().is_terminal(),
@@ -100,6 +100,6 @@ fn main() -> anyhow::Result<()> {
     for e in &report.events {
         println!("  {:>6.1} s  {}", e.at_ms as f64 / 1e3, e.text);
     }
-    println!("plot: {}", report.plot.display());
+    println!("plot written to {}", report.plot.display());
     Ok(())
 }

@@ -19,7 +19,7 @@ pub mod traffic;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +40,16 @@ use plot::{PlotData, PlotPoint};
 use scenario::{Action, SITES, Scenario};
 use screen::{Event, Frame, SiteRow};
 use traffic::{Rate, Tally};
+
+/// The plot's file name when `--plot` is not given: in the directory the demo was run
+/// from, where a newcomer looks, not inside cargo's target directory.
+pub const DEFAULT_PLOT: &str = "grid-demo.svg";
+
+/// Where the plot goes, as an absolute path (printed at the end, so it must be usable
+/// from any directory): `given`, or [`DEFAULT_PLOT`] in the current directory.
+pub fn plot_path(given: Option<&Path>) -> std::io::Result<PathBuf> {
+    std::path::absolute(given.unwrap_or(Path::new(DEFAULT_PLOT)))
+}
 
 /// The model the demo's sites serve.
 pub const MODEL: &str = "grid-demo-llm";
@@ -81,7 +91,7 @@ pub struct DemoConfig {
     pub load: f64,
     /// The script.
     pub scenario: Scenario,
-    /// Where the SVG goes.
+    /// Where the SVG goes (a relative path is taken from the current directory).
     pub plot: PathBuf,
     /// The daemons' cadences (the defaults: remote sites seen every 5 s).
     pub cadence: Cadence,
@@ -94,7 +104,7 @@ pub struct DemoConfig {
 /// What a run did.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// Where the plot was written.
+    /// Where the plot was written, absolute.
     pub plot: PathBuf,
     /// Whether `stop` ended it early.
     pub interrupted: bool,
@@ -224,6 +234,7 @@ impl Run<'_> {
             }
             Action::Load { factor } => self.rate.set(self.base_rps * factor),
         }
+        self.plot.events.push((at_ms as f64 / 1e3, action.label()));
         self.event(at_ms, format!(">> {action}"), out);
     }
 
@@ -381,6 +392,8 @@ pub async fn run(
         out,
         "grid-demo: minting certificates, starting 3 simulated sites, 3 operators and a gateway on 127.0.0.1 ...",
     );
+    // Once, before anything scrolls or is redrawn; `--help` carries the same text.
+    say(out, &screen::legend());
     let grid = LocalGrid::start(&grid_spec(config.cadence, config.seed)).await?;
     say(
         out,
@@ -437,7 +450,7 @@ pub async fn run(
     let Run {
         grid,
         tally,
-        plot: mut plot_data,
+        plot: plot_data,
         events,
         names,
         ..
@@ -451,15 +464,14 @@ pub async fn run(
             "grid-demo: the grid did not stop in time; exiting anyway",
         );
     }
-    plot_data.events = events
-        .iter()
-        .filter(|e| e.text.starts_with(">>"))
-        .map(|e| (e.at_ms as f64 / 1e3, e.text.clone()))
-        .collect();
-    plot::write_svg(&config.plot, &plot_data)?;
+    let plot_path = std::path::absolute(&config.plot)
+        .map_err(|e| Error::Plot(format!("resolving {}: {e}", config.plot.display())))?;
+    plot::write_svg(&plot_path, &plot_data)?;
+    // The path printed is the one to paste: without `..` steps.
+    let plot_path = std::fs::canonicalize(&plot_path).unwrap_or(plot_path);
     let total = tally.lock().window(0, usize::MAX);
     Ok(Report {
-        plot: config.plot.clone(),
+        plot: plot_path,
         interrupted,
         events,
         served: names
@@ -519,4 +531,29 @@ async fn drive(
     let _ = stop_load.send(true);
     let _ = tokio::time::timeout(STOP_WITHIN, generator).await;
     interrupted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_plot_path_is_grid_demo_svg_in_the_current_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        let path = plot_path(None).unwrap();
+        assert!(path.is_absolute(), "{}", path.display());
+        assert_eq!(path, cwd.join("grid-demo.svg"));
+        // Not next to the binary in cargo's target directory, where nobody looks.
+        let exe_dir = std::env::current_exe().unwrap();
+        assert_ne!(path.parent(), exe_dir.parent());
+    }
+
+    #[test]
+    fn a_given_plot_path_is_kept_and_made_absolute_against_the_current_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        let relative = Path::new("plots/run.svg");
+        assert_eq!(plot_path(Some(relative)).unwrap(), cwd.join(relative));
+        let absolute = cwd.join("elsewhere.svg");
+        assert_eq!(plot_path(Some(&absolute)).unwrap(), absolute);
+    }
 }

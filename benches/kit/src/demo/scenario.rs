@@ -84,6 +84,20 @@ impl fmt::Display for Action {
     }
 }
 
+impl Action {
+    /// A few words for the plot's step marker: the full sentence does not fit between two
+    /// steps a few seconds apart.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Degrade { site, .. } => format!("{site} degrades"),
+            Self::DropAll { site } => format!("{site} loses endpoints"),
+            Self::Restore { site } => format!("{site} restored"),
+            Self::Load { factor } if *factor > 1.0 => "burst".to_owned(),
+            Self::Load { .. } => "load back".to_owned(),
+        }
+    }
+}
+
 /// One scripted step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
@@ -169,5 +183,24 @@ mod tests {
                 assert!(SITES.iter().any(|(name, _, _)| *name == site), "{site}");
             }
         }
+    }
+
+    #[test]
+    fn every_step_of_the_full_scenario_has_its_own_short_label() {
+        let labels: Vec<String> = steps(Scenario::Full, 90_000)
+            .iter()
+            .map(|s| s.action.label())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "b degrades",
+                "b restored",
+                "a loses endpoints",
+                "a restored",
+                "burst",
+                "load back"
+            ]
+        );
     }
 }

@@ -11,6 +11,59 @@ pub const REDRAW: &str = "\x1b[H\x1b[2J";
 /// Events kept on screen.
 pub const EVENTS_SHOWN: usize = 10;
 
+/// The live table's column headers, in order: one list, so the header and the test that
+/// the legend explains every column cannot drift apart.
+pub const COLUMNS: [&str; 9] = [
+    "site",
+    "role",
+    "readiness",
+    "rho",
+    "capacity",
+    "in-flight",
+    "share",
+    "TTFT p50",
+    "TTFT p99",
+];
+
+/// What every column and figure of the demo means, printed once at start and repeated in
+/// `grid-demo --help`: a newcomer reads `no_room`, `cap=` or `failed` without the source.
+/// The plain line's key follows each live column in brackets.
+pub fn legend() -> String {
+    let share_s = super::SHARE_WINDOW_S;
+    let ttft_s = super::TTFT_WINDOW_S;
+    format!(
+        "\
+What the columns mean (the plain line's key in brackets):
+  site        a is the gateway's own site; b and c are reached through peer operators
+  role        local: the gateway's own site; remote: seen through a peer, read every poll
+  readiness   where the gateway has the site:
+                room        takes new work (recent worst rho below 1)
+                no_room     no room to spare, but not saturated with work waiting
+                full        saturated: work waiting at every endpoint or in flow control
+                unmeasured  no fresh reading yet: picked last
+                EXCLUDED r  out of selection, r says why: no_ready_endpoints (the EPP
+                            reads zero ready endpoints), not_ready (its provider reads
+                            not ready), unit_series_stopped (its per-endpoint series
+                            stopped)
+                absent      not in the gateway's view
+  rho         the load the gateway reads, smoothed: in-flight over learned capacity
+              (or KV pressure); above 1 means work waits [rho=]
+  capacity    requests at once the gateway has learned the site takes [cap=]
+  in-flight   requests running or waiting at the site, by its own count [inflight=]
+  share       the site's share of the gateway's routing decisions, last {share_s} s [share=]
+  TTFT p50    median time to first token of streamed answers, last {ttft_s} s [ttft50=]
+  TTFT p99    its 99th percentile over the same answers
+last second, by answer:
+  ok                 200, served by a site [ok=]
+  shed (429)         the gateway sheds: every healthy site is full [429=]
+  unavailable (503)  no site was selectable [503=]
+  failed             anything else: a site's error, 502, no answer within the timeout,
+                     or an arrival not sent because too many were open [failed=]
+offered: requests per second sent now, against the grid's nominal capacity [offered=];
+SHEDDING: the gateway answers 429 + Retry-After now; t: seconds since the load started [t=]"
+    )
+}
+
 /// One site's line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SiteRow {
@@ -117,18 +170,20 @@ pub fn render(frame: &Frame<'_>) -> String {
             "routing"
         }
     );
+    let [
+        site,
+        role,
+        readiness,
+        rho,
+        capacity,
+        in_flight,
+        share_c,
+        p50,
+        p99,
+    ] = COLUMNS;
     let _ = writeln!(
         out,
-        "{:<5} {:<7} {:<32} {:>6} {:>9} {:>10} {:>6} {:>10} {:>10}",
-        "site",
-        "role",
-        "readiness",
-        "rho",
-        "capacity",
-        "in-flight",
-        "share",
-        "TTFT p50",
-        "TTFT p99"
+        "{site:<5} {role:<7} {readiness:<32} {rho:>6} {capacity:>9} {in_flight:>10} {share_c:>6} {p50:>10} {p99:>10}",
     );
     for s in &frame.sites {
         let (ready, rho, capacity) = routing_cells(&s.routing);
@@ -158,6 +213,8 @@ pub fn render(frame: &Frame<'_>) -> String {
     for e in &frame.events[first..] {
         let _ = writeln!(out, "  {:>6.1} s  {}", e.at_ms as f64 / 1e3, e.text);
     }
+    // The legend printed at start is cleared by the first redraw: say where it lives.
+    let _ = writeln!(out, "\n(every column is explained by grid-demo --help)");
     out
 }
 
@@ -269,5 +326,74 @@ mod tests {
         let text = render(&frame(&events));
         assert!(!text.contains("event 2\n"));
         assert!(text.contains(&format!("event {}", EVENTS_SHOWN + 2)));
+    }
+
+    #[test]
+    fn the_legend_explains_every_column_the_table_prints() {
+        let text = render(&frame(&[]));
+        let header = text.lines().find(|l| l.starts_with("site ")).unwrap();
+        let legend = legend();
+        for column in COLUMNS {
+            assert!(header.contains(column), "{header}");
+            // Each column opens a line of the legend, so it is explained, not only named.
+            assert!(
+                legend.lines().any(|l| l.trim_start().starts_with(column)),
+                "{column} is not explained:\n{legend}"
+            );
+        }
+        for answer in ["ok", "shed (429)", "unavailable (503)", "failed"] {
+            assert!(text.contains(answer), "{text}");
+            assert!(
+                legend.lines().any(|l| l.trim_start().starts_with(answer)),
+                "{answer} is not explained:\n{legend}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_legend_explains_every_key_of_the_plain_line() {
+        let mut shedding = frame(&[]);
+        shedding.shedding = true;
+        let l = line(&shedding);
+        let legend = legend();
+        let keys: Vec<&str> = l
+            .split([' ', '|'])
+            .filter_map(|token| token.split_once('=').map(|(key, _)| key))
+            .collect();
+        for key in [
+            "t", "offered", "rho", "cap", "inflight", "share", "ttft50", "ok", "429", "503",
+            "failed",
+        ] {
+            assert!(keys.contains(&key), "{key} missing from {l}");
+        }
+        for key in keys {
+            assert!(
+                legend.contains(&format!("[{key}=]")),
+                "{key}= is not explained"
+            );
+        }
+        assert!(l.contains("SHEDDING") && legend.contains("SHEDDING:"));
+    }
+
+    #[test]
+    fn the_legend_explains_every_readiness_state_and_exclusion_reason() {
+        let legend = legend();
+        let opens = |word: &str| {
+            legend
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(word))
+        };
+        for state in CandidateState::ALL {
+            assert!(opens(state.as_str()), "{}:\n{legend}", state.as_str());
+        }
+        assert!(opens("EXCLUDED") && opens("absent"), "{legend}");
+        for reason in grid_score::ExcludeReason::ALL {
+            assert!(legend.contains(reason.as_str()), "{}", reason.as_str());
+        }
+    }
+
+    #[test]
+    fn the_live_screen_points_to_the_legend_it_clears() {
+        assert!(render(&frame(&[])).contains("explained by grid-demo --help"));
     }
 }
