@@ -72,7 +72,11 @@ baseUrl = "{model}"
         .iter()
         .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
         .collect();
-    assert!(loud.is_empty(), "a healthy start warned:\n{}", gw.seen.join("\n"));
+    assert!(
+        loud.is_empty(),
+        "a healthy start warned:\n{}",
+        gw.seen.join("\n")
+    );
     assert!(
         gw.seen.iter().all(|l| !l.contains("poll failed")),
         "{}",

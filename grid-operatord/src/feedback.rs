@@ -119,13 +119,25 @@ async fn run(
         let condition = receiver.condition();
         if reported != Some(condition.status) {
             ages_rejected.set(i64::from(condition.status == ConditionStatus::True));
-            tracing::warn!(
-                condition = grid_feedback::CONDITION_TYPE,
-                status = ?condition.status,
-                reason = condition.reason.as_str(),
-                message = %condition.message,
-                "gateway feedback condition"
-            );
+            // True is a problem an operator must act on; False (the healthy start
+            // included) is the all-clear, logged without alarm.
+            if condition.status == ConditionStatus::True {
+                tracing::warn!(
+                    condition = grid_feedback::CONDITION_TYPE,
+                    status = ?condition.status,
+                    reason = condition.reason.as_str(),
+                    message = %condition.message,
+                    "gateway feedback condition"
+                );
+            } else {
+                tracing::info!(
+                    condition = grid_feedback::CONDITION_TYPE,
+                    status = ?condition.status,
+                    reason = condition.reason.as_str(),
+                    message = %condition.message,
+                    "gateway feedback condition"
+                );
+            }
             reported = Some(condition.status);
         }
         while let Some(response) = receiver.poll_response() {

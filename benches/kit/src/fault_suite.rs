@@ -73,7 +73,7 @@ pub enum Fault {
     Partition,
     /// `c`'s operator aborted (no final fence write), started again after the hold.
     OperatorRestart,
-    /// `c`'s peer link stalled: operator[0]'s polls get no byte back (a frozen process
+    /// `c`'s peer link stalled: `operator[0]`'s polls get no byte back (a frozen process
     /// as its peers see it; emulated, since the operators run in-process).
     OperatorFrozen,
     /// `c`'s request link stalled: the upstream accepts and never answers.
@@ -387,7 +387,9 @@ fn inject(
         Fault::SlowClientFlood => {
             let addr = grid.gateway_addr();
             for _ in 0..SLOW_CLIENTS {
-                injected.slow_clients.spawn(slow_client(addr, Fault::SlowClientFlood.hold()));
+                injected
+                    .slow_clients
+                    .spawn(slow_client(addr, Fault::SlowClientFlood.hold()));
             }
         }
     }

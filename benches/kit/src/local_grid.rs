@@ -14,8 +14,8 @@
 //! removed when the grid is dropped. Everything listens on 127.0.0.1.
 //!
 //! Started with [`LocalGrid::start_with_links`], every remote site sits behind two
-//! [`FaultRelay`]s, a WAN between it and site[0]: one in front of its operator's signals
-//! listener (operator[0]'s peer polls cross it) and one in front of its backend (the
+//! [`FaultRelay`]s, a WAN between it and `site[0]`: one in front of its operator's signals
+//! listener (`operator[0]`'s peer polls cross it) and one in front of its backend (the
 //! gateway's proxied requests cross it). Each site's own operator still scrapes its
 //! backend directly, as a co-located operator does. The relays are TCP-level, so TLS
 //! passes through; the peer URL names the relay's `127.0.0.1`, which the site
@@ -117,7 +117,7 @@ pub struct GridSpec {
     pub shedding: Option<Shedding>,
 }
 
-/// The WAN between site[0] and every remote site: what [`LocalGrid::start_with_links`]
+/// The WAN between `site[0]` and every remote site: what [`LocalGrid::start_with_links`]
 /// puts in each remote site's two relays at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Links {
@@ -138,7 +138,7 @@ impl Links {
 /// The control handles of a remote site's two relays.
 #[derive(Clone, Debug)]
 pub struct SiteLink {
-    /// In front of the site operator's signals listener: operator[0]'s peer polls.
+    /// In front of the site operator's signals listener: `operator[0]`'s peer polls.
     pub peer: FaultControl,
     /// In front of the site's backend: the gateway's proxied requests.
     pub backend: FaultControl,
@@ -234,7 +234,7 @@ fn signals_url(addr: SocketAddr) -> String {
     format!("https://{addr}/v1/site/signals")
 }
 
-/// An address on loopback that was free a moment ago: operator[0] must be named in its
+/// An address on loopback that was free a moment ago: `operator[0]` must be named in its
 /// peers' configurations before it starts (they only admit peers they list).
 fn free_loopback_addr() -> Result<SocketAddr, Error> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -296,7 +296,7 @@ fn uri(text: &str) -> Result<http::Uri, Error> {
     })
 }
 
-/// The gateway configuration at site[0].
+/// The gateway configuration at `site[0]`.
 fn gateway_config(
     spec: &GridSpec,
     files: &SiteFiles,
@@ -521,7 +521,7 @@ impl LocalGrid {
         self.sites.iter().find(|s| s.name == site)
     }
 
-    /// The control handles of a remote site's relays; `None` for site[0], an unknown
+    /// The control handles of a remote site's relays; `None` for `site[0]`, an unknown
     /// site, or a grid started without links.
     pub fn link(&self, site: &str) -> Option<SiteLink> {
         self.site(site)
