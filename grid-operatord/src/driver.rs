@@ -507,26 +507,62 @@ async fn watch_mode(
 ) -> Result<(), Error> {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut changes = Changes::default();
     loop {
         ticker.tick().await;
         let (a, b) = (source.clone(), source.clone());
-        match tokio::task::spawn_blocking(move || a.declared_mode()).await {
+        let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
             Ok(Ok(declared)) if declared != running.transport.as_str() => {
-                return Err(Error::ModeChanged {
+                Some(Error::ModeChanged {
                     running: running.transport.as_str(),
                     declared,
-                });
+                })
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot re-read the declared mode"),
-            _ => {}
-        }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot re-read the declared mode");
+                None
+            }
+            _ => None,
+        };
         // The trust is read whole: a file being edited fails validation and is read again
         // at the next check, never half applied.
-        if let Ok(Ok(config)) = tokio::task::spawn_blocking(move || b.load()).await {
-            if let Some(field) = running.trust_differs(&Declared::of(&config)) {
-                return Err(Error::TrustChanged { field });
-            }
+        let seen = match seen {
+            Some(change) => Some(change),
+            None => match tokio::task::spawn_blocking(move || b.load()).await {
+                Ok(Ok(config)) => running
+                    .trust_differs(&Declared::of(&config))
+                    .map(|field| Error::TrustChanged { field }),
+                _ => None,
+            },
+        };
+        if let Some(change) = changes.observe(seen) {
+            return Err(change);
         }
+    }
+}
+
+/// A declared change is acted on when two checks in a row read it: a file caught half
+/// written (an editor's truncate-then-write save reads as an empty file, whose absent
+/// mode means gossip) must not stop the operator.
+#[derive(Debug, Default)]
+struct Changes {
+    pending: Option<String>,
+}
+
+impl Changes {
+    /// What this check read (a change, or none); the change to act on, if any.
+    fn observe(&mut self, seen: Option<Error>) -> Option<Error> {
+        let Some(change) = seen else {
+            self.pending = None;
+            return None;
+        };
+        let key = change.to_string();
+        if self.pending.as_deref() == Some(key.as_str()) {
+            return Some(change);
+        }
+        tracing::info!(change = %key, "the declaration changed; acting on it if the next check reads it too");
+        self.pending = Some(key);
+        None
     }
 }
 
@@ -566,5 +602,45 @@ impl Declared {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(declared: &str) -> Error {
+        Error::ModeChanged {
+            running: "poll",
+            declared: declared.into(),
+        }
+    }
+
+    #[test]
+    fn a_change_read_once_is_not_acted_on_and_one_read_twice_in_a_row_is() {
+        let mut changes = Changes::default();
+        assert!(
+            changes.observe(Some(mode("gossip"))).is_none(),
+            "a half-written file"
+        );
+        assert!(changes.observe(None).is_none(), "the file is whole again");
+        assert!(changes.observe(Some(mode("gossip"))).is_none());
+        assert!(
+            changes.observe(Some(mode("gossip"))).is_some(),
+            "two checks in a row"
+        );
+    }
+
+    #[test]
+    fn a_different_change_on_the_next_check_starts_over() {
+        let mut changes = Changes::default();
+        assert!(changes.observe(Some(mode("gossip"))).is_none());
+        let trust = Some(Error::TrustChanged { field: "peers" });
+        assert!(changes.observe(trust).is_none());
+        assert!(
+            changes
+                .observe(Some(Error::TrustChanged { field: "peers" }))
+                .is_some()
+        );
     }
 }
