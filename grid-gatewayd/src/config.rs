@@ -513,8 +513,17 @@ impl Config {
     ///
     /// Never for a config that passed [`Config::validate`], which checks every base URL.
     pub fn catalog(&self) -> grid_score::catalog::Catalog {
-        let models: Vec<ModelSpec> = self
-            .models
+        grid_score::catalog::Catalog::new(&self.catalog_specs())
+    }
+
+    /// The models as grid-score's specs (what [`Config::catalog`] is built from, and what a
+    /// reload hands the refresher).
+    ///
+    /// # Panics
+    ///
+    /// Never for a config that passed [`Config::validate`], which checks every base URL.
+    pub fn catalog_specs(&self) -> Vec<ModelSpec> {
+        self.models
             .iter()
             .map(|m| ModelSpec {
                 name: m.name.clone(),
@@ -534,8 +543,7 @@ impl Config {
                     })
                     .collect(),
             })
-            .collect();
-        grid_score::catalog::Catalog::new(&models)
+            .collect()
     }
 
     /// grid-score's configuration from `availability.shedding` and the 503 Retry-After;

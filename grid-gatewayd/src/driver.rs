@@ -16,7 +16,7 @@ use grid_signals::store::{IngestMetrics, StoreConfig};
 use prometheus_client::registry::Registry;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -25,7 +25,11 @@ use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
 use crate::upstream::Published;
 use crate::{Error, poller, server, upstream};
+use grid_score::catalog::ModelSpec;
 use grid_score::refresh::Refresher;
+
+/// Model reloads waiting for the poller (each is a whole model list).
+pub const RELOAD_QUEUE: usize = 2;
 
 /// Metric handles a test or an embedder may read directly.
 #[derive(Clone, Debug)]
@@ -65,6 +69,16 @@ impl Running {
         &self.handles
     }
 
+    /// Replaces the routed models and candidates with `config`'s, keeping what was
+    /// learned of every candidate kept (see [`PollerTask::reload_models`]).
+    ///
+    /// # Errors
+    ///
+    /// When `config` does not validate.
+    pub async fn reload_models(&self, config: &Config) -> Result<(), Error> {
+        self.poller.reload_models(config).await
+    }
+
     /// Stops polling, then drains open requests and returns once the listener is closed.
     pub async fn shutdown(self) {
         let _ = self.poller.stop().await;
@@ -77,9 +91,10 @@ impl Running {
 /// slot they publish into. [`start`] uses it; a proxy that keeps its own HTTP server
 /// embeds it directly (see `examples/embedded_proxy.rs`).
 pub struct Signals {
+    reloads: mpsc::Sender<Vec<ModelSpec>>,
     certificate: Arc<CertSlot>,
     operator_trust: Option<Arc<Trust>>,
-    reloads: ReloadMetrics,
+    cert_reloads: ReloadMetrics,
     published: Published,
     live_refresh: Arc<tokio::sync::Notify>,
     handles: Handles,
@@ -98,12 +113,31 @@ impl std::fmt::Debug for Signals {
 /// A spawned poller: stop it before draining the listener.
 #[derive(Debug)]
 pub struct PollerTask {
+    reloads: mpsc::Sender<Vec<ModelSpec>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<Reporter>,
     certificates: JoinHandle<()>,
 }
 
 impl PollerTask {
+    /// Replaces the routed models and candidates with `config`'s (a SIGHUP reload),
+    /// between two polls: candidates kept keep what the gateway learned of them. Only
+    /// `models` is reloaded; the rest of a configuration takes a restart.
+    ///
+    /// # Errors
+    ///
+    /// When `config` does not validate, or the poller has stopped.
+    pub async fn reload_models(&self, config: &Config) -> Result<(), Error> {
+        config.validate()?;
+        self.reloads
+            .send(config.catalog_specs())
+            .await
+            .map_err(|_| Error::ConfigField {
+                field: "models".into(),
+                reason: "the poller has stopped; nothing to reload".into(),
+            })
+    }
+
     /// Stops polling and the certificate checks, and returns the reporter (its evidence
     /// can be handed to a successor).
     pub async fn stop(self) -> Option<Reporter> {
@@ -134,7 +168,8 @@ impl Signals {
         let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
 
         let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
-        let reloads = ReloadMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
+        let cert_reloads =
+            ReloadMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
         let handles = Handles {
             poll: PollMetrics::register(registry),
             ingest: IngestMetrics::register(registry),
@@ -171,10 +206,15 @@ impl Signals {
             handles.poll.clone(),
             Arc::clone(&live_refresh),
         );
+        // A few pending reloads at most: each replaces the whole model list, so only the
+        // newest matters and a sender waits rather than queueing more.
+        let (reloads, reloaded) = mpsc::channel(RELOAD_QUEUE);
+        let poller = poller.with_reloads(reloaded);
         Ok(Self {
+            reloads,
             certificate,
             operator_trust,
-            reloads,
+            cert_reloads,
             published,
             live_refresh,
             handles,
@@ -218,9 +258,10 @@ impl Signals {
             self.certificate,
             self.operator_trust,
             grid_daemon::tls::CERT_CHECK_INTERVAL,
-            self.reloads,
+            self.cert_reloads,
         ));
         PollerTask {
+            reloads: self.reloads,
             stop,
             task: tokio::spawn(self.poller.run(stopped)),
             certificates,

@@ -21,9 +21,21 @@ async fn main() -> anyhow::Result<()> {
     let config =
         Config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     let running = grid_gatewayd::driver::start(config).await?;
-    let stop = grid_daemon::shutdown::requested()
-        .await
-        .context("installing the SIGINT/SIGTERM handlers")?;
+    let stop = grid_daemon::shutdown::requested();
+    tokio::pin!(stop);
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler")?;
+    let stop = loop {
+        #[cfg(unix)]
+        tokio::select! {
+            stop = &mut stop => break stop,
+            _ = hup.recv() => reload(&running, &args.config).await,
+        }
+        #[cfg(not(unix))]
+        break (&mut stop).await;
+    }
+    .context("installing the SIGINT/SIGTERM handlers")?;
     tracing::info!(
         signal = stop.as_str(),
         "shutting down: stopping the poller, draining requests"
@@ -31,4 +43,21 @@ async fn main() -> anyhow::Result<()> {
     running.shutdown().await;
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// SIGHUP: the models and candidates are re-read from `path` (the certificate too, by its
+/// own watcher); a file that does not load is refused whole and the running models kept.
+async fn reload(running: &grid_gatewayd::driver::Running, path: &std::path::Path) {
+    let loaded = match Config::load(path) {
+        Ok(config) => running.reload_models(&config).await,
+        Err(e) => Err(e),
+    };
+    match loaded {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "SIGHUP: models reloaded (other settings take a restart)");
+        }
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "SIGHUP: reload refused; the running models are kept");
+        }
+    }
 }

@@ -145,6 +145,8 @@ pub struct Poller {
     /// The previous poll's result: a change is logged above debug, so a gateway that
     /// never reaches its operator says so at the default level.
     last_result: Option<PollResult>,
+    /// Reloaded model lists (SIGHUP), applied between polls.
+    reloads: Option<mpsc::Receiver<Vec<grid_score::catalog::ModelSpec>>>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -153,6 +155,20 @@ impl std::fmt::Debug for Poller {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// The next reloaded model list, or never when there is no reload channel (or it closed).
+async fn next_reload(
+    reloads: &mut Option<mpsc::Receiver<Vec<grid_score::catalog::ModelSpec>>>,
+) -> Option<Vec<grid_score::catalog::ModelSpec>> {
+    if let Some(rx) = reloads {
+        if let Some(models) = rx.recv().await {
+            return Some(models);
+        }
+        // Every sender is gone: no reload can come any more.
+        *reloads = None;
+    }
+    std::future::pending().await
 }
 
 /// A fresh random nonzero feedback epoch for this process, drawn from the operating
@@ -201,7 +217,19 @@ impl Poller {
             started: clock::monotonic(),
             live_refresh,
             last_result: None,
+            reloads: None,
         }
+    }
+
+    /// Takes reloaded model lists from `reloads`: each replaces the catalog between two
+    /// polls, learned state of the candidates kept carried over, and is published at once.
+    #[must_use]
+    pub fn with_reloads(
+        mut self,
+        reloads: mpsc::Receiver<Vec<grid_score::catalog::ModelSpec>>,
+    ) -> Self {
+        self.reloads = Some(reloads);
+        self
     }
 
     /// The reporter's clock: milliseconds since this poller started (never goes back).
@@ -216,10 +244,17 @@ impl Poller {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (done_tx, mut done_rx) = mpsc::channel::<(ExchangeId, Delivery)>(4);
         let live = std::sync::Arc::clone(&self.live_refresh);
+        let mut reloads = self.reloads.take();
         loop {
             tokio::select! {
                 biased;
                 () = until_stopped(&mut stop) => break,
+                Some(models) = next_reload(&mut reloads) => {
+                    self.refresher.replace_models(&models);
+                    let refreshed = self.refresher.refresh(clock::now_unix_ms());
+                    tracing::info!(models = models.len(), "model configuration reloaded; learned state of kept candidates carried over");
+                    self.publish_view(refreshed.view);
+                }
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
                 _ = tick.tick() => self.cycle(&done_tx).await,
                 () = live.notified() => {

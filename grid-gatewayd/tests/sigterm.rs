@@ -14,6 +14,11 @@ use http_body_util::BodyExt as _;
 
 /// A gateway config file routing model `m` to `model_url`; its operator is a closed port.
 fn write_config(dir: &Path, model_url: &str) -> std::path::PathBuf {
+    write_config_with(dir, model_url, "")
+}
+
+/// [`write_config`] with `extra` TOML appended (more models).
+fn write_config_with(dir: &Path, model_url: &str, extra: &str) -> std::path::PathBuf {
     let files = Ca::new("grid-ca").issue(dir, "gateway", &["gateway.a.grid"]);
     let text = format!(
         r#"site = "a"
@@ -35,7 +40,7 @@ baseUrl = "{model_url}"
         files.cert.display(),
         files.key.display(),
         files.ca.display()
-    );
+    ) + extra;
     let path = dir.join("gateway.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -97,4 +102,52 @@ fn without_config_the_gateway_refuses_to_start_and_says_why() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--config"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start("a").await;
+    let config = write_config(dir.path(), &model.base_url());
+    let mut gw = Daemon::spawn(
+        Path::new(env!("CARGO_BIN_EXE_grid-gatewayd")),
+        &["--config", config.to_str().unwrap()],
+    );
+    let line = gw.wait_for_line("gateway serving", Duration::from_secs(20));
+    let addr = log_field(&line, "local_addr").unwrap().to_owned();
+    let url = format!("http://{addr}/v1/chat/completions");
+    let n = r#"{"model":"n","messages":[{"role":"user","content":"hi"}]}"#;
+    let c = http1_client();
+    let ask = || async {
+        grid_kit::gateway_harness::send(&c, post(&url, n))
+            .await
+            .status
+    };
+    assert_eq!(ask().await, 404);
+    // A file that does not parse is refused and changes nothing.
+    std::fs::write(&config, "not toml [").unwrap();
+    gw.signal("HUP");
+    gw.wait_for_line("reload refused", Duration::from_secs(10));
+    assert_eq!(ask().await, 404);
+    let more = format!(
+        "[[models]]\nname = \"n\"\n[[models.candidates]]\nsite = \"a\"\nprovider = \"p\"\nbaseUrl = \"{}\"\n",
+        model.base_url()
+    );
+    write_config_with(dir.path(), &model.base_url(), &more);
+    gw.signal("HUP");
+    gw.wait_for_line("models reloaded", Duration::from_secs(10));
+    let start = tokio::time::Instant::now();
+    while ask().await != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "model n routes after SIGHUP"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.signal("TERM");
+    assert!(
+        gw.wait_exit(Duration::from_secs(40))
+            .expect("it exits")
+            .success()
+    );
 }

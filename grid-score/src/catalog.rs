@@ -102,13 +102,28 @@ pub struct Catalog {
 impl Catalog {
     /// The catalog of `models`, one live slot per distinct (site, provider).
     pub fn new(models: &[ModelSpec]) -> Self {
+        Self::build(models, None)
+    }
+
+    /// The catalog of `models` for a reload of the configuration: every (site, provider)
+    /// `previous` also names keeps its live slot, so answers still streaming record where
+    /// the refresh reads, and a kept candidate keeps what its answers taught (turnover,
+    /// first-byte speed, room). New candidates start fresh; dropped ones are forgotten.
+    pub fn carrying_over(models: &[ModelSpec], previous: &Catalog) -> Self {
+        Self::build(models, Some(&previous.live))
+    }
+
+    fn build(models: &[ModelSpec], previous: Option<&LiveBoard>) -> Self {
         let mut sites: HashMap<&str, Arc<str>> = HashMap::new();
         let keys: Vec<CandidateKey> = models
             .iter()
             .flat_map(|m| &m.candidates)
             .map(|c| CandidateKey::new(c.site.as_str(), c.provider.as_str()))
             .collect();
-        let live = LiveBoard::new(&keys);
+        let live = match previous {
+            Some(previous) => LiveBoard::carrying_over(&keys, previous),
+            None => LiveBoard::new(&keys),
+        };
         let mut entries = Vec::with_capacity(models.len());
         for m in models {
             let upstreams = m
@@ -192,6 +207,47 @@ mod tests {
             authority: format!("{site}.example:8000"),
             prefix: "/serve/".into(),
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_the_live_slot_of_every_kept_candidate_and_makes_new_ones() {
+        let spec = |name: &str, sites: &[&str]| ModelSpec {
+            name: name.into(),
+            candidates: sites
+                .iter()
+                .map(|s| CandidateSpec {
+                    site: (*s).into(),
+                    provider: "p".into(),
+                    scheme: "http".into(),
+                    authority: "h:1".into(),
+                    prefix: String::new(),
+                })
+                .collect(),
+        };
+        let before = Catalog::new(&[spec("m", &["a", "b"])]);
+        let after = Catalog::carrying_over(&[spec("m", &["a", "c"]), spec("n", &["a"])], &before);
+        let slot = |c: &Catalog, model: &str, site: &str| {
+            c.get(model)
+                .unwrap()
+                .upstreams
+                .iter()
+                .find(|u| &*u.site == site)
+                .unwrap()
+                .live_shared()
+        };
+        assert!(Arc::ptr_eq(
+            &slot(&before, "m", "a"),
+            &slot(&after, "m", "a")
+        ));
+        assert!(Arc::ptr_eq(
+            &slot(&before, "m", "a"),
+            &slot(&after, "n", "a")
+        ));
+        assert!(!Arc::ptr_eq(
+            &slot(&before, "m", "b"),
+            &slot(&after, "m", "c")
+        ));
+        assert!(after.get("n").is_some());
     }
 
     #[test]

@@ -79,6 +79,16 @@ impl Refresher {
         &self.store
     }
 
+    /// Replaces the configured models with `models` (a reload of the configuration):
+    /// every candidate kept keeps its learned capacity, saturation and turnover and its
+    /// live slot; new candidates start unmeasured; a model kept keeps its shedding state.
+    /// The next [`Refresher::refresh`] publishes the new catalog.
+    pub fn replace_models(&mut self, models: &[crate::catalog::ModelSpec]) {
+        let catalog = Arc::new(Catalog::carrying_over(models, &self.catalog));
+        self.routes = catalog.routes();
+        self.catalog = catalog;
+    }
+
     /// The catalog refreshed over.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog

@@ -157,6 +157,23 @@ impl LiveBoard {
         Self { slots }
     }
 
+    /// One slot per distinct key, `previous`'s where it has the key (a reload).
+    pub fn carrying_over<'a>(
+        keys: impl IntoIterator<Item = &'a CandidateKey>,
+        previous: &LiveBoard,
+    ) -> Self {
+        let mut slots: Vec<(CandidateKey, Arc<LiveSlot>)> = Vec::new();
+        for key in keys {
+            if !slots.iter().any(|(k, _)| k == key) {
+                let slot = previous
+                    .slot(key)
+                    .map_or_else(|| Arc::new(LiveSlot::new()), Arc::clone);
+                slots.push((key.clone(), slot));
+            }
+        }
+        Self { slots }
+    }
+
     /// The slot of `key`, for the request path to hold.
     pub fn slot(&self, key: &CandidateKey) -> Option<&Arc<LiveSlot>> {
         self.slots.iter().find(|(k, _)| k == key).map(|(_, s)| s)
