@@ -94,11 +94,14 @@ pub enum Fault {
     PeerFlood,
     /// [`SLOW_CLIENTS`] connections to the gateway sending headers byte by byte.
     SlowClientFlood,
+    /// Sites `a` (its operator and the gateway) and `c` get renewed certificates, written
+    /// over their files under load.
+    CertificateRotation,
 }
 
 impl Fault {
     /// Every fault, in the order the suite runs them.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Partition,
         Self::OperatorRestart,
         Self::OperatorFrozen,
@@ -111,6 +114,7 @@ impl Fault {
         Self::EppSlow,
         Self::PeerFlood,
         Self::SlowClientFlood,
+        Self::CertificateRotation,
     ];
 
     /// Its name on the command line and in the table.
@@ -128,6 +132,7 @@ impl Fault {
             Self::EppSlow => "epp-slow",
             Self::PeerFlood => "peer-flood",
             Self::SlowClientFlood => "slow-client-flood",
+            Self::CertificateRotation => "certificate-rotation",
         }
     }
 
@@ -154,7 +159,7 @@ impl Fault {
     pub fn expects_exclusion(self) -> bool {
         !matches!(
             self,
-            Self::PeerFlood | Self::SlowClientFlood | Self::EppNoSeries
+            Self::PeerFlood | Self::SlowClientFlood | Self::EppNoSeries | Self::CertificateRotation
         )
     }
 }
@@ -392,6 +397,12 @@ fn inject(
                     .spawn(slow_client(addr, Fault::SlowClientFlood.hold()));
             }
         }
+        Fault::CertificateRotation => {
+            for site in [SITES[0], FAULTED] {
+                // The row's note then shows no rotation for the site.
+                let _ = grid.renew_certificate(site);
+            }
+        }
     }
     injected
 }
@@ -437,6 +448,19 @@ async fn heal(
                 "slow clients: {closed} closed by the gateway, {open} still open after {} s, {refused} not connected",
                 Fault::SlowClientFlood.hold().as_secs()
             );
+        }
+        Fault::CertificateRotation => {
+            let taken = [SITES[0], FAULTED].map(|s| (s, grid.certificate_reloads(s)));
+            note = taken
+                .iter()
+                .map(|(s, r)| match r {
+                    Some((rotated, refused)) => {
+                        format!("{s}: {rotated} rotated, {refused} refused")
+                    }
+                    None => format!("{s}: stopped"),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
         }
     }
     Ok(note)

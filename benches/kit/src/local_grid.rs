@@ -218,6 +218,8 @@ pub struct LocalGrid {
     model: String,
     sites: Vec<RunningSite>,
     gateway: Option<grid_gatewayd::driver::Running>,
+    /// The CA every site certificate chains to, kept to mint renewals.
+    ca: Ca,
     dir: TempDir,
 }
 
@@ -513,8 +515,31 @@ impl LocalGrid {
             model: spec.model.clone(),
             sites,
             gateway: Some(gateway),
+            ca,
             dir,
         })
+    }
+
+    /// Renews `site`'s certificate in place (a new leaf and key from the grid's CA, written
+    /// over the files its operator, and at `site[0]` the gateway, read), as cert-manager
+    /// would: the daemons pick it up at their next certificate check.
+    ///
+    /// # Errors
+    ///
+    /// When the certificate cannot be minted or written.
+    pub fn renew_certificate(&self, site: &str) -> Result<(), Error> {
+        self.ca.write_site(self.dir.path(), site).map(drop)
+    }
+
+    /// Renewals `site`'s operator has taken (`grid_operator_certificate_reloads_total`),
+    /// by result; `None` while it is stopped.
+    pub fn certificate_reloads(&self, site: &str) -> Option<(u64, u64)> {
+        use grid_daemon::tls::ReloadResult;
+        let op = self.site(site)?.operator.as_ref()?;
+        Some((
+            op.certificates.count(ReloadResult::Rotated),
+            op.certificates.count(ReloadResult::Refused),
+        ))
     }
 
     fn site(&self, site: &str) -> Option<&RunningSite> {

@@ -218,8 +218,10 @@ impl Ca {
             key: dir.join(format!("{site}.key")),
             ca: dir.join("ca.crt"),
         };
-        write(&files.cert, leaf.cert_pem.as_bytes())?;
+        // The key before the certificate, as a renewal is written: a daemon that checks in
+        // between still reads its old leaf and leaves the pair alone.
         write(&files.key, leaf.key_pem.as_bytes())?;
+        write(&files.cert, leaf.cert_pem.as_bytes())?;
         write(&files.ca, self.pem().as_bytes())?;
         Ok(files)
     }
