@@ -446,3 +446,17 @@ async fn an_http2_connection_without_a_request_in_flight_is_closed_at_the_header
         .expect("client saw the close");
     assert!(ended.is_ok());
 }
+
+#[tokio::test]
+async fn the_signals_listener_advertises_its_http2_stream_limit() {
+    use grid_operatord::listener::H2_MAX_CONCURRENT_STREAMS;
+    let setup = start(Timeouts::default()).await;
+    let stream = connect_offering(&setup, "a", &[b"h2"]).await;
+    let (_client, mut conn) = h2::client::handshake(stream).await.unwrap();
+    // Driving the connection a moment reads the server's SETTINGS.
+    let _ = tokio::time::timeout(Duration::from_millis(300), &mut conn).await;
+    assert_eq!(
+        conn.max_concurrent_send_streams(),
+        H2_MAX_CONCURRENT_STREAMS as usize
+    );
+}
