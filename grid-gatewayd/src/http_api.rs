@@ -50,7 +50,7 @@ use crate::request_metrics::{
 };
 use crate::request_rng::ThreadRng;
 use crate::site_slots::{SiteFull, SiteSlots};
-use grid_daemon::exposition;
+use grid_daemon::{exposition, probe};
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
 use grid_score::routing::{RETRY_PATH, Route};
@@ -62,27 +62,15 @@ use grid_score::live;
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
 
-/// Liveness probe: answers 200 while the process serves requests at all.
-pub(crate) const HEALTHZ_PATH: &str = "/healthz";
-/// Readiness probe: 200 once a poll of the operator has fed routing (the gateway has a
-/// routing view built from signals), 503 before.
-pub(crate) const READYZ_PATH: &str = "/readyz";
-
-/// A probe's answer: `200 ok` or `503 not ready`, plain text.
-fn probe(ok: bool) -> Response<ResponseBody> {
-    let (status, text) = if ok {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: no poll of the operator has succeeded yet\n",
-        )
-    };
+/// A probe's answer ([`grid_daemon::probe`]); the gateway is ready once a poll of the
+/// operator has fed routing (it has a routing view built from signals).
+fn probe(ready: bool) -> Response<ResponseBody> {
+    let (status, text) = probe::answer(ready, "no poll of the operator has succeeded yet");
     let mut r = Response::new(full(text));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
+        HeaderValue::from_static(probe::CONTENT_TYPE),
     );
     r
 }
@@ -187,9 +175,9 @@ impl Api {
             }
         } else if path == "/metrics" && req.method() == Method::GET {
             self.metrics(&req)
-        } else if path == HEALTHZ_PATH && req.method() == Method::GET {
+        } else if path == probe::HEALTHZ_PATH && req.method() == Method::GET {
             probe(true)
-        } else if path == READYZ_PATH && req.method() == Method::GET {
+        } else if path == probe::READYZ_PATH && req.method() == Method::GET {
             probe(self.inner.poll.polls(PollResult::Ok) > 0)
         } else {
             api_error(
@@ -228,12 +216,7 @@ impl Api {
     /// The exposition negotiated as the operator's is: `OpenMetrics` when `Accept` names
     /// it, text 0.0.4 otherwise (what `promtool check metrics` and `curl` read).
     fn metrics<B>(&self, req: &Request<B>) -> Response<ResponseBody> {
-        let accept = req
-            .headers()
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok());
-        let (text, kind) = exposition::negotiate(&self.inner.registry, accept);
+        let (text, kind) = exposition::negotiate_for(&self.inner.registry, req.headers());
         let mut r = Response::new(full(text));
         r.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));

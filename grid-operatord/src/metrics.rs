@@ -28,7 +28,7 @@ use crate::peers::PollMetrics;
 use crate::providers::ScrapeMetrics;
 use crate::signals::{RefusalMetrics, SharedSignals, lock};
 use crate::slots::HEADER_READ_TIMEOUT;
-use grid_daemon::exposition;
+use grid_daemon::{exposition, probe};
 
 /// The provider series exported for every site held, with their help text.
 pub const PROVIDER_SERIES: [(&str, &str); 7] = [
@@ -164,13 +164,9 @@ impl OperatorMetrics {
     }
 }
 
-/// Liveness probe on the metrics listener: 200 while the process serves at all.
-pub const HEALTHZ_PATH: &str = "/healthz";
-/// Readiness probe on the metrics listener: 200 once every provider was scraped once
-/// (a complete pass; the signals it serves are then this site's own), 503 before.
-pub const READYZ_PATH: &str = "/readyz";
-
-/// Answers one request of the plain-HTTP metrics listener.
+/// Answers one request of the plain-HTTP metrics listener: `/metrics` and the probes
+/// ([`grid_daemon::probe`]); the operator is ready once every provider was scraped once
+/// (a complete pass: the signals it serves are then this site's own).
 fn answer(
     request: &Request<hyper::body::Incoming>,
     registry: &Registry,
@@ -178,7 +174,7 @@ fn answer(
 ) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
     let path = request.uri().path();
-    let known = [METRICS_PATH, HEALTHZ_PATH, READYZ_PATH].contains(&path);
+    let known = [METRICS_PATH, probe::HEALTHZ_PATH, probe::READYZ_PATH].contains(&path);
     if !known {
         *r.status_mut() = StatusCode::NOT_FOUND;
         return r;
@@ -187,24 +183,13 @@ fn answer(
         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
         return r;
     }
-    let (body, kind) = match path {
-        HEALTHZ_PATH => ("ok\n".to_owned(), PROBE_CONTENT_TYPE),
-        READYZ_PATH if scrapes.passes() > 0 => ("ok\n".to_owned(), PROBE_CONTENT_TYPE),
-        READYZ_PATH => {
-            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            (
-                "not ready: no complete scrape pass yet\n".to_owned(),
-                PROBE_CONTENT_TYPE,
-            )
-        }
-        _ => {
-            let accept = request
-                .headers()
-                .get_all(header::ACCEPT)
-                .iter()
-                .filter_map(|v| v.to_str().ok());
-            exposition::negotiate(registry, accept)
-        }
+    let (body, kind) = if path == METRICS_PATH {
+        exposition::negotiate_for(registry, request.headers())
+    } else {
+        let ready = path == probe::HEALTHZ_PATH || scrapes.passes() > 0;
+        let (status, text) = probe::answer(ready, "no complete scrape pass yet");
+        *r.status_mut() = status;
+        (text, probe::CONTENT_TYPE)
     };
     *r.body_mut() = Full::new(Bytes::from(body));
     r.headers_mut()
@@ -213,7 +198,6 @@ fn answer(
 }
 
 const METRICS_PATH: &str = "/metrics";
-const PROBE_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// Serves `GET /metrics`, `/healthz` and `/readyz` (plain HTTP) until the task is
 /// dropped.

@@ -15,6 +15,16 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// `promtool check metrics`).
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// What to answer a `GET /metrics` whose request headers are `headers`: the body and its
+/// content type, chosen from `Accept`.
+pub fn negotiate_for(registry: &Registry, headers: &http::HeaderMap) -> (String, &'static str) {
+    let accept = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    negotiate(registry, accept)
+}
+
 /// What to answer a `GET /metrics` whose `Accept` headers are `accept`: the body and
 /// its content type.
 pub fn negotiate<'a>(

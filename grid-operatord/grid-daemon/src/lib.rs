@@ -32,6 +32,7 @@ pub mod config;
 mod error;
 pub mod exposition;
 pub mod logging;
+pub mod probe;
 pub mod shutdown;
 pub mod tls;
 
