@@ -67,13 +67,8 @@ baseUrl = "{model}"
     gw.signal("TERM");
     let status = gw.wait_exit(Duration::from_secs(40)).expect("it exits");
     assert!(status.success(), "{}", gw.seen.join("\n"));
-    let loud: Vec<_> = gw
-        .seen
-        .iter()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .collect();
     assert!(
-        loud.is_empty(),
+        gw.loud_lines().is_empty(),
         "a healthy start warned:\n{}",
         gw.seen.join("\n")
     );

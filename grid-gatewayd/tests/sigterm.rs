@@ -46,11 +46,8 @@ baseUrl = "{model_url}"
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_a_stream_in_flight_finish_and_exits_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = FakeModel::start("a").await;
-    let config = write_config(dir.path(), &model.base_url());
+/// The real gateway started on `config`, once it serves, and the address it serves at.
+fn spawn_gateway(config: &Path) -> (Daemon, String) {
     let mut gw = Daemon::spawn(
         Path::new(env!("CARGO_BIN_EXE_grid-gatewayd")),
         &["--config", config.to_str().unwrap()],
@@ -61,6 +58,16 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_exits_zero() {
         "no ANSI codes on a pipe: {line:?}"
     );
     let addr = log_field(&line, "local_addr").expect("the address is logged");
+    let addr = addr.to_owned();
+    (gw, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_stream_in_flight_finish_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start("a").await;
+    let config = write_config(dir.path(), &model.base_url());
+    let (mut gw, addr) = spawn_gateway(&config);
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let resp = tokio::time::timeout(
         Duration::from_secs(10),
@@ -109,12 +116,7 @@ async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
     let dir = tempfile::tempdir().unwrap();
     let model = FakeModel::start("a").await;
     let config = write_config(dir.path(), &model.base_url());
-    let mut gw = Daemon::spawn(
-        Path::new(env!("CARGO_BIN_EXE_grid-gatewayd")),
-        &["--config", config.to_str().unwrap()],
-    );
-    let line = gw.wait_for_line("gateway serving", Duration::from_secs(20));
-    let addr = log_field(&line, "local_addr").unwrap().to_owned();
+    let (mut gw, addr) = spawn_gateway(&config);
     let url = format!("http://{addr}/v1/chat/completions");
     let n = r#"{"model":"n","messages":[{"role":"user","content":"hi"}]}"#;
     let c = http1_client();

@@ -44,13 +44,8 @@ async fn a_healthy_run_logs_no_warning_and_sigterm_persists_the_fences_and_exits
     assert!(status.success(), "{status:?}\n{}", op.seen.join("\n"));
     let written = std::fs::read_to_string(&fences).expect("fences persisted at the stop");
     assert!(written.contains("llama"), "{written}");
-    let loud: Vec<_> = op
-        .seen
-        .iter()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .collect();
     assert!(
-        loud.is_empty(),
+        op.loud_lines().is_empty(),
         "a healthy run warned:\n{}",
         op.seen.join("\n")
     );

@@ -79,6 +79,15 @@ impl Daemon {
         }
     }
 
+    /// The stderr lines read so far at WARN or ERROR: a healthy run has none.
+    pub fn loud_lines(&self) -> Vec<&str> {
+        self.seen
+            .iter()
+            .map(String::as_str)
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect()
+    }
+
     /// Sends `signal` (a `kill -s` name such as `TERM`, `STOP`, `CONT`).
     ///
     /// # Panics
