@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use grid_kit::gateway_harness::fake_model::FakeModel;
-use grid_kit::gateway_harness::{Cand, Harness, get, http1_client, send, start_gateway};
+use grid_kit::gateway_harness::{get, http1_client, one, series, start_gateway};
 use http::StatusCode;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::TokioIo;
@@ -19,27 +19,6 @@ const BOUND_MS: u64 = 300;
 
 /// What "within the bound" allows: the bound plus generous scheduling slack.
 const WITHIN: Duration = Duration::from_secs(5);
-
-fn one(site: &str, url: String) -> Vec<Cand<'_>> {
-    vec![Cand {
-        site,
-        provider: "p",
-        base_url: url,
-    }]
-}
-
-async fn metrics(gw: &Harness) -> String {
-    let m = send(&http1_client(), get(&gw.url("/metrics"))).await;
-    String::from_utf8(m.body.to_vec()).unwrap()
-}
-
-/// The value of the series `line_prefix` (labels included), 0 when absent.
-fn series(text: &str, line_prefix: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_prefix))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
 
 /// Whether the gateway closes `stream` within [`WITHIN`] (end of stream or reset).
 async fn closed_by_gateway(stream: &mut TcpStream) -> bool {
@@ -72,7 +51,7 @@ async fn a_connection_that_sends_no_request_is_closed_after_the_header_bound() {
     assert!(closed_by_gateway(&mut silent).await, "silent connection");
     assert!(closed_by_gateway(&mut slow).await, "slow-header connection");
     assert!(started.elapsed() >= Duration::from_millis(BOUND_MS));
-    let text = metrics(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         series(
             &text,
@@ -118,7 +97,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_bound() {
             .unwrap()
             .ok();
     }
-    let text = metrics(&gw).await;
+    let text = gw.metrics().await;
     assert!(
         series(
             &text,
@@ -251,7 +230,7 @@ async fn a_client_that_trickles_its_body_gets_408_after_the_body_bound() {
     let text = String::from_utf8_lossy(&answer).to_string();
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(elapsed >= Duration::from_millis(BOUND_MS), "{elapsed:?}");
-    let m = metrics(&gw).await;
+    let m = gw.metrics().await;
     assert_eq!(
         series(&m, r#"grid_gateway_requests_total{outcome="body_timeout"}"#),
         1,

@@ -3,22 +3,14 @@
 //! kubelet what it needs: `/healthz` while serving, `/readyz` once a poll fed routing.
 
 use grid_kit::gateway_harness::fake_model::FakeModel;
-use grid_kit::gateway_harness::{Cand, http1_client, send, start_gateway};
+use grid_kit::gateway_harness::{http1_client, one, send, start_gateway};
 use http::{Request, StatusCode};
 use http_body_util::Full;
-
-fn one(base_url: String) -> Vec<Cand<'static>> {
-    vec![Cand {
-        site: "a",
-        provider: "p",
-        base_url,
-    }]
-}
 
 #[tokio::test]
 async fn metrics_without_accept_are_text_004_that_promtool_accepts() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let a = send(
         &http1_client(),
         grid_kit::gateway_harness::get(&gw.url("/metrics")),
@@ -40,7 +32,7 @@ async fn metrics_without_accept_are_text_004_that_promtool_accepts() {
 #[tokio::test]
 async fn metrics_asked_for_openmetrics_are_openmetrics() {
     let up = FakeModel::start("a").await;
-    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let req = Request::get(gw.url("/metrics"))
         .header(
             "accept",
@@ -61,7 +53,7 @@ async fn metrics_asked_for_openmetrics_are_openmetrics() {
 async fn healthz_is_200_and_readyz_503_while_no_poll_has_succeeded() {
     let up = FakeModel::start("a").await;
     // The harness's operator URL is a closed port: no poll ever succeeds.
-    let gw = start_gateway(|_| {}, &[("m", one(up.base_url()))]).await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let c = http1_client();
     let health = send(&c, grid_kit::gateway_harness::get(&gw.url("/healthz"))).await;
     assert_eq!(health.status, StatusCode::OK);

@@ -6,20 +6,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS, SSE_GAP};
 use grid_kit::gateway_harness::{
-    Cand, closed_port_url, get, http1_client, http2_client, post, send, start_gateway,
+    Cand, closed_port_url, get, http1_client, http2_client, one, post, send, start_gateway,
 };
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-
-fn one(site: &str, url: String) -> Vec<Cand<'_>> {
-    vec![Cand {
-        site,
-        provider: "p",
-        base_url: url,
-    }]
-}
 
 #[tokio::test]
 async fn chat_completion_is_proxied_with_body_unchanged_and_site_header_added() {

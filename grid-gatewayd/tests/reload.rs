@@ -9,18 +9,10 @@ use grid_kit::gateway_harness::fake_model::FakeModel;
 use grid_kit::gateway_harness::{Cand, http1_client, post, send, start_gateway};
 use http::StatusCode;
 
-fn at(site: &'static str, model: &FakeModel) -> Cand<'static> {
-    Cand {
-        site,
-        provider: "p",
-        base_url: model.base_url(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloaded_models_route_at_once_and_kept_candidates_keep_their_live_state() {
     let (a, b) = (FakeModel::start("a").await, FakeModel::start("b").await);
-    let gw = start_gateway(|_| {}, &[("m", vec![at("a", &a)])]).await;
+    let gw = start_gateway(|_| {}, &[("m", vec![Cand::at("a", a.base_url())])]).await;
     let running = gw.gateway.as_ref().unwrap();
     let slot = |model: &str, site: &str| {
         running
@@ -45,7 +37,10 @@ async fn reloaded_models_route_at_once_and_kept_candidates_keep_their_live_state
         gw.dir.path(),
         &gw.pki,
         "https://127.0.0.1:9",
-        &[("m", vec![at("a", &a)]), ("n", vec![at("b", &b)])],
+        &[
+            ("m", vec![Cand::at("a", a.base_url())]),
+            ("n", vec![Cand::at("b", b.base_url())]),
+        ],
     );
     running.reload_models(&reloaded).await.unwrap();
     let start = tokio::time::Instant::now();

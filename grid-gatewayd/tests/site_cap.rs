@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use grid_kit::gateway_harness::fake_model::FakeModel;
-use grid_kit::gateway_harness::{Cand, get, http1_client, post, send, start_gateway};
+use grid_kit::gateway_harness::{get, http1_client, one, post, send, start_gateway};
 use http::StatusCode;
 use http_body_util::BodyExt as _;
 
@@ -20,14 +20,7 @@ async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_co
             c.max_connections_per_site = 1;
             c.connect_timeout_ms = 200;
         },
-        &[(
-            "m",
-            vec![Cand {
-                site: "a",
-                provider: "p",
-                base_url: up.base_url(),
-            }],
-        )],
+        &[("m", one("a", up.base_url()))],
     )
     .await;
     let c = http1_client();

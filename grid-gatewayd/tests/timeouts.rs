@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use grid_kit::gateway_harness::fake_model::{Behaviour, FakeModel, SSE_EVENTS, SilentListener};
 use grid_kit::gateway_harness::{
-    Cand, EXCHANGE_TIMEOUT, Harness, get, http1_client, post, send, start_gateway,
+    Cand, EXCHANGE_TIMEOUT, Harness, http1_client, one, post, send, series, start_gateway,
 };
 use http::StatusCode;
 use http_body_util::BodyExt as _;
@@ -22,27 +22,6 @@ const BOUND_MS: u64 = 300;
 /// What "within the bound" allows: the bound plus generous scheduling slack on a busy CI
 /// machine, still far below the fake's hang and the harness's exchange timeout.
 const WITHIN: Duration = Duration::from_secs(5);
-
-fn one(site: &str, url: String) -> Vec<Cand<'_>> {
-    vec![Cand {
-        site,
-        provider: "p",
-        base_url: url,
-    }]
-}
-
-async fn metrics(gw: &Harness) -> String {
-    let m = send(&http1_client(), get(&gw.url("/metrics"))).await;
-    String::from_utf8(m.body.to_vec()).unwrap()
-}
-
-/// The value of the series `line_prefix` (labels included), 0 when absent.
-fn series(text: &str, line_prefix: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_prefix))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
 
 /// Site `site`'s live factor in the published view (1 with no failure seen).
 fn live_factor(gw: &Harness, site: &str) -> f64 {
@@ -85,7 +64,7 @@ async fn an_upstream_that_never_answers_gets_504_within_the_header_bound() {
         assert_eq!(a.json()["error"]["type"], "server_error");
     }
     assert_eq!(up.seen().len(), 2, "no retry once the request was sent");
-    let text = metrics(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         series(
             &text,
@@ -170,7 +149,7 @@ async fn cut_after_idle(behaviour: Behaviour, body: &str, http2: bool) {
         ended.is_err(),
         "the client sees the answer cut, not complete"
     );
-    let text = metrics(&gw).await;
+    let text = gw.metrics().await;
     assert_eq!(
         series(
             &text,
@@ -249,7 +228,7 @@ async fn a_hung_tls_handshake_is_bounded_by_the_connect_timeout_and_retried_else
             break;
         }
     }
-    let text = metrics(&gw).await;
+    let text = gw.metrics().await;
     assert!(
         series(
             &text,

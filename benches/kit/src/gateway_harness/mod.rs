@@ -34,6 +34,31 @@ pub struct Cand<'a> {
     pub base_url: String,
 }
 
+impl<'a> Cand<'a> {
+    /// Provider `p` of `site`, served at `base_url`: the candidate most tests route to.
+    pub fn at(site: &'a str, base_url: String) -> Self {
+        Self {
+            site,
+            provider: "p",
+            base_url,
+        }
+    }
+}
+
+/// A model served by provider `p` of `site` alone.
+pub fn one(site: &str, base_url: String) -> Vec<Cand<'_>> {
+    vec![Cand::at(site, base_url)]
+}
+
+/// The value of the series whose line starts with `line_prefix` (name and labels) in an
+/// exposition, 0 when absent.
+pub fn series(text: &str, line_prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
 /// A gateway on 127.0.0.1 with its temporary PEM files.
 pub struct Harness {
     /// The running gateway (taken by [`Harness::shutdown`]).
@@ -50,6 +75,12 @@ impl Harness {
     /// The gateway URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// Its `/metrics` text (text 0.0.4).
+    pub async fn metrics(&self) -> String {
+        let m = send(&http1_client(), get(&self.url("/metrics"))).await;
+        String::from_utf8(m.body.to_vec()).unwrap()
     }
 
     /// Stops the gateway gracefully.
