@@ -68,10 +68,7 @@ impl TlsMaterial {
     /// Reads the PEM files: the chain (leaf first), its key and, when given, a CA bundle.
     pub fn load(cert: &Path, key: &Path, ca: Option<&Path>) -> Result<Self, Error> {
         let chain = read_certs(cert)?;
-        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| Error::TlsMaterial {
-            path: key.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let key = read_key(key)?;
         let roots = match ca {
             Some(ca) => read_roots(ca)?,
             None => RootCertStore::empty(),
@@ -95,6 +92,14 @@ pub fn read_roots(path: &Path) -> Result<RootCertStore, Error> {
         })?;
     }
     Ok(roots)
+}
+
+/// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| Error::TlsMaterial {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {

@@ -16,10 +16,9 @@ use rustls::client::ResolvesClientCert;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{SignatureScheme, crypto::CryptoProvider};
-use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
-use super::{Fingerprint, TlsMaterial, Trust, provider, read_certs};
+use super::{Fingerprint, TlsMaterial, Trust, provider, read_certs, read_key};
 use crate::Error;
 
 /// How often a daemon compares its certificate files with what it presents. A renewal is
@@ -46,8 +45,8 @@ pub enum Reload {
 #[derive(Debug)]
 pub struct CertSlot {
     current: ArcSwap<CertifiedKey>,
-    cert: PathBuf,
-    key: PathBuf,
+    /// The certificate and key files a reload reads; `None` for material held in memory.
+    files: Option<(PathBuf, PathBuf)>,
 }
 
 impl CertSlot {
@@ -57,16 +56,7 @@ impl CertSlot {
     ///
     /// When the key does not match the leaf or the provider cannot load it.
     pub fn new(material: &TlsMaterial, cert: &Path, key: &Path) -> Result<Arc<Self>, Error> {
-        let certified = certified(
-            material.chain.clone(),
-            material.key.clone_key(),
-            &provider(),
-        )?;
-        Ok(Arc::new(Self {
-            current: ArcSwap::from_pointee(certified),
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-        }))
+        Self::build(material, Some((cert.to_path_buf(), key.to_path_buf())))
     }
 
     /// A slot for material that has no files (tests, embedders holding PEM in memory):
@@ -76,7 +66,22 @@ impl CertSlot {
     ///
     /// As [`CertSlot::new`].
     pub fn fixed(material: &TlsMaterial) -> Result<Arc<Self>, Error> {
-        Self::new(material, Path::new(""), Path::new(""))
+        Self::build(material, None)
+    }
+
+    fn build(
+        material: &TlsMaterial,
+        files: Option<(PathBuf, PathBuf)>,
+    ) -> Result<Arc<Self>, Error> {
+        let certified = certified(
+            material.chain.clone(),
+            material.key.clone_key(),
+            &provider(),
+        )?;
+        Ok(Arc::new(Self {
+            current: ArcSwap::from_pointee(certified),
+            files,
+        }))
     }
 
     /// The leaf presented now.
@@ -94,19 +99,18 @@ impl CertSlot {
     /// When a file is unreadable, the key does not match the leaf, the leaf is not valid
     /// at `now`, or the new leaf is pinned for a peer. The old pair stays presented.
     pub fn reload(&self, trust: Option<&Trust>, now: UnixTime) -> Result<Reload, Error> {
-        if self.cert.as_os_str().is_empty() {
+        let Some((cert, key)) = &self.files else {
             return Ok(Reload::Unchanged);
-        }
-        let chain = read_certs(&self.cert)?;
+        };
+        let chain = read_certs(cert)?;
         let from = Fingerprint::of_der(&self.leaf());
         let to = Fingerprint::of_der(&chain[0]);
         if from == to {
             return Ok(Reload::Unchanged);
         }
-        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|e| Error::TlsMaterial {
-            path: self.key.clone(),
-            reason: e.to_string(),
-        })?;
+        // Read only once the leaf changed: a renewal caught between its two writes reads
+        // the old leaf and is left alone.
+        let key = read_key(key)?;
         Trust::check_validity(&chain[0], now).map_err(|source| Error::Tls {
             context: "renewed certificate",
             source,
@@ -114,7 +118,7 @@ impl CertSlot {
         let certified = certified(chain, key, &provider())?;
         if let Some(trust) = trust {
             trust.rotate_local(to).map_err(|peer| Error::TlsMaterial {
-                path: self.cert.clone(),
+                path: cert.clone(),
                 reason: format!("the renewed leaf is pinned for peer `{peer}`"),
             })?;
         }
