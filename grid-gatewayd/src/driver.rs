@@ -93,6 +93,9 @@ impl Running {
 pub struct Signals {
     reloads: mpsc::Sender<Vec<ModelSpec>>,
     certificate: Arc<CertSlot>,
+    /// The client configuration toward remote sites, built from the same PEM read as
+    /// the operator client's.
+    sites_tls: rustls::ClientConfig,
     operator_trust: Option<Arc<Trust>>,
     cert_reloads: ReloadMetrics,
     published: Published,
@@ -156,6 +159,7 @@ impl Signals {
         let certificate = crate::trust::certificate(config, &material)?;
         let (operator_tls, operator_trust) =
             crate::trust::operator_tls(config, &material, &certificate)?;
+        let sites_tls = crate::trust::sites_tls(&material, &certificate)?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let operator_name =
             ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
@@ -213,6 +217,7 @@ impl Signals {
         Ok(Self {
             reloads,
             certificate,
+            sites_tls,
             operator_trust,
             cert_reloads,
             published,
@@ -249,6 +254,12 @@ impl Signals {
         &self.certificate
     }
 
+    /// The client configuration toward remote sites (the grid CA, the URL's host, the
+    /// site's certificate from [`Signals::certificate`]), for a proxy's site client.
+    pub fn sites_tls(&self) -> &rustls::ClientConfig {
+        &self.sites_tls
+    }
+
     /// Starts polling and checking the certificate files (every
     /// [`grid_daemon::tls::CERT_CHECK_INTERVAL`] and on SIGHUP). Call once the listener is
     /// up: a gateway polls only while serving.
@@ -271,13 +282,12 @@ impl Signals {
 
 /// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
-    let material = crate::trust::material(&config)?;
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
     let listener_metrics = server::ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
     let sites = upstream::site_client(
-        crate::trust::sites_tls(&material, signals.certificate())?,
+        signals.sites_tls().clone(),
         Duration::from_millis(config.connect_timeout_ms),
     );
     let registry = Arc::new(registry);
