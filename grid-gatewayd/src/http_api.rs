@@ -99,8 +99,8 @@ pub(crate) struct Inner {
     pub(crate) body_timeout: Duration,
     /// The bounds on waiting for a site's answer.
     pub(crate) waits: UpstreamWaits,
-    /// Each site's slots (`maxConnectionsPerSite`).
-    pub(crate) site_slots: SiteSlots,
+    /// Each site's slots (`maxConnectionsPerSite`), swapped whole by a model reload.
+    pub(crate) site_slots: Arc<arc_swap::ArcSwap<SiteSlots>>,
     /// Request series.
     pub(crate) metrics: RequestMetrics,
     /// grid-score's decision series.
@@ -445,8 +445,10 @@ impl Api {
         upstream: &Upstream,
     ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Failed> {
         let bound = self.inner.waits.slot;
+        // A clone of the map's Arc, not a guard: the wait below may outlive a reload.
         self.inner
             .site_slots
+            .load_full()
             .acquire(&upstream.site, bound)
             .await
             .map_err(|SiteFull| {
