@@ -413,7 +413,8 @@ impl Api {
             }
             Err(e) => {
                 self.serving_failure(upstream);
-                let connect = e.is_connect();
+                let unacknowledged = !e.is_connect() && crate::upstream::is_unacknowledged(&e);
+                let connect = e.is_connect() || unacknowledged;
                 if crate::upstream::is_connect_timeout(&e) {
                     self.inner
                         .metrics
@@ -421,7 +422,9 @@ impl Api {
                 }
                 self.count_failure(
                     upstream,
-                    if connect {
+                    if unacknowledged {
+                        UpstreamFailure::Unacknowledged
+                    } else if connect {
                         UpstreamFailure::Connect
                     } else {
                         UpstreamFailure::Request

@@ -26,6 +26,9 @@ use crate::local_grid::LocalGrid;
 pub const FENCE_SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// How long the gateway's evidence is given to reach its operator's persisted state.
 pub const EVIDENCE_LIMIT: Duration = Duration::from_secs(10);
+/// How long a True `GatewayAgesRejected` is then given to clear (the gateway's next
+/// clean report resolves it).
+pub const RESOLVE_LIMIT: Duration = Duration::from_secs(15);
 
 /// Every operator's persisted fences and epoch mark, as read so far.
 #[derive(Debug, Default)]
@@ -111,8 +114,11 @@ pub struct Evidence {
     /// The cumulative count the local operator's persisted feedback state holds for the
     /// gateway (its newest reporter identity).
     pub persisted: u64,
-    /// Whether the persisted `GatewayAgesRejected` was True then (unresolved evidence).
+    /// Whether the persisted `GatewayAgesRejected` was True once the counts agreed
+    /// (unresolved evidence).
     pub unresolved: bool,
+    /// When it was: how long it then took to clear, if within [`RESOLVE_LIMIT`].
+    pub cleared_after: Option<Duration>,
 }
 
 impl Evidence {
@@ -143,22 +149,35 @@ fn persisted(grid: &LocalGrid, local: &str) -> (u64, bool) {
 }
 
 /// Waits up to [`EVIDENCE_LIMIT`] for the gateway's evidence to reach the persisted
-/// feedback state of `local` (the gateway's operator); returns both counts then.
+/// feedback state of `local` (the gateway's operator); returns both counts then, and
+/// when the condition was True, how long it took to clear (up to [`RESOLVE_LIMIT`]).
 pub async fn settle_evidence(grid: &LocalGrid, local: &str) -> Evidence {
     let watch = Stopwatch::start();
-    loop {
+    let mut e = loop {
         let observed = grid.gateway_skew_drops();
         let (persisted, unresolved) = persisted(grid, local);
         let e = Evidence {
             observed,
             persisted,
             unresolved,
+            cleared_after: None,
         };
         if e.lost() == 0 || watch.elapsed() >= EVIDENCE_LIMIT {
-            return e;
+            break e;
         }
         tokio::time::sleep(FENCE_SAMPLE_EVERY).await;
+    };
+    if e.unresolved {
+        let clearing = Stopwatch::start();
+        while clearing.elapsed() < RESOLVE_LIMIT {
+            if !persisted(grid, local).1 {
+                e.cleared_after = Some(clearing.elapsed());
+                break;
+            }
+            tokio::time::sleep(FENCE_SAMPLE_EVERY).await;
+        }
     }
+    e
 }
 
 #[cfg(test)]
@@ -210,6 +229,7 @@ mod tests {
             observed: 3,
             persisted: 3,
             unresolved: true,
+            cleared_after: None,
         };
         assert_eq!(e.lost(), 0);
         assert_eq!(Evidence { persisted: 1, ..e }.lost(), 2);

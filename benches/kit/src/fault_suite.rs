@@ -181,11 +181,15 @@ impl Fault {
     /// A body without the ready-endpoint series leaves readiness unknown, which never
     /// excludes (seed 000, Provider Readiness); floods must not move a healthy site; a
     /// clock step moves every stamp and its reference together (stamps travel relative to
-    /// the sender's `Date`), so it must not either.
+    /// the sender's `Date`), so it must not either. An upstream that hangs or resets while
+    /// its EPP reports ready is weighed down by its serving failures, not excluded
+    /// (exclusion reads signals only).
     pub fn expects_exclusion(self) -> bool {
         !matches!(
             self,
-            Self::PeerFlood
+            Self::HungUpstream
+                | Self::ResettingUpstream
+                | Self::PeerFlood
                 | Self::SlowClientFlood
                 | Self::EppNoSeries
                 | Self::CertificateRotation
@@ -660,6 +664,18 @@ fn pairs<K: std::fmt::Display>(m: &BTreeMap<K, u64>) -> String {
         .join(", ")
 }
 
+/// What became of `GatewayAgesRejected` once the evidence was persisted.
+fn evidence_condition(e: &Evidence) -> String {
+    match (e.unresolved, e.cleared_after) {
+        (false, _) => String::new(),
+        (true, Some(d)) => format!(
+            ", GatewayAgesRejected True, cleared {} ms later",
+            d.as_millis()
+        ),
+        (true, None) => ", GatewayAgesRejected still True".to_owned(),
+    }
+}
+
 fn fences_column(r: &Row) -> String {
     let (tracked, reads) = r.fences_read;
     if r.fences_lost.is_empty() {
@@ -691,11 +707,7 @@ pub fn table(rows: &[Row]) -> String {
             fences_column(r),
             r.evidence.observed,
             r.evidence.persisted,
-            if r.evidence.unresolved {
-                " (GatewayAgesRejected)"
-            } else {
-                ""
-            },
+            evidence_condition(&r.evidence),
             r.note,
         );
     }

@@ -48,5 +48,9 @@ async fn a_clock_step_at_the_gateways_operator_loses_no_request_and_no_evidence(
         "readings stamped before the step must read as ahead: {row:?}"
     );
     assert_eq!(row.evidence.lost(), 0, "{row:?}");
+    assert!(
+        !row.evidence.unresolved || row.evidence.cleared_after.is_some(),
+        "GatewayAgesRejected never cleared after the clock came back: {row:?}"
+    );
     assert!(row.fences_lost.is_empty(), "{:?}", row.fences_lost);
 }
