@@ -146,8 +146,7 @@ fn http_connector(connect_timeout: Duration) -> HttpConnector {
 pub fn is_unacknowledged(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
-        if e
-            .downcast_ref::<std::io::Error>()
+        if e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
         {
             return true;

@@ -30,7 +30,10 @@ async fn a_request_on_a_pooled_connection_into_a_partition_fails_over_within_the
         .await
         .unwrap();
     let near = FakeModel::start("b").await;
-    let cands = vec![Cand::at("c", cut.base_url()), Cand::at("b", near.base_url())];
+    let cands = vec![
+        Cand::at("c", cut.base_url()),
+        Cand::at("b", near.base_url()),
+    ];
     let gw = start_gateway(|c| c.connect_timeout_ms = CONNECT_MS, &[("m", cands)]).await;
     let client = http1_client();
 
@@ -45,7 +48,8 @@ async fn a_request_on_a_pooled_connection_into_a_partition_fails_over_within_the
     }
 
     ns.set_link(false).unwrap();
-    let unacknowledged = r#"grid_gateway_upstream_failures_total{site="c",reason="unacknowledged"}"#;
+    let unacknowledged =
+        r#"grid_gateway_upstream_failures_total{site="c",reason="unacknowledged"}"#;
     for attempt in 0.. {
         assert!(attempt < 40, "site c was never drawn after the cut");
         let started = Instant::now();

@@ -482,6 +482,24 @@ fn socket_addr_of(base_url: &str) -> Result<SocketAddr, Error> {
         })
 }
 
+/// The grid's temporary directory, its CA, and every site's certificate files in it.
+fn mint(spec: &GridSpec) -> Result<(TempDir, Ca, Vec<SiteFiles>), Error> {
+    let dir = tempfile::Builder::new()
+        .prefix("grid-local-")
+        .tempdir()
+        .map_err(|source| Error::Write {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let ca = Ca::try_new("grid local CA")?;
+    let files = spec
+        .sites
+        .iter()
+        .map(|s| ca.write_site(dir.path(), &s.name))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((dir, ca, files))
+}
+
 /// A started operator with what a restart needs: its configuration (listeners fixed),
 /// state directory, clock and, for a namespaced site, its own runtime.
 type StartedOperator = (
@@ -587,18 +605,7 @@ impl LocalGrid {
             }
             .into());
         }
-        let dir = tempfile::Builder::new()
-            .prefix("grid-local-")
-            .tempdir()
-            .map_err(|source| Error::Write {
-                path: std::env::temp_dir(),
-                source,
-            })?;
-        let ca = Ca::try_new("grid local CA")?;
-        let mut files = Vec::with_capacity(spec.sites.len());
-        for s in &spec.sites {
-            files.push(ca.write_site(dir.path(), &s.name)?);
-        }
+        let (dir, ca, files) = mint(spec)?;
         let namespaced = links.is_some_and(|l| l.namespaces);
         let netns = (0..spec.sites.len())
             .map(|i| (namespaced && i > 0).then(Netns::create).transpose())
