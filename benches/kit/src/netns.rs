@@ -22,6 +22,10 @@ use crate::Error;
 /// Where the namespaces' /30 links are carved from (a private range, only ever on the
 /// veth pairs this module creates).
 pub const LINK_PREFIX: [u8; 2] = [10, 213];
+/// How many /30 links fit under [`LINK_PREFIX`] (a /16).
+pub const LINK_SLOTS: u16 = 1 << 14;
+/// Held while a namespace's link is chosen and its outside address assigned.
+pub const LINK_LOCK: &str = "/run/grid-netns.lock";
 /// Worker threads of each namespace's runtime.
 pub const NETNS_WORKERS: usize = 2;
 /// How long the namespace's runtime is given to stop on drop.
@@ -105,6 +109,33 @@ fn ip(args: &[&str]) -> Result<(), Error> {
     }
 }
 
+/// The first /30 under [`LINK_PREFIX`] no interface of this namespace has an address in:
+/// (outside end, inside end).
+fn free_link() -> Result<(Ipv4Addr, Ipv4Addr), Error> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .map_err(|e| Error::Request(format!("ip addr show: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let prefix = format!("{}.{}.", LINK_PREFIX[0], LINK_PREFIX[1]);
+    let used: std::collections::HashSet<u16> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let addr = rest.split('/').next()?;
+            let (third, fourth) = addr.split_once('.')?;
+            let (third, fourth): (u16, u16) = (third.parse().ok()?, fourth.parse().ok()?);
+            Some((third << 6) | (fourth >> 2))
+        })
+        .collect();
+    let slot = (0..LINK_SLOTS)
+        .find(|s| !used.contains(s))
+        .ok_or_else(|| Error::Request(format!("every /30 under {prefix}0.0/16 is in use")))?;
+    let (third, base) = ((slot >> 6) as u8, ((slot & 63) << 2) as u8);
+    let at = |last| Ipv4Addr::new(LINK_PREFIX[0], LINK_PREFIX[1], third, last);
+    Ok((at(base + 1), at(base + 2)))
+}
+
 /// Whether namespaces can be made here (root with iproute2), checked by making one.
 pub fn available() -> bool {
     Netns::create().is_ok()
@@ -125,17 +156,19 @@ impl Netns {
         // Interface names are at most 15 bytes.
         let tag = format!("{:x}{n:x}", pid % 0x10_0000);
         let (host_if, ns_if) = (format!("gh{tag}"), format!("gn{tag}"));
-        // One /30 per (process, call): the third octet from the pid, the fourth from n.
-        let third = (pid % 251) as u8;
-        let base = ((n % 64) * 4) as u8;
-        let host_addr = Ipv4Addr::new(LINK_PREFIX[0], LINK_PREFIX[1], third, base + 1);
-        let ns_addr = Ipv4Addr::new(LINK_PREFIX[0], LINK_PREFIX[1], third, base + 2);
+        // The /30 is chosen and its outside address assigned under a machine-wide lock,
+        // so two processes making namespaces at once never pick the same one.
+        let lock = std::fs::File::create(LINK_LOCK)
+            .and_then(|f| f.lock().map(|()| f))
+            .map_err(|e| Error::Request(format!("{LINK_LOCK}: {e}")))?;
+        let (host_addr, ns_addr) = free_link()?;
         ip(&["netns", "add", &name])?;
         let made = Made { name, host_if };
         let (host, ns) = (made.host_if.as_str(), ns_if.as_str());
         ip(&["link", "add", host, "type", "veth", "peer", "name", ns])?;
         ip(&["link", "set", ns, "netns", &made.name])?;
         ip(&["addr", "add", &format!("{host_addr}/30"), "dev", host])?;
+        drop(lock);
         ip(&["link", "set", host, "up"])?;
         let inside = |args: &[&str]| {
             let mut all = vec!["netns", "exec", &made.name, "ip"];

@@ -116,3 +116,21 @@ async fn a_listener_on_this_loopback_is_out_of_the_namespaces_reach() {
         "the outside end of the link is"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_made_side_by_side_get_links_of_their_own() {
+    let made: Vec<Netns> = (0..3).map(|_| Netns::create().unwrap()).collect();
+    let mut links: Vec<_> = made.iter().map(|n| (n.host_addr(), n.ns_addr())).collect();
+    links.sort();
+    links.dedup();
+    assert_eq!(links.len(), 3, "{links:?}");
+    for ns in &made {
+        let addr = echo_inside(ns).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            round_trip(&mut s).await,
+            "{} answers over its own link",
+            ns.name()
+        );
+    }
+}
