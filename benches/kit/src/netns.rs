@@ -159,7 +159,10 @@ impl Netns {
         // The /30 is chosen and its outside address assigned under a machine-wide lock,
         // so two processes making namespaces at once never pick the same one.
         let lock = std::fs::File::create(LINK_LOCK)
-            .and_then(|f| f.lock().map(|()| f))
+            .and_then(|f| {
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
+                Ok(f)
+            })
             .map_err(|e| Error::Request(format!("{LINK_LOCK}: {e}")))?;
         let (host_addr, ns_addr) = free_link()?;
         ip(&["netns", "add", &name])?;
