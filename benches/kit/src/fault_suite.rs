@@ -164,7 +164,10 @@ impl Fault {
             | Self::EppGarbage
             | Self::EppSlow
             // Past the gateway's 10 s `clientHeaderTimeoutSeconds`, so the closing shows.
-            | Self::SlowClientFlood => SILENCE_HOLD,
+            | Self::SlowClientFlood
+            // Past `fresh_for_ms`, so a site the step silenced would show.
+            | Self::ClockStep
+            | Self::ClockStepLocal => SILENCE_HOLD,
             _ => HOLD,
         }
     }
@@ -607,7 +610,20 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
         tokio::time::sleep(rest).await;
     }
 
+    let others_out: Vec<&str> = SITES
+        .iter()
+        .copied()
+        .filter(|s| *s != fault.site() && out_of_preference(&grid.routing(s)))
+        .collect();
     row.note = heal(fault, &mut grid, &link, &control, &mut injected).await?;
+    if !others_out.is_empty() {
+        let also = format!("also out at the end of the hold: {}", others_out.join(", "));
+        row.note = [row.note.as_str(), also.as_str()]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
     if row.to_exclude.is_some() || !fault.expects_exclusion() {
         let (to_rejoin, _) =
             watch_faulted(&grid, fault.site(), REJOIN_LIMIT, |r| !out_of_preference(r)).await;

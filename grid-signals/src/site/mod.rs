@@ -225,10 +225,10 @@ impl Site {
                 let samples = batch.meta.samples();
                 let mut report = IngestReport::default();
                 self.own
-                    .ingest_batch(batch.clone(), Sender::Local, now, now, &mut report);
+                    .ingest_batch(batch.clone(), Sender::Own, now, now, &mut report);
                 let mut ignored = IngestReport::default();
                 self.all
-                    .ingest_batch(batch, Sender::Local, now, now, &mut ignored);
+                    .ingest_batch(batch, Sender::Own, now, now, &mut ignored);
                 self.outputs.push_back(SiteOutput::Published {
                     provider,
                     fence,
@@ -300,10 +300,14 @@ mod tests {
     const BODY: &[u8] = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";
 
     fn site(name: &str) -> Site {
+        site_in_epoch(name, 1)
+    }
+
+    fn site_in_epoch(name: &str, epoch: u64) -> Site {
         Site::new(
             SiteConfig {
                 site: name.into(),
-                epoch: 1,
+                epoch,
                 scrape_interval_ms: 1_000,
                 store: StoreConfig::default(),
             },
@@ -319,9 +323,79 @@ mod tests {
     }
 
     fn relay(site: &Site, audience: Audience) -> String {
+        relay_at(site, audience, NOW)
+    }
+
+    fn relay_at(site: &Site, audience: Audience, now: u64) -> String {
         let mut out = Vec::new();
-        site.relay(audience, NOW, NOW, RelayBudget::default(), &mut out);
+        site.relay(audience, now, now, RelayBudget::default(), &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    fn published_report(site: &mut Site) -> IngestReport {
+        std::iter::from_fn(|| site.poll())
+            .find_map(|o| match o {
+                SiteOutput::Published { report, .. } => Some(report),
+                _ => None,
+            })
+            .expect("a batch")
+    }
+
+    #[test]
+    fn a_clock_stepped_back_past_the_epoch_bound_keeps_the_site_publishing_its_own_batches() {
+        use crate::batch::MAX_EPOCH_LEAD_MS;
+        // An operator started at NOW (its epoch), whose host clock then steps back
+        // beyond the bound receivers apply to epochs.
+        let mut a = site_in_epoch("a", NOW);
+        let scrape = |a: &mut Site, now, body: &'static [u8]| {
+            a.handle(
+                now,
+                SiteInput::Scraped {
+                    provider: 0,
+                    outcome: Ok(body),
+                    latest_pass_ms: 0,
+                },
+            );
+        };
+        scrape(&mut a, NOW, BODY);
+        assert_eq!(published_report(&mut a).dropped.total(), 0);
+        let stepped = NOW - 2 * MAX_EPOCH_LEAD_MS;
+        scrape(
+            &mut a,
+            stepped,
+            b"llm_d_epp_ready_endpoints{name=\"p\"} 3\n",
+        );
+        let report = published_report(&mut a);
+        assert_eq!(
+            report.dropped.total(),
+            0,
+            "its own batch refused: {report:?}"
+        );
+        assert_eq!(report.batches_stored, 1);
+        let local = relay_at(&a, Audience::Local, stepped);
+        assert!(
+            local.contains("} 3 "),
+            "the relay carries the batch scraped after the step: {local}"
+        );
+
+        // The hub rule still holds for others: a peer whose epoch is that far ahead of
+        // this (stepped) clock is refused.
+        let mut b = site_in_epoch("b", NOW);
+        scrape(&mut b, NOW, BODY);
+        let from_b = relay(&b, Audience::Peer);
+        a.handle(
+            stepped,
+            SiteInput::PeerBody {
+                peer: "b",
+                body: from_b.as_bytes(),
+                date_ms: stepped,
+            },
+        );
+        let ingested = std::iter::from_fn(|| a.poll()).find_map(|o| match o {
+            SiteOutput::PeerIngested { report } => Some(report),
+            _ => None,
+        });
+        assert!(ingested.is_some_and(|r| r.dropped.get(crate::store::DropReason::Skew) > 0));
     }
 
     #[test]

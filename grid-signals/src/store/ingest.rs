@@ -7,7 +7,7 @@ use super::publication::Publication;
 use super::{
     DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Reading, Store, StoreEvent,
 };
-use crate::batch::{Admission, Batch, BatchView, MetaRef, Rows, epoch_too_far};
+use crate::batch::{Admission, Batch, BatchView, Fence, MetaRef, OrderGate, Rows, epoch_too_far};
 use crate::exposition::MAX_EXPOSITION_BYTES;
 
 /// Who sent a body, as verified by the transport (mTLS identity), not as claimed by it.
@@ -18,9 +18,16 @@ pub enum Sender<'a> {
         /// The site of the peer's verified identity.
         site: &'a str,
     },
-    /// The local operator (its own publications, or its relay to its gateway): every site
-    /// is accepted, since it relays what it polled.
+    /// The local operator (its relay to its gateway): every site is accepted, since it
+    /// relays what it polled.
     Local,
+    /// This site machine's own publications, minted with this process's epoch and
+    /// stamped by the clock that judges them. The future-epoch bound protects receivers
+    /// from a publisher whose clock is broken; applied here it would have an operator
+    /// whose host clock stepped back by more than the bound refuse its own batches and
+    /// silence its site (its relay frozen on the last batch before the step) until the
+    /// clock caught up. Receivers with right clocks still judge the epoch.
+    Own,
 }
 
 /// What one ingest did.
@@ -87,8 +94,17 @@ impl Arrival<'_> {
             }
         }
         (!plausible(meta.stamp_ms, self.reference_ms)
-            || epoch_too_far(meta.fence.epoch, self.now_ms))
+            || (self.sender != Sender::Own && epoch_too_far(meta.fence.epoch, self.now_ms)))
         .then_some(DropReason::Skew)
+    }
+
+    /// The gate's verdict on `incoming`: the epoch bound included, except for
+    /// [`Sender::Own`].
+    fn judge(&self, gate: &OrderGate, incoming: Fence, digest: u64) -> Admission {
+        match self.sender {
+            Sender::Own => gate.judge_order(incoming, digest),
+            _ => gate.judge(incoming, digest, self.now_ms),
+        }
     }
 }
 
@@ -218,7 +234,7 @@ impl Store {
             return Some(held.len);
         }
         // Holds only while the gate still holds that publication at that fence.
-        if entry.gate.judge(held.fence, held.digest, arrival.now_ms) != Admission::Repeat {
+        if arrival.judge(&entry.gate, held.fence, held.digest) != Admission::Repeat {
             return None;
         }
         report.batches_repeated += 1;
@@ -248,7 +264,7 @@ impl Store {
             report.dropped.add(DropReason::Cap, lines);
             return;
         };
-        match entry.gate.judge(meta.fence, digest, now_ms) {
+        match arrival.judge(&entry.gate, meta.fence, digest) {
             Admission::Skew => {
                 report.dropped.add(DropReason::Skew, lines);
                 return;
