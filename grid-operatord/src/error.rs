@@ -78,6 +78,18 @@ pub enum Error {
         /// The mode the configuration now declares.
         declared: String,
     },
+    /// Controller mode: the namespace does not hold exactly one `GridNetwork`. One
+    /// operator serves one network (the mode and trust are process-global), so it refuses
+    /// to pick one.
+    #[error(
+        "the namespace holds {count} GridNetworks ({names:?}); one operator serves exactly one"
+    )]
+    NetworkCount {
+        /// How many there are.
+        count: usize,
+        /// Their names.
+        names: Vec<String>,
+    },
     /// The declared trust changed under a running operator.
     #[error(
         "the declared `{field}` changed: exiting so the supervisor restarts with the new trust (a peer's certificates are only ever judged under the trust a process started with)"

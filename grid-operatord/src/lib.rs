@@ -31,6 +31,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod driver;
 mod error;
 mod feedback;
