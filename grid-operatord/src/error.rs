@@ -90,6 +90,22 @@ pub enum Error {
         /// Their names.
         names: Vec<String>,
     },
+    /// Controller mode: a Kubernetes API call failed (a status, a transport error, no
+    /// answer in time, or an answer that did not read back as written).
+    #[error("Kubernetes API, {operation}: {message}")]
+    Kube {
+        /// What was being done.
+        operation: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// Controller mode: a write lost a resourceVersion race (409): another writer moved
+    /// the object since it was read. The caller re-reads and decides whether to retry.
+    #[error("Kubernetes API, {operation}: 409 Conflict (the object changed since it was read)")]
+    KubeConflict {
+        /// What was being written.
+        operation: &'static str,
+    },
     /// The declared trust changed under a running operator.
     #[error(
         "the declared `{field}` changed: exiting so the supervisor restarts with the new trust (a peer's certificates are only ever judged under the trust a process started with)"

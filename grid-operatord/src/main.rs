@@ -34,6 +34,40 @@ enum Command {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// Runs as a Kubernetes controller: the configuration comes from the namespace's
+    /// `GridNetwork`, `GridSite`s and `InferenceProvider`s, the state from the site's
+    /// `ConfigMap` and the `GridNetwork` status (docs/crds.md).
+    Controller(ControllerArgs),
+}
+
+/// What the resources do not say: where this pod runs and what it presents.
+#[derive(Debug, clap::Args)]
+struct ControllerArgs {
+    /// The namespace watched (the pod's own: `--namespace=$(POD_NAMESPACE)` from the
+    /// downward API).
+    #[arg(long)]
+    namespace: String,
+    /// This operator's site name.
+    #[arg(long)]
+    site: String,
+    /// The API server URL; absent, the in-cluster service account (or KUBECONFIG).
+    #[arg(long)]
+    api_server: Option<String>,
+    /// The site's certificate chain (PEM), e.g. from a mounted Secret.
+    #[arg(long, default_value = "/etc/grid/tls/tls.crt")]
+    cert: std::path::PathBuf,
+    /// Its private key (PEM).
+    #[arg(long, default_value = "/etc/grid/tls/tls.key")]
+    key: std::path::PathBuf,
+    /// The CA bundle (PEM); required in spiffe mode and for https EPPs without their own.
+    #[arg(long)]
+    ca: Option<std::path::PathBuf>,
+    /// The signals listener (mTLS).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    signals_listen: std::net::SocketAddr,
+    /// The Prometheus /metrics listener.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_listen: std::net::SocketAddr,
 }
 
 #[tokio::main]
@@ -41,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match (args.command, args.config) {
         (Some(Command::Crds { out }), _) => crds(out.as_deref()),
+        (Some(Command::Controller(args)), _) => run_controller(args).await,
         (None, Some(path)) => run_file_mode(path).await,
         (None, None) => anyhow::bail!("give --config FILE (file mode) or a subcommand; see --help"),
     }
@@ -75,5 +110,58 @@ async fn run_file_mode(path: std::path::PathBuf) -> anyhow::Result<()> {
             tracing::info!("fences persisted; exiting");
         }
     }
+    Ok(())
+}
+
+async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    use grid_operatord::config::{Listen, TlsFiles};
+    use grid_operatord::controller::{api, run, source::KubeConfigSource, translate::Deployment};
+    grid_daemon::logging::init();
+    let client = api::client(args.api_server.as_deref(), &args.namespace).await?;
+    let deployment = Deployment {
+        state_label: format!(
+            "ConfigMap/{}{}",
+            grid_operatord::controller::state_store::CONFIGMAP_PREFIX,
+            args.site
+        )
+        .into(),
+        site: args.site,
+        listen: Listen {
+            signals: args.signals_listen,
+            metrics: args.metrics_listen,
+        },
+        tls: TlsFiles {
+            cert: args.cert,
+            key: args.key,
+            ca: args.ca,
+        },
+    };
+    let metrics = api::ControllerMetrics::new();
+    let source = Arc::new(
+        KubeConfigSource::start(client.clone(), &args.namespace, deployment, metrics.clone())
+            .await?,
+    );
+    let (started, _) = tokio::sync::watch::channel(None);
+    let stop = async {
+        match grid_daemon::shutdown::requested().await {
+            Ok(signal) => tracing::info!(
+                signal = signal.as_str(),
+                "stopping every task, persisting the fences"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "installing the SIGINT/SIGTERM handlers failed; stopping");
+            }
+        }
+    };
+    run::run(
+        client,
+        &args.namespace,
+        source,
+        Options::default(),
+        metrics,
+        started,
+        stop,
+    )
+    .await?;
     Ok(())
 }

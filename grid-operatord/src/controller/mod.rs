@@ -4,6 +4,12 @@
 //! turned into the same [`crate::config::Config`] the file mode builds ([`translate`], a
 //! pure function), so the driver does not know which mode it runs in.
 
+pub mod api;
+pub mod conditions;
 pub mod crd_yaml;
+pub mod ready;
 pub mod resources;
+pub mod run;
+pub mod source;
+pub mod state_store;
 pub mod translate;

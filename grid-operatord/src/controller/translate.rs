@@ -48,13 +48,15 @@ pub struct Resources {
 
 /// The one `GridNetwork`, or why there is not exactly one.
 pub fn the_network(networks: &[GridNetwork]) -> Result<&GridNetwork, Error> {
-    match networks {
-        [one] => Ok(one),
-        _ => Err(Error::NetworkCount {
-            count: networks.len(),
-            names: networks.iter().map(ResourceExt::name_any).collect(),
-        }),
+    if let [one] = networks {
+        return Ok(one);
     }
+    let mut names: Vec<String> = networks.iter().map(ResourceExt::name_any).collect();
+    names.sort();
+    Err(Error::NetworkCount {
+        count: networks.len(),
+        names,
+    })
 }
 
 /// The signal transport the network declares, read without validating the rest (absent
