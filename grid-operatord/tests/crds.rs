@@ -55,3 +55,84 @@ fn the_binary_without_config_or_subcommand_says_what_to_give() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
 }
+
+/// Every leaf field path under `spec` and `status` of a CRD's schema (`spec.a.b`), not
+/// descending into the metav1.Condition items or the opaque feedback evidence.
+fn field_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+        out.push(prefix.to_owned());
+        return;
+    };
+    for (name, sub) in props {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        if ["conditions", "gatewayFeedback"].contains(&name.as_str()) {
+            out.push(path);
+        } else {
+            field_paths(sub, &path, out);
+        }
+    }
+}
+
+#[test]
+fn docs_crds_md_documents_every_field_and_every_condition_reason() {
+    use grid_signals::epp::{ReadyReason, ScrapeFailure};
+    use kube::CustomResourceExt as _;
+    let doc = include_str!("../../docs/crds.md");
+    let crds = [
+        grid_operatord::controller::resources::GridNetwork::crd(),
+        grid_operatord::controller::resources::GridSite::crd(),
+        grid_operatord::controller::resources::InferenceProvider::crd(),
+    ];
+    for crd in crds {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let mut paths = Vec::new();
+        for part in ["spec", "status"] {
+            if let Some(sub) = schema.pointer(&format!("/openAPIV3Schema/properties/{part}")) {
+                field_paths(sub, part, &mut paths);
+            }
+        }
+        assert!(paths.len() >= 3, "{paths:?}");
+        for path in paths {
+            assert!(
+                doc.contains(&format!("`{path}`")),
+                "docs/crds.md does not document {}.{path}",
+                crd.spec.names.kind
+            );
+        }
+    }
+    let mut reasons = vec![
+        ReadyReason::EndpointsReady,
+        ReadyReason::EngineAnswering,
+        ReadyReason::ZeroEndpointsUnconfirmed,
+        ReadyReason::NoReadyEndpoints,
+        ReadyReason::RecoveryUnconfirmed,
+        ReadyReason::Unavailable,
+        ReadyReason::NoRecentScrape,
+        ReadyReason::NoScrapeYet,
+        ReadyReason::NoReadySeries,
+    ];
+    reasons.extend(ScrapeFailure::ALL.map(ReadyReason::ScrapeFailed));
+    assert_eq!(
+        reasons.len(),
+        grid_signals::epp::ReadyReasonLabel::ALL.len(),
+        "every Ready reason is listed here"
+    );
+    for reason in reasons {
+        assert!(
+            doc.contains(&format!("| `{}` |", reason.as_str())),
+            "docs/crds.md does not list Ready reason {}",
+            reason.as_str()
+        );
+    }
+    for reason in [
+        "ReadingsRejected",
+        "NoRejectedReadings",
+        "UnresolvedEvidenceExpired",
+    ] {
+        assert!(doc.contains(&format!("| `{reason}` |")), "{reason}");
+    }
+}
