@@ -106,6 +106,13 @@ pub enum Error {
         /// What was being written.
         operation: &'static str,
     },
+    /// Controller mode: this replica no longer holds the site's Lease (another holds it,
+    /// or no renewal succeeded for a whole lease duration), so it stops publishing.
+    #[error("lost the Lease `{lease}`: another replica may publish now; exiting")]
+    LeaseLost {
+        /// The Lease's name.
+        lease: String,
+    },
     /// The declared trust changed under a running operator.
     #[error(
         "the declared `{field}` changed: exiting so the supervisor restarts with the new trust (a peer's certificates are only ever judged under the trust a process started with)"

@@ -37,7 +37,7 @@ enum Command {
     /// Runs as a Kubernetes controller: the configuration comes from the namespace's
     /// `GridNetwork`, `GridSite`s and `InferenceProvider`s, the state from the site's
     /// `ConfigMap` and the `GridNetwork` status (docs/crds.md).
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
 }
 
 /// What the resources do not say: where this pod runs and what it presents.
@@ -68,6 +68,10 @@ struct ControllerArgs {
     /// The Prometheus /metrics listener.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_listen: std::net::SocketAddr,
+    /// This replica's identity in the site's Lease (the pod name); without it the
+    /// operator runs without electing a writer (one replica per site only).
+    #[arg(long)]
+    identity: Option<String>,
 }
 
 #[tokio::main]
@@ -75,7 +79,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match (args.command, args.config) {
         (Some(Command::Crds { out }), _) => crds(out.as_deref()),
-        (Some(Command::Controller(args)), _) => run_controller(args).await,
+        (Some(Command::Controller(args)), _) => run_controller(*args).await,
         (None, Some(path)) => run_file_mode(path).await,
         (None, None) => anyhow::bail!("give --config FILE (file mode) or a subcommand; see --help"),
     }
@@ -153,15 +157,18 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
             }
         }
     };
-    run::run(
+    let election = args.identity.map(|identity| run::Election {
+        identity,
+        timing: grid_operatord::controller::lease::Timing::default(),
+    });
+    let setup = run::Setup {
         client,
-        &args.namespace,
+        namespace: args.namespace,
         source,
-        Options::default(),
+        options: Options::default(),
         metrics,
-        started,
-        stop,
-    )
-    .await?;
+        election,
+    };
+    run::run(setup, started, stop).await?;
     Ok(())
 }

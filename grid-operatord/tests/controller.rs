@@ -87,6 +87,10 @@ struct Controller {
 
 impl Controller {
     async fn start(fake: &FakeKube, site: &Site) -> Self {
+        Self::start_with(fake, site, None).await
+    }
+
+    async fn start_with(fake: &FakeKube, site: &Site, election: Option<run::Election>) -> Self {
         let client = client(fake).await;
         let metrics = ControllerMetrics::new();
         let source = Arc::new(
@@ -98,7 +102,15 @@ impl Controller {
         let (stop, stopped) = oneshot::channel::<()>();
         let m = metrics.clone();
         let done = tokio::spawn(async move {
-            run::run(client, NS, source, options(), m, tx, async {
+            let setup = run::Setup {
+                client,
+                namespace: NS.into(),
+                source,
+                options: options(),
+                metrics: m,
+                election,
+            };
+            run::run(setup, tx, async {
                 let _ = stopped.await;
             })
             .await
@@ -500,4 +512,61 @@ async fn an_api_server_that_goes_away_leaves_the_last_good_configuration_serving
     fake.set_unavailable(false);
     assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
     op.stop().await.unwrap();
+}
+
+fn election(identity: &str) -> run::Election {
+    run::Election {
+        identity: identity.into(),
+        timing: grid_operatord::controller::lease::Timing {
+            duration: Duration::from_secs(1),
+            renew: Duration::from_millis(200),
+        },
+    }
+}
+
+fn lease_holder(fake: &FakeKube) -> Option<String> {
+    fake.get("leases", NS, "grid-operator-a")?["spec"]["holderIdentity"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_the_writer_dies() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    let first = one.driver(0).await;
+    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
+    let mut two = Controller::start_with(&fake, &site, Some(election("two"))).await;
+    // Longer than the lease: the writer renews, so the standby never starts publishing.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(two.started.borrow().is_none(), "the standby started");
+    // Kill the writer: its tasks and renewals stop at once.
+    one.done.abort();
+    let killed = tokio::time::Instant::now();
+    let second = two.driver(0).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(3), "took over after {took:?}");
+    assert!(second.epoch > first.epoch, "above the writer's mark");
+    assert_eq!(lease_holder(&fake).as_deref(), Some("two"));
+    let transitions =
+        fake.get("leases", NS, "grid-operator-a").unwrap()["spec"]["leaseTransitions"].clone();
+    assert_eq!(transitions, 1);
+    two.stop().await.unwrap();
+    assert_eq!(
+        lease_holder(&fake),
+        None,
+        "a graceful stop gives the Lease up"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_cannot_renew_for_a_whole_lease_duration_stops_publishing() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    one.driver(0).await;
+    fake.set_unavailable(true);
+    match one.ended().await {
+        Err(Error::LeaseLost { lease }) => assert_eq!(lease, "grid-operator-a"),
+        other => panic!("expected the lease lost, got {other:?}"),
+    }
 }

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod conditions;
 pub mod crd_yaml;
+pub mod lease;
 pub mod ready;
 pub mod resources;
 pub mod run;

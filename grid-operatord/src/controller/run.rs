@@ -42,19 +42,76 @@ pub struct StartedDriver {
     pub epoch: u64,
 }
 
+/// Which replica this is, when replicas elect their writer with a Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Election {
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    /// Lease duration and renew interval.
+    pub timing: super::lease::Timing,
+}
+
+/// Everything [`run`] runs with.
+pub struct Setup {
+    /// The API client.
+    pub client: kube::Client,
+    /// The namespace watched and written.
+    pub namespace: String,
+    /// The resources, followed.
+    pub source: Arc<KubeConfigSource>,
+    /// The driver's knobs.
+    pub options: Options,
+    /// The controller's series (shared across in-process restarts).
+    pub metrics: ControllerMetrics,
+    /// The writer election, if replicas elect one.
+    pub election: Option<Election>,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("namespace", &self.namespace)
+            .field("election", &self.election)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs the operator from `source` until `stop` resolves (then the driver is shut down,
 /// persisting the fences) or the driver ends (a declared mode or trust change, or a
 /// failure).
 pub async fn run(
-    client: kube::Client,
-    namespace: &str,
-    source: Arc<KubeConfigSource>,
-    options: Options,
-    metrics: ControllerMetrics,
+    setup: Setup,
     started: Started,
     stop: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    let Setup {
+        client,
+        namespace,
+        source,
+        options,
+        metrics,
+        election,
+    } = setup;
+    let namespace = namespace.as_str();
     let mut stop = std::pin::pin!(stop);
+    let site = source.deployment().site.clone();
+    // A standby waits here, before it persists an epoch or publishes anything.
+    let mut held: std::pin::Pin<Box<dyn Future<Output = Error> + Send>> = match &election {
+        Some(e) => {
+            tokio::select! {
+                () = super::lease::acquire(&client, namespace, &site, &e.identity, e.timing) => {}
+                () = &mut stop => return Ok(()),
+            }
+            Box::pin(super::lease::hold(
+                client.clone(),
+                namespace.to_owned(),
+                site.clone(),
+                e.identity.clone(),
+                e.timing,
+            ))
+        }
+        None => Box::pin(std::future::pending()),
+    };
     let mut restarts = 0u64;
     loop {
         let config = source.load()?;
@@ -87,10 +144,17 @@ pub async fn run(
             result = running.wait() => Some(result),
             change = changed(&source, &config, &metrics) => change.map(Err),
             () = &mut stop => Some(Ok(())),
+            e = &mut held => Some(Err(e)),
         };
         ready.abort();
         match outcome {
-            Some(Ok(())) => return shutdown(running).await,
+            Some(Ok(())) => {
+                let result = shutdown(running).await;
+                if let Some(e) = &election {
+                    super::lease::release(&client, namespace, &site, &e.identity).await;
+                }
+                return result;
+            }
             Some(Err(e)) => {
                 let _ = shutdown(running).await;
                 return Err(e);
