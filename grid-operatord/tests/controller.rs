@@ -570,3 +570,168 @@ async fn a_writer_that_cannot_renew_for_a_whole_lease_duration_stops_publishing(
         other => panic!("expected the lease lost, got {other:?}"),
     }
 }
+
+/// What a gateway's store learns from one poll of the operator: the learning resets of
+/// `provider`'s batches (uid, generation).
+async fn poll_resets(
+    store: &mut grid_signals::store::Store,
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> Vec<(String, u64)> {
+    use grid_signals::store::{Sender, StoreEvent};
+    let fetched = get_signals(addr, tls).await.unwrap();
+    let now = grid_operatord::clock::wall_ms();
+    store.ingest(
+        &fetched.body,
+        Sender::Local,
+        fetched.date_ms.unwrap_or(now),
+        now,
+    );
+    std::iter::from_fn(|| store.poll_event())
+        .filter_map(|e| match e {
+            StoreEvent::Reset {
+                provider, revision, ..
+            } if provider == "llama" => Some((revision.uid, revision.generation)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_a_status_update() {
+    let (fake, epp, grid, site) = seeded().await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut store = grid_signals::store::Store::new(grid_signals::store::StoreConfig::default());
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.driver(0).await;
+    let uid = first.config.providers[0].uid.clone();
+    let mut resets = Vec::new();
+    for _ in 0..100 {
+        resets.extend(poll_resets(&mut store, first.signals_addr, gateway.clone()).await);
+        if !resets.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(resets, [(uid.clone(), 1)], "the first lifetime");
+    // A status-only update: the same revision keeps being published; nothing resets.
+    let mut with_status = fake.get("inferenceproviders", NS, "llama").unwrap();
+    with_status["status"] = json!({"observedGeneration": 1});
+    fake.with_store(|s| {
+        s.replace(
+            grid_kit::fake_kube::type_of("inferenceproviders"),
+            NS,
+            "llama",
+            with_status,
+            true,
+        )
+    })
+    .unwrap();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            poll_resets(&mut store, first.signals_addr, gateway.clone()).await,
+            []
+        );
+    }
+    // A spec change: the next revision carries generation 2, and learning resets.
+    let mut spec = provider("llama", &epp);
+    spec["spec"]["pool"] = json!("pool");
+    fake.replace("inferenceproviders", NS, spec);
+    let second = op.driver(1).await;
+    let mut after_change = Vec::new();
+    for _ in 0..100 {
+        after_change.extend(poll_resets(&mut store, second.signals_addr, gateway.clone()).await);
+        if after_change.iter().any(|(_, g)| *g == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(after_change.contains(&(uid.clone(), 2)), "{after_change:?}");
+    // A same-name recreation: a new UID, and learning resets again.
+    fake.delete("inferenceproviders", NS, "llama");
+    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    let mut after_recreation = Vec::new();
+    for _ in 0..200 {
+        let restarts = op.started.borrow().as_ref().unwrap().restarts;
+        let d = op.driver(restarts).await;
+        if let Ok(f) = get_signals(d.signals_addr, gateway.clone()).await {
+            let now = grid_operatord::clock::wall_ms();
+            store.ingest(
+                &f.body,
+                grid_signals::store::Sender::Local,
+                f.date_ms.unwrap_or(now),
+                now,
+            );
+            after_recreation.extend(std::iter::from_fn(|| store.poll_event()).filter_map(
+                |e| match e {
+                    grid_signals::store::StoreEvent::Reset { revision, .. } => Some(revision.uid),
+                    _ => None,
+                },
+            ));
+        }
+        if after_recreation.iter().any(|u| *u != uid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        after_recreation.iter().any(|u| *u != uid),
+        "{after_recreation:?}"
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zero_on_sigterm() {
+    use grid_kit::daemon_process::Daemon;
+    let (fake, _epp, _grid, site) = seeded().await;
+    let d = site.dir.path();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_owned();
+    let url = fake.url();
+    let (cert, key, ca) = (path("site.crt"), path("site.key"), path("ca.crt"));
+    let mut op = Daemon::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_grid-operatord")),
+        &[
+            "controller",
+            "--namespace",
+            NS,
+            "--site",
+            "a",
+            "--api-server",
+            &url,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--ca",
+            &ca,
+            "--signals-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--identity",
+            "pod-0",
+        ],
+    );
+    op.wait_for_line("operator started", Duration::from_secs(20));
+    let ready = ready_reason(&fake, "llama", "EndpointsReady").await;
+    assert_eq!(ready["status"], "True");
+    assert!(fake.get("configmaps", NS, "grid-site-a").is_some());
+    assert_eq!(lease_holder(&fake).as_deref(), Some("pod-0"));
+    op.signal("TERM");
+    let status = op.wait_exit(Duration::from_secs(15)).expect("it exits");
+    assert!(status.success(), "{status:?}\n{}", op.seen.join("\n"));
+    assert_eq!(lease_holder(&fake), None, "released at the stop");
+    assert!(
+        fake.get("configmaps", NS, "grid-site-a").unwrap()["data"]["fences"]
+            .as_str()
+            .is_some_and(|f| f.contains("llama")),
+        "fences persisted"
+    );
+    assert!(
+        op.loud_lines().is_empty(),
+        "a healthy run warned:\n{}",
+        op.seen.join("\n")
+    );
+}
