@@ -504,3 +504,64 @@ fn merge(target: &mut Value, patch: &Value) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn maps() -> &'static ResourceType {
+        &RESOURCE_TYPES[0]
+    }
+
+    #[test]
+    fn a_watch_from_the_oldest_kept_event_works_and_one_before_it_is_expired() {
+        let mut s = Store::default();
+        s.create(
+            maps(),
+            "ns",
+            json!({"metadata": {"name": "cm"}, "data": {"n": "0"}}),
+        )
+        .unwrap();
+        let first = s.resource_version();
+        for i in 1..=MAX_HISTORY {
+            s.replace(
+                maps(),
+                "ns",
+                "cm",
+                json!({"metadata": {"name": "cm"}, "data": {"n": i.to_string()}}),
+                false,
+            )
+            .unwrap();
+        }
+        // MAX_HISTORY + 1 events written: the first one was dropped from the history.
+        assert_eq!(s.history.len(), MAX_HISTORY);
+        let err = s.watch(maps(), Some("ns"), Some(first - 1)).unwrap_err();
+        assert_eq!((err.code, err.reason), (410, "Expired"));
+        let from_oldest = s.watch(maps(), Some("ns"), Some(first)).unwrap();
+        assert_eq!(from_oldest.replay.len(), MAX_HISTORY);
+    }
+
+    #[test]
+    fn an_update_that_changes_nothing_keeps_the_version_and_sends_no_event() {
+        let mut s = Store::default();
+        let made = s
+            .create(
+                maps(),
+                "ns",
+                json!({"metadata": {"name": "cm"}, "data": {"a": "1"}}),
+            )
+            .unwrap();
+        let rv = s.resource_version();
+        let same = s.replace(maps(), "ns", "cm", made, false).unwrap();
+        assert_eq!(s.resource_version(), rv);
+        assert_eq!(same["metadata"]["resourceVersion"], rv.to_string());
+        assert_eq!(s.history.len(), 1);
+    }
+
+    #[test]
+    fn a_merge_patch_deletes_with_null_and_merges_objects() {
+        let mut target = json!({"a": {"b": 1, "c": 2}, "d": 3});
+        merge(&mut target, &json!({"a": {"b": null, "e": 4}, "d": [1]}));
+        assert_eq!(target, json!({"a": {"c": 2, "e": 4}, "d": [1]}));
+    }
+}
