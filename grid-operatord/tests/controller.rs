@@ -735,3 +735,39 @@ async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zer
         op.seen.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_status() {
+    let (fake, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    ready_reason(&fake, "llama", "EndpointsReady").await;
+    let mut oversized = epp_body(2, 1.0);
+    oversized.resize(grid_signals::exposition::MAX_EXPOSITION_BYTES + 1, b'\n');
+    let cases: Vec<(Behaviour, &str, &str)> = vec![
+        (Behaviour::Status(401), "ScrapeUnauthorized", "False"),
+        (Behaviour::Hang, "ScrapeTimeout", "False"),
+        (
+            Behaviour::Body(b"some_other_family 1\n".to_vec()),
+            "NoReadySeries",
+            "Unknown",
+        ),
+        (Behaviour::Body(oversized), "ScrapeBodyCap", "Unknown"),
+        (Behaviour::Body(epp_body(2, 1.0)), "EndpointsReady", "True"),
+    ];
+    for (behaviour, reason, status) in cases {
+        epp.set(behaviour);
+        let c = ready_reason(&fake, "llama", reason).await;
+        assert_eq!(c["status"], status, "{reason}");
+        assert_eq!(c["observedGeneration"], 1, "{reason}");
+    }
+    epp.set(Behaviour::Body(epp_body(0, 0.0)));
+    eventually("zero ready endpoints confirmed", 15, || async {
+        ready_condition(&fake, "llama").is_some_and(|c| {
+            (c["reason"] == "NoReadyEndpoints" && c["status"] == "False")
+                || (c["reason"] == "EngineAnswering" && c["status"] == "True")
+        })
+    })
+    .await;
+    op.stop().await.unwrap();
+}
