@@ -771,3 +771,14 @@ async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_st
     .await;
     op.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_for_a_mode_change_gives_the_lease_up_for_the_restarted_pod() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    op.driver(0).await;
+    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
+    fake.replace("gridnetworks", NS, network("gossip"));
+    assert!(matches!(op.ended().await, Err(Error::ModeChanged { .. })));
+    assert_eq!(lease_holder(&fake), None);
+}

@@ -147,26 +147,23 @@ pub async fn run(
             e = &mut held => Some(Err(e)),
         };
         ready.abort();
-        match outcome {
-            Some(Ok(())) => {
-                let result = shutdown(running).await;
-                if let Some(e) = &election {
-                    super::lease::release(&client, namespace, &site, &e.identity).await;
-                }
-                return result;
-            }
-            Some(Err(e)) => {
-                let _ = shutdown(running).await;
-                return Err(e);
-            }
-            None => {
-                tracing::info!(
-                    "the resources changed the configuration; restarting the operator's tasks with it"
-                );
-                shutdown(running).await?;
-                restarts += 1;
+        let Some(result) = outcome else {
+            tracing::info!(
+                "the resources changed the configuration; restarting the operator's tasks with it"
+            );
+            shutdown(running).await?;
+            restarts += 1;
+            continue;
+        };
+        // Persisted first, released after: a successor never starts before this
+        // process's fences are written.
+        let stopped = shutdown(running).await;
+        if let Some(e) = &election {
+            if !matches!(result, Err(Error::LeaseLost { .. })) {
+                super::lease::release(&client, namespace, &site, &e.identity).await;
             }
         }
+        return result.and(stopped);
     }
 }
 
