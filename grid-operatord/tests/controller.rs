@@ -782,3 +782,20 @@ async fn an_exit_for_a_mode_change_gives_the_lease_up_for_the_restarted_pod() {
     assert!(matches!(op.ended().await, Err(Error::ModeChanged { .. })));
     assert_eq!(lease_holder(&fake), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_the_operator() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    let mut second = network("gossip");
+    second["metadata"]["name"] = json!("staging");
+    fake.create("gridnetworks", NS, second);
+    match op.ended().await {
+        Err(Error::ModeChanged {
+            running: "poll",
+            declared,
+        }) => assert_eq!(declared, "gossip"),
+        other => panic!("expected a mode change, got {other:?}"),
+    }
+}

@@ -187,13 +187,20 @@ async fn changed(
         if changes.changed().await.is_err() {
             return std::future::pending().await;
         }
-        if let Ok(declared) = source.declared_mode() {
-            if declared != current.transport.as_str() {
-                return Some(Error::ModeChanged {
-                    running: current.transport.as_str(),
-                    declared,
-                });
-            }
+        // Every network counts, not only the one served: a second GridNetwork created
+        // with another mode after the start also sends the pod back to Kubernetes (whose
+        // restart then refuses the two).
+        let running = current.transport.as_str();
+        let networks = source.resources().networks;
+        if let Some(other) = networks
+            .iter()
+            .map(super::translate::declared_mode)
+            .find(|m| *m != running)
+        {
+            return Some(Error::ModeChanged {
+                running,
+                declared: other.to_owned(),
+            });
         }
         match source.load() {
             Ok(next) if next == *current => reported = None,
