@@ -799,3 +799,64 @@ async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_th
         other => panic!("expected a mode change, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
+    let (fake, epp, grid, site) = seeded().await;
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (signals, metrics) = (free(), free());
+    let client = client(&fake).await;
+    let mut deployment = deployment(&site);
+    deployment.listen = Listen { signals, metrics };
+    let m = ControllerMetrics::new();
+    let source = Arc::new(
+        KubeConfigSource::start(client.clone(), NS, deployment, m.clone())
+            .await
+            .unwrap(),
+    );
+    let (tx, started) = watch::channel(None);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let setup = run::Setup {
+        client,
+        namespace: NS.into(),
+        source,
+        options: options(),
+        metrics: m,
+        election: None,
+    };
+    let done = tokio::spawn(run::run(setup, tx, async {
+        let _ = stopped.await;
+    }));
+    let wait = |restarts: u64| {
+        let mut s = started.clone();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(15),
+                s.wait_for(|d| d.as_ref().is_some_and(|d| d.restarts == restarts)),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .clone()
+            .unwrap()
+        }
+    };
+    assert_eq!(wait(0).await.signals_addr, signals);
+    let mut spec = provider("llama", &epp);
+    spec["spec"]["unavailable"] = json!(true);
+    fake.replace("inferenceproviders", NS, spec);
+    let second = wait(1).await;
+    assert_eq!(
+        (second.signals_addr, second.metrics_addr),
+        (signals, metrics)
+    );
+    let gateway = grid.client(&site.cert, "a", "a");
+    get_signals(signals, gateway).await.unwrap();
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+}
