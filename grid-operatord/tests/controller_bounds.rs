@@ -161,3 +161,45 @@ async fn an_api_call_answering_inside_the_timeout_succeeds_and_one_past_it_fails
         .unwrap();
     assert!(matches!(past, Err(Error::Kube { .. })), "{past:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_waits_for_the_first_lists_at_most_its_limit() {
+    use grid_operatord::controller::source::KubeConfigSource;
+    use grid_operatord::controller::translate::Deployment;
+    let fake = FakeKube::start().await;
+    let deployment = Deployment {
+        site: "a".into(),
+        listen: grid_operatord::config::Listen {
+            signals: "127.0.0.1:0".parse().unwrap(),
+            metrics: "127.0.0.1:0".parse().unwrap(),
+        },
+        tls: grid_operatord::config::TlsFiles {
+            cert: "a.crt".into(),
+            key: "a.key".into(),
+            ca: None,
+        },
+        state_label: "ConfigMap/grid-site-a".into(),
+    };
+    let client = api::client(Some(&fake.url()), NS).await.unwrap();
+    let limit = Duration::from_millis(500);
+    let listed = KubeConfigSource::start_within(
+        client.clone(),
+        NS,
+        deployment.clone(),
+        ControllerMetrics::new(),
+        limit,
+    )
+    .await;
+    assert!(listed.is_ok());
+    fake.set_unavailable(true);
+    let began = tokio::time::Instant::now();
+    let refused =
+        KubeConfigSource::start_within(client, NS, deployment, ControllerMetrics::new(), limit)
+            .await;
+    assert!(matches!(refused, Err(Error::Kube { .. })));
+    assert!(
+        began.elapsed() < limit + Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+}

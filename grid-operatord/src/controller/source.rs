@@ -86,6 +86,17 @@ impl KubeConfigSource {
         deployment: Deployment,
         metrics: ControllerMetrics,
     ) -> Result<Self, Error> {
+        Self::start_within(client, namespace, deployment, metrics, INITIAL_SYNC_TIMEOUT).await
+    }
+
+    /// [`KubeConfigSource::start`] waiting at most `limit` for the first lists.
+    pub async fn start_within(
+        client: kube::Client,
+        namespace: &str,
+        deployment: Deployment,
+        metrics: ControllerMetrics,
+        limit: std::time::Duration,
+    ) -> Result<Self, Error> {
         let (tx, changes) = watch::channel(0u64);
         let (networks, a) = follow(
             Api::namespaced(client.clone(), namespace),
@@ -111,13 +122,13 @@ impl KubeConfigSource {
             let _ = source.sites.wait_until_ready().await;
             let _ = source.providers.wait_until_ready().await;
         };
-        tokio::time::timeout(INITIAL_SYNC_TIMEOUT, ready)
+        tokio::time::timeout(limit, ready)
             .await
             .map_err(|_| Error::Kube {
                 operation: "listing the grid resources",
                 message: format!(
-                    "not every resource type was listed within {} s (are the CRDs installed and the RBAC granted?)",
-                    INITIAL_SYNC_TIMEOUT.as_secs()
+                    "not every resource type was listed within {} ms (are the CRDs installed and the RBAC granted?)",
+                    limit.as_millis()
                 ),
             })?;
         Ok(source)
