@@ -860,3 +860,39 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
     let _ = stop.send(());
     done.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let report_of = |epoch: usize| {
+        let mut r = report(1, 1);
+        r[1].1 = format!("{:016x}", epoch + 1);
+        r
+    };
+    for epoch in 0..grid_feedback::MAX_REPORTERS {
+        let (status, _) = post_ingest(d.signals_addr, gateway.clone(), &report_of(epoch)).await;
+        assert_eq!(status, 204, "reporter {epoch}");
+    }
+    let (status, headers) = post_ingest(
+        d.signals_addr,
+        gateway,
+        &report_of(grid_feedback::MAX_REPORTERS),
+    )
+    .await;
+    assert_ne!(status, 204);
+    assert_eq!(headers["x-grid-ingest-refusal"], "overflow");
+    let m = get_metrics(d.metrics_addr).await;
+    assert_eq!(events(&m, "overflow"), 1, "{m}");
+    let held = fake.get("gridnetworks", NS, "prod").unwrap();
+    assert_eq!(
+        held["status"]["gatewayFeedback"]["reporters"]
+            .as_array()
+            .unwrap()
+            .len(),
+        grid_feedback::MAX_REPORTERS
+    );
+    op.stop().await.unwrap();
+}
