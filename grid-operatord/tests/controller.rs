@@ -896,3 +896,33 @@ async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
     );
     op.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network_status() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    let (status, _) = post_ingest(d.signals_addr, gateway.clone(), &report(1, 3)).await;
+    assert_eq!(status, 204);
+    let transition = ages_rejected(&fake).unwrap()["lastTransitionTime"].clone();
+    op.stop().await.unwrap();
+    let mut again = Controller::start(&fake, &site).await;
+    let d = again.driver(0).await;
+    let m = get_metrics(d.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_gateway_ages_rejected 1"),
+        "{m}"
+    );
+    // The exact duplicate is idempotent against the restored evidence.
+    let (status, _) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
+    assert_eq!(status, 204);
+    let condition = ages_rejected(&fake).unwrap();
+    assert_eq!(condition["status"], "True");
+    assert_eq!(
+        condition["lastTransitionTime"], transition,
+        "no status change, no transition"
+    );
+    again.stop().await.unwrap();
+}
