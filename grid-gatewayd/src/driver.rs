@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::http_api::{Api, Inner};
 use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
+use crate::site_slots::SiteSlots;
 use crate::upstream::Published;
 use crate::{Error, poller, server, upstream};
 use grid_score::catalog::ModelSpec;
@@ -51,6 +52,17 @@ pub struct Running {
     stop: watch::Sender<bool>,
     poller: PollerTask,
     server: JoinHandle<()>,
+    /// The request path's per-site caps, replaced by a model reload.
+    site_slots: Arc<ArcSwap<SiteSlots>>,
+}
+
+/// Every site `config`'s models name, each once per candidate naming it.
+fn configured_sites(config: &Config) -> impl Iterator<Item = &str> {
+    config
+        .models
+        .iter()
+        .flat_map(|m| &m.candidates)
+        .map(|c| c.site.as_str())
 }
 
 impl Running {
@@ -75,8 +87,19 @@ impl Running {
     /// # Errors
     ///
     /// When `config` does not validate.
+    ///
+    /// Each site keeps its `maxConnectionsPerSite` slots, taken ones included; a site the
+    /// reload adds is capped at once with `config`'s value (the cap of a kept site is the
+    /// one it started with).
     pub async fn reload_models(&self, config: &Config) -> Result<(), Error> {
-        self.poller.reload_models(config).await
+        self.poller.reload_models(config).await?;
+        let next = SiteSlots::carrying_over(
+            configured_sites(config),
+            config.max_connections_per_site,
+            &self.site_slots.load(),
+        );
+        self.site_slots.store(Arc::new(next));
+        Ok(())
     }
 
     /// Stops polling, then drains open requests and returns once the listener is closed.
@@ -304,6 +327,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         addr: config.listen,
         source,
     })?;
+    let site_slots = Arc::new(ArcSwap::from_pointee(SiteSlots::new(
+        configured_sites(&config),
+        config.max_connections_per_site,
+    )));
     let api = Api::new(Inner {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
@@ -312,14 +339,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         body_timeout: Duration::from_millis(config.client_body_timeout_ms),
         metrics: request_metrics,
         score: signals.score_metrics().clone(),
-        site_slots: crate::site_slots::SiteSlots::new(
-            config
-                .models
-                .iter()
-                .flat_map(|m| &m.candidates)
-                .map(|c| c.site.as_str()),
-            config.max_connections_per_site,
-        ),
+        site_slots: Arc::clone(&site_slots),
         waits: crate::http_api::UpstreamWaits {
             slot: Duration::from_millis(config.connect_timeout_ms),
             headers: Duration::from_millis(config.upstream_headers_timeout_ms),
@@ -352,5 +372,6 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         stop,
         poller,
         server,
+        site_slots,
     })
 }

@@ -99,8 +99,8 @@ pub(crate) struct Inner {
     pub(crate) body_timeout: Duration,
     /// The bounds on waiting for a site's answer.
     pub(crate) waits: UpstreamWaits,
-    /// Each site's slots (`maxConnectionsPerSite`).
-    pub(crate) site_slots: SiteSlots,
+    /// Each site's slots (`maxConnectionsPerSite`), swapped whole by a model reload.
+    pub(crate) site_slots: Arc<arc_swap::ArcSwap<SiteSlots>>,
     /// Request series.
     pub(crate) metrics: RequestMetrics,
     /// grid-score's decision series.
@@ -413,7 +413,8 @@ impl Api {
             }
             Err(e) => {
                 self.serving_failure(upstream);
-                let connect = e.is_connect();
+                let unacknowledged = !e.is_connect() && crate::upstream::is_unacknowledged(&e);
+                let connect = e.is_connect() || unacknowledged;
                 if crate::upstream::is_connect_timeout(&e) {
                     self.inner
                         .metrics
@@ -421,7 +422,9 @@ impl Api {
                 }
                 self.count_failure(
                     upstream,
-                    if connect {
+                    if unacknowledged {
+                        UpstreamFailure::Unacknowledged
+                    } else if connect {
                         UpstreamFailure::Connect
                     } else {
                         UpstreamFailure::Request
@@ -445,8 +448,10 @@ impl Api {
         upstream: &Upstream,
     ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Failed> {
         let bound = self.inner.waits.slot;
+        // A clone of the map's Arc, not a guard: the wait below may outlive a reload.
         self.inner
             .site_slots
+            .load_full()
             .acquire(&upstream.site, bound)
             .await
             .map_err(|SiteFull| {

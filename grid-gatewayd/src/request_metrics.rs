@@ -30,6 +30,10 @@ grid_signals::label_values! {
         Connect = "connect",
         /// The exchange broke, or its head did not come in time, after sending.
         Request = "request",
+        /// The site's TCP acknowledged no byte of the request within the connect bound
+        /// (`TCP_USER_TIMEOUT`): a pooled connection into a partition. The request never
+        /// arrived whole, so it is retried elsewhere as a failed connect is.
+        Unacknowledged = "unacknowledged",
         /// Every slot of the site was taken for longer than the connect bound
         /// (`maxConnectionsPerSite`): nothing was sent.
         SiteFull = "site_full",

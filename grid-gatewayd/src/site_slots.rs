@@ -12,7 +12,10 @@
 //! congestion, not the site's failure, so routing does not record it as one.
 //!
 //! The slots are made at start, one semaphore per configured site, in a map never
-//! written again: a request reads it without a lock.
+//! written again: a request reads it without a lock. A model reload builds the next map
+//! ([`SiteSlots::carrying_over`]): a kept site keeps its semaphore, so requests in flight
+//! across the reload still count against it; a site the reload adds gets its own cap at
+//! once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +41,28 @@ impl SiteSlots {
             sites: sites
                 .into_iter()
                 .map(|s| (Arc::from(s), Arc::new(Semaphore::new(per_site))))
+                .collect(),
+        }
+    }
+
+    /// The slots after a reload to `sites`: each site `previous` also has keeps its
+    /// semaphore (and so its cap and the slots taken now); new sites get `per_site`.
+    pub(crate) fn carrying_over<'a>(
+        sites: impl IntoIterator<Item = &'a str>,
+        per_site: usize,
+        previous: &SiteSlots,
+    ) -> Self {
+        let per_site = per_site.min(Semaphore::MAX_PERMITS);
+        Self {
+            sites: sites
+                .into_iter()
+                .map(|s| {
+                    let kept = previous.sites.get(s).map(Arc::clone);
+                    (
+                        Arc::from(s),
+                        kept.unwrap_or_else(|| Arc::new(Semaphore::new(per_site))),
+                    )
+                })
                 .collect(),
         }
     }
@@ -83,5 +108,24 @@ mod tests {
         let waiting = slots.acquire("a", Duration::from_secs(5));
         drop(first);
         assert!(waiting.await.unwrap().is_some(), "a freed slot is taken");
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_the_slots_taken_on_a_kept_site_and_caps_a_site_it_adds() {
+        let wait = Duration::from_millis(20);
+        let before = SiteSlots::new(["a"], 1);
+        let held = before.acquire("a", wait).await.unwrap();
+        let after = SiteSlots::carrying_over(["a", "c"], 1, &before);
+        assert!(
+            after.acquire("a", wait).await.is_err(),
+            "the request in flight across the reload still holds a's one slot"
+        );
+        drop(held);
+        assert!(after.acquire("a", wait).await.unwrap().is_some());
+        let _c = after.acquire("c", wait).await.unwrap();
+        assert!(
+            after.acquire("c", wait).await.is_err(),
+            "the added site is capped from the reload on, not uncapped until a restart"
+        );
     }
 }

@@ -127,7 +127,33 @@ fn http_connector(connect_timeout: Duration) -> HttpConnector {
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
+    // A request written on a pooled connection into a partition is acknowledged by
+    // nobody: the kernel aborts the connection (ETIMEDOUT) once sent bytes stay
+    // unacknowledged this long, instead of leaving the request to the header bound.
+    // Acknowledgments come from the peer's kernel at round-trip speed however slow its
+    // application, so a site that cannot acknowledge within the connect bound is as
+    // unreachable as one that cannot complete a handshake within it.
+    http.set_tcp_user_timeout(Some(connect_timeout));
     http
+}
+
+/// Whether `error` is the kernel's `TCP_USER_TIMEOUT` abort (see [`site_client`]):
+/// bytes this gateway sent stayed unacknowledged for the connect bound. Over HTTP/1.1
+/// those bytes are the request's own, so it never arrived whole and is safe to send
+/// elsewhere; over HTTP/2 they may be another stream's, and the connection they died
+/// with could not have carried an answer anyway. No other wait of the gateway ends as an
+/// I/O `TimedOut`: its own bounds are timers around the exchange.
+pub fn is_unacknowledged(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The client for serving sites: `http://` base URLs go in the clear (the local site),

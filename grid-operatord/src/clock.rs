@@ -3,7 +3,40 @@
 //! Everything else takes time as a parameter, so this module is the one place clippy's
 //! `disallowed_methods` ban on `Instant::now` and `SystemTime::now` is lifted.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The wall clock one operator stamps with: the system clock plus an offset that stays 0
+/// in the daemon.
+///
+/// It exists so a host clock step can be shown on one site of a grid that runs in one
+/// process (the fault suite's `clock-step` rows, and tests), without stepping the
+/// machine's clock under every other process. Only wall time is offset: timeouts and pass
+/// durations use [`monotonic`], which a stepped host clock does not move either.
+#[derive(Clone, Debug, Default)]
+pub struct Clock {
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// The system clock, unstepped.
+    pub fn system() -> Self {
+        Self::default()
+    }
+
+    /// Wall-clock milliseconds since the Unix epoch, as [`wall_ms`], plus the steps taken.
+    pub fn wall_ms(&self) -> u64 {
+        let offset = self.offset_ms.load(Ordering::Relaxed);
+        wall_ms().saturating_add_signed(offset)
+    }
+
+    /// Steps this clock by `delta_ms` (negative: back), as an NTP step or an operator
+    /// setting the host's time would. Every clone sees the step.
+    pub fn step(&self, delta_ms: i64) {
+        self.offset_ms.fetch_add(delta_ms, Ordering::Relaxed);
+    }
+}
 
 /// Wall-clock time as milliseconds since the Unix epoch, the stamp format the pure crates
 /// take. A clock set before 1970 reads as 0 rather than panicking the daemon.
@@ -46,6 +79,25 @@ mod tests {
             .unwrap()
             .as_millis() as u64;
         assert!(sys >= ms && sys - ms < 60_000);
+    }
+
+    #[test]
+    fn a_stepped_clock_moves_by_the_step_and_every_clone_sees_it() {
+        let clock = Clock::system();
+        let seen = clock.clone();
+        let before = wall_ms();
+        clock.step(-600_000);
+        let stepped = seen.wall_ms();
+        assert!(stepped + 600_000 >= before && stepped + 600_000 - before < 60_000);
+        clock.step(600_000);
+        assert!(seen.wall_ms() >= before);
+    }
+
+    #[test]
+    fn a_clock_stepped_before_1970_reads_zero() {
+        let clock = Clock::system();
+        clock.step(i64::MIN);
+        assert_eq!(clock.wall_ms(), 0);
     }
 
     #[test]

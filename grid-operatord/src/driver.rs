@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::Error;
-use crate::clock;
+use crate::clock::Clock;
 use crate::config::{Config, ConfigSource, TransportMode};
 use crate::feedback;
 use crate::listener::{Listener, Timeouts};
@@ -40,7 +40,7 @@ pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 pub const FENCE_PERSIST_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Knobs tests turn; the daemon uses the defaults.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// Signals-listener timeouts.
     pub timeouts: Timeouts,
@@ -50,6 +50,9 @@ pub struct Options {
     pub fence_persist: Duration,
     /// How often the certificate files are compared with what is presented.
     pub cert_check: Duration,
+    /// The wall clock every stamp, epoch and deadline is read from: the system clock in
+    /// the daemon; a stepped one in the fault suite's clock-step rows.
+    pub clock: Clock,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             mode_check: MODE_CHECK_INTERVAL,
             fence_persist: FENCE_PERSIST_INTERVAL,
             cert_check: tls::CERT_CHECK_INTERVAL,
+            clock: Clock::system(),
         }
     }
 }
@@ -200,7 +204,8 @@ pub async fn start_with(
     let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
     let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
 
-    let now = clock::wall_ms();
+    let clock = options.clock.clone();
+    let now = clock.wall_ms();
     let Persisted {
         epoch: started,
         feedback: restored,
@@ -209,7 +214,7 @@ pub async fn start_with(
     let epoch = started.epoch;
 
     let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
-    let metrics = OperatorMetrics::register(&mut registry, signals.clone());
+    let metrics = OperatorMetrics::register(&mut registry, signals.clone(), clock.clone());
     report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
     let certificates =
@@ -217,21 +222,25 @@ pub async fn start_with(
     let registry = Arc::new(registry);
 
     let mut tasks = JoinSet::new();
-    let (feedback, feedback_task) =
-        feedback::spawn(receiver, state.clone(), metrics.ages_rejected.clone());
+    let (feedback, feedback_task) = feedback::spawn(
+        receiver,
+        state.clone(),
+        metrics.ages_rejected.clone(),
+        clock.clone(),
+    );
     tasks.spawn(async move {
         let _ = feedback_task.await;
         Ok(())
     });
 
     let (verdicts_tx, verdicts) = tokio::sync::watch::channel(vec![None; config.providers.len()]);
-    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics, verdicts_tx);
+    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics, &clock, verdicts_tx);
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
     });
 
-    for poller in peer_pollers(&config, &certificate, &trust, &signals, &metrics)? {
+    for poller in peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)? {
         tasks.spawn(async move {
             poller.run().await;
             Ok(())
@@ -251,6 +260,7 @@ pub async fn start_with(
             metrics: metrics.ingest.clone(),
             refusals: metrics.refusals.clone(),
             feedback_metrics: metrics.feedback.clone(),
+            clock,
         }),
     };
     tasks.spawn(async move {
@@ -273,7 +283,7 @@ pub async fn start_with(
         &mut tasks,
         (certificate, trust_for_reloads, certificates.clone()),
         source.map(|s| (s, Declared::of(&config))),
-        options,
+        &options,
     );
     tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
     Ok(Running {
@@ -348,6 +358,7 @@ fn peer_pollers(
     trust: &Arc<tls::Trust>,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
+    clock: &Clock,
 ) -> Result<Vec<PeerPoller>, Error> {
     config
         .peers
@@ -364,6 +375,7 @@ fn peer_pollers(
                 metrics: metrics.polls.clone(),
                 ingest: metrics.ingest.clone(),
                 interval: config.peer_poll_interval,
+                clock: clock.clone(),
             })
         })
         .collect()
@@ -425,6 +437,7 @@ fn scrape_loop(
     targets: Vec<FetchTarget>,
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
+    clock: &Clock,
     verdicts: tokio::sync::watch::Sender<Vec<Option<grid_signals::epp::Readiness>>>,
 ) -> ScrapeLoop {
     let providers = config
@@ -445,6 +458,7 @@ fn scrape_loop(
         metrics: metrics.scrapes.clone(),
         ingest: metrics.ingest.clone(),
         interval: config.scrape_interval,
+        clock: clock.clone(),
     }
 }
 
@@ -505,10 +519,11 @@ fn watch_declarations(
     tasks: &mut JoinSet<Result<(), Error>>,
     (slot, trust, reloads): (Arc<tls::CertSlot>, Arc<tls::Trust>, tls::ReloadMetrics),
     source: Option<(Arc<dyn ConfigSource>, Declared)>,
-    options: Options,
+    options: &Options,
 ) {
+    let every = options.cert_check;
     tasks.spawn(async move {
-        tls::watch(slot, Some(trust), options.cert_check, reloads).await;
+        tls::watch(slot, Some(trust), every, reloads).await;
         Ok(())
     });
     if let Some((source, running)) = source {

@@ -18,7 +18,7 @@ use grid_feedback::{
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::clock;
+use crate::clock::Clock;
 use crate::state::StateStore;
 
 /// Requests waiting for the feedback task; more are refused at once as `busy` (503 with
@@ -81,13 +81,14 @@ pub(crate) fn spawn(
     receiver: Receiver,
     store: Arc<dyn StateStore>,
     ages_rejected: Gauge,
+    clock: Clock,
 ) -> (FeedbackHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(FEEDBACK_QUEUE);
     // Exported before the task runs, so a restored condition is visible from the start.
     ages_rejected.set(i64::from(
         receiver.condition().status == ConditionStatus::True,
     ));
-    let task = tokio::spawn(run(receiver, store, ages_rejected, rx));
+    let task = tokio::spawn(run(receiver, store, ages_rejected, clock, rx));
     (FeedbackHandle { tx }, task)
 }
 
@@ -97,6 +98,7 @@ async fn run(
     mut receiver: Receiver,
     store: Arc<dyn StateStore>,
     ages_rejected: Gauge,
+    clock: Clock,
     mut rx: mpsc::Receiver<Job>,
 ) {
     let mut waiting: HashMap<RequestId, oneshot::Sender<Reply>> = HashMap::new();
@@ -147,7 +149,7 @@ async fn run(
         }
         let timer = receiver
             .poll_timeout()
-            .map(|deadline| Duration::from_millis(deadline.saturating_sub(clock::wall_ms())));
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(clock.wall_ms())));
         let write_done = async {
             match writing.as_mut() {
                 Some((_, handle)) => handle.await,
@@ -162,7 +164,7 @@ async fn run(
                 waiting.insert(id, job.reply);
                 let headers: Vec<(&[u8], &[u8])> =
                     job.headers.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
-                receiver.handle(clock::wall_ms(), ReceiverInput::Request(Request {
+                receiver.handle(clock.wall_ms(), ReceiverInput::Request(Request {
                     id,
                     caller: job.caller,
                     headers: &headers,
@@ -183,11 +185,11 @@ async fn run(
                     Err(_) => WriteOutcome::Failed,
                 };
                 if let Some((write, _)) = writing.take() {
-                    receiver.handle(clock::wall_ms(), ReceiverInput::WriteResult { write, outcome });
+                    receiver.handle(clock.wall_ms(), ReceiverInput::WriteResult { write, outcome });
                 }
             }
             () = async { tokio::time::sleep(timer.unwrap_or_default()).await }, if timer.is_some() => {
-                receiver.handle(clock::wall_ms(), ReceiverInput::Timeout);
+                receiver.handle(clock.wall_ms(), ReceiverInput::Timeout);
             }
         }
     }

@@ -23,6 +23,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::clock::Clock;
 use crate::listener::ListenerMetrics;
 use crate::peers::PollMetrics;
 use crate::providers::ScrapeMetrics;
@@ -69,11 +70,12 @@ pub const PROVIDER_SERIES: [(&str, &str); 7] = [
 #[derive(Debug)]
 pub struct ProviderSeries {
     signals: SharedSignals,
+    clock: Clock,
 }
 
 impl Collector for ProviderSeries {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let now = crate::clock::wall_ms();
+        let now = self.clock.wall_ms();
         let signals = lock(&self.signals);
         for (name, help) in PROVIDER_SERIES {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -121,7 +123,7 @@ pub struct OperatorMetrics {
 impl OperatorMetrics {
     /// Builds the registry: the libraries' series, the operator's own, and the provider
     /// series read from `signals`.
-    pub fn register(registry: &mut Registry, signals: SharedSignals) -> Self {
+    pub fn register(registry: &mut Registry, signals: SharedSignals, clock: Clock) -> Self {
         let ages_rejected = Gauge::default();
         registry.register(
             "grid_operator_gateway_ages_rejected",
@@ -146,7 +148,7 @@ impl OperatorMetrics {
             "How far the persisted publisher-epoch mark was ahead of the clock at start when it forced the clamp; 0 otherwise",
             epoch_mark_lead.clone(),
         );
-        registry.register_collector(Box::new(ProviderSeries { signals }));
+        registry.register_collector(Box::new(ProviderSeries { signals, clock }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
         Self {

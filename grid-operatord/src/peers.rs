@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rustls::ClientConfig;
 
-use crate::clock;
+use crate::clock::{self, Clock};
 use crate::config::PeerConfig;
 use crate::signals::{SharedSignals, lock};
 use grid_daemon::client::{FetchTarget, fetch};
@@ -115,6 +115,8 @@ pub struct PeerPoller {
     pub ingest: IngestMetrics,
     /// Poll interval.
     pub interval: Duration,
+    /// The wall clock polled readings are stamped against.
+    pub clock: Clock,
 }
 
 impl PeerPoller {
@@ -152,7 +154,7 @@ impl PeerPoller {
                     // Counted before the rows become visible, so whoever sees them also
                     // sees the poll that brought them.
                     self.metrics.record(&self.peer.name, PollOutcome::Ok);
-                    let now = clock::wall_ms();
+                    let now = self.clock.wall_ms();
                     let mut site = lock(&self.signals);
                     site.handle(
                         now,
@@ -249,6 +251,7 @@ mod tests {
                 fingerprints: Vec::new(),
                 timeout: Duration::from_millis(500),
             },
+            clock: Clock::system(),
             tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
             signals: Arc::new(Mutex::new(Site::new(
                 SiteConfig {

@@ -16,7 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::clock;
+use crate::clock::{self, Clock};
 use crate::scrape::Scraper;
 use crate::signals::{SharedSignals, lock};
 use grid_daemon::client::FetchTarget;
@@ -188,6 +188,8 @@ pub(crate) struct ScrapeLoop {
     pub interval: Duration,
     /// Each provider's last published readiness reason, so a transition is logged once.
     pub readiness: Vec<Option<ReadyReason>>,
+    /// The wall clock scrapes are stamped with.
+    pub clock: Clock,
     /// Each provider's latest verdict, by index, updated on every transition: what the
     /// controller mode writes as the Ready condition.
     pub verdicts: tokio::sync::watch::Sender<Vec<Option<Readiness>>>,
@@ -219,7 +221,7 @@ impl ScrapeLoop {
                 .pass_seconds
                 .set(latest_pass_ms as f64 / 1000.0);
             self.metrics.passes.inc();
-            let now = clock::wall_ms();
+            let now = self.clock.wall_ms();
             lock(&self.signals).handle(now, SiteInput::Expire);
         }
     }
@@ -232,7 +234,7 @@ impl ScrapeLoop {
         }
         while let Some(joined) = set.join_next().await {
             let Ok((i, outcome)) = joined else { continue };
-            let now = clock::wall_ms();
+            let now = self.clock.wall_ms();
             // Counted and logged after the lock is released, so a log line never holds
             // up the relay or /metrics.
             let outputs: Vec<SiteOutput> = {

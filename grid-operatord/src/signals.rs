@@ -17,7 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::clock;
+use crate::clock::Clock;
 use crate::feedback::FeedbackHandle;
 use crate::listener::{Handler, HandlerFuture};
 use grid_daemon::tls::Identity;
@@ -118,6 +118,8 @@ pub struct SignalsService {
     pub refusals: RefusalMetrics,
     /// Feedback refusals, for the ones made before the receiver saw the request.
     pub feedback_metrics: ReceiverMetrics,
+    /// The wall clock relays are stamped against and ingest reports received by.
+    pub clock: Clock,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -145,7 +147,7 @@ impl SignalsService {
         let Some(caller) = caller else {
             return self.refuse(Refusal::Forbidden);
         };
-        let now = clock::wall_ms();
+        let now = self.clock.wall_ms();
         let reference_ms = reference(now);
         let mut body = Vec::new();
         let report = lock(&self.signals).relay(
@@ -178,7 +180,7 @@ impl SignalsService {
         caller: Option<Identity>,
         request: Request<Incoming>,
     ) -> Response<Full<Bytes>> {
-        let received_ms = clock::wall_ms();
+        let received_ms = self.clock.wall_ms();
         let caller = match caller {
             Some(Identity::Local) => Caller::Local,
             // A peer or a trusted stranger: the receiver refuses and counts it.

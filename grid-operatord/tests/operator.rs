@@ -646,7 +646,7 @@ async fn fences_survive_a_restart_so_an_older_batch_stays_refused() {
         let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
         async move { driver::start(config, None, state, options).await.unwrap() }
     };
-    let first = start(options).await;
+    let first = start(options.clone()).await;
     let dir = a.state_dir();
     eventually("fence (epoch, 5) persisted", 10, || {
         let dir = dir.clone();

@@ -53,34 +53,44 @@ pub const MAX_STALL: Duration = Duration::from_secs(600);
 /// How long the relay waits for its target's TCP connect before resetting the client.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Added delay of one direction: `fixed` plus a uniform draw in `[0, jitter]` per chunk.
+/// Added delay of one direction: `fixed` plus a uniform draw in `[0, jitter]` per chunk,
+/// plus, on `hiccup_per_mille` chunks in 1000, a `hiccup` (an occasional stall: order is
+/// kept, so the chunks behind it wait too).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Delay {
     /// Always added.
     pub fixed: Duration,
     /// The most added on top, drawn per chunk.
     pub jitter: Duration,
+    /// Added to the chunks a hiccup falls on.
+    pub hiccup: Duration,
+    /// How many chunks in 1000 a hiccup falls on (drawn per chunk).
+    pub hiccup_per_mille: u32,
 }
 
 impl Delay {
     /// No delay.
-    pub const NONE: Self = Self {
-        fixed: Duration::ZERO,
-        jitter: Duration::ZERO,
-    };
+    pub const NONE: Self = Self::ms(0, 0);
 
-    /// `fixed_ms` plus up to `jitter_ms`.
+    /// `fixed_ms` plus up to `jitter_ms`, no hiccups.
     pub const fn ms(fixed_ms: u64, jitter_ms: u64) -> Self {
         Self {
             fixed: Duration::from_millis(fixed_ms),
             jitter: Duration::from_millis(jitter_ms),
+            hiccup: Duration::ZERO,
+            hiccup_per_mille: 0,
         }
     }
 }
 
 /// A WAN-like one-way delay between sites: 20 ms plus up to 60 ms jitter (a 20-80 ms
-/// link, the range issue 15 names).
-pub const WAN: Delay = Delay::ms(20, 60);
+/// link, the range issue 15 names), and an occasional stall: 300 ms more on one chunk in
+/// a hundred.
+pub const WAN: Delay = Delay {
+    hiccup: Duration::from_millis(300),
+    hiccup_per_mille: 10,
+    ..Delay::ms(20, 60)
+};
 
 /// Which way bytes move through the relay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,13 +198,23 @@ impl Shared {
             Direction::ToTarget => faults.to_target,
             Direction::ToClient => faults.to_client,
         };
-        let jitter = if d.jitter.is_zero() {
-            Duration::ZERO
-        } else {
-            d.jitter.mul_f64(self.rng.lock().unit())
-        };
-        (d.fixed + jitter).min(MAX_DELAY)
+        draw(d, &mut self.rng.lock())
     }
+}
+
+/// One chunk's delay under `d`, from `rng`.
+fn draw(d: Delay, rng: &mut SplitMix64) -> Duration {
+    let jitter = if d.jitter.is_zero() {
+        Duration::ZERO
+    } else {
+        d.jitter.mul_f64(rng.unit())
+    };
+    let hiccup = if d.hiccup_per_mille > 0 && rng.unit() * 1000.0 < f64::from(d.hiccup_per_mille) {
+        d.hiccup
+    } else {
+        Duration::ZERO
+    };
+    (d.fixed + jitter + hiccup).min(MAX_DELAY)
 }
 
 /// Sets the faults of a running relay. Cheap to clone; every setter takes effect at once
@@ -327,7 +347,16 @@ impl FaultRelay {
     /// Starts a relay on 127.0.0.1 (a port the OS picks) forwarding to `target`, with no
     /// fault in force; `seed` seeds the jitter.
     pub async fn start(target: SocketAddr, seed: u64) -> Result<Self, Error> {
-        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST, target, seed).await
+    }
+
+    /// As [`FaultRelay::start`], listening on `ip` (a namespace's end of its link, say).
+    pub async fn start_on(
+        ip: std::net::Ipv4Addr,
+        target: SocketAddr,
+        seed: u64,
+    ) -> Result<Self, Error> {
+        let listener = TcpListener::bind(SocketAddr::from((ip, 0))).await?;
         let addr = listener.local_addr()?;
         let (faults, _) = watch::channel(Faults {
             to_target: Delay::NONE,
@@ -675,6 +704,20 @@ mod tests {
         assert_eq!(draw(3), draw(3));
         assert_ne!(draw(3), draw(4));
         assert!(draw(3).iter().all(|u| (0.0..1.0).contains(u)));
+    }
+
+    #[test]
+    fn the_wan_delay_stays_in_its_range_with_a_hiccup_on_about_one_chunk_in_a_hundred() {
+        let mut rng = SplitMix64(7);
+        let draws: Vec<Duration> = (0..10_000).map(|_| draw(WAN, &mut rng)).collect();
+        let (low, high) = (WAN.fixed, WAN.fixed + WAN.jitter);
+        let hiccups = draws.iter().filter(|d| **d > high).count();
+        assert!(draws.iter().all(|d| *d >= low && *d <= high + WAN.hiccup));
+        assert!((50..=150).contains(&hiccups), "{hiccups} hiccups in 10000");
+        let none: Vec<Duration> = (0..1_000)
+            .map(|_| draw(Delay::ms(20, 60), &mut rng))
+            .collect();
+        assert!(none.iter().all(|d| *d <= high), "no hiccups unless asked");
     }
 
     #[tokio::test]

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::Error;
 use crate::clock::Stopwatch;
+use crate::fault_ledger::{Evidence, FENCE_SAMPLE_EVERY, FenceWatch, settle_evidence};
 use crate::load::{LoadClient, Protocol, chat_body};
 use crate::local_grid::{
     Backend, Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
@@ -65,6 +66,10 @@ pub const SLOW_CLIENTS: usize = 200;
 pub const SLOW_CLIENT_BYTE_EVERY: Duration = Duration::from_millis(500);
 /// How long the slow EPP takes to answer: past the operator's scrape timeout.
 pub const SLOW_EPP: Duration = Duration::from_secs(2);
+/// How far the clock-step rows step an operator's clock back: twice the receivers' 10 min
+/// bound on how far ahead a stamp may be, so every reading stamped before the step is
+/// implausible after it.
+pub const CLOCK_STEP_MS: i64 = 20 * 60 * 1000;
 
 /// One fault of the suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,8 +78,9 @@ pub enum Fault {
     Partition,
     /// `c`'s operator aborted (no final fence write), started again after the hold.
     OperatorRestart,
-    /// `c`'s peer link stalled: `operator[0]`'s polls get no byte back (a frozen process
-    /// as its peers see it; emulated, since the operators run in-process).
+    /// `c`'s operator frozen for the hold: every thread of its runtime stopped, as
+    /// `SIGSTOP` stops a process (without namespaces: its peer link stalled instead, so
+    /// `operator[0]`'s polls get no byte back).
     OperatorFrozen,
     /// `c`'s request link stalled: the upstream accepts and never answers.
     HungUpstream,
@@ -97,11 +103,17 @@ pub enum Fault {
     /// Sites `a` (its operator and the gateway) and `c` get renewed certificates, written
     /// over their files under load.
     CertificateRotation,
+    /// `c`'s operator clock steps back [`CLOCK_STEP_MS`] ms (and forward again at healing), as
+    /// a host clock step would; every other clock stays.
+    ClockStep,
+    /// The same step on `a`'s operator, the one the gateway polls and reports to: the
+    /// readings it stamped before the step now read as ahead of its clock.
+    ClockStepLocal,
 }
 
 impl Fault {
     /// Every fault, in the order the suite runs them.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 15] = [
         Self::Partition,
         Self::OperatorRestart,
         Self::OperatorFrozen,
@@ -115,6 +127,8 @@ impl Fault {
         Self::PeerFlood,
         Self::SlowClientFlood,
         Self::CertificateRotation,
+        Self::ClockStep,
+        Self::ClockStepLocal,
     ];
 
     /// Its name on the command line and in the table.
@@ -133,6 +147,8 @@ impl Fault {
             Self::PeerFlood => "peer-flood",
             Self::SlowClientFlood => "slow-client-flood",
             Self::CertificateRotation => "certificate-rotation",
+            Self::ClockStep => "clock-step",
+            Self::ClockStepLocal => "clock-step-local",
         }
     }
 
@@ -153,13 +169,32 @@ impl Fault {
         }
     }
 
+    /// The site the fault is injected on: [`FAULTED`], except the local clock step.
+    pub fn site(self) -> &'static str {
+        match self {
+            Self::ClockStepLocal => SITES[0],
+            _ => FAULTED,
+        }
+    }
+
     /// Whether the design says the faulted site must leave selection during this fault.
     /// A body without the ready-endpoint series leaves readiness unknown, which never
-    /// excludes (seed 000, Provider Readiness); floods must not move a healthy site.
+    /// excludes (seed 000, Provider Readiness); floods must not move a healthy site; a
+    /// clock step moves every stamp and its reference together (stamps travel relative to
+    /// the sender's `Date`), so it must not either. An upstream that hangs or resets while
+    /// its EPP reports ready is weighed down by its serving failures, not excluded
+    /// (exclusion reads signals only).
     pub fn expects_exclusion(self) -> bool {
         !matches!(
             self,
-            Self::PeerFlood | Self::SlowClientFlood | Self::EppNoSeries | Self::CertificateRotation
+            Self::HungUpstream
+                | Self::ResettingUpstream
+                | Self::PeerFlood
+                | Self::SlowClientFlood
+                | Self::EppNoSeries
+                | Self::CertificateRotation
+                | Self::ClockStep
+                | Self::ClockStepLocal
         )
     }
 }
@@ -188,6 +223,13 @@ pub struct Row {
     /// From healing until `c` was measured and selectable again, if within
     /// [`REJOIN_LIMIT`].
     pub to_rejoin: Option<Duration>,
+    /// Persisted fences or epoch marks that went backwards, described
+    /// ([`crate::fault_ledger::FenceWatch`]).
+    pub fences_lost: Vec<String>,
+    /// Fences tracked and state directory reads made.
+    pub fences_read: (usize, u64),
+    /// The gateway's rejection evidence against what its operator persisted.
+    pub evidence: Evidence,
     /// Anything else worth a column (flood outcomes).
     pub note: String,
 }
@@ -334,16 +376,17 @@ fn out_of_preference(r: &SiteRouting) -> bool {
     }
 }
 
-/// Polls the view every [`WATCH_EVERY`] until `cond` holds for [`FAULTED`] or `limit`
-/// passes; returns the time taken and the routing then.
+/// Polls the view every [`WATCH_EVERY`] until `cond` holds for `site` or `limit` passes;
+/// returns the time taken and the routing then.
 async fn watch_faulted(
     grid: &LocalGrid,
+    site: &str,
     limit: Duration,
     cond: impl Fn(&SiteRouting) -> bool,
 ) -> (Option<Duration>, SiteRouting) {
     let watch = Stopwatch::start();
     loop {
-        let r = grid.routing(FAULTED);
+        let r = grid.routing(site);
         if cond(&r) {
             return (Some(watch.elapsed()), r);
         }
@@ -360,6 +403,8 @@ struct Injected {
     slow_clients: JoinSet<Option<bool>>,
     opened: Arc<std::sync::atomic::AtomicUsize>,
     flood: Option<tokio::task::JoinHandle<()>>,
+    /// Whether the operator's runtime was frozen (rather than its relay stalled).
+    frozen: bool,
 }
 
 /// Injects `fault` on [`FAULTED`].
@@ -371,11 +416,24 @@ fn inject(
 ) -> Injected {
     let mut injected = Injected::default();
     match fault {
-        Fault::Partition => link.both(|c| c.set_black_hole(true)),
+        Fault::Partition => {
+            // A namespaced site's link goes down; without namespaces its relays
+            // black-hole instead (heal says which).
+            if !grid.set_link(FAULTED, false).unwrap_or(false) {
+                link.both(|c| c.set_black_hole(true));
+            }
+        }
         Fault::OperatorRestart => {
             grid.stop_operator(FAULTED);
         }
-        Fault::OperatorFrozen => link.peer.stall(),
+        Fault::OperatorFrozen => {
+            // A namespaced operator's own runtime stops whole for the hold, as SIGSTOP
+            // stops a process; without namespaces its peer relay stalls instead.
+            injected.frozen = grid.freeze_operator(FAULTED, fault.hold());
+            if !injected.frozen {
+                link.peer.stall();
+            }
+        }
         Fault::HungUpstream => link.backend.stall(),
         Fault::ResettingUpstream => link.backend.set_resetting(true),
         Fault::EppZeroReady => control.drop_all_endpoints(),
@@ -403,6 +461,12 @@ fn inject(
                 let _ = grid.renew_certificate(site);
             }
         }
+        Fault::ClockStep => {
+            grid.step_clock(FAULTED, -CLOCK_STEP_MS);
+        }
+        Fault::ClockStepLocal => {
+            grid.step_clock(SITES[0], -CLOCK_STEP_MS);
+        }
     }
     injected
 }
@@ -417,9 +481,23 @@ async fn heal(
 ) -> Result<String, Error> {
     let mut note = String::new();
     match fault {
-        Fault::Partition => link.both(|c| c.set_black_hole(false)),
+        Fault::Partition => {
+            if grid.set_link(FAULTED, true)? {
+                "veth link down".clone_into(&mut note);
+            } else {
+                link.both(|c| c.set_black_hole(false));
+                "no namespaces here: relays black-holed".clone_into(&mut note);
+            }
+        }
         Fault::OperatorRestart => grid.start_operator(FAULTED).await?,
-        Fault::OperatorFrozen => link.peer.clear_stall(),
+        Fault::OperatorFrozen => {
+            if injected.frozen {
+                note = format!("every operator thread stopped {} s", fault.hold().as_secs());
+            } else {
+                link.peer.clear_stall();
+                "no namespaces here: peer relay stalled".clone_into(&mut note);
+            }
+        }
         Fault::HungUpstream => link.backend.clear_stall(),
         Fault::ResettingUpstream => link.backend.set_resetting(false),
         Fault::EppZeroReady => control.restore(),
@@ -449,6 +527,12 @@ async fn heal(
                 Fault::SlowClientFlood.hold().as_secs()
             );
         }
+        Fault::ClockStep => {
+            grid.step_clock(FAULTED, CLOCK_STEP_MS);
+        }
+        Fault::ClockStepLocal => {
+            grid.step_clock(SITES[0], CLOCK_STEP_MS);
+        }
         Fault::CertificateRotation => {
             let taken = [SITES[0], FAULTED].map(|s| (s, grid.certificate_reloads(s)));
             note = taken
@@ -468,7 +552,11 @@ async fn heal(
 
 /// Runs one fault on a fresh grid and measures it.
 pub async fn run(fault: Fault) -> Result<Row, Error> {
-    let mut grid = LocalGrid::start_with_links(&spec(), Links::WAN).await?;
+    let links = Links {
+        namespaces: crate::netns::available(),
+        ..Links::WAN
+    };
+    let mut grid = LocalGrid::start_with_links(&spec(), links).await?;
     grid.wait_until("every site selectable", MEASURED_WITHIN, |g| {
         SITES.iter().all(|s| g.routing(s).selectable())
     })
@@ -478,6 +566,11 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
         .expect("a remote site of a linked grid has links");
     let control = grid.control(FAULTED).expect("the sites are simulated");
 
+    let fences_done = Arc::new(AtomicBool::new(false));
+    let fences = tokio::spawn(watch_fences(
+        FenceWatch::of(&grid),
+        Arc::clone(&fences_done),
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let client = LoadClient::new(Protocol::Http1, REQUEST_TIMEOUT);
     let uri: http::Uri = grid
@@ -503,7 +596,7 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
     let mut injected = inject(fault, &mut grid, &link, &control);
     let held = Stopwatch::start();
     let hold = fault.hold();
-    let (to_exclude, seen) = watch_faulted(&grid, hold, out_of_preference).await;
+    let (to_exclude, seen) = watch_faulted(&grid, fault.site(), hold, out_of_preference).await;
     row.to_exclude = to_exclude;
     row.reason = match seen {
         SiteRouting::Excluded(reason) => Some(reason),
@@ -516,11 +609,13 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
 
     row.note = heal(fault, &mut grid, &link, &control, &mut injected).await?;
     if row.to_exclude.is_some() || !fault.expects_exclusion() {
-        let (to_rejoin, _) = watch_faulted(&grid, REJOIN_LIMIT, |r| !out_of_preference(r)).await;
+        let (to_rejoin, _) =
+            watch_faulted(&grid, fault.site(), REJOIN_LIMIT, |r| !out_of_preference(r)).await;
         row.to_rejoin = to_rejoin;
     }
 
     stop.store(true, Ordering::Relaxed);
+    row.evidence = settle_evidence(&grid, SITES[0]).await;
     while let Some(done) = workers.join_next().await {
         let Ok(t) = done else { continue };
         row.sent += t.sent;
@@ -535,8 +630,24 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
             *row.by_site.entry(k).or_default() += v;
         }
     }
+    fences_done.store(true, Ordering::Relaxed);
+    let mut fences = fences.await.unwrap_or_default();
     grid.shutdown().await;
+    // After the graceful stop: the final fence writes must not fall below any earlier one.
+    fences.read();
+    row.fences_read = (fences.tracked(), fences.reads);
+    row.fences_lost = fences.regressions;
     Ok(row)
+}
+
+/// Reads the state directories every [`FENCE_SAMPLE_EVERY`] until `done`; bounded by
+/// the run's own bounds (it is stopped before the grid is).
+async fn watch_fences(mut watch: FenceWatch, done: Arc<AtomicBool>) -> FenceWatch {
+    while !done.load(Ordering::Relaxed) {
+        watch.read();
+        tokio::time::sleep(FENCE_SAMPLE_EVERY).await;
+    }
+    watch
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -553,16 +664,37 @@ fn pairs<K: std::fmt::Display>(m: &BTreeMap<K, u64>) -> String {
         .join(", ")
 }
 
+/// What became of `GatewayAgesRejected` once the evidence was persisted.
+fn evidence_condition(e: &Evidence) -> String {
+    match (e.unresolved, e.cleared_after) {
+        (false, _) => String::new(),
+        (true, Some(d)) => format!(
+            ", GatewayAgesRejected True, cleared {} ms later",
+            d.as_millis()
+        ),
+        (true, None) => ", GatewayAgesRejected still True".to_owned(),
+    }
+}
+
+fn fences_column(r: &Row) -> String {
+    let (tracked, reads) = r.fences_read;
+    if r.fences_lost.is_empty() {
+        format!("0 (of {tracked} over {reads} reads)")
+    } else {
+        r.fences_lost.join("; ")
+    }
+}
+
 /// The markdown table of `rows`.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| fault | sent | answered (status: n) | 200s by site | failed (how: n) | 200s from an excluded site | c out after | how | c back after | note |\n\
-         | --- | ---: | --- | --- | --- | ---: | ---: | --- | ---: | --- |\n",
+        "| fault | sent | answered (status: n) | 200s by site | failed (how: n) | 200s from an excluded site | out after | how | back after | fences lost | evidence observed / persisted | note |\n\
+         | --- | ---: | --- | --- | --- | ---: | ---: | --- | ---: | --- | ---: | --- |\n",
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {}{} | {} |",
             r.fault,
             r.sent,
             pairs(&r.statuses),
@@ -572,6 +704,10 @@ pub fn table(rows: &[Row]) -> String {
             ms(r.to_exclude),
             r.reason.unwrap_or("—"),
             ms(r.to_rejoin),
+            fences_column(r),
+            r.evidence.observed,
+            r.evidence.persisted,
+            evidence_condition(&r.evidence),
             r.note,
         );
     }

@@ -20,6 +20,13 @@
 //! backend directly, as a co-located operator does. The relays are TCP-level, so TLS
 //! passes through; the peer URL names the relay's `127.0.0.1`, which the site
 //! certificates carry as an IP SAN.
+//!
+//! With [`Links::namespaces`], every remote site runs in a network namespace of its own
+//! ([`Netns`]): its backend, its operator and its two relays listen on the namespace's end
+//! of a veth link, and its operator reaches `operator[0]` through a third relay on the
+//! link's outside end. Everything between the site and `site[0]` then crosses the link,
+//! so [`LocalGrid::set_link`] can partition the site the way a WAN does: packets
+//! dropped, no reset, no refusal.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +38,7 @@ use grid_gatewayd::config::{
     Candidate, OperatorConfig as GatewayOperator, Shedding as GatewayShedding,
     TlsFiles as GatewayTls,
 };
+use grid_operatord::clock::Clock;
 use grid_operatord::config::{
     Config as OperatorConfig, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig,
     TlsFiles as OperatorTls, TrustMode,
@@ -43,6 +51,7 @@ use tempfile::TempDir;
 use crate::Error;
 use crate::clock::Stopwatch;
 use crate::fault_relay::{Delay, FaultControl, FaultRelay, WAN};
+use crate::netns::{Netns, NsRuntime};
 use crate::pki::{Ca, LOOPBACK_NAME, SiteFiles, TRUST_DOMAIN};
 use crate::sim_site::{SimSite, SimSiteConfig, SimSiteControl};
 
@@ -125,6 +134,9 @@ pub struct Links {
     pub delay: Delay,
     /// Seeds the relays' jitter (each relay gets its own seed derived from it).
     pub seed: u64,
+    /// Whether each remote site runs in a network namespace of its own (needs root and
+    /// iproute2): see the module docs.
+    pub namespaces: bool,
 }
 
 impl Links {
@@ -132,6 +144,7 @@ impl Links {
     pub const WAN: Self = Self {
         delay: WAN,
         seed: 1,
+        namespaces: false,
     };
 }
 
@@ -156,6 +169,9 @@ impl SiteLink {
 struct RunningLink {
     peer: FaultRelay,
     backend: FaultRelay,
+    /// On the outside end of a namespaced site's link, in front of `operator[0]`: the
+    /// site's own peer polls cross it.
+    uplink: Option<FaultRelay>,
 }
 
 /// How many times, 100 ms apart, a restarted operator retries binding the signals port
@@ -174,6 +190,15 @@ struct RunningSite {
     config: OperatorConfig,
     state_dir: PathBuf,
     link: Option<RunningLink>,
+    /// Its operator's wall clock, kept across restarts (a restarted process still reads
+    /// the host's clock, stepped or not).
+    clock: Clock,
+    /// A namespaced site's operator runs on a single-threaded runtime of its own, a
+    /// process as far as its tasks can tell: [`LocalGrid::freeze_operator`] stops it.
+    operator_runtime: Option<NsRuntime>,
+    /// The namespace it runs in, if any. Last, so it is dropped after everything that
+    /// runs inside it.
+    netns: Option<Netns>,
 }
 
 /// Where a site stands in the gateway's current routing view.
@@ -255,7 +280,7 @@ fn operator_config(
 ) -> Result<OperatorConfig, Error> {
     let listen = Listen {
         signals,
-        metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics: SocketAddr::from((signals.ip(), 0)),
     };
     let tls = OperatorTls {
         cert: files.cert.clone(),
@@ -337,27 +362,54 @@ fn gateway_config(
 async fn start_operator(
     mut config: OperatorConfig,
     state_dir: &Path,
+    clock: &Clock,
 ) -> Result<(grid_operatord::driver::Running, OperatorConfig), Error> {
     let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(state_dir)?);
-    let running = grid_operatord::driver::start(
-        config.clone(),
-        None,
-        state,
-        grid_operatord::driver::Options::default(),
-    )
-    .await?;
+    let options = grid_operatord::driver::Options {
+        clock: clock.clone(),
+        ..grid_operatord::driver::Options::default()
+    };
+    let running = grid_operatord::driver::start(config.clone(), None, state, options).await?;
     config.listen.signals = running.signals_addr;
     config.listen.metrics = running.metrics_addr;
     Ok((running, config))
 }
 
-/// Starts every simulated backend; returns each site's backend and base URL.
-async fn start_backends(spec: &GridSpec) -> Result<Vec<(Option<SimSite>, String)>, Error> {
+/// Runs `f` where a site lives: on a runtime of its namespace (so every socket it opens
+/// is in there), or right here.
+async fn run_in<T: Send + 'static>(
+    runtime: Option<&tokio::runtime::Handle>,
+    f: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    match runtime {
+        None => f.await,
+        Some(rt) => rt
+            .spawn(f)
+            .await
+            .map_err(|e| Error::Request(format!("in a namespace: {e}")))?,
+    }
+}
+
+/// The address a site's listeners bind: its namespace's end of the link, or loopback.
+fn site_ip(netns: Option<&Netns>) -> std::net::Ipv4Addr {
+    netns.map_or(std::net::Ipv4Addr::LOCALHOST, Netns::ns_addr)
+}
+
+/// Starts every simulated backend, each where its site lives; returns each site's
+/// backend and base URL.
+async fn start_backends(
+    spec: &GridSpec,
+    netns: &[Option<Netns>],
+) -> Result<Vec<(Option<SimSite>, String)>, Error> {
     let mut backends = Vec::with_capacity(spec.sites.len());
-    for s in &spec.sites {
+    for (s, ns) in spec.sites.iter().zip(netns) {
         backends.push(match &s.backend {
             Backend::Simulated(config) => {
-                let sim = SimSite::start(config.clone()).await?;
+                let (ip, config) = (site_ip(ns.as_ref()), config.clone());
+                let sim = run_in(ns.as_ref().map(Netns::handle), async move {
+                    SimSite::start_on(ip, config).await
+                })
+                .await?;
                 let url = sim.url("");
                 (Some(sim), url)
             }
@@ -367,22 +419,52 @@ async fn start_backends(spec: &GridSpec) -> Result<Vec<(Option<SimSite>, String)
     Ok(backends)
 }
 
-/// Starts remote site `index`'s two relays, with the WAN delay in force.
+/// Starts remote site `index`'s two relays where the site lives, with the WAN delay in
+/// force.
 async fn start_link(
     links: Links,
     index: usize,
     signals: SocketAddr,
     backend_url: &str,
+    netns: Option<&Netns>,
 ) -> Result<RunningLink, Error> {
     let seed = links
         .seed
         .wrapping_mul(0x100)
-        .wrapping_add(index as u64 * 2);
-    let peer = FaultRelay::start(signals, seed).await?;
-    let backend = FaultRelay::start(socket_addr_of(backend_url)?, seed + 1).await?;
+        .wrapping_add(index as u64 * 3);
+    let (ip, backend) = (site_ip(netns), socket_addr_of(backend_url)?);
+    let (peer, backend) = run_in(netns.map(Netns::handle), async move {
+        let peer = FaultRelay::start_on(ip, signals, seed).await?;
+        let backend = FaultRelay::start_on(ip, backend, seed + 1).await?;
+        Ok((peer, backend))
+    })
+    .await?;
     peer.control().set_delay_both(links.delay);
     backend.control().set_delay_both(links.delay);
-    Ok(RunningLink { peer, backend })
+    Ok(RunningLink {
+        peer,
+        backend,
+        uplink: None,
+    })
+}
+
+/// For a namespaced site: a relay on the outside end of its link in front of
+/// `operator[0]` (whose listener is on this loopback, out of the namespace's reach), with
+/// the WAN delay; returns it and the URL the site's operator polls.
+async fn start_uplink(
+    links: Links,
+    index: usize,
+    netns: &Netns,
+    local: SocketAddr,
+) -> Result<(FaultRelay, String), Error> {
+    let seed = links
+        .seed
+        .wrapping_mul(0x100)
+        .wrapping_add(index as u64 * 3 + 2);
+    let relay = FaultRelay::start_on(netns.host_addr(), local, seed).await?;
+    relay.control().set_delay_both(links.delay);
+    let url = signals_url(relay.addr());
+    Ok((relay, url))
 }
 
 /// The `host:port` of an `http://host:port` base URL, as a socket address.
@@ -398,6 +480,106 @@ fn socket_addr_of(base_url: &str) -> Result<SocketAddr, Error> {
             }
             .into()
         })
+}
+
+/// The grid's temporary directory, its CA, and every site's certificate files in it.
+fn mint(spec: &GridSpec) -> Result<(TempDir, Ca, Vec<SiteFiles>), Error> {
+    let dir = tempfile::Builder::new()
+        .prefix("grid-local-")
+        .tempdir()
+        .map_err(|source| Error::Write {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let ca = Ca::try_new("grid local CA")?;
+    let files = spec
+        .sites
+        .iter()
+        .map(|s| ca.write_site(dir.path(), &s.name))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((dir, ca, files))
+}
+
+/// A started operator with what a restart needs: its configuration (listeners fixed),
+/// state directory, clock and, for a namespaced site, its own runtime.
+type StartedOperator = (
+    grid_operatord::driver::Running,
+    OperatorConfig,
+    PathBuf,
+    Clock,
+    Option<NsRuntime>,
+);
+
+/// Where a remote site sits in the grid being started.
+struct RemotePlace<'a> {
+    index: usize,
+    name: &'a str,
+    files: &'a SiteFiles,
+    state: PathBuf,
+    backend_url: &'a str,
+    netns: Option<&'a Netns>,
+}
+
+/// What starting one remote site made.
+struct Remote {
+    operator: StartedOperator,
+    link: Option<RunningLink>,
+    /// Where `operator[0]` polls it.
+    peer_url: String,
+    /// Where the gateway sends its requests.
+    request_url: String,
+}
+
+/// Starts a remote site's operator (listing `operator[0]`, `local`, as its peer) and,
+/// with `links`, its relays; in its namespace, if it has one.
+async fn start_remote(
+    place: RemotePlace<'_>,
+    spec: &GridSpec,
+    links: Option<Links>,
+    (local_name, local_addr): (&str, SocketAddr),
+) -> Result<Remote, Error> {
+    let (i, ns) = (place.index, place.netns);
+    let (uplink, local_url) = match (links, ns) {
+        (Some(l), Some(ns)) => {
+            let (relay, url) = start_uplink(l, i, ns, local_addr).await?;
+            (Some(relay), url)
+        }
+        _ => (None, signals_url(local_addr)),
+    };
+    let config = operator_config(
+        place.name,
+        place.files,
+        &place.state,
+        SocketAddr::from((site_ip(ns), 0)),
+        spec.cadence,
+        &[(local_name, local_url)],
+        place.backend_url,
+    )?;
+    let clock = Clock::system();
+    let operator_runtime = ns.map(Netns::single_threaded).transpose()?;
+    let (op, config) = {
+        let (state, clock) = (place.state.clone(), clock.clone());
+        let start = async move { start_operator(config, &state, &clock).await };
+        run_in(operator_runtime.as_ref().map(NsRuntime::handle), start).await?
+    };
+    let link = match links {
+        None => None,
+        Some(l) => {
+            let mut link = start_link(l, i, op.signals_addr, place.backend_url, ns).await?;
+            link.uplink = uplink;
+            Some(link)
+        }
+    };
+    let (peer_addr, request_url) = match &link {
+        Some(l) => (l.peer.addr(), format!("http://{}", l.backend.addr())),
+        None => (op.signals_addr, place.backend_url.to_owned()),
+    };
+    Ok(Remote {
+        operator: (op, config, place.state, clock, operator_runtime),
+        link,
+        peer_url: signals_url(peer_addr),
+        request_url,
+    })
 }
 
 impl LocalGrid {
@@ -423,19 +605,12 @@ impl LocalGrid {
             }
             .into());
         }
-        let dir = tempfile::Builder::new()
-            .prefix("grid-local-")
-            .tempdir()
-            .map_err(|source| Error::Write {
-                path: std::env::temp_dir(),
-                source,
-            })?;
-        let ca = Ca::try_new("grid local CA")?;
-        let mut files = Vec::with_capacity(spec.sites.len());
-        for s in &spec.sites {
-            files.push(ca.write_site(dir.path(), &s.name)?);
-        }
-        let backends = start_backends(spec).await?;
+        let (dir, ca, files) = mint(spec)?;
+        let namespaced = links.is_some_and(|l| l.namespaces);
+        let netns = (0..spec.sites.len())
+            .map(|i| (namespaced && i > 0).then(Netns::create).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let backends = start_backends(spec, &netns).await?;
         let local_addr = free_loopback_addr()?;
         let local_name = spec.sites[0].name.as_str();
         // Peers first: each lists operator[0] (so it admits its polls); operator[0] then
@@ -448,29 +623,19 @@ impl LocalGrid {
         // What the gateway proxies to: the backend itself, or the relay in front of it.
         let mut request_urls = vec![backends[0].1.clone()];
         for (i, s) in spec.sites.iter().enumerate().skip(1) {
-            let state = dir.path().join(format!("{}-state", s.name));
-            let config = operator_config(
-                &s.name,
-                &files[i],
-                &state,
-                SocketAddr::from(([127, 0, 0, 1], 0)),
-                spec.cadence,
-                &[(local_name, signals_url(local_addr))],
-                &backends[i].1,
-            )?;
-            let (op, config) = start_operator(config, &state).await?;
-            let link = match links {
-                None => None,
-                Some(l) => Some(start_link(l, i, op.signals_addr, &backends[i].1).await?),
+            let place = RemotePlace {
+                index: i,
+                name: &s.name,
+                files: &files[i],
+                state: dir.path().join(format!("{}-state", s.name)),
+                backend_url: &backends[i].1,
+                netns: netns[i].as_ref(),
             };
-            let (peer_addr, request_url) = match &link {
-                Some(l) => (l.peer.addr(), format!("http://{}", l.backend.addr())),
-                None => (op.signals_addr, backends[i].1.clone()),
-            };
-            peer_urls.push((s.name.as_str(), signals_url(peer_addr)));
-            request_urls.push(request_url);
-            operators.push(Some((op, config, state)));
-            relays.push(link);
+            let remote = start_remote(place, spec, links, (local_name, local_addr)).await?;
+            peer_urls.push((s.name.as_str(), remote.peer_url));
+            request_urls.push(remote.request_url);
+            operators.push(Some(remote.operator));
+            relays.push(remote.link);
         }
         let state = dir.path().join(format!("{local_name}-state"));
         let config = operator_config(
@@ -482,8 +647,9 @@ impl LocalGrid {
             &peer_urls,
             &backends[0].1,
         )?;
-        let (op, config) = start_operator(config, &state).await?;
-        operators[0] = Some((op, config, state));
+        let clock = Clock::system();
+        let (op, config) = start_operator(config, &state, &clock).await?;
+        operators[0] = Some((op, config, state, clock, None));
 
         let base_urls: Vec<(&str, &str)> = spec
             .sites
@@ -499,16 +665,22 @@ impl LocalGrid {
             .zip(backends)
             .zip(operators)
             .zip(relays)
-            .filter_map(|(((s, (sim, base_url)), op), link)| {
-                op.map(|(operator, config, state_dir)| RunningSite {
-                    name: s.name.clone(),
-                    sim,
-                    base_url,
-                    operator: Some(operator),
-                    config,
-                    state_dir,
-                    link,
-                })
+            .zip(netns)
+            .filter_map(|((((s, (sim, base_url)), op), link), netns)| {
+                op.map(
+                    |(operator, config, state_dir, clock, operator_runtime)| RunningSite {
+                        name: s.name.clone(),
+                        sim,
+                        base_url,
+                        operator: Some(operator),
+                        config,
+                        state_dir,
+                        link,
+                        clock,
+                        operator_runtime,
+                        netns,
+                    },
+                )
             })
             .collect();
         Ok(Self {
@@ -581,7 +753,9 @@ impl LocalGrid {
         }
         let mut attempt = 0;
         let running = loop {
-            match start_operator(s.config.clone(), &s.state_dir).await {
+            let (config, state, clock) = (s.config.clone(), s.state_dir.clone(), s.clock.clone());
+            let start = async move { start_operator(config, &state, &clock).await };
+            match run_in(s.operator_runtime.as_ref().map(NsRuntime::handle), start).await {
                 Ok((running, _)) => break running,
                 Err(Error::Operator(grid_operatord::Error::Bind { .. }))
                     if attempt + 1 < REBIND_ATTEMPTS =>
@@ -596,6 +770,40 @@ impl LocalGrid {
         Ok(())
     }
 
+    /// Takes a namespaced site's link down (`false`: a partition) or up again. Returns
+    /// `Ok(false)` for a site without a namespace.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` fails.
+    pub fn set_link(&self, site: &str, up: bool) -> Result<bool, Error> {
+        match self.site(site).and_then(|s| s.netns.as_ref()) {
+            Some(ns) => ns.set_link(up).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Stops every thread of a namespaced site's operator for `d`, as `SIGSTOP` then
+    /// `SIGCONT` would ([`NsRuntime::freeze`]). Returns whether the site has an operator
+    /// of its own runtime to freeze.
+    pub fn freeze_operator(&self, site: &str, d: Duration) -> bool {
+        self.site(site)
+            .and_then(|s| s.operator_runtime.as_ref())
+            .map(|rt| rt.freeze(d))
+            .is_some()
+    }
+
+    /// Steps `site`'s operator wall clock by `delta_ms` (negative: back), as a host clock
+    /// step would, leaving every other site's clock alone. Returns whether the site exists.
+    pub fn step_clock(&self, site: &str, delta_ms: i64) -> bool {
+        self.site(site).map(|s| s.clock.step(delta_ms)).is_some()
+    }
+
+    /// A site's state directory: its persisted epoch mark, fences and feedback state.
+    pub fn state_dir(&self, site: &str) -> Option<&Path> {
+        self.site(site).map(|s| s.state_dir.as_path())
+    }
+
     /// A site operator's signals listener (the real one, not its relay).
     pub fn operator_signals_addr(&self, site: &str) -> Option<SocketAddr> {
         self.site(site)
@@ -606,6 +814,16 @@ impl LocalGrid {
     /// The gateway's routing slot, for watching the view from another task.
     pub fn published(&self) -> grid_gatewayd::upstream::Published {
         Arc::clone(self.gateway().published())
+    }
+
+    /// Readings the gateway discarded for implausible ages
+    /// (`grid_signals_ingest_dropped_total{reason="skew"}`): the evidence its feedback
+    /// reporter owes its operator.
+    pub fn gateway_skew_drops(&self) -> u64 {
+        self.gateway()
+            .handles()
+            .ingest
+            .dropped(grid_signals::store::DropReason::Skew)
     }
 
     fn gateway(&self) -> &grid_gatewayd::driver::Running {
@@ -716,7 +934,10 @@ impl LocalGrid {
             gateway.shutdown().await;
         }
         for site in self.sites.drain(..) {
-            drop(site.operator);
+            // A graceful stop, as SIGTERM gives the daemon: the final fence write included.
+            if let Some(op) = site.operator {
+                let _ = op.shutdown().await;
+            }
             if let Some(sim) = site.sim {
                 sim.stop().await;
             }

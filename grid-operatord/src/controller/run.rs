@@ -125,8 +125,14 @@ pub async fn run(
             metrics.clone(),
         ));
         let dyn_source: Arc<dyn ConfigSource> = source.clone();
-        let mut running =
-            driver::start_with(config.clone(), Some(dyn_source), state, options, registry).await?;
+        let mut running = driver::start_with(
+            config.clone(),
+            Some(dyn_source),
+            state,
+            options.clone(),
+            registry,
+        )
+        .await?;
         let ready = tokio::spawn(super::ready::run(
             Api::namespaced(client.clone(), namespace),
             config.providers.clone(),

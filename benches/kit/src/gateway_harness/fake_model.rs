@@ -72,16 +72,27 @@ impl Drop for FakeModel {
 impl FakeModel {
     /// Starts a plain-HTTP fake named `name` on 127.0.0.1.
     pub async fn start(name: &str) -> Self {
-        Self::start_with(name, None).await
+        Self::start_with(name, None, std::net::Ipv4Addr::LOCALHOST).await
+    }
+
+    /// Starts a plain-HTTP fake named `name` on `ip` (a namespace's end of its link:
+    /// run it on the namespace's runtime).
+    pub async fn start_on(name: &str, ip: std::net::Ipv4Addr) -> Self {
+        Self::start_with(name, None, ip).await
     }
 
     /// Starts an HTTPS fake that requires a client certificate (the remote-site case).
     pub async fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Self {
-        Self::start_with(name, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        Self::start_with(name, Some(acceptor), std::net::Ipv4Addr::LOCALHOST).await
     }
 
-    async fn start_with(name: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    async fn start_with(
+        name: &str,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        ip: std::net::Ipv4Addr,
+    ) -> Self {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let extra: Extra = Arc::default();

@@ -493,8 +493,13 @@ impl SimSite {
     /// Binds 127.0.0.1 on a free port and starts serving. Must run inside a tokio
     /// runtime.
     pub async fn start(config: SimSiteConfig) -> Result<Self, Error> {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST, config).await
+    }
+
+    /// As [`SimSite::start`], bound to `ip` (a namespace's end of its link, say).
+    pub async fn start_on(ip: std::net::Ipv4Addr, config: SimSiteConfig) -> Result<Self, Error> {
         let model = SiteModel::new(config.site, config.seed)?;
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
