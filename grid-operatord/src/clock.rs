@@ -53,6 +53,13 @@ pub fn monotonic() -> Instant {
     Instant::now()
 }
 
+/// Monotonic milliseconds since this process first asked, for pure code that takes a
+/// monotonic `now` (the Lease observer).
+pub fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(monotonic).elapsed().as_millis() as u64
+}
+
 /// Wall-clock time as a [`SystemTime`], for the HTTP `Date` header.
 #[allow(clippy::disallowed_methods)]
 pub fn system_time() -> SystemTime {

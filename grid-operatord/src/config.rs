@@ -94,7 +94,7 @@ pub fn declared_mode(text: &str, path: &Path) -> Result<String, Error> {
 }
 
 /// The validated configuration of one operator.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// This site's name; its own certificate identifies as it.
     pub site: String,
@@ -121,7 +121,7 @@ pub struct Config {
 }
 
 /// The two listeners.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Listen {
     /// `GET /v1/site/signals` and `POST /v1/site/signals/ingest` over mTLS.
     pub signals: SocketAddr,
@@ -130,7 +130,7 @@ pub struct Listen {
 }
 
 /// PEM files of the site's certificate, key and trust anchor.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TlsFiles {
     /// Certificate chain, leaf first; the local gateway presents the same certificate.
     pub cert: PathBuf,
@@ -174,7 +174,7 @@ impl TransportMode {
 }
 
 /// One peer operator.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PeerConfig {
     /// The peer's site name; rows it sends for any other site are dropped.
     pub name: String,
@@ -187,7 +187,7 @@ pub struct PeerConfig {
 }
 
 /// One provider whose EPP is scraped.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProviderConfig {
     /// The provider name, `grid_provider` on every series.
     pub name: String,
@@ -645,23 +645,7 @@ fn peer_of(i: usize, p: RawPeer) -> Result<PeerConfig, Error> {
 fn provider_of(i: usize, p: RawProvider, site: &str) -> Result<ProviderConfig, Error> {
     let at = |f: &str| format!("providers[{i}].{f}");
     let path = p.path.unwrap_or_else(|| DEFAULT_METRICS_PATH.to_owned());
-    if !path.starts_with('/') {
-        return Err(field_err(at("path"), "must start with `/`"));
-    }
-    let base = parse_url(&at("url"), &p.url, &["http", "https"])?;
-    if base.path() != "/" || base.query().is_some() {
-        return Err(field_err(
-            at("url"),
-            "give the base URL only; the path goes in `path`",
-        ));
-    }
-    let joined = format!(
-        "{}://{}{}",
-        base.scheme_str().unwrap_or("http"),
-        base.authority().map_or("", http::uri::Authority::as_str),
-        path
-    );
-    let url = parse_url(&at("path"), &joined, &["http", "https"])?;
+    let url = metrics_url((&at("url"), &p.url), (&at("path"), &path))?;
     let mut provider = ProviderConfig::new(site, p.name, url);
     provider.timeout = period(
         &at("timeoutSeconds"),
@@ -682,6 +666,32 @@ fn provider_of(i: usize, p: RawProvider, site: &str) -> Result<ProviderConfig, E
     Ok(provider)
 }
 
+/// An EPP's metrics URL: its base URL (`http` or `https`, no path) joined with `path`;
+/// each part's field name labels its refusal. The controller's resources spell the same
+/// two fields (`metricsConfig.endpoint`, `metricsConfig.path`).
+pub(crate) fn metrics_url(
+    (base_field, base): (&str, &str),
+    (path_field, path): (&str, &str),
+) -> Result<http::Uri, Error> {
+    if !path.starts_with('/') {
+        return Err(field_err(path_field, "must start with `/`"));
+    }
+    let base = parse_url(base_field, base, &["http", "https"])?;
+    if base.path() != "/" || base.query().is_some() {
+        return Err(field_err(
+            base_field,
+            "give the base URL only; the path goes in `path`",
+        ));
+    }
+    let joined = format!(
+        "{}://{}{}",
+        base.scheme_str().unwrap_or("http"),
+        base.authority().map_or("", http::uri::Authority::as_str),
+        path
+    );
+    parse_url(path_field, &joined, &["http", "https"])
+}
+
 fn check_name(field: &str, name: &str) -> Result<(), Error> {
     grid_daemon::config::name(field, name).map_err(Error::from)
 }
@@ -695,7 +705,7 @@ fn parse_addr(field: &str, text: &str) -> Result<SocketAddr, Error> {
         .map_err(|e| field_err(field, format!("`{text}` is not an address:port ({e})")))
 }
 
-fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Error> {
+pub(crate) fn parse_url(field: &str, text: &str, schemes: &[&str]) -> Result<http::Uri, Error> {
     let uri: http::Uri = text
         .parse()
         .map_err(|e| field_err(field, format!("`{text}` is not a URL ({e})")))?;
@@ -727,7 +737,11 @@ const PERIOD: grid_daemon::config::Bounds = grid_daemon::config::Bounds {
     max_ms: MAX_PERIOD_MS,
 };
 
-fn period(field: &str, seconds: Option<f64>, default: Duration) -> Result<Duration, Error> {
+pub(crate) fn period(
+    field: &str,
+    seconds: Option<f64>,
+    default: Duration,
+) -> Result<Duration, Error> {
     grid_daemon::config::seconds(field, seconds, default, PERIOD).map_err(Error::from)
 }
 

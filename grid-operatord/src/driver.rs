@@ -85,6 +85,9 @@ pub struct Running {
     pub registry: Arc<Registry>,
     /// Certificate reloads (`grid_operator_certificate_reloads_total`).
     pub certificates: tls::ReloadMetrics,
+    /// Each provider's latest readiness verdict (index order of the configuration),
+    /// changed on every transition.
+    pub verdicts: tokio::sync::watch::Receiver<Vec<Option<grid_signals::epp::Readiness>>>,
     state: Arc<dyn StateStore>,
     /// Held for the whole of every fence write, the blocking part included: an aborted
     /// periodic write still in flight finishes before the final one starts, so the final
@@ -179,6 +182,18 @@ pub async fn start(
     state: Arc<dyn StateStore>,
     options: Options,
 ) -> Result<Running, Error> {
+    start_with(config, source, state, options, Registry::default()).await
+}
+
+/// [`start`] with a registry already holding the caller's own series (the controller
+/// mode's), which `/metrics` then serves beside the operator's.
+pub async fn start_with(
+    config: Config,
+    source: Option<Arc<dyn ConfigSource>>,
+    state: Arc<dyn StateStore>,
+    options: Options,
+    mut registry: Registry,
+) -> Result<Running, Error> {
     let material = crate::trust::material(&config.tls)?;
     let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
     let trust_for_reloads = Arc::clone(&trust);
@@ -199,7 +214,6 @@ pub async fn start(
     let epoch = started.epoch;
 
     let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
-    let mut registry = Registry::default();
     let metrics = OperatorMetrics::register(&mut registry, signals.clone(), clock.clone());
     report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
@@ -219,7 +233,8 @@ pub async fn start(
         Ok(())
     });
 
-    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics, &clock);
+    let (verdicts_tx, verdicts) = tokio::sync::watch::channel(vec![None; config.providers.len()]);
+    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics, &clock, verdicts_tx);
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
@@ -279,6 +294,7 @@ pub async fn start(
         metrics,
         registry,
         certificates,
+        verdicts,
         state,
         fence_writes,
         tasks,
@@ -422,6 +438,7 @@ fn scrape_loop(
     signals: &SharedSignals,
     metrics: &OperatorMetrics,
     clock: &Clock,
+    verdicts: tokio::sync::watch::Sender<Vec<Option<grid_signals::epp::Readiness>>>,
 ) -> ScrapeLoop {
     let providers = config
         .providers
@@ -434,6 +451,7 @@ fn scrape_loop(
         .collect();
     ScrapeLoop {
         readiness: vec![None; config.providers.len()],
+        verdicts,
         providers,
         scraper: Scraper::new(),
         signals: signals.clone(),

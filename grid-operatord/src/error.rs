@@ -78,6 +78,41 @@ pub enum Error {
         /// The mode the configuration now declares.
         declared: String,
     },
+    /// Controller mode: the namespace does not hold exactly one `GridNetwork`. One
+    /// operator serves one network (the mode and trust are process-global), so it refuses
+    /// to pick one.
+    #[error(
+        "the namespace holds {count} GridNetworks ({names:?}); one operator serves exactly one"
+    )]
+    NetworkCount {
+        /// How many there are.
+        count: usize,
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// Controller mode: a Kubernetes API call failed (a status, a transport error, no
+    /// answer in time, or an answer that did not read back as written).
+    #[error("Kubernetes API, {operation}: {message}")]
+    Kube {
+        /// What was being done.
+        operation: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// Controller mode: a write lost a resourceVersion race (409): another writer moved
+    /// the object since it was read. The caller re-reads and decides whether to retry.
+    #[error("Kubernetes API, {operation}: 409 Conflict (the object changed since it was read)")]
+    KubeConflict {
+        /// What was being written.
+        operation: &'static str,
+    },
+    /// Controller mode: this replica no longer holds the site's Lease (another holds it,
+    /// or no renewal succeeded for a whole lease duration), so it stops publishing.
+    #[error("lost the Lease `{lease}`: another replica may publish now; exiting")]
+    LeaseLost {
+        /// The Lease's name.
+        lease: String,
+    },
     /// The declared trust changed under a running operator.
     #[error(
         "the declared `{field}` changed: exiting so the supervisor restarts with the new trust (a peer's certificates are only ever judged under the trust a process started with)"

@@ -175,6 +175,9 @@ async fn run(
             result = write_done => {
                 let outcome = match result {
                     Ok(Ok(())) => WriteOutcome::Persisted,
+                    // A resourceVersion race: the receiver retries with a fresh read, at
+                    // most three attempts in all, counting `conflict` per 409.
+                    Ok(Err(crate::Error::KubeConflict { .. })) => WriteOutcome::Conflict,
                     Ok(Err(e)) => {
                         tracing::error!(error = %e, "persisting gateway feedback failed");
                         WriteOutcome::Failed

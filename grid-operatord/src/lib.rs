@@ -25,12 +25,17 @@
 //!
 //! [`driver::start`] with a [`config::Config`] (from a [`config::ConfigSource`]) and a
 //! [`state::StateStore`] gives a [`driver::Running`] (`wait`, `shutdown`, its addresses,
-//! stores and metric handles). `listener`, `slots`, `peers` and `signals` stay public for
+//! stores and metric handles). In Kubernetes, [`controller`] builds that `Config` from
+//! the namespace's custom resources ([`controller::source::KubeConfigSource`]), keeps the
+//! state in the API server ([`controller::state_store::KubeStateStore`]) and supervises
+//! the same driver ([`controller::run::run`]); see `docs/crds.md`.
+//! `listener`, `slots`, `peers` and `signals` stay public for
 //! the whole-operator tests that drive them on loopback; the scrape loop, the feedback
 //! writer and the trust wiring are private.
 
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod driver;
 mod error;
 mod feedback;

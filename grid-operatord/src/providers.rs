@@ -190,6 +190,9 @@ pub(crate) struct ScrapeLoop {
     pub readiness: Vec<Option<ReadyReason>>,
     /// The wall clock scrapes are stamped with.
     pub clock: Clock,
+    /// Each provider's latest verdict, by index, updated on every transition: what the
+    /// controller mode writes as the Ready condition.
+    pub verdicts: tokio::sync::watch::Sender<Vec<Option<Readiness>>>,
 }
 
 /// Whether a provider's readiness changed from `last` to `now`: the first verdict and
@@ -265,6 +268,11 @@ impl ScrapeLoop {
             return;
         }
         self.metrics.set_ready_reason(name, *last, readiness.reason);
+        self.verdicts.send_modify(|v| {
+            if let Some(slot) = v.get_mut(provider) {
+                *slot = Some(readiness);
+            }
+        });
         let previous = last.map_or("none", ReadyReason::as_str);
         let class = readiness.reason.failure().map(ScrapeFailure::as_str);
         let status = readiness.status.as_str();

@@ -21,6 +21,7 @@ pub mod daemon_process;
 pub mod demo;
 pub mod epp_server;
 mod error;
+pub mod fake_kube;
 pub mod fault_ledger;
 pub mod fault_relay;
 pub mod fault_suite;

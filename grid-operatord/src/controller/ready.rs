@@ -1,0 +1,136 @@
+//! Writes each `InferenceProvider`'s Ready condition from the scrape loop's verdicts:
+//! through the status subresource, with the resourceVersion of a fresh read, only when
+//! the condition would change, and never onto a same-name recreation (another UID).
+
+use std::time::Duration;
+
+use grid_signals::epp::{Readiness, ScrapeFailure};
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+use super::api::{Answer, ControllerMetrics, Operation, bounded};
+use super::conditions::{self, READY, Stated};
+use super::resources::InferenceProvider;
+use crate::config::ProviderConfig;
+
+/// Attempts of one condition write that keeps losing resourceVersion races (each
+/// re-reads first), as the feedback writer's bound.
+pub const READY_WRITE_ATTEMPTS: u8 = grid_feedback::MAX_WRITE_ATTEMPTS;
+/// How often a condition whose write failed is tried again.
+pub const READY_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The condition a verdict states.
+pub fn stated(provider: &str, verdict: Readiness) -> Stated {
+    let reason = verdict.reason.as_str();
+    let message = match verdict.reason.failure() {
+        Some(class) => format!(
+            "provider {provider}: {reason}: the scrape failed ({})",
+            ScrapeFailure::as_str(class)
+        ),
+        None => format!("provider {provider}: {reason}"),
+    };
+    Stated {
+        kind: READY,
+        status: verdict.status.as_str(),
+        reason,
+        message,
+        transition: None,
+    }
+}
+
+/// What happened to one provider's condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Written.
+    Wrote,
+    /// Already said so: no write made.
+    Unchanged,
+    /// The object is gone or is a recreation (another UID): nothing written.
+    NotOurs,
+    /// Every attempt lost a race, or the server failed: counted, tried again later.
+    Failed,
+}
+
+/// Brings one provider's Ready condition to `verdict`.
+pub async fn write_one(
+    api: &Api<InferenceProvider>,
+    provider: &ProviderConfig,
+    verdict: Readiness,
+    metrics: &ControllerMetrics,
+) -> Written {
+    let stated = stated(&provider.name, verdict);
+    let generation = i64::try_from(provider.generation).ok();
+    for _ in 0..READY_WRITE_ATTEMPTS {
+        let mut object = match bounded(api.get(&provider.name)).await {
+            Answer::Ok(o) => o,
+            Answer::NotFound => return Written::NotOurs,
+            Answer::Conflict | Answer::Failed(_) => {
+                metrics.failed(Operation::ReadyWrite);
+                return Written::Failed;
+            }
+        };
+        if object.metadata.uid.as_deref() != Some(provider.uid.as_str()) {
+            return Written::NotOurs;
+        }
+        let mut status = object.status.clone().unwrap_or_default();
+        let Some(next) = conditions::apply(
+            &status.conditions,
+            &stated,
+            generation,
+            conditions::time_of_ms(crate::clock::wall_ms()),
+        ) else {
+            return Written::Unchanged;
+        };
+        status.conditions = next;
+        status.observed_generation = generation;
+        object.status = Some(status);
+        match bounded(api.replace_status(&provider.name, &PostParams::default(), &object)).await {
+            Answer::Ok(_) => return Written::Wrote,
+            Answer::Conflict => {}
+            Answer::NotFound => return Written::NotOurs,
+            Answer::Failed(e) => {
+                tracing::warn!(provider = %provider.name, error = %e, "writing the Ready condition failed");
+                metrics.failed(Operation::ReadyWrite);
+                return Written::Failed;
+            }
+        }
+    }
+    metrics.failed(Operation::ReadyWrite);
+    Written::Failed
+}
+
+/// Follows `verdicts` forever, writing each provider's condition when its verdict
+/// changed, and retrying failed writes every [`READY_RETRY_INTERVAL`].
+pub async fn run(
+    api: Api<InferenceProvider>,
+    providers: Vec<ProviderConfig>,
+    mut verdicts: watch::Receiver<Vec<Option<Readiness>>>,
+    metrics: ControllerMetrics,
+) {
+    let mut written: Vec<Option<Readiness>> = vec![None; providers.len()];
+    let mut retry = tokio::time::interval(READY_RETRY_INTERVAL);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            changed = verdicts.changed() => if changed.is_err() { return },
+            _ = retry.tick() => {}
+        }
+        let now: Vec<Option<Readiness>> = verdicts.borrow_and_update().clone();
+        for (i, provider) in providers.iter().enumerate() {
+            let Some(verdict) = now.get(i).copied().flatten() else {
+                continue;
+            };
+            let same = written[i]
+                .is_some_and(|w| w.status == verdict.status && w.reason == verdict.reason);
+            if same {
+                continue;
+            }
+            match write_one(&api, provider, verdict, &metrics).await {
+                Written::Wrote | Written::Unchanged | Written::NotOurs => {
+                    written[i] = Some(verdict);
+                }
+                Written::Failed => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The controller's supervision loop: translate the resources, start the very driver the
+//! file mode starts, and keep it in step with the resources.
+//!
+//! A change that translates into another [`Config`] (a provider's spec, which moves its
+//! generation; a recreation, which changes its UID; a new peer) stops the driver and
+//! starts it again in-process with the new configuration: the fences and the feedback
+//! state are persisted and restored across it, and the new process epoch sits above the
+//! high-water mark. A status-only update translates into an equal configuration and
+//! changes nothing. A changed mode or trust ends the loop with the driver's own
+//! [`Error::ModeChanged`] / [`Error::TrustChanged`], for Kubernetes to restart the pod.
+//! A change that does not validate is counted and logged; the running configuration
+//! stays.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::api::Api;
+use prometheus_client::registry::Registry;
+
+use super::api::{ControllerMetrics, Operation};
+use super::source::KubeConfigSource;
+use super::state_store::KubeStateStore;
+use crate::Error;
+use crate::config::{Config, ConfigSource};
+use crate::driver::{self, Options, Running};
+
+/// What a caller learns about each driver start (tests follow restarts with it).
+pub type Started = tokio::sync::watch::Sender<Option<StartedDriver>>;
+
+/// One driver start.
+#[derive(Clone, Debug)]
+pub struct StartedDriver {
+    /// How many starts came before this one in this process.
+    pub restarts: u64,
+    /// The configuration it runs.
+    pub config: Config,
+    /// Its signals listener.
+    pub signals_addr: std::net::SocketAddr,
+    /// Its `/metrics` listener.
+    pub metrics_addr: std::net::SocketAddr,
+    /// Its publisher epoch.
+    pub epoch: u64,
+}
+
+/// Which replica this is, when replicas elect their writer with a Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Election {
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    /// Lease duration and renew interval.
+    pub timing: super::lease::Timing,
+}
+
+/// Everything [`run`] runs with.
+pub struct Setup {
+    /// The API client.
+    pub client: kube::Client,
+    /// The namespace watched and written.
+    pub namespace: String,
+    /// The resources, followed.
+    pub source: Arc<KubeConfigSource>,
+    /// The driver's knobs.
+    pub options: Options,
+    /// The controller's series (shared across in-process restarts).
+    pub metrics: ControllerMetrics,
+    /// The writer election, if replicas elect one.
+    pub election: Option<Election>,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("namespace", &self.namespace)
+            .field("election", &self.election)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs the operator from `source` until `stop` resolves (then the driver is shut down,
+/// persisting the fences) or the driver ends (a declared mode or trust change, or a
+/// failure).
+pub async fn run(
+    setup: Setup,
+    started: Started,
+    stop: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let Setup {
+        client,
+        namespace,
+        source,
+        options,
+        metrics,
+        election,
+    } = setup;
+    let namespace = namespace.as_str();
+    let mut stop = std::pin::pin!(stop);
+    let site = source.deployment().site.clone();
+    // A standby waits here, before it persists an epoch or publishes anything.
+    let mut held: std::pin::Pin<Box<dyn Future<Output = Error> + Send>> = match &election {
+        Some(e) => {
+            tokio::select! {
+                () = super::lease::acquire(&client, namespace, &site, &e.identity, e.timing) => {}
+                () = &mut stop => return Ok(()),
+            }
+            Box::pin(super::lease::hold(
+                client.clone(),
+                namespace.to_owned(),
+                site.clone(),
+                e.identity.clone(),
+                e.timing,
+            ))
+        }
+        None => Box::pin(std::future::pending()),
+    };
+    let mut restarts = 0u64;
+    loop {
+        let config = source.load()?;
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let state = Arc::new(KubeStateStore::new(
+            client.clone(),
+            namespace,
+            &config.site,
+            &config.network,
+            metrics.clone(),
+        ));
+        let dyn_source: Arc<dyn ConfigSource> = source.clone();
+        let mut running = driver::start_with(
+            config.clone(),
+            Some(dyn_source),
+            state,
+            options.clone(),
+            registry,
+        )
+        .await?;
+        let ready = tokio::spawn(super::ready::run(
+            Api::namespaced(client.clone(), namespace),
+            config.providers.clone(),
+            running.verdicts.clone(),
+            metrics.clone(),
+        ));
+        started.send_replace(Some(StartedDriver {
+            restarts,
+            config: config.clone(),
+            signals_addr: running.signals_addr,
+            metrics_addr: running.metrics_addr,
+            epoch: running.epoch,
+        }));
+        let outcome = tokio::select! {
+            result = running.wait() => Some(result),
+            change = changed(&source, &config, &metrics) => change.map(Err),
+            () = &mut stop => Some(Ok(())),
+            e = &mut held => Some(Err(e)),
+        };
+        ready.abort();
+        let Some(result) = outcome else {
+            tracing::info!(
+                "the resources changed the configuration; restarting the operator's tasks with it"
+            );
+            shutdown(running).await?;
+            restarts += 1;
+            continue;
+        };
+        // Persisted first, released after: a successor never starts before this
+        // process's fences are written.
+        let stopped = shutdown(running).await;
+        if let Some(e) = &election {
+            if !matches!(result, Err(Error::LeaseLost { .. })) {
+                super::lease::release(&client, namespace, &site, &e.identity).await;
+            }
+        }
+        return result.and(stopped);
+    }
+}
+
+async fn shutdown(running: Running) -> Result<(), Error> {
+    running.shutdown().await
+}
+
+/// Resolves once the resources declare something else than `current`: `None` when it is
+/// a configuration the driver restarts into in-process, the error to exit with when it
+/// is another mode or trust (those are process-global: Kubernetes restarts the pod). A
+/// change that does not validate is counted and waited out. Unlike a file, a resource is
+/// never read half written, so one reading is enough to act on.
+async fn changed(
+    source: &KubeConfigSource,
+    current: &Config,
+    metrics: &ControllerMetrics,
+) -> Option<Error> {
+    let mut changes = source.changes();
+    let mut reported = None;
+    loop {
+        if changes.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        // Every network counts, not only the one served: a second GridNetwork created
+        // with another mode after the start also sends the pod back to Kubernetes (whose
+        // restart then refuses the two).
+        let running = current.transport.as_str();
+        let networks = source.resources().networks;
+        if let Some(other) = networks
+            .iter()
+            .map(super::translate::declared_mode)
+            .find(|m| *m != running)
+        {
+            return Some(Error::ModeChanged {
+                running,
+                declared: other.to_owned(),
+            });
+        }
+        match source.load() {
+            Ok(next) if next == *current => reported = None,
+            Ok(next) => {
+                return trust_change(current, &next).map(|field| Error::TrustChanged { field });
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if reported.as_ref() != Some(&text) {
+                    metrics.failed(Operation::InvalidConfig);
+                    tracing::warn!(error = %text, "the resources do not validate; serving the last good configuration");
+                    reported = Some(text);
+                }
+            }
+        }
+    }
+}
+
+/// The first trust field that differs, named as the driver's trust watch names it: the
+/// mode, the CA bundle, or the peers (name, URL, pins).
+fn trust_change(current: &Config, next: &Config) -> Option<&'static str> {
+    let peers = |c: &Config| -> Vec<(String, String, Vec<grid_daemon::tls::Fingerprint>)> {
+        c.peers
+            .iter()
+            .map(|p| (p.name.clone(), p.url.to_string(), p.fingerprints.clone()))
+            .collect()
+    };
+    if current.trust != next.trust {
+        Some("trust")
+    } else if current.tls.ca != next.tls.ca {
+        Some("tls.ca")
+    } else if peers(current) != peers(next) {
+        Some("peers")
+    } else {
+        None
+    }
+}

@@ -1,0 +1,928 @@
+//! The operator in controller mode against the test kit's fake API server: resources in,
+//! the same driver as the file mode out, conditions and state written back the way the
+//! design texts say.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::fake_kube::{Action, FakeKube, Fault, Target};
+use grid_kit::operator_harness::{
+    Grid, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
+};
+use grid_operatord::Error;
+use grid_operatord::config::{Listen, TlsFiles};
+use grid_operatord::controller::api::{self, ControllerMetrics};
+use grid_operatord::controller::run::{self, StartedDriver};
+use grid_operatord::controller::source::KubeConfigSource;
+use grid_operatord::controller::state_store::KubeStateStore;
+use grid_operatord::controller::translate::Deployment;
+use grid_operatord::driver::Options;
+use grid_operatord::state::StateStore;
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+const NS: &str = "grid";
+
+fn network(mode: &str) -> Value {
+    json!({
+        "metadata": {"name": "prod"},
+        "spec": {
+            "signalTransport": {"mode": mode},
+            "peerTrust": {"mode": "spiffe", "trustDomain": grid_kit::operator_harness::DOMAIN},
+            "intervals": {"scrapeSeconds": 0.2, "peerPollSeconds": 0.5},
+        },
+    })
+}
+
+fn provider(name: &str, epp: &FakeEpp) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "metricsConfig": {
+                "endpoint": format!("http://{}", epp.addr),
+                "timeoutSeconds": 0.5,
+                "staleMetricsSeconds": 1.0,
+            },
+        },
+    })
+}
+
+fn deployment(site: &Site) -> Deployment {
+    let d = site.dir.path();
+    Deployment {
+        site: site.name.clone(),
+        listen: Listen {
+            signals: "127.0.0.1:0".parse().unwrap(),
+            metrics: "127.0.0.1:0".parse().unwrap(),
+        },
+        tls: TlsFiles {
+            cert: d.join("site.crt"),
+            key: d.join("site.key"),
+            ca: Some(d.join("ca.crt")),
+        },
+        state_label: "ConfigMap/grid-site-a".into(),
+    }
+}
+
+async fn client(fake: &FakeKube) -> kube::Client {
+    api::client(Some(&fake.url()), NS).await.unwrap()
+}
+
+fn options() -> Options {
+    Options {
+        mode_check: Duration::from_millis(200),
+        fence_persist: Duration::from_millis(200),
+        ..Options::default()
+    }
+}
+
+/// A controller-mode operator running in the background.
+struct Controller {
+    started: watch::Receiver<Option<StartedDriver>>,
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<Result<(), Error>>,
+    metrics: ControllerMetrics,
+}
+
+impl Controller {
+    async fn start(fake: &FakeKube, site: &Site) -> Self {
+        Self::start_with(fake, site, None).await
+    }
+
+    async fn start_with(fake: &FakeKube, site: &Site, election: Option<run::Election>) -> Self {
+        let client = client(fake).await;
+        let metrics = ControllerMetrics::new();
+        let source = Arc::new(
+            KubeConfigSource::start(client.clone(), NS, deployment(site), metrics.clone())
+                .await
+                .unwrap(),
+        );
+        let (tx, started) = watch::channel(None);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let m = metrics.clone();
+        let done = tokio::spawn(async move {
+            let setup = run::Setup {
+                client,
+                namespace: NS.into(),
+                source,
+                options: options(),
+                metrics: m,
+                election,
+            };
+            run::run(setup, tx, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Self {
+            started,
+            stop: Some(stop),
+            done,
+            metrics,
+        }
+    }
+
+    /// The driver start after `restarts` in-process restarts, once it is up.
+    async fn driver(&mut self, restarts: u64) -> StartedDriver {
+        let wait = self
+            .started
+            .wait_for(|s| s.as_ref().is_some_and(|s| s.restarts == restarts));
+        tokio::time::timeout(Duration::from_secs(15), wait)
+            .await
+            .expect("the driver started")
+            .unwrap()
+            .clone()
+            .unwrap()
+    }
+
+    async fn stop(mut self) -> Result<(), Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.done.await.unwrap()
+    }
+
+    async fn ended(self) -> Result<(), Error> {
+        tokio::time::timeout(Duration::from_secs(15), self.done)
+            .await
+            .expect("the operator ended by itself")
+            .unwrap()
+    }
+}
+
+fn ready_condition(fake: &FakeKube, name: &str) -> Option<Value> {
+    let p = fake.get("inferenceproviders", NS, name)?;
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+}
+
+async fn ready_reason(fake: &FakeKube, name: &str, reason: &str) -> Value {
+    eventually(&format!("Ready reason {reason}"), 15, || async {
+        ready_condition(fake, name).is_some_and(|c| c["reason"] == reason)
+    })
+    .await;
+    ready_condition(fake, name).unwrap()
+}
+
+async fn seeded() -> (FakeKube, FakeEpp, Grid, Site) {
+    let fake = FakeKube::start().await;
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let grid = Grid::new();
+    let site = grid.site("a");
+    fake.create("gridnetworks", NS, network("poll"));
+    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    (fake, epp, grid, site)
+}
+
+fn text(body: &[u8]) -> String {
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_scrapes_the_declared_provider_and_publishes_its_uid_and_generation() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let uid = fake.get("inferenceproviders", NS, "llama").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    assert_eq!(d.config.providers[0].uid, uid);
+    let gateway = grid.client(&site.cert, "a", "a");
+    eventually("the provider's batch is served", 10, || {
+        let tls = gateway.clone();
+        let uid = uid.clone();
+        async move {
+            let body = text(&get_signals(d.signals_addr, tls).await.unwrap().body);
+            body.lines().any(|l| {
+                l.starts_with("grid_provider_config_generation{")
+                    && l.contains(&format!("provider_uid=\"{uid}\""))
+                    && l.split_whitespace().nth(1) == Some("1")
+            })
+        }
+    })
+    .await;
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_conditions_carry_each_verdicts_reason_and_are_not_rewritten_when_unchanged() {
+    let (fake, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    let ready = ready_reason(&fake, "llama", "EndpointsReady").await;
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["observedGeneration"], 1);
+    let first_transition = ready["lastTransitionTime"].clone();
+    // Nothing changes: no more status writes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writes = fake.writes_to("inferenceproviders/llama/status");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fake.writes_to("inferenceproviders/llama/status"), writes);
+    // A failed scrape, past the stale window: False, with the failure's class.
+    epp.set(Behaviour::Status(500));
+    let failed = ready_reason(&fake, "llama", "ScrapeHttp").await;
+    assert_eq!(failed["status"], "False");
+    assert_ne!(failed["lastTransitionTime"], first_transition);
+    // Back, confirmed over two scrapes.
+    epp.set(Behaviour::Body(epp_body(2, 1.0)));
+    let back = ready_reason(&fake, "llama", "EndpointsReady").await;
+    assert_eq!(back["status"], "True");
+    // Our own status writes are status-only updates: the driver never restarted.
+    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid() {
+    let (fake, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.driver(0).await;
+    assert_eq!(first.config.providers[0].generation, 1);
+    // A status-only update (as another controller might make) changes nothing.
+    let mut with_status = fake.get("inferenceproviders", NS, "llama").unwrap();
+    with_status["status"] = json!({"observedGeneration": 1});
+    fake.with_store(|s| {
+        s.replace(
+            grid_kit::fake_kube::type_of("inferenceproviders"),
+            NS,
+            "llama",
+            with_status,
+            true,
+        )
+    })
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
+    // The spec says Unavailable: generation 2, and the verdict follows.
+    let mut spec = provider("llama", &epp);
+    spec["spec"]["unavailable"] = json!(true);
+    fake.replace("inferenceproviders", NS, spec);
+    let second = op.driver(1).await;
+    assert_eq!(second.config.providers[0].generation, 2);
+    assert!(second.epoch > first.epoch);
+    let unavailable = ready_reason(&fake, "llama", "Unavailable").await;
+    assert_eq!(unavailable["observedGeneration"], 2);
+    // Deleted and created again under the same name: a new UID, generation 1.
+    let old_uid = second.config.providers[0].uid.clone();
+    fake.delete("inferenceproviders", NS, "llama");
+    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    let third = loop {
+        let restarts = op.started.borrow().as_ref().unwrap().restarts;
+        let d = op.driver(restarts).await;
+        if d.config.providers.first().is_some_and(|p| p.uid != old_uid) {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(third.config.providers[0].generation, 1);
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_high_water_mark_in_the_configmap_survives_an_operator_restart() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.driver(0).await;
+    let mark = |fake: &FakeKube| -> u64 {
+        fake.get("configmaps", NS, "grid-site-a").unwrap()["data"]["publisherEpochHighWaterMark"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(mark(&fake), first.epoch);
+    op.stop().await.unwrap();
+    // A mark a minute ahead of the clock (a clock that stepped back across the restart):
+    // the new process publishes above it.
+    let ahead = grid_operatord::clock::wall_ms() + 60_000;
+    let mut cm = fake.get("configmaps", NS, "grid-site-a").unwrap();
+    cm["data"]["publisherEpochHighWaterMark"] = json!(ahead.to_string());
+    fake.replace("configmaps", NS, cm);
+    let mut again = Controller::start(&fake, &site).await;
+    let second = again.driver(0).await;
+    assert_eq!(second.epoch, ahead + 1);
+    assert_eq!(mark(&fake), ahead + 1);
+    again.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_operators_racing_from_the_same_mark_never_both_win() {
+    let fake = FakeKube::start().await;
+    fake.create("gridnetworks", NS, network("poll"));
+    let client = client(&fake).await;
+    let store = || {
+        Arc::new(KubeStateStore::new(
+            client.clone(),
+            NS,
+            "a",
+            "prod",
+            ControllerMetrics::new(),
+        ))
+    };
+    let (one, two) = (store(), store());
+    let outcome = tokio::task::spawn_blocking(move || {
+        one.store_epoch_hwm(5).unwrap(); // creates the ConfigMap
+        two.load_epoch_hwm().unwrap();
+        one.load_epoch_hwm().unwrap();
+        // Both read mark 5 at the same version; both try to move it.
+        let a = one.store_epoch_hwm(10);
+        let b = two.store_epoch_hwm(11);
+        (
+            a.is_ok(),
+            matches!(b, Err(Error::KubeConflict { .. })),
+            two.load_epoch_hwm().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(outcome, (true, true, Some(10)));
+}
+
+fn report(sequence: u64, rejected: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("x-grid-ingest-version", "1".into()),
+        ("x-grid-ingest-epoch", "00000000000000ab".into()),
+        ("x-grid-ingest-sequence", sequence.to_string()),
+        ("x-grid-ingest-rejected", rejected.to_string()),
+        ("x-grid-ingest-clean", "false".into()),
+        ("x-grid-ingest-replica", "gw-0".into()),
+    ]
+}
+
+fn events(metrics: &str, event: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "grid_gateway_feedback_events_total{{event=\"{event}\"}}"
+            ))
+        })
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn ages_rejected(fake: &FakeKube) -> Option<Value> {
+    let n = fake.get("gridnetworks", NS, "prod")?;
+    n["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "GatewayAgesRejected")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_conflict_is_retried_with_a_fresh_read_and_the_report_acknowledged() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    fake.inject(Fault {
+        target: Target::Writes("gridnetworks/prod/status".into()),
+        times: 1,
+        action: Action::Conflict,
+    });
+    let gateway = grid.client(&site.cert, "a", "a");
+    let (status, headers) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
+    assert_eq!(status, 204);
+    assert_eq!(headers["x-grid-ingest-sequence"], "1");
+    let condition = ages_rejected(&fake).expect("written before the 204");
+    assert_eq!(condition["status"], "True");
+    assert_eq!(condition["reason"], "ReadingsRejected");
+    let network = fake.get("gridnetworks", NS, "prod").unwrap();
+    assert_eq!(
+        network["status"]["gatewayFeedback"]["reporters"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let m = get_metrics(d.metrics_addr).await;
+    assert_eq!(
+        (events(&m, "conflict"), events(&m, "conflict_exhausted")),
+        (1, 0),
+        "{m}"
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_conflicts_exhaust_the_write_and_nothing_is_acknowledged() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    fake.inject(Fault {
+        target: Target::Writes("gridnetworks/prod/status".into()),
+        times: 3,
+        action: Action::Conflict,
+    });
+    let gateway = grid.client(&site.cert, "a", "a");
+    let (status, headers) = post_ingest(d.signals_addr, gateway.clone(), &report(1, 3)).await;
+    assert_ne!(status, 204);
+    assert!(headers.get("x-grid-ingest-sequence").is_none());
+    assert_eq!(headers["x-grid-ingest-refusal"], "conflict_exhausted");
+    assert!(ages_rejected(&fake).is_none(), "nothing was persisted");
+    let m = get_metrics(d.metrics_addr).await;
+    assert_eq!(
+        (events(&m, "conflict"), events(&m, "conflict_exhausted")),
+        (3, 1),
+        "{m}"
+    );
+    // A slow API server past the budget is a write failure, not a hang.
+    fake.inject(Fault {
+        target: Target::Path("gridnetworks/prod".into()),
+        times: 1,
+        action: Action::Delay(Duration::from_secs(6)),
+    });
+    let (status, _) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
+    assert_ne!(status, 204);
+    let m = get_metrics(d.metrics_addr).await;
+    assert_eq!(events(&m, "write_failure"), 1, "{m}");
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_one_grid_network_is_refused_at_start() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut second = network("poll");
+    second["metadata"]["name"] = json!("staging");
+    fake.create("gridnetworks", NS, second);
+    let op = Controller::start(&fake, &site).await;
+    match op.ended().await {
+        Err(Error::NetworkCount { count: 2, names }) => assert_eq!(names, ["prod", "staging"]),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_mode_other_than_the_running_one_ends_the_operator() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    fake.replace("gridnetworks", NS, network("gossip"));
+    match op.ended().await {
+        Err(Error::ModeChanged {
+            running: "poll",
+            declared,
+        }) => assert_eq!(declared, "gossip"),
+        other => panic!("expected a mode change, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_trust_change_under_poll_ends_the_operator() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    fake.create(
+        "gridsites",
+        NS,
+        json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}}),
+    );
+    match op.ended().await {
+        Err(Error::TrustChanged { field: "peers" }) => {}
+        other => panic!("expected a trust change, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_goes_away_leaves_the_last_good_configuration_serving() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    fake.set_unavailable(true);
+    let metrics = op.metrics.clone();
+    eventually("the watch failures counted", 15, || {
+        let m = metrics.clone();
+        async move { m.failures(api::Operation::Watch) > 0 }
+    })
+    .await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let body = text(&get_signals(d.signals_addr, gateway).await.unwrap().body);
+    assert!(body.contains("grid_provider_config_generation{"), "{body}");
+    let m = get_metrics(d.metrics_addr).await;
+    assert!(
+        m.contains("grid_operator_kube_failures_total{operation=\"watch\"}"),
+        "{m}"
+    );
+    fake.set_unavailable(false);
+    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
+    op.stop().await.unwrap();
+}
+
+fn election(identity: &str) -> run::Election {
+    run::Election {
+        identity: identity.into(),
+        timing: grid_operatord::controller::lease::Timing {
+            duration: Duration::from_secs(1),
+            renew: Duration::from_millis(200),
+        },
+    }
+}
+
+fn lease_holder(fake: &FakeKube) -> Option<String> {
+    fake.get("leases", NS, "grid-operator-a")?["spec"]["holderIdentity"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_the_writer_dies() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    let first = one.driver(0).await;
+    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
+    let mut two = Controller::start_with(&fake, &site, Some(election("two"))).await;
+    // Longer than the lease: the writer renews, so the standby never starts publishing.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(two.started.borrow().is_none(), "the standby started");
+    // Kill the writer: its tasks and renewals stop at once.
+    one.done.abort();
+    let killed = tokio::time::Instant::now();
+    let second = two.driver(0).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(3), "took over after {took:?}");
+    assert!(second.epoch > first.epoch, "above the writer's mark");
+    assert_eq!(lease_holder(&fake).as_deref(), Some("two"));
+    let transitions =
+        fake.get("leases", NS, "grid-operator-a").unwrap()["spec"]["leaseTransitions"].clone();
+    assert_eq!(transitions, 1);
+    two.stop().await.unwrap();
+    assert_eq!(
+        lease_holder(&fake),
+        None,
+        "a graceful stop gives the Lease up"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_cannot_renew_for_a_whole_lease_duration_stops_publishing() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    one.driver(0).await;
+    fake.set_unavailable(true);
+    match one.ended().await {
+        Err(Error::LeaseLost { lease }) => assert_eq!(lease, "grid-operator-a"),
+        other => panic!("expected the lease lost, got {other:?}"),
+    }
+}
+
+/// What a gateway's store learns from one poll of the operator: the learning resets of
+/// `provider`'s batches (uid, generation).
+async fn poll_resets(
+    store: &mut grid_signals::store::Store,
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> Vec<(String, u64)> {
+    use grid_signals::store::{Sender, StoreEvent};
+    let fetched = get_signals(addr, tls).await.unwrap();
+    let now = grid_operatord::clock::wall_ms();
+    store.ingest(
+        &fetched.body,
+        Sender::Local,
+        fetched.date_ms.unwrap_or(now),
+        now,
+    );
+    std::iter::from_fn(|| store.poll_event())
+        .filter_map(|e| match e {
+            StoreEvent::Reset {
+                provider, revision, ..
+            } if provider == "llama" => Some((revision.uid, revision.generation)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_a_status_update() {
+    let (fake, epp, grid, site) = seeded().await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut store = grid_signals::store::Store::new(grid_signals::store::StoreConfig::default());
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.driver(0).await;
+    let uid = first.config.providers[0].uid.clone();
+    let mut resets = Vec::new();
+    for _ in 0..100 {
+        resets.extend(poll_resets(&mut store, first.signals_addr, gateway.clone()).await);
+        if !resets.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(resets, [(uid.clone(), 1)], "the first lifetime");
+    // A status-only update: the same revision keeps being published; nothing resets.
+    let mut with_status = fake.get("inferenceproviders", NS, "llama").unwrap();
+    with_status["status"] = json!({"observedGeneration": 1});
+    fake.with_store(|s| {
+        s.replace(
+            grid_kit::fake_kube::type_of("inferenceproviders"),
+            NS,
+            "llama",
+            with_status,
+            true,
+        )
+    })
+    .unwrap();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            poll_resets(&mut store, first.signals_addr, gateway.clone()).await,
+            []
+        );
+    }
+    // A spec change: the next revision carries generation 2, and learning resets.
+    let mut spec = provider("llama", &epp);
+    spec["spec"]["pool"] = json!("pool");
+    fake.replace("inferenceproviders", NS, spec);
+    let second = op.driver(1).await;
+    let mut after_change = Vec::new();
+    for _ in 0..100 {
+        after_change.extend(poll_resets(&mut store, second.signals_addr, gateway.clone()).await);
+        if after_change.iter().any(|(_, g)| *g == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(after_change.contains(&(uid.clone(), 2)), "{after_change:?}");
+    // A same-name recreation: a new UID, and learning resets again.
+    fake.delete("inferenceproviders", NS, "llama");
+    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    let mut after_recreation = Vec::new();
+    for _ in 0..200 {
+        let restarts = op.started.borrow().as_ref().unwrap().restarts;
+        let d = op.driver(restarts).await;
+        if let Ok(f) = get_signals(d.signals_addr, gateway.clone()).await {
+            let now = grid_operatord::clock::wall_ms();
+            store.ingest(
+                &f.body,
+                grid_signals::store::Sender::Local,
+                f.date_ms.unwrap_or(now),
+                now,
+            );
+            after_recreation.extend(std::iter::from_fn(|| store.poll_event()).filter_map(
+                |e| match e {
+                    grid_signals::store::StoreEvent::Reset { revision, .. } => Some(revision.uid),
+                    _ => None,
+                },
+            ));
+        }
+        if after_recreation.iter().any(|u| *u != uid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        after_recreation.iter().any(|u| *u != uid),
+        "{after_recreation:?}"
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zero_on_sigterm() {
+    use grid_kit::daemon_process::Daemon;
+    let (fake, _epp, _grid, site) = seeded().await;
+    let d = site.dir.path();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_owned();
+    let url = fake.url();
+    let (cert, key, ca) = (path("site.crt"), path("site.key"), path("ca.crt"));
+    let mut op = Daemon::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_grid-operatord")),
+        &[
+            "controller",
+            "--namespace",
+            NS,
+            "--site",
+            "a",
+            "--api-server",
+            &url,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--ca",
+            &ca,
+            "--signals-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--identity",
+            "pod-0",
+        ],
+    );
+    op.wait_for_line("operator started", Duration::from_secs(20));
+    let ready = ready_reason(&fake, "llama", "EndpointsReady").await;
+    assert_eq!(ready["status"], "True");
+    assert!(fake.get("configmaps", NS, "grid-site-a").is_some());
+    assert_eq!(lease_holder(&fake).as_deref(), Some("pod-0"));
+    op.signal("TERM");
+    let status = op.wait_exit(Duration::from_secs(15)).expect("it exits");
+    assert!(status.success(), "{status:?}\n{}", op.seen.join("\n"));
+    assert_eq!(lease_holder(&fake), None, "released at the stop");
+    assert!(
+        fake.get("configmaps", NS, "grid-site-a").unwrap()["data"]["fences"]
+            .as_str()
+            .is_some_and(|f| f.contains("llama")),
+        "fences persisted"
+    );
+    assert!(
+        op.loud_lines().is_empty(),
+        "a healthy run warned:\n{}",
+        op.seen.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_status() {
+    let (fake, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    ready_reason(&fake, "llama", "EndpointsReady").await;
+    let mut oversized = epp_body(2, 1.0);
+    oversized.resize(grid_signals::exposition::MAX_EXPOSITION_BYTES + 1, b'\n');
+    let cases: Vec<(Behaviour, &str, &str)> = vec![
+        (Behaviour::Status(401), "ScrapeUnauthorized", "False"),
+        (Behaviour::Hang, "ScrapeTimeout", "False"),
+        (
+            Behaviour::Body(b"some_other_family 1\n".to_vec()),
+            "NoReadySeries",
+            "Unknown",
+        ),
+        (Behaviour::Body(oversized), "ScrapeBodyCap", "Unknown"),
+        (Behaviour::Body(epp_body(2, 1.0)), "EndpointsReady", "True"),
+    ];
+    for (behaviour, reason, status) in cases {
+        epp.set(behaviour);
+        let c = ready_reason(&fake, "llama", reason).await;
+        assert_eq!(c["status"], status, "{reason}");
+        assert_eq!(c["observedGeneration"], 1, "{reason}");
+    }
+    epp.set(Behaviour::Body(epp_body(0, 0.0)));
+    eventually("zero ready endpoints confirmed", 15, || async {
+        ready_condition(&fake, "llama").is_some_and(|c| {
+            (c["reason"] == "NoReadyEndpoints" && c["status"] == "False")
+                || (c["reason"] == "EngineAnswering" && c["status"] == "True")
+        })
+    })
+    .await;
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_for_a_mode_change_gives_the_lease_up_for_the_restarted_pod() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    op.driver(0).await;
+    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
+    fake.replace("gridnetworks", NS, network("gossip"));
+    assert!(matches!(op.ended().await, Err(Error::ModeChanged { .. })));
+    assert_eq!(lease_holder(&fake), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_the_operator() {
+    let (fake, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    let mut second = network("gossip");
+    second["metadata"]["name"] = json!("staging");
+    fake.create("gridnetworks", NS, second);
+    match op.ended().await {
+        Err(Error::ModeChanged {
+            running: "poll",
+            declared,
+        }) => assert_eq!(declared, "gossip"),
+        other => panic!("expected a mode change, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
+    let (fake, epp, grid, site) = seeded().await;
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (signals, metrics) = (free(), free());
+    let client = client(&fake).await;
+    let mut deployment = deployment(&site);
+    deployment.listen = Listen { signals, metrics };
+    let m = ControllerMetrics::new();
+    let source = Arc::new(
+        KubeConfigSource::start(client.clone(), NS, deployment, m.clone())
+            .await
+            .unwrap(),
+    );
+    let (tx, started) = watch::channel(None);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let setup = run::Setup {
+        client,
+        namespace: NS.into(),
+        source,
+        options: options(),
+        metrics: m,
+        election: None,
+    };
+    let done = tokio::spawn(run::run(setup, tx, async {
+        let _ = stopped.await;
+    }));
+    let wait = |restarts: u64| {
+        let mut s = started.clone();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(15),
+                s.wait_for(|d| d.as_ref().is_some_and(|d| d.restarts == restarts)),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .clone()
+            .unwrap()
+        }
+    };
+    assert_eq!(wait(0).await.signals_addr, signals);
+    let mut spec = provider("llama", &epp);
+    spec["spec"]["unavailable"] = json!(true);
+    fake.replace("inferenceproviders", NS, spec);
+    let second = wait(1).await;
+    assert_eq!(
+        (second.signals_addr, second.metrics_addr),
+        (signals, metrics)
+    );
+    let gateway = grid.client(&site.cert, "a", "a");
+    get_signals(signals, gateway).await.unwrap();
+    let _ = stop.send(());
+    done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let report_of = |epoch: usize| {
+        let mut r = report(1, 1);
+        r[1].1 = format!("{:016x}", epoch + 1);
+        r
+    };
+    for epoch in 0..grid_feedback::MAX_REPORTERS {
+        let (status, _) = post_ingest(d.signals_addr, gateway.clone(), &report_of(epoch)).await;
+        assert_eq!(status, 204, "reporter {epoch}");
+    }
+    let (status, headers) = post_ingest(
+        d.signals_addr,
+        gateway,
+        &report_of(grid_feedback::MAX_REPORTERS),
+    )
+    .await;
+    assert_ne!(status, 204);
+    assert_eq!(headers["x-grid-ingest-refusal"], "overflow");
+    let m = get_metrics(d.metrics_addr).await;
+    assert_eq!(events(&m, "overflow"), 1, "{m}");
+    let held = fake.get("gridnetworks", NS, "prod").unwrap();
+    assert_eq!(
+        held["status"]["gatewayFeedback"]["reporters"]
+            .as_array()
+            .unwrap()
+            .len(),
+        grid_feedback::MAX_REPORTERS
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network_status() {
+    let (fake, _epp, grid, site) = seeded().await;
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut op = Controller::start(&fake, &site).await;
+    let d = op.driver(0).await;
+    let (status, _) = post_ingest(d.signals_addr, gateway.clone(), &report(1, 3)).await;
+    assert_eq!(status, 204);
+    let transition = ages_rejected(&fake).unwrap()["lastTransitionTime"].clone();
+    op.stop().await.unwrap();
+    let mut again = Controller::start(&fake, &site).await;
+    let d = again.driver(0).await;
+    let m = get_metrics(d.metrics_addr).await;
+    assert!(
+        m.lines()
+            .any(|l| l == "grid_operator_gateway_ages_rejected 1"),
+        "{m}"
+    );
+    // The exact duplicate is idempotent against the restored evidence.
+    let (status, _) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
+    assert_eq!(status, 204);
+    let condition = ages_rejected(&fake).unwrap();
+    assert_eq!(condition["status"], "True");
+    assert_eq!(
+        condition["lastTransitionTime"], transition,
+        "no status change, no transition"
+    );
+    again.stop().await.unwrap();
+}
