@@ -106,15 +106,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_first_statement_is_written_with_now_as_its_transition() {
-        let written = apply(
+    /// `EndpointsReady` at generation 3, written at 1 s: what every case below starts
+    /// from.
+    fn written_first() -> Vec<Condition> {
+        apply(
             &[],
             &ready("True", "EndpointsReady"),
             Some(3),
             time_of_ms(1_000),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The write `stated` at `generation` makes over [`written_first`] at 5 s, if any.
+    fn then(stated: &Stated, generation: i64) -> Option<Vec<Condition>> {
+        apply(
+            &written_first(),
+            stated,
+            Some(generation),
+            time_of_ms(5_000),
+        )
+    }
+
+    #[test]
+    fn the_first_statement_is_written_with_now_as_its_transition() {
+        let written = written_first();
         assert_eq!(written.len(), 1);
         assert_eq!(written[0].last_transition_time, time_of_ms(1_000));
         assert_eq!(written[0].observed_generation, Some(3));
@@ -122,79 +138,25 @@ mod tests {
 
     #[test]
     fn the_same_statement_again_writes_nothing() {
-        let written = apply(
-            &[],
-            &ready("True", "EndpointsReady"),
-            Some(3),
-            time_of_ms(1_000),
-        )
-        .unwrap();
-        assert_eq!(
-            apply(
-                &written,
-                &ready("True", "EndpointsReady"),
-                Some(3),
-                time_of_ms(9_000)
-            ),
-            None
-        );
+        assert_eq!(then(&ready("True", "EndpointsReady"), 3), None);
     }
 
     #[test]
     fn a_new_reason_under_the_same_status_keeps_the_transition_time() {
-        let first = apply(
-            &[],
-            &ready("True", "EndpointsReady"),
-            Some(3),
-            time_of_ms(1_000),
-        )
-        .unwrap();
-        let second = apply(
-            &first,
-            &ready("True", "EngineAnswering"),
-            Some(3),
-            time_of_ms(5_000),
-        )
-        .unwrap();
+        let second = then(&ready("True", "EngineAnswering"), 3).unwrap();
         assert_eq!(second[0].reason, "EngineAnswering");
         assert_eq!(second[0].last_transition_time, time_of_ms(1_000));
     }
 
     #[test]
     fn a_status_change_moves_the_transition_time() {
-        let first = apply(
-            &[],
-            &ready("True", "EndpointsReady"),
-            Some(3),
-            time_of_ms(1_000),
-        )
-        .unwrap();
-        let second = apply(
-            &first,
-            &ready("False", "NoReadyEndpoints"),
-            Some(3),
-            time_of_ms(5_000),
-        )
-        .unwrap();
+        let second = then(&ready("False", "NoReadyEndpoints"), 3).unwrap();
         assert_eq!(second[0].last_transition_time, time_of_ms(5_000));
     }
 
     #[test]
     fn a_new_generation_alone_is_written_with_the_transition_kept() {
-        let first = apply(
-            &[],
-            &ready("True", "EndpointsReady"),
-            Some(3),
-            time_of_ms(1_000),
-        )
-        .unwrap();
-        let second = apply(
-            &first,
-            &ready("True", "EndpointsReady"),
-            Some(4),
-            time_of_ms(5_000),
-        )
-        .unwrap();
+        let second = then(&ready("True", "EndpointsReady"), 4).unwrap();
         assert_eq!(second[0].observed_generation, Some(4));
         assert_eq!(second[0].last_transition_time, time_of_ms(1_000));
     }
