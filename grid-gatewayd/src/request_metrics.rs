@@ -30,7 +30,7 @@ grid_signals::label_values! {
         Connect = "connect",
         /// The exchange broke, or its head did not come in time, after sending.
         Request = "request",
-        /// The site's TCP acknowledged no byte of the request within the connect bound
+        /// Sent, but the site's TCP left it unacknowledged for the connect bound
         /// (`TCP_USER_TIMEOUT`): a pooled connection into a partition. The request never
         /// arrived whole, so it is retried elsewhere as a failed connect is.
         Unacknowledged = "unacknowledged",
@@ -59,7 +59,8 @@ grid_signals::label_values! {
 pub(crate) struct UpstreamFailureLabels {
     /// The site that failed.
     pub site: String,
-    /// `connect` (nothing was sent) or `request` (after sending).
+    /// Why: `connect`, `unacknowledged` and `site_full` are retried elsewhere (the request
+    /// never reached the site whole); `request` is not.
     pub reason: UpstreamFailure,
 }
 
