@@ -65,14 +65,7 @@ pub struct ConnectTimedOut(pub Duration);
 
 /// Whether `error` (a pooled client's error) is a connect that ran out of its bound.
 pub fn is_connect_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<ConnectTimedOut>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    grid_daemon::cause::any(error, <dyn std::error::Error>::is::<ConnectTimedOut>)
 }
 
 /// A connector whose every connection attempt, handshakes included, is bounded.
@@ -144,16 +137,10 @@ fn http_connector(connect_timeout: Duration) -> HttpConnector {
 /// with could not have carried an answer anyway. No other wait of the gateway ends as an
 /// I/O `TimedOut`: its own bounds are timers around the exchange.
 pub fn is_unacknowledged(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.downcast_ref::<std::io::Error>()
+    grid_daemon::cause::any(error, |e| {
+        e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    })
 }
 
 /// The client for serving sites: `http://` base URLs go in the clear (the local site),

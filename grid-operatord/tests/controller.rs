@@ -178,6 +178,23 @@ async fn seeded() -> (FakeKube, FakeEpp, Grid, Site) {
     (fake, epp, grid, site)
 }
 
+/// Writes a status on provider `name` through the status subresource, as another
+/// controller might: its spec, and so its generation, stay as they are.
+fn status_only_update(fake: &FakeKube, name: &str) {
+    let mut with_status = fake.get("inferenceproviders", NS, name).unwrap();
+    with_status["status"] = json!({"observedGeneration": 1});
+    fake.with_store(|s| {
+        s.replace(
+            grid_kit::fake_kube::type_of("inferenceproviders"),
+            NS,
+            name,
+            with_status,
+            true,
+        )
+    })
+    .unwrap();
+}
+
 fn text(body: &[u8]) -> String {
     String::from_utf8(body.to_vec()).unwrap()
 }
@@ -244,18 +261,7 @@ async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid
     let first = op.driver(0).await;
     assert_eq!(first.config.providers[0].generation, 1);
     // A status-only update (as another controller might make) changes nothing.
-    let mut with_status = fake.get("inferenceproviders", NS, "llama").unwrap();
-    with_status["status"] = json!({"observedGeneration": 1});
-    fake.with_store(|s| {
-        s.replace(
-            grid_kit::fake_kube::type_of("inferenceproviders"),
-            NS,
-            "llama",
-            with_status,
-            true,
-        )
-    })
-    .unwrap();
+    status_only_update(&fake, "llama");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
     // The spec says Unavailable: generation 2, and the verdict follows.
@@ -615,18 +621,7 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     }
     assert_eq!(resets, [(uid.clone(), 1)], "the first lifetime");
     // A status-only update: the same revision keeps being published; nothing resets.
-    let mut with_status = fake.get("inferenceproviders", NS, "llama").unwrap();
-    with_status["status"] = json!({"observedGeneration": 1});
-    fake.with_store(|s| {
-        s.replace(
-            grid_kit::fake_kube::type_of("inferenceproviders"),
-            NS,
-            "llama",
-            with_status,
-            true,
-        )
-    })
-    .unwrap();
+    status_only_update(&fake, "llama");
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(

@@ -40,6 +40,14 @@ async fn provider(fake: &FakeKube) -> (Api<InferenceProvider>, ProviderConfig) {
     (Api::namespaced(client, NS), config)
 }
 
+/// A fake API server and the state store of site `a` of network `prod` on it.
+async fn site_store() -> (FakeKube, Arc<KubeStateStore>) {
+    let fake = FakeKube::start().await;
+    let client = api::client(Some(&fake.url()), NS).await.unwrap();
+    let store = KubeStateStore::new(client, NS, "a", "prod", ControllerMetrics::new());
+    (fake, Arc::new(store))
+}
+
 fn verdict(status: ReadyStatus, reason: ReadyReason) -> Readiness {
     Readiness {
         status,
@@ -93,15 +101,7 @@ async fn a_ready_verdict_is_never_written_onto_a_same_name_recreation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_write_survives_fewer_conflicts_than_its_attempts_and_reports_the_last_one() {
-    let fake = FakeKube::start().await;
-    let client = api::client(Some(&fake.url()), NS).await.unwrap();
-    let store = Arc::new(KubeStateStore::new(
-        client,
-        NS,
-        "a",
-        "prod",
-        ControllerMetrics::new(),
-    ));
+    let (fake, store) = site_store().await;
     let s = store.clone();
     // The ConfigMap exists first (the mark is written at every start).
     tokio::task::spawn_blocking(move || s.store_epoch_hwm(1))
@@ -132,15 +132,7 @@ async fn a_fence_write_survives_fewer_conflicts_than_its_attempts_and_reports_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_call_answering_inside_the_timeout_succeeds_and_one_past_it_fails() {
-    let fake = FakeKube::start().await;
-    let client = api::client(Some(&fake.url()), NS).await.unwrap();
-    let store = Arc::new(KubeStateStore::new(
-        client,
-        NS,
-        "a",
-        "prod",
-        ControllerMetrics::new(),
-    ));
+    let (fake, store) = site_store().await;
     let slow = |by: Duration| Fault {
         target: Target::Path("configmaps".into()),
         times: 1,

@@ -41,6 +41,13 @@ fn api(fake: &FakeKube) -> Api<GridNetwork> {
     Api::namespaced(client(fake), NS)
 }
 
+/// Creates `GridNetwork` `prod`, as most cases start.
+async fn create_prod(api: &Api<GridNetwork>) -> GridNetwork {
+    api.create(&PostParams::default(), &network("prod"))
+        .await
+        .unwrap()
+}
+
 fn api_error(e: kube::Error) -> (u16, String) {
     match e {
         kube::Error::Api(s) => (s.code, s.reason),
@@ -52,10 +59,7 @@ fn api_error(e: kube::Error) -> (u16, String) {
 async fn a_created_object_gets_a_uid_generation_one_and_is_listed_with_a_resource_version() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    let made = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let made = create_prod(&api).await;
     assert!(made.metadata.uid.is_some());
     assert_eq!(made.metadata.generation, Some(1));
     let list = api.list(&ListParams::default()).await.unwrap();
@@ -75,10 +79,7 @@ async fn a_created_object_gets_a_uid_generation_one_and_is_listed_with_a_resourc
 async fn a_write_with_a_stale_resource_version_is_refused_with_409_conflict() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    let first = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let first = create_prod(&api).await;
     let mut newer = first.clone();
     newer.spec.intervals = Some(Intervals::default());
     newer.spec.peer_trust.mode = TrustModeName::Spiffe;
@@ -97,10 +98,7 @@ async fn a_write_with_a_stale_resource_version_is_refused_with_409_conflict() {
 async fn the_status_subresource_touches_only_status_and_keeps_the_generation() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    let mut made = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let mut made = create_prod(&api).await;
     made.status = Some(GridNetworkStatus {
         observed_generation: Some(1),
         ..Default::default()
@@ -129,15 +127,9 @@ async fn the_status_subresource_touches_only_status_and_keeps_the_generation() {
 async fn a_recreated_object_of_the_same_name_gets_a_new_uid() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    let first = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let first = create_prod(&api).await;
     api.delete("prod", &DeleteParams::default()).await.unwrap();
-    let second = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let second = create_prod(&api).await;
     assert_ne!(first.metadata.uid, second.metadata.uid);
 }
 
@@ -145,9 +137,7 @@ async fn a_recreated_object_of_the_same_name_gets_a_new_uid() {
 async fn a_watch_from_a_compacted_version_gets_a_410_expired_event() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    api.create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    create_prod(&api).await;
     fake.with_store(grid_kit::fake_kube::store::Store::compact);
     let mut events = api
         .watch(&WatchParams::default(), "1")
@@ -166,10 +156,7 @@ async fn a_watch_from_a_compacted_version_gets_a_410_expired_event() {
 async fn a_watch_delivers_changes_after_its_version_and_bookmarks_when_asked() {
     let fake = FakeKube::start().await;
     let api = api(&fake);
-    let made = api
-        .create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    let made = create_prod(&api).await;
     let rv = made.metadata.resource_version.clone().unwrap();
     let mut events = api
         .watch(
@@ -214,9 +201,7 @@ async fn injected_faults_answer_conflict_server_errors_and_slowly_then_stop() {
             .unwrap_err();
         assert_eq!(api_error(e).0, 409);
     }
-    api.create(&PostParams::default(), &network("prod"))
-        .await
-        .unwrap();
+    create_prod(&api).await;
     fake.inject(Fault {
         target: Target::Any,
         times: 1,

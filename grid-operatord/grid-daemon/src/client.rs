@@ -95,22 +95,18 @@ pub async fn fetch(target: &FetchTarget) -> Result<Fetched, Failed> {
 /// server refuses a client certificate only after the client thinks the handshake is
 /// done, so the refusal surfaces here), `http` otherwise.
 fn classify_transport(error: &hyper::Error) -> ScrapeFailure {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = source {
-        if e.downcast_ref::<rustls::Error>().is_some() {
-            return ScrapeFailure::Tls;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io
-                .get_ref()
-                .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
-            {
-                return ScrapeFailure::Tls;
-            }
-        }
-        source = e.source();
+    let tls = crate::cause::any(error, |e| {
+        e.is::<rustls::Error>()
+            || e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                io.get_ref()
+                    .is_some_and(<dyn std::error::Error + Send + Sync>::is::<rustls::Error>)
+            })
+    });
+    if tls {
+        ScrapeFailure::Tls
+    } else {
+        ScrapeFailure::Http
     }
-    ScrapeFailure::Http
 }
 
 fn host_of(url: &http::Uri) -> Option<&str> {

@@ -27,6 +27,7 @@
 //! # Ok::<(), grid_daemon::Error>(())
 //! ```
 
+pub mod cause;
 pub mod client;
 pub mod config;
 mod error;
