@@ -20,12 +20,16 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config =
         Config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
-    let running = grid_gatewayd::driver::start(config).await?;
-    let stop = grid_daemon::shutdown::requested();
-    tokio::pin!(stop);
+    // Before the listener opens: a signal that arrives once the gateway serves must find
+    // its handler, not the default action, which ends the process.
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing the SIGHUP handler")?;
+    let stop = grid_daemon::shutdown::Handlers::install()
+        .context("installing the SIGINT/SIGTERM handlers")?;
+    let running = grid_gatewayd::driver::start(config).await?;
+    let stop = stop.requested();
+    tokio::pin!(stop);
     let stop = loop {
         #[cfg(unix)]
         tokio::select! {

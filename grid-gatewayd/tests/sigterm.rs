@@ -153,3 +153,23 @@ async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
             .success()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_or_sighup_the_moment_the_gateway_serves_finds_its_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeModel::start("a").await;
+    let config = write_config(dir.path(), &model.base_url());
+    // A few rounds: each signal is sent right as the serving line is read, inside the
+    // window a handler installed after start would leave to the default action.
+    for _ in 0..3 {
+        let (mut gw, _) = spawn_gateway(&config);
+        gw.signal("HUP");
+        gw.signal("TERM");
+        let status = gw.wait_exit(Duration::from_secs(20)).expect("it exits");
+        assert!(
+            status.success(),
+            "{status:?} (killed by the signal's default action?)\n{}",
+            gw.seen.join("\n")
+        );
+    }
+}

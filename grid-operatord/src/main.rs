@@ -104,11 +104,14 @@ async fn run_file_mode(path: std::path::PathBuf) -> anyhow::Result<()> {
     let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
     let config = source.load()?;
     let state = Arc::new(FileStateStore::open(&config.state_dir)?);
+    // Before the listeners open (see grid_daemon::shutdown::Handlers).
+    let stop = grid_daemon::shutdown::Handlers::install()
+        .context("installing the SIGINT/SIGTERM handlers")?;
     let mut running = driver::start(config, Some(source), state, Options::default()).await?;
     tokio::select! {
         result = running.wait() => result?,
-        stop = grid_daemon::shutdown::requested() => {
-            let signal = stop.context("installing the SIGINT/SIGTERM handlers")?.as_str();
+        stop = stop.requested() => {
+            let signal = stop.context("waiting for SIGINT/SIGTERM")?.as_str();
             tracing::info!(signal, "stopping every task, persisting the fences");
             running.shutdown().await?;
             tracing::info!("fences persisted; exiting");
@@ -146,8 +149,10 @@ async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
             .await?,
     );
     let (started, _) = tokio::sync::watch::channel(None);
+    // Before the operator's listeners open (see grid_daemon::shutdown::Handlers).
+    let handlers = grid_daemon::shutdown::Handlers::install();
     let stop = async {
-        match grid_daemon::shutdown::requested().await {
+        match async { handlers?.requested().await }.await {
             Ok(signal) => tracing::info!(
                 signal = signal.as_str(),
                 "stopping every task, persisting the fences"
