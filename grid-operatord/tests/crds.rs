@@ -79,7 +79,7 @@ fn field_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) 
 
 #[test]
 fn docs_crds_md_documents_every_field_and_every_condition_reason() {
-    use grid_signals::epp::{ReadyReason, ScrapeFailure};
+    use grid_signals::epp::ReadyReason;
     use kube::CustomResourceExt as _;
     let doc = include_str!("../../docs/crds.md");
     let crds = [
@@ -104,18 +104,7 @@ fn docs_crds_md_documents_every_field_and_every_condition_reason() {
             );
         }
     }
-    let mut reasons = vec![
-        ReadyReason::EndpointsReady,
-        ReadyReason::EngineAnswering,
-        ReadyReason::ZeroEndpointsUnconfirmed,
-        ReadyReason::NoReadyEndpoints,
-        ReadyReason::RecoveryUnconfirmed,
-        ReadyReason::Unavailable,
-        ReadyReason::NoRecentScrape,
-        ReadyReason::NoScrapeYet,
-        ReadyReason::NoReadySeries,
-    ];
-    reasons.extend(ScrapeFailure::ALL.map(ReadyReason::ScrapeFailed));
+    let reasons: Vec<ReadyReason> = ReadyReason::all().collect();
     assert_eq!(
         reasons.len(),
         grid_signals::epp::ReadyReasonLabel::ALL.len(),

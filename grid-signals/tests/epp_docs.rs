@@ -41,21 +41,7 @@ fn the_metrics_doc_names_everything_the_code_reads_and_publishes() {
     ] {
         expect(series);
     }
-    let reasons = [
-        ReadyReason::EndpointsReady,
-        ReadyReason::EngineAnswering,
-        ReadyReason::ZeroEndpointsUnconfirmed,
-        ReadyReason::NoReadyEndpoints,
-        ReadyReason::RecoveryUnconfirmed,
-        ReadyReason::Unavailable,
-        ReadyReason::NoRecentScrape,
-        ReadyReason::NoScrapeYet,
-        ReadyReason::NoReadySeries,
-    ];
-    for reason in reasons
-        .into_iter()
-        .chain(ScrapeFailure::ALL.map(ReadyReason::ScrapeFailed))
-    {
+    for reason in ReadyReason::all() {
         expect(reason.as_str());
     }
     for failure in ScrapeFailure::ALL {

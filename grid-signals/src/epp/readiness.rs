@@ -113,6 +113,25 @@ pub enum ReadyReason {
 }
 
 impl ReadyReason {
+    /// Every reason: each cause, then a failed scrape once per class. Complete: its
+    /// count is tested against [`ReadyReasonLabel::ALL`], which [`Self::label`]'s
+    /// exhaustive match keeps in step with the variants.
+    pub fn all() -> impl Iterator<Item = Self> {
+        [
+            Self::EndpointsReady,
+            Self::EngineAnswering,
+            Self::ZeroEndpointsUnconfirmed,
+            Self::NoReadyEndpoints,
+            Self::RecoveryUnconfirmed,
+            Self::Unavailable,
+            Self::NoRecentScrape,
+            Self::NoScrapeYet,
+            Self::NoReadySeries,
+        ]
+        .into_iter()
+        .chain(ScrapeFailure::ALL.into_iter().map(Self::ScrapeFailed))
+    }
+
     /// The condition reason string (CamelCase).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -683,25 +702,7 @@ mod tests {
 
     #[test]
     fn every_reason_string_is_distinct() {
-        let mut reasons: Vec<&str> = [
-            ReadyReason::EndpointsReady,
-            ReadyReason::EngineAnswering,
-            ReadyReason::ZeroEndpointsUnconfirmed,
-            ReadyReason::NoReadyEndpoints,
-            ReadyReason::RecoveryUnconfirmed,
-            ReadyReason::Unavailable,
-            ReadyReason::NoRecentScrape,
-            ReadyReason::NoScrapeYet,
-            ReadyReason::NoReadySeries,
-        ]
-        .iter()
-        .map(|r| r.as_str())
-        .chain(
-            ScrapeFailure::ALL
-                .iter()
-                .map(|f| ReadyReason::ScrapeFailed(*f).as_str()),
-        )
-        .collect();
+        let mut reasons: Vec<&str> = ReadyReason::all().map(ReadyReason::as_str).collect();
         let n = reasons.len();
         reasons.sort_unstable();
         reasons.dedup();
@@ -710,24 +711,7 @@ mod tests {
 
     #[test]
     fn every_reason_has_one_label_the_snake_case_of_its_condition_reason() {
-        let all: Vec<ReadyReason> = [
-            ReadyReason::EndpointsReady,
-            ReadyReason::EngineAnswering,
-            ReadyReason::ZeroEndpointsUnconfirmed,
-            ReadyReason::NoReadyEndpoints,
-            ReadyReason::RecoveryUnconfirmed,
-            ReadyReason::Unavailable,
-            ReadyReason::NoRecentScrape,
-            ReadyReason::NoScrapeYet,
-            ReadyReason::NoReadySeries,
-        ]
-        .into_iter()
-        .chain(
-            ScrapeFailure::ALL
-                .into_iter()
-                .map(ReadyReason::ScrapeFailed),
-        )
-        .collect();
+        let all: Vec<ReadyReason> = ReadyReason::all().collect();
         let mut labels: Vec<ReadyReasonLabel> = all.iter().map(|r| r.label()).collect();
         for reason in &all {
             let snake: String = reason
