@@ -1,0 +1,434 @@
+//! The membership state machine: foca's SWIM behind sealed datagrams and timers kept as
+//! deadlines, fed by the driver through [`Membership::handle`] and
+//! [`Membership::handle_timeout`], drained through [`Membership::poll`].
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, Codec, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, State, Timer};
+
+use crate::metrics::{Direction, MembershipMetrics, Refusal, Unsent};
+use crate::rng::{FocaRng, Rng};
+use crate::seal::{Role, SEAL_OVERHEAD, SESSION_MATERIAL_BYTES, Sessions};
+use crate::{Error, Member};
+
+/// The largest datagram sent or accepted: the IPv6 minimum MTU (1280) less the IPv6 and
+/// UDP headers, so no path fragments it.
+pub const MAX_DATAGRAM_BYTES: usize = 1232;
+/// The largest SWIM message inside one datagram.
+pub const MAX_PLAINTEXT_BYTES: usize = MAX_DATAGRAM_BYTES - SEAL_OVERHEAD;
+/// Messages queued for a member while its session is agreed; more are dropped and
+/// counted ([`Unsent::PendingFull`]). SWIM retries on its own, so a short queue suffices.
+pub const PENDING_PER_MEMBER: usize = 8;
+/// Members that may have messages queued at once.
+pub const MAX_PENDING_MEMBERS: usize = 1024;
+/// After a session with a member could not be agreed, the next attempt waits this long.
+pub const SESSION_RETRY_MS: u64 = 1_000;
+
+/// The protocol's periods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// One membership round: a random member is probed once per period.
+    pub probe_period: Duration,
+    /// How long a probe waits for its ack before asking others to probe indirectly.
+    pub probe_rtt: Duration,
+    /// How long a suspect has to refute before it is declared down.
+    pub suspect_to_down: Duration,
+    /// How often a random member and every member believed down are sent an announce,
+    /// so a partition heals and a newcomer learns the whole roster.
+    pub announce: Duration,
+    /// How often updates are pushed to a few members besides the probe cycle.
+    pub gossip: Duration,
+}
+
+impl Default for Timing {
+    /// One-second rounds: a dead site is suspected within about two rounds and declared
+    /// down three seconds later.
+    fn default() -> Self {
+        Self {
+            probe_period: Duration::from_secs(1),
+            probe_rtt: Duration::from_millis(400),
+            suspect_to_down: Duration::from_secs(3),
+            announce: Duration::from_secs(5),
+            gossip: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Timing {
+    fn foca(&self) -> foca::Config {
+        let periodic = |frequency, n| {
+            Some(foca::PeriodicParams {
+                frequency,
+                num_members: NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN),
+            })
+        };
+        foca::Config {
+            probe_period: self.probe_period,
+            probe_rtt: self.probe_rtt,
+            num_indirect_probes: NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN),
+            max_transmissions: NonZeroU8::new(10).unwrap_or(NonZeroU8::MIN),
+            suspect_to_down_after: self.suspect_to_down,
+            remove_down_after: Some(Duration::from_secs(15 * 60)),
+            max_packet_size: NonZeroUsize::new(MAX_PLAINTEXT_BYTES).unwrap_or(NonZeroUsize::MIN),
+            notify_down_members: true,
+            periodic_announce: periodic(self.announce, 1),
+            periodic_announce_to_down_members: periodic(self.announce, 1),
+            periodic_gossip: periodic(self.gossip, 3),
+        }
+    }
+}
+
+/// What the driver hands in.
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// A datagram arrived on the membership socket (opened in place).
+    Datagram(&'a mut [u8]),
+    /// A session was agreed over the signals listener with `member`, whose site name the
+    /// TLS connection authenticated.
+    Session {
+        /// The identity the other end sent in the exchange.
+        member: Member,
+        /// The bytes both ends exported from that connection.
+        material: [u8; SESSION_MATERIAL_BYTES],
+        /// This site's end of the connection.
+        role: Role,
+    },
+    /// A session this site asked for ([`Output::Connect`]) could not be agreed.
+    SessionFailed {
+        /// The member's site.
+        site: String,
+    },
+}
+
+/// What the driver carries out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send `datagram` to `to.host:to.gossip_port`.
+    Transmit {
+        /// The member.
+        to: Member,
+        /// Sealed, at most [`MAX_DATAGRAM_BYTES`].
+        datagram: Vec<u8>,
+    },
+    /// Agree a session with `member` over its signals listener (this site initiates),
+    /// then hand in [`Input::Session`] or [`Input::SessionFailed`].
+    Connect(Member),
+    /// A member joined, or came back under a new incarnation (its host may have moved).
+    Up(Member),
+    /// A member was declared down.
+    Down(Member),
+}
+
+struct Due {
+    at: u64,
+    seq: u64,
+    timer: Timer<Member>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+struct Pending {
+    member: Member,
+    queue: VecDeque<Vec<u8>>,
+}
+
+type Swim<R> = Foca<Member, PostcardCodec, FocaRng<R>, NoCustomBroadcast>;
+
+/// One site's membership.
+pub struct Membership<R: Rng> {
+    foca: Swim<R>,
+    runtime: AccumulatingRuntime<Member>,
+    sessions: Sessions,
+    timers: BinaryHeap<Reverse<Due>>,
+    next_seq: u64,
+    pending: HashMap<String, Pending>,
+    /// Sites a session was asked for and not yet answered, and sites whose last attempt
+    /// failed, with when the next may start.
+    connecting: HashMap<String, Option<u64>>,
+    outputs: VecDeque<Output>,
+    /// The highest incarnation this site has sent under.
+    own_incarnation: u16,
+    metrics: MembershipMetrics,
+    seal_buf: Vec<u8>,
+}
+
+impl<R: Rng> std::fmt::Debug for Membership<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("identity", self.foca.identity())
+            .field("members", &self.foca.num_members())
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Rng> Membership<R> {
+    /// A site's membership under `identity`, knowing nobody yet; seeds come in as sessions
+    /// the driver agreed with them ([`Input::Session`] as [`Role::Initiator`]).
+    ///
+    /// ```
+    /// use grid_membership::{Member, Membership, MembershipMetrics, SplitMix64, Timing};
+    /// let me = Member { site: "a".into(), host: "10.0.0.1".into(), signals_port: 9443,
+    ///                   gossip_port: 7946, incarnation: 1 };
+    /// let m = Membership::new(me, &Timing::default(), SplitMix64::new(7), MembershipMetrics::default())?;
+    /// assert_eq!(m.live().count(), 0);
+    /// # Ok::<(), grid_membership::Error>(())
+    /// ```
+    pub fn new(
+        identity: Member,
+        timing: &Timing,
+        rng: R,
+        metrics: MembershipMetrics,
+    ) -> Result<Self, Error> {
+        identity.check()?;
+        Ok(Self {
+            foca: Foca::new(identity, timing.foca(), FocaRng(rng), PostcardCodec),
+            runtime: AccumulatingRuntime::new(),
+            sessions: Sessions::default(),
+            timers: BinaryHeap::new(),
+            next_seq: 0,
+            pending: HashMap::new(),
+            connecting: HashMap::new(),
+            outputs: VecDeque::new(),
+            own_incarnation: 0,
+            metrics,
+            seal_buf: Vec::with_capacity(MAX_DATAGRAM_BYTES),
+        })
+    }
+
+    /// This site's identity.
+    pub fn identity(&self) -> &Member {
+        self.foca.identity()
+    }
+
+    /// The members believed alive (suspects included, as SWIM treats them), this site
+    /// excluded.
+    pub fn live(&self) -> impl Iterator<Item = &Member> {
+        self.foca.iter_members().map(foca::Member::id)
+    }
+
+    /// The series this membership records into.
+    pub fn metrics(&self) -> &MembershipMetrics {
+        &self.metrics
+    }
+
+    /// Sessions held.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Feeds one input at `now_ms`.
+    pub fn handle(&mut self, now_ms: u64, input: Input<'_>) {
+        match input {
+            Input::Datagram(datagram) => self.datagram(now_ms, datagram),
+            Input::Session {
+                member,
+                material,
+                role,
+            } => {
+                if member.check().is_err() || member.site == self.identity().site {
+                    self.metrics.unsent(Unsent::InvalidMember);
+                    return;
+                }
+                self.sessions.install(now_ms, &member.site, &material, role);
+                self.connecting.remove(&member.site);
+                let known = self.live().any(|m| m == &member);
+                if role == Role::Initiator && !known {
+                    let result = self.foca.announce(member.clone(), &mut self.runtime);
+                    self.note(result.err());
+                }
+                self.flush_pending(now_ms, &member.site);
+                self.drain(now_ms);
+            }
+            Input::SessionFailed { site } => {
+                self.connecting
+                    .insert(site.clone(), Some(now_ms + SESSION_RETRY_MS));
+                if let Some(p) = self.pending.remove(&site) {
+                    for _ in p.queue {
+                        self.metrics.unsent(Unsent::SessionFailed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn datagram(&mut self, now_ms: u64, datagram: &mut [u8]) {
+        self.metrics.traffic(Direction::Received, datagram.len());
+        if datagram.len() > MAX_DATAGRAM_BYTES {
+            self.metrics.refuse(Refusal::Oversized);
+            return;
+        }
+        let (peer, plain) = match self.sessions.open(now_ms, datagram) {
+            Ok(opened) => opened,
+            Err(r) => {
+                self.metrics.refuse(r.into());
+                return;
+            }
+        };
+        let header = match Codec::<Member>::decode_header(&mut PostcardCodec, &*plain) {
+            Ok(h) => h,
+            Err(_) => {
+                self.metrics.refuse(Refusal::Undecodable);
+                return;
+            }
+        };
+        if header.src.site != peer || header.src.check().is_err() {
+            self.metrics.refuse(Refusal::IdentityMismatch);
+            return;
+        }
+        if let Err(e) = self.foca.handle_data(plain, &mut self.runtime) {
+            self.metrics.refuse(match e {
+                foca::Error::Decode(_) => Refusal::Undecodable,
+                _ => Refusal::Protocol,
+            });
+        }
+        self.drain(now_ms);
+    }
+
+    /// When the next timer is due (`now_ms` units), if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.timers.peek().map(|Reverse(d)| d.at)
+    }
+
+    /// Fires every timer due at `now_ms`.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        while self.timers.peek().is_some_and(|Reverse(d)| d.at <= now_ms) {
+            let Some(Reverse(due)) = self.timers.pop() else {
+                break;
+            };
+            let result = self.foca.handle_timer(due.timer, &mut self.runtime);
+            self.note(result.err());
+            self.drain(now_ms);
+        }
+        self.connecting
+            .retain(|_, retry| retry.is_none_or(|at| at > now_ms));
+    }
+
+    /// Leaves the cluster: members learn it at once instead of after a suspicion.
+    pub fn leave(&mut self, now_ms: u64) {
+        let result = self.foca.leave_cluster(&mut self.runtime);
+        self.note(result.err());
+        self.drain(now_ms);
+    }
+
+    /// The next output, if any.
+    pub fn poll(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    fn note(&self, error: Option<foca::Error>) {
+        // foca's operational errors (an announce to a member it already knows is down, a
+        // timer for a member since removed) change nothing; they are not inputs a peer
+        // sent, so they are not refusals either.
+        let _ = error;
+    }
+
+    /// Moves what foca accumulated into outputs and timers.
+    fn drain(&mut self, now_ms: u64) {
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            if matches!(timer, Timer::ChangeSuspectToDown { .. }) {
+                self.metrics.suspected();
+            }
+            let at = now_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
+            self.next_seq += 1;
+            self.timers.push(Reverse(Due {
+                at,
+                seq: self.next_seq,
+                timer,
+            }));
+        }
+        while let Some(note) = self.runtime.to_notify() {
+            match note {
+                OwnedNotification::MemberUp(m) | OwnedNotification::Rename(_, m) => {
+                    self.outputs.push_back(Output::Up(m));
+                }
+                OwnedNotification::MemberDown(m) => self.outputs.push_back(Output::Down(m)),
+                _ => {}
+            }
+        }
+        while let Some((to, data)) = self.runtime.to_send() {
+            if let Ok(h) = Codec::<Member>::decode_header(&mut PostcardCodec, &data[..]) {
+                if h.src_incarnation > self.own_incarnation {
+                    self.metrics.refuted();
+                    self.own_incarnation = h.src_incarnation;
+                }
+            }
+            self.send(now_ms, to, &data);
+        }
+        let (mut alive, mut suspect, mut down) = (0, 0, 0);
+        for m in self.foca.iter_membership_state() {
+            match m.state() {
+                State::Alive => alive += 1,
+                State::Suspect => suspect += 1,
+                State::Down => down += 1,
+            }
+        }
+        self.metrics.set_members(alive, suspect, down);
+    }
+
+    fn send(&mut self, now_ms: u64, to: Member, plaintext: &[u8]) {
+        if to.check().is_err() {
+            self.metrics.unsent(Unsent::InvalidMember);
+            return;
+        }
+        if self.sessions.seal(now_ms, &to.site, plaintext, &mut self.seal_buf) {
+            self.metrics.traffic(Direction::Sent, self.seal_buf.len());
+            self.outputs.push_back(Output::Transmit {
+                to,
+                datagram: self.seal_buf.clone(),
+            });
+            return;
+        }
+        let full = !self.pending.contains_key(&to.site) && self.pending.len() >= MAX_PENDING_MEMBERS;
+        if full {
+            self.metrics.unsent(Unsent::PendingFull);
+            return;
+        }
+        let p = self.pending.entry(to.site.clone()).or_insert_with(|| Pending {
+            member: to.clone(),
+            queue: VecDeque::new(),
+        });
+        p.member = to.clone();
+        if p.queue.len() >= PENDING_PER_MEMBER {
+            self.metrics.unsent(Unsent::PendingFull);
+        } else {
+            p.queue.push_back(plaintext.to_vec());
+        }
+        match self.connecting.get(&to.site) {
+            // Asked already, or waiting out a failed attempt.
+            Some(None) => {}
+            Some(Some(retry)) if *retry > now_ms => {}
+            _ => {
+                self.connecting.insert(to.site.clone(), None);
+                self.outputs.push_back(Output::Connect(to));
+            }
+        }
+    }
+
+    fn flush_pending(&mut self, now_ms: u64, site: &str) {
+        let Some(p) = self.pending.remove(site) else {
+            return;
+        };
+        for plaintext in p.queue {
+            self.send(now_ms, p.member.clone(), &plaintext);
+        }
+    }
+}

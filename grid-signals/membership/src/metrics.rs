@@ -1,0 +1,233 @@
+//! The membership series, registered into the caller's registry.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Why a received datagram was refused: the closed `reason` label set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
+    Oversized,
+    /// Shorter than a seal, or of an unknown seal version.
+    Malformed,
+    /// Sealed under no session this site holds.
+    UnknownSession,
+    /// Its tag did not verify.
+    Forged,
+    /// Opened before, or older than the replay window.
+    Replayed,
+    /// Opened, but the SWIM message inside did not decode.
+    Undecodable,
+    /// Opened, but its sender's identity names another site than the session's, or is
+    /// not a valid identity.
+    IdentityMismatch,
+    /// Decoded, but the protocol refused it (from ourselves, stale, malformed payload).
+    Protocol,
+}
+
+impl Refusal {
+    /// Every reason, for dashboards and the completeness test.
+    pub const ALL: [Self; 8] = [
+        Self::Oversized,
+        Self::Malformed,
+        Self::UnknownSession,
+        Self::Forged,
+        Self::Replayed,
+        Self::Undecodable,
+        Self::IdentityMismatch,
+        Self::Protocol,
+    ];
+}
+
+impl From<crate::SealRefusal> for Refusal {
+    fn from(r: crate::SealRefusal) -> Self {
+        match r {
+            crate::SealRefusal::Malformed => Self::Malformed,
+            crate::SealRefusal::UnknownSession => Self::UnknownSession,
+            crate::SealRefusal::Forged => Self::Forged,
+            crate::SealRefusal::Replayed => Self::Replayed,
+        }
+    }
+}
+
+/// Why a datagram this site meant to send was not: the closed `reason` label set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[non_exhaustive]
+pub enum Unsent {
+    /// No session with the member yet, and its queue of [`crate::PENDING_PER_MEMBER`]
+    /// was full.
+    PendingFull,
+    /// The session could not be agreed; what waited for it is dropped.
+    SessionFailed,
+    /// The member's identity is not one this site would contact.
+    InvalidMember,
+}
+
+/// A member's state: the closed `state` label set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum StateLabel {
+    /// Answering probes.
+    Alive,
+    /// Suspected; still treated as alive until it refutes or times out.
+    Suspect,
+    /// Declared down.
+    Down,
+}
+
+/// Traffic direction: the closed `direction` label set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Direction {
+    /// Sent by this site.
+    Sent,
+    /// Received and opened.
+    Received,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: Refusal,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UnsentLabels {
+    reason: Unsent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: StateLabel,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: Direction,
+}
+
+/// Series handles; clones share their values.
+#[derive(Clone, Debug, Default)]
+pub struct MembershipMetrics {
+    members: Family<StateLabels, Gauge>,
+    suspicions: Counter,
+    refutations: Counter,
+    messages: Family<DirectionLabels, Counter>,
+    bytes: Family<DirectionLabels, Counter>,
+    refused: Family<ReasonLabels, Counter>,
+    unsent: Family<UnsentLabels, Counter>,
+}
+
+impl MembershipMetrics {
+    /// Registers every series under `grid_membership_*`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "grid_membership_members",
+            "Members this site knows, by state (itself excluded)",
+            m.members.clone(),
+        );
+        registry.register(
+            "grid_membership_suspicions",
+            "Members this site began to suspect",
+            m.suspicions.clone(),
+        );
+        registry.register(
+            "grid_membership_refutations",
+            "Suspicions of this site it refuted by raising its incarnation",
+            m.refutations.clone(),
+        );
+        registry.register(
+            "grid_membership_messages",
+            "Membership datagrams by direction",
+            m.messages.clone(),
+        );
+        registry.register(
+            "grid_membership_bytes",
+            "Membership datagram bytes on the wire (sealed) by direction",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "grid_membership_datagrams_refused",
+            "Received membership datagrams refused, by reason",
+            m.refused.clone(),
+        );
+        registry.register(
+            "grid_membership_datagrams_unsent",
+            "Membership datagrams this site dropped before sending, by reason",
+            m.unsent.clone(),
+        );
+        for state in [StateLabel::Alive, StateLabel::Suspect, StateLabel::Down] {
+            m.members.get_or_create(&StateLabels { state }).set(0);
+        }
+        m
+    }
+
+    pub(crate) fn refuse(&self, reason: Refusal) {
+        self.refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub(crate) fn unsent(&self, reason: Unsent) {
+        self.unsent.get_or_create(&UnsentLabels { reason }).inc();
+    }
+
+    pub(crate) fn traffic(&self, direction: Direction, bytes: usize) {
+        self.messages.get_or_create(&DirectionLabels { direction }).inc();
+        self.bytes
+            .get_or_create(&DirectionLabels { direction })
+            .inc_by(bytes as u64);
+    }
+
+    pub(crate) fn suspected(&self) {
+        self.suspicions.inc();
+    }
+
+    pub(crate) fn refuted(&self) {
+        self.refutations.inc();
+    }
+
+    pub(crate) fn set_members(&self, alive: usize, suspect: usize, down: usize) {
+        let set = |state, n: usize| {
+            self.members
+                .get_or_create(&StateLabels { state })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set(StateLabel::Alive, alive);
+        set(StateLabel::Suspect, suspect);
+        set(StateLabel::Down, down);
+    }
+
+    /// Received datagrams refused for `reason`.
+    pub fn refused(&self, reason: Refusal) -> u64 {
+        self.refused.get_or_create(&ReasonLabels { reason }).get()
+    }
+
+    /// Datagrams dropped before sending for `reason`.
+    pub fn unsent_count(&self, reason: Unsent) -> u64 {
+        self.unsent.get_or_create(&UnsentLabels { reason }).get()
+    }
+
+    /// Members in `state`.
+    pub fn members(&self, state: StateLabel) -> i64 {
+        self.members.get_or_create(&StateLabels { state }).get()
+    }
+
+    /// Datagrams and bytes in `direction`.
+    pub fn traffic_count(&self, direction: Direction) -> (u64, u64) {
+        (
+            self.messages.get_or_create(&DirectionLabels { direction }).get(),
+            self.bytes.get_or_create(&DirectionLabels { direction }).get(),
+        )
+    }
+
+    /// Suspicions begun.
+    pub fn suspicions(&self) -> u64 {
+        self.suspicions.get()
+    }
+
+    /// Suspicions of this site refuted.
+    pub fn refutations(&self) -> u64 {
+        self.refutations.get()
+    }
+}

@@ -1,0 +1,230 @@
+//! A deterministic network of memberships in virtual time: sessions are agreed the
+//! moment one is asked for (as the signals listener's exchange would, with material both
+//! ends share), datagrams arrive after a fixed delay unless the link is cut or a loss
+//! draw drops them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use grid_membership::{
+    Input, Member, Membership, MembershipMetrics, Output, Role, SplitMix64, Timing,
+};
+
+pub(crate) struct Net {
+    pub(crate) nodes: BTreeMap<String, Membership<SplitMix64>>,
+    pub(crate) now: u64,
+    pub(crate) delay_ms: u64,
+    /// Per mille of datagrams lost.
+    pub(crate) loss: u64,
+    loss_rng: SplitMix64State,
+    pub(crate) cut: BTreeSet<(String, String)>,
+    pub(crate) dead: BTreeSet<String>,
+    in_flight: Vec<(u64, String, Vec<u8>)>,
+    pub(crate) ups: HashMap<String, Vec<Member>>,
+    pub(crate) downs: HashMap<String, Vec<Member>>,
+    sessions_made: u64,
+}
+
+struct SplitMix64State(u64);
+impl SplitMix64State {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+pub(crate) fn member(site: &str, incarnation: u64) -> Member {
+    Member {
+        site: site.into(),
+        host: "127.0.0.1".into(),
+        signals_port: 9443,
+        gossip_port: 7946,
+        incarnation,
+    }
+}
+
+impl Net {
+    pub(crate) fn new(sites: &[&str], timing: &Timing) -> Self {
+        let mut net = Self {
+            nodes: BTreeMap::new(),
+            now: 0,
+            delay_ms: 5,
+            loss: 0,
+            loss_rng: SplitMix64State(99),
+            cut: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            in_flight: Vec::new(),
+            ups: HashMap::new(),
+            downs: HashMap::new(),
+            sessions_made: 0,
+        };
+        for (i, s) in sites.iter().enumerate() {
+            net.add(s, 1, timing, i as u64);
+        }
+        net
+    }
+
+    pub(crate) fn add(&mut self, site: &str, incarnation: u64, timing: &Timing, seed: u64) {
+        let m = Membership::new(
+            member(site, incarnation),
+            timing,
+            SplitMix64::new(seed + 1000 * incarnation),
+            MembershipMetrics::default(),
+        )
+        .unwrap();
+        self.nodes.insert(site.into(), m);
+        self.dead.remove(site);
+    }
+
+    fn material(&mut self) -> [u8; 40] {
+        self.sessions_made += 1;
+        let mut m = [0u8; 40];
+        for (i, chunk) in m.chunks_mut(8).enumerate() {
+            let w = self.sessions_made.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64 * 7919);
+            chunk.copy_from_slice(&w.to_be_bytes());
+        }
+        m
+    }
+
+    /// `from` agrees a session with `to` (the driver's seed step, or its answer to
+    /// `Output::Connect`).
+    pub(crate) fn connect(&mut self, from: &str, to: &str) {
+        if self.dead.contains(to) || self.is_cut(from, to) {
+            let now = self.now;
+            if let Some(n) = self.nodes.get_mut(from) {
+                n.handle(now, Input::SessionFailed { site: to.into() });
+            }
+            return;
+        }
+        let material = self.material();
+        let now = self.now;
+        let to_id = self.nodes[to].identity().clone();
+        let from_id = self.nodes[from].identity().clone();
+        self.nodes.get_mut(to).unwrap().handle(
+            now,
+            Input::Session { member: from_id, material, role: Role::Responder },
+        );
+        self.nodes.get_mut(from).unwrap().handle(
+            now,
+            Input::Session { member: to_id, material, role: Role::Initiator },
+        );
+    }
+
+    fn is_cut(&self, a: &str, b: &str) -> bool {
+        self.cut.contains(&(a.to_owned(), b.to_owned())) || self.cut.contains(&(b.to_owned(), a.to_owned()))
+    }
+
+    /// Cuts every link between the two groups.
+    pub(crate) fn partition(&mut self, left: &[&str], right: &[&str]) {
+        for a in left {
+            for b in right {
+                self.cut.insert(((*a).to_owned(), (*b).to_owned()));
+            }
+        }
+    }
+
+    pub(crate) fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Delivers an arbitrary datagram to `to` now.
+    pub(crate) fn inject(&mut self, to: &str, mut datagram: Vec<u8>) {
+        let now = self.now;
+        self.nodes.get_mut(to).unwrap().handle(now, Input::Datagram(&mut datagram));
+        self.pump();
+    }
+
+    /// Drains every node's outputs into the network (one hop).
+    fn pump(&mut self) {
+        loop {
+            let mut work = Vec::new();
+            for (site, node) in &mut self.nodes {
+                if self.dead.contains(site) {
+                    while node.poll().is_some() {}
+                    continue;
+                }
+                while let Some(o) = node.poll() {
+                    work.push((site.clone(), o));
+                }
+            }
+            if work.is_empty() {
+                return;
+            }
+            for (site, o) in work {
+                match o {
+                    Output::Transmit { to, datagram } => {
+                        if self.is_cut(&site, &to.site) || self.loss_draw() {
+                            continue;
+                        }
+                        self.in_flight.push((self.now + self.delay_ms, to.site, datagram));
+                    }
+                    Output::Connect(m) => {
+                        if self.nodes.contains_key(&m.site) {
+                            self.connect(&site, &m.site);
+                        }
+                    }
+                    Output::Up(m) => self.ups.entry(site).or_default().push(m),
+                    Output::Down(m) => self.downs.entry(site).or_default().push(m),
+                }
+            }
+        }
+    }
+
+    fn loss_draw(&mut self) -> bool {
+        self.loss > 0 && self.loss_rng.next() % 1000 < self.loss
+    }
+
+    /// Runs virtual time forward by `ms`, one millisecond step at a time.
+    pub(crate) fn run(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += 1;
+            let now = self.now;
+            let (due, rest): (Vec<_>, Vec<_>) = self.in_flight.drain(..).partition(|(at, _, _)| *at <= now);
+            self.in_flight = rest;
+            for (_, to, mut d) in due {
+                if self.dead.contains(&to) {
+                    continue;
+                }
+                if let Some(n) = self.nodes.get_mut(&to) {
+                    n.handle(now, Input::Datagram(&mut d));
+                }
+            }
+            for (site, n) in &mut self.nodes {
+                if !self.dead.contains(site) && n.poll_timeout().is_some_and(|t| t <= now) {
+                    n.handle_timeout(now);
+                }
+            }
+            self.pump();
+        }
+    }
+
+    /// The live members `site` knows, by name.
+    pub(crate) fn view(&self, site: &str) -> BTreeSet<String> {
+        self.nodes[site].live().map(|m| m.site.clone()).collect()
+    }
+
+    /// Whether every living node sees exactly every other living node.
+    pub(crate) fn converged(&self) -> bool {
+        let living: BTreeSet<String> = self.nodes.keys().filter(|s| !self.dead.contains(*s)).cloned().collect();
+        living.iter().all(|s| {
+            let mut expect = living.clone();
+            expect.remove(s);
+            self.view(s) == expect
+        })
+    }
+
+    /// Runs until converged, at most `max_ms`; the time it took.
+    pub(crate) fn run_until_converged(&mut self, max_ms: u64) -> Option<u64> {
+        let start = self.now;
+        while self.now - start < max_ms {
+            if self.converged() {
+                return Some(self.now - start);
+            }
+            self.run(10);
+        }
+        self.converged().then(|| self.now - start)
+    }
+}

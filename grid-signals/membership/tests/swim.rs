@@ -1,0 +1,170 @@
+//! Membership behaviour over a simulated network: joining through one seed, detecting a
+//! dead member, healing a partition, refusing what no session authenticates.
+
+mod support;
+
+use grid_membership::{Direction, Input, Refusal, Role, Timing};
+use support::{Net, member};
+
+const ROUND_MS: u64 = 1_000;
+
+fn joined(sites: &[&str]) -> Net {
+    let mut net = Net::new(sites, &Timing::default());
+    for s in &sites[1..] {
+        net.connect(s, sites[0]);
+    }
+    assert!(net.run_until_converged(10 * ROUND_MS).is_some(), "the grid did not converge");
+    net
+}
+
+#[test]
+fn members_that_know_only_one_seed_learn_the_whole_roster() {
+    let net = joined(&["a", "b", "c", "d", "e"]);
+    assert_eq!(net.view("e").len(), 4);
+    assert!(net.nodes["a"].sessions() >= 4, "a session per pair that spoke");
+    let (sent, bytes) = net.nodes["a"].metrics().traffic_count(Direction::Sent);
+    assert!(sent > 0 && bytes > sent, "{sent} datagrams, {bytes} bytes");
+}
+
+#[test]
+fn a_member_that_stops_answering_is_suspected_then_declared_down_everywhere() {
+    let mut net = joined(&["a", "b", "c", "d"]);
+    net.dead.insert("d".into());
+    let down = net.run_until_converged(20 * ROUND_MS).expect("d was not declared down");
+    // Suspected within a few rounds, down `suspect_to_down` later.
+    assert!(down <= 10 * ROUND_MS, "{down} ms");
+    for s in ["a", "b", "c"] {
+        assert!(net.downs[s].iter().any(|m| m.site == "d"), "{s} saw no Down for d");
+        assert!(!net.view(s).contains("d"));
+    }
+    let suspicions: u64 = ["a", "b", "c"].iter().map(|s| net.nodes[*s].metrics().suspicions()).sum();
+    assert!(suspicions >= 1);
+}
+
+#[test]
+fn a_healed_partition_converges_within_three_announce_periods() {
+    let timing = Timing::default();
+    let mut net = joined(&["a", "b", "c", "d"]);
+    net.partition(&["a", "b"], &["c", "d"]);
+    net.run(15 * ROUND_MS);
+    assert_eq!(net.view("a"), ["b".to_owned()].into());
+    net.heal();
+    let healed = net
+        .run_until_converged(3 * timing.announce.as_millis() as u64)
+        .expect("no convergence within three announce periods");
+    assert!(healed <= 3 * timing.announce.as_millis() as u64);
+}
+
+#[test]
+fn a_restarted_member_is_seen_up_again_under_its_new_incarnation() {
+    let timing = Timing::default();
+    let mut net = joined(&["a", "b", "c"]);
+    net.dead.insert("c".into());
+    net.run(2 * ROUND_MS);
+    net.add("c", 2, &timing, 77);
+    net.connect("c", "a");
+    let renewed = |net: &Net| net.nodes["b"].live().any(|m| m.site == "c" && m.incarnation == 2);
+    for _ in 0..100 {
+        if renewed(&net) {
+            break;
+        }
+        net.run(100);
+    }
+    assert!(renewed(&net), "b never learned c's new incarnation");
+    assert!(net.converged());
+    assert!(net.ups["b"].iter().any(|m| m.site == "c" && m.incarnation == 2));
+}
+
+#[test]
+fn membership_converges_with_one_percent_loss() {
+    let mut net = Net::new(&["a", "b", "c", "d", "e", "f"], &Timing::default());
+    net.loss = 10;
+    for s in ["b", "c", "d", "e", "f"] {
+        net.connect(s, "a");
+    }
+    assert!(net.run_until_converged(15 * ROUND_MS).is_some());
+    net.run(30 * ROUND_MS);
+    assert!(net.converged(), "a false Down under 1% loss");
+}
+
+#[test]
+fn a_member_suspected_while_briefly_cut_off_refutes_and_stays_up() {
+    let mut net = joined(&["a", "b", "c"]);
+    // Long enough for a probe of c to fail, shorter than suspect-to-down.
+    net.partition(&["c"], &["a", "b"]);
+    let mut refuted = false;
+    for _ in 0..20 {
+        net.run(400);
+        if net.nodes["a"].metrics().suspicions() + net.nodes["b"].metrics().suspicions() > 0 {
+            break;
+        }
+    }
+    net.heal();
+    net.run(3 * ROUND_MS);
+    refuted |= net.nodes["c"].metrics().refutations() > 0;
+    assert!(refuted, "c never refuted");
+    assert!(net.converged());
+}
+
+#[test]
+fn a_datagram_without_a_session_is_refused_as_unknown_and_changes_nothing() {
+    let mut net = joined(&["a", "b"]);
+    let before = net.view("a");
+    let mut garbage = vec![1u8; 64];
+    garbage[0] = grid_membership::seal::SEAL_VERSION;
+    net.inject("a", garbage);
+    net.inject("a", vec![0u8; 3]);
+    net.inject("a", vec![1u8; grid_membership::MAX_DATAGRAM_BYTES + 1]);
+    let m = net.nodes["a"].metrics();
+    assert_eq!(m.refused(Refusal::UnknownSession), 1);
+    assert_eq!(m.refused(Refusal::Malformed), 1);
+    assert_eq!(m.refused(Refusal::Oversized), 1);
+    assert_eq!(net.view("a"), before);
+}
+
+#[test]
+fn a_member_whose_session_names_it_cannot_speak_as_another_site() {
+    // "mallory" holds a genuine session with a (it is inside the grid's trust) and sends a
+    // SWIM message whose sender claims to be b.
+    let timing = Timing::default();
+    let mut net = joined(&["a", "b"]);
+    net.add("mallory", 1, &timing, 5);
+    let material = [7u8; 40];
+    let now = net.now;
+    net.nodes.get_mut("a").unwrap().handle(
+        now,
+        Input::Session { member: member("mallory", 1), material, role: Role::Responder },
+    );
+    // An impostor membership named b, holding mallory's key: what it sends is sealed by
+    // mallory but claims b.
+    let mut impostor = grid_membership::Membership::new(
+        member("b", 9),
+        &timing,
+        grid_membership::SplitMix64::new(3),
+        grid_membership::MembershipMetrics::default(),
+    )
+    .unwrap();
+    let mut sessions_as_mallory = grid_membership::Sessions::default();
+    sessions_as_mallory.install(now, "a", &material, Role::Initiator);
+    // Get the impostor to emit an announce to a, sealed under its own (b-side) session...
+    impostor.handle(now, Input::Session { member: member("a", 1), material: [8u8; 40], role: Role::Initiator });
+    let plaintext = loop {
+        match impostor.poll() {
+            Some(grid_membership::Output::Transmit { datagram, .. }) => {
+                // ...open it with the impostor's key to get the SWIM plaintext, then
+                // re-seal it under mallory's genuine session.
+                let mut other_end = grid_membership::Sessions::default();
+                other_end.install(now, "b", &[8u8; 40], Role::Responder);
+                let mut d = datagram;
+                break other_end.open(now, &mut d).unwrap().1.to_vec();
+            }
+            Some(_) => {}
+            None => panic!("the impostor sent nothing"),
+        }
+    };
+    let mut forged = Vec::new();
+    assert!(sessions_as_mallory.seal(now, "a", &plaintext, &mut forged));
+    net.inject("a", forged);
+    assert_eq!(net.nodes["a"].metrics().refused(Refusal::IdentityMismatch), 1);
+    assert!(!net.nodes["a"].live().any(|m| m.site == "b" && m.incarnation == 9));
+}
