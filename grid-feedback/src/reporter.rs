@@ -313,10 +313,9 @@ impl Reporter {
                 status: 204,
                 headers,
             } = outcome
+                && let Ok(ack) = Ack::from_headers(headers.iter().copied())
             {
-                if let Ok(ack) = Ack::from_headers(headers.iter().copied()) {
-                    self.on_ack(ack);
-                }
+                self.on_ack(ack);
             }
             return;
         }

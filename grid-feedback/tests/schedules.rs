@@ -193,11 +193,11 @@ impl World {
 
     fn cycle(&mut self, cycle: Cycle) {
         self.reporter.handle(self.now, ReporterInput::Cycle(cycle));
-        if let Cycle::Committed { skew_drops } = cycle {
-            if skew_drops > 0 {
-                self.max_bad
-                    .insert(self.reporter.epoch(), self.reporter.cumulative());
-            }
+        if let Cycle::Committed { skew_drops } = cycle
+            && skew_drops > 0
+        {
+            self.max_bad
+                .insert(self.reporter.epoch(), self.reporter.cumulative());
         }
     }
 
@@ -490,17 +490,17 @@ impl World {
 
         // No stale clearing: nothing pending means the store says exactly what the
         // last acknowledged report said.
-        if self.reporter.pending().is_none() {
-            if let Some(acked) = self.reporter.acknowledged() {
-                let record = stored_live.as_ref().expect("acknowledged implies stored");
-                assert_eq!(
-                    (record.sequence, record.rejected, record.clean),
-                    (acked.sequence(), acked.rejected(), acked.clean())
-                );
-                assert_eq!(record.unresolved_since_ms.is_some(), !acked.clean());
-                if !self.reporter.is_latched() {
-                    assert_eq!(record.rejected, self.reporter.cumulative());
-                }
+        if self.reporter.pending().is_none()
+            && let Some(acked) = self.reporter.acknowledged()
+        {
+            let record = stored_live.as_ref().expect("acknowledged implies stored");
+            assert_eq!(
+                (record.sequence, record.rejected, record.clean),
+                (acked.sequence(), acked.rejected(), acked.clean())
+            );
+            assert_eq!(record.unresolved_since_ms.is_some(), !acked.clean());
+            if !self.reporter.is_latched() {
+                assert_eq!(record.rejected, self.reporter.cumulative());
             }
         }
 

@@ -118,6 +118,10 @@ pub struct Config {
     pub peers: Vec<PeerConfig>,
     /// Providers whose EPPs are scraped.
     pub providers: Vec<ProviderConfig>,
+    /// The host peers reach this site at (`listen.advertise`): what its SWIM identity
+    /// advertises, so peers poll `https://{host}:{signals port}`. Absent, the signals
+    /// listener's IP when it is a specific one; with neither, membership does not run.
+    pub advertise_host: Option<String>,
 }
 
 /// The two listeners.
@@ -243,6 +247,7 @@ enum RawNetwork {
 struct RawListen {
     signals: String,
     metrics: String,
+    advertise: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -355,6 +360,7 @@ impl Config {
             peer_poll_interval: DEFAULT_PEER_POLL_INTERVAL,
             peers: Vec::new(),
             providers: Vec::new(),
+            advertise_host: None,
         }
     }
 
@@ -409,6 +415,7 @@ impl Config {
             trust_of(&raw.trust)?,
         );
         config.transport = transport_of(raw.signal_transport.as_ref())?;
+        config.advertise_host = raw.listen.advertise;
         config.scrape_interval = period(
             "intervals.scrapeSeconds",
             raw.intervals.scrape_seconds,
@@ -442,6 +449,18 @@ impl Config {
                 "listen.metrics",
                 "must differ from listen.signals: /metrics is plain HTTP, signals are mTLS",
             ));
+        }
+        if let Some(host) = &self.advertise_host {
+            let probe = grid_membership::Member {
+                site: self.site.clone(),
+                host: host.clone(),
+                signals_port: 1,
+                gossip_port: 1,
+                incarnation: 0,
+            };
+            probe
+                .check()
+                .map_err(|e| field_err("listen.advertise", e.to_string()))?;
         }
         if let TrustMode::Spiffe { trust_domain } = &self.trust {
             check_trust_domain(trust_domain)?;
@@ -569,10 +588,10 @@ impl ProviderConfig {
         if self.uid.is_empty() || self.uid.len() > 128 || self.uid.chars().any(char::is_control) {
             return Err(field_err(at("uid"), "1 to 128 printable characters"));
         }
-        if let Some(pool) = &self.pool {
-            if pool.is_empty() || pool.len() > 253 {
-                return Err(field_err(at("pool"), "1 to 253 bytes"));
-            }
+        if let Some(pool) = &self.pool
+            && (pool.is_empty() || pool.len() > 253)
+        {
+            return Err(field_err(at("pool"), "1 to 253 bytes"));
         }
         Ok(())
     }

@@ -88,6 +88,10 @@ pub struct Running {
     /// Each provider's latest readiness verdict (index order of the configuration),
     /// changed on every transition.
     pub verdicts: tokio::sync::watch::Receiver<Vec<Option<grid_signals::epp::Readiness>>>,
+    /// Who membership says is live (never changes when membership does not run).
+    pub membership: tokio::sync::watch::Receiver<crate::membership::View>,
+    /// The membership series.
+    pub membership_metrics: grid_membership::MembershipMetrics,
     state: Arc<dyn StateStore>,
     /// Held for the whole of every fence write, the blocking part included: an aborted
     /// periodic write still in flight finishes before the final one starts, so the final
@@ -187,6 +191,9 @@ pub async fn start(
 
 /// [`start`] with a registry already holding the caller's own series (the controller
 /// mode's), which `/metrics` then serves beside the operator's.
+// One function on purpose: the start-up order (epoch persisted before the only
+// publisher starts, feedback restored before the listener accepts) reads top to bottom.
+#[allow(clippy::too_many_lines)]
 pub async fn start_with(
     config: Config,
     source: Option<Arc<dyn ConfigSource>>,
@@ -201,7 +208,7 @@ pub async fn start_with(
     let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
     let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
     let targets = scrape_targets(&config, &material)?;
-    let (signals_tcp, signals_addr) = bind(config.listen.signals).await?;
+    let (signals_tcp, gossip_udp, signals_addr) = bind_signals(config.listen.signals).await?;
     let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
 
     let clock = options.clock.clone();
@@ -219,8 +226,6 @@ pub async fn start_with(
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
     let certificates =
         tls::ReloadMetrics::register(registry.sub_registry_with_prefix("grid_operator"));
-    let registry = Arc::new(registry);
-
     let mut tasks = JoinSet::new();
     let (feedback, feedback_task) = feedback::spawn(
         receiver,
@@ -240,13 +245,22 @@ pub async fn start_with(
         Ok(())
     });
 
-    for poller in peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)? {
-        tasks.spawn(async move {
-            poller.run().await;
-            Ok(())
-        });
-    }
+    let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
+    let (endpoint, view) = start_membership(
+        &config,
+        (signals_addr, gossip_udp, epoch),
+        (&certificate, &trust),
+        membership_metrics.clone(),
+        &mut tasks,
+    )?;
+    let pollers = peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)?;
+    let peer_view = view.clone();
+    tasks.spawn(async move {
+        crate::peers::run_peer_set(pollers, peer_view).await;
+        Ok(())
+    });
 
+    let registry = Arc::new(registry);
     let listener = Listener {
         tcp: signals_tcp,
         tls: server_tls,
@@ -261,6 +275,7 @@ pub async fn start_with(
             refusals: metrics.refusals.clone(),
             feedback_metrics: metrics.feedback.clone(),
             clock,
+            membership: endpoint,
         }),
     };
     tasks.spawn(async move {
@@ -295,9 +310,110 @@ pub async fn start_with(
         registry,
         certificates,
         verdicts,
+        membership: view,
+        membership_metrics,
         state,
         fence_writes,
         tasks,
+    })
+}
+
+/// Starts membership when this site has an address to advertise; the live view the
+/// peer set follows either way (one that never changes without membership).
+fn start_membership(
+    config: &Config,
+    (signals_addr, gossip_udp, epoch): (SocketAddr, tokio::net::UdpSocket, u64),
+    (certificate, trust): (&Arc<tls::CertSlot>, &Arc<tls::Trust>),
+    metrics: grid_membership::MembershipMetrics,
+    tasks: &mut JoinSet<Result<(), Error>>,
+) -> Result<
+    (
+        Option<crate::membership::Endpoint>,
+        tokio::sync::watch::Receiver<crate::membership::View>,
+    ),
+    Error,
+> {
+    let Some(own) = membership_identity(config, signals_addr, epoch) else {
+        tracing::warn!(
+            "the signals listener binds an unspecified address and `listen.advertise` is \
+             not set: membership does not run, configured peers are polled at their URLs"
+        );
+        // The sender goes at once: the peer set then keeps the configured URLs.
+        let (_, rx) = tokio::sync::watch::channel(crate::membership::View::default());
+        return Ok((None, rx));
+    };
+    let seeds = config
+        .peers
+        .iter()
+        .filter_map(|p| {
+            let host = p.url.host()?.to_owned();
+            Some((p.name.clone(), host, p.url.port_u16().unwrap_or(443)))
+        })
+        .collect();
+    let started = crate::membership::start(
+        own,
+        gossip_udp,
+        seeds,
+        Arc::clone(certificate),
+        trust.clone(),
+        metrics,
+    )
+    .map_err(|e| Error::ConfigField {
+        field: "listen.advertise".into(),
+        reason: e.to_string(),
+    })?;
+    let driver = started.driver;
+    tasks.spawn(async move {
+        driver.run().await;
+        Ok(())
+    });
+    Ok((Some(started.endpoint), started.view))
+}
+
+/// This site's membership identity: the advertised host (or the signals listener's IP
+/// when it is a specific one), the signals port for both TCP and UDP, and the publisher
+/// epoch as the incarnation, which rises on every restart.
+fn membership_identity(
+    config: &Config,
+    signals_addr: SocketAddr,
+    epoch: u64,
+) -> Option<grid_membership::Member> {
+    let host = match &config.advertise_host {
+        Some(h) => h.clone(),
+        None if !signals_addr.ip().is_unspecified() => signals_addr.ip().to_string(),
+        None => return None,
+    };
+    Some(grid_membership::Member {
+        site: config.site.clone(),
+        host,
+        signals_port: signals_addr.port(),
+        gossip_port: signals_addr.port(),
+        incarnation: epoch,
+    })
+}
+
+/// Attempts at finding a port free for both TCP and UDP when the configuration asks the
+/// OS to choose one.
+pub const PORT_PAIR_ATTEMPTS: usize = 16;
+
+/// Binds the signals listener and the membership socket on the same address and port
+/// number (TCP and UDP ports are separate spaces), so a member's signals endpoint is its
+/// gossip endpoint. Port 0 retries until a port is free for both.
+async fn bind_signals(
+    addr: SocketAddr,
+) -> Result<(TcpListener, tokio::net::UdpSocket, SocketAddr), Error> {
+    let mut last = None;
+    for _ in 0..PORT_PAIR_ATTEMPTS {
+        let (tcp, bound) = bind(addr).await?;
+        match tokio::net::UdpSocket::bind(bound).await {
+            Ok(udp) => return Ok((tcp, udp, bound)),
+            Err(e) if addr.port() == 0 => last = Some(e),
+            Err(source) => return Err(Error::Bind { addr, source }),
+        }
+    }
+    Err(Error::Bind {
+        addr,
+        source: last.unwrap_or_else(|| std::io::Error::other("no port pair")),
     })
 }
 

@@ -106,15 +106,15 @@ async fn run(
     let mut writing: Option<PendingWrite> = None;
     let mut reported: Option<ConditionStatus> = None;
     loop {
-        if writing.is_none() {
-            if let Some(write) = receiver.poll_write() {
-                let store = store.clone();
-                let state = write.state;
-                writing = Some((
-                    write.id,
-                    tokio::task::spawn_blocking(move || store.store_feedback(&state)),
-                ));
-            }
+        if writing.is_none()
+            && let Some(write) = receiver.poll_write()
+        {
+            let store = store.clone();
+            let state = write.state;
+            writing = Some((
+                write.id,
+                tokio::task::spawn_blocking(move || store.store_feedback(&state)),
+            ));
         }
         // The condition is exported before any reply goes out, so a gateway that got its
         // 204 never reads an older condition.

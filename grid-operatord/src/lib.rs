@@ -40,6 +40,7 @@ pub mod driver;
 mod error;
 mod feedback;
 pub mod listener;
+pub mod membership;
 pub mod metrics;
 pub mod peers;
 mod providers;

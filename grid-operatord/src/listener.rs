@@ -62,6 +62,31 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, caller: Option<Identity>, request: Request<Incoming>) -> HandlerFuture;
 }
 
+/// The membership session material of the TLS connection a peer's request arrived on
+/// (RFC 5705 export under [`grid_membership::seal::EXPORTER_LABEL`]), carried in the
+/// request's extensions; only the two ends of that handshake can compute it.
+#[derive(Clone, Copy)]
+pub struct SessionMaterial(pub [u8; grid_membership::seal::SESSION_MATERIAL_BYTES]);
+
+impl std::fmt::Debug for SessionMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionMaterial(..)")
+    }
+}
+
+impl SessionMaterial {
+    /// Exports the material from an established connection, either end.
+    pub fn export<D>(conn: &rustls::ConnectionCommon<D>) -> Option<Self> {
+        conn.export_keying_material(
+            [0u8; grid_membership::seal::SESSION_MATERIAL_BYTES],
+            grid_membership::seal::EXPORTER_LABEL,
+            None,
+        )
+        .ok()
+        .map(Self)
+    }
+}
+
 /// Timeouts of one listener; tests shorten them.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
@@ -222,6 +247,12 @@ impl<H: Handler> Connection<H> {
             }
         };
         let caller = peer_identity(tls.get_ref().1, &self.trust);
+        // Only a peer may agree a membership session, so only its connections pay for
+        // the export.
+        let session = match caller {
+            Some(Identity::Peer(_)) => SessionMaterial::export(tls.get_ref().1),
+            _ => None,
+        };
         let slot = match slot.settle(caller.as_ref()) {
             Ok(slot) => slot,
             Err(reason) => {
@@ -232,14 +263,14 @@ impl<H: Handler> Connection<H> {
         self.metrics.open.inc();
         let h2 = tls.get_ref().1.alpn_protocol() == Some(ALPN_H2);
         let result = if h2 {
-            self.serve_h2(TokioIo::new(tls), caller).await
+            self.serve_h2(TokioIo::new(tls), caller, session).await
         } else {
-            self.serve_h1(TokioIo::new(tls), caller).await
+            self.serve_h1(TokioIo::new(tls), caller, session).await
         };
-        if let Err(e) = result {
-            if e.is_timeout() {
-                self.metrics.shed(ShedReason::HeaderTimeout);
-            }
+        if let Err(e) = result
+            && e.is_timeout()
+        {
+            self.metrics.shed(ShedReason::HeaderTimeout);
         }
         self.metrics.open.dec();
         drop(slot);
@@ -249,9 +280,17 @@ impl<H: Handler> Connection<H> {
 type TlsIo = TokioIo<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
 impl<H: Handler> Connection<H> {
-    async fn serve_h1(&self, io: TlsIo, caller: Option<Identity>) -> Result<(), hyper::Error> {
+    async fn serve_h1(
+        &self,
+        io: TlsIo,
+        caller: Option<Identity>,
+        session: Option<SessionMaterial>,
+    ) -> Result<(), hyper::Error> {
         let handler = self.handler.clone();
-        let service = service_fn(move |request| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            if let Some(m) = session {
+                request.extensions_mut().insert(m);
+            }
             let response = handler.handle(caller.clone(), request);
             async move { Ok::<_, Infallible>(response.await) }
         });
@@ -271,11 +310,19 @@ impl<H: Handler> Connection<H> {
 
     /// HTTP/2 has no header-read timeout of its own: [`InFlight`] closes the connection
     /// once no request has been in flight for `header_read`.
-    async fn serve_h2(&self, io: TlsIo, caller: Option<Identity>) -> Result<(), hyper::Error> {
+    async fn serve_h2(
+        &self,
+        io: TlsIo,
+        caller: Option<Identity>,
+        session: Option<SessionMaterial>,
+    ) -> Result<(), hyper::Error> {
         let handler = self.handler.clone();
         let in_flight = Arc::new(InFlight::default());
         let counted = in_flight.clone();
-        let service = service_fn(move |request| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            if let Some(m) = session {
+                request.extensions_mut().insert(m);
+            }
             let guard = counted.start();
             let response = handler.handle(caller.clone(), request);
             async move {

@@ -186,6 +186,59 @@ impl PeerPoller {
     }
 }
 
+/// Runs one poller per configured peer, where membership says it is.
+///
+/// A configured peer is polled at its configured URL until membership reports it live,
+/// then at its SWIM-advertised host and signals port ([`grid_membership::Member::signals_url`]);
+/// a peer declared down is not polled until it is live again, and its rows age out as
+/// any unpolled peer's do. Only configured peers are polled: they are the ones the trust
+/// names, so a member outside it could not be verified anyway.
+pub async fn run_peer_set(
+    pollers: Vec<PeerPoller>,
+    mut view: tokio::sync::watch::Receiver<crate::membership::View>,
+) {
+    // Owned here, so aborting this task aborts every poller it started.
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: std::collections::HashMap<String, (http::Uri, tokio::task::AbortHandle)> =
+        std::collections::HashMap::new();
+    loop {
+        while tasks.try_join_next().is_some() {}
+        let desired: Vec<(&PeerPoller, http::Uri)> = {
+            let v = view.borrow_and_update();
+            pollers
+                .iter()
+                .filter_map(|p| match v.live.get(&p.peer.name) {
+                    Some(member) => member.signals_url().parse().ok().map(|u| (p, u)),
+                    None if v.down.contains(&p.peer.name) => None,
+                    None => Some((p, p.peer.url.clone())),
+                })
+                .collect()
+        };
+        running.retain(|name, (url, task)| {
+            let keep = desired
+                .iter()
+                .any(|(p, u)| &p.peer.name == name && u == url);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (p, url) in desired {
+            if running.contains_key(&p.peer.name) {
+                continue;
+            }
+            let mut poller = p.clone();
+            poller.peer.url = url.clone();
+            tracing::debug!(peer = %p.peer.name, %url, "polling peer");
+            running.insert(p.peer.name.clone(), (url, tasks.spawn(poller.run())));
+        }
+        if view.changed().await.is_err() {
+            // Membership ended (or never ran): the pollers keep going as they are.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

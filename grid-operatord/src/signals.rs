@@ -59,15 +59,24 @@ grid_signals::label_values! {
         NotFound = "not_found",
         /// A method the path does not take (405).
         Method = "method",
+        /// A membership session whose caller is not a peer, or whose identity names
+        /// another site than the caller's certificate (403).
+        SessionIdentity = "session_identity",
+        /// A membership session body that is not one valid identity (400).
+        SessionBody = "session_body",
+        /// A membership session while the membership driver's queue is full (503).
+        SessionBusy = "session_busy",
     }
 }
 
 impl Refusal {
     fn status(self) -> StatusCode {
         match self {
-            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::Forbidden | Self::SessionIdentity => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::Method => StatusCode::METHOD_NOT_ALLOWED,
+            Self::SessionBody => StatusCode::BAD_REQUEST,
+            Self::SessionBusy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -120,6 +129,8 @@ pub struct SignalsService {
     pub feedback_metrics: ReceiverMetrics,
     /// The wall clock relays are stamped against and ingest reports received by.
     pub clock: Clock,
+    /// The membership session exchange; `None` when membership does not run.
+    pub membership: Option<crate::membership::Endpoint>,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -173,6 +184,48 @@ impl SignalsService {
             header::HeaderValue::from_static("no-store"),
         );
         r
+    }
+
+    async fn session(
+        self,
+        caller: Option<Identity>,
+        request: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
+        use crate::membership::{MAX_SESSION_BODY_BYTES, SESSION_EXCHANGE_TIMEOUT, SessionRefusal};
+        let Some(endpoint) = self.membership.clone() else {
+            return self.refuse(Refusal::NotFound);
+        };
+        let material = request
+            .extensions()
+            .get::<crate::listener::SessionMaterial>()
+            .copied();
+        let peer = match &caller {
+            Some(Identity::Peer(name)) => Some(name.clone()),
+            _ => None,
+        };
+        let body = match tokio::time::timeout(
+            SESSION_EXCHANGE_TIMEOUT,
+            Limited::new(request.into_body(), MAX_SESSION_BODY_BYTES).collect(),
+        )
+        .await
+        {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(_)) => return self.refuse(Refusal::SessionBody),
+            Err(_) => return empty(StatusCode::REQUEST_TIMEOUT),
+        };
+        match endpoint.accept(peer.as_deref(), material, &body) {
+            Ok(own) => {
+                let mut r = Response::new(Full::new(own));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            Err(SessionRefusal::Body) => self.refuse(Refusal::SessionBody),
+            Err(SessionRefusal::Identity) => self.refuse(Refusal::SessionIdentity),
+            Err(SessionRefusal::Busy) => self.refuse(Refusal::SessionBusy),
+        }
     }
 
     async fn ingest(
@@ -255,7 +308,10 @@ impl Handler for SignalsService {
                 Box::pin(async move { r })
             }
             (INGEST_PATH, Method::POST) => Box::pin(self.clone().ingest(caller, request)),
-            (SIGNALS_PATH | INGEST_PATH, _) => {
+            (crate::membership::SESSION_PATH, Method::POST) => {
+                Box::pin(self.clone().session(caller, request))
+            }
+            (SIGNALS_PATH | INGEST_PATH | crate::membership::SESSION_PATH, _) => {
                 let r = self.refuse(Refusal::Method);
                 Box::pin(async move { r })
             }

@@ -315,19 +315,18 @@ async fn worker(
         let excluded_at_send: Vec<bool> =
             SITES.iter().map(|s| excluded_now(&published, s)).collect();
         t.sent += 1;
-        let stream = (t.sent + index as u64) % 2 == 0;
+        let stream = (t.sent + index as u64).is_multiple_of(2);
         match client.post_json(&uri, chat_body(MODEL, stream)).await {
             Ok(a) => {
                 *t.statuses.entry(a.status.as_u16()).or_default() += 1;
-                if a.status == StatusCode::OK {
-                    if let Some(site) = a.site {
-                        let i = SITES.iter().position(|s| *s == site);
-                        if i.is_some_and(|i| excluded_at_send[i]) && excluded_now(&published, &site)
-                        {
-                            t.to_excluded += 1;
-                        }
-                        *t.by_site.entry(site).or_default() += 1;
+                if a.status == StatusCode::OK
+                    && let Some(site) = a.site
+                {
+                    let i = SITES.iter().position(|s| *s == site);
+                    if i.is_some_and(|i| excluded_at_send[i]) && excluded_now(&published, &site) {
+                        t.to_excluded += 1;
                     }
+                    *t.by_site.entry(site).or_default() += 1;
                 }
             }
             Err(e) => *t.failures.entry(failure_kind(&e)).or_default() += 1,

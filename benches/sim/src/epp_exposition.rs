@@ -75,7 +75,7 @@ pub fn epp_exposition(target_bytes: usize) -> String {
             l = model % 5,
             pk = model % 2,
         );
-        if model % 2 == 0 {
+        if model.is_multiple_of(2) {
             write_histogram(
                 &mut chunk,
                 "llm_d_epp_request_duration_seconds",

@@ -40,14 +40,13 @@ pub fn apply(
 ) -> Option<Vec<Condition>> {
     let message = truncate(&stated.message);
     let previous = existing.iter().find(|c| c.type_ == stated.kind);
-    if let Some(p) = previous {
-        if p.status == stated.status
-            && p.reason == stated.reason
-            && p.message == message
-            && p.observed_generation == generation
-        {
-            return None;
-        }
+    if let Some(p) = previous
+        && p.status == stated.status
+        && p.reason == stated.reason
+        && p.message == message
+        && p.observed_generation == generation
+    {
+        return None;
     }
     let last_transition_time = match previous {
         Some(p) if p.status == stated.status => p.last_transition_time.clone(),

@@ -164,10 +164,10 @@ pub async fn run(
         // Persisted first, released after: a successor never starts before this
         // process's fences are written.
         let stopped = shutdown(running).await;
-        if let Some(e) = &election {
-            if !matches!(result, Err(Error::LeaseLost { .. })) {
-                super::lease::release(&client, namespace, &site, &e.identity).await;
-            }
+        if let Some(e) = &election
+            && !matches!(result, Err(Error::LeaseLost { .. }))
+        {
+            super::lease::release(&client, namespace, &site, &e.identity).await;
         }
         return result.and(stopped);
     }

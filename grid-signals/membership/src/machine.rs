@@ -7,7 +7,10 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::time::Duration;
 
-use foca::{AccumulatingRuntime, Codec, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, State, Timer};
+use foca::{
+    AccumulatingRuntime, Codec, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, State,
+    Timer,
+};
 
 use crate::metrics::{Direction, MembershipMetrics, Refusal, Unsent};
 use crate::rng::{FocaRng, Rng};
@@ -253,7 +256,7 @@ impl<R: Rng> Membership<R> {
                 let known = self.live().any(|m| m == &member);
                 if role == Role::Initiator && !known {
                     let result = self.foca.announce(member.clone(), &mut self.runtime);
-                    self.note(result.err());
+                    ignore_operational(&result);
                 }
                 self.flush_pending(now_ms, &member.site);
                 self.drain(now_ms);
@@ -283,12 +286,9 @@ impl<R: Rng> Membership<R> {
                 return;
             }
         };
-        let header = match Codec::<Member>::decode_header(&mut PostcardCodec, &*plain) {
-            Ok(h) => h,
-            Err(_) => {
-                self.metrics.refuse(Refusal::Undecodable);
-                return;
-            }
+        let Ok(header) = Codec::<Member>::decode_header(&mut PostcardCodec, plain) else {
+            self.metrics.refuse(Refusal::Undecodable);
+            return;
         };
         if header.src.site != peer || header.src.check().is_err() {
             self.metrics.refuse(Refusal::IdentityMismatch);
@@ -315,7 +315,7 @@ impl<R: Rng> Membership<R> {
                 break;
             };
             let result = self.foca.handle_timer(due.timer, &mut self.runtime);
-            self.note(result.err());
+            ignore_operational(&result);
             self.drain(now_ms);
         }
         self.connecting
@@ -325,20 +325,13 @@ impl<R: Rng> Membership<R> {
     /// Leaves the cluster: members learn it at once instead of after a suspicion.
     pub fn leave(&mut self, now_ms: u64) {
         let result = self.foca.leave_cluster(&mut self.runtime);
-        self.note(result.err());
+        ignore_operational(&result);
         self.drain(now_ms);
     }
 
     /// The next output, if any.
     pub fn poll(&mut self) -> Option<Output> {
         self.outputs.pop_front()
-    }
-
-    fn note(&self, error: Option<foca::Error>) {
-        // foca's operational errors (an announce to a member it already knows is down, a
-        // timer for a member since removed) change nothing; they are not inputs a peer
-        // sent, so they are not refusals either.
-        let _ = error;
     }
 
     /// Moves what foca accumulated into outputs and timers.
@@ -365,11 +358,11 @@ impl<R: Rng> Membership<R> {
             }
         }
         while let Some((to, data)) = self.runtime.to_send() {
-            if let Ok(h) = Codec::<Member>::decode_header(&mut PostcardCodec, &data[..]) {
-                if h.src_incarnation > self.own_incarnation {
-                    self.metrics.refuted();
-                    self.own_incarnation = h.src_incarnation;
-                }
+            if let Ok(h) = Codec::<Member>::decode_header(&mut PostcardCodec, &data[..])
+                && h.src_incarnation > self.own_incarnation
+            {
+                self.metrics.refuted();
+                self.own_incarnation = h.src_incarnation;
             }
             self.send(now_ms, to, &data);
         }
@@ -389,7 +382,10 @@ impl<R: Rng> Membership<R> {
             self.metrics.unsent(Unsent::InvalidMember);
             return;
         }
-        if self.sessions.seal(now_ms, &to.site, plaintext, &mut self.seal_buf) {
+        if self
+            .sessions
+            .seal(now_ms, &to.site, plaintext, &mut self.seal_buf)
+        {
             self.metrics.traffic(Direction::Sent, self.seal_buf.len());
             self.outputs.push_back(Output::Transmit {
                 to,
@@ -397,15 +393,19 @@ impl<R: Rng> Membership<R> {
             });
             return;
         }
-        let full = !self.pending.contains_key(&to.site) && self.pending.len() >= MAX_PENDING_MEMBERS;
+        let full =
+            !self.pending.contains_key(&to.site) && self.pending.len() >= MAX_PENDING_MEMBERS;
         if full {
             self.metrics.unsent(Unsent::PendingFull);
             return;
         }
-        let p = self.pending.entry(to.site.clone()).or_insert_with(|| Pending {
-            member: to.clone(),
-            queue: VecDeque::new(),
-        });
+        let p = self
+            .pending
+            .entry(to.site.clone())
+            .or_insert_with(|| Pending {
+                member: to.clone(),
+                queue: VecDeque::new(),
+            });
         p.member = to.clone();
         if p.queue.len() >= PENDING_PER_MEMBER {
             self.metrics.unsent(Unsent::PendingFull);
@@ -432,3 +432,8 @@ impl<R: Rng> Membership<R> {
         }
     }
 }
+
+/// foca's operational errors (an announce to a member it knows is down, a timer for a
+/// member since removed) change nothing and are not inputs a peer sent, so they are not
+/// refusals either: nothing to count or return.
+fn ignore_operational(_: &Result<(), foca::Error>) {}

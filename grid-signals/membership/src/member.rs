@@ -38,7 +38,8 @@ impl Member {
         let label = |s: &str| {
             !s.is_empty()
                 && s.len() <= MAX_SITE_NAME_BYTES
-                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         };
         if !label(&self.site) {
             return Err(Error::Identity {
@@ -48,10 +49,9 @@ impl Member {
         }
         let host_ok = !self.host.is_empty()
             && self.host.len() <= MAX_HOST_BYTES
-            && self
-                .host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b':' | b'[' | b']'));
+            && self.host.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b':' | b'[' | b']')
+            });
         if !host_ok {
             return Err(Error::Identity {
                 field: "host",
@@ -69,7 +69,11 @@ impl Member {
 
     /// Where the member's signals are polled.
     pub fn signals_url(&self) -> String {
-        format!("https://{}:{}/v1/site/signals", self.authority_host(), self.signals_port)
+        format!(
+            "https://{}:{}/v1/site/signals",
+            self.authority_host(),
+            self.signals_port
+        )
     }
 
     /// The host as a URL authority writes it (an IPv6 literal in brackets).
@@ -125,7 +129,10 @@ mod tests {
         let mut m = member(&"a".repeat(MAX_SITE_NAME_BYTES));
         assert!(m.check().is_ok());
         m.site.push('a');
-        assert!(matches!(m.check(), Err(Error::Identity { field: "site", .. })));
+        assert!(matches!(
+            m.check(),
+            Err(Error::Identity { field: "site", .. })
+        ));
     }
 
     #[test]
@@ -134,7 +141,10 @@ mod tests {
         m.host = "h".repeat(MAX_HOST_BYTES);
         assert!(m.check().is_ok());
         m.host.push('h');
-        assert!(matches!(m.check(), Err(Error::Identity { field: "host", .. })));
+        assert!(matches!(
+            m.check(),
+            Err(Error::Identity { field: "host", .. })
+        ));
     }
 
     #[test]

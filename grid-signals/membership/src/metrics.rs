@@ -173,7 +173,9 @@ impl MembershipMetrics {
     }
 
     pub(crate) fn traffic(&self, direction: Direction, bytes: usize) {
-        self.messages.get_or_create(&DirectionLabels { direction }).inc();
+        self.messages
+            .get_or_create(&DirectionLabels { direction })
+            .inc();
         self.bytes
             .get_or_create(&DirectionLabels { direction })
             .inc_by(bytes as u64);
@@ -216,8 +218,12 @@ impl MembershipMetrics {
     /// Datagrams and bytes in `direction`.
     pub fn traffic_count(&self, direction: Direction) -> (u64, u64) {
         (
-            self.messages.get_or_create(&DirectionLabels { direction }).get(),
-            self.bytes.get_or_create(&DirectionLabels { direction }).get(),
+            self.messages
+                .get_or_create(&DirectionLabels { direction })
+                .get(),
+            self.bytes
+                .get_or_create(&DirectionLabels { direction })
+                .get(),
         )
     }
 

@@ -124,7 +124,11 @@ impl Session {
             Some(h) if counter <= h => self.seen |= 1 << (h - counter),
             Some(h) => {
                 let shift = counter - h;
-                self.seen = if shift >= REPLAY_WINDOW { 0 } else { self.seen << shift };
+                self.seen = if shift >= REPLAY_WINDOW {
+                    0
+                } else {
+                    self.seen << shift
+                };
                 self.seen |= 1;
                 self.highest = Some(counter);
             }
@@ -148,7 +152,7 @@ impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("len", &self.by_id.len())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -168,7 +172,7 @@ impl Sessions {
         let Ok(unbound) = UnboundKey::new(&CHACHA20_POLY1305, &material[8..]) else {
             return; // a 32-byte key is always accepted
         };
-        self.remove(&id);
+        self.remove(id);
         let same_peer: Vec<[u8; 8]> = self
             .order
             .iter()
@@ -176,13 +180,13 @@ impl Sessions {
             .copied()
             .collect();
         if same_peer.len() >= SESSIONS_PER_PEER {
-            self.remove(&same_peer[0]);
+            self.remove(same_peer[0]);
         }
         while self.by_id.len() >= MAX_SESSIONS {
             let Some(oldest) = self.order.front().copied() else {
                 break;
             };
-            self.remove(&oldest);
+            self.remove(oldest);
         }
         self.by_id.insert(
             id,
@@ -200,9 +204,9 @@ impl Sessions {
         self.order.push_back(id);
     }
 
-    fn remove(&mut self, id: &[u8; 8]) {
-        if self.by_id.remove(id).is_some() {
-            self.order.retain(|i| i != id);
+    fn remove(&mut self, id: [u8; 8]) {
+        if self.by_id.remove(&id).is_some() {
+            self.order.retain(|i| *i != id);
         }
     }
 
@@ -350,7 +354,9 @@ mod tests {
     #[test]
     fn a_late_datagram_inside_the_window_opens_and_one_past_it_is_a_replay() {
         let (mut a, mut b) = pair();
-        let all: Vec<Vec<u8>> = (0..=REPLAY_WINDOW).map(|_| sealed(&mut a, "b", b"x")).collect();
+        let all: Vec<Vec<u8>> = (0..=REPLAY_WINDOW)
+            .map(|_| sealed(&mut a, "b", b"x"))
+            .collect();
         // Counter REPLAY_WINDOW arrives first; counter 1 is REPLAY_WINDOW - 1 behind.
         assert!(b.open(0, &mut all[REPLAY_WINDOW as usize].clone()).is_ok());
         assert!(b.open(0, &mut all[1].clone()).is_ok());
@@ -368,7 +374,10 @@ mod tests {
             let r = b.open(0, &mut bad);
             assert!(r.is_err(), "byte {i}");
         }
-        assert!(b.open(0, &mut d.clone()).is_ok(), "the genuine datagram still opens");
+        assert!(
+            b.open(0, &mut d.clone()).is_ok(),
+            "the genuine datagram still opens"
+        );
     }
 
     #[test]
@@ -382,7 +391,10 @@ mod tests {
     #[test]
     fn an_unknown_or_short_datagram_is_refused_by_kind() {
         let (_, mut b) = pair();
-        assert_eq!(b.open(0, &mut [SEAL_VERSION; 10]), Err(SealRefusal::Malformed));
+        assert_eq!(
+            b.open(0, &mut [SEAL_VERSION; 10]),
+            Err(SealRefusal::Malformed)
+        );
         let mut other = Sessions::default();
         other.install(0, "b", &material(9), Role::Initiator);
         let mut d = sealed(&mut other, "b", b"ping");
@@ -397,7 +409,10 @@ mod tests {
         assert!(a.seal(SESSION_LIFETIME_MS - 1, "b", b"x", &mut out));
         assert!(!a.seal(SESSION_LIFETIME_MS, "b", b"x", &mut out));
         let edge = SESSION_LIFETIME_MS + SESSION_GRACE_MS;
-        assert_eq!(b.open(edge, &mut d.clone()), Err(SealRefusal::UnknownSession));
+        assert_eq!(
+            b.open(edge, &mut d.clone()),
+            Err(SealRefusal::UnknownSession)
+        );
         assert!(b.open(edge - 1, &mut d.clone()).is_ok());
     }
 

@@ -13,7 +13,10 @@ fn joined(sites: &[&str]) -> Net {
     for s in &sites[1..] {
         net.connect(s, sites[0]);
     }
-    assert!(net.run_until_converged(10 * ROUND_MS).is_some(), "the grid did not converge");
+    assert!(
+        net.run_until_converged(10 * ROUND_MS).is_some(),
+        "the grid did not converge"
+    );
     net
 }
 
@@ -21,7 +24,10 @@ fn joined(sites: &[&str]) -> Net {
 fn members_that_know_only_one_seed_learn_the_whole_roster() {
     let net = joined(&["a", "b", "c", "d", "e"]);
     assert_eq!(net.view("e").len(), 4);
-    assert!(net.nodes["a"].sessions() >= 4, "a session per pair that spoke");
+    assert!(
+        net.nodes["a"].sessions() >= 4,
+        "a session per pair that spoke"
+    );
     let (sent, bytes) = net.nodes["a"].metrics().traffic_count(Direction::Sent);
     assert!(sent > 0 && bytes > sent, "{sent} datagrams, {bytes} bytes");
 }
@@ -30,14 +36,22 @@ fn members_that_know_only_one_seed_learn_the_whole_roster() {
 fn a_member_that_stops_answering_is_suspected_then_declared_down_everywhere() {
     let mut net = joined(&["a", "b", "c", "d"]);
     net.dead.insert("d".into());
-    let down = net.run_until_converged(20 * ROUND_MS).expect("d was not declared down");
+    let down = net
+        .run_until_converged(20 * ROUND_MS)
+        .expect("d was not declared down");
     // Suspected within a few rounds, down `suspect_to_down` later.
     assert!(down <= 10 * ROUND_MS, "{down} ms");
     for s in ["a", "b", "c"] {
-        assert!(net.downs[s].iter().any(|m| m.site == "d"), "{s} saw no Down for d");
+        assert!(
+            net.downs[s].iter().any(|m| m.site == "d"),
+            "{s} saw no Down for d"
+        );
         assert!(!net.view(s).contains("d"));
     }
-    let suspicions: u64 = ["a", "b", "c"].iter().map(|s| net.nodes[*s].metrics().suspicions()).sum();
+    let suspicions: u64 = ["a", "b", "c"]
+        .iter()
+        .map(|s| net.nodes[*s].metrics().suspicions())
+        .sum();
     assert!(suspicions >= 1);
 }
 
@@ -63,7 +77,11 @@ fn a_restarted_member_is_seen_up_again_under_its_new_incarnation() {
     net.run(2 * ROUND_MS);
     net.add("c", 2, &timing, 77);
     net.connect("c", "a");
-    let renewed = |net: &Net| net.nodes["b"].live().any(|m| m.site == "c" && m.incarnation == 2);
+    let renewed = |net: &Net| {
+        net.nodes["b"]
+            .live()
+            .any(|m| m.site == "c" && m.incarnation == 2)
+    };
     for _ in 0..100 {
         if renewed(&net) {
             break;
@@ -72,7 +90,11 @@ fn a_restarted_member_is_seen_up_again_under_its_new_incarnation() {
     }
     assert!(renewed(&net), "b never learned c's new incarnation");
     assert!(net.converged());
-    assert!(net.ups["b"].iter().any(|m| m.site == "c" && m.incarnation == 2));
+    assert!(
+        net.ups["b"]
+            .iter()
+            .any(|m| m.site == "c" && m.incarnation == 2)
+    );
 }
 
 #[test]
@@ -133,7 +155,11 @@ fn a_member_whose_session_names_it_cannot_speak_as_another_site() {
     let now = net.now;
     net.nodes.get_mut("a").unwrap().handle(
         now,
-        Input::Session { member: member("mallory", 1), material, role: Role::Responder },
+        Input::Session {
+            member: member("mallory", 1),
+            material,
+            role: Role::Responder,
+        },
     );
     // An impostor membership named b, holding mallory's key: what it sends is sealed by
     // mallory but claims b.
@@ -147,7 +173,14 @@ fn a_member_whose_session_names_it_cannot_speak_as_another_site() {
     let mut sessions_as_mallory = grid_membership::Sessions::default();
     sessions_as_mallory.install(now, "a", &material, Role::Initiator);
     // Get the impostor to emit an announce to a, sealed under its own (b-side) session...
-    impostor.handle(now, Input::Session { member: member("a", 1), material: [8u8; 40], role: Role::Initiator });
+    impostor.handle(
+        now,
+        Input::Session {
+            member: member("a", 1),
+            material: [8u8; 40],
+            role: Role::Initiator,
+        },
+    );
     let plaintext = loop {
         match impostor.poll() {
             Some(grid_membership::Output::Transmit { datagram, .. }) => {
@@ -165,6 +198,13 @@ fn a_member_whose_session_names_it_cannot_speak_as_another_site() {
     let mut forged = Vec::new();
     assert!(sessions_as_mallory.seal(now, "a", &plaintext, &mut forged));
     net.inject("a", forged);
-    assert_eq!(net.nodes["a"].metrics().refused(Refusal::IdentityMismatch), 1);
-    assert!(!net.nodes["a"].live().any(|m| m.site == "b" && m.incarnation == 9));
+    assert_eq!(
+        net.nodes["a"].metrics().refused(Refusal::IdentityMismatch),
+        1
+    );
+    assert!(
+        !net.nodes["a"]
+            .live()
+            .any(|m| m.site == "b" && m.incarnation == 9)
+    );
 }

@@ -166,11 +166,10 @@ mod tests {
                     if let (Some(run), Some(q)) = (running, queue) {
                         prop_assert!(e.value >= (run + q) * ready);
                     }
-                    if pools == 1 {
-                        if let Some(p) = inflight {
+                    if pools == 1
+                        && let Some(p) = inflight {
                             prop_assert!(e.value >= p);
                         }
-                    }
                     prop_assert!(e.value >= e.flow_control);
                 }
             }

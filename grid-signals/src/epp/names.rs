@@ -350,30 +350,29 @@ pub fn recognize(name: &str) -> Option<Recognized> {
     if !(name.starts_with("llm_d_") || name.starts_with("inference_")) {
         return None;
     }
-    if let Some(found) = lookup(name) {
-        if !found.0.is_histogram() {
-            return Some(Recognized {
-                metric: found.0,
-                generation: found.1,
-                part: None,
-            });
-        }
+    if let Some(found) = lookup(name)
+        && !found.0.is_histogram()
+    {
+        return Some(Recognized {
+            metric: found.0,
+            generation: found.1,
+            part: None,
+        });
     }
     for (suffix, part) in [
         ("_bucket", HistogramPart::Bucket),
         ("_sum", HistogramPart::Sum),
         ("_count", HistogramPart::Count),
     ] {
-        if let Some(base) = name.strip_suffix(suffix) {
-            if let Some((metric, generation)) = lookup(base) {
-                if metric.is_histogram() {
-                    return Some(Recognized {
-                        metric,
-                        generation,
-                        part: Some(part),
-                    });
-                }
-            }
+        if let Some(base) = name.strip_suffix(suffix)
+            && let Some((metric, generation)) = lookup(base)
+            && metric.is_histogram()
+        {
+            return Some(Recognized {
+                metric,
+                generation,
+                part: Some(part),
+            });
         }
     }
     None

@@ -67,10 +67,10 @@ fn eight_digits(word: u64) -> u64 {
 /// token is not a float.
 #[inline]
 pub(crate) fn parse_value(line: &[u8]) -> Option<(f64, usize)> {
-    if let Some((value, len)) = fast_decimal(line) {
-        if line.get(len).is_none_or(|&b| is_blank(b)) {
-            return Some((value, len));
-        }
+    if let Some((value, len)) = fast_decimal(line)
+        && line.get(len).is_none_or(|&b| is_blank(b))
+    {
+        return Some((value, len));
     }
     let len = run_len(line, Class::Token);
     slow_value(&line[..len]).map(|value| (value, len))

@@ -88,10 +88,10 @@ impl Arrival<'_> {
     /// a peer's batch for another site, an implausible metadata stamp, an epoch too far
     /// ahead of the receiver's clock.
     fn refusal(&self, meta: &MetaRef<'_>) -> Option<DropReason> {
-        if let Sender::Peer { site } = self.sender {
-            if *meta.site != *site {
-                return Some(DropReason::SiteMismatch);
-            }
+        if let Sender::Peer { site } = self.sender
+            && *meta.site != *site
+        {
+            return Some(DropReason::SiteMismatch);
         }
         (!plausible(meta.stamp_ms, self.reference_ms)
             || (self.sender != Sender::Own && epoch_too_far(meta.fence.epoch, self.now_ms)))

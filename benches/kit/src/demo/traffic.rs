@@ -182,7 +182,7 @@ pub async fn generate(
             continue;
         }
         sent += 1;
-        let streamed = sent % NON_STREAMING_EVERY != 0;
+        let streamed = !sent.is_multiple_of(NON_STREAMING_EVERY);
         let (client, uri, tally) = (client.clone(), uri.clone(), Arc::clone(&tally));
         let body = chat_body(&model, streamed);
         open.spawn(async move {

@@ -244,10 +244,10 @@ impl Store {
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(t, &name));
         }
-        if t.status_subresource {
-            if let Some(map) = body.as_object_mut() {
-                map.remove("status");
-            }
+        if t.status_subresource
+            && let Some(map) = body.as_object_mut()
+        {
+            map.remove("status");
         }
         body["apiVersion"] = json!(t.api_version);
         body["kind"] = json!(t.kind);
@@ -372,14 +372,13 @@ impl Store {
         status: bool,
     ) -> Result<Value, ApiError> {
         let existing = self.get(t, ns, name)?;
-        if let Some(expected) = precondition(patch) {
-            if meta(&existing)
+        if let Some(expected) = precondition(patch)
+            && meta(&existing)
                 .get("resourceVersion")
                 .and_then(Value::as_str)
                 != Some(expected)
-            {
-                return Err(ApiError::conflict(t, name));
-            }
+        {
+            return Err(ApiError::conflict(t, name));
         }
         let mut next = existing;
         merge(&mut next, patch);
@@ -400,14 +399,13 @@ impl Store {
         let expected = options
             .and_then(|o| o.pointer("/preconditions/resourceVersion"))
             .and_then(Value::as_str);
-        if let Some(expected) = expected {
-            if meta(&existing)
+        if let Some(expected) = expected
+            && meta(&existing)
                 .get("resourceVersion")
                 .and_then(Value::as_str)
                 != Some(expected)
-            {
-                return Err(ApiError::conflict(t, name));
-            }
+        {
+            return Err(ApiError::conflict(t, name));
         }
         self.objects.remove(&key);
         self.rv += 1;

@@ -212,7 +212,7 @@ impl SignalPath {
     /// poll and refresh at [`GATEWAY_POLL_PHASE_MS`].
     pub fn at(&mut self, t_ms: u64, sites: &[SiteModel]) {
         let now = EPOCH_MS + t_ms;
-        if t_ms % LOCAL_CADENCE_MS == 0 {
+        if t_ms.is_multiple_of(LOCAL_CADENCE_MS) {
             // Peers first: a peer poll reads what the peer scraped a second ago, on
             // average half a second staler than independent timers would.
             self.poll_peers(t_ms, now);

@@ -78,13 +78,13 @@ impl Trust {
                 if fp == local {
                     return Err(PinConflict::OwnCertificate { peer: name });
                 }
-                if let Some(first) = map.insert(fp, name.clone()) {
-                    if first != name {
-                        return Err(PinConflict::Shared {
-                            first,
-                            second: name,
-                        });
-                    }
+                if let Some(first) = map.insert(fp, name.clone())
+                    && first != name
+                {
+                    return Err(PinConflict::Shared {
+                        first,
+                        second: name,
+                    });
                 }
             }
         }

@@ -82,7 +82,10 @@ impl Net {
         self.sessions_made += 1;
         let mut m = [0u8; 40];
         for (i, chunk) in m.chunks_mut(8).enumerate() {
-            let w = self.sessions_made.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64 * 7919);
+            let w = self
+                .sessions_made
+                .wrapping_mul(0x9E37_79B9)
+                .wrapping_add(i as u64 * 7919);
             chunk.copy_from_slice(&w.to_be_bytes());
         }
         m
@@ -104,16 +107,25 @@ impl Net {
         let from_id = self.nodes[from].identity().clone();
         self.nodes.get_mut(to).unwrap().handle(
             now,
-            Input::Session { member: from_id, material, role: Role::Responder },
+            Input::Session {
+                member: from_id,
+                material,
+                role: Role::Responder,
+            },
         );
         self.nodes.get_mut(from).unwrap().handle(
             now,
-            Input::Session { member: to_id, material, role: Role::Initiator },
+            Input::Session {
+                member: to_id,
+                material,
+                role: Role::Initiator,
+            },
         );
     }
 
     fn is_cut(&self, a: &str, b: &str) -> bool {
-        self.cut.contains(&(a.to_owned(), b.to_owned())) || self.cut.contains(&(b.to_owned(), a.to_owned()))
+        self.cut.contains(&(a.to_owned(), b.to_owned()))
+            || self.cut.contains(&(b.to_owned(), a.to_owned()))
     }
 
     /// Cuts every link between the two groups.
@@ -132,7 +144,10 @@ impl Net {
     /// Delivers an arbitrary datagram to `to` now.
     pub(crate) fn inject(&mut self, to: &str, mut datagram: Vec<u8>) {
         let now = self.now;
-        self.nodes.get_mut(to).unwrap().handle(now, Input::Datagram(&mut datagram));
+        self.nodes
+            .get_mut(to)
+            .unwrap()
+            .handle(now, Input::Datagram(&mut datagram));
         self.pump();
     }
 
@@ -158,7 +173,8 @@ impl Net {
                         if self.is_cut(&site, &to.site) || self.loss_draw() {
                             continue;
                         }
-                        self.in_flight.push((self.now + self.delay_ms, to.site, datagram));
+                        self.in_flight
+                            .push((self.now + self.delay_ms, to.site, datagram));
                     }
                     Output::Connect(m) => {
                         if self.nodes.contains_key(&m.site) {
@@ -182,7 +198,8 @@ impl Net {
         while self.now < end {
             self.now += 1;
             let now = self.now;
-            let (due, rest): (Vec<_>, Vec<_>) = self.in_flight.drain(..).partition(|(at, _, _)| *at <= now);
+            let (due, rest): (Vec<_>, Vec<_>) =
+                self.in_flight.drain(..).partition(|(at, _, _)| *at <= now);
             self.in_flight = rest;
             for (_, to, mut d) in due {
                 if self.dead.contains(&to) {
@@ -208,7 +225,12 @@ impl Net {
 
     /// Whether every living node sees exactly every other living node.
     pub(crate) fn converged(&self) -> bool {
-        let living: BTreeSet<String> = self.nodes.keys().filter(|s| !self.dead.contains(*s)).cloned().collect();
+        let living: BTreeSet<String> = self
+            .nodes
+            .keys()
+            .filter(|s| !self.dead.contains(*s))
+            .cloned()
+            .collect();
         living.iter().all(|s| {
             let mut expect = living.clone();
             expect.remove(s);

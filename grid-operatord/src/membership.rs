@@ -1,0 +1,367 @@
+//! The membership driver: owns the UDP socket (bound on the signals listener's own
+//! address and port number), the protocol's timers and the session exchanges, feeds
+//! grid-membership's [`Membership`] and publishes who is live for the peer pollers.
+//!
+//! A session is agreed by a `POST /v1/site/membership/session` over the mutual-TLS
+//! signals listener: the body carries the initiator's identity, the answer the
+//! responder's, and both ends export the same key material from that connection
+//! ([`SessionMaterial`]). The listener already decided who the caller is, so a member
+//! whose identity names another site than its certificate is refused there.
+//!
+//! Every wait is bounded: an exchange (connect, TLS, request, answer) by
+//! [`SESSION_EXCHANGE_TIMEOUT`], a host lookup by [`RESOLVE_TIMEOUT`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_membership::seal::SESSION_MATERIAL_BYTES;
+use grid_membership::{
+    Input, MAX_DATAGRAM_BYTES, Member, Membership, MembershipMetrics, Output, Role, Timing,
+};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use rand::{RngCore, SeedableRng, rngs::SmallRng};
+use rustls_pki_types::ServerName;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock;
+use crate::listener::SessionMaterial;
+use grid_daemon::tls::{self, CertSlot, Identity, Trust};
+
+/// Path of the session exchange on the signals listener.
+pub const SESSION_PATH: &str = "/v1/site/membership/session";
+/// Largest identity body either end of an exchange reads.
+pub const MAX_SESSION_BODY_BYTES: usize = 1024;
+/// The whole of one exchange, connect to answer, on the initiator; the body read on the
+/// responder.
+pub const SESSION_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(3);
+/// One lookup of a member's host name.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Sessions peers agreed that wait for the driver; more are answered 503.
+pub const ACCEPTED_QUEUE: usize = 64;
+/// How often a configured peer that is not a live member is contacted as a seed.
+pub const SEED_INTERVAL: Duration = Duration::from_secs(5);
+/// The receive buffer: one byte over the largest datagram, so an oversized one is seen
+/// as such instead of truncated.
+const RECV_BUFFER_BYTES: usize = MAX_DATAGRAM_BYTES + 1;
+
+/// Who membership says is there, for the peer pollers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    /// Live members (suspects included) by site.
+    pub live: BTreeMap<String, Member>,
+    /// Sites declared down and not back since.
+    pub down: BTreeSet<String>,
+}
+
+/// The listener's half of the exchange.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    own: Member,
+    accepted: mpsc::Sender<(Member, [u8; SESSION_MATERIAL_BYTES])>,
+}
+
+/// Why the listener refused an exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionRefusal {
+    /// The body is not one identity within [`MAX_SESSION_BODY_BYTES`].
+    Body,
+    /// The caller is not a peer, or its identity names another site than its
+    /// certificate.
+    Identity,
+    /// The driver's queue is full.
+    Busy,
+}
+
+impl Endpoint {
+    /// Answers a peer's exchange: `peer` is the site its certificate proved, `material`
+    /// what its connection exported, `body` the identity it sent.
+    pub fn accept(
+        &self,
+        peer: Option<&str>,
+        material: Option<SessionMaterial>,
+        body: &[u8],
+    ) -> Result<Bytes, SessionRefusal> {
+        let (Some(peer), Some(material)) = (peer, material) else {
+            return Err(SessionRefusal::Identity);
+        };
+        let member: Member = serde_json::from_slice(body).map_err(|_| SessionRefusal::Body)?;
+        if member.check().is_err() {
+            return Err(SessionRefusal::Body);
+        }
+        if member.site != peer {
+            return Err(SessionRefusal::Identity);
+        }
+        self.accepted
+            .try_send((member, material.0))
+            .map_err(|_| SessionRefusal::Busy)?;
+        serde_json::to_vec(&self.own)
+            .map(Bytes::from)
+            .map_err(|_| SessionRefusal::Body)
+    }
+}
+
+/// The caller's generator, handed to the pure crate.
+struct Seeded(SmallRng);
+
+impl grid_membership::Rng for Seeded {
+    fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+}
+
+/// Everything the driver needs; [`start`] binds and splits it.
+pub struct Driver {
+    membership: Membership<Seeded>,
+    udp: UdpSocket,
+    accepted: mpsc::Receiver<(Member, [u8; SESSION_MATERIAL_BYTES])>,
+    results: (mpsc::Sender<Exchanged>, mpsc::Receiver<Exchanged>),
+    view: watch::Sender<View>,
+    certificate: Arc<CertSlot>,
+    trust: Arc<Trust>,
+    /// Configured peers with a URL: (site, host, signals port).
+    seeds: Vec<(String, String, u16)>,
+    resolved: HashMap<(String, u16), SocketAddr>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("membership", &self.membership)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Exchanged {
+    Up(Member, [u8; SESSION_MATERIAL_BYTES]),
+    Failed(String),
+}
+
+/// What [`start`] hands back.
+pub struct Started {
+    /// The driver task's body.
+    pub driver: Driver,
+    /// The listener's half.
+    pub endpoint: Endpoint,
+    /// Who is live.
+    pub view: watch::Receiver<View>,
+}
+
+/// Creates the membership of `own` on `udp`, with `seeds` to contact.
+pub fn start(
+    own: Member,
+    udp: UdpSocket,
+    seeds: Vec<(String, String, u16)>,
+    certificate: Arc<CertSlot>,
+    trust: Arc<Trust>,
+    metrics: MembershipMetrics,
+) -> Result<Started, grid_membership::Error> {
+    let membership = Membership::new(
+        own.clone(),
+        &Timing::default(),
+        Seeded(SmallRng::from_os_rng()),
+        metrics,
+    )?;
+    let (tx, accepted) = mpsc::channel(ACCEPTED_QUEUE);
+    let (view_tx, view) = watch::channel(View::default());
+    Ok(Started {
+        driver: Driver {
+            membership,
+            udp,
+            accepted,
+            results: mpsc::channel(ACCEPTED_QUEUE),
+            view: view_tx,
+            certificate,
+            trust,
+            seeds,
+            resolved: HashMap::new(),
+        },
+        endpoint: Endpoint { own, accepted: tx },
+        view,
+    })
+}
+
+impl Driver {
+    /// Runs until the task is aborted.
+    pub async fn run(mut self) {
+        let mut buf = vec![0u8; RECV_BUFFER_BYTES];
+        let mut seed_tick = tokio::time::interval(SEED_INTERVAL);
+        seed_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let wake = self.membership.poll_timeout().map(|at| {
+                let now = clock::monotonic_ms();
+                tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now))
+            });
+            let timer = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                received = self.udp.recv_from(&mut buf) => {
+                    if let Ok((n, _)) = received {
+                        self.membership.handle(clock::monotonic_ms(), Input::Datagram(&mut buf[..n]));
+                    }
+                }
+                Some((member, material)) = self.accepted.recv() => {
+                    self.membership.handle(
+                        clock::monotonic_ms(),
+                        Input::Session { member, material, role: Role::Responder },
+                    );
+                }
+                Some(result) = self.results.1.recv() => {
+                    let now = clock::monotonic_ms();
+                    match result {
+                        Exchanged::Up(member, material) => self.membership.handle(
+                            now,
+                            Input::Session { member, material, role: Role::Initiator },
+                        ),
+                        Exchanged::Failed(site) => {
+                            self.membership.handle(now, Input::SessionFailed { site });
+                        }
+                    }
+                }
+                () = timer => self.membership.handle_timeout(clock::monotonic_ms()),
+                _ = seed_tick.tick() => self.contact_seeds(),
+            }
+            self.carry_out().await;
+        }
+    }
+
+    /// Seeds not live yet are contacted; a live one is reached through SWIM.
+    fn contact_seeds(&self) {
+        let live: BTreeSet<&str> = self.membership.live().map(|m| m.site.as_str()).collect();
+        for (site, host, port) in &self.seeds {
+            if !live.contains(site.as_str()) {
+                self.exchange(site.clone(), host.clone(), *port);
+            }
+        }
+    }
+
+    fn exchange(&self, site: String, host: String, port: u16) {
+        let own = self.membership.identity().clone();
+        let tls = tls::client_config_presenting(
+            Arc::clone(&self.certificate),
+            self.trust.clone(),
+            Identity::Peer(site.clone()),
+        );
+        let results = self.results.0.clone();
+        tokio::spawn(async move {
+            let outcome = match tls {
+                Ok(tls) => {
+                    tokio::time::timeout(SESSION_EXCHANGE_TIMEOUT, initiate(tls, &host, port, &own))
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|(m, _)| m.site == site)
+                }
+                Err(_) => None,
+            };
+            let message = if let Some((member, material)) = outcome {
+                Exchanged::Up(member, material)
+            } else {
+                tracing::debug!(%site, %host, port, "membership session not agreed");
+                Exchanged::Failed(site)
+            };
+            let _ = results.send(message).await;
+        });
+    }
+
+    async fn carry_out(&mut self) {
+        let mut changed = false;
+        while let Some(output) = self.membership.poll() {
+            match output {
+                Output::Transmit { to, datagram } => {
+                    if let Some(addr) = self.resolve(&to.host, to.gossip_port).await {
+                        let _ = self.udp.send_to(&datagram, addr).await;
+                    }
+                }
+                Output::Connect(m) => self.exchange(m.site.clone(), m.host.clone(), m.signals_port),
+                Output::Up(_) | Output::Down(_) => changed = true,
+            }
+        }
+        if changed {
+            let live: BTreeMap<String, Member> = self
+                .membership
+                .live()
+                .map(|m| (m.site.clone(), m.clone()))
+                .collect();
+            self.view.send_modify(|v| {
+                for site in v.live.keys() {
+                    if !live.contains_key(site) {
+                        v.down.insert(site.clone());
+                    }
+                }
+                for site in live.keys() {
+                    v.down.remove(site);
+                }
+                v.live = live;
+            });
+        }
+    }
+
+    async fn resolve(&mut self, host: &str, port: u16) -> Option<SocketAddr> {
+        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse() {
+            return Some(SocketAddr::new(ip, port));
+        }
+        let key = (host.to_owned(), port);
+        if let Some(a) = self.resolved.get(&key) {
+            return Some(*a);
+        }
+        let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
+            .await
+            .ok()?
+            .ok()?
+            .next()?;
+        self.resolved.insert(key, found);
+        Some(found)
+    }
+}
+
+/// The initiator's exchange: mutual TLS to the member's signals listener, the POST, the
+/// answer, and the material exported from that connection.
+async fn initiate(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    own: &Member,
+) -> Option<(Member, [u8; SESSION_MATERIAL_BYTES])> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((bare, port)).await.ok()?;
+    let name = ServerName::try_from(bare.to_owned())
+        .unwrap_or_else(|_| ServerName::try_from("peer.invalid").expect("a valid DNS name"));
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .ok()?;
+    let material = SessionMaterial::export(stream.get_ref().1)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    let conn = tokio::spawn(conn);
+    let body = serde_json::to_vec(own).ok()?;
+    let request = http::Request::post(SESSION_PATH)
+        .header(http::header::HOST, format!("{host}:{port}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let answered = if response.status() == http::StatusCode::OK {
+        Limited::new(response.into_body(), MAX_SESSION_BODY_BYTES)
+            .collect()
+            .await
+            .ok()
+            .map(http_body_util::Collected::to_bytes)
+    } else {
+        None
+    };
+    conn.abort();
+    let member: Member = serde_json::from_slice(&answered?).ok()?;
+    member.check().ok()?;
+    Some((member, material.0))
+}

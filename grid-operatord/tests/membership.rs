@@ -1,0 +1,217 @@
+//! SWIM membership between real operators on loopback: peers are polled where
+//! membership says they are, a dead member stops being polled, and what no session
+//! authenticates is refused and counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_signals, signals_url,
+};
+use grid_membership::{Member, Refusal as DatagramRefusal, StateLabel};
+use grid_operatord::driver::{self, Options, Running};
+use grid_operatord::membership::SESSION_PATH;
+use grid_operatord::peers::PollOutcome;
+use grid_operatord::signals::Refusal;
+use grid_operatord::state::{FileStateStore, StateStore};
+use grid_signals::epp::ScrapeFailure;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+/// A peer URL nothing answers at (port 1 on loopback).
+const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
+
+async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
+    let config = site.config(peers, providers);
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
+    driver::start(config, None, state, Options::default())
+        .await
+        .unwrap()
+}
+
+fn provider(name: &str, epp: &FakeEpp) -> ProviderSpec {
+    ProviderSpec {
+        name: name.to_owned(),
+        url: epp.url(),
+        timeout_s: 1.0,
+    }
+}
+
+fn polls_of(op: &Running, peer: &str) -> u64 {
+    [
+        PollOutcome::Ok,
+        PollOutcome::Failed(ScrapeFailure::Connect),
+        PollOutcome::Failed(ScrapeFailure::Timeout),
+        PollOutcome::Failed(ScrapeFailure::Tls),
+        PollOutcome::Failed(ScrapeFailure::Http),
+    ]
+    .into_iter()
+    .map(|o| op.metrics.polls.count(peer, o))
+    .sum()
+}
+
+/// POSTs `body` to `addr`'s session path presenting `tls`'s certificate; the status.
+async fn post_session(
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    body: Vec<u8>,
+) -> u16 {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::post(SESSION_PATH)
+        .header(http::header::HOST, "127.0.0.1")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let _ = response.into_body().collect().await;
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_and_not_once_it_is_down()
+ {
+    let grid = Grid::new();
+    let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
+    let epp_c = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
+    let op_b = run(&b, &[("a", NOWHERE.into()), ("c", NOWHERE.into())], &[]).await;
+    // c's only seed is b; a's only seed is b. Nobody's configuration says where c is.
+    let op_c = run(
+        &c,
+        &[("a", NOWHERE.into()), ("b", signals_url(op_b.signals_addr))],
+        &[provider("qwen", &epp_c)],
+    )
+    .await;
+    let op_a = run(
+        &a,
+        &[("b", signals_url(op_b.signals_addr)), ("c", NOWHERE.into())],
+        &[],
+    )
+    .await;
+    let view = op_a.membership.clone();
+    let c_port = op_c.signals_addr.port();
+    eventually("a learns c's address through b", 20, || {
+        let v = view.borrow().clone();
+        async move { v.live.get("c").is_some_and(|m| m.signals_port == c_port) }
+    })
+    .await;
+    let gateway_a = grid.client(&a.cert, "a", "a");
+    eventually(
+        "a polls c at its advertised address and relays it",
+        20,
+        || {
+            let tls = gateway_a.clone();
+            async move {
+                let body = get_signals(op_a.signals_addr, tls).await.unwrap().body;
+                String::from_utf8_lossy(&body).contains("grid_site=\"c\"")
+            }
+        },
+    )
+    .await;
+    assert!(op_a.metrics.polls.count("c", PollOutcome::Ok) >= 1);
+    assert_eq!(op_a.membership_metrics.members(StateLabel::Alive), 2);
+
+    drop(op_c);
+    eventually("a declares c down", 30, || {
+        let v = view.borrow().clone();
+        async move { v.down.contains("c") && !v.live.contains_key("c") }
+    })
+    .await;
+    assert!(op_a.membership_metrics.suspicions() >= 1);
+    // A poll may have been in flight at the moment; after that, none.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_down = polls_of(&op_a, "c");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        polls_of(&op_a, "c"),
+        after_down,
+        "a down member is still polled"
+    );
+    drop(op_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datagram_no_session_opens_is_refused_and_counted_and_membership_goes_on() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let op_a = run(&a, &[("b", NOWHERE.into())], &[]).await;
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut unknown = vec![grid_membership::seal::SEAL_VERSION; 80];
+    unknown[1..9].copy_from_slice(b"stranger");
+    udp.send_to(&unknown, op_a.signals_addr).await.unwrap();
+    udp.send_to(&[0u8; 5], op_a.signals_addr).await.unwrap();
+    udp.send_to(
+        &vec![1u8; grid_membership::MAX_DATAGRAM_BYTES + 1],
+        op_a.signals_addr,
+    )
+    .await
+    .unwrap();
+    let m = op_a.membership_metrics.clone();
+    eventually("three refusals counted", 10, || {
+        let m = m.clone();
+        async move {
+            m.refused(DatagramRefusal::UnknownSession) == 1
+                && m.refused(DatagramRefusal::Malformed) == 1
+                && m.refused(DatagramRefusal::Oversized) == 1
+        }
+    })
+    .await;
+    // The driver still answers: a fresh stranger datagram is counted too.
+    udp.send_to(&unknown, op_a.signals_addr).await.unwrap();
+    eventually("the loop kept reading", 10, || {
+        let m = m.clone();
+        async move { m.refused(DatagramRefusal::UnknownSession) == 2 }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_naming_another_site_than_the_certificate_or_from_the_gateway_is_refused() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let op_a = run(&a, &[("b", NOWHERE.into())], &[]).await;
+    let claim = |site: &str| {
+        serde_json::to_vec(&Member {
+            site: site.into(),
+            host: "127.0.0.1".into(),
+            signals_port: 9,
+            gossip_port: 9,
+            incarnation: 1,
+        })
+        .unwrap()
+    };
+    let as_b = grid.client(&b.cert, "b", "a");
+    assert_eq!(
+        post_session(op_a.signals_addr, as_b.clone(), claim("c")).await,
+        403
+    );
+    assert_eq!(op_a.metrics.refusals.count(Refusal::SessionIdentity), 1);
+    let gateway = grid.client(&a.cert, "a", "a");
+    assert_eq!(
+        post_session(op_a.signals_addr, gateway, claim("a")).await,
+        403
+    );
+    assert_eq!(op_a.metrics.refusals.count(Refusal::SessionIdentity), 2);
+    assert_eq!(
+        post_session(op_a.signals_addr, as_b.clone(), b"{not json".to_vec()).await,
+        400
+    );
+    assert_eq!(op_a.metrics.refusals.count(Refusal::SessionBody), 1);
+    let oversized = vec![b' '; grid_operatord::membership::MAX_SESSION_BODY_BYTES + 1];
+    assert_eq!(
+        post_session(op_a.signals_addr, as_b.clone(), oversized).await,
+        400
+    );
+    // b's honest claim is answered with a's identity.
+    assert_eq!(post_session(op_a.signals_addr, as_b, claim("b")).await, 200);
+}
