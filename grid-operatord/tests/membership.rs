@@ -11,11 +11,10 @@ use grid_kit::operator_harness::{
     Grid, ProviderSpec, Site, epp_body, eventually, get_signals, signals_url,
 };
 use grid_membership::{Member, Refusal as DatagramRefusal, StateLabel};
-use grid_operatord::driver::{self, Options, Running};
+use grid_operatord::driver::Running;
 use grid_operatord::membership::SESSION_PATH;
 use grid_operatord::peers::PollOutcome;
 use grid_operatord::signals::Refusal;
-use grid_operatord::state::{FileStateStore, StateStore};
 use grid_signals::epp::ScrapeFailure;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -23,20 +22,8 @@ use hyper_util::rt::TokioIo;
 /// A peer URL nothing answers at (port 1 on loopback).
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
 
-async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
-    let config = site.config(peers, providers);
-    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
-    driver::start(config, None, state, Options::default())
-        .await
-        .unwrap()
-}
-
-fn provider(name: &str, epp: &FakeEpp) -> ProviderSpec {
-    ProviderSpec {
-        name: name.to_owned(),
-        url: epp.url(),
-        timeout_s: 1.0,
-    }
+async fn start(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
+    site.start(peers, providers).await
 }
 
 fn polls_of(op: &Running, peer: &str) -> u64 {
@@ -84,15 +71,15 @@ async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_a
     let grid = Grid::new();
     let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
     let epp_c = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
-    let op_b = run(&b, &[("a", NOWHERE.into()), ("c", NOWHERE.into())], &[]).await;
+    let op_b = start(&b, &[("a", NOWHERE.into()), ("c", NOWHERE.into())], &[]).await;
     // c's only seed is b; a's only seed is b. Nobody's configuration says where c is.
-    let op_c = run(
+    let op_c = start(
         &c,
         &[("a", NOWHERE.into()), ("b", signals_url(op_b.signals_addr))],
-        &[provider("qwen", &epp_c)],
+        &[ProviderSpec::of("qwen", &epp_c)],
     )
     .await;
-    let op_a = run(
+    let op_a = start(
         &a,
         &[("b", signals_url(op_b.signals_addr)), ("c", NOWHERE.into())],
         &[],
@@ -144,7 +131,7 @@ async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_a
 async fn a_datagram_no_session_opens_is_refused_and_counted_and_membership_goes_on() {
     let grid = Grid::new();
     let a = grid.site("a");
-    let op_a = run(&a, &[("b", NOWHERE.into())], &[]).await;
+    let op_a = start(&a, &[("b", NOWHERE.into())], &[]).await;
     let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let mut unknown = vec![grid_membership::seal::SEAL_VERSION; 80];
     unknown[1..9].copy_from_slice(b"stranger");
@@ -179,7 +166,7 @@ async fn a_datagram_no_session_opens_is_refused_and_counted_and_membership_goes_
 async fn a_session_naming_another_site_than_the_certificate_or_from_the_gateway_is_refused() {
     let grid = Grid::new();
     let (a, b) = (grid.site("a"), grid.site("b"));
-    let op_a = run(&a, &[("b", NOWHERE.into())], &[]).await;
+    let op_a = start(&a, &[("b", NOWHERE.into())], &[]).await;
     let claim = |site: &str| {
         serde_json::to_vec(&Member {
             site: site.into(),

@@ -18,19 +18,11 @@ use grid_signals::epp::ScrapeFailure;
 use grid_signals::exposition::{MAX_EXPOSITION_BYTES, SyntaxError};
 
 async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Running {
-    let config = site.config(peers, providers);
-    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
-    driver::start(config, None, state, Options::default())
-        .await
-        .unwrap()
+    site.start(peers, providers).await
 }
 
 fn provider(name: &str, epp: &FakeEpp) -> ProviderSpec {
-    ProviderSpec {
-        name: name.to_owned(),
-        url: epp.url(),
-        timeout_s: 1.0,
-    }
+    ProviderSpec::of(name, epp)
 }
 
 /// A peer URL nothing answers at (port 1 on loopback).

@@ -103,7 +103,37 @@ impl Grid {
     }
 }
 
+impl ProviderSpec {
+    /// The provider `name` served by `epp`, scraped with a 1 s timeout.
+    pub fn of(name: &str, epp: &crate::epp_server::FakeEpp) -> Self {
+        Self {
+            name: name.to_owned(),
+            url: epp.url(),
+            timeout_s: 1.0,
+        }
+    }
+}
+
 impl Site {
+    /// Starts this site's operator on [`Site::config`] with default options and a file
+    /// state store in its state directory.
+    pub async fn start(
+        &self,
+        peers: &[(&str, String)],
+        providers: &[ProviderSpec],
+    ) -> grid_operatord::driver::Running {
+        let state: Arc<dyn grid_operatord::state::StateStore> =
+            Arc::new(grid_operatord::state::FileStateStore::open(self.state_dir()).unwrap());
+        grid_operatord::driver::start(
+            self.config(peers, providers),
+            None,
+            state,
+            grid_operatord::driver::Options::default(),
+        )
+        .await
+        .unwrap()
+    }
+
     /// The state directory.
     pub fn state_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("state")

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use grid_membership::{
-    Input, Member, Membership, MembershipMetrics, Output, Role, SplitMix64, Timing,
+    Input, Member, Membership, MembershipMetrics, Output, Rng, Role, SplitMix64, Timing,
 };
 
 pub(crate) struct Net {
@@ -15,24 +15,13 @@ pub(crate) struct Net {
     pub(crate) delay_ms: u64,
     /// Per mille of datagrams lost.
     pub(crate) loss: u64,
-    loss_rng: SplitMix64State,
+    loss_rng: SplitMix64,
     pub(crate) cut: BTreeSet<(String, String)>,
     pub(crate) dead: BTreeSet<String>,
     in_flight: Vec<(u64, String, Vec<u8>)>,
     pub(crate) ups: HashMap<String, Vec<Member>>,
     pub(crate) downs: HashMap<String, Vec<Member>>,
     sessions_made: u64,
-}
-
-struct SplitMix64State(u64);
-impl SplitMix64State {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 }
 
 pub(crate) fn member(site: &str, incarnation: u64) -> Member {
@@ -52,7 +41,7 @@ impl Net {
             now: 0,
             delay_ms: 5,
             loss: 0,
-            loss_rng: SplitMix64State(99),
+            loss_rng: SplitMix64::new(99),
             cut: BTreeSet::new(),
             dead: BTreeSet::new(),
             in_flight: Vec::new(),
@@ -189,7 +178,7 @@ impl Net {
     }
 
     fn loss_draw(&mut self) -> bool {
-        self.loss > 0 && self.loss_rng.next() % 1000 < self.loss
+        self.loss > 0 && self.loss_rng.next_u64() % 1000 < self.loss
     }
 
     /// Runs virtual time forward by `ms`, one millisecond step at a time.
