@@ -29,6 +29,7 @@ mod error;
 mod machine;
 mod member;
 mod metrics;
+pub mod overlay;
 mod rng;
 pub mod seal;
 
@@ -39,5 +40,6 @@ pub use machine::{
 };
 pub use member::{MAX_HOST_BYTES, MAX_SITE_NAME_BYTES, Member};
 pub use metrics::{Direction, MembershipMetrics, Refusal, StateLabel, Unsent};
+pub use overlay::Version;
 pub use rng::{Rng, SplitMix64};
 pub use seal::{Role, SealRefusal, Sessions};

@@ -7,12 +7,10 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::time::Duration;
 
-use foca::{
-    AccumulatingRuntime, Codec, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, State,
-    Timer,
-};
+use foca::{AccumulatingRuntime, Codec, Foca, OwnedNotification, PostcardCodec, State, Timer};
 
 use crate::metrics::{Direction, MembershipMetrics, Refusal, Unsent};
+use crate::overlay::{BroadcastRefusal, Handler, Version};
 use crate::rng::{FocaRng, Rng};
 use crate::seal::{Role, SEAL_OVERHEAD, SESSION_MATERIAL_BYTES, Sessions};
 use crate::{Error, Member};
@@ -123,6 +121,14 @@ pub enum Output {
     Up(Member),
     /// A member was declared down.
     Down(Member),
+    /// `from` told of a batch version newer than any this member had heard of: pull it
+    /// from `from` unless the store already holds it or newer.
+    Heard {
+        /// The member whose message carried it (who can serve it).
+        from: Member,
+        /// The version.
+        version: Version,
+    },
 }
 
 struct Due {
@@ -153,11 +159,12 @@ struct Pending {
     queue: VecDeque<Vec<u8>>,
 }
 
-type Swim<R> = Foca<Member, PostcardCodec, FocaRng<R>, NoCustomBroadcast>;
+type Swim<R> = Foca<Member, PostcardCodec, FocaRng<R>, Handler>;
 
 /// One site's membership.
 pub struct Membership<R: Rng> {
     foca: Swim<R>,
+    versions: Handler,
     runtime: AccumulatingRuntime<Member>,
     sessions: Sessions,
     timers: BinaryHeap<Reverse<Due>>,
@@ -202,8 +209,16 @@ impl<R: Rng> Membership<R> {
         metrics: MembershipMetrics,
     ) -> Result<Self, Error> {
         identity.check()?;
+        let versions = Handler::default();
         Ok(Self {
-            foca: Foca::new(identity, timing.foca(), FocaRng(rng), PostcardCodec),
+            foca: Foca::with_custom_broadcast(
+                identity,
+                timing.foca(),
+                FocaRng(rng),
+                PostcardCodec,
+                versions.clone(),
+            ),
+            versions,
             runtime: AccumulatingRuntime::new(),
             sessions: Sessions::default(),
             timers: BinaryHeap::new(),
@@ -295,8 +310,13 @@ impl<R: Rng> Membership<R> {
             return;
         }
         if let Err(e) = self.foca.handle_data(plain, &mut self.runtime) {
-            self.metrics.refuse(match e {
-                foca::Error::Decode(_) => Refusal::Undecodable,
+            let broadcast = self.versions.lock().last_refusal.take();
+            self.metrics.refuse(match (e, broadcast) {
+                (foca::Error::Decode(_), _) => Refusal::Undecodable,
+                (foca::Error::CustomBroadcast(_), Some(BroadcastRefusal::Full)) => {
+                    Refusal::VersionsFull
+                }
+                (foca::Error::CustomBroadcast(_), _) => Refusal::Broadcast,
                 _ => Refusal::Protocol,
             });
         }
@@ -320,6 +340,16 @@ impl<R: Rng> Membership<R> {
         }
         self.connecting
             .retain(|_, retry| retry.is_none_or(|at| at > now_ms));
+    }
+
+    /// Disseminates a version of one of this site's own batches; `false` when it is not
+    /// newer than one already given for its register (nothing is sent then).
+    pub fn announce(&mut self, now_ms: u64, version: &Version) -> bool {
+        let mut wire = Vec::with_capacity(64);
+        version.encode(&mut wire);
+        let added = self.foca.add_broadcast(&wire).unwrap_or(false);
+        self.drain(now_ms);
+        added
     }
 
     /// Leaves the cluster: members learn it at once instead of after a suspicion.
@@ -355,6 +385,12 @@ impl<R: Rng> Membership<R> {
                 }
                 OwnedNotification::MemberDown(m) => self.outputs.push_back(Output::Down(m)),
                 _ => {}
+            }
+        }
+        {
+            let mut registers = self.versions.lock();
+            while let Some((from, version)) = registers.heard.pop_front() {
+                self.outputs.push_back(Output::Heard { from, version });
             }
         }
         while let Some((to, data)) = self.runtime.to_send() {

@@ -27,11 +27,16 @@ pub enum Refusal {
     IdentityMismatch,
     /// Decoded, but the protocol refused it (from ourselves, stale, malformed payload).
     Protocol,
+    /// A batch version it carried was malformed.
+    Broadcast,
+    /// A batch version it carried named one register more than
+    /// [`crate::overlay::MAX_VERSIONS`].
+    VersionsFull,
 }
 
 impl Refusal {
     /// Every reason, for dashboards and the completeness test.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Oversized,
         Self::Malformed,
         Self::UnknownSession,
@@ -40,6 +45,8 @@ impl Refusal {
         Self::Undecodable,
         Self::IdentityMismatch,
         Self::Protocol,
+        Self::Broadcast,
+        Self::VersionsFull,
     ];
 }
 

@@ -208,3 +208,132 @@ fn a_member_whose_session_names_it_cannot_speak_as_another_site() {
             .any(|m| m.site == "b" && m.incarnation == 9)
     );
 }
+
+fn version(site: &str, sequence: u64) -> grid_membership::Version {
+    grid_membership::Version {
+        site: site.into(),
+        provider: "llama".into(),
+        epoch: 1_700_000_000_000,
+        sequence,
+    }
+}
+
+#[test]
+fn a_version_announced_by_one_member_is_heard_once_by_every_other_within_two_rounds() {
+    let sites = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let mut net = joined(&sites);
+    assert!(net.announce("a", &version("a", 1)));
+    assert!(
+        !net.announce("a", &version("a", 1)),
+        "the same version is not sent again"
+    );
+    net.run(2 * ROUND_MS);
+    for s in &sites[1..] {
+        let heard: Vec<_> = net.heard.get(*s).into_iter().flatten().collect();
+        assert_eq!(heard.len(), 1, "{s} heard {heard:?}");
+        assert_eq!(heard[0].1, version("a", 1));
+        assert_ne!(heard[0].0.site, *s, "heard from another member");
+    }
+    assert!(
+        net.heard.get("a").is_none(),
+        "a does not hear its own version"
+    );
+    // A newer version replaces the old one; an older one is not passed on.
+    assert!(net.announce("a", &version("a", 2)));
+    net.run(2 * ROUND_MS);
+    for s in &sites[1..] {
+        assert_eq!(net.heard[*s].last().unwrap().1, version("a", 2), "{s}");
+        assert_eq!(net.heard[*s].len(), 2);
+    }
+}
+
+#[test]
+fn a_malformed_version_inside_an_authentic_message_is_refused_and_counted() {
+    use grid_membership::{Membership, MembershipMetrics, Output, Sessions, SplitMix64};
+    let timing = Timing::default();
+    let new = |site: &str, seed| {
+        Membership::new(
+            member(site, 1),
+            &timing,
+            SplitMix64::new(seed),
+            MembershipMetrics::default(),
+        )
+        .unwrap()
+    };
+    let (mut a, mut b) = (new("a", 1), new("b", 2));
+    let (genuine, tamper) = ([5u8; 40], [6u8; 40]);
+    // Installed first, so a seals with the genuine (newest) session.
+    a.handle(
+        0,
+        Input::Session {
+            member: member("b", 1),
+            material: tamper,
+            role: Role::Responder,
+        },
+    );
+    a.handle(
+        0,
+        Input::Session {
+            member: member("b", 1),
+            material: genuine,
+            role: Role::Responder,
+        },
+    );
+    b.handle(
+        0,
+        Input::Session {
+            member: member("a", 1),
+            material: genuine,
+            role: Role::Initiator,
+        },
+    );
+    // What the wire would let an attacker inside b's trust do: read b's plaintext (a copy
+    // of the genuine session) and reseal a changed one (the second session a holds for b).
+    let mut reader = Sessions::default();
+    reader.install(0, "b", &genuine, Role::Responder);
+    let mut resealer = Sessions::default();
+    resealer.install(0, "a", &tamper, Role::Initiator);
+    let mut marker = Vec::new();
+    version("b", 1).encode(&mut marker);
+    let mut corrupted = 0;
+    let mut announced = false;
+    for now in 0..3_000u64 {
+        if !announced && a.live().any(|m| m.site == "b") {
+            announced = b.announce(now, &version("b", 1));
+        }
+        for node in [&mut a, &mut b] {
+            if node.poll_timeout().is_some_and(|t| t <= now) {
+                node.handle_timeout(now);
+            }
+        }
+        while let Some(o) = a.poll() {
+            if let Output::Transmit { mut datagram, .. } = o {
+                b.handle(now, Input::Datagram(&mut datagram));
+            }
+        }
+        while let Some(o) = b.poll() {
+            let Output::Transmit { mut datagram, .. } = o else {
+                continue;
+            };
+            let plain = reader.open(now, &mut datagram.clone()).unwrap().1.to_vec();
+            match plain.windows(marker.len()).position(|w| w == marker) {
+                Some(at) => {
+                    let mut bad = plain.clone();
+                    bad[at + 2] = b'/'; // a site name may not hold '/'
+                    let mut resealed = Vec::new();
+                    assert!(resealer.seal(now, "a", &bad, &mut resealed));
+                    a.handle(now, Input::Datagram(&mut resealed));
+                    corrupted += 1;
+                }
+                None => a.handle(now, Input::Datagram(&mut datagram)),
+            }
+        }
+    }
+    assert!(
+        announced && corrupted >= 1,
+        "announced {announced}, corrupted {corrupted}, b knows {:?}, a refused {:?}",
+        b.live().collect::<Vec<_>>(),
+        Refusal::ALL.map(|r| a.metrics().refused(r))
+    );
+    assert_eq!(a.metrics().refused(Refusal::Broadcast), corrupted);
+}

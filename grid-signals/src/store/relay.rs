@@ -91,6 +91,46 @@ impl Store {
         }
         report
     }
+
+    /// Writes one provider's held batch, whole, ages relative to `reference_ms`, and
+    /// returns its fence; `None` (nothing written) when none is held or it outlived the
+    /// TTL. What a gossip pull of one version answers with.
+    pub fn encode_one(
+        &self,
+        site: &str,
+        provider: &str,
+        now_ms: u64,
+        reference_ms: u64,
+        out: &mut Vec<u8>,
+    ) -> Option<crate::batch::Fence> {
+        let publication = self.entry(site, provider)?.publication.as_ref()?;
+        if publication
+            .meta()
+            .stamp_ms()
+            .saturating_add(self.config.ttl_ms)
+            < now_ms
+        {
+            return None;
+        }
+        let shift = (i128::from(reference_ms) - i128::from(now_ms))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        publication.write_shifted(out, shift);
+        Some(publication.meta().fence())
+    }
+
+    /// The fence of every batch held and not outlived, by site and provider: what a
+    /// gossip digest lists.
+    pub fn held_fences(
+        &self,
+        now_ms: u64,
+    ) -> impl Iterator<Item = (&str, &str, crate::batch::Fence)> {
+        let ttl = self.config.ttl_ms;
+        self.entries().filter_map(move |entry| {
+            let meta = entry.publication.as_ref()?.meta();
+            (meta.stamp_ms().saturating_add(ttl) >= now_ms)
+                .then(|| (meta.site(), meta.provider(), meta.fence()))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +144,45 @@ mod tests {
         let mut out = Vec::new();
         let report = s.encode_relay(now, now, budget, &mut out);
         (out, report)
+    }
+
+    #[test]
+    fn one_provider_is_encoded_whole_and_alone_and_an_outlived_one_not_at_all() {
+        let mut s = store();
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 3), &[("q", 4.0)], T0),
+            T0,
+        );
+        admit(
+            &mut s,
+            batch("b", "n", Fence::new(T0, 5), &[("q", 1.0)], T0),
+            T0,
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            s.encode_one("b", "m", T0, T0, &mut out),
+            Some(Fence::new(T0, 3))
+        );
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.contains("grid_provider=\"m\"") && !text.contains("grid_provider=\"n\""),
+            "{text}"
+        );
+        let mut fresh = store();
+        let report = fresh.ingest(&out, Sender::Peer { site: "b" }, T0, T0);
+        assert_eq!(report.dropped.total(), 0);
+        assert_eq!(
+            fresh
+                .entry("b", "m")
+                .and_then(|e| e.publication.as_ref())
+                .map(|p| p.meta().fence()),
+            Some(Fence::new(T0, 3))
+        );
+        assert_eq!(s.held_fences(T0).count(), 2);
+        let late = T0 + s.config().ttl_ms + 1;
+        assert_eq!(s.encode_one("b", "m", late, late, &mut Vec::new()), None);
+        assert_eq!(s.held_fences(late).count(), 0);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub(crate) struct Net {
     in_flight: Vec<(u64, String, Vec<u8>)>,
     pub(crate) ups: HashMap<String, Vec<Member>>,
     pub(crate) downs: HashMap<String, Vec<Member>>,
+    /// Versions each node heard, with whom from.
+    pub(crate) heard: HashMap<String, Vec<(Member, grid_membership::Version)>>,
     sessions_made: u64,
 }
 
@@ -47,6 +49,7 @@ impl Net {
             in_flight: Vec::new(),
             ups: HashMap::new(),
             downs: HashMap::new(),
+            heard: HashMap::new(),
             sessions_made: 0,
         };
         for (i, s) in sites.iter().enumerate() {
@@ -130,6 +133,14 @@ impl Net {
         self.cut.clear();
     }
 
+    /// `site` announces a version of its own batch.
+    pub(crate) fn announce(&mut self, site: &str, version: &grid_membership::Version) -> bool {
+        let now = self.now;
+        let added = self.nodes.get_mut(site).unwrap().announce(now, version);
+        self.pump();
+        added
+    }
+
     /// Delivers an arbitrary datagram to `to` now.
     pub(crate) fn inject(&mut self, to: &str, mut datagram: Vec<u8>) {
         let now = self.now;
@@ -172,6 +183,9 @@ impl Net {
                     }
                     Output::Up(m) => self.ups.entry(site).or_default().push(m),
                     Output::Down(m) => self.downs.entry(site).or_default().push(m),
+                    Output::Heard { from, version } => {
+                        self.heard.entry(site).or_default().push((from, version));
+                    }
                 }
             }
         }
