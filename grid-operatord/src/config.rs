@@ -108,7 +108,7 @@ pub struct Config {
     pub tls: TlsFiles,
     /// How peers and the local gateway are authenticated.
     pub trust: TrustMode,
-    /// How signals cross sites; only [`TransportMode::Poll`] runs.
+    /// How signals cross sites.
     pub transport: TransportMode,
     /// EPP scrape interval.
     pub scrape_interval: Duration,
@@ -163,16 +163,31 @@ pub enum TrustMode {
 pub enum TransportMode {
     /// Serve `/v1/site/signals` over mTLS and poll peers.
     Poll,
+    /// Batch versions ride SWIM; batches are pulled over mTLS from whoever announced
+    /// them, and digests are exchanged so a member that missed broadcasts converges. The
+    /// default, also what an absent mode means.
+    Gossip,
 }
 
 impl TransportMode {
-    /// The spelling of the gossip mode, which this operator does not implement.
+    /// The spelling of the gossip mode.
     pub const GOSSIP: &'static str = "gossip";
 
     /// The configuration spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Poll => "poll",
+            Self::Gossip => Self::GOSSIP,
+        }
+    }
+
+    /// The mode a declaration spells (`None`: absent, which means gossip); `None` back
+    /// for a spelling that is no mode.
+    pub fn parse(declared: Option<&str>) -> Option<Self> {
+        match declared {
+            Some("poll") => Some(Self::Poll),
+            None | Some(Self::GOSSIP) => Some(Self::Gossip),
+            Some(_) => None,
         }
     }
 }
@@ -624,18 +639,16 @@ fn trust_of(trust: &RawTrust) -> Result<TrustMode, Error> {
 }
 
 fn transport_of(t: Option<&RawTransport>) -> Result<TransportMode, Error> {
-    Ok(match t.map(|t| t.mode.as_str()) {
-        Some("poll") => TransportMode::Poll,
-        None | Some(TransportMode::GOSSIP) => {
+    let declared = t.map(|t| t.mode.as_str());
+    Ok(match TransportMode::parse(declared) {
+        Some(mode) => mode,
+        None => {
             return Err(field_err(
                 "signalTransport.mode",
-                "`gossip` (also what an absent mode means) is not implemented by this operator yet; set `poll`",
-            ));
-        }
-        Some(other) => {
-            return Err(field_err(
-                "signalTransport.mode",
-                format!("`{other}` is not a mode; use `poll`"),
+                format!(
+                    "`{}` is not a mode; use `gossip` or `poll`",
+                    declared.unwrap_or_default()
+                ),
             ));
         }
     })
@@ -913,15 +926,17 @@ staleMetricsSeconds = 10
     }
 
     #[test]
-    fn gossip_and_absent_mode_are_refused_with_a_clear_message() {
+    fn gossip_and_an_absent_mode_both_load_as_gossip_and_another_word_is_refused() {
         let gossip = base().replace("mode = \"poll\"", "mode = \"gossip\"");
-        let err = load(&gossip).unwrap_err().to_string();
+        assert_eq!(load(&gossip).unwrap().transport, TransportMode::Gossip);
+        let absent = base().replace("[signalTransport]\nmode = \"poll\"\n", "");
+        assert_eq!(load(&absent).unwrap().transport, TransportMode::Gossip);
+        let swim = base().replace("mode = \"poll\"", "mode = \"swim\"");
+        let err = load(&swim).unwrap_err().to_string();
         assert!(
-            err.contains("signalTransport.mode") && err.contains("gossip"),
+            err.contains("signalTransport.mode") && err.contains("`swim` is not a mode"),
             "{err}"
         );
-        let absent = base().replace("[signalTransport]\nmode = \"poll\"\n", "");
-        assert_eq!(refused_field(&absent), "signalTransport.mode");
     }
 
     #[test]

@@ -246,19 +246,33 @@ pub async fn start_with(
     });
 
     let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
+    let gossiping = config.transport == TransportMode::Gossip;
+    let gossip = gossiping.then(|| {
+        crate::gossip::Gossip::new(
+            config.site.clone(),
+            signals.clone(),
+            (metrics.ingest.clone(), metrics.gossip.clone()),
+            clock.clone(),
+            (Arc::clone(&certificate), trust.clone()),
+        )
+    });
     let (endpoint, view) = start_membership(
         &config,
         (signals_addr, gossip_udp, epoch),
         (&certificate, &trust),
         membership_metrics.clone(),
+        gossip,
         &mut tasks,
     )?;
-    let pollers = peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)?;
-    let peer_view = view.clone();
-    tasks.spawn(async move {
-        crate::peers::run_peer_set(pollers, peer_view).await;
-        Ok(())
-    });
+    if !gossiping {
+        // Under gossip nothing is polled: batches are pulled as their versions are heard.
+        let pollers = peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)?;
+        let peer_view = view.clone();
+        tasks.spawn(async move {
+            crate::peers::run_peer_set(pollers, peer_view).await;
+            Ok(())
+        });
+    }
 
     let registry = Arc::new(registry);
     let listener = Listener {
@@ -276,6 +290,7 @@ pub async fn start_with(
             feedback_metrics: metrics.feedback.clone(),
             clock,
             membership: endpoint,
+            gossip: gossiping,
         }),
     };
     tasks.spawn(async move {
@@ -318,13 +333,16 @@ pub async fn start_with(
     })
 }
 
-/// Starts membership when this site has an address to advertise; the live view the
-/// peer set follows either way (one that never changes without membership).
+/// Starts membership when this site has an address to advertise (with, in gossip mode,
+/// the signal path riding it); the live view the peer set follows either way (one that
+/// never changes without membership). Gossip without an address is refused: nothing
+/// would cross sites.
 fn start_membership(
     config: &Config,
     (signals_addr, gossip_udp, epoch): (SocketAddr, tokio::net::UdpSocket, u64),
     (certificate, trust): (&Arc<tls::CertSlot>, &Arc<tls::Trust>),
     metrics: grid_membership::MembershipMetrics,
+    gossip: Option<crate::gossip::Gossip>,
     tasks: &mut JoinSet<Result<(), Error>>,
 ) -> Result<
     (
@@ -334,6 +352,14 @@ fn start_membership(
     Error,
 > {
     let Some(own) = membership_identity(config, signals_addr, epoch) else {
+        if gossip.is_some() {
+            return Err(Error::ConfigField {
+                field: "listen.advertise".into(),
+                reason: "gossip mode needs the host peers reach this site at: set \
+                         `listen.advertise` or bind `listen.signals` to a specific IP"
+                    .into(),
+            });
+        }
         tracing::warn!(
             "the signals listener binds an unspecified address and `listen.advertise` is \
              not set: membership does not run, configured peers are polled at their URLs"
@@ -354,9 +380,9 @@ fn start_membership(
         own,
         gossip_udp,
         seeds,
-        Arc::clone(certificate),
-        trust.clone(),
+        (Arc::clone(certificate), trust.clone()),
         metrics,
+        gossip,
     )
     .map_err(|e| Error::ConfigField {
         field: "listen.advertise".into(),
@@ -675,8 +701,11 @@ async fn watch_mode(
         };
         // The trust is read whole: a file being edited fails validation and is read again
         // at the next check, never half applied.
+        // Only the poll path restarts on a peer trust change (spec, seed 002): under
+        // gossip the trust is not a reason to exit.
         let seen = match seen {
             Some(change) => Some(change),
+            None if running.transport == TransportMode::Gossip => None,
             None => match tokio::task::spawn_blocking(move || b.load()).await {
                 Ok(Ok(config)) => running
                     .trust_differs(&Declared::of(&config))

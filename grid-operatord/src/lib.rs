@@ -39,6 +39,7 @@ pub mod controller;
 pub mod driver;
 mod error;
 mod feedback;
+pub mod gossip;
 pub mod listener;
 pub mod membership;
 pub mod metrics;

@@ -126,6 +126,9 @@ pub struct Driver {
     /// Configured peers with a URL: (site, host, signals port).
     seeds: Vec<(String, String, u16)>,
     resolved: HashMap<(String, u16), SocketAddr>,
+    /// Gossip mode's signal path; `None` under poll.
+    gossip: Option<crate::gossip::Gossip>,
+    rng: SmallRng,
 }
 
 impl std::fmt::Debug for Driver {
@@ -151,14 +154,15 @@ pub struct Started {
     pub view: watch::Receiver<View>,
 }
 
-/// Creates the membership of `own` on `udp`, with `seeds` to contact.
-pub fn start(
+/// Creates the membership of `own` on `udp`, with `seeds` to contact, and, in gossip
+/// mode, the signal path that rides it.
+pub(crate) fn start(
     own: Member,
     udp: UdpSocket,
     seeds: Vec<(String, String, u16)>,
-    certificate: Arc<CertSlot>,
-    trust: Arc<Trust>,
+    (certificate, trust): (Arc<CertSlot>, Arc<Trust>),
     metrics: MembershipMetrics,
+    gossip: Option<crate::gossip::Gossip>,
 ) -> Result<Started, grid_membership::Error> {
     let membership = Membership::new(
         own.clone(),
@@ -179,6 +183,8 @@ pub fn start(
             trust,
             seeds,
             resolved: HashMap::new(),
+            gossip,
+            rng: SmallRng::from_os_rng(),
         },
         endpoint: Endpoint { own, accepted: tx },
         view,
@@ -191,6 +197,10 @@ impl Driver {
         let mut buf = vec![0u8; RECV_BUFFER_BYTES];
         let mut seed_tick = tokio::time::interval(SEED_INTERVAL);
         seed_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut announce_tick = tokio::time::interval(crate::gossip::ANNOUNCE_CHECK);
+        announce_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut digest_tick = tokio::time::interval(crate::gossip::DIGEST_INTERVAL);
+        digest_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.membership.poll_timeout().map(|at| {
                 let now = clock::monotonic_ms();
@@ -228,9 +238,39 @@ impl Driver {
                 }
                 () = timer => self.membership.handle_timeout(clock::monotonic_ms()),
                 _ = seed_tick.tick() => self.contact_seeds(),
+                _ = announce_tick.tick(), if self.gossip.is_some() => self.announce_own(),
+                _ = digest_tick.tick(), if self.gossip.is_some() => self.ask_digest(),
+                Some(done) = next_fetched(&mut self.gossip) => {
+                    if let Some(g) = &mut self.gossip {
+                        g.finished(done);
+                    }
+                }
             }
             self.carry_out().await;
         }
+    }
+
+    fn announce_own(&mut self) {
+        let Some(g) = &mut self.gossip else {
+            return;
+        };
+        let now = clock::monotonic_ms();
+        for version in g.own_news() {
+            self.membership.announce(now, &version);
+        }
+    }
+
+    /// One random live member's digest, compared with what is held.
+    fn ask_digest(&mut self) {
+        let Some(g) = &self.gossip else {
+            return;
+        };
+        let live: Vec<&Member> = self.membership.live().collect();
+        if live.is_empty() {
+            return;
+        }
+        let pick = usize::try_from(self.rng.next_u64() % live.len() as u64).unwrap_or(0);
+        g.spawn_digest(live[pick].clone());
     }
 
     /// Seeds not live yet are contacted; a live one is reached through SWIM.
@@ -283,6 +323,11 @@ impl Driver {
                 }
                 Output::Connect(m) => self.exchange(m.site.clone(), m.host.clone(), m.signals_port),
                 Output::Up(_) | Output::Down(_) => changed = true,
+                Output::Heard { from, version } => {
+                    if let Some(g) = &mut self.gossip {
+                        g.heard(from, version);
+                    }
+                }
             }
         }
         if changed {
@@ -320,6 +365,16 @@ impl Driver {
             .next()?;
         self.resolved.insert(key, found);
         Some(found)
+    }
+}
+
+/// The next finished gossip fetch; never, under poll.
+async fn next_fetched(
+    gossip: &mut Option<crate::gossip::Gossip>,
+) -> Option<crate::gossip::Fetched> {
+    match gossip {
+        Some(g) => g.next_done().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -100,6 +100,8 @@ pub struct OperatorMetrics {
     pub scrapes: ScrapeMetrics,
     /// Peer poll outcomes.
     pub polls: PollMetrics,
+    /// Gossip pulls and digests.
+    pub gossip: crate::gossip::GossipMetrics,
     /// Ingest and relay drops (grid-signals).
     pub ingest: IngestMetrics,
     /// Signals-listener connections.
@@ -154,6 +156,7 @@ impl OperatorMetrics {
         Self {
             scrapes: ScrapeMetrics::register(registry),
             polls: PollMetrics::register(registry),
+            gossip: crate::gossip::GossipMetrics::register(registry),
             ingest,
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),

@@ -131,6 +131,8 @@ pub struct SignalsService {
     pub clock: Clock,
     /// The membership session exchange; `None` when membership does not run.
     pub membership: Option<crate::membership::Endpoint>,
+    /// Gossip mode: peers may pull any batch held and its digest.
+    pub gossip: bool,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -169,6 +171,49 @@ impl SignalsService {
             &mut body,
         );
         self.metrics.record_relay_dropped(report.providers_dropped);
+        signals_response(body, reference_ms)
+    }
+
+    /// Gossip mode: one `(site, provider)` batch this site holds, whole, for a peer that
+    /// heard of its version (`?site=..&provider=..`); 404 when none is held.
+    fn serve_batch(&self, caller: Option<&Identity>, query: Option<&str>) -> Response<Full<Bytes>> {
+        if !matches!(caller, Some(Identity::Peer(_))) {
+            return self.refuse(Refusal::SessionIdentity);
+        }
+        let Some((site, provider)) = query.and_then(crate::gossip::parse_batch_query) else {
+            return self.refuse(Refusal::SessionBody);
+        };
+        let now = self.clock.wall_ms();
+        let reference_ms = reference(now);
+        let mut body = Vec::new();
+        match lock(&self.signals)
+            .all()
+            .encode_one(site, provider, now, reference_ms, &mut body)
+        {
+            Some(_) => signals_response(body, reference_ms),
+            None => empty(StatusCode::NOT_FOUND),
+        }
+    }
+
+    /// Gossip mode: the version of every batch this site holds, for anti-entropy.
+    fn serve_digest(&self, caller: Option<&Identity>) -> Response<Full<Bytes>> {
+        if !matches!(caller, Some(Identity::Peer(_))) {
+            return self.refuse(Refusal::SessionIdentity);
+        }
+        let now = self.clock.wall_ms();
+        let body = crate::gossip::write_digest(lock(&self.signals).all().held_fences(now));
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain"),
+        );
+        r
+    }
+}
+
+/// A relay body with its `Date` (the reference its ages are relative to).
+fn signals_response(body: Vec<u8>, reference_ms: u64) -> Response<Full<Bytes>> {
+    {
         let date = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(reference_ms));
         let mut r = Response::new(Full::new(Bytes::from(body)));
         let h = r.headers_mut();
@@ -185,7 +230,9 @@ impl SignalsService {
         );
         r
     }
+}
 
+impl SignalsService {
     async fn session(
         self,
         caller: Option<Identity>,
@@ -310,6 +357,14 @@ impl Handler for SignalsService {
             (INGEST_PATH, Method::POST) => Box::pin(self.clone().ingest(caller, request)),
             (crate::membership::SESSION_PATH, Method::POST) => {
                 Box::pin(self.clone().session(caller, request))
+            }
+            (crate::gossip::BATCH_PATH, Method::GET) if self.gossip => {
+                let r = self.serve_batch(caller.as_ref(), request.uri().query());
+                Box::pin(async move { r })
+            }
+            (crate::gossip::DIGEST_PATH, Method::GET) if self.gossip => {
+                let r = self.serve_digest(caller.as_ref());
+                Box::pin(async move { r })
             }
             (SIGNALS_PATH | INGEST_PATH | crate::membership::SESSION_PATH, _) => {
                 let r = self.refuse(Refusal::Method);

@@ -987,3 +987,30 @@ async fn a_declared_trust_change_stops_the_operator_so_its_supervisor_restarts_i
     let err = ended.unwrap_err().to_string();
     assert!(err.contains("`peers`") && err.contains("restarts"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gossip_a_declared_trust_change_does_not_stop_the_operator() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    let gossip = |text: String| text.replace("mode = \"poll\"", "mode = \"gossip\"");
+    std::fs::write(&path, gossip(a.config_text(&[], &[]))).unwrap();
+    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
+    let config = source.load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let options = Options {
+        mode_check: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let mut running = driver::start(config, Some(source), state, options)
+        .await
+        .unwrap();
+    std::fs::write(&path, gossip(a.config_text(&[("b", NOWHERE.into())], &[]))).unwrap();
+    // Ten checks and more: the same change stops a polling operator within two.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1_500), running.wait())
+            .await
+            .is_err(),
+        "a gossiping operator exited on a trust change"
+    );
+}

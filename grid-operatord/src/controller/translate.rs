@@ -87,12 +87,7 @@ pub fn translate(deployment: &Deployment, resources: &Resources) -> Result<Confi
     );
     config.transport = match declared_mode(network) {
         "poll" => TransportMode::Poll,
-        _ => {
-            return Err(Error::ConfigField {
-                field: at("signalTransport.mode"),
-                reason: "`gossip` (also what an absent mode means) is not implemented by this operator yet; set `poll`".into(),
-            });
-        }
+        _ => TransportMode::Gossip,
     };
     let intervals = network.spec.intervals.clone().unwrap_or_default();
     config.scrape_interval = period(
@@ -414,15 +409,25 @@ mod tests {
     }
 
     #[test]
-    fn an_absent_or_gossip_mode_is_declared_gossip_and_refused() {
+    fn an_absent_or_gossip_mode_translates_to_gossip() {
         let mut r = resources();
         r.networks = vec![network(None)];
         assert_eq!(declared_mode(&r.networks[0]), "gossip");
-        assert_eq!(field(&r), "GridNetwork/prod.spec.signalTransport.mode");
+        assert_eq!(
+            translate(&deployment(), &r).unwrap().transport,
+            TransportMode::Gossip
+        );
         r.networks[0].spec.signal_transport = None;
         assert_eq!(declared_mode(&r.networks[0]), "gossip");
+        assert_eq!(
+            translate(&deployment(), &r).unwrap().transport,
+            TransportMode::Gossip
+        );
         r.networks = vec![network(Some(TransportModeName::Gossip))];
-        assert_eq!(field(&r), "GridNetwork/prod.spec.signalTransport.mode");
+        assert_eq!(
+            translate(&deployment(), &r).unwrap().transport,
+            TransportMode::Gossip
+        );
     }
 
     #[test]

@@ -235,7 +235,7 @@ fn a_version_announced_by_one_member_is_heard_once_by_every_other_within_two_rou
         assert_ne!(heard[0].0.site, *s, "heard from another member");
     }
     assert!(
-        net.heard.get("a").is_none(),
+        !net.heard.contains_key("a"),
         "a does not hear its own version"
     );
     // A newer version replaces the old one; an older one is not passed on.

@@ -118,6 +118,18 @@ impl Store {
         Some(publication.meta().fence())
     }
 
+    /// The fence of the batch held for one provider, outlived or not (what a newer
+    /// version is compared with before it is pulled).
+    pub fn fence_of(&self, site: &str, provider: &str) -> Option<crate::batch::Fence> {
+        Some(
+            self.entry(site, provider)?
+                .publication
+                .as_ref()?
+                .meta()
+                .fence(),
+        )
+    }
+
     /// The fence of every batch held and not outlived, by site and provider: what a
     /// gossip digest lists.
     pub fn held_fences(
@@ -180,6 +192,8 @@ mod tests {
             Some(Fence::new(T0, 3))
         );
         assert_eq!(s.held_fences(T0).count(), 2);
+        assert_eq!(s.fence_of("b", "n"), Some(Fence::new(T0, 5)));
+        assert_eq!(s.fence_of("b", "o"), None);
         let late = T0 + s.config().ttl_ms + 1;
         assert_eq!(s.encode_one("b", "m", late, late, &mut Vec::new()), None);
         assert_eq!(s.held_fences(late).count(), 0);

@@ -1,0 +1,188 @@
+//! Gossip mode between real operators on loopback: an absent mode gossips; batch
+//! versions ride SWIM, batches are pulled whole from whoever announced them and pass the
+//! same admission as a polled body; nothing is polled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{
+    Grid, ProviderSpec, Site, epp_body, eventually, get_signals, signals_url,
+};
+use grid_operatord::config::{Config, TransportMode};
+use grid_operatord::driver::{self, Options, Running};
+use grid_operatord::gossip::{FetchKind, FetchOutcome};
+use grid_operatord::peers::PollOutcome;
+use grid_operatord::state::{FileStateStore, StateStore};
+
+/// A peer URL nothing answers at (port 1 on loopback).
+const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
+
+async fn start(site: &Site, config: Config) -> Running {
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
+    driver::start(config, None, state, Options::default())
+        .await
+        .unwrap()
+}
+
+fn gossip_config(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) -> Config {
+    let mut config = site.config(peers, providers);
+    config.transport = TransportMode::Gossip;
+    config
+}
+
+/// The relay a site's gateway reads, as text.
+async fn relay_of(grid: &Grid, site: &Site, op: &Running) -> String {
+    let tls = grid.client(&site.cert, &site.name, &site.name);
+    String::from_utf8(get_signals(op.signals_addr, tls).await.unwrap().body).unwrap()
+}
+
+/// The metric names of `relay`'s lines for one provider: what a whole batch carries,
+/// whatever its sequence and ages.
+fn rows(relay: &str, site: &str, provider: &str) -> Vec<String> {
+    let needle = format!("grid_site=\"{site}\"");
+    let provider = format!("grid_provider=\"{provider}\"");
+    relay
+        .lines()
+        .filter(|l| l.contains(&needle) && l.contains(&provider))
+        .map(|l| l.split('{').next().unwrap_or(l).to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_mode_gossips_and_a_batch_too_large_for_a_datagram_reaches_a_site_two_hops_away_whole()
+ {
+    let grid = Grid::new();
+    // The longest names make every row of c's batch long: the batch is then larger than
+    // one membership datagram.
+    let c_name = "c".repeat(grid_membership::MAX_SITE_NAME_BYTES);
+    let qwen = "q".repeat(grid_membership::overlay::MAX_PROVIDER_NAME_BYTES);
+    let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site(&c_name));
+    let epp_c = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
+    let op_b = start(
+        &b,
+        gossip_config(&b, &[("a", NOWHERE.into()), (&c_name, NOWHERE.into())], &[]),
+    )
+    .await;
+    let op_c = start(
+        &c,
+        gossip_config(
+            &c,
+            &[("a", NOWHERE.into()), ("b", signals_url(op_b.signals_addr))],
+            &[ProviderSpec::of(&qwen, &epp_c)],
+        ),
+    )
+    .await;
+    // a's configuration says nothing of the mode: absent means gossip.
+    let text = a
+        .config_text(
+            &[
+                ("b", signals_url(op_b.signals_addr)),
+                (&c_name, NOWHERE.into()),
+            ],
+            &[],
+        )
+        .replace("[signalTransport]\nmode = \"poll\"\n", "");
+    let config = Config::from_toml(&text, std::path::Path::new("a.toml")).unwrap();
+    assert_eq!(config.transport, TransportMode::Gossip);
+    let op_a = start(&a, config).await;
+
+    eventually("c publishes", 10, || {
+        let (grid, c, op_c, c_name, qwen) = (&grid, &c, &op_c, &c_name, &qwen);
+        async move { !rows(&relay_of(grid, c, op_c).await, c_name, qwen).is_empty() }
+    })
+    .await;
+    let own_c = relay_of(&grid, &c, &op_c).await;
+    let c_rows = rows(&own_c, &c_name, &qwen);
+    let c_bytes: usize = own_c
+        .lines()
+        .filter(|l| l.contains(&format!("grid_site=\"{c_name}\"")))
+        .map(|l| l.len() + 1)
+        .sum();
+    assert!(
+        c_bytes > grid_membership::MAX_DATAGRAM_BYTES,
+        "the test needs a batch larger than a datagram ({c_bytes} bytes)"
+    );
+    eventually("a's gateway sees c's whole batch", 20, || {
+        let (grid, a, op_a, c_rows, c_name, qwen) = (&grid, &a, &op_a, &c_rows, &c_name, &qwen);
+        async move { rows(&relay_of(grid, a, op_a).await, c_name, qwen) == *c_rows }
+    })
+    .await;
+    assert!(
+        op_a.metrics
+            .gossip
+            .count(FetchKind::Batch, FetchOutcome::Ok)
+            >= 1
+    );
+    // Nothing was polled: the batches were pulled as their versions were heard.
+    for op in [&op_a, &op_b, &op_c] {
+        for peer in ["a", "b", c_name.as_str()] {
+            assert_eq!(op.metrics.polls.count(peer, PollOutcome::Ok), 0);
+        }
+    }
+    // The batch keeps flowing as c publishes: a's copy advances.
+    let seq = |relay: &str| {
+        relay
+            .lines()
+            .find(|l| {
+                l.starts_with("grid_provider_config_generation")
+                    && l.contains(&format!("grid_site=\"{c_name}\""))
+            })
+            .and_then(|l| l.split("batch_sequence=\"").nth(1))
+            .and_then(|s| s.split('"').next())
+            .and_then(|s| s.parse::<u64>().ok())
+    };
+    let first = seq(&relay_of(&grid, &a, &op_a).await);
+    assert!(first.is_some(), "no sequence in a's copy of c");
+    eventually("a's copy of c advances", 10, || {
+        let (grid, a, op_a) = (&grid, &a, &op_a);
+        async move { seq(&relay_of(grid, a, op_a).await) > first }
+    })
+    .await;
+    drop((op_b, op_c));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_joins_after_the_last_broadcast_of_a_batch_converges_through_digests() {
+    let grid = Grid::new();
+    let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(3, 1.0))).await;
+    // b publishes once (its next scrape is an hour away), so its version is broadcast a
+    // bounded number of times, to c, and then never again.
+    let mut config_b = gossip_config(
+        &b,
+        &[("a", NOWHERE.into()), ("c", NOWHERE.into())],
+        &[ProviderSpec::of("mistral", &epp_b)],
+    );
+    config_b.scrape_interval = Duration::from_secs(3600);
+    let op_b = start(&b, config_b).await;
+    let seed = || vec![("a", NOWHERE.into()), ("b", signals_url(op_b.signals_addr))];
+    let op_c = start(&c, gossip_config(&c, &seed(), &[])).await;
+    eventually("c holds b's batch", 20, || {
+        let (grid, c, op_c) = (&grid, &c, &op_c);
+        async move { !rows(&relay_of(grid, c, op_c).await, "b", "mistral").is_empty() }
+    })
+    .await;
+    // Long past the broadcast's last transmission (ten in all, four a second).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let seed_a = [("b", signals_url(op_b.signals_addr)), ("c", NOWHERE.into())];
+    let op_a = start(&a, gossip_config(&a, &seed_a, &[])).await;
+    eventually("the late a holds b's batch", 20, || {
+        let (grid, a, op_a) = (&grid, &a, &op_a);
+        async move { !rows(&relay_of(grid, a, op_a).await, "b", "mistral").is_empty() }
+    })
+    .await;
+    assert!(
+        op_a.metrics
+            .gossip
+            .count(FetchKind::Digest, FetchOutcome::Ok)
+            >= 1
+    );
+    assert!(
+        op_a.metrics
+            .gossip
+            .count(FetchKind::Batch, FetchOutcome::Ok)
+            >= 1
+    );
+    drop(op_c);
+}
