@@ -496,6 +496,36 @@ async fn a_peer_trust_change_under_poll_ends_the_operator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gossip_a_peer_trust_change_restarts_the_driver_in_process_not_the_operator() {
+    let fake = FakeKube::start().await;
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let site = Grid::new().site("a");
+    // An absent mode: gossip.
+    let mut absent = network("gossip");
+    absent["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("signalTransport");
+    fake.create("gridnetworks", NS, absent);
+    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    let mut op = Controller::start(&fake, &site).await;
+    op.driver(0).await;
+    fake.create(
+        "gridsites",
+        NS,
+        json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}}),
+    );
+    // The new trust is served by a restarted driver; the operator did not end.
+    let restarted = op.driver(1).await;
+    assert_eq!(
+        restarted.config.transport,
+        grid_operatord::config::TransportMode::Gossip
+    );
+    assert!(restarted.config.peers.iter().any(|p| p.name == "b"));
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_that_goes_away_leaves_the_last_good_configuration_serving() {
     let (fake, _epp, grid, site) = seeded().await;
     let mut op = Controller::start(&fake, &site).await;

@@ -210,6 +210,10 @@ async fn changed(
         }
         match source.load() {
             Ok(next) if next == *current => reported = None,
+            // Only the poll path restarts on a peer trust change (spec, seed 002): under
+            // gossip the driver restarts in-process into the new trust, as it does for a
+            // provider change, and the process keeps running.
+            Ok(_) if current.transport == crate::config::TransportMode::Gossip => return None,
             Ok(next) => {
                 return trust_change(current, &next).map(|field| Error::TrustChanged { field });
             }
