@@ -30,3 +30,14 @@ pub fn batch_ns(batches: usize, iterations: u32, mut f: impl FnMut()) -> (f64, f
     samples.sort_by(f64::total_cmp);
     (samples[samples.len() / 2], samples[0])
 }
+
+/// Wall seconds `f` took, for a run's progress line.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the benches' one named clock read"
+)]
+pub fn seconds<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let start = Instant::now();
+    let out = f();
+    (out, start.elapsed().as_secs_f64())
+}

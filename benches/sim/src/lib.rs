@@ -28,5 +28,6 @@ pub mod fake_epp;
 pub mod routing_sim;
 pub mod sim_rng;
 pub mod site_model;
+pub mod swim_scale;
 
 pub use error::Error;

@@ -76,7 +76,9 @@ impl Timing {
             max_packet_size: NonZeroUsize::new(MAX_PLAINTEXT_BYTES).unwrap_or(NonZeroUsize::MIN),
             notify_down_members: true,
             periodic_announce: periodic(self.announce, 1),
-            periodic_announce_to_down_members: periodic(self.announce, 1),
+            // Every round, so a healed partition is noticed within one: a member declared
+            // down answers an announce by learning it must renew its identity and rejoin.
+            periodic_announce_to_down_members: periodic(self.probe_period, 8),
             periodic_gossip: periodic(self.gossip, 3),
         }
     }
