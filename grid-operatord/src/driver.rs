@@ -53,6 +53,8 @@ pub struct Options {
     /// The wall clock every stamp, epoch and deadline is read from: the system clock in
     /// the daemon; a stepped one in the fault suite's clock-step rows.
     pub clock: Clock,
+    /// Loss and partitions of the membership socket (tests and the scale harness only).
+    pub membership_faults: Option<Arc<crate::membership::LinkFaults>>,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             fence_persist: FENCE_PERSIST_INTERVAL,
             cert_check: tls::CERT_CHECK_INTERVAL,
             clock: Clock::system(),
+            membership_faults: None,
         }
     }
 }
@@ -260,7 +263,10 @@ pub async fn start_with(
         &config,
         (signals_addr, gossip_udp, epoch),
         (&certificate, &trust),
-        membership_metrics.clone(),
+        (
+            membership_metrics.clone(),
+            options.membership_faults.clone(),
+        ),
         gossip,
         &mut tasks,
     )?;
@@ -341,7 +347,10 @@ fn start_membership(
     config: &Config,
     (signals_addr, gossip_udp, epoch): (SocketAddr, tokio::net::UdpSocket, u64),
     (certificate, trust): (&Arc<tls::CertSlot>, &Arc<tls::Trust>),
-    metrics: grid_membership::MembershipMetrics,
+    (metrics, faults): (
+        grid_membership::MembershipMetrics,
+        Option<Arc<crate::membership::LinkFaults>>,
+    ),
     gossip: Option<crate::gossip::Gossip>,
     tasks: &mut JoinSet<Result<(), Error>>,
 ) -> Result<
@@ -383,6 +392,7 @@ fn start_membership(
         (Arc::clone(certificate), trust.clone()),
         metrics,
         gossip,
+        faults,
     )
     .map_err(|e| Error::ConfigField {
         field: "listen.advertise".into(),

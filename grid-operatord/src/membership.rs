@@ -49,6 +49,48 @@ pub const SEED_INTERVAL: Duration = Duration::from_secs(5);
 /// as such instead of truncated.
 const RECV_BUFFER_BYTES: usize = MAX_DATAGRAM_BYTES + 1;
 
+/// Faults the membership socket suffers, for the test kit and the scale harness (`tc
+/// netem` is not available in this kernel): datagrams lost at random, and sockets cut
+/// off. Shared by every operator of one harness; the daemon never sets it.
+#[derive(Debug, Default)]
+pub struct LinkFaults {
+    /// Datagrams dropped, per mille, each way.
+    pub loss_per_mille: std::sync::atomic::AtomicU64,
+    /// Membership ports whose datagrams are dropped, to and from (a partition).
+    pub cut: std::sync::Mutex<BTreeSet<u16>>,
+}
+
+impl LinkFaults {
+    /// Whether a datagram between `a` and `b` is dropped.
+    fn drops(&self, a: u16, b: u16, rng: &mut SmallRng) -> bool {
+        let cut = self
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cut.contains(&a) || cut.contains(&b) {
+            return true;
+        }
+        drop(cut);
+        let loss = self
+            .loss_per_mille
+            .load(std::sync::atomic::Ordering::Relaxed);
+        loss > 0 && rng.next_u64() % 1000 < loss
+    }
+
+    /// Cuts `port` off, or heals it.
+    pub fn set_cut(&self, port: u16, cut: bool) {
+        let mut set = self
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cut {
+            set.insert(port);
+        } else {
+            set.remove(&port);
+        }
+    }
+}
+
 /// Who membership says is there, for the peer pollers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
@@ -129,6 +171,8 @@ pub struct Driver {
     /// Gossip mode's signal path; `None` under poll.
     gossip: Option<crate::gossip::Gossip>,
     rng: SmallRng,
+    faults: Option<Arc<LinkFaults>>,
+    port: u16,
 }
 
 impl std::fmt::Debug for Driver {
@@ -163,7 +207,9 @@ pub(crate) fn start(
     (certificate, trust): (Arc<CertSlot>, Arc<Trust>),
     metrics: MembershipMetrics,
     gossip: Option<crate::gossip::Gossip>,
+    faults: Option<Arc<LinkFaults>>,
 ) -> Result<Started, grid_membership::Error> {
+    let port = own.gossip_port;
     let membership = Membership::new(
         own.clone(),
         &Timing::default(),
@@ -185,6 +231,8 @@ pub(crate) fn start(
             resolved: HashMap::new(),
             gossip,
             rng: SmallRng::from_os_rng(),
+            faults,
+            port,
         },
         endpoint: Endpoint { own, accepted: tx },
         view,
@@ -214,8 +262,14 @@ impl Driver {
             };
             tokio::select! {
                 received = self.udp.recv_from(&mut buf) => {
-                    if let Ok((n, _)) = received {
-                        self.membership.handle(clock::monotonic_ms(), Input::Datagram(&mut buf[..n]));
+                    if let Ok((n, from)) = received {
+                        let dropped = self
+                            .faults
+                            .as_ref()
+                            .is_some_and(|f| f.drops(from.port(), self.port, &mut self.rng));
+                        if !dropped {
+                            self.membership.handle(clock::monotonic_ms(), Input::Datagram(&mut buf[..n]));
+                        }
                     }
                 }
                 Some((member, material)) = self.accepted.recv() => {
@@ -317,6 +371,13 @@ impl Driver {
         while let Some(output) = self.membership.poll() {
             match output {
                 Output::Transmit { to, datagram } => {
+                    let dropped = self
+                        .faults
+                        .as_ref()
+                        .is_some_and(|f| f.drops(self.port, to.gossip_port, &mut self.rng));
+                    if dropped {
+                        continue;
+                    }
                     if let Some(addr) = self.resolve(&to.host, to.gossip_port).await {
                         let _ = self.udp.send_to(&datagram, addr).await;
                     }

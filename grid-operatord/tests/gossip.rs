@@ -186,3 +186,112 @@ async fn a_member_that_joins_after_the_last_broadcast_of_a_batch_converges_throu
     );
     drop(op_c);
 }
+
+/// `grid_provider_ready_endpoints` of `site`'s `provider` in a relay.
+fn ready_endpoints(relay: &str, site: &str, provider: &str) -> Option<f64> {
+    let (s, p) = (
+        format!("grid_site=\"{site}\""),
+        format!("grid_provider=\"{provider}\""),
+    );
+    relay
+        .lines()
+        .find(|l| {
+            l.starts_with("grid_provider_ready_endpoints{") && l.contains(&s) && l.contains(&p)
+        })
+        .and_then(|l| l.split("} ").nth(1))
+        .and_then(|v| v.split(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_one_percent_loss_every_gateway_converges_through_a_partition_a_heal_a_kill_and_a_restart()
+ {
+    let grid = Grid::new();
+    let names = ["a", "b", "c"];
+    let sites: Vec<Site> = names.iter().map(|n| grid.site(n)).collect();
+    let mut epps = Vec::new();
+    for _ in &names {
+        epps.push(FakeEpp::start(Behaviour::Body(epp_body(4, 1.0))).await);
+    }
+    let faults = Arc::new(grid_operatord::membership::LinkFaults::default());
+    faults
+        .loss_per_mille
+        .store(10, std::sync::atomic::Ordering::Relaxed);
+    let options = || Options {
+        membership_faults: Some(faults.clone()),
+        ..Options::default()
+    };
+    let run = |i: usize, seed: Option<std::net::SocketAddr>| {
+        let site = &sites[i];
+        let peers: Vec<(&str, String)> = names
+            .iter()
+            .filter(|n| **n != names[i])
+            .map(|n| {
+                (
+                    *n,
+                    seed.filter(|_| *n == "a")
+                        .map_or(NOWHERE.into(), signals_url),
+                )
+            })
+            .collect();
+        let config = gossip_config(site, &peers, &[ProviderSpec::of("m", &epps[i])]);
+        let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(site.state_dir()).unwrap());
+        let options = options();
+        async move { driver::start(config, None, state, options).await.unwrap() }
+    };
+    // b and c know only a's address.
+    let op_a = run(0, None).await;
+    let a_addr = op_a.signals_addr;
+    let mut ops = vec![op_a, run(1, Some(a_addr)).await, run(2, Some(a_addr)).await];
+
+    // Every gateway sees every site's provider with the same reading.
+    let agree = |ops: &[Running], expect: [f64; 3]| {
+        let views: Vec<_> = ops
+            .iter()
+            .zip(&sites)
+            .map(|(op, s)| (op.signals_addr, grid.client(&s.cert, &s.name, &s.name)))
+            .collect();
+        async move {
+            for (addr, tls) in views {
+                let relay = String::from_utf8(get_signals(addr, tls).await.unwrap().body).unwrap();
+                for (i, n) in names.iter().enumerate() {
+                    if ready_endpoints(&relay, n, "m") != Some(expect[i]) {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+    };
+    eventually("every gateway sees every site", 30, || {
+        agree(&ops, [4.0, 4.0, 4.0])
+    })
+    .await;
+
+    // Partition c away; its reading changes to zero endpoints while cut off.
+    let c_port = ops[2].signals_addr.port();
+    faults.set_cut(c_port, true);
+    epps[2].set(Behaviour::Body(epp_body(0, 0.0)));
+    eventually("a declares c down", 30, || {
+        let v = ops[0].membership.borrow().clone();
+        async move { v.down.contains("c") }
+    })
+    .await;
+    // Heal: the zero reaches every gateway.
+    faults.set_cut(c_port, false);
+    eventually("every gateway sees c's zero after the heal", 30, || {
+        agree(&ops, [4.0, 4.0, 0.0])
+    })
+    .await;
+
+    // Kill b, change a's reading, restart b from its state: b's gateway catches up, and
+    // everyone sees b again.
+    let b = ops.remove(1);
+    drop(b);
+    epps[0].set(Behaviour::Body(epp_body(2, 1.0)));
+    ops.insert(1, run(1, Some(a_addr)).await);
+    eventually("every gateway agrees after b's restart", 30, || {
+        agree(&ops, [2.0, 4.0, 0.0])
+    })
+    .await;
+}
