@@ -26,6 +26,7 @@ pub mod fault_ledger;
 pub mod fault_relay;
 pub mod fault_suite;
 pub mod gateway_harness;
+pub mod gossip_scale;
 pub mod instant_upstream;
 pub mod latency;
 pub mod load;

@@ -125,6 +125,9 @@ struct World {
     downs: Vec<Vec<(String, u64)>>,
     material: u64,
     next_seed: u64,
+    /// (deadline, site) of every membership timer and digest tick; stale entries are
+    /// skipped when popped (the site's own deadline moved).
+    wakeups: BinaryHeap<Reverse<(u64, usize)>>,
 }
 
 fn member(i: usize) -> Member {
@@ -151,8 +154,13 @@ impl World {
                 .expect("a valid identity")
             })
             .collect();
-        let next_digest = (0..p.sites)
+        let next_digest: Vec<u64> = (0..p.sites)
             .map(|_| rng.next_u64() % DIGEST_INTERVAL_MS)
+            .collect();
+        let wakeups = next_digest
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Reverse((*t, i)))
             .collect();
         Self {
             index: (0..p.sites).map(|i| (format!("s{i}"), i)).collect(),
@@ -170,6 +178,7 @@ impl World {
             downs: vec![Vec::new(); p.sites],
             material: 0,
             next_seed: SEED_INTERVAL_MS,
+            wakeups,
             p,
         }
     }
@@ -223,6 +232,9 @@ impl World {
     }
 
     fn drain(&mut self, i: usize) {
+        if let Some(t) = self.nodes[i].poll_timeout() {
+            self.wakeups.push(Reverse((t, i)));
+        }
         while let Some(o) = self.nodes[i].poll() {
             if self.dead[i] {
                 continue;
@@ -285,12 +297,8 @@ impl World {
     fn step_to(&mut self, end: u64) {
         loop {
             let next_event = self.queue.peek().map(|Reverse(q)| q.at);
-            let next_timer = (0..self.nodes.len())
-                .filter(|i| !self.dead[*i])
-                .filter_map(|i| self.nodes[i].poll_timeout())
-                .min();
-            let next_digest = self.next_digest.iter().copied().min();
-            let Some(t) = [next_event, next_timer, next_digest, Some(self.next_seed)]
+            let next_timer = self.wakeups.peek().map(|Reverse((t, _))| *t);
+            let Some(t) = [next_event, next_timer, Some(self.next_seed)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -347,13 +355,17 @@ impl World {
                     }
                 }
             }
-            for i in 0..self.nodes.len() {
+            while self.wakeups.peek().is_some_and(|Reverse((t, _))| *t <= now) {
+                let Some(Reverse((_, i))) = self.wakeups.pop() else {
+                    break;
+                };
                 if !self.dead[i] && self.nodes[i].poll_timeout().is_some_and(|t| t <= now) {
                     self.nodes[i].handle_timeout(now);
                     self.drain(i);
                 }
                 if self.next_digest[i] <= now {
                     self.next_digest[i] += DIGEST_INTERVAL_MS;
+                    self.wakeups.push(Reverse((self.next_digest[i], i)));
                     self.ask_digest(i);
                 }
             }
@@ -385,7 +397,7 @@ impl World {
         let living = self.dead.iter().filter(|d| !**d).count();
         (0..self.nodes.len())
             .filter(|i| !self.dead[*i])
-            .all(|i| self.nodes[i].live().count() == living - 1)
+            .all(|i| self.nodes[i].live_count() == living - 1)
     }
 
     fn run_until_converged(&mut self, max_ms: u64) -> Option<u64> {

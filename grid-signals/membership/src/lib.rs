@@ -16,6 +16,8 @@
 //! foca --plaintext--> seal (Sessions) --> Output::Transmit --> UDP
 //!                          \--no session--> queued, Output::Connect --> driver agrees one
 //! foca notifications --> Output::Up / Output::Down --> the peer poller follows them
+//! Membership::announce(version) --rides SWIM messages--> Output::Heard at every other
+//!                                                     member --> the driver pulls the batch
 //! ```
 //!
 //! Every datagram is sealed per pair of sites under a key only the two ends of an

@@ -245,6 +245,11 @@ impl<R: Rng> Membership<R> {
         self.foca.iter_members().map(foca::Member::id)
     }
 
+    /// How many members [`Membership::live`] yields, without walking them.
+    pub fn live_count(&self) -> usize {
+        self.foca.num_members()
+    }
+
     /// The series this membership records into.
     pub fn metrics(&self) -> &MembershipMetrics {
         &self.metrics
