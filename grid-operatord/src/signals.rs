@@ -66,6 +66,8 @@ grid_signals::label_values! {
         SessionBody = "session_body",
         /// A membership session while the membership driver's queue is full (503).
         SessionBusy = "session_busy",
+        /// A gossip batch pull whose query is not one site and one provider (400).
+        GossipQuery = "gossip_query",
     }
 }
 
@@ -75,7 +77,7 @@ impl Refusal {
             Self::Forbidden | Self::SessionIdentity => StatusCode::FORBIDDEN,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::Method => StatusCode::METHOD_NOT_ALLOWED,
-            Self::SessionBody => StatusCode::BAD_REQUEST,
+            Self::SessionBody | Self::GossipQuery => StatusCode::BAD_REQUEST,
             Self::SessionBusy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -178,10 +180,10 @@ impl SignalsService {
     /// heard of its version (`?site=..&provider=..`); 404 when none is held.
     fn serve_batch(&self, caller: Option<&Identity>, query: Option<&str>) -> Response<Full<Bytes>> {
         if !matches!(caller, Some(Identity::Peer(_))) {
-            return self.refuse(Refusal::SessionIdentity);
+            return self.refuse(Refusal::Forbidden);
         }
         let Some((site, provider)) = query.and_then(crate::gossip::parse_batch_query) else {
-            return self.refuse(Refusal::SessionBody);
+            return self.refuse(Refusal::GossipQuery);
         };
         let now = self.clock.wall_ms();
         let reference_ms = reference(now);
@@ -198,7 +200,7 @@ impl SignalsService {
     /// Gossip mode: the version of every batch this site holds, for anti-entropy.
     fn serve_digest(&self, caller: Option<&Identity>) -> Response<Full<Bytes>> {
         if !matches!(caller, Some(Identity::Peer(_))) {
-            return self.refuse(Refusal::SessionIdentity);
+            return self.refuse(Refusal::Forbidden);
         }
         let now = self.clock.wall_ms();
         let body = crate::gossip::write_digest(lock(&self.signals).all().held_fences(now));

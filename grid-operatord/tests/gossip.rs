@@ -295,3 +295,76 @@ async fn under_one_percent_loss_every_gateway_converges_through_a_partition_a_he
     })
     .await;
 }
+
+/// The status of a GET of `path` on `op` presenting `tls`.
+async fn status_of(op: &Running, tls: Arc<rustls::ClientConfig>, path: &str) -> u16 {
+    let url = format!("https://127.0.0.1:{}{path}", op.signals_addr.port());
+    match grid_daemon::client::fetch(&grid_daemon::client::FetchTarget::new(
+        url.parse().unwrap(),
+        Duration::from_secs(5),
+        Some(tls),
+    ))
+    .await
+    {
+        Ok(_) => 200,
+        Err(f) => f.status.unwrap_or(0),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_digests_are_served_to_peers_only_under_gossip_and_bad_queries_are_counted() {
+    use grid_operatord::gossip::{BATCH_PATH, DIGEST_PATH};
+    use grid_operatord::signals::Refusal;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = start(
+        &a,
+        gossip_config(&a, &[("b", NOWHERE.into())], &[ProviderSpec::of("m", &epp)]),
+    )
+    .await;
+    let (peer, gateway) = (
+        grid.client(&b.cert, "b", "a"),
+        grid.client(&a.cert, "a", "a"),
+    );
+    eventually("a holds its own batch", 10, || {
+        let (grid, a, op) = (&grid, &a, &op);
+        async move { !rows(&relay_of(grid, a, op).await, "a", "m").is_empty() }
+    })
+    .await;
+    let batch = format!("{BATCH_PATH}?site=a&provider=m");
+    assert_eq!(status_of(&op, peer.clone(), &batch).await, 200);
+    assert_eq!(status_of(&op, peer.clone(), DIGEST_PATH).await, 200);
+    assert_eq!(
+        status_of(
+            &op,
+            peer.clone(),
+            &format!("{BATCH_PATH}?site=a&provider=none")
+        )
+        .await,
+        404
+    );
+    assert_eq!(
+        status_of(&op, peer.clone(), &format!("{BATCH_PATH}?site=a")).await,
+        400
+    );
+    assert_eq!(op.metrics.refusals.count(Refusal::GossipQuery), 1);
+    assert_eq!(status_of(&op, gateway.clone(), &batch).await, 403);
+    assert_eq!(status_of(&op, gateway, DIGEST_PATH).await, 403);
+    assert_eq!(op.metrics.refusals.count(Refusal::Forbidden), 2);
+    // Under poll neither path exists: a peer sees only this site's rows, from
+    // `/v1/site/signals`.
+    let c = grid.site("c");
+    let polling = start(&c, c.config(&[("b", NOWHERE.into())], &[])).await;
+    let peer_of_c = grid.client(&b.cert, "b", "c");
+    assert_eq!(
+        status_of(
+            &polling,
+            peer_of_c.clone(),
+            &format!("{BATCH_PATH}?site=c&provider=m")
+        )
+        .await,
+        404
+    );
+    assert_eq!(status_of(&polling, peer_of_c, DIGEST_PATH).await, 404);
+}
