@@ -52,7 +52,7 @@ impl Default for Timing {
             probe_period: Duration::from_secs(1),
             probe_rtt: Duration::from_millis(400),
             suspect_to_down: Duration::from_secs(3),
-            announce: Duration::from_secs(5),
+            announce: Duration::from_secs(1),
             gossip: Duration::from_millis(250),
         }
     }
