@@ -41,6 +41,9 @@ pub const MAX_SESSION_BODY_BYTES: usize = 1024;
 pub const SESSION_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(3);
 /// One lookup of a member's host name.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a lookup's answer (an address, or none) is used before the name is looked up
+/// again.
+pub const RESOLVED_FOR: Duration = Duration::from_secs(30);
 /// Sessions peers agreed that wait for the driver; more are answered 503.
 pub const ACCEPTED_QUEUE: usize = 64;
 /// How often a configured peer that is not a live member is contacted as a seed.
@@ -167,7 +170,9 @@ pub struct Driver {
     trust: Arc<Trust>,
     /// Configured peers with a URL: (site, host, signals port).
     seeds: Vec<(String, String, u16)>,
-    resolved: HashMap<(String, u16), SocketAddr>,
+    /// Host lookups, found or not, each kept for [`RESOLVED_FOR`]: a name that does not
+    /// resolve costs one bounded lookup per period, not one per datagram.
+    resolved: HashMap<(String, u16), (Option<SocketAddr>, u64)>,
     /// Gossip mode's signal path; `None` under poll.
     gossip: Option<crate::gossip::Gossip>,
     rng: SmallRng,
@@ -416,16 +421,27 @@ impl Driver {
             return Some(SocketAddr::new(ip, port));
         }
         let key = (host.to_owned(), port);
-        if let Some(a) = self.resolved.get(&key) {
-            return Some(*a);
+        let now = clock::monotonic_ms();
+        if let Some((found, until)) = self.resolved.get(&key) {
+            if *until > now {
+                return *found;
+            }
         }
         let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
             .await
-            .ok()?
-            .ok()?
-            .next()?;
-        self.resolved.insert(key, found);
-        Some(found)
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|mut addrs| addrs.next());
+        // Bounded like the session table: members are at most a few thousand.
+        if self.resolved.len() >= grid_membership::seal::MAX_SESSIONS {
+            self.resolved.retain(|_, (_, until)| *until > now);
+            if self.resolved.len() >= grid_membership::seal::MAX_SESSIONS {
+                self.resolved.clear();
+            }
+        }
+        let until = now + u64::try_from(RESOLVED_FOR.as_millis()).unwrap_or(u64::MAX);
+        self.resolved.insert(key, (found, until));
+        found
     }
 }
 
