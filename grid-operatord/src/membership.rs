@@ -422,10 +422,10 @@ impl Driver {
         }
         let key = (host.to_owned(), port);
         let now = clock::monotonic_ms();
-        if let Some((found, until)) = self.resolved.get(&key) {
-            if *until > now {
-                return *found;
-            }
+        if let Some((found, until)) = self.resolved.get(&key)
+            && *until > now
+        {
+            return *found;
         }
         let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
             .await
