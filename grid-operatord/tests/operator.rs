@@ -21,6 +21,20 @@ async fn run(site: &Site, peers: &[(&str, String)], providers: &[ProviderSpec]) 
     site.start(peers, providers).await
 }
 
+/// Site `a`'s operator started from the file at `path`, re-reading it every 100 ms.
+async fn watching(a: &Site, path: &std::path::Path) -> Running {
+    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(path));
+    let config = source.load().unwrap();
+    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
+    let options = Options {
+        mode_check: Duration::from_millis(100),
+        ..Options::default()
+    };
+    driver::start(config, Some(source), state, options)
+        .await
+        .unwrap()
+}
+
 fn provider(name: &str, epp: &FakeEpp) -> ProviderSpec {
     ProviderSpec::of(name, epp)
 }
@@ -459,16 +473,7 @@ async fn a_declared_mode_change_stops_the_operator() {
     let a = grid.site("a");
     let path = a.dir.path().join("operator.toml");
     std::fs::write(&path, a.config_text(&[], &[])).unwrap();
-    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
-    let config = source.load().unwrap();
-    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
-    let options = Options {
-        mode_check: Duration::from_millis(100),
-        ..Options::default()
-    };
-    let mut running = driver::start(config, Some(source), state, options)
-        .await
-        .unwrap();
+    let mut running = watching(&a, &path).await;
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("mode = \"poll\"", "mode = \"gossip\"");
@@ -964,16 +969,7 @@ async fn a_declared_trust_change_stops_the_operator_so_its_supervisor_restarts_i
     let a = grid.site("a");
     let path = a.dir.path().join("operator.toml");
     std::fs::write(&path, a.config_text(&[], &[])).unwrap();
-    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
-    let config = source.load().unwrap();
-    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
-    let options = Options {
-        mode_check: Duration::from_millis(100),
-        ..Options::default()
-    };
-    let mut running = driver::start(config, Some(source), state, options)
-        .await
-        .unwrap();
+    let mut running = watching(&a, &path).await;
     // Unchanged trust: the operator keeps running through several checks.
     assert!(
         tokio::time::timeout(Duration::from_millis(500), running.wait())
@@ -995,16 +991,7 @@ async fn under_gossip_a_declared_trust_change_does_not_stop_the_operator() {
     let path = a.dir.path().join("operator.toml");
     let gossip = |text: String| text.replace("mode = \"poll\"", "mode = \"gossip\"");
     std::fs::write(&path, gossip(a.config_text(&[], &[]))).unwrap();
-    let source: Arc<dyn ConfigSource> = Arc::new(FileConfigSource::new(&path));
-    let config = source.load().unwrap();
-    let state: Arc<dyn StateStore> = Arc::new(FileStateStore::open(a.state_dir()).unwrap());
-    let options = Options {
-        mode_check: Duration::from_millis(100),
-        ..Options::default()
-    };
-    let mut running = driver::start(config, Some(source), state, options)
-        .await
-        .unwrap();
+    let mut running = watching(&a, &path).await;
     std::fs::write(&path, gossip(a.config_text(&[("b", NOWHERE.into())], &[]))).unwrap();
     // Ten checks and more: the same change stops a polling operator within two.
     assert!(
