@@ -159,7 +159,7 @@ impl grid_membership::Rng for Seeded {
     }
 }
 
-/// Everything the driver needs; [`start`] binds and splits it.
+/// Everything the driver needs; `start` binds and splits it.
 pub struct Driver {
     membership: Membership<Seeded>,
     udp: UdpSocket,
@@ -193,7 +193,7 @@ enum Exchanged {
     Failed(String),
 }
 
-/// What [`start`] hands back.
+/// What `start` hands back.
 pub struct Started {
     /// The driver task's body.
     pub driver: Driver,
