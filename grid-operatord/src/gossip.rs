@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use grid_membership::{Member, Version};
 use grid_signals::batch::Fence;
-use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -28,7 +27,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
-use crate::signals::{SharedSignals, lock};
+use crate::signals::{SharedSignals, ingest_peer_body, lock};
 use grid_daemon::client::{FetchTarget, fetch};
 use grid_daemon::tls::{self, CertSlot, Identity, Trust};
 
@@ -293,21 +292,12 @@ impl Gossip {
                     match fetch(&FetchTarget::new(uri, PULL_TIMEOUT, Some(tls))).await {
                         Ok(f) => match f.date_ms {
                             Some(date_ms) => {
-                                let now = clock.wall_ms();
-                                let mut site = lock(&signals);
-                                site.handle(
-                                    now,
-                                    SiteInput::PeerBody {
-                                        peer: &version.site,
-                                        body: &f.body,
-                                        date_ms,
-                                    },
+                                ingest_peer_body(
+                                    &signals,
+                                    &ingest,
+                                    clock.wall_ms(),
+                                    (&version.site, &f.body, date_ms),
                                 );
-                                while let Some(output) = site.poll() {
-                                    if let SiteOutput::PeerIngested { report } = output {
-                                        ingest.record(&report);
-                                    }
-                                }
                                 FetchOutcome::Ok
                             }
                             None => FetchOutcome::NoDate,

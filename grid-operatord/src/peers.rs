@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_signals::epp::ScrapeFailure;
-use grid_signals::site::{SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,7 +19,7 @@ use rustls::ClientConfig;
 
 use crate::clock::{self, Clock};
 use crate::config::PeerConfig;
-use crate::signals::{SharedSignals, lock};
+use crate::signals::{SharedSignals, ingest_peer_body};
 use grid_daemon::client::{FetchTarget, fetch};
 
 /// Attempts per poll: the first and at most two retries.
@@ -154,21 +153,12 @@ impl PeerPoller {
                     // Counted before the rows become visible, so whoever sees them also
                     // sees the poll that brought them.
                     self.metrics.record(&self.peer.name, PollOutcome::Ok);
-                    let now = self.clock.wall_ms();
-                    let mut site = lock(&self.signals);
-                    site.handle(
-                        now,
-                        SiteInput::PeerBody {
-                            peer: &self.peer.name,
-                            body: &fetched.body,
-                            date_ms,
-                        },
+                    ingest_peer_body(
+                        &self.signals,
+                        &self.ingest,
+                        self.clock.wall_ms(),
+                        (&self.peer.name, &fetched.body, date_ms),
                     );
-                    while let Some(output) = site.poll() {
-                        if let SiteOutput::PeerIngested { report } = output {
-                            self.ingest.record(&report);
-                        }
-                    }
                     return PollOutcome::Ok;
                 }
                 Err(failure) => last = failure.class,

@@ -39,6 +39,31 @@ pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Site> {
     signals.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Ingests a body fetched from a peer as `site`'s rows, ages relative to the answer's
+/// `date_ms`, and counts what the store refused: the one path a polled body and a gossip
+/// pull share, so both meet the same admission.
+pub fn ingest_peer_body(
+    signals: &SharedSignals,
+    ingest: &IngestMetrics,
+    now: u64,
+    (site, body, date_ms): (&str, &[u8], u64),
+) {
+    let mut machine = lock(signals);
+    machine.handle(
+        now,
+        grid_signals::site::SiteInput::PeerBody {
+            peer: site,
+            body,
+            date_ms,
+        },
+    );
+    while let Some(output) = machine.poll() {
+        if let grid_signals::site::SiteOutput::PeerIngested { report } = output {
+            ingest.record(&report);
+        }
+    }
+}
+
 /// Who a relay body is for: the site's own certificate is its gateway, any peer gets
 /// this site's rows only ([`Site::relay`] holds that rule).
 fn audience(caller: &Identity) -> Audience {
