@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::operator_harness::{
-    Grid, ProviderSpec, Site, epp_body, eventually, get_signals, signals_url,
+    Grid, ProviderSpec, Site, epp_body, eventually, get_signals, post, signals_url,
 };
 use grid_membership::{Member, Refusal as DatagramRefusal, StateLabel};
 use grid_operatord::driver::Running;
@@ -16,8 +16,6 @@ use grid_operatord::membership::SESSION_PATH;
 use grid_operatord::peers::PollOutcome;
 use grid_operatord::signals::Refusal;
 use grid_signals::epp::ScrapeFailure;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 
 /// A peer URL nothing answers at (port 1 on loopback).
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
@@ -45,24 +43,9 @@ async fn post_session(
     tls: Arc<rustls::ClientConfig>,
     body: Vec<u8>,
 ) -> u16 {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(name, tcp)
+    post(addr, tls, SESSION_PATH, &[], Bytes::from(body))
         .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let request = http::Request::post(SESSION_PATH)
-        .header(http::header::HOST, "127.0.0.1")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let _ = response.into_body().collect().await;
-    status
+        .0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use grid_daemon::tls::{Fingerprint, Identity, TlsMaterial, Trust, client_config}
 use grid_operatord::config::{
     Config, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig, TlsFiles, TrustMode,
 };
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::RootCertStore;
 use rustls_pki_types::ServerName;
@@ -267,6 +267,18 @@ pub async fn post_ingest(
     tls: Arc<rustls::ClientConfig>,
     headers: &[(&str, String)],
 ) -> (u16, http::HeaderMap) {
+    post(addr, tls, "/v1/site/signals/ingest", headers, Bytes::new()).await
+}
+
+/// POST `body` to `path` on the signals listener at `addr`, presenting `tls`'s
+/// certificate, with `headers`; returns the status and response headers.
+pub async fn post(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> (u16, http::HeaderMap) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -276,13 +288,13 @@ pub async fn post_ingest(
         .await
         .unwrap();
     tokio::spawn(conn);
-    let mut request = http::Request::post("/v1/site/signals/ingest").header("host", "localhost");
+    let mut request = http::Request::post(path).header("host", "localhost");
     for (k, v) in headers {
         request = request.header(*k, v.as_str());
     }
     let response = tokio::time::timeout(
         Duration::from_secs(10),
-        sender.send_request(request.body(Empty::<Bytes>::new()).unwrap()),
+        sender.send_request(request.body(Full::new(body)).unwrap()),
     )
     .await
     .unwrap()
