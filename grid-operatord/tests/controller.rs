@@ -168,12 +168,22 @@ async fn ready_reason(fake: &FakeKube, name: &str, reason: &str) -> Value {
     ready_condition(fake, name).unwrap()
 }
 
+/// A `GridSite` named `b` at an address nothing answers: a peer trust change.
+fn site_b() -> Value {
+    json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}})
+}
+
 async fn seeded() -> (FakeKube, FakeEpp, Grid, Site) {
+    seeded_with(network("poll")).await
+}
+
+/// [`seeded`] with `network` as the one `GridNetwork`.
+async fn seeded_with(network: Value) -> (FakeKube, FakeEpp, Grid, Site) {
     let fake = FakeKube::start().await;
     let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
     let grid = Grid::new();
     let site = grid.site("a");
-    fake.create("gridnetworks", NS, network("poll"));
+    fake.create("gridnetworks", NS, network);
     fake.create("inferenceproviders", NS, provider("llama", &epp));
     (fake, epp, grid, site)
 }
@@ -484,11 +494,7 @@ async fn a_peer_trust_change_under_poll_ends_the_operator() {
     let (fake, _epp, _grid, site) = seeded().await;
     let mut op = Controller::start(&fake, &site).await;
     op.driver(0).await;
-    fake.create(
-        "gridsites",
-        NS,
-        json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}}),
-    );
+    fake.create("gridsites", NS, site_b());
     match op.ended().await {
         Err(Error::TrustChanged { field: "peers" }) => {}
         other => panic!("expected a trust change, got {other:?}"),
@@ -497,24 +503,16 @@ async fn a_peer_trust_change_under_poll_ends_the_operator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_gossip_a_peer_trust_change_restarts_the_driver_in_process_not_the_operator() {
-    let fake = FakeKube::start().await;
-    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
-    let site = Grid::new().site("a");
     // An absent mode: gossip.
     let mut absent = network("gossip");
     absent["spec"]
         .as_object_mut()
         .unwrap()
         .remove("signalTransport");
-    fake.create("gridnetworks", NS, absent);
-    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    let (fake, _epp, _grid, site) = seeded_with(absent).await;
     let mut op = Controller::start(&fake, &site).await;
     op.driver(0).await;
-    fake.create(
-        "gridsites",
-        NS,
-        json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}}),
-    );
+    fake.create("gridsites", NS, site_b());
     // The new trust is served by a restarted driver; the operator did not end.
     let restarted = op.driver(1).await;
     assert_eq!(
