@@ -352,13 +352,7 @@ impl Driver {
         let results = self.results.0.clone();
         tokio::spawn(async move {
             let outcome = match tls {
-                Ok(tls) => {
-                    tokio::time::timeout(SESSION_EXCHANGE_TIMEOUT, initiate(tls, &host, port, &own))
-                        .await
-                        .ok()
-                        .flatten()
-                        .filter(|(m, _)| m.site == site)
-                }
+                Ok(tls) => agree(tls, &host, port, &own, &site).await,
                 Err(_) => None,
             };
             let message = if let Some((member, material)) = outcome {
@@ -455,6 +449,23 @@ async fn next_fetched(
     }
 }
 
+/// One exchange with `site` at `host:port`, bounded by [`SESSION_EXCHANGE_TIMEOUT`] from
+/// connect to answer; `None` when it did not finish in time, failed, or the answer names
+/// another site.
+async fn agree(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    own: &Member,
+    site: &str,
+) -> Option<(Member, [u8; SESSION_MATERIAL_BYTES])> {
+    tokio::time::timeout(SESSION_EXCHANGE_TIMEOUT, initiate(tls, host, port, own))
+        .await
+        .ok()
+        .flatten()
+        .filter(|(m, _)| m.site == site)
+}
+
 /// The initiator's exchange: mutual TLS to the member's signals listener, the POST, the
 /// answer, and the material exported from that connection.
 async fn initiate(
@@ -496,4 +507,65 @@ async fn initiate(
     let member: Member = serde_json::from_slice(&answered?).ok()?;
     member.check().ok()?;
     Some((member, material.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::RootCertStore;
+
+    use super::*;
+    use grid_daemon::tls::{TlsMaterial, client_config};
+    use grid_kit::pki::Ca;
+
+    fn client_for(peer: &str) -> Arc<rustls::ClientConfig> {
+        let ca = Ca::new("ca");
+        let cert = ca.site("grid.test", "a");
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.cert()).unwrap();
+        let trust = Arc::new(Trust::spiffe(
+            "a",
+            "grid.test",
+            [peer.to_owned()],
+            roots.clone(),
+        ));
+        let material = TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots,
+        };
+        client_config(&material, trust, Identity::Peer(peer.to_owned())).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exchange_with_a_peer_that_accepts_and_never_answers_gives_up_at_its_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts, then holds the connection without a byte of TLS.
+        let _held = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            drop(tcp);
+        });
+        let own = Member {
+            site: "a".into(),
+            host: "127.0.0.1".into(),
+            signals_port: 1,
+            gossip_port: 1,
+            incarnation: 1,
+        };
+        let started = tokio::time::Instant::now();
+        let agreed = tokio::time::timeout(
+            SESSION_EXCHANGE_TIMEOUT * 3,
+            agree(client_for("b"), "127.0.0.1", port, &own, "b"),
+        )
+        .await
+        .expect("the exchange ended on its own bound");
+        assert!(agreed.is_none());
+        let took = started.elapsed();
+        assert!(
+            took >= SESSION_EXCHANGE_TIMEOUT
+                && took < SESSION_EXCHANGE_TIMEOUT + Duration::from_secs(1),
+            "{took:?}"
+        );
+    }
 }
