@@ -185,3 +185,40 @@ async fn a_session_naming_another_site_than_the_certificate_or_from_the_gateway_
     // b's honest claim is answered with a's identity.
     assert_eq!(post_session(op_a.signals_addr, as_b, claim("b")).await, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_body_never_arrives_is_answered_408_at_the_exchange_bound() {
+    use grid_operatord::membership::SESSION_EXCHANGE_TIMEOUT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let op_a = start(&a, &[("b", NOWHERE.into())], &[]).await;
+    let tcp = tokio::net::TcpStream::connect(op_a.signals_addr)
+        .await
+        .unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(grid.client(&b.cert, "b", "a"))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    // Headers promise a body that never comes.
+    tls.write_all(
+        format!("POST {SESSION_PATH} HTTP/1.1\r\nhost: a\r\ncontent-length: 100\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let sent = grid_kit::clock::Stopwatch::start();
+    let mut answer = vec![0u8; 64];
+    let n = tokio::time::timeout(SESSION_EXCHANGE_TIMEOUT * 3, tls.read(&mut answer))
+        .await
+        .expect("answered within the bound")
+        .unwrap();
+    let took = sent.elapsed();
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    assert!(took >= SESSION_EXCHANGE_TIMEOUT, "{took:?}");
+}
