@@ -161,6 +161,15 @@ pub fn parse_digest(body: &[u8]) -> Option<Vec<Version>> {
         .filter(|v| v.len() <= grid_membership::overlay::MAX_VERSIONS)
 }
 
+/// One pull or digest fetch from a member, bounded by [`PULL_TIMEOUT`] from connect to
+/// last byte.
+async fn fetch_from(
+    uri: http::Uri,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<grid_daemon::client::Fetched, grid_daemon::client::Failed> {
+    fetch(&FetchTarget::new(uri, PULL_TIMEOUT, Some(tls))).await
+}
+
 type Register = (String, String);
 
 /// What a finished fetch tells the driver.
@@ -288,23 +297,21 @@ impl Gossip {
         );
         tokio::spawn(async move {
             let outcome = match (url.parse(), tls) {
-                (Ok(uri), Some(tls)) => {
-                    match fetch(&FetchTarget::new(uri, PULL_TIMEOUT, Some(tls))).await {
-                        Ok(f) => match f.date_ms {
-                            Some(date_ms) => {
-                                ingest_peer_body(
-                                    &signals,
-                                    &ingest,
-                                    clock.wall_ms(),
-                                    (&version.site, &f.body, date_ms),
-                                );
-                                FetchOutcome::Ok
-                            }
-                            None => FetchOutcome::NoDate,
-                        },
-                        Err(_) => FetchOutcome::Failed,
-                    }
-                }
+                (Ok(uri), Some(tls)) => match fetch_from(uri, tls).await {
+                    Ok(f) => match f.date_ms {
+                        Some(date_ms) => {
+                            ingest_peer_body(
+                                &signals,
+                                &ingest,
+                                clock.wall_ms(),
+                                (&version.site, &f.body, date_ms),
+                            );
+                            FetchOutcome::Ok
+                        }
+                        None => FetchOutcome::NoDate,
+                    },
+                    Err(_) => FetchOutcome::Failed,
+                },
                 _ => FetchOutcome::Failed,
             };
             metrics.record(FetchKind::Batch, outcome);
@@ -329,8 +336,7 @@ impl Gossip {
                 metrics.record(FetchKind::Digest, FetchOutcome::Failed);
                 return;
             };
-            let target = FetchTarget::new(uri, PULL_TIMEOUT, Some(tls));
-            match fetch(&target).await {
+            match fetch_from(uri, tls).await {
                 Ok(f) if f.body.len() > MAX_DIGEST_BYTES => {
                     metrics.record(FetchKind::Digest, FetchOutcome::Malformed);
                 }
@@ -371,6 +377,47 @@ impl Gossip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_from_a_member_that_accepts_and_never_answers_gives_up_at_its_bound() {
+        use grid_daemon::tls::{TlsMaterial, client_config};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _held = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            drop(tcp);
+        });
+        let ca = grid_kit::pki::Ca::new("ca");
+        let cert = ca.site("grid.test", "a");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert()).unwrap();
+        let trust = Arc::new(Trust::spiffe(
+            "a",
+            "grid.test",
+            ["b".to_owned()],
+            roots.clone(),
+        ));
+        let material = TlsMaterial {
+            chain: vec![cert.cert.clone()],
+            key: cert.key(),
+            roots,
+        };
+        let tls = client_config(&material, trust, Identity::Peer("b".into())).unwrap();
+        let url = format!("https://127.0.0.1:{port}{DIGEST_PATH}")
+            .parse()
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let fetched = tokio::time::timeout(PULL_TIMEOUT * 3, fetch_from(url, tls))
+            .await
+            .expect("the fetch ended on its own bound");
+        assert!(fetched.is_err());
+        let took = started.elapsed();
+        assert!(
+            took >= PULL_TIMEOUT && took < PULL_TIMEOUT + Duration::from_secs(1),
+            "{took:?}"
+        );
+    }
 
     #[test]
     fn a_batch_query_names_both_labels_once_and_nothing_else() {
