@@ -380,7 +380,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pull_from_a_member_that_accepts_and_never_answers_gives_up_at_its_bound() {
-        use grid_daemon::tls::{TlsMaterial, client_config};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let _held = tokio::spawn(async move {
@@ -388,22 +387,9 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(3_600)).await;
             drop(tcp);
         });
-        let ca = grid_kit::pki::Ca::new("ca");
-        let cert = ca.site("grid.test", "a");
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.cert()).unwrap();
-        let trust = Arc::new(Trust::spiffe(
-            "a",
-            "grid.test",
-            ["b".to_owned()],
-            roots.clone(),
-        ));
-        let material = TlsMaterial {
-            chain: vec![cert.cert.clone()],
-            key: cert.key(),
-            roots,
-        };
-        let tls = client_config(&material, trust, Identity::Peer("b".into())).unwrap();
+        let grid = grid_kit::operator_harness::Grid::new();
+        let a = grid.ca.site(grid_kit::operator_harness::DOMAIN, "a");
+        let tls = grid.client(&a, "a", "b");
         let url = format!("https://127.0.0.1:{port}{DIGEST_PATH}")
             .parse()
             .unwrap();

@@ -511,29 +511,13 @@ async fn initiate(
 
 #[cfg(test)]
 mod tests {
-    use rustls::RootCertStore;
-
     use super::*;
-    use grid_daemon::tls::{TlsMaterial, client_config};
-    use grid_kit::pki::Ca;
+    use grid_kit::operator_harness::{DOMAIN, Grid};
 
+    /// A client presenting site `a`'s certificate that accepts only site `peer`.
     fn client_for(peer: &str) -> Arc<rustls::ClientConfig> {
-        let ca = Ca::new("ca");
-        let cert = ca.site("grid.test", "a");
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.cert()).unwrap();
-        let trust = Arc::new(Trust::spiffe(
-            "a",
-            "grid.test",
-            [peer.to_owned()],
-            roots.clone(),
-        ));
-        let material = TlsMaterial {
-            chain: vec![cert.cert.clone()],
-            key: cert.key(),
-            roots,
-        };
-        client_config(&material, trust, Identity::Peer(peer.to_owned())).unwrap()
+        let grid = Grid::new();
+        grid.client(&grid.ca.site(DOMAIN, "a"), "a", peer)
     }
 
     #[tokio::test(start_paused = true)]
