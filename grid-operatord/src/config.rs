@@ -124,6 +124,19 @@ pub struct Config {
     pub advertise_host: Option<String>,
 }
 
+impl Config {
+    /// Whether `next` is this configuration with another provider list and nothing
+    /// else: the one change a running operator takes over live, in the same epoch, in
+    /// both the file and the controller mode (`Running::reconfigure_providers`).
+    pub fn differs_only_in_providers(&self, next: &Self) -> bool {
+        let without = |c: &Self| Self {
+            providers: Vec::new(),
+            ..c.clone()
+        };
+        self.providers != next.providers && without(self) == without(next)
+    }
+}
+
 /// The two listeners.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Listen {

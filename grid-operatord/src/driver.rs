@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grid_feedback::Receiver;
-use grid_signals::epp::PoolSelector;
 use grid_signals::site::{ProviderSpec, Site, SiteConfig};
 use grid_signals::store::StoreConfig;
 use prometheus_client::registry::Registry;
@@ -24,7 +23,7 @@ use crate::feedback;
 use crate::listener::{Listener, Timeouts};
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
-use crate::providers::{ScrapeLoop, ScrapedProvider};
+use crate::providers::{ScrapeLoop, ScrapedProvider, spec_of};
 use crate::scrape::{Scraper, scrape_tls_config};
 use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
@@ -88,9 +87,11 @@ pub struct Running {
     pub registry: Arc<Registry>,
     /// Certificate reloads (`grid_operator_certificate_reloads_total`).
     pub certificates: tls::ReloadMetrics,
-    /// Each provider's latest readiness verdict (index order of the configuration),
-    /// changed on every transition.
-    pub verdicts: tokio::sync::watch::Receiver<Vec<Option<grid_signals::epp::Readiness>>>,
+    /// Each provider's latest readiness verdict (index order of the provider list being
+    /// scraped), changed on every transition.
+    pub verdicts: tokio::sync::watch::Receiver<crate::providers::Verdicts>,
+    /// The provider list the scrape loop takes between passes.
+    providers: Arc<tokio::sync::watch::Sender<Vec<ScrapedProvider>>>,
     /// Who membership says is live (never changes when membership does not run).
     pub membership: tokio::sync::watch::Receiver<crate::membership::View>,
     /// The membership series.
@@ -125,6 +126,19 @@ impl Running {
 }
 
 impl Running {
+    /// Scrapes and publishes `config`'s providers from the next pass on, in this
+    /// process's epoch, without restarting anything: each unchanged provider's receivers
+    /// go on learning, a changed one's reset on its new revision, a removed one is
+    /// withdrawn with a last not-ready batch (grid-signals' `Site::reconfigure`). Only the
+    /// providers of `config` are read; whatever else changed needs a restart.
+    ///
+    /// # Errors
+    ///
+    /// An `https` EPP whose CA bundle cannot be read; nothing changes then.
+    pub fn reconfigure_providers(&self, config: &Config) -> Result<(), Error> {
+        take_providers(&self.providers, config)
+    }
+
     /// Stops the operator the way the gateway stops: every task ends (scrapes, peer
     /// polls, the signals listener, `/metrics`, the mode watcher and the feedback writer,
     /// whose every persisted write is atomic, so none is left half written), then the
@@ -241,8 +255,30 @@ pub async fn start_with(
         Ok(())
     });
 
-    let (verdicts_tx, verdicts) = tokio::sync::watch::channel(vec![None; config.providers.len()]);
-    let scrape_loop = scrape_loop(&config, targets, &signals, &metrics, &clock, verdicts_tx);
+    let providers = scraped(&config, targets);
+    let (verdicts_tx, verdicts) = tokio::sync::watch::channel(
+        providers
+            .iter()
+            .map(|p| crate::providers::Verdict {
+                provider: p.config.clone(),
+                readiness: None,
+            })
+            .collect(),
+    );
+    let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
+    let providers_tx = Arc::new(providers_tx);
+    let scrape_loop = ScrapeLoop {
+        readiness: vec![None; providers.len()],
+        verdicts: verdicts_tx,
+        changes,
+        providers,
+        scraper: Scraper::new(),
+        signals: signals.clone(),
+        metrics: metrics.scrapes.clone(),
+        ingest: metrics.ingest.clone(),
+        interval: config.scrape_interval,
+        clock: clock.clone(),
+    };
     tasks.spawn(async move {
         scrape_loop.run().await;
         Ok(())
@@ -318,7 +354,7 @@ pub async fn start_with(
     watch_declarations(
         &mut tasks,
         (certificate, trust_for_reloads, certificates.clone()),
-        source.map(|s| (s, Declared::of(&config))),
+        source.map(|s| (s, config.clone(), Arc::clone(&providers_tx))),
         &options,
     );
     tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
@@ -331,6 +367,7 @@ pub async fn start_with(
         registry,
         certificates,
         verdicts,
+        providers: providers_tx,
         membership: view,
         membership_metrics,
         state,
@@ -554,20 +591,7 @@ fn restore_receiver(
 
 /// The site machine for `config`'s providers, publishing in `epoch`.
 fn site(config: &Config, epoch: u64, now: u64) -> Site {
-    let providers: Vec<ProviderSpec> = config
-        .providers
-        .iter()
-        .map(|p| ProviderSpec {
-            name: p.name.clone(),
-            uid: p.uid.clone(),
-            generation: p.generation,
-            pool: p
-                .pool
-                .clone()
-                .map_or(PoolSelector::All, PoolSelector::Named),
-            stale_metrics_ms: p.stale_metrics.map(|d| d.as_millis() as u64),
-        })
-        .collect();
+    let providers: Vec<ProviderSpec> = config.providers.iter().map(spec_of).collect();
     let mut site = Site::new(
         SiteConfig {
             site: config.site.clone(),
@@ -584,34 +608,28 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
     site
 }
 
-fn scrape_loop(
+/// Hands `config`'s providers to the scrape loop, which takes them between passes.
+fn take_providers(
+    to: &tokio::sync::watch::Sender<Vec<ScrapedProvider>>,
     config: &Config,
-    targets: Vec<FetchTarget>,
-    signals: &SharedSignals,
-    metrics: &OperatorMetrics,
-    clock: &Clock,
-    verdicts: tokio::sync::watch::Sender<Vec<Option<grid_signals::epp::Readiness>>>,
-) -> ScrapeLoop {
-    let providers = config
+) -> Result<(), Error> {
+    let material = crate::trust::material(&config.tls)?;
+    let targets = scrape_targets(config, &material)?;
+    to.send_replace(scraped(config, targets));
+    Ok(())
+}
+
+/// `config`'s providers beside their scrape targets (built from the same list).
+fn scraped(config: &Config, targets: Vec<FetchTarget>) -> Vec<ScrapedProvider> {
+    config
         .providers
         .iter()
         .zip(targets)
         .map(|(p, target)| ScrapedProvider {
             target,
-            name: p.name.clone(),
+            config: p.clone(),
         })
-        .collect();
-    ScrapeLoop {
-        readiness: vec![None; config.providers.len()],
-        verdicts,
-        providers,
-        scraper: Scraper::new(),
-        signals: signals.clone(),
-        metrics: metrics.scrapes.clone(),
-        ingest: metrics.ingest.clone(),
-        interval: config.scrape_interval,
-        clock: clock.clone(),
-    }
+        .collect()
 }
 
 /// Writes the fences whenever they moved since the last write. A failed write is
@@ -664,13 +682,16 @@ fn restored_site(
     held
 }
 
+/// The provider list the scrape loop follows.
+type ProviderList = Arc<tokio::sync::watch::Sender<Vec<ScrapedProvider>>>;
+
 /// Spawns what follows the files under a running operator: the certificate (renewed in
 /// place) and, with a source, the declared mode and trust (either change ends the process
-/// for its supervisor to restart).
+/// for its supervisor to restart) and the providers (taken over live).
 fn watch_declarations(
     tasks: &mut JoinSet<Result<(), Error>>,
     (slot, trust, reloads): (Arc<tls::CertSlot>, Arc<tls::Trust>, tls::ReloadMetrics),
-    source: Option<(Arc<dyn ConfigSource>, Declared)>,
+    source: Option<(Arc<dyn ConfigSource>, Config, ProviderList)>,
     options: &Options,
 ) {
     let every = options.cert_check;
@@ -678,54 +699,100 @@ fn watch_declarations(
         tls::watch(slot, Some(trust), every, reloads).await;
         Ok(())
     });
-    if let Some((source, running)) = source {
-        tasks.spawn(watch_mode(source, running, options.mode_check));
+    if let Some((source, running, providers)) = source {
+        tasks.spawn(watch_mode(source, running, providers, options.mode_check));
     }
 }
 
 /// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`,
-/// or [`Error::TrustChanged`] once it declares another trust.
+/// or [`Error::TrustChanged`] once it declares another trust; hands a changed provider
+/// list (and nothing else changed) to the scrape loop, the way the controller does.
 async fn watch_mode(
     source: Arc<dyn ConfigSource>,
-    running: Declared,
+    mut running: Config,
+    providers: ProviderList,
     every: Duration,
 ) -> Result<(), Error> {
+    let declared = Declared::of(&running);
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut changes = Changes::default();
+    let mut listed = Twice::default();
     loop {
         ticker.tick().await;
         let (a, b) = (source.clone(), source.clone());
         let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
-            Ok(Ok(declared)) if declared != running.transport.as_str() => {
-                Some(Error::ModeChanged {
-                    running: running.transport.as_str(),
-                    declared,
-                })
-            }
+            Ok(Ok(mode)) if mode != declared.transport.as_str() => Some(Error::ModeChanged {
+                running: declared.transport.as_str(),
+                declared: mode,
+            }),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot re-read the declared mode");
                 None
             }
             _ => None,
         };
-        // The trust is read whole: a file being edited fails validation and is read again
-        // at the next check, never half applied.
+        // The file is read whole: one being edited fails validation and is read again at
+        // the next check, never half applied.
+        let loaded = match tokio::task::spawn_blocking(move || b.load()).await {
+            Ok(Ok(config)) => Some(config),
+            _ => None,
+        };
         // Only the poll path restarts on a peer trust change (spec, seed 002): under
         // gossip the trust is not a reason to exit.
-        let seen = match seen {
-            Some(change) => Some(change),
-            None if running.transport == TransportMode::Gossip => None,
-            None => match tokio::task::spawn_blocking(move || b.load()).await {
-                Ok(Ok(config)) => running
-                    .trust_differs(&Declared::of(&config))
-                    .map(|field| Error::TrustChanged { field }),
-                _ => None,
-            },
+        let seen = match (seen, &loaded) {
+            (Some(change), _) => Some(change),
+            (None, _) if declared.transport == TransportMode::Gossip => None,
+            (None, Some(config)) => declared
+                .trust_differs(&Declared::of(config))
+                .map(|field| Error::TrustChanged { field }),
+            (None, None) => None,
         };
         if let Some(change) = changes.observe(seen) {
             return Err(change);
         }
+        let next = loaded.filter(|c| running.differs_only_in_providers(c));
+        if let Some(next) = listed.observe(next) {
+            match take_providers(&providers, &next) {
+                Ok(()) => {
+                    tracing::info!(
+                        providers = next.providers.len(),
+                        "the providers changed; taken over live, in the same epoch"
+                    );
+                    running = next;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the new provider list cannot be scraped; keeping the running one");
+                }
+            }
+        }
+    }
+}
+
+/// A value acted on once two checks in a row read it (see [`Changes`]).
+#[derive(Debug)]
+struct Twice<T> {
+    pending: Option<T>,
+}
+
+impl<T> Default for Twice<T> {
+    fn default() -> Self {
+        Self { pending: None }
+    }
+}
+
+impl<T: PartialEq> Twice<T> {
+    fn observe(&mut self, seen: Option<T>) -> Option<T> {
+        let Some(seen) = seen else {
+            self.pending = None;
+            return None;
+        };
+        if self.pending.as_ref() == Some(&seen) {
+            self.pending = None;
+            return Some(seen);
+        }
+        self.pending = Some(seen);
+        None
     }
 }
 

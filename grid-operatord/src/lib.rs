@@ -52,3 +52,4 @@ pub mod state;
 mod trust;
 
 pub use error::Error;
+pub use providers::{Verdict, Verdicts};

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use grid_signals::epp::PoolSelector;
 use grid_signals::epp::{
     LineRefusals, Readiness, ReadyReason, ReadyReasonLabel, ReadyStatus, ScrapeFailure,
 };
 use grid_signals::exposition::SyntaxError;
-use grid_signals::site::{SiteInput, SiteOutput};
+use grid_signals::site::{ProviderSpec, SiteInput, SiteOutput};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::clock::{self, Clock};
+use crate::config::ProviderConfig;
 use crate::scrape::Scraper;
 use crate::signals::{SharedSignals, lock};
 use grid_daemon::client::FetchTarget;
@@ -163,13 +165,41 @@ impl ScrapeMetrics {
 }
 
 /// One scraped provider.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ScrapedProvider {
     /// Where and how to scrape.
     pub target: FetchTarget,
-    /// Its name, for labels.
-    pub name: String,
+    /// Its configuration: the name labels carry, and what its publisher is built from.
+    pub config: ProviderConfig,
 }
+
+/// What the site machine publishes `provider` as.
+pub(crate) fn spec_of(provider: &ProviderConfig) -> ProviderSpec {
+    ProviderSpec {
+        name: provider.name.clone(),
+        uid: provider.uid.clone(),
+        generation: provider.generation,
+        pool: provider
+            .pool
+            .clone()
+            .map_or(PoolSelector::All, PoolSelector::Named),
+        stale_metrics_ms: provider.stale_metrics.map(|d| d.as_millis() as u64),
+    }
+}
+
+/// One provider's latest readiness verdict, beside the configuration it was reached
+/// under: the Ready condition it becomes names that generation and UID, so a verdict
+/// is never written onto a provider it was not reached for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The provider, as configured when the verdict was reached.
+    pub provider: ProviderConfig,
+    /// Its latest verdict; `None` before the first.
+    pub readiness: Option<Readiness>,
+}
+
+/// Each provider's verdict, in the scrape loop's order.
+pub type Verdicts = Vec<Verdict>;
 
 /// The scrape loop.
 #[derive(Debug)]
@@ -192,7 +222,10 @@ pub(crate) struct ScrapeLoop {
     pub clock: Clock,
     /// Each provider's latest verdict, by index, updated on every transition: what the
     /// controller mode writes as the Ready condition.
-    pub verdicts: tokio::sync::watch::Sender<Vec<Option<Readiness>>>,
+    pub verdicts: tokio::sync::watch::Sender<Verdicts>,
+    /// The provider list to scrape from now on, when the configuration changes under a
+    /// running operator (the controller's live reconfiguration).
+    pub changes: tokio::sync::watch::Receiver<Vec<ScrapedProvider>>,
 }
 
 /// Whether a provider's readiness changed from `last` to `now`: the first verdict and
@@ -207,13 +240,28 @@ impl ScrapeLoop {
     /// than overlapping it, and its duration widens the readiness floor.
     pub(crate) async fn run(mut self) {
         for p in &self.providers {
-            self.metrics.add_provider(&p.name);
+            self.metrics.add_provider(&p.config.name);
         }
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut latest_pass_ms = 0u64;
+        let mut following = true;
         loop {
-            ticker.tick().await;
+            // A new provider list is taken between passes only, so every outcome of a
+            // pass is fed under the indexes it was started with.
+            tokio::select! {
+                _ = ticker.tick() => {}
+                changed = self.changes.changed(), if following => {
+                    match changed {
+                        Ok(()) => {
+                            let next = self.changes.borrow_and_update().clone();
+                            self.reconfigure(next);
+                        }
+                        Err(_) => following = false,
+                    }
+                    continue;
+                }
+            }
             let started = clock::monotonic();
             self.pass(latest_pass_ms).await;
             latest_pass_ms = started.elapsed().as_millis() as u64;
@@ -223,6 +271,60 @@ impl ScrapeLoop {
             self.metrics.passes.inc();
             let now = self.clock.wall_ms();
             lock(&self.signals).handle(now, SiteInput::Expire);
+        }
+    }
+
+    /// Scrapes `next` from now on: the site machine keeps each unchanged provider's
+    /// publisher (and this loop its last verdict), gives a changed one a fresh lifetime in
+    /// the same epoch, and withdraws a removed one.
+    fn reconfigure(&mut self, next: Vec<ScrapedProvider>) {
+        let specs: Vec<ProviderSpec> = next.iter().map(|p| spec_of(&p.config)).collect();
+        let now = self.clock.wall_ms();
+        let (kept, outputs) = {
+            let mut site = lock(&self.signals);
+            let kept = site.reconfigure(now, &specs);
+            for (i, p) in next.iter().enumerate() {
+                site.set_unavailable(i, p.config.unavailable);
+            }
+            let outputs: Vec<SiteOutput> = std::iter::from_fn(|| site.poll()).collect();
+            (kept, outputs)
+        };
+        let last = self.verdicts.borrow().clone();
+        let verdicts = next
+            .iter()
+            .zip(&kept)
+            .map(|(p, k)| Verdict {
+                provider: p.config.clone(),
+                readiness: k.and_then(|i| last.get(i)).and_then(|v| v.readiness),
+            })
+            .collect();
+        // A provider not kept (replaced or withdrawn) no longer exports its last reason;
+        // a replacement exports its own from its first verdict.
+        for (i, p) in self.providers.iter().enumerate() {
+            if let Some(reason) = self.readiness.get(i).copied().flatten()
+                && !kept.contains(&Some(i))
+            {
+                self.metrics
+                    .ready_reason_gauge(&p.config.name, reason.label())
+                    .set(0);
+            }
+        }
+        self.readiness = kept
+            .iter()
+            .map(|k| k.and_then(|i| self.readiness.get(i).copied().flatten()))
+            .collect();
+        for p in &next {
+            self.metrics.add_provider(&p.config.name);
+        }
+        tracing::info!(
+            providers = next.len(),
+            kept = kept.iter().flatten().count(),
+            "the provider list changed; scraping the new one in the same epoch"
+        );
+        self.providers = next;
+        self.verdicts.send_replace(verdicts);
+        for output in outputs {
+            self.record(output);
         }
     }
 
@@ -259,7 +361,7 @@ impl ScrapeLoop {
     /// transition, at info when it can serve or is unknown, at warn when it cannot.
     fn record_readiness(&mut self, provider: usize, readiness: Readiness) {
         let (Some(name), Some(last)) = (
-            self.providers.get(provider).map(|p| p.name.as_str()),
+            self.providers.get(provider).map(|p| p.config.name.as_str()),
             self.readiness.get_mut(provider),
         ) else {
             return;
@@ -270,7 +372,7 @@ impl ScrapeLoop {
         self.metrics.set_ready_reason(name, *last, readiness.reason);
         self.verdicts.send_modify(|v| {
             if let Some(slot) = v.get_mut(provider) {
-                *slot = Some(readiness);
+                slot.readiness = Some(readiness);
             }
         });
         let previous = last.map_or("none", ReadyReason::as_str);
@@ -289,7 +391,7 @@ impl ScrapeLoop {
     fn record(&mut self, output: SiteOutput) {
         match output {
             SiteOutput::Scraped { provider, observed } => {
-                let name = &self.providers[provider].name;
+                let name = &self.providers[provider].config.name;
                 self.metrics
                     .scrapes
                     .get_or_create(&ScrapeLabels {
@@ -316,9 +418,17 @@ impl ScrapeLoop {
                 self.record_readiness(provider, readiness);
             }
             SiteOutput::PeerIngested { report } => self.ingest.record(&report),
+            SiteOutput::Withdrawn {
+                provider,
+                fence,
+                report,
+            } => {
+                self.ingest.record(&report);
+                tracing::info!(%provider, epoch = fence.epoch, sequence = fence.sequence, "provider withdrawn: its last batch reads not ready");
+            }
             SiteOutput::NotPublished { provider, error } => {
                 self.metrics.publish_failures.inc();
-                let name = &self.providers[provider].name;
+                let name = &self.providers[provider].config.name;
                 tracing::warn!(provider = %name, %error, "provider batch not published");
             }
         }

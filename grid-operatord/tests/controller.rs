@@ -136,6 +136,18 @@ impl Controller {
             .unwrap()
     }
 
+    /// The running driver once `until` holds of it (a live reconfiguration moves its
+    /// `config` and `reconfigured`, and nothing else).
+    async fn configured(&mut self, until: impl Fn(&StartedDriver) -> bool) -> StartedDriver {
+        let wait = self.started.wait_for(|s| s.as_ref().is_some_and(&until));
+        tokio::time::timeout(Duration::from_secs(15), wait)
+            .await
+            .expect("the driver took the configuration")
+            .unwrap()
+            .clone()
+            .unwrap()
+    }
+
     async fn stop(mut self) -> Result<(), Error> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -273,29 +285,28 @@ async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid
     // A status-only update (as another controller might make) changes nothing.
     status_only_update(&fake, "llama");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
-    // The spec says Unavailable: generation 2, and the verdict follows.
+    let now = op.started.borrow().clone().unwrap();
+    assert_eq!((now.restarts, now.reconfigured), (0, 0));
+    // The spec says Unavailable: generation 2, taken over live in the same epoch, and
+    // the verdict follows.
     let mut spec = provider("llama", &epp);
     spec["spec"]["unavailable"] = json!(true);
     fake.replace("inferenceproviders", NS, spec);
-    let second = op.driver(1).await;
-    assert_eq!(second.config.providers[0].generation, 2);
-    assert!(second.epoch > first.epoch);
+    let second = op
+        .configured(|d| d.config.providers[0].generation == 2)
+        .await;
+    assert_eq!((second.restarts, second.epoch), (0, first.epoch));
     let unavailable = ready_reason(&fake, "llama", "Unavailable").await;
     assert_eq!(unavailable["observedGeneration"], 2);
     // Deleted and created again under the same name: a new UID, generation 1.
     let old_uid = second.config.providers[0].uid.clone();
     fake.delete("inferenceproviders", NS, "llama");
     fake.create("inferenceproviders", NS, provider("llama", &epp));
-    let third = loop {
-        let restarts = op.started.borrow().as_ref().unwrap().restarts;
-        let d = op.driver(restarts).await;
-        if d.config.providers.first().is_some_and(|p| p.uid != old_uid) {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let third = op
+        .configured(|d| d.config.providers.first().is_some_and(|p| p.uid != old_uid))
+        .await;
     assert_eq!(third.config.providers[0].generation, 1);
+    assert_eq!((third.restarts, third.epoch), (0, first.epoch));
     op.stop().await.unwrap();
 }
 
@@ -661,7 +672,9 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     let mut spec = provider("llama", &epp);
     spec["spec"]["pool"] = json!("pool");
     fake.replace("inferenceproviders", NS, spec);
-    let second = op.driver(1).await;
+    let second = op
+        .configured(|d| d.config.providers[0].generation == 2)
+        .await;
     let mut after_change = Vec::new();
     for _ in 0..100 {
         after_change.extend(poll_resets(&mut store, second.signals_addr, gateway.clone()).await);
@@ -701,6 +714,137 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     assert!(
         after_recreation.iter().any(|u| *u != uid),
         "{after_recreation:?}"
+    );
+    op.stop().await.unwrap();
+}
+
+/// Every learning reset a gateway's store raises on one poll: (provider, generation, epoch).
+async fn poll_every_reset(
+    store: &mut grid_signals::store::Store,
+    addr: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> Vec<(String, u64, u64)> {
+    use grid_signals::store::{Sender, StoreEvent};
+    let Ok(fetched) = get_signals(addr, tls).await else {
+        return Vec::new();
+    };
+    let now = grid_operatord::clock::wall_ms();
+    let report = store.ingest(
+        &fetched.body,
+        Sender::Local,
+        fetched.date_ms.unwrap_or(now),
+        now,
+    );
+    assert_eq!(report.dropped.total(), 0, "nothing refused: {report:?}");
+    std::iter::from_fn(|| store.poll_event())
+        .filter_map(|e| match e {
+            StoreEvent::Reset {
+                provider, revision, ..
+            } => Some((provider, revision.generation, revision.epoch)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_change_of_one_provider_resets_only_that_providers_learning_in_the_same_epoch() {
+    let (fake, epp, grid, site) = seeded().await;
+    fake.create("inferenceproviders", NS, provider("mistral", &epp));
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut store = grid_signals::store::Store::new(grid_signals::store::StoreConfig::default());
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.configured(|d| d.config.providers.len() == 2).await;
+    let mut resets = Vec::new();
+    for _ in 0..100 {
+        resets.extend(poll_every_reset(&mut store, first.signals_addr, gateway.clone()).await);
+        if resets.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    resets.sort();
+    assert_eq!(
+        resets,
+        [
+            ("llama".to_owned(), 1, first.epoch),
+            ("mistral".to_owned(), 1, first.epoch)
+        ],
+        "the two first lifetimes"
+    );
+    // Only mistral's spec changes.
+    let mut spec = provider("mistral", &epp);
+    spec["spec"]["pool"] = json!("pool");
+    fake.replace("inferenceproviders", NS, spec);
+    op.configured(|d| d.config.providers.iter().any(|p| p.generation == 2))
+        .await;
+    let mut after = Vec::new();
+    for _ in 0..100 {
+        after.extend(poll_every_reset(&mut store, first.signals_addr, gateway.clone()).await);
+        if after.iter().any(|(_, g, _)| *g == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A few more polls: llama's learning must not reset late either.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        after.extend(poll_every_reset(&mut store, first.signals_addr, gateway.clone()).await);
+    }
+    assert_eq!(
+        after,
+        [("mistral".to_owned(), 2, first.epoch)],
+        "exactly mistral learns afresh, in the running epoch"
+    );
+    let running = op.started.borrow().clone().unwrap();
+    assert_eq!((running.restarts, running.epoch), (0, first.epoch));
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_provider_reads_not_ready_at_the_gateway_at_once_and_is_no_longer_scraped() {
+    let (fake, epp, grid, site) = seeded().await;
+    fake.create("inferenceproviders", NS, provider("mistral", &epp));
+    let gateway = grid.client(&site.cert, "a", "a");
+    let mut op = Controller::start(&fake, &site).await;
+    let first = op.configured(|d| d.config.providers.len() == 2).await;
+    let ready_row = |body: &str, provider: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("grid_provider_ready{")
+                    && l.contains(&format!("grid_provider=\"{provider}\""))
+            })
+            .map(str::to_owned)
+    };
+    eventually("mistral ready at the gateway", 15, || async {
+        get_signals(first.signals_addr, gateway.clone())
+            .await
+            .is_ok_and(|f| ready_row(&text(&f.body), "mistral").is_some_and(|l| l.contains("} 1 ")))
+    })
+    .await;
+    fake.delete("inferenceproviders", NS, "mistral");
+    op.configured(|d| d.config.providers.len() == 1).await;
+    // Its last batch says not ready: well before its readings would have aged out.
+    let fetched = get_signals(first.signals_addr, gateway.clone())
+        .await
+        .unwrap();
+    let row = ready_row(&text(&fetched.body), "mistral").expect("mistral's last readiness");
+    assert!(row.contains("} 0 "), "{row}");
+    let metrics = get_metrics(first.metrics_addr).await;
+    let scrapes = |m: &str| {
+        m.lines()
+            .filter(|l| l.starts_with("grid_operator_scrapes_total{provider=\"mistral\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    let before = scrapes(&metrics);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let later = get_metrics(first.metrics_addr).await;
+    assert_eq!(scrapes(&later), before, "mistral is no longer scraped");
+    assert!(
+        later.contains(
+            "grid_operator_provider_ready_reason{provider=\"mistral\",reason=\"endpoints_ready\"} 0"
+        ),
+        "its last reason is no longer exported as current"
     );
     op.stop().await.unwrap();
 }
@@ -825,7 +969,7 @@ async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
-    let (fake, epp, grid, site) = seeded().await;
+    let (fake, _epp, grid, site) = seeded_with(network("gossip")).await;
     let free = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -870,9 +1014,8 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
         }
     };
     assert_eq!(wait(0).await.signals_addr, signals);
-    let mut spec = provider("llama", &epp);
-    spec["spec"]["unavailable"] = json!(true);
-    fake.replace("inferenceproviders", NS, spec);
+    // Under gossip a new peer restarts the driver in-process.
+    fake.create("gridsites", NS, site_b());
     let second = wait(1).await;
     assert_eq!(
         (second.signals_addr, second.metrics_addr),

@@ -86,19 +86,49 @@ fn the_example_custom_resources_validate_against_the_generated_crd_schemas() {
 }
 
 #[test]
-fn a_custom_resource_with_an_unknown_field_or_mode_fails_the_schema_check() {
+fn a_custom_resource_with_an_unknown_field_a_bad_mode_or_a_malformed_url_or_pin_fails_the_schema_check()
+ {
     let dir = tempfile::tempdir().unwrap();
-    for (i, bad) in [
-        "peerTrust:\n    mode: pin\n  signalTransport:\n    mode: swim\n",
-        "peerTrust:\n    mode: pin\n  peerTrsut: {}\n",
-    ]
-    .iter()
-    .enumerate()
-    {
+    let pin = "AB:".repeat(31) + "AB";
+    let site = |spec: &str| ("GridSite", spec.to_owned());
+    let provider = |endpoint: &str, path: &str| {
+        (
+            "InferenceProvider",
+            format!("metricsConfig:\n    endpoint: \"{endpoint}\"\n    path: \"{path}\"\n"),
+        )
+    };
+    let bad = [
+        (
+            "GridNetwork",
+            "peerTrust:\n    mode: pin\n  signalTransport:\n    mode: swim\n".to_owned(),
+        ),
+        (
+            "GridNetwork",
+            "peerTrust:\n    mode: pin\n  peerTrsut: {}\n".to_owned(),
+        ),
+        // Not https; no host; whitespace.
+        site("signalsEndpoint: \"http://b.example/v1/site/signals\"\n"),
+        site("signalsEndpoint: \"https:///v1/site/signals\"\n"),
+        site("signalsEndpoint: \"https://b example/\"\n"),
+        // 63 hex digits; a letter that is not hex.
+        site(&format!(
+            "signalsEndpoint: \"https://b/\"\n  fingerprints: [\"{}\"]\n",
+            &pin[1..]
+        )),
+        site(&format!(
+            "signalsEndpoint: \"https://b/\"\n  fingerprints: [\"{}G\"]\n",
+            &pin[..pin.len() - 1]
+        )),
+        // A path in the base URL; a scheme the scraper does not speak; a relative path.
+        provider("http://epp:9090/metrics", "/metrics"),
+        provider("ftp://epp:9090", "/metrics"),
+        provider("http://epp:9090", "metrics"),
+    ];
+    for (i, (kind, spec)) in bad.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.yaml"));
         std::fs::write(
             &path,
-            format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: GridNetwork\nmetadata:\n  name: x\nspec:\n  {bad}"),
+            format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: x\nspec:\n  {spec}"),
         )
         .unwrap();
         let out = Command::new(venv("python"))
@@ -107,7 +137,34 @@ fn a_custom_resource_with_an_unknown_field_or_mode_fails_the_schema_check() {
             .arg(&path)
             .output()
             .unwrap();
-        assert!(!out.status.success(), "{bad} passed");
+        assert!(!out.status.success(), "{kind} {spec} passed");
+    }
+    // The same shapes, well formed, pass: the patterns refuse the mistakes only.
+    let good = [
+        site(&format!(
+            "signalsEndpoint: \"https://b.example:8443/v1/site/signals\"\n  fingerprints: [\"{pin}\", \"{}\"]\n",
+            pin.replace(':', "").to_lowercase()
+        )),
+        provider("https://epp.ns.svc:9090/", "/epp/metrics"),
+    ];
+    for (i, (kind, spec)) in good.iter().enumerate() {
+        let path = dir.path().join(format!("good{i}.yaml"));
+        std::fs::write(
+            &path,
+            format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: x\nspec:\n  {spec}"),
+        )
+        .unwrap();
+        let out = Command::new(venv("python"))
+            .current_dir(root())
+            .args([".ci/validate-custom-resources.py", "docs/crds"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kind} {spec} failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 }
 

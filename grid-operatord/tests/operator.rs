@@ -1001,3 +1001,72 @@ async fn under_gossip_a_declared_trust_change_does_not_stop_the_operator() {
         "a gossiping operator exited on a trust change"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_added_to_the_file_is_scraped_live_and_the_kept_one_goes_on_learning() {
+    use grid_signals::store::{Sender, Store, StoreConfig, StoreEvent};
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let (m, n) = (
+        FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await,
+        FakeEpp::start(Behaviour::Body(epp_body(3, 1.0))).await,
+    );
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[provider("m", &m)])).unwrap();
+    let running = watching(&a, &path).await;
+    let gateway = grid.client(&a.cert, "a", "a");
+    let mut store = Store::new(StoreConfig::default());
+    // Every learning reset one poll raises: (provider, epoch).
+    let mut poll = async || {
+        let fetched = get_signals(running.signals_addr, gateway.clone())
+            .await
+            .unwrap();
+        let now = grid_operatord::clock::wall_ms();
+        let report = store.ingest(
+            &fetched.body,
+            Sender::Local,
+            fetched.date_ms.unwrap_or(now),
+            now,
+        );
+        assert_eq!(report.dropped.total(), 0, "{report:?}");
+        std::iter::from_fn(|| store.poll_event())
+            .filter_map(|e| match e {
+                StoreEvent::Reset {
+                    provider, revision, ..
+                } => Some((provider, revision.epoch)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut resets = Vec::new();
+    for _ in 0..100 {
+        resets.extend(poll().await);
+        if !resets.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(resets, [("m".to_owned(), running.epoch)]);
+    std::fs::write(
+        &path,
+        a.config_text(&[], &[provider("m", &m), provider("n", &n)]),
+    )
+    .unwrap();
+    let mut after = Vec::new();
+    for _ in 0..100 {
+        after.extend(poll().await);
+        if !after.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        after.extend(poll().await);
+    }
+    assert_eq!(
+        after,
+        [("n".to_owned(), running.epoch)],
+        "n is published in the running epoch, and m's learning goes on"
+    );
+}

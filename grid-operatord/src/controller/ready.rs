@@ -2,6 +2,7 @@
 //! through the status subresource, with the resourceVersion of a fresh read, only when
 //! the condition would change, and never onto a same-name recreation (another UID).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use grid_signals::epp::{Readiness, ScrapeFailure};
@@ -12,6 +13,7 @@ use super::api::{Answer, ControllerMetrics, Operation, bounded};
 use super::conditions::{self, READY, Stated};
 use super::resources::InferenceProvider;
 use crate::config::ProviderConfig;
+use crate::providers::{Verdict, Verdicts};
 
 /// Attempts of one condition write that keeps losing resourceVersion races (each
 /// re-reads first), as the feedback writer's bound.
@@ -100,14 +102,15 @@ pub async fn write_one(
 }
 
 /// Follows `verdicts` forever, writing each provider's condition when its verdict
-/// changed, and retrying failed writes every [`READY_RETRY_INTERVAL`].
+/// changed, and retrying failed writes every [`READY_RETRY_INTERVAL`]. What was written
+/// is remembered per (name, UID, generation), so a provider whose spec changed under the
+/// running operator gets its condition written for the new generation.
 pub async fn run(
     api: Api<InferenceProvider>,
-    providers: Vec<ProviderConfig>,
-    mut verdicts: watch::Receiver<Vec<Option<Readiness>>>,
+    mut verdicts: watch::Receiver<Verdicts>,
     metrics: ControllerMetrics,
 ) {
-    let mut written: Vec<Option<Readiness>> = vec![None; providers.len()];
+    let mut written: HashMap<(String, String, u64), Readiness> = HashMap::new();
     let mut retry = tokio::time::interval(READY_RETRY_INTERVAL);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -115,22 +118,38 @@ pub async fn run(
             changed = verdicts.changed() => if changed.is_err() { return },
             _ = retry.tick() => {}
         }
-        let now: Vec<Option<Readiness>> = verdicts.borrow_and_update().clone();
-        for (i, provider) in providers.iter().enumerate() {
-            let Some(verdict) = now.get(i).copied().flatten() else {
+        let now: Verdicts = verdicts.borrow_and_update().clone();
+        // Bounded by the provider list: what no longer is listed is forgotten.
+        written.retain(|key, _| now.iter().any(|v| key_of(&v.provider) == *key));
+        for Verdict {
+            provider,
+            readiness,
+        } in &now
+        {
+            let Some(verdict) = *readiness else {
                 continue;
             };
-            let same = written[i]
+            let key = key_of(provider);
+            let same = written
+                .get(&key)
                 .is_some_and(|w| w.status == verdict.status && w.reason == verdict.reason);
             if same {
                 continue;
             }
             match write_one(&api, provider, verdict, &metrics).await {
                 Written::Wrote | Written::Unchanged | Written::NotOurs => {
-                    written[i] = Some(verdict);
+                    written.insert(key, verdict);
                 }
                 Written::Failed => {}
             }
         }
     }
+}
+
+fn key_of(provider: &ProviderConfig) -> (String, String, u64) {
+    (
+        provider.name.clone(),
+        provider.uid.clone(),
+        provider.generation,
+    )
 }

@@ -135,6 +135,19 @@ pub struct GridNetworkStatus {
     pub gateway_feedback: Option<serde_json::Value>,
 }
 
+/// What the API server checks `GridSite.spec.signalsEndpoint` against, so a malformed
+/// URL is refused when it is applied instead of only in the operator's log: `https`, a
+/// host, no whitespace. The operator still parses it whole (docs/crds.md).
+pub const SIGNALS_ENDPOINT_PATTERN: &str = r"^https://[^/?#\s]+(/\S*)?$";
+/// `GridSite.spec.fingerprints[*]`: 64 hex digits in either case, colons anywhere, as
+/// the fingerprint parser reads them.
+pub const FINGERPRINT_PATTERN: &str = r"^:*([0-9A-Fa-f]:*){64}$";
+/// `InferenceProvider.spec.metricsConfig.endpoint`: an `http` or `https` base URL with a
+/// host and no path (the path goes in `path`).
+pub const EPP_ENDPOINT_PATTERN: &str = r"^https?://[^/?#\s]+/?$";
+/// `InferenceProvider.spec.metricsConfig.path`: absolute, no whitespace.
+pub const METRICS_PATH_PATTERN: &str = r"^/\S*$";
+
 /// A site of the grid: this operator's own (named by `--site`) or a peer it polls. The
 /// object's name is the site's name.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -150,11 +163,12 @@ pub struct GridNetworkStatus {
 #[serde(rename_all = "camelCase")]
 pub struct GridSiteSpec {
     /// The site's `GET /v1/site/signals` URL (https).
+    #[schemars(regex(pattern = SIGNALS_ENDPOINT_PATTERN))]
     pub signals_endpoint: String,
     /// Pin mode: the canonical SHA-256 fingerprints of the site's leaf certificate, one,
     /// or two during a rotation. Refused in `spiffe` mode.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 2))]
+    #[schemars(length(max = 2), inner(regex(pattern = FINGERPRINT_PATTERN)))]
     pub fingerprints: Vec<String>,
     /// Timeout of one poll attempt in seconds (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,9 +209,11 @@ pub struct InferenceProviderSpec {
 #[serde(rename_all = "camelCase")]
 pub struct MetricsConfig {
     /// The EPP Service's base URL (`http` or `https`, no path).
+    #[schemars(regex(pattern = EPP_ENDPOINT_PATTERN))]
     pub endpoint: String,
     /// Path of the metrics (default `/metrics`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = METRICS_PATH_PATTERN))]
     pub path: Option<String>,
     /// Per-scrape timeout in seconds (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,5 +317,86 @@ mod tests {
             )
             .is_err()
         );
+    }
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    //! Each schema pattern against the parser the translation runs: what the operator
+    //! accepts, the API server accepts too, and the common mistakes are refused at apply.
+
+    use grid_daemon::tls::Fingerprint;
+    use regex::Regex;
+
+    use super::{
+        EPP_ENDPOINT_PATTERN, FINGERPRINT_PATTERN, METRICS_PATH_PATTERN, SIGNALS_ENDPOINT_PATTERN,
+    };
+    use crate::config::{metrics_url, parse_url};
+
+    fn matches(pattern: &str, text: &str) -> bool {
+        Regex::new(pattern).unwrap().is_match(text)
+    }
+
+    #[test]
+    fn a_fingerprint_matches_the_pattern_exactly_when_the_parser_reads_it() {
+        let hex = "ab".repeat(32);
+        let colons = "AB:".repeat(31) + "AB";
+        let samples = [
+            hex.clone(),
+            colons.clone(),
+            format!(":{colons}:"),
+            hex[1..].to_owned(),
+            format!("{hex}a"),
+            format!("{}g", &hex[1..]),
+            format!("{} ", &hex[1..]),
+            String::new(),
+            ":".repeat(64),
+        ];
+        for s in samples {
+            assert_eq!(
+                matches(FINGERPRINT_PATTERN, &s),
+                Fingerprint::parse(&s).is_ok(),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_signals_endpoint_the_operator_accepts_matches_and_a_plain_or_hostless_one_does_not() {
+        for (url, accepted) in [
+            ("https://b.example:8443/v1/site/signals", true),
+            ("https://10.0.0.2/v1/site/signals", true),
+            ("https://b", true),
+            ("http://b.example/v1/site/signals", false),
+            ("https:///v1/site/signals", false),
+            ("https://b example/", false),
+            ("b.example/v1/site/signals", false),
+        ] {
+            let parsed = parse_url("f", url, &["https"]).is_ok();
+            assert_eq!(parsed, accepted, "parser on {url}");
+            assert_eq!(
+                matches(SIGNALS_ENDPOINT_PATTERN, url),
+                accepted,
+                "pattern on {url}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_epp_base_url_and_path_match_exactly_when_the_operator_joins_them() {
+        for (base, path, accepted) in [
+            ("http://epp:9090", "/metrics", true),
+            ("https://epp.ns.svc:9090/", "/epp/metrics", true),
+            ("http://epp:9090/metrics", "/metrics", false),
+            ("http://epp:9090?x=1", "/metrics", false),
+            ("ftp://epp:9090", "/metrics", false),
+            ("http://", "/metrics", false),
+            ("http://epp:9090", "metrics", false),
+        ] {
+            let joined = metrics_url(("base", base), ("path", path)).is_ok();
+            assert_eq!(joined, accepted, "parser on {base} {path}");
+            let schema = matches(EPP_ENDPOINT_PATTERN, base) && matches(METRICS_PATH_PATTERN, path);
+            assert_eq!(schema, accepted, "patterns on {base} {path}");
+        }
     }
 }

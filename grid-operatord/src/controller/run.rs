@@ -1,10 +1,13 @@
 //! The controller's supervision loop: translate the resources, start the very driver the
 //! file mode starts, and keep it in step with the resources.
 //!
-//! A change that translates into another [`Config`] (a provider's spec, which moves its
-//! generation; a recreation, which changes its UID; a new peer) stops the driver and
-//! starts it again in-process with the new configuration: the fences and the feedback
-//! state are persisted and restored across it, and the new process epoch sits above the
+//! A change of the providers alone (a spec change, which moves a generation; a
+//! recreation, which changes a UID; a provider added or removed) is taken over live by
+//! the running driver, in the same epoch ([`Running::reconfigure_providers`]): receivers
+//! reset the learning of exactly the providers whose revision moved. Any other change
+//! that translates into another [`Config`] (under gossip, a new peer or trust) stops the
+//! driver and starts it again in-process: the fences and the feedback state are
+//! persisted and restored across it, and the new process epoch sits above the
 //! high-water mark. A status-only update translates into an equal configuration and
 //! changes nothing. A changed mode or trust ends the loop with the driver's own
 //! [`Error::ModeChanged`] / [`Error::TrustChanged`], for Kubernetes to restart the pod.
@@ -32,7 +35,9 @@ pub type Started = tokio::sync::watch::Sender<Option<StartedDriver>>;
 pub struct StartedDriver {
     /// How many starts came before this one in this process.
     pub restarts: u64,
-    /// The configuration it runs.
+    /// How many provider lists this start took over live since it began.
+    pub reconfigured: u64,
+    /// The configuration it runs (its provider list the latest one taken).
     pub config: Config,
     /// Its signals listener.
     pub signals_addr: std::net::SocketAddr,
@@ -135,22 +140,30 @@ pub async fn run(
         .await?;
         let ready = tokio::spawn(super::ready::run(
             Api::namespaced(client.clone(), namespace),
-            config.providers.clone(),
             running.verdicts.clone(),
             metrics.clone(),
         ));
         started.send_replace(Some(StartedDriver {
             restarts,
+            reconfigured: 0,
             config: config.clone(),
             signals_addr: running.signals_addr,
             metrics_addr: running.metrics_addr,
             epoch: running.epoch,
         }));
-        let outcome = tokio::select! {
-            result = running.wait() => Some(result),
-            change = changed(&source, &config, &metrics) => change.map(Err),
-            () = &mut stop => Some(Ok(())),
-            e = &mut held => Some(Err(e)),
+        let mut config = config;
+        let outcome = loop {
+            let change = tokio::select! {
+                result = running.wait() => break Some(result),
+                change = changed(&source, &config, &metrics) => change,
+                () = &mut stop => break Some(Ok(())),
+                e = &mut held => break Some(Err(e)),
+            };
+            match change {
+                Change::Providers(next) => config = take_over(&running, *next, &started, &metrics),
+                Change::Restart => break None,
+                Change::Exit(e) => break Some(Err(e)),
+            }
         };
         ready.abort();
         let Some(result) = outcome else {
@@ -173,20 +186,57 @@ pub async fn run(
     }
 }
 
+/// Hands a changed provider list to the running driver; the configuration now running.
+/// A list that cannot be scraped (an unreadable CA bundle) is counted as a configuration
+/// that does not validate: the running list stays, and the next change is tried afresh.
+fn take_over(
+    running: &Running,
+    next: Config,
+    started: &Started,
+    metrics: &ControllerMetrics,
+) -> Config {
+    match running.reconfigure_providers(&next) {
+        Ok(()) => {
+            tracing::info!("the providers changed; taken over live, in the same epoch");
+            started.send_modify(|s| {
+                if let Some(s) = s {
+                    s.reconfigured += 1;
+                    s.config = next.clone();
+                }
+            });
+        }
+        Err(e) => {
+            metrics.failed(Operation::InvalidConfig);
+            tracing::warn!(error = %e, "the new provider list cannot be scraped; keeping the running one");
+        }
+    }
+    next
+}
+
 async fn shutdown(running: Running) -> Result<(), Error> {
     running.shutdown().await
 }
 
-/// Resolves once the resources declare something else than `current`: `None` when it is
-/// a configuration the driver restarts into in-process, the error to exit with when it
-/// is another mode or trust (those are process-global: Kubernetes restarts the pod). A
-/// change that does not validate is counted and waited out. Unlike a file, a resource is
-/// never read half written, so one reading is enough to act on.
+/// What a change of the resources asks of the running driver.
+#[derive(Debug)]
+enum Change {
+    /// Only the providers changed: taken over live, in the same epoch.
+    Providers(Box<Config>),
+    /// Something else a driver is built from changed: start it again in-process.
+    Restart,
+    /// A process-global declaration changed (mode, or trust under poll): Kubernetes
+    /// restarts the pod.
+    Exit(Error),
+}
+
+/// Resolves once the resources declare something else than `current`. A change that
+/// does not validate is counted and waited out. Unlike a file, a resource is never read
+/// half written, so one reading is enough to act on.
 async fn changed(
     source: &KubeConfigSource,
     current: &Config,
     metrics: &ControllerMetrics,
-) -> Option<Error> {
+) -> Change {
     let mut changes = source.changes();
     let mut reported = None;
     loop {
@@ -203,19 +253,26 @@ async fn changed(
             .map(super::translate::declared_mode)
             .find(|m| *m != running)
         {
-            return Some(Error::ModeChanged {
+            return Change::Exit(Error::ModeChanged {
                 running,
                 declared: other.to_owned(),
             });
         }
         match source.load() {
             Ok(next) if next == *current => reported = None,
+            Ok(next) if current.differs_only_in_providers(&next) => {
+                return Change::Providers(Box::new(next));
+            }
             // Only the poll path restarts on a peer trust change (spec, seed 002): under
-            // gossip the driver restarts in-process into the new trust, as it does for a
-            // provider change, and the process keeps running.
-            Ok(_) if current.transport == crate::config::TransportMode::Gossip => return None,
+            // gossip the driver restarts in-process into the new trust, and the process
+            // keeps running.
+            Ok(_) if current.transport == crate::config::TransportMode::Gossip => {
+                return Change::Restart;
+            }
             Ok(next) => {
-                return trust_change(current, &next).map(|field| Error::TrustChanged { field });
+                return trust_change(current, &next).map_or(Change::Restart, |field| {
+                    Change::Exit(Error::TrustChanged { field })
+                });
             }
             Err(e) => {
                 let text = e.to_string();

@@ -124,6 +124,17 @@ pub enum SiteOutput {
         /// Why.
         error: Error,
     },
+    /// A provider dropped by [`Site::reconfigure`] published its last batch: not ready,
+    /// reason `Unavailable`, so receivers stop routing to it at once instead of when its
+    /// readings age out.
+    Withdrawn {
+        /// Its name (it no longer has an index).
+        provider: String,
+        /// The last batch's place in the publication order.
+        fence: Fence,
+        /// What the site's own store refused of it (normally nothing).
+        report: IngestReport,
+    },
     /// A peer's body was ingested.
     PeerIngested {
         /// What the store kept and refused of it.
@@ -135,7 +146,12 @@ pub enum SiteOutput {
 #[derive(Debug)]
 pub struct Site {
     config: SiteConfig,
+    specs: Vec<ProviderSpec>,
     publishers: Vec<Publisher>,
+    /// The highest next sequence of any publisher replaced or withdrawn in this epoch:
+    /// where every new publisher starts, so a provider changed, or withdrawn and added
+    /// back, never repeats a fence its receivers already hold.
+    retired_sequence: u64,
     own: Store,
     all: Store,
     outputs: VecDeque<SiteOutput>,
@@ -144,26 +160,106 @@ pub struct Site {
 impl Site {
     /// A site publishing `providers`, first known at `now` (ms since the Unix epoch).
     pub fn new(config: SiteConfig, providers: &[ProviderSpec], now: u64) -> Self {
-        let publishers = providers
-            .iter()
-            .map(|p| {
-                Publisher::new(
-                    &config.site,
-                    p,
-                    config.epoch,
-                    config.scrape_interval_ms,
-                    config.store.ttl_ms,
-                    now,
-                )
-            })
-            .collect();
-        Self {
+        let mut site = Self {
             own: Store::new(config.store),
             all: Store::new(config.store),
             config,
-            publishers,
+            specs: providers.to_vec(),
+            publishers: Vec::with_capacity(providers.len()),
+            retired_sequence: 1,
             outputs: VecDeque::new(),
+        };
+        site.publishers = providers.iter().map(|p| site.publisher(p, now)).collect();
+        site
+    }
+
+    fn publisher(&self, provider: &ProviderSpec, now: u64) -> Publisher {
+        Publisher::new(
+            &self.config.site,
+            provider,
+            self.config.epoch,
+            self.config.scrape_interval_ms,
+            self.config.store.ttl_ms,
+            now,
+        )
+        .starting_at(self.retired_sequence)
+    }
+
+    /// Publishes `providers` from now on, in the same epoch, without a restart: a
+    /// provider whose spec is unchanged keeps its publisher (its readings, its stale
+    /// window, its sequence), so its receivers' learning goes on; a changed one (another
+    /// generation, UID, pool or stale window) gets a fresh publisher whose sequence
+    /// continues above every one this epoch used, so its receivers reset exactly that
+    /// provider's learning, on the new revision; a provider no longer listed publishes
+    /// one last not-ready batch ([`SiteOutput::Withdrawn`]) and stops.
+    ///
+    /// Returns, for each provider of the new list, the index it had in the old one when
+    /// its publisher was kept; indexes of later inputs follow the new list. Names are
+    /// unique in a valid list; of duplicates, the first is matched.
+    pub fn reconfigure(&mut self, now: u64, providers: &[ProviderSpec]) -> Vec<Option<usize>> {
+        let mut old: Vec<Option<(ProviderSpec, Publisher)>> = std::mem::take(&mut self.specs)
+            .into_iter()
+            .zip(std::mem::take(&mut self.publishers))
+            .map(Some)
+            .collect();
+        let mut kept = Vec::with_capacity(providers.len());
+        for spec in providers {
+            let found = old
+                .iter()
+                .position(|o| o.as_ref().is_some_and(|(s, _)| s.name == spec.name));
+            match found.and_then(|i| old[i].take().map(|o| (i, o))) {
+                Some((i, (was, publisher))) if was == *spec => {
+                    self.publishers.push(publisher);
+                    kept.push(Some(i));
+                }
+                Some((_, (_, publisher))) => {
+                    self.retire(&publisher);
+                    self.publishers.push(self.publisher(spec, now));
+                    kept.push(None);
+                }
+                None => {
+                    self.publishers.push(self.publisher(spec, now));
+                    kept.push(None);
+                }
+            }
+            self.specs.push(spec.clone());
         }
+        for (_, publisher) in old.into_iter().flatten() {
+            self.withdraw(now, publisher);
+        }
+        kept
+    }
+
+    fn retire(&mut self, publisher: &Publisher) {
+        self.retired_sequence = self.retired_sequence.max(publisher.next_sequence());
+    }
+
+    fn withdraw(&mut self, now: u64, mut publisher: Publisher) {
+        publisher.set_unavailable(true);
+        let last = publisher.publish(now, 0);
+        self.retire(&publisher);
+        // Framing a not-ready batch of a name that was framed before cannot fail; if it
+        // ever did, the rows age out as a dead site's do.
+        let Ok(batch) = last else { return };
+        let provider = publisher.name().to_owned();
+        let fence = batch.meta.fence();
+        let report = self.store_own(batch, now);
+        self.outputs.push_back(SiteOutput::Withdrawn {
+            provider,
+            fence,
+            report,
+        });
+    }
+
+    /// Puts one of this site's batches in both stores; what its own store refused.
+    fn store_own(&mut self, batch: crate::batch::Batch, now: u64) -> IngestReport {
+        let mut report = IngestReport::default();
+        self.own
+            .ingest_batch(batch.clone(), Sender::Own, now, now, &mut report);
+        let mut ignored = IngestReport::default();
+        self.all
+            .ingest_batch(batch, Sender::Own, now, now, &mut ignored);
+        report
     }
 
     /// The site's configuration.
@@ -223,12 +319,7 @@ impl Site {
             Ok(batch) => {
                 let fence = batch.meta.fence();
                 let samples = batch.meta.samples();
-                let mut report = IngestReport::default();
-                self.own
-                    .ingest_batch(batch.clone(), Sender::Own, now, now, &mut report);
-                let mut ignored = IngestReport::default();
-                self.all
-                    .ingest_batch(batch, Sender::Own, now, now, &mut ignored);
+                let report = self.store_own(batch, now);
                 self.outputs.push_back(SiteOutput::Published {
                     provider,
                     fence,
@@ -295,6 +386,7 @@ impl Site {
 mod tests {
     use super::*;
     use crate::epp::PoolSelector;
+    use crate::store::Sender;
 
     const NOW: u64 = 1_700_000_000_000;
     const BODY: &[u8] = b"llm_d_epp_ready_endpoints{name=\"p\"} 2\n";
@@ -494,6 +586,151 @@ mod tests {
             .find(|l| l.starts_with("grid_provider_ready{"))
             .expect("a readiness row");
         assert!(ready.contains("} 0 "), "{ready}");
+    }
+
+    fn spec(name: &str, generation: u64) -> ProviderSpec {
+        ProviderSpec {
+            name: name.into(),
+            uid: format!("a/{name}"),
+            generation,
+            pool: PoolSelector::All,
+            stale_metrics_ms: None,
+        }
+    }
+
+    fn two_providers() -> Site {
+        Site::new(
+            SiteConfig {
+                site: "a".into(),
+                epoch: 1,
+                scrape_interval_ms: 1_000,
+                store: StoreConfig::default(),
+            },
+            &[spec("m", 1), spec("n", 1)],
+            NOW,
+        )
+    }
+
+    /// Scrapes every provider of `site` once at `now`; the fences published, by name.
+    fn scrape_all(site: &mut Site, now: u64) -> Vec<(String, Fence)> {
+        let names: Vec<String> = site.providers().map(str::to_owned).collect();
+        for provider in 0..names.len() {
+            site.handle(
+                now,
+                SiteInput::Scraped {
+                    provider,
+                    outcome: Ok(BODY),
+                    latest_pass_ms: 0,
+                },
+            );
+        }
+        std::iter::from_fn(|| site.poll())
+            .filter_map(|o| match o {
+                SiteOutput::Published {
+                    provider, fence, ..
+                } => Some((names[provider].clone(), fence)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A gateway's store after one relay of `site`: the providers whose learning reset,
+    /// and what it refused.
+    fn receive(gateway: &mut Store, site: &Site, now: u64) -> (Vec<(String, u64)>, u64) {
+        let mut body = Vec::new();
+        site.relay(Audience::Local, now, now, RelayBudget::default(), &mut body);
+        let report = gateway.ingest(&body, Sender::Local, now, now);
+        let resets = std::iter::from_fn(|| gateway.poll_event())
+            .filter_map(|e| match e {
+                crate::store::StoreEvent::Reset {
+                    provider, revision, ..
+                } => Some((provider, revision.generation)),
+                _ => None,
+            })
+            .collect();
+        (resets, report.dropped.total())
+    }
+
+    #[test]
+    fn a_changed_provider_resets_only_its_own_learning_in_the_same_epoch() {
+        let mut a = two_providers();
+        let mut gateway = Store::new(StoreConfig::default());
+        scrape_all(&mut a, NOW);
+        let (first, _) = receive(&mut gateway, &a, NOW);
+        assert_eq!(first.len(), 2, "two first lifetimes: {first:?}");
+        scrape_all(&mut a, NOW + 1_000);
+
+        let kept = a.reconfigure(NOW + 1_500, &[spec("m", 2), spec("n", 1)]);
+        assert_eq!(kept, [None, Some(1)], "m was replaced, n kept");
+        let fences = scrape_all(&mut a, NOW + 2_000);
+        for (_, fence) in &fences {
+            assert_eq!(fence.epoch, 1, "no new epoch");
+        }
+        let (resets, dropped) = receive(&mut gateway, &a, NOW + 2_000);
+        assert_eq!(dropped, 0, "the changed provider's batch is not delayed");
+        assert_eq!(resets, [("m".to_owned(), 2)], "only m learns afresh");
+        let n = gateway.entry("a", "n").and_then(crate::store::Entry::fence);
+        assert_eq!(n, Some(Fence::new(1, 3)), "n's sequence went on");
+    }
+
+    #[test]
+    fn an_unchanged_list_keeps_every_publisher_and_resets_nothing() {
+        let mut a = two_providers();
+        let mut gateway = Store::new(StoreConfig::default());
+        scrape_all(&mut a, NOW);
+        receive(&mut gateway, &a, NOW);
+        // The same providers, in another order.
+        let kept = a.reconfigure(NOW + 500, &[spec("n", 1), spec("m", 1)]);
+        assert_eq!(kept, [Some(1), Some(0)]);
+        let fences = scrape_all(&mut a, NOW + 1_000);
+        assert_eq!(
+            fences,
+            [
+                ("n".to_owned(), Fence::new(1, 2)),
+                ("m".to_owned(), Fence::new(1, 2))
+            ]
+        );
+        assert_eq!(receive(&mut gateway, &a, NOW + 1_000), (vec![], 0));
+    }
+
+    #[test]
+    fn a_withdrawn_provider_publishes_not_ready_and_comes_back_above_its_old_fence() {
+        let mut a = two_providers();
+        let mut gateway = Store::new(StoreConfig::default());
+        for i in 0..3 {
+            scrape_all(&mut a, NOW + i * 1_000);
+        }
+        receive(&mut gateway, &a, NOW + 2_000);
+        a.reconfigure(NOW + 2_500, &[spec("n", 1)]);
+        let withdrawn: Vec<_> = std::iter::from_fn(|| a.poll()).collect();
+        let [
+            SiteOutput::Withdrawn {
+                provider,
+                fence,
+                report,
+            },
+        ] = withdrawn.as_slice()
+        else {
+            panic!("one withdrawal: {withdrawn:?}");
+        };
+        assert_eq!((provider.as_str(), *fence), ("m", Fence::new(1, 4)));
+        assert_eq!(report.dropped.total(), 0);
+        assert_eq!(receive(&mut gateway, &a, NOW + 2_500).1, 0);
+        let ready = gateway
+            .entry("a", "m")
+            .and_then(|e| e.latest("grid_provider_ready", &[]))
+            .expect("m's readiness");
+        assert!(
+            ready.value.abs() < f64::EPSILON,
+            "m reads not ready at once"
+        );
+
+        // Added back in the same epoch: its first batch is above the withdrawn one's.
+        let kept = a.reconfigure(NOW + 3_000, &[spec("n", 1), spec("m", 1)]);
+        assert_eq!(kept, [Some(0), None]);
+        let fences = scrape_all(&mut a, NOW + 3_500);
+        assert_eq!(fences[1], ("m".to_owned(), Fence::new(1, 5)));
+        assert_eq!(receive(&mut gateway, &a, NOW + 3_500).1, 0, "not delayed");
     }
 
     #[test]

@@ -80,6 +80,20 @@ impl Publisher {
         }
     }
 
+    /// This publisher, numbering its batches from `sequence` on: a provider whose
+    /// configuration changed keeps its fence moving up in the same epoch instead of
+    /// starting again at 1, which every receiver would refuse as `delayed`.
+    #[must_use]
+    pub fn starting_at(mut self, sequence: u64) -> Self {
+        self.next_sequence = sequence.max(1);
+        self
+    }
+
+    /// The sequence its next batch carries.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
     /// The provider's name (`grid_provider`).
     pub fn name(&self) -> &str {
         &self.tracker.config().provider

@@ -386,7 +386,9 @@ fn drain(site: &mut Site, counts: &mut SignalCounts) {
                 counts.batches += 1;
                 counts.dropped += report.dropped.total();
             }
-            SiteOutput::PeerIngested { report } => counts.dropped += report.dropped.total(),
+            SiteOutput::PeerIngested { report } | SiteOutput::Withdrawn { report, .. } => {
+                counts.dropped += report.dropped.total();
+            }
             SiteOutput::NotPublished { error, .. } => {
                 panic!("simulated names and values are within the wire rules: {error}")
             }
