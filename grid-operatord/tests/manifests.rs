@@ -125,18 +125,7 @@ fn a_custom_resource_with_an_unknown_field_a_bad_mode_or_a_malformed_url_or_pin_
         provider("http://epp:9090", "metrics"),
     ];
     for (i, (kind, spec)) in bad.iter().enumerate() {
-        let path = dir.path().join(format!("bad{i}.yaml"));
-        std::fs::write(
-            &path,
-            format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: x\nspec:\n  {spec}"),
-        )
-        .unwrap();
-        let out = Command::new(venv("python"))
-            .current_dir(root())
-            .args([".ci/validate-custom-resources.py", "docs/crds"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = schema_check(&dir.path().join(format!("bad{i}.yaml")), kind, spec);
         assert!(!out.status.success(), "{kind} {spec} passed");
     }
     // The same shapes, well formed, pass: the patterns refuse the mistakes only.
@@ -148,24 +137,29 @@ fn a_custom_resource_with_an_unknown_field_a_bad_mode_or_a_malformed_url_or_pin_
         provider("https://epp.ns.svc:9090/", "/epp/metrics"),
     ];
     for (i, (kind, spec)) in good.iter().enumerate() {
-        let path = dir.path().join(format!("good{i}.yaml"));
-        std::fs::write(
-            &path,
-            format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: x\nspec:\n  {spec}"),
-        )
-        .unwrap();
-        let out = Command::new(venv("python"))
-            .current_dir(root())
-            .args([".ci/validate-custom-resources.py", "docs/crds"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = schema_check(&dir.path().join(format!("good{i}.yaml")), kind, spec);
         assert!(
             out.status.success(),
             "{kind} {spec} failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
     }
+}
+
+/// Writes a custom resource of `kind` with `spec` at `path` and checks it against the
+/// generated CRD schemas.
+fn schema_check(path: &Path, kind: &str, spec: &str) -> std::process::Output {
+    std::fs::write(
+        path,
+        format!("apiVersion: grid.llm-d.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: x\nspec:\n  {spec}"),
+    )
+    .unwrap();
+    Command::new(venv("python"))
+        .current_dir(root())
+        .args([".ci/validate-custom-resources.py", "docs/crds"])
+        .arg(path)
+        .output()
+        .unwrap()
 }
 
 #[test]
