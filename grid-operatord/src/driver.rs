@@ -268,7 +268,6 @@ pub async fn start_with(
     let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
     let providers_tx = Arc::new(providers_tx);
     let scrape_loop = ScrapeLoop {
-        readiness: vec![None; providers.len()],
         verdicts: verdicts_tx,
         changes,
         providers,

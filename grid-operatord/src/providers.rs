@@ -216,8 +216,6 @@ pub(crate) struct ScrapeLoop {
     pub ingest: IngestMetrics,
     /// Scrape interval.
     pub interval: Duration,
-    /// Each provider's last published readiness reason, so a transition is logged once.
-    pub readiness: Vec<Option<ReadyReason>>,
     /// The wall clock scrapes are stamped with.
     pub clock: Clock,
     /// Each provider's latest verdict, by index, updated on every transition: what the
@@ -300,19 +298,15 @@ impl ScrapeLoop {
             .collect();
         // A provider not kept (replaced or withdrawn) no longer exports its last reason;
         // a replacement exports its own from its first verdict.
-        for (i, p) in self.providers.iter().enumerate() {
-            if let Some(reason) = self.readiness.get(i).copied().flatten()
+        for (i, v) in last.iter().enumerate() {
+            if let Some(r) = v.readiness
                 && !kept.contains(&Some(i))
             {
                 self.metrics
-                    .ready_reason_gauge(&p.config.name, reason.label())
+                    .ready_reason_gauge(&v.provider.name, r.reason.label())
                     .set(0);
             }
         }
-        self.readiness = kept
-            .iter()
-            .map(|k| k.and_then(|i| self.readiness.get(i).copied().flatten()))
-            .collect();
         for p in &next {
             self.metrics.add_provider(&p.config.name);
         }
@@ -360,16 +354,20 @@ impl ScrapeLoop {
     /// Logs and exports a provider's readiness when its reason changed: once per
     /// transition, at info when it can serve or is unknown, at warn when it cannot.
     fn record_readiness(&mut self, provider: usize, readiness: Readiness) {
-        let (Some(name), Some(last)) = (
-            self.providers.get(provider).map(|p| p.config.name.as_str()),
-            self.readiness.get_mut(provider),
-        ) else {
+        let Some(name) = self.providers.get(provider).map(|p| p.config.name.as_str()) else {
             return;
         };
-        if !transition(*last, readiness.reason) {
+        // The verdict last published is the reason a transition is judged against.
+        let last = self
+            .verdicts
+            .borrow()
+            .get(provider)
+            .and_then(|v| v.readiness)
+            .map(|r| r.reason);
+        if !transition(last, readiness.reason) {
             return;
         }
-        self.metrics.set_ready_reason(name, *last, readiness.reason);
+        self.metrics.set_ready_reason(name, last, readiness.reason);
         self.verdicts.send_modify(|v| {
             if let Some(slot) = v.get_mut(provider) {
                 slot.readiness = Some(readiness);
@@ -384,7 +382,6 @@ impl ScrapeLoop {
         } else {
             tracing::info!(provider = %name, status, reason, class, previous, "provider readiness changed");
         }
-        *last = Some(readiness.reason);
     }
 
     /// Counts what the site machine said of one scrape.
