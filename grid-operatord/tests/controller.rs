@@ -8,7 +8,7 @@ use std::time::Duration;
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::fake_kube::{Action, FakeKube, Fault, Target};
 use grid_kit::operator_harness::{
-    Grid, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
+    Grid, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets, post_ingest,
 };
 use grid_operatord::Error;
 use grid_operatord::config::{Listen, TlsFiles};
@@ -623,22 +623,12 @@ async fn poll_resets(
     addr: std::net::SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Vec<(String, u64)> {
-    use grid_signals::store::{Sender, StoreEvent};
     let fetched = get_signals(addr, tls).await.unwrap();
-    let now = grid_operatord::clock::wall_ms();
-    store.ingest(
-        &fetched.body,
-        Sender::Local,
-        fetched.date_ms.unwrap_or(now),
-        now,
-    );
-    std::iter::from_fn(|| store.poll_event())
-        .filter_map(|e| match e {
-            StoreEvent::Reset {
-                provider, revision, ..
-            } if provider == "llama" => Some((revision.uid, revision.generation)),
-            _ => None,
-        })
+    ingest_resets(store, &fetched)
+        .1
+        .into_iter()
+        .filter(|(provider, _)| provider == "llama")
+        .map(|(_, revision)| (revision.uid, revision.generation))
         .collect()
 }
 
@@ -692,19 +682,8 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
         let restarts = op.started.borrow().as_ref().unwrap().restarts;
         let d = op.driver(restarts).await;
         if let Ok(f) = get_signals(d.signals_addr, gateway.clone()).await {
-            let now = grid_operatord::clock::wall_ms();
-            store.ingest(
-                &f.body,
-                grid_signals::store::Sender::Local,
-                f.date_ms.unwrap_or(now),
-                now,
-            );
-            after_recreation.extend(std::iter::from_fn(|| store.poll_event()).filter_map(
-                |e| match e {
-                    grid_signals::store::StoreEvent::Reset { revision, .. } => Some(revision.uid),
-                    _ => None,
-                },
-            ));
+            let (_, resets) = ingest_resets(&mut store, &f);
+            after_recreation.extend(resets.into_iter().map(|(_, revision)| revision.uid));
         }
         if after_recreation.iter().any(|u| *u != uid) {
             break;
@@ -724,25 +703,14 @@ async fn poll_every_reset(
     addr: std::net::SocketAddr,
     tls: Arc<rustls::ClientConfig>,
 ) -> Vec<(String, u64, u64)> {
-    use grid_signals::store::{Sender, StoreEvent};
     let Ok(fetched) = get_signals(addr, tls).await else {
         return Vec::new();
     };
-    let now = grid_operatord::clock::wall_ms();
-    let report = store.ingest(
-        &fetched.body,
-        Sender::Local,
-        fetched.date_ms.unwrap_or(now),
-        now,
-    );
+    let (report, resets) = ingest_resets(store, &fetched);
     assert_eq!(report.dropped.total(), 0, "nothing refused: {report:?}");
-    std::iter::from_fn(|| store.poll_event())
-        .filter_map(|e| match e {
-            StoreEvent::Reset {
-                provider, revision, ..
-            } => Some((provider, revision.generation, revision.epoch)),
-            _ => None,
-        })
+    resets
+        .into_iter()
+        .map(|(provider, r)| (provider, r.generation, r.epoch))
         .collect()
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::operator_harness::{
-    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, post_ingest,
-    signals_url,
+    Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets,
+    post_ingest, signals_url,
 };
 use grid_operatord::config::{ConfigSource, FileConfigSource};
 use grid_operatord::driver::{self, Options, Running};
@@ -1004,7 +1004,7 @@ async fn under_gossip_a_declared_trust_change_does_not_stop_the_operator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_added_to_the_file_is_scraped_live_and_the_kept_one_goes_on_learning() {
-    use grid_signals::store::{Sender, Store, StoreConfig, StoreEvent};
+    use grid_signals::store::{Store, StoreConfig};
     let grid = Grid::new();
     let a = grid.site("a");
     let (m, n) = (
@@ -1021,21 +1021,11 @@ async fn a_provider_added_to_the_file_is_scraped_live_and_the_kept_one_goes_on_l
         let fetched = get_signals(running.signals_addr, gateway.clone())
             .await
             .unwrap();
-        let now = grid_operatord::clock::wall_ms();
-        let report = store.ingest(
-            &fetched.body,
-            Sender::Local,
-            fetched.date_ms.unwrap_or(now),
-            now,
-        );
+        let (report, resets) = ingest_resets(&mut store, &fetched);
         assert_eq!(report.dropped.total(), 0, "{report:?}");
-        std::iter::from_fn(|| store.poll_event())
-            .filter_map(|e| match e {
-                StoreEvent::Reset {
-                    provider, revision, ..
-                } => Some((provider, revision.epoch)),
-                _ => None,
-            })
+        resets
+            .into_iter()
+            .map(|(provider, revision)| (provider, revision.epoch))
             .collect::<Vec<_>>()
     };
     let mut resets = Vec::new();

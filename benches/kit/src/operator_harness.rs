@@ -247,6 +247,34 @@ pub fn signals_url(addr: SocketAddr) -> String {
     format!("https://127.0.0.1:{}/v1/site/signals", addr.port())
 }
 
+/// What a gateway's `store` makes of one fetched relay body, as the gateway ingests it:
+/// the ingest report, and each learning reset it raised, by provider.
+pub fn ingest_resets(
+    store: &mut grid_signals::store::Store,
+    fetched: &Fetched,
+) -> (
+    grid_signals::store::IngestReport,
+    Vec<(String, grid_signals::batch::Revision)>,
+) {
+    use grid_signals::store::{Sender, StoreEvent};
+    let now = grid_operatord::clock::wall_ms();
+    let report = store.ingest(
+        &fetched.body,
+        Sender::Local,
+        fetched.date_ms.unwrap_or(now),
+        now,
+    );
+    let resets = std::iter::from_fn(|| store.poll_event())
+        .filter_map(|e| match e {
+            StoreEvent::Reset {
+                provider, revision, ..
+            } => Some((provider, revision)),
+            _ => None,
+        })
+        .collect();
+    (report, resets)
+}
+
 /// GET the signals of the operator at `addr` with `tls`.
 pub async fn get_signals(
     addr: SocketAddr,
