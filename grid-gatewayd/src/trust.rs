@@ -66,7 +66,6 @@ pub fn operator_tls(
         OperatorTrust::Spiffe { trust_domain } => local(Trust::spiffe(
             &config.site,
             trust_domain,
-            std::iter::empty(),
             material.roots.clone(),
         )),
     }

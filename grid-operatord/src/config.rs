@@ -125,15 +125,57 @@ pub struct Config {
 }
 
 impl Config {
-    /// Whether `next` is this configuration with another provider list and nothing
-    /// else: the one change a running operator takes over live, in the same epoch, in
-    /// both the file and the controller mode (`Running::reconfigure_providers`).
-    pub fn differs_only_in_providers(&self, next: &Self) -> bool {
-        let without = |c: &Self| Self {
-            providers: Vec::new(),
-            ..c.clone()
+    /// Whether a running operator takes `next` over live, in the same epoch, in both the
+    /// file and the controller mode (`Running::reconfigure`): another provider list and,
+    /// under gossip, another trust (mode, CA bundle, peers: the seeds and pins), and
+    /// nothing else. Under poll a trust change restarts the process (spec, seed 002);
+    /// any other change restarts the driver.
+    pub fn takes_over_live(&self, next: &Self) -> bool {
+        let gossip = self.transport == TransportMode::Gossip;
+        // `next` with the fields taken over live set to this configuration's.
+        let kept = Self {
+            providers: self.providers.clone(),
+            trust: if gossip {
+                self.trust.clone()
+            } else {
+                next.trust.clone()
+            },
+            tls: TlsFiles {
+                ca: if gossip {
+                    self.tls.ca.clone()
+                } else {
+                    next.tls.ca.clone()
+                },
+                ..next.tls.clone()
+            },
+            peers: if gossip {
+                self.peers.clone()
+            } else {
+                next.peers.clone()
+            },
+            ..next.clone()
         };
-        self.providers != next.providers && without(self) == without(next)
+        self != next && *self == kept
+    }
+
+    /// The first trust field whose declaration differs, as the file spells it: the mode,
+    /// the CA bundle, or the peers (name, URL, pins).
+    pub fn trust_differs(&self, next: &Self) -> Option<&'static str> {
+        let peers = |c: &Self| -> Vec<(String, String, Vec<Fingerprint>)> {
+            c.peers
+                .iter()
+                .map(|p| (p.name.clone(), p.url.to_string(), p.fingerprints.clone()))
+                .collect()
+        };
+        if self.trust != next.trust {
+            Some("trust")
+        } else if self.tls.ca != next.tls.ca {
+            Some("tls.ca")
+        } else if peers(self) != peers(next) {
+            Some("peers")
+        } else {
+            None
+        }
     }
 }
 

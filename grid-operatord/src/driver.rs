@@ -13,17 +13,19 @@ use grid_feedback::Receiver;
 use grid_signals::site::{ProviderSpec, Site, SiteConfig};
 use grid_signals::store::StoreConfig;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::Error;
+pub use crate::bind::PORT_PAIR_ATTEMPTS;
+use crate::bind::{bind, bind_signals};
 use crate::clock::Clock;
-use crate::config::{Config, ConfigSource, TransportMode};
+use crate::config::{Config, ConfigSource, PeerConfig, TransportMode};
 use crate::feedback;
 use crate::listener::{Listener, Timeouts};
+use crate::live::Live;
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
-use crate::providers::{ScrapeLoop, ScrapedProvider, spec_of};
+use crate::providers::{ScrapeLoop, spec_of};
 use crate::scrape::{Scraper, scrape_tls_config};
 use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
@@ -90,8 +92,8 @@ pub struct Running {
     /// Each provider's latest readiness verdict (index order of the provider list being
     /// scraped), changed on every transition.
     pub verdicts: tokio::sync::watch::Receiver<crate::providers::Verdicts>,
-    /// The provider list the scrape loop takes between passes.
-    providers: Arc<tokio::sync::watch::Sender<Vec<ScrapedProvider>>>,
+    /// What a change taken over live is applied through.
+    live: Live,
     /// Who membership says is live (never changes when membership does not run).
     pub membership: tokio::sync::watch::Receiver<crate::membership::View>,
     /// The membership series.
@@ -126,17 +128,27 @@ impl Running {
 }
 
 impl Running {
-    /// Scrapes and publishes `config`'s providers from the next pass on, in this
-    /// process's epoch, without restarting anything: each unchanged provider's receivers
-    /// go on learning, a changed one's reset on its new revision, a removed one is
-    /// withdrawn with a last not-ready batch (grid-signals' `Site::reconfigure`). Only the
-    /// providers of `config` are read; whatever else changed needs a restart.
+    /// Takes `next` over from `running` (the configuration this operator runs) without
+    /// restarting anything, in this process's epoch, when
+    /// [`Config::takes_over_live`] allows it. Its providers are scraped and published
+    /// from the next pass on: each unchanged provider's receivers go on learning, a
+    /// changed one's reset on its new revision, a removed one is withdrawn with a last
+    /// not-ready batch (grid-signals' `Site::reconfigure`). Under gossip its trust is in
+    /// force from the next handshake and certificate check, and its peers are the seeds.
     ///
     /// # Errors
     ///
-    /// An `https` EPP whose CA bundle cannot be read; nothing changes then.
-    pub fn reconfigure_providers(&self, config: &Config) -> Result<(), Error> {
-        take_providers(&self.providers, config)
+    /// `next` changes more than what is taken over live (the caller restarts instead),
+    /// or material cannot be read (an `https` EPP's CA bundle, the new trust's CA);
+    /// nothing changes then.
+    pub fn reconfigure(&self, running: &Config, next: &Config) -> Result<(), Error> {
+        if !running.takes_over_live(next) {
+            return Err(Error::ConfigField {
+                field: "(configuration)".into(),
+                reason: "changes more than what a running operator takes over live".into(),
+            });
+        }
+        self.live.apply(running, next)
     }
 
     /// Stops the operator the way the gateway stops: every task ends (scrapes, peer
@@ -157,14 +169,6 @@ impl Running {
     }
 }
 
-/// Binds `addr`, returning the listener and the address it really has (port 0 chosen).
-async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
-    let bind_err = |source| Error::Bind { addr, source };
-    let tcp = TcpListener::bind(addr).await.map_err(bind_err)?;
-    let bound = tcp.local_addr().map_err(bind_err)?;
-    Ok((tcp, bound))
-}
-
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
@@ -176,7 +180,10 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-fn scrape_targets(config: &Config, material: &TlsMaterial) -> Result<Vec<FetchTarget>, Error> {
+pub(crate) fn scrape_targets(
+    config: &Config,
+    material: &TlsMaterial,
+) -> Result<Vec<FetchTarget>, Error> {
     config
         .providers
         .iter()
@@ -220,7 +227,6 @@ pub async fn start_with(
 ) -> Result<Running, Error> {
     let material = crate::trust::material(&config.tls)?;
     let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
-    let trust_for_reloads = Arc::clone(&trust);
     // One presented certificate for the listener and every peer poll, renewed in place.
     let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
     let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
@@ -255,7 +261,7 @@ pub async fn start_with(
         Ok(())
     });
 
-    let providers = scraped(&config, targets);
+    let providers = crate::live::scraped(&config, targets);
     let (verdicts_tx, verdicts) = tokio::sync::watch::channel(
         providers
             .iter()
@@ -266,7 +272,12 @@ pub async fn start_with(
             .collect(),
     );
     let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
-    let providers_tx = Arc::new(providers_tx);
+    let (seeds_tx, seeds) = tokio::sync::watch::channel(crate::live::seeds_of(&config));
+    let live = Live {
+        providers: Arc::new(providers_tx),
+        trust: Arc::clone(&trust),
+        seeds: Arc::new(seeds_tx),
+    };
     let scrape_loop = ScrapeLoop {
         verdicts: verdicts_tx,
         changes,
@@ -297,7 +308,7 @@ pub async fn start_with(
     let (endpoint, view) = start_membership(
         &config,
         (signals_addr, gossip_udp, epoch),
-        (&certificate, &trust),
+        (&certificate, &trust, seeds),
         (
             membership_metrics.clone(),
             options.membership_faults.clone(),
@@ -307,10 +318,14 @@ pub async fn start_with(
     )?;
     if !gossiping {
         // Under gossip nothing is polled: batches are pulled as their versions are heard.
-        let pollers = peer_pollers(&config, &certificate, &trust, &signals, &metrics, &clock)?;
+        let peers = config.peers.iter().cloned();
+        let poller = peer_poller(&config, &certificate, &trust, (&signals, &metrics, &clock));
+        let pollers = peers.map(&poller).collect::<Result<Vec<_>, _>>()?;
+        let adopt: crate::peers::Adopt =
+            Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
         let peer_view = view.clone();
         tasks.spawn(async move {
-            crate::peers::run_peer_set(pollers, peer_view).await;
+            crate::peers::run_peer_set(pollers, adopt, peer_view).await;
             Ok(())
         });
     }
@@ -352,8 +367,8 @@ pub async fn start_with(
     ));
     watch_declarations(
         &mut tasks,
-        (certificate, trust_for_reloads, certificates.clone()),
-        source.map(|s| (s, config.clone(), Arc::clone(&providers_tx))),
+        (certificate, Arc::clone(&live.trust), certificates.clone()),
+        source.map(|s| (s, config.clone(), live.clone())),
         &options,
     );
     tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
@@ -366,7 +381,7 @@ pub async fn start_with(
         registry,
         certificates,
         verdicts,
-        providers: providers_tx,
+        live,
         membership: view,
         membership_metrics,
         state,
@@ -382,7 +397,11 @@ pub async fn start_with(
 fn start_membership(
     config: &Config,
     (signals_addr, gossip_udp, epoch): (SocketAddr, tokio::net::UdpSocket, u64),
-    (certificate, trust): (&Arc<tls::CertSlot>, &Arc<tls::Trust>),
+    (certificate, trust, seeds): (
+        &Arc<tls::CertSlot>,
+        &Arc<tls::Trust>,
+        tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
+    ),
     (metrics, faults): (
         grid_membership::MembershipMetrics,
         Option<Arc<crate::membership::LinkFaults>>,
@@ -413,14 +432,6 @@ fn start_membership(
         let (_, rx) = tokio::sync::watch::channel(crate::membership::View::default());
         return Ok((None, rx));
     };
-    let seeds = config
-        .peers
-        .iter()
-        .filter_map(|p| {
-            let host = p.url.host()?.to_owned();
-            Some((p.name.clone(), host, p.url.port_u16().unwrap_or(443)))
-        })
-        .collect();
     let started = crate::membership::start(
         own,
         gossip_udp,
@@ -461,31 +472,6 @@ fn membership_identity(
         signals_port: signals_addr.port(),
         gossip_port: signals_addr.port(),
         incarnation: epoch,
-    })
-}
-
-/// Attempts at finding a port free for both TCP and UDP when the configuration asks the
-/// OS to choose one.
-pub const PORT_PAIR_ATTEMPTS: usize = 16;
-
-/// Binds the signals listener and the membership socket on the same address and port
-/// number (TCP and UDP ports are separate spaces), so a member's signals endpoint is its
-/// gossip endpoint. Port 0 retries until a port is free for both.
-async fn bind_signals(
-    addr: SocketAddr,
-) -> Result<(TcpListener, tokio::net::UdpSocket, SocketAddr), Error> {
-    let mut last = None;
-    for _ in 0..PORT_PAIR_ATTEMPTS {
-        let (tcp, bound) = bind(addr).await?;
-        match tokio::net::UdpSocket::bind(bound).await {
-            Ok(udp) => return Ok((tcp, udp, bound)),
-            Err(e) if addr.port() == 0 => last = Some(e),
-            Err(source) => return Err(Error::Bind { addr, source }),
-        }
-    }
-    Err(Error::Bind {
-        addr,
-        source: last.unwrap_or_else(|| std::io::Error::other("no port pair")),
     })
 }
 
@@ -540,33 +526,36 @@ async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persist
     })
 }
 
-fn peer_pollers(
+/// Builds the poller of one peer: a client presenting this site's certificate that
+/// accepts only that peer, under the trust in force at each handshake.
+fn peer_poller(
     config: &Config,
     certificate: &Arc<tls::CertSlot>,
     trust: &Arc<tls::Trust>,
-    signals: &SharedSignals,
-    metrics: &OperatorMetrics,
-    clock: &Clock,
-) -> Result<Vec<PeerPoller>, Error> {
-    config
-        .peers
-        .iter()
-        .map(|peer| {
-            Ok(PeerPoller {
-                peer: peer.clone(),
-                tls: tls::client_config_presenting(
-                    Arc::clone(certificate),
-                    trust.clone(),
-                    Identity::Peer(peer.name.clone()),
-                )?,
-                signals: signals.clone(),
-                metrics: metrics.polls.clone(),
-                ingest: metrics.ingest.clone(),
-                interval: config.peer_poll_interval,
-                clock: clock.clone(),
-            })
+    (signals, metrics, clock): (&SharedSignals, &OperatorMetrics, &Clock),
+) -> impl Fn(PeerConfig) -> Result<PeerPoller, Error> + Send + Sync + 'static {
+    let (certificate, trust) = (Arc::clone(certificate), Arc::clone(trust));
+    let (signals, polls, ingest) = (
+        signals.clone(),
+        metrics.polls.clone(),
+        metrics.ingest.clone(),
+    );
+    let (clock, interval) = (clock.clone(), config.peer_poll_interval);
+    move |peer| {
+        Ok(PeerPoller {
+            tls: tls::client_config_presenting(
+                Arc::clone(&certificate),
+                trust.clone(),
+                Identity::Peer(peer.name.clone()),
+            )?,
+            peer,
+            signals: signals.clone(),
+            metrics: polls.clone(),
+            ingest: ingest.clone(),
+            interval,
+            clock: clock.clone(),
         })
-        .collect()
+    }
 }
 
 fn restore_receiver(
@@ -605,30 +594,6 @@ fn site(config: &Config, epoch: u64, now: u64) -> Site {
         site.set_unavailable(i, p.unavailable);
     }
     site
-}
-
-/// Hands `config`'s providers to the scrape loop, which takes them between passes.
-fn take_providers(
-    to: &tokio::sync::watch::Sender<Vec<ScrapedProvider>>,
-    config: &Config,
-) -> Result<(), Error> {
-    let material = crate::trust::material(&config.tls)?;
-    let targets = scrape_targets(config, &material)?;
-    to.send_replace(scraped(config, targets));
-    Ok(())
-}
-
-/// `config`'s providers beside their scrape targets (built from the same list).
-fn scraped(config: &Config, targets: Vec<FetchTarget>) -> Vec<ScrapedProvider> {
-    config
-        .providers
-        .iter()
-        .zip(targets)
-        .map(|(p, target)| ScrapedProvider {
-            target,
-            config: p.clone(),
-        })
-        .collect()
 }
 
 /// Writes the fences whenever they moved since the last write. A failed write is
@@ -681,16 +646,14 @@ fn restored_site(
     held
 }
 
-/// The provider list the scrape loop follows.
-type ProviderList = Arc<tokio::sync::watch::Sender<Vec<ScrapedProvider>>>;
-
 /// Spawns what follows the files under a running operator: the certificate (renewed in
-/// place) and, with a source, the declared mode and trust (either change ends the process
-/// for its supervisor to restart) and the providers (taken over live).
+/// place, checked against the trust in force at each check) and, with a source, the
+/// declared mode and, under poll, trust (either change ends the process for its
+/// supervisor to restart), the providers and, under gossip, the trust (taken over live).
 fn watch_declarations(
     tasks: &mut JoinSet<Result<(), Error>>,
     (slot, trust, reloads): (Arc<tls::CertSlot>, Arc<tls::Trust>, tls::ReloadMetrics),
-    source: Option<(Arc<dyn ConfigSource>, Config, ProviderList)>,
+    source: Option<(Arc<dyn ConfigSource>, Config, Live)>,
     options: &Options,
 ) {
     let every = options.cert_check;
@@ -698,21 +661,21 @@ fn watch_declarations(
         tls::watch(slot, Some(trust), every, reloads).await;
         Ok(())
     });
-    if let Some((source, running, providers)) = source {
-        tasks.spawn(watch_mode(source, running, providers, options.mode_check));
+    if let Some((source, running, live)) = source {
+        tasks.spawn(watch_mode(source, running, live, options.mode_check));
     }
 }
 
 /// Ends with [`Error::ModeChanged`] once the source declares another mode than `running`,
-/// or [`Error::TrustChanged`] once it declares another trust; hands a changed provider
-/// list (and nothing else changed) to the scrape loop, the way the controller does.
+/// or, under poll, [`Error::TrustChanged`] once it declares another trust; takes a change
+/// [`Config::takes_over_live`] allows over live, the way the controller does.
 async fn watch_mode(
     source: Arc<dyn ConfigSource>,
     mut running: Config,
-    providers: ProviderList,
+    live: Live,
     every: Duration,
 ) -> Result<(), Error> {
-    let declared = Declared::of(&running);
+    let transport = running.transport;
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut changes = Changes::default();
@@ -721,8 +684,8 @@ async fn watch_mode(
         ticker.tick().await;
         let (a, b) = (source.clone(), source.clone());
         let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
-            Ok(Ok(mode)) if mode != declared.transport.as_str() => Some(Error::ModeChanged {
-                running: declared.transport.as_str(),
+            Ok(Ok(mode)) if mode != transport.as_str() => Some(Error::ModeChanged {
+                running: transport.as_str(),
                 declared: mode,
             }),
             Ok(Err(e)) => {
@@ -738,30 +701,24 @@ async fn watch_mode(
             _ => None,
         };
         // Only the poll path restarts on a peer trust change (spec, seed 002): under
-        // gossip the trust is not a reason to exit.
+        // gossip the trust is taken over live.
         let seen = match (seen, &loaded) {
             (Some(change), _) => Some(change),
-            (None, _) if declared.transport == TransportMode::Gossip => None,
-            (None, Some(config)) => declared
-                .trust_differs(&Declared::of(config))
+            (None, _) if transport == TransportMode::Gossip => None,
+            (None, Some(config)) => running
+                .trust_differs(config)
                 .map(|field| Error::TrustChanged { field }),
             (None, None) => None,
         };
         if let Some(change) = changes.observe(seen) {
             return Err(change);
         }
-        let next = loaded.filter(|c| running.differs_only_in_providers(c));
+        let next = loaded.filter(|c| running.takes_over_live(c));
         if let Some(next) = listed.observe(next) {
-            match take_providers(&providers, &next) {
-                Ok(()) => {
-                    tracing::info!(
-                        providers = next.providers.len(),
-                        "the providers changed; taken over live, in the same epoch"
-                    );
-                    running = next;
-                }
+            match live.apply(&running, &next) {
+                Ok(()) => running = next,
                 Err(e) => {
-                    tracing::warn!(error = %e, "the new provider list cannot be scraped; keeping the running one");
+                    tracing::warn!(error = %e, "the changed configuration cannot be applied; keeping the running one");
                 }
             }
         }
@@ -817,45 +774,6 @@ impl Changes {
         tracing::info!(change = %key, "the declaration changed; acting on it if the next check reads it too");
         self.pending = Some(key);
         None
-    }
-}
-
-/// What a running operator must restart to change: the signal transport and the trust
-/// (mode, CA bundle, and each peer's name, URL and pins). Certificate renewals are not
-/// here: they are applied in place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Declared {
-    transport: TransportMode,
-    trust: crate::config::TrustMode,
-    ca: Option<std::path::PathBuf>,
-    peers: Vec<(String, String, Vec<tls::Fingerprint>)>,
-}
-
-impl Declared {
-    fn of(config: &Config) -> Self {
-        Self {
-            transport: config.transport,
-            trust: config.trust.clone(),
-            ca: config.tls.ca.clone(),
-            peers: config
-                .peers
-                .iter()
-                .map(|p| (p.name.clone(), p.url.to_string(), p.fingerprints.clone()))
-                .collect(),
-        }
-    }
-
-    /// The first field whose declaration differs, as the file spells it.
-    fn trust_differs(&self, now: &Self) -> Option<&'static str> {
-        if self.trust != now.trust {
-            Some("trust")
-        } else if self.ca != now.ca {
-            Some("tls.ca")
-        } else if self.peers != now.peers {
-            Some("peers")
-        } else {
-            None
-        }
     }
 }
 

@@ -33,6 +33,7 @@
 //! the whole-operator tests that drive them on loopback; the scrape loop, the feedback
 //! writer and the trust wiring are private.
 
+mod bind;
 pub mod clock;
 pub mod config;
 pub mod controller;
@@ -41,6 +42,7 @@ mod error;
 mod feedback;
 pub mod gossip;
 pub mod listener;
+mod live;
 pub mod membership;
 pub mod metrics;
 pub mod peers;

@@ -168,8 +168,9 @@ pub struct Driver {
     view: watch::Sender<View>,
     certificate: Arc<CertSlot>,
     trust: Arc<Trust>,
-    /// Configured peers with a URL: (site, host, signals port).
-    seeds: Vec<(String, String, u16)>,
+    /// Configured peers with a URL: (site, host, signals port); the latest declared,
+    /// read at every seed contact.
+    seeds: watch::Receiver<Vec<crate::live::Seed>>,
     /// Host lookups, found or not, each kept for [`RESOLVED_FOR`]: a name that does not
     /// resolve costs one bounded lookup per period, not one per datagram.
     resolved: HashMap<(String, u16), (Option<SocketAddr>, u64)>,
@@ -208,7 +209,7 @@ pub struct Started {
 pub(crate) fn start(
     own: Member,
     udp: UdpSocket,
-    seeds: Vec<(String, String, u16)>,
+    seeds: watch::Receiver<Vec<crate::live::Seed>>,
     (certificate, trust): (Arc<CertSlot>, Arc<Trust>),
     metrics: MembershipMetrics,
     gossip: Option<crate::gossip::Gossip>,
@@ -335,7 +336,7 @@ impl Driver {
     /// Seeds not live yet are contacted; a live one is reached through SWIM.
     fn contact_seeds(&self) {
         let live: BTreeSet<&str> = self.membership.live().map(|m| m.site.as_str()).collect();
-        for (site, host, port) in &self.seeds {
+        for (site, host, port) in self.seeds.borrow().iter() {
             if !live.contains(site.as_str()) {
                 self.exchange(site.clone(), host.clone(), *port);
             }
@@ -421,11 +422,7 @@ impl Driver {
         {
             return *found;
         }
-        let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|mut addrs| addrs.next());
+        let found = bounded_lookup(tokio::net::lookup_host((host, port))).await;
         // Bounded like the session table: members are at most a few thousand.
         if self.resolved.len() >= grid_membership::seal::MAX_SESSIONS {
             self.resolved.retain(|_, (_, until)| *until > now);
@@ -437,6 +434,19 @@ impl Driver {
         self.resolved.insert(key, (found, until));
         found
     }
+}
+
+/// The first address `lookup` gives within [`RESOLVE_TIMEOUT`]; `None` when it fails,
+/// gives none, or does not answer in time (a resolver that never answers costs one bound,
+/// not the driver).
+async fn bounded_lookup<A: Iterator<Item = SocketAddr>>(
+    lookup: impl Future<Output = std::io::Result<A>>,
+) -> Option<SocketAddr> {
+    tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|mut addrs| addrs.next())
 }
 
 /// The next finished gossip fetch; never, under poll.
@@ -518,6 +528,30 @@ mod tests {
     fn client_for(peer: &str) -> Arc<rustls::ClientConfig> {
         let grid = Grid::new();
         grid.client(&grid.ca.site(DOMAIN, "a"), "a", peer)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lookup_that_never_answers_gives_up_at_resolve_timeout_and_one_just_inside_is_used() {
+        let started = tokio::time::Instant::now();
+        let never = std::future::pending::<std::io::Result<std::vec::IntoIter<SocketAddr>>>();
+        assert_eq!(bounded_lookup(never).await, None);
+        assert_eq!(started.elapsed(), RESOLVE_TIMEOUT);
+        let addr: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        let just_inside = async move {
+            tokio::time::sleep(
+                RESOLVE_TIMEOUT
+                    .checked_sub(Duration::from_millis(1))
+                    .unwrap(),
+            )
+            .await;
+            Ok(vec![addr].into_iter())
+        };
+        assert_eq!(bounded_lookup(just_inside).await, Some(addr));
+        let just_late = async move {
+            tokio::time::sleep(RESOLVE_TIMEOUT + Duration::from_millis(1)).await;
+            Ok(vec![addr].into_iter())
+        };
+        assert_eq!(bounded_lookup(just_late).await, None);
     }
 
     #[tokio::test(start_paused = true)]

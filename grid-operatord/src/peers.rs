@@ -176,15 +176,24 @@ impl PeerPoller {
     }
 }
 
-/// Runs one poller per configured peer, where membership says it is.
+/// Builds the poller of a live member no configured peer names, polled at the URL given,
+/// or `None` when this
+/// site cannot verify it. In SPIFFE mode every site of the trust domain is a peer, so a
+/// member that joined through a seed is polled like a configured one; in pin mode only
+/// pinned sites can join at all.
+pub type Adopt = Arc<dyn Fn(&str, http::Uri) -> Option<PeerPoller> + Send + Sync>;
+
+/// Runs one poller per live member, where membership says it is: polls exactly the live
+/// members, and the configured peers membership has not heard of yet.
 ///
 /// A configured peer is polled at its configured URL until membership reports it live,
 /// then at its SWIM-advertised host and signals port ([`grid_membership::Member::signals_url`]);
-/// a peer declared down is not polled until it is live again, and its rows age out as
-/// any unpolled peer's do. Only configured peers are polled: they are the ones the trust
-/// names, so a member outside it could not be verified anyway.
+/// a live member no configured peer names is polled there too, through `adopt`. A member
+/// declared down is not polled until it is live again, and its rows age out as any
+/// unpolled peer's do.
 pub async fn run_peer_set(
     pollers: Vec<PeerPoller>,
+    adopt: Adopt,
     mut view: tokio::sync::watch::Receiver<crate::membership::View>,
 ) {
     // Owned here, so aborting this task aborts every poller it started.
@@ -193,40 +202,50 @@ pub async fn run_peer_set(
         std::collections::HashMap::new();
     loop {
         while tasks.try_join_next().is_some() {}
-        let desired: Vec<(&PeerPoller, http::Uri)> = {
-            let v = view.borrow_and_update();
-            pollers
-                .iter()
-                .filter_map(|p| match v.live.get(&p.peer.name) {
-                    Some(member) => member.signals_url().parse().ok().map(|u| (p, u)),
-                    None if v.down.contains(&p.peer.name) => None,
-                    None => Some((p, p.peer.url.clone())),
-                })
-                .collect()
-        };
+        let desired = polled(&pollers, &view.borrow_and_update());
         running.retain(|name, (url, task)| {
-            let keep = desired
-                .iter()
-                .any(|(p, u)| &p.peer.name == name && u == url);
+            let keep = desired.iter().any(|(n, u)| n == name && u == url);
             if !keep {
                 task.abort();
             }
             keep
         });
-        for (p, url) in desired {
-            if running.contains_key(&p.peer.name) {
+        for (name, url) in desired {
+            if running.contains_key(&name) {
                 continue;
             }
-            let mut poller = p.clone();
+            let configured = pollers.iter().find(|p| p.peer.name == name).cloned();
+            let Some(mut poller) = configured.or_else(|| adopt(&name, url.clone())) else {
+                continue;
+            };
             poller.peer.url = url.clone();
-            tracing::debug!(peer = %p.peer.name, %url, "polling peer");
-            running.insert(p.peer.name.clone(), (url, tasks.spawn(poller.run())));
+            tracing::debug!(peer = %name, %url, "polling peer");
+            running.insert(name, (url, tasks.spawn(poller.run())));
         }
         if view.changed().await.is_err() {
             // Membership ended (or never ran): the pollers keep going as they are.
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Who is polled, and where, under `view`: every live member at its advertised URL, and
+/// each configured peer membership has neither live nor down at its configured one.
+fn polled(pollers: &[PeerPoller], view: &crate::membership::View) -> Vec<(String, http::Uri)> {
+    let configured = pollers.iter().filter_map(|p| {
+        let name = &p.peer.name;
+        match view.live.get(name) {
+            Some(member) => member.signals_url().parse().ok().map(|u| (name.clone(), u)),
+            None if view.down.contains(name) => None,
+            None => Some((name.clone(), p.peer.url.clone())),
+        }
+    });
+    let adopted = view
+        .live
+        .values()
+        .filter(|m| !pollers.iter().any(|p| p.peer.name == m.site))
+        .filter_map(|m| Some((m.site.clone(), m.signals_url().parse().ok()?)));
+    configured.chain(adopted).collect()
 }
 
 #[cfg(test)]
@@ -274,12 +293,7 @@ mod tests {
         let cert = ca.site("grid.test", "a");
         let mut roots = RootCertStore::empty();
         roots.add(ca.cert()).unwrap();
-        let trust = Arc::new(Trust::spiffe(
-            "a",
-            "grid.test",
-            ["b".to_owned()],
-            roots.clone(),
-        ));
+        let trust = Arc::new(Trust::spiffe("a", "grid.test", roots.clone()));
         let material = TlsMaterial {
             chain: vec![cert.cert.clone()],
             key: cert.key(),

@@ -55,7 +55,6 @@ pub(crate) fn trust_from_config(config: &Config, material: &TlsMaterial) -> Resu
             Ok(Trust::spiffe(
                 &config.site,
                 trust_domain,
-                config.peers.iter().map(|p| p.name.clone()),
                 material.roots.clone(),
             ))
         }

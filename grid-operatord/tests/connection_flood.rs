@@ -54,7 +54,7 @@ async fn start(timeouts: Timeouts) -> Setup {
     let ca = Ca::new("ca");
     let mut roots = RootCertStore::empty();
     roots.add(ca.cert()).unwrap();
-    let trust = Arc::new(Trust::spiffe("a", "grid.test", ["b".to_owned()], roots));
+    let trust = Arc::new(Trust::spiffe("a", "grid.test", roots));
     let tls = server_config(&material(&ca.site("grid.test", "a"), &ca), trust.clone()).unwrap();
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
@@ -81,7 +81,12 @@ async fn start(timeouts: Timeouts) -> Setup {
 }
 
 async fn ask(setup: &Setup, site: &str) -> Result<Vec<u8>, String> {
-    let cert = setup.ca.site("grid.test", site);
+    ask_in(setup, "grid.test", site).await
+}
+
+/// [`ask`] with a certificate naming `site` in trust domain `domain`.
+async fn ask_in(setup: &Setup, domain: &str, site: &str) -> Result<Vec<u8>, String> {
+    let cert = setup.ca.site(domain, site);
     let tls = client_config(
         &material(&cert, &setup.ca),
         setup.trust.clone(),
@@ -199,7 +204,10 @@ async fn half_open_connections_cannot_squat_on_the_reserved_slots() {
 async fn a_trusted_stranger_is_served_as_nobody_and_an_untrusted_one_is_refused() {
     let setup = start(Timeouts::default()).await;
     assert_eq!(ask(&setup, "b").await.unwrap(), b"peer b");
-    assert_eq!(ask(&setup, "zz").await.unwrap(), b"nobody");
+    // Every site of the trust domain is a peer; the same CA's certificate for another
+    // domain is trusted by chain and is nobody.
+    assert_eq!(ask(&setup, "zz").await.unwrap(), b"peer zz");
+    assert_eq!(ask_in(&setup, "other.test", "zz").await.unwrap(), b"nobody");
     let rogue = Ca::new("rogue");
     let cert = rogue.site("grid.test", "a");
     let tls = client_config(

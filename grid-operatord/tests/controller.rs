@@ -513,7 +513,7 @@ async fn a_peer_trust_change_under_poll_ends_the_operator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_gossip_a_peer_trust_change_restarts_the_driver_in_process_not_the_operator() {
+async fn under_gossip_a_peer_trust_change_is_taken_over_live_in_the_same_epoch() {
     // An absent mode: gossip.
     let mut absent = network("gossip");
     absent["spec"]
@@ -522,15 +522,20 @@ async fn under_gossip_a_peer_trust_change_restarts_the_driver_in_process_not_the
         .remove("signalTransport");
     let (fake, _epp, _grid, site) = seeded_with(absent).await;
     let mut op = Controller::start(&fake, &site).await;
-    op.driver(0).await;
+    let first = op.driver(0).await;
     fake.create("gridsites", NS, site_b());
-    // The new trust is served by a restarted driver; the operator did not end.
-    let restarted = op.driver(1).await;
+    // The new trust (and seed) is in force in the running driver; nothing restarted.
+    let now = op
+        .configured(|d| d.config.peers.iter().any(|p| p.name == "b"))
+        .await;
     assert_eq!(
-        restarted.config.transport,
+        (now.restarts, now.reconfigured, now.epoch),
+        (0, 1, first.epoch)
+    );
+    assert_eq!(
+        now.config.transport,
         grid_operatord::config::TransportMode::Gossip
     );
-    assert!(restarted.config.peers.iter().any(|p| p.name == "b"));
     op.stop().await.unwrap();
 }
 
@@ -982,8 +987,10 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
         }
     };
     assert_eq!(wait(0).await.signals_addr, signals);
-    // Under gossip a new peer restarts the driver in-process.
-    fake.create("gridsites", NS, site_b());
+    // Another scrape interval restarts the driver in-process.
+    let mut slower = network("gossip");
+    slower["spec"]["intervals"]["scrapeSeconds"] = json!(0.3);
+    fake.replace("gridnetworks", NS, slower);
     let second = wait(1).await;
     assert_eq!(
         (second.signals_addr, second.metrics_addr),

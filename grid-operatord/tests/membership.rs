@@ -111,6 +111,38 @@ async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_it_advertises() {
+    let grid = Grid::new();
+    let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
+    let epp_c = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
+    // b names nobody; a and c name only b. In SPIFFE mode the trust domain is the
+    // grid's trust, so the peers list is where membership starts, not who may join.
+    let op_b = start(&b, &[], &[]).await;
+    let seed = [("b", signals_url(op_b.signals_addr))];
+    let _op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
+    let op_a = start(&a, &seed, &[]).await;
+    let gateway_a = grid.client(&a.cert, "a", "a");
+    eventually(
+        "a polls c, which it was never told of, and relays it",
+        30,
+        || {
+            let tls = gateway_a.clone();
+            async move {
+                let body = get_signals(op_a.signals_addr, tls).await.unwrap().body;
+                String::from_utf8_lossy(&body).contains("grid_site=\"c\"")
+            }
+        },
+    )
+    .await;
+    assert!(op_a.metrics.polls.count("c", PollOutcome::Ok) >= 1);
+    assert!(
+        op_b.metrics.polls.count("a", PollOutcome::Ok) >= 1,
+        "the seed polls who joined through it"
+    );
+    assert_eq!(op_a.membership_metrics.members(StateLabel::Alive), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_datagram_no_session_opens_is_refused_and_counted_and_membership_goes_on() {
     let grid = Grid::new();
     let a = grid.site("a");

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use grid_daemon::tls::Fingerprint;
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::operator_harness::{
     Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets,
@@ -171,9 +172,9 @@ async fn strangers_get_403_and_untrusted_or_expired_certificates_are_refused() {
     let grid = Grid::new();
     let a = grid.site("a");
     let op = run(&a, &[], &[]).await;
-    // A trusted certificate of a site a does not know.
-    let zz = grid.site("zz");
-    let stranger = grid.client(&zz.cert, "zz", "a");
+    // A certificate from the grid's CA that names no site of its trust domain.
+    let zz = grid.ca.site("other.test", "zz");
+    let stranger = grid.client(&zz, "zz", "a");
     assert_eq!(
         get_signals(op.signals_addr, stranger).await,
         Err(ScrapeFailure::Unauthorized)
@@ -985,17 +986,52 @@ async fn a_declared_trust_change_stops_the_operator_so_its_supervisor_restarts_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_gossip_a_declared_trust_change_does_not_stop_the_operator() {
+async fn under_gossip_a_switch_to_pin_is_in_force_at_the_next_handshake_without_a_restart() {
     let grid = Grid::new();
-    let a = grid.site("a");
+    let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
     let path = a.dir.path().join("operator.toml");
     let gossip = |text: String| text.replace("mode = \"poll\"", "mode = \"gossip\"");
     std::fs::write(&path, gossip(a.config_text(&[], &[]))).unwrap();
     let mut running = watching(&a, &path).await;
-    std::fs::write(&path, gossip(a.config_text(&[("b", NOWHERE.into())], &[]))).unwrap();
+    let as_c = || grid.client(&c.cert, "c", "a");
+    assert!(
+        get_signals(running.signals_addr, as_c()).await.is_ok(),
+        "under SPIFFE every site of the domain is a peer"
+    );
+    // The same file in pin mode, pinning b only.
+    let pin = Fingerprint::of_der(&b.cert.cert);
+    let pinned = gossip(a.config_text(&[("b", NOWHERE.into())], &[]))
+        .replace(
+            &format!(
+                "mode = \"spiffe\"\ntrustDomain = \"{}\"",
+                grid_kit::operator_harness::DOMAIN
+            ),
+            "mode = \"pin\"",
+        )
+        .replace(
+            "timeoutSeconds = 1",
+            &format!("timeoutSeconds = 1\nfingerprints = [\"{pin}\"]"),
+        );
+    assert!(pinned.contains("mode = \"pin\"") && pinned.contains("fingerprints"));
+    std::fs::write(&path, pinned).unwrap();
+    eventually("c refused at the handshake", 10, || async {
+        get_signals(running.signals_addr, as_c()).await.is_err()
+    })
+    .await;
+    assert!(
+        get_signals(running.signals_addr, grid.client(&b.cert, "b", "a"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        get_signals(running.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .is_ok(),
+        "the local gateway is this site's own certificate"
+    );
     // Ten checks and more: the same change stops a polling operator within two.
     assert!(
-        tokio::time::timeout(Duration::from_millis(1_500), running.wait())
+        tokio::time::timeout(Duration::from_secs(1), running.wait())
             .await
             .is_err(),
         "a gossiping operator exited on a trust change"

@@ -98,7 +98,7 @@ impl Grid {
         } else {
             Identity::Peer(server.to_owned())
         };
-        let trust = Arc::new(Trust::spiffe(who, DOMAIN, [server.to_owned()], roots));
+        let trust = Arc::new(Trust::spiffe(who, DOMAIN, roots));
         client_config(&self.material(cert), trust, expected).unwrap()
     }
 }

@@ -1,15 +1,16 @@
 //! The controller's supervision loop: translate the resources, start the very driver the
 //! file mode starts, and keep it in step with the resources.
 //!
-//! A change of the providers alone (a spec change, which moves a generation; a
-//! recreation, which changes a UID; a provider added or removed) is taken over live by
-//! the running driver, in the same epoch ([`Running::reconfigure_providers`]): receivers
-//! reset the learning of exactly the providers whose revision moved. Any other change
-//! that translates into another [`Config`] (under gossip, a new peer or trust) stops the
-//! driver and starts it again in-process: the fences and the feedback state are
-//! persisted and restored across it, and the new process epoch sits above the
-//! high-water mark. A status-only update translates into an equal configuration and
-//! changes nothing. A changed mode or trust ends the loop with the driver's own
+//! A change of the providers (a spec change, which moves a generation; a recreation,
+//! which changes a UID; a provider added or removed) and, under gossip, of the trust (a
+//! peer added or removed, its pins, the mode or CA) is taken over live by the running
+//! driver, in the same epoch ([`Running::reconfigure`]): receivers reset the learning of
+//! exactly the providers whose revision moved, and the next handshake verifies under the
+//! new trust. Any other change that translates into another [`Config`] stops the driver
+//! and starts it again in-process: the fences and the feedback state are persisted and
+//! restored across it, and the new process epoch sits above the high-water mark. A
+//! status-only update translates into an equal configuration and changes nothing. A
+//! changed mode, or trust under poll, ends the loop with the driver's own
 //! [`Error::ModeChanged`] / [`Error::TrustChanged`], for Kubernetes to restart the pod.
 //! A change that does not validate is counted and logged; the running configuration
 //! stays.
@@ -35,7 +36,8 @@ pub type Started = tokio::sync::watch::Sender<Option<StartedDriver>>;
 pub struct StartedDriver {
     /// How many starts came before this one in this process.
     pub restarts: u64,
-    /// How many provider lists this start took over live since it began.
+    /// How many changes (providers, or trust under gossip) this start took over live
+    /// since it began.
     pub reconfigured: u64,
     /// The configuration it runs (its provider list the latest one taken).
     pub config: Config,
@@ -160,7 +162,9 @@ pub async fn run(
                 e = &mut held => break Some(Err(e)),
             };
             match change {
-                Change::Providers(next) => config = take_over(&running, *next, &started, &metrics),
+                Change::Live(next) => {
+                    config = take_over(&running, &config, *next, &started, &metrics);
+                }
                 Change::Restart => break None,
                 Change::Exit(e) => break Some(Err(e)),
             }
@@ -186,18 +190,19 @@ pub async fn run(
     }
 }
 
-/// Hands a changed provider list to the running driver; the configuration now running.
-/// A list that cannot be scraped (an unreadable CA bundle) is counted as a configuration
-/// that does not validate: the running list stays, and the next change is tried afresh.
+/// Hands a change taken over live to the running driver; the configuration now
+/// running. One that cannot be applied (an unreadable CA bundle) is counted as a
+/// configuration that does not validate: the running one stays, and the next change is
+/// tried afresh.
 fn take_over(
     running: &Running,
+    current: &Config,
     next: Config,
     started: &Started,
     metrics: &ControllerMetrics,
 ) -> Config {
-    match running.reconfigure_providers(&next) {
+    match running.reconfigure(current, &next) {
         Ok(()) => {
-            tracing::info!("the providers changed; taken over live, in the same epoch");
             started.send_modify(|s| {
                 if let Some(s) = s {
                     s.reconfigured += 1;
@@ -207,7 +212,7 @@ fn take_over(
         }
         Err(e) => {
             metrics.failed(Operation::InvalidConfig);
-            tracing::warn!(error = %e, "the new provider list cannot be scraped; keeping the running one");
+            tracing::warn!(error = %e, "the changed configuration cannot be applied; keeping the running one");
         }
     }
     next
@@ -220,8 +225,9 @@ async fn shutdown(running: Running) -> Result<(), Error> {
 /// What a change of the resources asks of the running driver.
 #[derive(Debug)]
 enum Change {
-    /// Only the providers changed: taken over live, in the same epoch.
-    Providers(Box<Config>),
+    /// What [`Config::takes_over_live`] allows changed: taken over live, in the same
+    /// epoch.
+    Live(Box<Config>),
     /// Something else a driver is built from changed: start it again in-process.
     Restart,
     /// A process-global declaration changed (mode, or trust under poll): Kubernetes
@@ -260,19 +266,17 @@ async fn changed(
         }
         match source.load() {
             Ok(next) if next == *current => reported = None,
-            Ok(next) if current.differs_only_in_providers(&next) => {
-                return Change::Providers(Box::new(next));
+            Ok(next) if current.takes_over_live(&next) => {
+                return Change::Live(Box::new(next));
             }
             // Only the poll path restarts on a peer trust change (spec, seed 002): under
-            // gossip the driver restarts in-process into the new trust, and the process
-            // keeps running.
-            Ok(_) if current.transport == crate::config::TransportMode::Gossip => {
-                return Change::Restart;
-            }
+            // gossip the trust is taken over live, above.
             Ok(next) => {
-                return trust_change(current, &next).map_or(Change::Restart, |field| {
-                    Change::Exit(Error::TrustChanged { field })
-                });
+                let under_poll = current.transport == crate::config::TransportMode::Poll;
+                return match current.trust_differs(&next) {
+                    Some(field) if under_poll => Change::Exit(Error::TrustChanged { field }),
+                    _ => Change::Restart,
+                };
             }
             Err(e) => {
                 let text = e.to_string();
@@ -283,25 +287,5 @@ async fn changed(
                 }
             }
         }
-    }
-}
-
-/// The first trust field that differs, named as the driver's trust watch names it: the
-/// mode, the CA bundle, or the peers (name, URL, pins).
-fn trust_change(current: &Config, next: &Config) -> Option<&'static str> {
-    let peers = |c: &Config| -> Vec<(String, String, Vec<grid_daemon::tls::Fingerprint>)> {
-        c.peers
-            .iter()
-            .map(|p| (p.name.clone(), p.url.to_string(), p.fingerprints.clone()))
-            .collect()
-    };
-    if current.trust != next.trust {
-        Some("trust")
-    } else if current.tls.ca != next.tls.ca {
-        Some("tls.ca")
-    } else if peers(current) != peers(next) {
-        Some("peers")
-    } else {
-        None
     }
 }

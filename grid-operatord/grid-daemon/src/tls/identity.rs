@@ -1,9 +1,12 @@
 //! Who a verified certificate belongs to.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
+use arc_swap::ArcSwap;
 use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -25,10 +28,14 @@ pub enum Identity {
 /// Chain or pin checks ([`Trust::check_validity`] and the verifiers in
 /// [`crate::tls`]) decide whether a certificate is trusted at all; [`Trust::classify`] then
 /// decides what it may do. A trusted certificate that classifies as nobody gets 403.
+///
+/// The map can be replaced while the daemon runs ([`Trust::replace`]): every handshake and
+/// every certificate check reads the one in force at that moment, so a trust declared
+/// anew (another mode, CA or pin set) applies to the next connection without a restart.
 #[derive(Debug)]
 pub struct Trust {
     site: String,
-    kind: TrustKind,
+    kind: ArcSwap<TrustKind>,
 }
 
 #[derive(Debug)]
@@ -39,11 +46,34 @@ pub(crate) enum TrustKind {
         local: RwLock<Vec<Fingerprint>>,
         peers: HashMap<Fingerprint, String>,
     },
+    /// Every site of the trust domain is a peer: the domain is the grid's trust, so a
+    /// member that joins is verified by its certificate alone, and configured peers are
+    /// only where membership starts (seeds).
     Spiffe {
         domain: String,
-        peers: HashSet<String>,
         roots: Arc<RootCertStore>,
+        /// The client-certificate chain check, built once per trust map (the first
+        /// handshake, or [`Trust::replace`], builds it).
+        clients: OnceLock<Result<Arc<dyn ClientCertVerifier>, String>>,
     },
+}
+
+impl TrustKind {
+    /// The chain check a client certificate passes in SPIFFE mode; `None` in pin mode.
+    pub(crate) fn client_chain(&self) -> Option<Result<Arc<dyn ClientCertVerifier>, String>> {
+        let Self::Spiffe { roots, clients, .. } = self else {
+            return None;
+        };
+        Some(
+            clients
+                .get_or_init(|| {
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), super::provider())
+                        .build()
+                        .map_err(|e| e.to_string())
+                })
+                .clone(),
+        )
+    }
 }
 
 /// Why a pin-mode trust map cannot be built.
@@ -90,28 +120,60 @@ impl Trust {
         }
         Ok(Self {
             site: site.to_owned(),
-            kind: TrustKind::Pin {
+            kind: ArcSwap::from_pointee(TrustKind::Pin {
                 local: RwLock::new(vec![local]),
                 peers: map,
-            },
+            }),
         })
     }
 
-    /// SPIFFE mode: certificates chain to `roots` and name `spiffe://<domain>/site/<name>`.
-    pub fn spiffe(
-        site: &str,
-        domain: &str,
-        peers: impl IntoIterator<Item = String>,
-        roots: RootCertStore,
-    ) -> Self {
+    /// SPIFFE mode: certificates chain to `roots` and name `spiffe://<domain>/site/<name>`;
+    /// `<name>` is this site (the local gateway) or a peer.
+    pub fn spiffe(site: &str, domain: &str, roots: RootCertStore) -> Self {
         Self {
             site: site.to_owned(),
-            kind: TrustKind::Spiffe {
+            kind: ArcSwap::from_pointee(TrustKind::Spiffe {
                 domain: domain.to_owned(),
-                peers: peers.into_iter().collect(),
                 roots: Arc::new(roots),
-            },
+                clients: OnceLock::new(),
+            }),
         }
+    }
+
+    /// Puts `next`'s map in force for every handshake and certificate check from now on;
+    /// connections already open keep the identity they were classified as. In pin mode
+    /// this site's own leaves carry over when both maps are pin maps, so a rotation
+    /// in flight is not forgotten.
+    ///
+    /// # Errors
+    ///
+    /// `next` is another site's trust, or its CA cannot verify client certificates; the
+    /// map in force is kept.
+    pub fn replace(&self, next: Self) -> Result<(), String> {
+        if next.site != self.site {
+            return Err(format!(
+                "the new trust is site `{}`'s, not `{}`'s",
+                next.site, self.site
+            ));
+        }
+        let next = next.kind.into_inner();
+        if let Some(Err(e)) = next.client_chain() {
+            return Err(e);
+        }
+        let current = self.kind.load();
+        if let (TrustKind::Pin { local: was, .. }, TrustKind::Pin { local: now, peers }) =
+            (&**current, &*next)
+        {
+            let was = was.read().unwrap_or_else(PoisonError::into_inner);
+            let mut now = now.write().unwrap_or_else(PoisonError::into_inner);
+            for fp in was.iter() {
+                if !now.contains(fp) && !peers.contains_key(fp) && now.len() < 2 {
+                    now.push(*fp);
+                }
+            }
+        }
+        self.kind.store(next);
+        Ok(())
     }
 
     /// This site's name.
@@ -119,13 +181,19 @@ impl Trust {
         &self.site
     }
 
-    pub(crate) fn kind(&self) -> &TrustKind {
-        &self.kind
+    /// The map in force now.
+    pub(crate) fn kind(&self) -> Arc<TrustKind> {
+        self.kind.load_full()
+    }
+
+    /// Whether the map in force is a pin map.
+    pub fn is_pin(&self) -> bool {
+        matches!(**self.kind.load(), TrustKind::Pin { .. })
     }
 
     /// What a trusted leaf certificate may do: `None` when it is nobody this operator knows.
     pub fn classify(&self, leaf: &CertificateDer<'_>) -> Option<Identity> {
-        match &self.kind {
+        match &**self.kind.load() {
             TrustKind::Pin { local, peers } => {
                 let fp = Fingerprint::of_der(leaf);
                 let local = local.read().unwrap_or_else(PoisonError::into_inner);
@@ -135,15 +203,13 @@ impl Trust {
                     peers.get(&fp).map(|name| Identity::Peer(name.clone()))
                 }
             }
-            TrustKind::Spiffe { domain, peers, .. } => {
+            TrustKind::Spiffe { domain, .. } => {
                 let name = spiffe_site(leaf, domain)?;
-                if name == self.site {
-                    Some(Identity::Local)
-                } else if peers.contains(&name) {
-                    Some(Identity::Peer(name))
+                Some(if name == self.site {
+                    Identity::Local
                 } else {
-                    None
-                }
+                    Identity::Peer(name)
+                })
             }
         }
     }
@@ -156,7 +222,8 @@ impl Trust {
     ///
     /// The peer whose pin `leaf` is: it would let that peer act as the local gateway.
     pub fn rotate_local(&self, leaf: Fingerprint) -> Result<(), String> {
-        let TrustKind::Pin { local, peers } = &self.kind else {
+        let kind = self.kind.load();
+        let TrustKind::Pin { local, peers } = &**kind else {
             return Ok(());
         };
         if let Some(peer) = peers.get(&leaf) {
@@ -226,11 +293,11 @@ mod tests {
     fn spiffe_trust(ca: &Ca) -> Trust {
         let mut roots = RootCertStore::empty();
         roots.add(ca.cert()).unwrap();
-        Trust::spiffe("a", "grid.test", ["b".to_owned()], roots)
+        Trust::spiffe("a", "grid.test", roots)
     }
 
     #[test]
-    fn spiffe_identities_map_to_local_peer_or_nobody() {
+    fn spiffe_identities_map_to_local_any_other_site_of_the_domain_or_nobody() {
         let ca = Ca::new("ca");
         let t = spiffe_trust(&ca);
         assert_eq!(
@@ -241,7 +308,11 @@ mod tests {
             t.classify(&ca.site("grid.test", "b").cert),
             Some(Identity::Peer("b".into()))
         );
-        assert_eq!(t.classify(&ca.site("grid.test", "c").cert), None);
+        assert_eq!(
+            t.classify(&ca.site("grid.test", "c").cert),
+            Some(Identity::Peer("c".into())),
+            "a site no configuration names"
+        );
         assert_eq!(t.classify(&ca.site("other.test", "a").cert), None);
         let no_uri = ca.mint(&Mint {
             spiffe: None,
@@ -255,6 +326,47 @@ mod tests {
             cn: "a",
         });
         assert_eq!(t.classify(&wrong_path.cert), None);
+    }
+
+    #[test]
+    fn a_replaced_trust_classifies_from_the_next_call_and_keeps_the_rotated_own_leaf() {
+        let ca = Ca::new("ca");
+        let own = ca.site("grid.test", "a");
+        let renewed = ca.site("grid.test", "a");
+        let b = ca.site("grid.test", "b");
+        let pins = |fps: Vec<Fingerprint>| {
+            Trust::pin("a", &renewed.cert, [("b".to_owned(), fps)]).unwrap()
+        };
+        let t = Trust::pin("a", &own.cert, std::iter::empty()).unwrap();
+        t.rotate_local(Fingerprint::of_der(&renewed.cert)).unwrap();
+        assert_eq!(t.classify(&b.cert), None);
+        t.replace(pins(vec![Fingerprint::of_der(&b.cert)])).unwrap();
+        assert_eq!(t.classify(&b.cert), Some(Identity::Peer("b".into())));
+        // A local peer that has not reloaded since the rotation is still local.
+        assert_eq!(t.classify(&own.cert), Some(Identity::Local));
+        assert_eq!(t.classify(&renewed.cert), Some(Identity::Local));
+        // Pin to SPIFFE: the domain decides, the pins are gone.
+        t.replace(spiffe_trust(&ca)).unwrap();
+        assert!(!t.is_pin());
+        assert_eq!(
+            t.classify(&ca.site("grid.test", "c").cert),
+            Some(Identity::Peer("c".into()))
+        );
+    }
+
+    #[test]
+    fn another_sites_trust_or_a_ca_that_cannot_verify_clients_is_not_put_in_force() {
+        let ca = Ca::new("ca");
+        let t = spiffe_trust(&ca);
+        let other = Trust::spiffe("b", "grid.test", RootCertStore::empty());
+        assert!(t.replace(other).is_err());
+        let empty = Trust::spiffe("a", "grid.test", RootCertStore::empty());
+        assert!(t.replace(empty).is_err());
+        assert_eq!(
+            t.classify(&ca.site("grid.test", "a").cert),
+            Some(Identity::Local),
+            "the map in force is kept"
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub fn server_config_presenting(
     let provider = provider();
     let verifier = verify::ClientVerifier::new(trust, &provider).map_err(|e| Error::Tls {
         context: "client certificate verifier",
-        source: rustls::Error::General(e.to_string()),
+        source: rustls::Error::General(e),
     })?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -238,7 +238,7 @@ mod tests {
     fn spiffe_trust(ca: &Ca) -> Arc<Trust> {
         let mut roots = RootCertStore::empty();
         roots.add(ca.cert()).unwrap();
-        Arc::new(Trust::spiffe("a", "grid.test", ["b".to_owned()], roots))
+        Arc::new(Trust::spiffe("a", "grid.test", roots))
     }
 
     /// What the server concluded about one connection: the classified identity, or the
@@ -308,13 +308,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn spiffe_trusted_stranger_is_classified_as_nobody() {
+    async fn spiffe_a_certificate_of_another_domain_from_the_same_ca_is_classified_as_nobody() {
         let ca = Ca::new("ca");
         let trust = spiffe_trust(&ca);
         let server =
             server_config(&material(&ca.site("grid.test", "a"), &ca), trust.clone()).unwrap();
         let client = client_config(
-            &material(&ca.site("grid.test", "zz"), &ca),
+            &material(&ca.site("other.test", "zz"), &ca),
             trust.clone(),
             Identity::Local,
         )
@@ -412,5 +412,37 @@ mod tests {
         let old = client_config(&material(&expired, &ca), trust.clone(), Identity::Local).unwrap();
         let (srv, _) = handshake(server, trust, old).await;
         assert!(srv.unwrap_err().to_lowercase().contains("expired"));
+    }
+
+    #[tokio::test]
+    async fn a_configuration_built_before_a_trust_replacement_verifies_under_the_new_trust() {
+        let ca = Ca::new("ca");
+        let own = ca.site("grid.test", "a");
+        let b = ca.site("grid.test", "b");
+        let c = ca.site("grid.test", "c");
+        let trust = spiffe_trust(&ca);
+        let server = server_config(&material(&own, &ca), trust.clone()).unwrap();
+        let as_c = client_config(&material(&c, &ca), trust.clone(), Identity::Local).unwrap();
+        let (srv, _) = handshake(server.clone(), trust.clone(), as_c.clone()).await;
+        assert_eq!(srv, Ok(Some(Identity::Peer("c".into()))));
+        // The same running listener, now pinning only b: c is refused, b is b.
+        let pinned = Trust::pin(
+            "a",
+            &own.cert,
+            [("b".to_owned(), vec![Fingerprint::of_der(&b.cert)])],
+        )
+        .unwrap();
+        trust.replace(pinned).unwrap();
+        let fresh_c = client_config(&material(&c, &ca), trust.clone(), Identity::Local).unwrap();
+        let (srv, _) = handshake(server.clone(), trust.clone(), fresh_c).await;
+        assert!(srv.is_err(), "{srv:?}");
+        // A session resumed from before skips the chain check, not the classification:
+        // it is nobody (403), never c.
+        let (srv, _) = handshake(server.clone(), trust.clone(), as_c).await;
+        assert!(matches!(srv, Ok(None) | Err(_)), "{srv:?}");
+        let as_b = client_config(&material(&b, &ca), trust.clone(), Identity::Local).unwrap();
+        let (srv, cli) = handshake(server, trust, as_b).await;
+        assert_eq!(srv, Ok(Some(Identity::Peer("b".into()))));
+        assert_eq!(cli, Ok(()));
     }
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
+use rustls::server::ParsedCertificate;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
@@ -18,28 +18,28 @@ fn refused() -> rustls::Error {
 /// Server side: requires a client certificate that is trusted under the mode (pinned, or
 /// chaining to the CA) and currently valid. Which identity it has is decided after the
 /// handshake by [`Trust::classify`], so a trusted stranger gets a 403 rather than an alert.
+///
+/// The trust map is read at each handshake, so a replaced one ([`Trust::replace`])
+/// decides the next connection.
 #[derive(Debug)]
 pub(crate) struct ClientVerifier {
     trust: Arc<Trust>,
-    webpki: Option<Arc<dyn ClientCertVerifier>>,
     algs: WebPkiSupportedAlgorithms,
 }
 
 impl ClientVerifier {
+    /// # Errors
+    ///
+    /// The trust's CA cannot verify client certificates.
     pub(crate) fn new(
         trust: Arc<Trust>,
         provider: &Arc<rustls::crypto::CryptoProvider>,
-    ) -> Result<Self, rustls::server::VerifierBuilderError> {
-        let webpki = match trust.kind() {
-            TrustKind::Spiffe { roots, .. } => Some(
-                WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-                    .build()?,
-            ),
-            TrustKind::Pin { .. } => None,
-        };
+    ) -> Result<Self, String> {
+        if let Some(Err(e)) = trust.kind().client_chain() {
+            return Err(e);
+        }
         Ok(Self {
             trust,
-            webpki,
             algs: provider.signature_verification_algorithms,
         })
     }
@@ -56,8 +56,10 @@ impl ClientCertVerifier for ClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        if let Some(webpki) = &self.webpki {
-            return webpki.verify_client_cert(end_entity, intermediates, now);
+        match self.trust.kind().client_chain() {
+            Some(Ok(webpki)) => return webpki.verify_client_cert(end_entity, intermediates, now),
+            Some(Err(_)) => return Err(refused()),
+            None => {}
         }
         Trust::check_validity(end_entity, now)?;
         if self.trust.classify(end_entity).is_none() {
@@ -122,7 +124,7 @@ impl ServerCertVerifier for ServerVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.trust.kind() {
+        match &*self.trust.kind() {
             TrustKind::Spiffe { roots, .. } => {
                 let parsed = ParsedCertificate::try_from(end_entity)?;
                 rustls::client::verify_server_cert_signed_by_trust_anchor(

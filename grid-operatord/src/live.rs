@@ -1,0 +1,102 @@
+//! What a running operator takes over without a restart, in the same epoch
+//! ([`Config::takes_over_live`] says which changes those are).
+//!
+//! A new provider list goes to the scrape loop, which takes it between passes. Under
+//! gossip a new trust (mode, CA bundle, pins) is put in force in the one [`Trust`] every
+//! TLS configuration of the process verifies through, so the next handshake of the
+//! listener, of a gossip pull and of a session exchange, and the next certificate check,
+//! read it (spec, seed 002: "certificate rotation reads the declared trust on every
+//! check"); the peers become the seeds membership contacts. Everything is built before
+//! anything is put in force, so a change that cannot be applied leaves the running one
+//! whole.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::Error;
+use crate::config::Config;
+use crate::providers::ScrapedProvider;
+use grid_daemon::tls::Trust;
+
+/// A configured peer membership starts from: (site, host, signals port).
+pub(crate) type Seed = (String, String, u16);
+
+/// The handles a live change is applied through; the file watcher and [`crate::driver::Running`]
+/// hold the same ones.
+#[derive(Clone, Debug)]
+pub(crate) struct Live {
+    pub(crate) providers: Arc<watch::Sender<Vec<ScrapedProvider>>>,
+    pub(crate) trust: Arc<Trust>,
+    pub(crate) seeds: Arc<watch::Sender<Vec<Seed>>>,
+}
+
+impl Live {
+    /// Puts `next` in force where it differs from `running`; the caller has checked
+    /// [`Config::takes_over_live`].
+    ///
+    /// # Errors
+    ///
+    /// The new TLS material, a provider's CA bundle or the new trust cannot be read or
+    /// built; nothing changes then.
+    pub(crate) fn apply(&self, running: &Config, next: &Config) -> Result<(), Error> {
+        let material = crate::trust::material(&next.tls)?;
+        let providers = (running.providers != next.providers)
+            .then(|| crate::driver::scrape_targets(next, &material).map(|t| scraped(next, t)))
+            .transpose()?;
+        let trust = running
+            .trust_differs(next)
+            .map(|_| crate::trust::trust_from_config(next, &material))
+            .transpose()?;
+        if let Some(trust) = trust {
+            self.trust
+                .replace(trust)
+                .map_err(|reason| Error::ConfigField {
+                    field: "tls.ca".into(),
+                    reason,
+                })?;
+            self.seeds.send_replace(seeds_of(next));
+            tracing::info!(
+                peers = next.peers.len(),
+                "the trust changed; in force from the next handshake, in the same epoch"
+            );
+        }
+        if let Some(providers) = providers {
+            self.providers.send_replace(providers);
+            tracing::info!(
+                providers = next.providers.len(),
+                "the providers changed; taken over live, in the same epoch"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `config`'s providers beside their scrape targets (built from the same list).
+pub(crate) fn scraped(
+    config: &Config,
+    targets: Vec<grid_daemon::client::FetchTarget>,
+) -> Vec<ScrapedProvider> {
+    config
+        .providers
+        .iter()
+        .zip(targets)
+        .map(|(p, target)| ScrapedProvider {
+            target,
+            config: p.clone(),
+        })
+        .collect()
+}
+
+/// The configured peers membership contacts until they are live: each one's URL host
+/// and port (443 when the URL names none).
+pub(crate) fn seeds_of(config: &Config) -> Vec<Seed> {
+    config
+        .peers
+        .iter()
+        .filter_map(|p| {
+            let host = p.url.host()?.to_owned();
+            Some((p.name.clone(), host, p.url.port_u16().unwrap_or(443)))
+        })
+        .collect()
+}
