@@ -1,8 +1,9 @@
 //! A site's answer body with its silences bounded (`upstreamIdleTimeoutSeconds`).
 //!
 //! The bound runs only while the gateway waits for the site: the timer is armed when the
-//! client side asks for the next frame and disarmed when one arrives, so a slow client
-//! (which makes the gateway stop asking) never makes a site look silent. Past the bound
+//! client side asks for the next frame and none is ready, and disarmed when one arrives,
+//! so a slow client (which makes the gateway stop asking) never makes a site look
+//! silent. Past the bound
 //! the body ends in an error: hyper then aborts the answer (an HTTP/1.1 chunked body
 //! without its last chunk, a connection closed before its `Content-Length`, an HTTP/2
 //! stream reset), the site's connection is dropped, and the timeout is counted and fed
@@ -87,14 +88,16 @@ where
             // Timed out already: the body stays ended.
             return Poll::Ready(None);
         }
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.armed = false;
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        // Armed only once the site has nothing ready: a frame already there costs no
+        // clock read and no timer-wheel update, and most of a fast stream's frames are.
         if !this.armed {
             let deadline = tokio::time::Instant::now() + this.idle;
             this.timer.as_mut().reset(deadline);
             this.armed = true;
-        }
-        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            this.armed = false;
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if this.timer.as_mut().poll(cx).is_ready() {
             if let Some(report) = this.report.take() {

@@ -343,6 +343,7 @@ pub async fn start_with(
             feedback,
             metrics: metrics.ingest.clone(),
             refusals: metrics.refusals.clone(),
+            served: metrics.served.clone(),
             feedback_metrics: metrics.feedback.clone(),
             clock,
             membership: endpoint,

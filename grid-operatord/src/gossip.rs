@@ -17,10 +17,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use grid_membership::pulls::{Heard, Pulls};
 use grid_membership::{Member, Version};
 use grid_signals::batch::Fence;
 use grid_signals::store::IngestMetrics;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -41,35 +42,38 @@ pub const ANNOUNCE_CHECK: Duration = Duration::from_millis(250);
 pub const DIGEST_INTERVAL: Duration = Duration::from_secs(1);
 /// One pull or digest fetch, connect to last byte.
 pub const PULL_TIMEOUT: Duration = Duration::from_secs(2);
-/// Pulls in flight at once; a version heard beyond that waits for a digest round.
-pub const MAX_PULLS_IN_FLIGHT: usize = 16;
+pub use grid_membership::pulls::MAX_PULLS_IN_FLIGHT;
 /// The largest digest accepted; [`grid_membership::overlay::MAX_VERSIONS`] lines of the
 /// longest names fit, and it is below the fetch client's body cap.
 pub const MAX_DIGEST_BYTES: usize = 4096 * 160;
 const _: () = assert!(MAX_DIGEST_BYTES <= grid_signals::exposition::MAX_EXPOSITION_BYTES);
 
-/// How one fetch ended: the closed `outcome` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum FetchOutcome {
-    /// Fetched and ingested (a batch) or read (a digest).
-    Ok,
-    /// The member answered but did not hold the batch any more, or the exchange failed.
-    Failed,
-    /// The answer had no usable `Date`.
-    NoDate,
-    /// A digest line that is not `site provider epoch sequence`.
-    Malformed,
-    /// Not started: [`MAX_PULLS_IN_FLIGHT`] were in flight.
-    Deferred,
+grid_signals::label_values! {
+    /// How one fetch ended: the closed `outcome` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FetchOutcome {
+        /// Fetched and ingested (a batch) or read (a digest).
+        Ok = "ok",
+        /// The member answered but did not hold the batch any more, or the exchange failed.
+        Failed = "failed",
+        /// The answer had no usable `Date`.
+        NoDate = "no_date",
+        /// A digest line that is not `site provider epoch sequence`.
+        Malformed = "malformed",
+        /// Not started: [`MAX_PULLS_IN_FLIGHT`] were in flight.
+        Deferred = "deferred",
+    }
 }
 
-/// What was fetched: the closed `kind` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum FetchKind {
-    /// One batch.
-    Batch,
-    /// A digest.
-    Digest,
+grid_signals::label_values! {
+    /// What was fetched: the closed `kind` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum FetchKind {
+        /// One batch.
+        Batch = "batch",
+        /// A digest.
+        Digest = "digest",
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -88,6 +92,11 @@ impl GossipMetrics {
     /// Registers the series.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
+        for kind in FetchKind::ALL {
+            for outcome in FetchOutcome::ALL {
+                let _ = m.fetches.get_or_create(&FetchLabels { kind, outcome });
+            }
+        }
         registry.register(
             "grid_operator_gossip_fetches",
             "Gossip pulls of batches and digests from members, by kind and outcome",
@@ -190,8 +199,8 @@ pub(crate) struct Gossip {
     pub(crate) certificate: Arc<CertSlot>,
     pub(crate) trust: Arc<Trust>,
     announced: HashMap<Register, Fence>,
-    /// Registers being pulled, each with a newer version heard meanwhile, if any.
-    in_flight: HashMap<Register, Option<(Member, Version)>>,
+    /// What is pulled, from whom, how many at once (grid-membership's one rule).
+    pulls: Pulls,
     done: (mpsc::Sender<Fetched>, mpsc::Receiver<Fetched>),
 }
 
@@ -204,6 +213,7 @@ impl Gossip {
         (certificate, trust): (Arc<CertSlot>, Arc<Trust>),
     ) -> Self {
         Self {
+            pulls: Pulls::new(&site),
             site,
             signals,
             ingest,
@@ -212,7 +222,6 @@ impl Gossip {
             certificate,
             trust,
             announced: HashMap::new(),
-            in_flight: HashMap::new(),
             done: mpsc::channel(MAX_PULLS_IN_FLIGHT * 2),
         }
     }
@@ -240,35 +249,23 @@ impl Gossip {
         news
     }
 
-    /// Whether `version` is newer than what the store holds (and not this site's own).
-    fn wanted(&self, version: &Version) -> bool {
-        if version.site == self.site {
-            return false;
-        }
+    /// `from` holds `version`: pull it unless the store holds it already or it is being
+    /// pulled (then it is weighed again when that pull ends).
+    pub(crate) fn heard(&mut self, from: Member, version: Version) {
         let held = lock(&self.signals)
             .all()
-            .fence_of(&version.site, &version.provider);
-        held.is_none_or(|f| (f.epoch, f.sequence) < (version.epoch, version.sequence))
-    }
-
-    /// `from` holds `version`: pull it unless it is held already or being pulled (then
-    /// it is pulled next).
-    pub(crate) fn heard(&mut self, from: Member, version: Version) {
-        if !self.wanted(&version) {
-            return;
+            .fence_of(&version.site, &version.provider)
+            .map(|f| (f.epoch, f.sequence));
+        match self.pulls.heard(from, version, held) {
+            Heard::Pull { from, version } => {
+                let key = (version.site.clone(), version.provider.clone());
+                self.spawn_pull(&from, version, key);
+            }
+            Heard::Deferred => self
+                .metrics
+                .record(FetchKind::Batch, FetchOutcome::Deferred),
+            Heard::Held | Heard::Queued => {}
         }
-        let key = (version.site.clone(), version.provider.clone());
-        if let Some(next) = self.in_flight.get_mut(&key) {
-            *next = Some((from, version));
-            return;
-        }
-        if self.in_flight.len() >= MAX_PULLS_IN_FLIGHT {
-            self.metrics
-                .record(FetchKind::Batch, FetchOutcome::Deferred);
-            return;
-        }
-        self.in_flight.insert(key.clone(), None);
-        self.spawn_pull(&from, version, key);
     }
 
     fn client(&self, member: &Member) -> Option<Arc<rustls::ClientConfig>> {
@@ -360,8 +357,8 @@ impl Gossip {
     /// Acts on a finished fetch.
     pub(crate) fn finished(&mut self, fetched: Fetched) {
         match fetched {
-            Fetched::Pulled(key) => {
-                if let Some(Some((from, version))) = self.in_flight.remove(&key) {
+            Fetched::Pulled((site, provider)) => {
+                if let Some((from, version)) = self.pulls.finished(&site, &provider) {
                     self.heard(from, version);
                 }
             }
@@ -403,6 +400,22 @@ mod tests {
             took >= PULL_TIMEOUT && took < PULL_TIMEOUT + Duration::from_secs(1),
             "{took:?}"
         );
+    }
+
+    #[test]
+    fn fetches_are_exported_under_the_documented_label_spellings_from_zero() {
+        let mut registry = Registry::default();
+        let m = GossipMetrics::register(&mut registry);
+        m.record(FetchKind::Batch, FetchOutcome::NoDate);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "grid_operator_gossip_fetches_total{kind=\"batch\",outcome=\"no_date\"} 1",
+            "grid_operator_gossip_fetches_total{kind=\"digest\",outcome=\"deferred\"} 0",
+            "grid_operator_gossip_fetches_total{kind=\"batch\",outcome=\"ok\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub mod metrics;
 pub mod peers;
 mod providers;
 mod scrape;
+pub mod served;
 pub mod signals;
 pub mod slots;
 pub mod state;

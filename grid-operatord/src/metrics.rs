@@ -110,6 +110,8 @@ pub struct OperatorMetrics {
     pub feedback: ReceiverMetrics,
     /// Refused signals requests.
     pub refusals: RefusalMetrics,
+    /// Body bytes the signals listener served.
+    pub served: crate::served::ServedMetrics,
     /// `GatewayAgesRejected` as 1 (True) or 0.
     pub ages_rejected: Gauge,
     /// This process's publisher epoch.
@@ -161,6 +163,7 @@ impl OperatorMetrics {
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
             refusals: RefusalMetrics::register(registry),
+            served: crate::served::ServedMetrics::register(registry),
             ages_rejected,
             epoch,
             epoch_clamped,

@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::clock::Clock;
 use crate::feedback::FeedbackHandle;
 use crate::listener::{Handler, HandlerFuture};
+use crate::served::Served;
 use grid_daemon::tls::Identity;
 
 /// Path of the signals endpoint.
@@ -152,6 +153,8 @@ pub struct SignalsService {
     pub metrics: IngestMetrics,
     /// Refused requests.
     pub refusals: RefusalMetrics,
+    /// Body bytes served.
+    pub served: crate::served::ServedMetrics,
     /// Feedback refusals, for the ones made before the receiver saw the request.
     pub feedback_metrics: ReceiverMetrics,
     /// The wall clock relays are stamped against and ingest reports received by.
@@ -198,6 +201,11 @@ impl SignalsService {
             &mut body,
         );
         self.metrics.record_relay_dropped(report.providers_dropped);
+        let kind = match caller {
+            Identity::Local => Served::RelayLocal,
+            Identity::Peer(_) => Served::RelayPeer,
+        };
+        self.served.add(kind, body.len());
         signals_response(body, reference_ms)
     }
 
@@ -217,7 +225,10 @@ impl SignalsService {
             .all()
             .encode_one(site, provider, now, reference_ms, &mut body)
         {
-            Some(_) => signals_response(body, reference_ms),
+            Some(_) => {
+                self.served.add(Served::Batch, body.len());
+                signals_response(body, reference_ms)
+            }
             None => empty(StatusCode::NOT_FOUND),
         }
     }
@@ -229,6 +240,7 @@ impl SignalsService {
         }
         let now = self.clock.wall_ms();
         let body = crate::gossip::write_digest(lock(&self.signals).all().held_fences(now));
+        self.served.add(Served::Digest, body.len());
         let mut r = Response::new(Full::new(Bytes::from(body)));
         r.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -156,10 +156,14 @@ impl Controller {
     }
 
     async fn ended(self) -> Result<(), Error> {
-        tokio::time::timeout(Duration::from_secs(15), self.done)
-            .await
-            .expect("the operator ended by itself")
-            .unwrap()
+        let started = self.started.clone();
+        match tokio::time::timeout(Duration::from_secs(15), self.done).await {
+            Ok(r) => r.unwrap(),
+            Err(tokio::time::error::Elapsed { .. }) => panic!(
+                "the operator did not end by itself within 15 s; its last driver start: {:?}",
+                started.borrow()
+            ),
+        }
     }
 }
 

@@ -1096,3 +1096,30 @@ async fn a_provider_added_to_the_file_is_scraped_live_and_the_kept_one_goes_on_l
         "n is published in the running epoch, and m's learning goes on"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_relay_body_served_is_counted_by_who_asked() {
+    use grid_operatord::served::Served;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
+    let op = run(&a, &[], &[provider("m", &epp)]).await;
+    let local = get_signals(op.signals_addr, grid.client(&a.cert, "a", "a"))
+        .await
+        .unwrap();
+    let peer = get_signals(op.signals_addr, grid.client(&b.cert, "b", "a"))
+        .await
+        .unwrap();
+    let served = &op.metrics.served;
+    assert_eq!(served.count(Served::RelayLocal), local.body.len() as u64);
+    assert_eq!(served.count(Served::RelayPeer), peer.body.len() as u64);
+    assert_eq!(served.count(Served::Batch), 0);
+    let m = get_metrics(op.metrics_addr).await;
+    assert!(
+        m.contains(&format!(
+            "grid_operator_served_bytes_total{{kind=\"relay_local\"}} {}",
+            local.body.len()
+        )),
+        "{m}"
+    );
+}

@@ -59,6 +59,10 @@ pub struct Report {
     pub detect_missed: usize,
     /// Sealed membership datagram bytes each site sent per second in the spread phase.
     pub membership_bytes_per_site_s: f64,
+    /// Signal body bytes each site served other sites per second in the same phase:
+    /// relay bodies peers polled, batches and digests they pulled
+    /// (`grid_operator_served_bytes_total`; headers and TLS framing not included).
+    pub signal_bytes_per_site_s: f64,
 }
 
 fn ready_endpoints(op: &Running, site: &str) -> Option<f64> {
@@ -138,7 +142,16 @@ pub async fn run(p: Params) -> Report {
             .map(|op| op.membership_metrics.traffic_count(Direction::Sent).1)
             .sum()
     };
-    let (bytes0, phase) = (sent(&ops), Stopwatch::start());
+    let served = |ops: &[Running]| -> u64 {
+        use grid_operatord::served::Served;
+        ops.iter()
+            .map(|op| {
+                let s = &op.metrics.served;
+                s.count(Served::RelayPeer) + s.count(Served::Batch) + s.count(Served::Digest)
+            })
+            .sum()
+    };
+    let (bytes0, served0, phase) = (sent(&ops), served(&ops), Stopwatch::start());
     let mut reach = Vec::new();
     for k in 0..p.changes {
         // A change lands at a random offset from the pollers' and the scrapes' timers
@@ -174,8 +187,9 @@ pub async fn run(p: Params) -> Report {
     reach.sort_unstable();
     report.reach_p50 = percentile(&reach, 0.5);
     report.reach_p99 = percentile(&reach, 0.99);
-    report.membership_bytes_per_site_s =
-        (sent(&ops) - bytes0) as f64 / p.sites as f64 / phase.elapsed().as_secs_f64();
+    let per_site_s = |bytes: u64| bytes as f64 / p.sites as f64 / phase.elapsed().as_secs_f64();
+    report.membership_bytes_per_site_s = per_site_s(sent(&ops) - bytes0);
+    report.signal_bytes_per_site_s = per_site_s(served(&ops) - served0);
 
     let victim = ops.pop().expect("at least one site");
     let victim_site = format!("s{}", p.sites - 1);

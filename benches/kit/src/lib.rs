@@ -35,6 +35,7 @@ pub mod netns;
 pub mod operator_harness;
 pub mod pki;
 pub mod promtool;
+pub mod proxy_compare;
 pub mod sim_site;
 
 pub use error::Error;

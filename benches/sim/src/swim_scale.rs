@@ -1,7 +1,9 @@
 //! The membership and overlay code alone at scale: grid-membership's real state machine
 //! for every site, in virtual time, over a simulated WAN (delay, jitter, loss, a
 //! partition), with the operator's gossip driver reduced to its timing (a pull or a
-//! digest costs one round trip).
+//! digest costs one round trip, a pull from a member out of reach its timeout) and its
+//! pull rule the driver's own ([`grid_membership::pulls::Pulls`]: what is wanted, one
+//! pull per register, at most 16 in flight).
 //!
 //! What it measures, for the scale table in `docs/benchmarks.md`:
 //!
@@ -18,6 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use grid_membership::pulls::{Heard, Pulls};
 use grid_membership::{
     Direction, Input, Member, Membership, MembershipMetrics, Output, Rng, Role, SplitMix64, Timing,
     Version,
@@ -68,9 +71,20 @@ pub struct Report {
 }
 
 enum Event {
-    Datagram { to: usize, data: Vec<u8> },
-    Pulled { to: usize, version: Version },
-    Digest { to: usize, from: usize },
+    Datagram {
+        to: usize,
+        data: Vec<u8>,
+    },
+    /// A pull `to` started ended: with the batch, or (`ok` false) failed.
+    Pulled {
+        to: usize,
+        version: Version,
+        ok: bool,
+    },
+    Digest {
+        to: usize,
+        from: usize,
+    },
 }
 
 struct Queued {
@@ -101,6 +115,8 @@ const DIGEST_LINE_BYTES: u64 = 40;
 /// Request and header bytes of one pull or digest fetch.
 const FETCH_OVERHEAD_BYTES: u64 = 300;
 const DIGEST_INTERVAL_MS: u64 = 1_000;
+/// The operator's `PULL_TIMEOUT`: a pull from a member that cannot be reached fails then.
+const PULL_TIMEOUT_MS: u64 = 2_000;
 /// The operator's `SEED_INTERVAL`: a site whose seed is not a live member contacts it again.
 const SEED_INTERVAL_MS: u64 = 5_000;
 
@@ -117,8 +133,8 @@ struct World {
     side: Option<Vec<bool>>,
     /// The newest version each member holds, per origin site.
     held: Vec<HashMap<String, u64>>,
-    /// Pulls in flight, per member and origin site (the driver pulls a register once).
-    pulling: Vec<HashMap<String, u64>>,
+    /// Each member's pulls, under the rule the operator's driver follows.
+    pulls: Vec<Pulls>,
     /// Bytes sent by pulls and digests, per site.
     fetch_bytes: Vec<u64>,
     next_digest: Vec<u64>,
@@ -172,7 +188,7 @@ impl World {
             dead: vec![false; p.sites],
             side: None,
             held: vec![HashMap::new(); p.sites],
-            pulling: vec![HashMap::new(); p.sites],
+            pulls: (0..p.sites).map(|i| Pulls::new(&format!("s{i}"))).collect(),
             fetch_bytes: vec![0; p.sites],
             next_digest,
             downs: vec![Vec::new(); p.sites],
@@ -273,25 +289,23 @@ impl World {
         }
     }
 
-    /// Member `i` pulls `version` from `j`: one round trip, the batch's bytes sent by `j`.
+    /// Member `i` hears that `j` holds `version` and pulls it if the rule says so: one
+    /// round trip and the batch's bytes sent by `j`, or, when `j` cannot be reached, a
+    /// failure at the pull's timeout.
     fn pull(&mut self, i: usize, j: usize, version: Version) {
-        if self.held[i]
-            .get(&version.site)
-            .is_some_and(|s| *s >= version.sequence)
-            || self.pulling[i]
-                .get(&version.site)
-                .is_some_and(|s| *s >= version.sequence)
-        {
+        let held = self.held[i].get(&version.site).map(|s| (1, *s));
+        let Heard::Pull { version, .. } = self.pulls[i].heard(member(j), version, held) else {
             return;
-        }
-        if !self.linked(i, j) {
-            return;
-        }
-        self.pulling[i].insert(version.site.clone(), version.sequence);
-        self.fetch_bytes[j] += self.p.batch_bytes;
-        self.fetch_bytes[i] += FETCH_OVERHEAD_BYTES;
-        let at = self.now + self.delay() + self.delay();
-        self.push(at, Event::Pulled { to: i, version });
+        };
+        let ok = self.linked(i, j);
+        let at = if ok {
+            self.fetch_bytes[j] += self.p.batch_bytes;
+            self.fetch_bytes[i] += FETCH_OVERHEAD_BYTES;
+            self.now + self.delay() + self.delay()
+        } else {
+            self.now + PULL_TIMEOUT_MS
+        };
+        self.push(at, Event::Pulled { to: i, version, ok });
     }
 
     fn step_to(&mut self, end: u64) {
@@ -323,10 +337,17 @@ impl World {
                             self.drain(to);
                         }
                     }
-                    Event::Pulled { to, version } => {
-                        self.pulling[to].remove(&version.site);
-                        let held = self.held[to].entry(version.site).or_insert(0);
-                        *held = (*held).max(version.sequence);
+                    Event::Pulled { to, version, ok } => {
+                        if ok && !self.dead[to] {
+                            let held = self.held[to].entry(version.site.clone()).or_insert(0);
+                            *held = (*held).max(version.sequence);
+                        }
+                        let next = self.pulls[to].finished(&version.site, &version.provider);
+                        if let Some((from, next)) = next
+                            && let Some(&j) = self.index.get(&from.site)
+                        {
+                            self.pull(to, j, next);
+                        }
                     }
                     Event::Digest { to, from } => {
                         let theirs: Vec<(String, u64)> = self.held[from]

@@ -17,7 +17,7 @@
 //!                          \--no session--> queued, Output::Connect --> driver agrees one
 //! foca notifications --> Output::Up / Output::Down --> the peer poller follows them
 //! Membership::announce(version) --rides SWIM messages--> Output::Heard at every other
-//!                                                     member --> the driver pulls the batch
+//!                                                     member --> Pulls::heard --> the driver pulls the batch
 //! ```
 //!
 //! Every datagram is sealed per pair of sites under a key only the two ends of an
@@ -32,6 +32,7 @@ mod machine;
 mod member;
 mod metrics;
 pub mod overlay;
+pub mod pulls;
 mod rng;
 pub mod seal;
 

@@ -1,13 +1,13 @@
 //! The membership series, registered into the caller's registry.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Why a received datagram was refused: the closed `reason` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Refusal {
     /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
@@ -62,7 +62,7 @@ impl From<crate::SealRefusal> for Refusal {
 }
 
 /// Why a datagram this site meant to send was not: the closed `reason` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Unsent {
     /// No session with the member yet, and its queue of [`crate::PENDING_PER_MEMBER`]
@@ -75,7 +75,7 @@ pub enum Unsent {
 }
 
 /// A member's state: the closed `state` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StateLabel {
     /// Answering probes.
     Alive,
@@ -86,13 +86,62 @@ pub enum StateLabel {
 }
 
 /// Traffic direction: the closed `direction` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
     /// Sent by this site.
     Sent,
     /// Received and opened.
     Received,
 }
+
+/// The label values as the metrics and the docs spell them (snake case), beside each
+/// variant: a derive would export the Rust name (`UnknownSession`), which no alert
+/// written from the docs matches.
+macro_rules! spelled {
+    ($t:ty { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            /// The metric label value.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$v => $s,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+spelled!(Refusal {
+    Oversized => "oversized",
+    Malformed => "malformed",
+    UnknownSession => "unknown_session",
+    Forged => "forged",
+    Replayed => "replayed",
+    Undecodable => "undecodable",
+    IdentityMismatch => "identity_mismatch",
+    Protocol => "protocol",
+    Broadcast => "broadcast",
+    VersionsFull => "versions_full",
+});
+spelled!(Unsent {
+    PendingFull => "pending_full",
+    SessionFailed => "session_failed",
+    InvalidMember => "invalid_member",
+});
+spelled!(StateLabel {
+    Alive => "alive",
+    Suspect => "suspect",
+    Down => "down",
+});
+spelled!(Direction {
+    Sent => "sent",
+    Received => "received",
+});
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
@@ -168,6 +217,20 @@ impl MembershipMetrics {
         for state in [StateLabel::Alive, StateLabel::Suspect, StateLabel::Down] {
             m.members.get_or_create(&StateLabels { state }).set(0);
         }
+        for reason in Refusal::ALL {
+            let _ = m.refused.get_or_create(&ReasonLabels { reason });
+        }
+        for reason in [
+            Unsent::PendingFull,
+            Unsent::SessionFailed,
+            Unsent::InvalidMember,
+        ] {
+            let _ = m.unsent.get_or_create(&UnsentLabels { reason });
+        }
+        for direction in [Direction::Sent, Direction::Received] {
+            let _ = m.messages.get_or_create(&DirectionLabels { direction });
+            let _ = m.bytes.get_or_create(&DirectionLabels { direction });
+        }
         m
     }
 
@@ -242,5 +305,29 @@ impl MembershipMetrics {
     /// Suspicions of this site refuted.
     pub fn refutations(&self) -> u64 {
         self.refutations.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_label_is_exported_from_zero_as_the_docs_spell_it() {
+        let mut registry = Registry::default();
+        let m = MembershipMetrics::register(&mut registry);
+        m.refuse(Refusal::UnknownSession);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "grid_membership_members{state=\"alive\"} 0",
+            "grid_membership_datagrams_refused_total{reason=\"unknown_session\"} 1",
+            "grid_membership_datagrams_refused_total{reason=\"versions_full\"} 0",
+            "grid_membership_datagrams_unsent_total{reason=\"pending_full\"} 0",
+            "grid_membership_bytes_total{direction=\"received\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains("UnknownSession"), "{text}");
     }
 }

@@ -28,9 +28,9 @@ async fn main() {
         a.loss
     );
     println!(
-        "| sites | mode | zero-endpoint reading reaches another site p50 / p99 (missed) | dead site down everywhere p50 / p99 (missed) | membership bytes per site per s |"
+        "| sites | mode | zero-endpoint reading reaches another site p50 / p99 (missed) | dead site down everywhere p50 / p99 (missed) | membership bytes per site per s | signal bytes per site per s |"
     );
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for &sites in &a.sites {
         for mode in [TransportMode::Gossip, TransportMode::Poll] {
             let r = run(Params {
@@ -41,7 +41,7 @@ async fn main() {
             })
             .await;
             println!(
-                "| {sites} | {} | {:.2} / {:.2} s ({}) | {:.1} / {:.1} s ({}) | {:.0} |",
+                "| {sites} | {} | {:.2} / {:.2} s ({}) | {:.1} / {:.1} s ({}) | {:.0} | {:.0} |",
                 mode.as_str(),
                 r.reach_p50 as f64 / 1000.0,
                 r.reach_p99 as f64 / 1000.0,
@@ -50,6 +50,7 @@ async fn main() {
                 r.detect_p99 as f64 / 1000.0,
                 r.detect_missed,
                 r.membership_bytes_per_site_s,
+                r.signal_bytes_per_site_s,
             );
         }
     }

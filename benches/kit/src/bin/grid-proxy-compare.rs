@@ -1,0 +1,99 @@
+//! `grid-proxy-compare`: the grid gateway against nginx and Envoy on the same instant
+//! upstream, driven by wrk and h2load, printed as `docs/benchmarks.md`'s proxy table
+//! (see `grid_kit::proxy_compare`). Needs `nginx`, `wrk` and `h2load` on the `PATH` and
+//! Envoy from `.venv` (all installed by `.ci/install`), and the gateway built beside this
+//! binary: `cargo build --release -p grid-gatewayd -p grid-kit --bins`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use grid_kit::proxy_compare::{Client, Lineup, Measured, callgrind_per_answer, sibling_binary};
+
+/// Flags of the comparison.
+#[derive(Debug, Parser)]
+#[command(about = "The grid gateway against nginx and Envoy, with wrk and h2load")]
+struct Args {
+    /// Worker processes or threads of every proxy.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Closed-loop connections of the generator.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Seconds per measured run.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Envoy's binary.
+    #[arg(long, default_value = ".venv/bin/envoy")]
+    envoy: PathBuf,
+    /// Instead of the table: the gateway's instructions per answer under callgrind, for
+    /// each of the four cases (two runs of 200 and 1,200 answers each).
+    #[arg(long)]
+    callgrind: bool,
+}
+
+fn cell(m: &Measured) -> String {
+    format!(
+        "{:.0} / {:.1} / {:.0} / {:.0}",
+        m.rps, m.cpu_us, m.p50_us, m.p99_us
+    )
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.callgrind {
+        println!("| client | body | gateway instructions per answer |\n| --- | --- | ---: |");
+        for client in [Client::Http1, Client::Http2] {
+            for stream in [false, true] {
+                let per = callgrind_per_answer(
+                    &sibling_binary("grid-gatewayd"),
+                    client,
+                    stream,
+                    (200, 1_200),
+                )
+                .await?;
+                println!(
+                    "| {} | {} | {:.0} |",
+                    client.as_str().split(' ').next().unwrap_or_default(),
+                    if stream { "SSE, 10 events" } else { "plain" },
+                    per
+                );
+            }
+        }
+        return Ok(());
+    }
+    let lineup = Lineup::start(&sibling_binary("grid-gatewayd"), &args.envoy, args.workers).await?;
+    println!(
+        "{} worker(s) per proxy, {} connections, {} s per run; each cell: answers/s / proxy CPU us per answer / p50 us / p99 us\n",
+        args.workers, args.connections, args.seconds
+    );
+    println!(
+        "| client | body | nginx | Envoy | grid | CPU grid/nginx | CPU grid/Envoy | rps grid/nginx | rps grid/Envoy |"
+    );
+    println!("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |");
+    let window = Duration::from_secs(args.seconds);
+    for client in [Client::Http1, Client::Http2] {
+        for stream in [false, true] {
+            let [n, e, g] = lineup.round(client, (stream, args.connections, window))?;
+            println!(
+                "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+                client.as_str(),
+                if stream { "SSE, 10 events" } else { "plain" },
+                cell(&n),
+                cell(&e),
+                cell(&g),
+                g.cpu_us / n.cpu_us,
+                g.cpu_us / e.cpu_us,
+                g.rps / n.rps,
+                g.rps / e.rps,
+            );
+            for (name, m) in [("nginx", n), ("envoy", e), ("grid", g)] {
+                if m.failed > 0 {
+                    eprintln!("{name}: {} answers failed", m.failed);
+                }
+            }
+        }
+    }
+    Ok(())
+}
