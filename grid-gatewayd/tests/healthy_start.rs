@@ -8,7 +8,7 @@ use std::time::Duration;
 use grid_kit::daemon_process::Daemon;
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::gateway_harness::fake_model::FakeModel;
-use grid_kit::operator_harness::{DOMAIN, Grid, ProviderSpec, epp_body};
+use grid_kit::operator_harness::{Grid, ProviderSpec, epp_body};
 use grid_operatord::driver::{self, Options};
 use grid_operatord::state::{FileStateStore, StateStore};
 
@@ -28,32 +28,9 @@ async fn a_healthy_start_logs_no_warning() {
         .unwrap();
     let model = FakeModel::start("a").await;
     let d = a.dir.path();
-    let text = format!(
-        r#"site = "a"
-listen = "127.0.0.1:0"
-[operator]
-url = "https://127.0.0.1:{port}"
-identity = "127.0.0.1"
-pollIntervalSeconds = 0.2
-[tls]
-cert = "{cert}"
-key = "{key}"
-ca = "{ca}"
-[trust]
-mode = "spiffe"
-trustDomain = "{DOMAIN}"
-[[models]]
-name = "m"
-[[models.candidates]]
-site = "a"
-provider = "p"
-baseUrl = "{model}"
-"#,
-        port = op.signals_addr.port(),
-        cert = d.join("site.crt").display(),
-        key = d.join("site.key").display(),
-        ca = d.join("ca.crt").display(),
-        model = model.base_url(),
+    let text = a.gateway_text(
+        ("127.0.0.1:0", op.signals_addr.port(), 0.2),
+        ("m", "p", &model.base_url()),
     );
     let path = d.join("gateway.toml");
     std::fs::write(&path, text).unwrap();

@@ -37,6 +37,21 @@ fn polls_of(op: &Running, peer: &str) -> u64 {
     .sum()
 }
 
+/// Waits up to `seconds` for `site`'s rows in the relay `op` (site `own`'s operator)
+/// serves its gateway.
+async fn relays_within(grid: &Grid, (own, op): (&Site, &Running), site: &str, seconds: u64) {
+    let gateway = grid.client(&own.cert, &own.name, &own.name);
+    let needle = format!("grid_site=\"{site}\"");
+    eventually(&format!("{} relays {site}", own.name), seconds, || {
+        let (tls, needle) = (gateway.clone(), needle.clone());
+        async move {
+            let body = get_signals(op.signals_addr, tls).await.unwrap().body;
+            String::from_utf8_lossy(&body).contains(&needle)
+        }
+    })
+    .await;
+}
+
 /// POSTs `body` to `addr`'s session path presenting `tls`'s certificate; the status.
 async fn post_session(
     addr: std::net::SocketAddr,
@@ -75,19 +90,7 @@ async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_a
         async move { v.live.get("c").is_some_and(|m| m.signals_port == c_port) }
     })
     .await;
-    let gateway_a = grid.client(&a.cert, "a", "a");
-    eventually(
-        "a polls c at its advertised address and relays it",
-        20,
-        || {
-            let tls = gateway_a.clone();
-            async move {
-                let body = get_signals(op_a.signals_addr, tls).await.unwrap().body;
-                String::from_utf8_lossy(&body).contains("grid_site=\"c\"")
-            }
-        },
-    )
-    .await;
+    relays_within(&grid, (&a, &op_a), "c", 20).await;
     assert!(op_a.metrics.polls.count("c", PollOutcome::Ok) >= 1);
     assert_eq!(op_a.membership_metrics.members(StateLabel::Alive), 2);
 
@@ -121,19 +124,8 @@ async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_
     let seed = [("b", signals_url(op_b.signals_addr))];
     let _op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
     let op_a = start(&a, &seed, &[]).await;
-    let gateway_a = grid.client(&a.cert, "a", "a");
-    eventually(
-        "a polls c, which it was never told of, and relays it",
-        30,
-        || {
-            let tls = gateway_a.clone();
-            async move {
-                let body = get_signals(op_a.signals_addr, tls).await.unwrap().body;
-                String::from_utf8_lossy(&body).contains("grid_site=\"c\"")
-            }
-        },
-    )
-    .await;
+    // a polls c, which it was never told of.
+    relays_within(&grid, (&a, &op_a), "c", 30).await;
     assert!(op_a.metrics.polls.count("c", PollOutcome::Ok) >= 1);
     assert!(
         op_b.metrics.polls.count("a", PollOutcome::Ok) >= 1,

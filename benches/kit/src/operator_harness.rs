@@ -139,6 +139,44 @@ impl Site {
         self.dir.path().join("state")
     }
 
+    /// A gateway configuration for this site in the file dialect: listening at `listen`,
+    /// polling its operator on loopback at `operator_port` every `poll_s` seconds,
+    /// presenting this site's certificate, with `model` served by one candidate,
+    /// `provider` of this site at `base_url`.
+    pub fn gateway_text(
+        &self,
+        (listen, operator_port, poll_s): (&str, u16, f64),
+        (model, provider, base_url): (&str, &str, &str),
+    ) -> String {
+        let d = self.dir.path();
+        format!(
+            r#"site = "{name}"
+listen = "{listen}"
+[operator]
+url = "https://127.0.0.1:{operator_port}"
+identity = "127.0.0.1"
+pollIntervalSeconds = {poll_s}
+[tls]
+cert = "{cert}"
+key = "{key}"
+ca = "{ca}"
+[trust]
+mode = "spiffe"
+trustDomain = "{DOMAIN}"
+[[models]]
+name = "{model}"
+[[models.candidates]]
+site = "{name}"
+provider = "{provider}"
+baseUrl = "{base_url}"
+"#,
+            name = self.name,
+            cert = d.join("site.crt").display(),
+            key = d.join("site.key").display(),
+            ca = d.join("ca.crt").display(),
+        )
+    }
+
     /// Configuration text: SPIFFE trust, loopback listeners on OS-chosen ports, fast
     /// intervals, these peers and providers.
     pub fn config_text(&self, peers: &[(&str, String)], providers: &[ProviderSpec]) -> String {

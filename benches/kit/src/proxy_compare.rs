@@ -187,19 +187,25 @@ pub fn start_nginx(dir: &Path, upstream: &str, workers: usize) -> Result<(Proxy,
         &[],
         &dir.join("nginx.log"),
     )?;
-    // One process serves both listeners; the HTTP/2 handle carries no child of its own.
-    Ok((
+    Ok(two_listeners("nginx", child, (h1, h2)))
+}
+
+/// The two handles of one process serving HTTP/1.1 on `h1` and HTTP/2 on `h2`: the
+/// first owns the process, the second carries no child of its own.
+fn two_listeners(name: &'static str, child: Child, (h1, h2): (u16, u16)) -> (Proxy, Proxy) {
+    let url = |port: u16| format!("http://127.0.0.1:{port}");
+    (
         Proxy {
-            name: "nginx",
-            url: format!("http://127.0.0.1:{h1}"),
+            name,
+            url: url(h1),
             children: vec![child],
         },
         Proxy {
-            name: "nginx",
-            url: format!("http://127.0.0.1:{h2}"),
+            name,
+            url: url(h2),
             children: Vec::new(),
         },
-    ))
+    )
 }
 
 /// The nginx configuration [`start_nginx`] writes.
@@ -247,18 +253,7 @@ pub fn start_envoy(
         &[],
         &dir.join("envoy.log"),
     )?;
-    Ok((
-        Proxy {
-            name: "envoy",
-            url: format!("http://127.0.0.1:{h1}"),
-            children: vec![child],
-        },
-        Proxy {
-            name: "envoy",
-            url: format!("http://127.0.0.1:{h2}"),
-            children: Vec::new(),
-        },
-    ))
+    Ok(two_listeners("envoy", child, (h1, h2)))
 }
 
 /// The bootstrap [`start_envoy`] writes.
@@ -333,33 +328,9 @@ fn start_grid_under(
 ) -> Result<Proxy, Error> {
     let port = free_port()?;
     let d = site.dir.path();
-    let text = format!(
-        r#"site = "{name}"
-listen = "127.0.0.1:{port}"
-[operator]
-url = "https://127.0.0.1:{op}"
-identity = "127.0.0.1"
-pollIntervalSeconds = 1
-[tls]
-cert = "{cert}"
-key = "{key}"
-ca = "{ca}"
-[trust]
-mode = "spiffe"
-trustDomain = "{domain}"
-[[models]]
-name = "{MODEL}"
-[[models.candidates]]
-site = "{name}"
-provider = "p"
-baseUrl = "{upstream}"
-"#,
-        name = site.name,
-        op = operator.port(),
-        cert = d.join("site.crt").display(),
-        key = d.join("site.key").display(),
-        ca = d.join("ca.crt").display(),
-        domain = crate::operator_harness::DOMAIN,
+    let text = site.gateway_text(
+        (&format!("127.0.0.1:{port}"), operator.port(), 1.0),
+        (MODEL, "p", upstream),
     );
     let path = d.join("gateway.toml");
     std::fs::write(&path, text)?;
@@ -613,29 +584,28 @@ pub struct Lineup {
     pub envoy: (Proxy, Proxy),
     /// The grid gateway.
     pub grid: Proxy,
-    _operator: grid_operatord::driver::Running,
-    site: crate::operator_harness::Site,
-    _grid: crate::operator_harness::Grid,
-    _upstream: crate::instant_upstream::InstantUpstream,
+    fed: Fed,
     dir: tempfile::TempDir,
 }
 
-impl Lineup {
-    /// Starts them all, each proxy with `workers` workers, and waits until each answers.
-    ///
-    /// # Errors
-    ///
-    /// A proxy that cannot be started or does not answer within [`READY_LIMIT`].
-    pub async fn start(gatewayd: &Path, envoy: &Path, workers: usize) -> Result<Self, Error> {
+/// The instant upstream and the real operator scraping its EPP: what a gateway is fed
+/// by, in this process.
+struct Fed {
+    upstream: crate::instant_upstream::InstantUpstream,
+    _grid: crate::operator_harness::Grid,
+    site: crate::operator_harness::Site,
+    operator: grid_operatord::driver::Running,
+}
+
+impl Fed {
+    async fn start() -> Result<Self, Error> {
         use grid_operatord::state::{FileStateStore, StateStore};
-        let dir = tempfile::tempdir()?;
         let upstream = crate::instant_upstream::InstantUpstream::start(MODEL).await?;
-        let base = upstream.base_url();
         let grid = crate::operator_harness::Grid::new();
         let site = grid.site("a");
         let epp = crate::operator_harness::ProviderSpec {
             name: "p".into(),
-            url: base.clone(),
+            url: upstream.base_url(),
             timeout_s: 1.0,
         };
         let state: std::sync::Arc<dyn StateStore> =
@@ -647,14 +617,36 @@ impl Lineup {
             grid_operatord::driver::Options::default(),
         )
         .await?;
+        Ok(Self {
+            upstream,
+            _grid: grid,
+            site,
+            operator,
+        })
+    }
+}
+
+impl Lineup {
+    /// Starts them all, each proxy with `workers` workers, and waits until each answers.
+    ///
+    /// # Errors
+    ///
+    /// A proxy that cannot be started or does not answer within [`READY_LIMIT`].
+    pub async fn start(gatewayd: &Path, envoy: &Path, workers: usize) -> Result<Self, Error> {
+        let dir = tempfile::tempdir()?;
+        let fed = Fed::start().await?;
+        let base = fed.upstream.base_url();
         let lineup = Self {
             nginx: start_nginx(dir.path(), &base, workers)?,
             envoy: start_envoy(envoy, dir.path(), &base, workers)?,
-            grid: start_grid(gatewayd, &site, operator.signals_addr, &base, workers)?,
-            _operator: operator,
-            site,
-            _grid: grid,
-            _upstream: upstream,
+            grid: start_grid(
+                gatewayd,
+                &fed.site,
+                fed.operator.signals_addr,
+                &base,
+                workers,
+            )?,
+            fed,
             dir,
         };
         for (p, client) in lineup.all() {
@@ -665,7 +657,7 @@ impl Lineup {
                 let said = match p.name {
                     "nginx" => log("nginx.log"),
                     "envoy" => log("envoy.log"),
-                    _ => std::fs::read_to_string(lineup.site.dir.path().join("gateway.log"))
+                    _ => std::fs::read_to_string(lineup.fed.site.dir.path().join("gateway.log"))
                         .unwrap_or_default(),
                 };
                 return Err(Error::Io(std::io::Error::other(format!(
@@ -753,33 +745,22 @@ async fn callgrind_total(
     stream: bool,
     answers: u64,
 ) -> Result<u64, Error> {
-    use grid_operatord::state::{FileStateStore, StateStore};
     let dir = tempfile::tempdir()?;
-    let upstream = crate::instant_upstream::InstantUpstream::start(MODEL).await?;
-    let base = upstream.base_url();
-    let grid = crate::operator_harness::Grid::new();
-    let site = grid.site("a");
-    let epp = crate::operator_harness::ProviderSpec {
-        name: "p".into(),
-        url: base.clone(),
-        timeout_s: 1.0,
-    };
-    let state: std::sync::Arc<dyn StateStore> =
-        std::sync::Arc::new(FileStateStore::open(site.state_dir())?);
-    let operator = grid_operatord::driver::start(
-        site.config(&[], &[epp]),
-        None,
-        state,
-        grid_operatord::driver::Options::default(),
-    )
-    .await?;
+    let fed = Fed::start().await?;
+    let base = fed.upstream.base_url();
     let out = dir.path().join("callgrind.out");
     let wrapper = [
         "valgrind".to_owned(),
         "--tool=callgrind".to_owned(),
         format!("--callgrind-out-file={}", out.display()),
     ];
-    let mut gw = start_grid_under(&wrapper, gatewayd, &site, operator.signals_addr, (&base, 1))?;
+    let mut gw = start_grid_under(
+        &wrapper,
+        gatewayd,
+        &fed.site,
+        fed.operator.signals_addr,
+        (&base, 1),
+    )?;
     let clock = Stopwatch::start();
     let mut ready = false;
     while !ready && clock.elapsed() < READY_LIMIT * 3 {
@@ -806,7 +787,7 @@ async fn callgrind_total(
     }
     let child = gw.children.remove(0);
     stop_and_wait(child, CALLGRIND_EXIT_LIMIT);
-    drop(operator);
+    drop(fed);
     let profile = std::fs::read_to_string(&out)?;
     profile
         .lines()
