@@ -266,18 +266,14 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            // Sessions before datagrams: the other end of an exchange may seal its first
+            // datagram as soon as it holds the session, and that datagram can be on the
+            // socket before this loop has taken the same session from its queue (the
+            // listener queues it before answering; an initiator's result comes through
+            // a task). Taken in any order, it would be refused as `unknown_session` and
+            // a join would wait for the next seed contact.
             tokio::select! {
-                received = self.udp.recv_from(&mut buf) => {
-                    if let Ok((n, from)) = received {
-                        let dropped = self
-                            .faults
-                            .as_ref()
-                            .is_some_and(|f| f.drops(from.port(), self.port, &mut self.rng));
-                        if !dropped {
-                            self.membership.handle(clock::monotonic_ms(), Input::Datagram(&mut buf[..n]));
-                        }
-                    }
-                }
+                biased;
                 Some((member, material)) = self.accepted.recv() => {
                     self.membership.handle(
                         clock::monotonic_ms(),
@@ -293,6 +289,17 @@ impl Driver {
                         ),
                         Exchanged::Failed(site) => {
                             self.membership.handle(now, Input::SessionFailed { site });
+                        }
+                    }
+                }
+                received = self.udp.recv_from(&mut buf) => {
+                    if let Ok((n, from)) = received {
+                        let dropped = self
+                            .faults
+                            .as_ref()
+                            .is_some_and(|f| f.drops(from.port(), self.port, &mut self.rng));
+                        if !dropped {
+                            self.membership.handle(clock::monotonic_ms(), Input::Datagram(&mut buf[..n]));
                         }
                     }
                 }
