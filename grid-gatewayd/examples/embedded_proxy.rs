@@ -66,8 +66,12 @@ async fn proxy(
         Route::Unavailable { .. } => return Ok(answer(StatusCode::SERVICE_UNAVAILABLE)),
         Route::UnknownModel => return Ok(answer(StatusCode::NOT_FOUND)),
     };
-    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let Ok(uri) = uri_for(upstream, pq) else {
+    let pq = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| "/".parse().unwrap());
+    let Ok(uri) = uri_for(upstream, &pq) else {
         return Ok(answer(StatusCode::BAD_REQUEST));
     };
     parts.uri = uri;

@@ -1436,11 +1436,19 @@ mod tests {
         let cat = c.catalog();
         let m = cat.get("llama-3.1-8b-instruct").unwrap();
         assert_eq!(
-            crate::upstream::uri_for(&m.upstreams[0], "/v1/chat/completions?x=1").unwrap(),
+            crate::upstream::uri_for(
+                &m.upstreams[0],
+                &http::uri::PathAndQuery::from_static("/v1/chat/completions?x=1")
+            )
+            .unwrap(),
             "http://10.0.0.10:8000/site-a/v1/chat/completions?x=1"
         );
         assert_eq!(
-            crate::upstream::uri_for(&m.upstreams[1], "/v1/models").unwrap(),
+            crate::upstream::uri_for(
+                &m.upstreams[1],
+                &http::uri::PathAndQuery::from_static("/v1/models")
+            )
+            .unwrap(),
             "https://gateway.b.example:8443/v1/models"
         );
     }

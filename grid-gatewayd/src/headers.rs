@@ -24,9 +24,23 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
+/// Whether `name` is hop-by-hop whatever `Connection` says.
+fn always_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+        || name == header::TRANSFER_ENCODING
+        || name.as_str() == "proxy-connection"
+}
+
 /// Removes hop-by-hop headers (fixed ones, `Transfer-Encoding`, `Proxy-Connection` and
 /// any named in `Connection`).
+///
+/// One pass over the names comes first: most requests and answers carry none of them
+/// (and no `Connection`, so none named there either), and then nothing is hashed or
+/// removed.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if !h.keys().any(always_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -82,6 +96,29 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert_eq!(h[header::AUTHORIZATION], "Bearer k");
+    }
+
+    #[test]
+    fn a_map_without_a_hop_by_hop_header_is_left_whole() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
+        // Each fixed one alone is still found and removed.
+        for name in HOP_BY_HOP.iter().cloned().chain([
+            header::TRANSFER_ENCODING,
+            HeaderName::from_static("proxy-connection"),
+        ]) {
+            let mut h = before.clone();
+            h.insert(name.clone(), HeaderValue::from_static("x"));
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h, before, "{name}");
+        }
     }
 
     #[test]

@@ -266,8 +266,8 @@ impl Api {
         let path_and_query = parts
             .uri
             .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .to_owned();
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
 
         let view = self.inner.routes.load();
         let decision = view.pick(&model, &mut ThreadRng);
@@ -335,7 +335,7 @@ impl Api {
         &self,
         upstream: &Upstream,
         parts: &http::request::Parts,
-        path_and_query: &str,
+        path_and_query: &http::uri::PathAndQuery,
         body: &Bytes,
         grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {

@@ -38,12 +38,14 @@ use rustls_pki_types::ServerName;
 /// (`ArcSwap::load`: no lock, no allocation).
 pub type Published = Arc<ArcSwap<RoutingView>>;
 
-/// The upstream URI for a client's path and query, the base URL's prefix kept.
-pub fn uri_for(upstream: &Upstream, path_and_query: &str) -> Result<Uri, http::Error> {
+/// The upstream URI for a client's path and query, the base URL's prefix kept. Without
+/// a prefix the client's own (already validated, shared) path is reused: nothing is
+/// copied or parsed again.
+pub fn uri_for(upstream: &Upstream, path_and_query: &PathAndQuery) -> Result<Uri, http::Error> {
     let pq = if upstream.prefix().is_empty() {
-        PathAndQuery::try_from(path_and_query)?
+        path_and_query.clone()
     } else {
-        PathAndQuery::try_from(format!("{}{path_and_query}", upstream.prefix()))?
+        PathAndQuery::try_from(format!("{}{}", upstream.prefix(), path_and_query.as_str()))?
     };
     Uri::builder()
         .scheme(upstream.scheme())
