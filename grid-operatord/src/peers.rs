@@ -177,10 +177,9 @@ impl PeerPoller {
 }
 
 /// Builds the poller of a live member no configured peer names, polled at the URL given,
-/// or `None` when this
-/// site cannot verify it. In SPIFFE mode every site of the trust domain is a peer, so a
-/// member that joined through a seed is polled like a configured one; in pin mode only
-/// pinned sites can join at all.
+/// or `None` when this site cannot verify it. In SPIFFE mode every site of the trust
+/// domain is a peer, so a member that joined through a seed is polled like a configured
+/// one; in pin mode only pinned sites can join at all.
 pub type Adopt = Arc<dyn Fn(&str, http::Uri) -> Option<PeerPoller> + Send + Sync>;
 
 /// Runs one poller per live member, where membership says it is: polls exactly the live
