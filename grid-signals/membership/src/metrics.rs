@@ -1,53 +1,40 @@
 //! The membership series, registered into the caller's registry.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// Why a received datagram was refused: the closed `reason` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
-    Oversized,
-    /// Shorter than a seal, or of an unknown seal version.
-    Malformed,
-    /// Sealed under no session this site holds.
-    UnknownSession,
-    /// Its tag did not verify.
-    Forged,
-    /// Opened before, or older than the replay window.
-    Replayed,
-    /// Opened, but the SWIM message inside did not decode.
-    Undecodable,
-    /// Opened, but its sender's identity names another site than the session's, or is
-    /// not a valid identity.
-    IdentityMismatch,
-    /// Decoded, but the protocol refused it (from ourselves, stale, malformed payload).
-    Protocol,
-    /// A batch version it carried was malformed.
-    Broadcast,
-    /// A batch version it carried named one register more than
-    /// [`crate::overlay::MAX_VERSIONS`].
-    VersionsFull,
-}
-
-impl Refusal {
-    /// Every reason, for dashboards and the completeness test.
-    pub const ALL: [Self; 10] = [
-        Self::Oversized,
-        Self::Malformed,
-        Self::UnknownSession,
-        Self::Forged,
-        Self::Replayed,
-        Self::Undecodable,
-        Self::IdentityMismatch,
-        Self::Protocol,
-        Self::Broadcast,
-        Self::VersionsFull,
-    ];
+grid_signals::label_values! {
+    /// Why a received datagram was refused: the closed `reason` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Refusal {
+        /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
+        Oversized = "oversized",
+        /// Shorter than a seal, or of an unknown seal version.
+        Malformed = "malformed",
+        /// Sealed under no session this site holds.
+        UnknownSession = "unknown_session",
+        /// Its tag did not verify.
+        Forged = "forged",
+        /// Opened before, or older than the replay window.
+        Replayed = "replayed",
+        /// Opened, but the SWIM message inside did not decode.
+        Undecodable = "undecodable",
+        /// Opened, but its sender's identity names another site than the session's, or
+        /// is not a valid identity.
+        IdentityMismatch = "identity_mismatch",
+        /// Decoded, but the protocol refused it (from ourselves, stale, malformed
+        /// payload).
+        Protocol = "protocol",
+        /// A batch version it carried was malformed.
+        Broadcast = "broadcast",
+        /// A batch version it carried named one register more than
+        /// [`crate::overlay::MAX_VERSIONS`].
+        VersionsFull = "versions_full",
+    }
 }
 
 impl From<crate::SealRefusal> for Refusal {
@@ -61,87 +48,44 @@ impl From<crate::SealRefusal> for Refusal {
     }
 }
 
-/// Why a datagram this site meant to send was not: the closed `reason` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Unsent {
-    /// No session with the member yet, and its queue of [`crate::PENDING_PER_MEMBER`]
-    /// was full.
-    PendingFull,
-    /// The session could not be agreed; what waited for it is dropped.
-    SessionFailed,
-    /// The member's identity is not one this site would contact.
-    InvalidMember,
+grid_signals::label_values! {
+    /// Why a datagram this site meant to send was not: the closed `reason` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Unsent {
+        /// No session with the member yet, and its queue of
+        /// [`crate::PENDING_PER_MEMBER`] was full.
+        PendingFull = "pending_full",
+        /// The session could not be agreed; what waited for it is dropped.
+        SessionFailed = "session_failed",
+        /// The member's identity is not one this site would contact.
+        InvalidMember = "invalid_member",
+    }
 }
 
-/// A member's state: the closed `state` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StateLabel {
-    /// Answering probes.
-    Alive,
-    /// Suspected; still treated as alive until it refutes or times out.
-    Suspect,
-    /// Declared down.
-    Down,
+grid_signals::label_values! {
+    /// A member's state: the closed `state` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum StateLabel {
+        /// Answering probes.
+        Alive = "alive",
+        /// Suspected; still treated as alive until it refutes or times out.
+        Suspect = "suspect",
+        /// Declared down.
+        Down = "down",
+    }
 }
 
-/// Traffic direction: the closed `direction` label set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Direction {
-    /// Sent by this site.
-    Sent,
-    /// Received and opened.
-    Received,
+grid_signals::label_values! {
+    /// Traffic direction: the closed `direction` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Direction {
+        /// Sent by this site.
+        Sent = "sent",
+        /// Received and opened.
+        Received = "received",
+    }
 }
-
-/// The label values as the metrics and the docs spell them (snake case), beside each
-/// variant: a derive would export the Rust name (`UnknownSession`), which no alert
-/// written from the docs matches.
-macro_rules! spelled {
-    ($t:ty { $($v:ident => $s:literal),+ $(,)? }) => {
-        impl $t {
-            /// The metric label value.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$v => $s,)+
-                }
-            }
-        }
-
-        impl EncodeLabelValue for $t {
-            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
-                std::fmt::Write::write_str(encoder, self.as_str())
-            }
-        }
-    };
-}
-
-spelled!(Refusal {
-    Oversized => "oversized",
-    Malformed => "malformed",
-    UnknownSession => "unknown_session",
-    Forged => "forged",
-    Replayed => "replayed",
-    Undecodable => "undecodable",
-    IdentityMismatch => "identity_mismatch",
-    Protocol => "protocol",
-    Broadcast => "broadcast",
-    VersionsFull => "versions_full",
-});
-spelled!(Unsent {
-    PendingFull => "pending_full",
-    SessionFailed => "session_failed",
-    InvalidMember => "invalid_member",
-});
-spelled!(StateLabel {
-    Alive => "alive",
-    Suspect => "suspect",
-    Down => "down",
-});
-spelled!(Direction {
-    Sent => "sent",
-    Received => "received",
-});
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
@@ -214,7 +158,7 @@ impl MembershipMetrics {
             "Membership datagrams this site dropped before sending, by reason",
             m.unsent.clone(),
         );
-        for state in [StateLabel::Alive, StateLabel::Suspect, StateLabel::Down] {
+        for state in StateLabel::ALL {
             m.members.get_or_create(&StateLabels { state }).set(0);
         }
         for reason in Refusal::ALL {
@@ -227,7 +171,7 @@ impl MembershipMetrics {
         ] {
             let _ = m.unsent.get_or_create(&UnsentLabels { reason });
         }
-        for direction in [Direction::Sent, Direction::Received] {
+        for direction in Direction::ALL {
             let _ = m.messages.get_or_create(&DirectionLabels { direction });
             let _ = m.bytes.get_or_create(&DirectionLabels { direction });
         }
