@@ -131,30 +131,14 @@ impl Config {
     /// nothing else. Under poll a trust change restarts the process (spec, seed 002);
     /// any other change restarts the driver.
     pub fn takes_over_live(&self, next: &Self) -> bool {
-        let gossip = self.transport == TransportMode::Gossip;
         // `next` with the fields taken over live set to this configuration's.
-        let kept = Self {
-            providers: self.providers.clone(),
-            trust: if gossip {
-                self.trust.clone()
-            } else {
-                next.trust.clone()
-            },
-            tls: TlsFiles {
-                ca: if gossip {
-                    self.tls.ca.clone()
-                } else {
-                    next.tls.ca.clone()
-                },
-                ..next.tls.clone()
-            },
-            peers: if gossip {
-                self.peers.clone()
-            } else {
-                next.peers.clone()
-            },
-            ..next.clone()
-        };
+        let mut kept = next.clone();
+        kept.providers.clone_from(&self.providers);
+        if self.transport == TransportMode::Gossip {
+            kept.trust.clone_from(&self.trust);
+            kept.tls.ca.clone_from(&self.tls.ca);
+            kept.peers.clone_from(&self.peers);
+        }
         self != next && *self == kept
     }
 

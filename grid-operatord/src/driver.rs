@@ -26,12 +26,11 @@ use crate::live::Live;
 use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
 use crate::providers::{ScrapeLoop, spec_of};
-use crate::scrape::{Scraper, scrape_tls_config};
+use crate::scrape::Scraper;
 use crate::signals::{SharedSignals, SignalsService};
 use crate::slots::Slots;
 use crate::state::{StartEpoch, StateStore, start_epoch};
-use grid_daemon::client::FetchTarget;
-use grid_daemon::tls::{self, Identity, TlsMaterial};
+use grid_daemon::tls::{self, Identity};
 
 /// How often the declared signal transport mode is re-read.
 pub const MODE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -180,28 +179,6 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-pub(crate) fn scrape_targets(
-    config: &Config,
-    material: &TlsMaterial,
-) -> Result<Vec<FetchTarget>, Error> {
-    config
-        .providers
-        .iter()
-        .map(|p| {
-            let tls = if p.url.scheme_str() == Some("https") {
-                let roots = match &p.ca_file {
-                    Some(path) => tls::read_roots(path)?,
-                    None => material.roots.clone(),
-                };
-                Some(scrape_tls_config(roots)?)
-            } else {
-                None
-            };
-            Ok(FetchTarget::new(p.url.clone(), p.timeout, tls))
-        })
-        .collect()
-}
-
 /// Starts an operator from `config`, persisting through `state`; when `source` is given,
 /// the declared mode is watched.
 pub async fn start(
@@ -230,7 +207,7 @@ pub async fn start_with(
     // One presented certificate for the listener and every peer poll, renewed in place.
     let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
     let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
-    let targets = scrape_targets(&config, &material)?;
+    let providers = crate::live::scraped(&config, &material)?;
     let (signals_tcp, gossip_udp, signals_addr) = bind_signals(config.listen.signals).await?;
     let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
 
@@ -261,7 +238,6 @@ pub async fn start_with(
         Ok(())
     });
 
-    let providers = crate::live::scraped(&config, targets);
     let (verdicts_tx, verdicts) = tokio::sync::watch::channel(
         providers
             .iter()

@@ -257,10 +257,7 @@ impl Gossip {
             .fence_of(&version.site, &version.provider)
             .map(|f| (f.epoch, f.sequence));
         match self.pulls.heard(from, version, held) {
-            Heard::Pull { from, version } => {
-                let key = (version.site.clone(), version.provider.clone());
-                self.spawn_pull(&from, version, key);
-            }
+            Heard::Pull { from, version } => self.spawn_pull(&from, version),
             Heard::Deferred => self
                 .metrics
                 .record(FetchKind::Batch, FetchOutcome::Deferred),
@@ -277,7 +274,8 @@ impl Gossip {
         .ok()
     }
 
-    fn spawn_pull(&self, from: &Member, version: Version, key: Register) {
+    fn spawn_pull(&self, from: &Member, version: Version) {
+        let key = (version.site.clone(), version.provider.clone());
         let url = format!(
             "https://{}:{}{BATCH_PATH}?site={}&provider={}",
             from.authority_host(),

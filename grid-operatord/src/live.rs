@@ -42,7 +42,7 @@ impl Live {
     pub(crate) fn apply(&self, running: &Config, next: &Config) -> Result<(), Error> {
         let material = crate::trust::material(&next.tls)?;
         let providers = (running.providers != next.providers)
-            .then(|| crate::driver::scrape_targets(next, &material).map(|t| scraped(next, t)))
+            .then(|| scraped(next, &material))
             .transpose()?;
         let trust = running
             .trust_differs(next)
@@ -72,18 +72,29 @@ impl Live {
     }
 }
 
-/// `config`'s providers beside their scrape targets (built from the same list).
+/// `config`'s providers, each with its scrape target: an `https` EPP verified against
+/// its own CA bundle, or the site's.
 pub(crate) fn scraped(
     config: &Config,
-    targets: Vec<grid_daemon::client::FetchTarget>,
-) -> Vec<ScrapedProvider> {
+    material: &grid_daemon::tls::TlsMaterial,
+) -> Result<Vec<ScrapedProvider>, Error> {
     config
         .providers
         .iter()
-        .zip(targets)
-        .map(|(p, target)| ScrapedProvider {
-            target,
-            config: p.clone(),
+        .map(|p| {
+            let tls = if p.url.scheme_str() == Some("https") {
+                let roots = match &p.ca_file {
+                    Some(path) => grid_daemon::tls::read_roots(path)?,
+                    None => material.roots.clone(),
+                };
+                Some(crate::scrape::scrape_tls_config(roots)?)
+            } else {
+                None
+            };
+            Ok(ScrapedProvider {
+                target: grid_daemon::client::FetchTarget::new(p.url.clone(), p.timeout, tls),
+                config: p.clone(),
+            })
         })
         .collect()
 }
