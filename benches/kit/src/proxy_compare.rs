@@ -74,6 +74,8 @@ pub struct Proxy {
     pub name: &'static str,
     /// `http://127.0.0.1:port`.
     pub url: String,
+    /// Where the process's stderr goes.
+    pub log: PathBuf,
     children: Vec<Child>,
 }
 
@@ -151,6 +153,15 @@ pub fn free_port() -> Result<u16, Error> {
 
 /// Starts `program`; its stderr goes to `log`, where a proxy that did not come up says
 /// why.
+/// A step of the comparison that failed, saying what it saw.
+fn failed(what: String) -> Error {
+    Error::Io(std::io::Error::other(what))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn spawn(
     program: &Path,
     args: &[&str],
@@ -166,7 +177,7 @@ fn spawn(
         c.env(k, v);
     }
     c.spawn()
-        .map_err(|e| Error::Io(std::io::Error::other(format!("{}: {e}", program.display()))))
+        .map_err(|e| failed(format!("{}: {e}", program.display())))
 }
 
 /// nginx in the foreground with `workers` worker processes, a keep-alive upstream and
@@ -176,6 +187,7 @@ pub fn start_nginx(dir: &Path, upstream: &str, workers: usize) -> Result<(Proxy,
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_config(dir, upstream, workers, (h1, h2)))?;
+    let log = dir.join("nginx.log");
     let child = spawn(
         Path::new("nginx"),
         &[
@@ -185,24 +197,30 @@ pub fn start_nginx(dir: &Path, upstream: &str, workers: usize) -> Result<(Proxy,
             dir.to_str().unwrap_or_default(),
         ],
         &[],
-        &dir.join("nginx.log"),
+        &log,
     )?;
-    Ok(two_listeners("nginx", child, (h1, h2)))
+    Ok(two_listeners("nginx", (child, log), (h1, h2)))
 }
 
 /// The two handles of one process serving HTTP/1.1 on `h1` and HTTP/2 on `h2`: the
 /// first owns the process, the second carries no child of its own.
-fn two_listeners(name: &'static str, child: Child, (h1, h2): (u16, u16)) -> (Proxy, Proxy) {
+fn two_listeners(
+    name: &'static str,
+    (child, log): (Child, PathBuf),
+    (h1, h2): (u16, u16),
+) -> (Proxy, Proxy) {
     let url = |port: u16| format!("http://127.0.0.1:{port}");
     (
         Proxy {
             name,
             url: url(h1),
+            log: log.clone(),
             children: vec![child],
         },
         Proxy {
             name,
             url: url(h2),
+            log,
             children: Vec::new(),
         },
     )
@@ -238,6 +256,7 @@ pub fn start_envoy(
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("envoy.yaml");
     std::fs::write(&conf, envoy_config(upstream, (h1, h2)))?;
+    let log = dir.join("envoy.log");
     let child = spawn(
         envoy,
         &[
@@ -251,9 +270,9 @@ pub fn start_envoy(
             &h1.to_string(),
         ],
         &[],
-        &dir.join("envoy.log"),
+        &log,
     )?;
-    Ok(two_listeners("envoy", child, (h1, h2)))
+    Ok(two_listeners("envoy", (child, log), (h1, h2)))
 }
 
 /// The bootstrap [`start_envoy`] writes.
@@ -342,6 +361,7 @@ fn start_grid_under(
     ];
     let mut line: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     line.extend(own);
+    let log = d.join("gateway.log");
     let child = spawn(
         Path::new(line[0]),
         &line[1..],
@@ -349,11 +369,12 @@ fn start_grid_under(
             ("TOKIO_WORKER_THREADS", workers.to_string()),
             ("RUST_LOG", "warn".to_owned()),
         ],
-        &d.join("gateway.log"),
+        &log,
     )?;
     Ok(Proxy {
         name: "grid",
         url: format!("http://127.0.0.1:{port}"),
+        log,
         children: vec![child],
     })
 }
@@ -368,7 +389,7 @@ fn run_bounded(mut c: Command, limit: Duration) -> Result<String, Error> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| Error::Io(std::io::Error::other(format!("load generator: {e}"))))?;
+        .map_err(|e| failed(format!("load generator: {e}")))?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -378,9 +399,10 @@ fn run_bounded(mut c: Command, limit: Duration) -> Result<String, Error> {
         Ok(String::from_utf8_lossy(&out?.stdout).into_owned())
     } else {
         signal(pid, "-KILL");
-        Err(Error::Io(std::io::Error::other(
-            "the load generator did not finish in time",
-        )))
+        Err(Error::Timeout {
+            what: "the load generator finishing".into(),
+            limit_ms: millis(limit),
+        })
     }
 }
 
@@ -445,19 +467,13 @@ fn wrk(
     let line = out
         .lines()
         .find_map(|l| l.strip_prefix("GRID "))
-        .ok_or_else(|| {
-            Error::Io(std::io::Error::other(format!(
-                "wrk printed no summary: {out}"
-            )))
-        })?;
+        .ok_or_else(|| failed(format!("wrk printed no summary: {out}")))?;
     let f: Vec<f64> = line
         .split_whitespace()
         .filter_map(|v| v.parse().ok())
         .collect();
     let [requests, failed, duration_us, p50, p99] = f[..] else {
-        return Err(Error::Io(std::io::Error::other(format!(
-            "wrk summary: {line}"
-        ))));
+        return Err(failed(format!("wrk summary: {line}")));
     };
     let answers = (requests - failed).max(0.0) as u64;
     Ok(Measured {
@@ -468,6 +484,16 @@ fn wrk(
         cpu_us: f64::NAN,
         failed: failed as u64,
     })
+}
+
+/// h2load posting the chat request in `data` over `connections` connections, one
+/// request at a time on each (the closed loop every case runs).
+fn h2load_posting(data: &Path, connections: usize) -> Command {
+    let mut c = Command::new("h2load");
+    c.args(["-c", &connections.to_string(), "-m", "1", "-d"])
+        .arg(data)
+        .args(["-H", "content-type: application/json"]);
+    c
 }
 
 fn h2load(
@@ -481,22 +507,12 @@ fn h2load(
     std::fs::write(&data, body)?;
     let log = dir.join("h2load.log");
     let _ = std::fs::remove_file(&log);
-    let mut c = Command::new("h2load");
-    c.args([
-        "-c",
-        &connections.to_string(),
-        "-m",
-        "1",
-        "-D",
-        &duration.as_secs().to_string(),
-        "-d",
-        data.to_str().unwrap_or_default(),
-        "-H",
-        "content-type: application/json",
-        "--log-file",
-        log.to_str().unwrap_or_default(),
-        url,
-    ]);
+    let mut c = h2load_posting(&data, connections);
+    c.arg("-D")
+        .arg(duration.as_secs().to_string())
+        .arg("--log-file")
+        .arg(&log)
+        .arg(url);
     let out = run_bounded(c, duration + GENERATOR_GRACE)?;
     // Each log line: start time (us since the epoch), status, time to the last byte (us).
     let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -538,8 +554,8 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 }
 
 /// Waits until `url` answers the chat request over `client`'s protocol with a 2xx,
-/// within [`READY_LIMIT`].
-pub async fn wait_ready(url: &str, client: Client) -> Result<(), Error> {
+/// within `limit` ([`READY_LIMIT`] for a proxy started as it is).
+pub async fn wait_ready(url: &str, client: Client, limit: Duration) -> Result<(), Error> {
     let protocol = match client {
         Client::Http1 => crate::load::Protocol::Http1,
         Client::Http2 => crate::load::Protocol::Http2,
@@ -547,9 +563,9 @@ pub async fn wait_ready(url: &str, client: Client) -> Result<(), Error> {
     let client = crate::load::LoadClient::new(protocol, Duration::from_secs(2));
     let uri: http::Uri = format!("{url}{PATH}")
         .parse()
-        .map_err(|_| Error::Io(std::io::Error::other(format!("not a URL: {url}"))))?;
+        .map_err(|_| failed(format!("not a URL: {url}")))?;
     let clock = Stopwatch::start();
-    while clock.elapsed() < READY_LIMIT {
+    while clock.elapsed() < limit {
         if let Ok(a) = client
             .post_json(&uri, crate::load::chat_body(MODEL, false))
             .await
@@ -559,9 +575,10 @@ pub async fn wait_ready(url: &str, client: Client) -> Result<(), Error> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(Error::Io(std::io::Error::other(format!(
-        "{url} did not answer within {READY_LIMIT:?}"
-    ))))
+    Err(Error::Timeout {
+        what: format!("{url} answering"),
+        limit_ms: millis(limit),
+    })
 }
 
 /// Where a workspace binary is: beside this executable (`cargo build --release` puts them
@@ -584,7 +601,8 @@ pub struct Lineup {
     pub envoy: (Proxy, Proxy),
     /// The grid gateway.
     pub grid: Proxy,
-    fed: Fed,
+    /// Kept running for the lineup's life.
+    _fed: Fed,
     dir: tempfile::TempDir,
 }
 
@@ -646,24 +664,13 @@ impl Lineup {
                 &base,
                 workers,
             )?,
-            fed,
+            _fed: fed,
             dir,
         };
         for (p, client) in lineup.all() {
-            if let Err(e) = wait_ready(&p.url, client).await {
-                let log = |f: &str| {
-                    std::fs::read_to_string(lineup.dir.path().join(f)).unwrap_or_default()
-                };
-                let said = match p.name {
-                    "nginx" => log("nginx.log"),
-                    "envoy" => log("envoy.log"),
-                    _ => std::fs::read_to_string(lineup.fed.site.dir.path().join("gateway.log"))
-                        .unwrap_or_default(),
-                };
-                return Err(Error::Io(std::io::Error::other(format!(
-                    "{}: {e}; it logged: {said}",
-                    p.name
-                ))));
+            if let Err(e) = wait_ready(&p.url, client, READY_LIMIT).await {
+                let said = std::fs::read_to_string(&p.log).unwrap_or_default();
+                return Err(failed(format!("{}: {e}; it logged: {said}", p.name)));
             }
         }
         Ok(lineup)
@@ -716,6 +723,9 @@ impl Lineup {
 
 /// How long a gateway under callgrind has to write its profile and exit after SIGTERM.
 pub const CALLGRIND_EXIT_LIMIT: Duration = Duration::from_secs(60);
+/// How long the answers of one callgrind run may take (each costs some 50 times more
+/// under valgrind).
+pub const CALLGRIND_RUN_LIMIT: Duration = Duration::from_secs(600);
 
 /// The gateway's instructions per answer, counted by callgrind (immune to machine load):
 /// the gateway runs under `valgrind --tool=callgrind` twice, answering `few` and then
@@ -761,29 +771,19 @@ async fn callgrind_total(
         fed.operator.signals_addr,
         (&base, 1),
     )?;
-    let clock = Stopwatch::start();
-    let mut ready = false;
-    while !ready && clock.elapsed() < READY_LIMIT * 3 {
-        ready = wait_ready(&gw.url, client).await.is_ok();
-    }
-    if !ready {
-        return Err(Error::Io(std::io::Error::other(
-            "the gateway under callgrind never answered",
-        )));
-    }
+    // Under callgrind the gateway starts some 50 times slower.
+    wait_ready(&gw.url, client, READY_LIMIT * 3).await?;
     let data = dir.path().join("body.json");
     std::fs::write(&data, request_body(stream))?;
-    let mut c = Command::new("h2load");
-    c.args(["-c", "1", "-m", "1", "-n", &answers.to_string(), "-d"])
-        .arg(&data)
-        .args(["-H", "content-type: application/json"]);
+    let mut c = h2load_posting(&data, 1);
+    c.args(["-n", &answers.to_string()]);
     if client == Client::Http1 {
         c.arg("--h1");
     }
     c.arg(format!("{}{PATH}", gw.url));
-    let said = run_bounded(c, Duration::from_secs(600))?;
+    let said = run_bounded(c, CALLGRIND_RUN_LIMIT)?;
     if !said.contains(&format!("{answers} succeeded")) {
-        return Err(Error::Io(std::io::Error::other(format!("h2load: {said}"))));
+        return Err(failed(format!("h2load: {said}")));
     }
     let child = gw.children.remove(0);
     stop_and_wait(child, CALLGRIND_EXIT_LIMIT);
@@ -796,7 +796,7 @@ async fn callgrind_total(
                 .or_else(|| l.strip_prefix("summary: "))
         })
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| Error::Io(std::io::Error::other("callgrind wrote no totals")))
+        .ok_or_else(|| failed("callgrind wrote no totals".into()))
 }
 
 /// SIGTERM, then up to `limit` for the process to exit on its own, then SIGKILL.
