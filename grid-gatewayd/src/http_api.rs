@@ -8,7 +8,8 @@
 //! for as long as it likes, the listener's idle bound not applying while a request is in
 //! flight), scanned for its `model` field and forwarded unchanged. Holding it is what makes the 413 and 400 answers exact and what allows the
 //! one retry below. The answer is never held: its frames are passed on as they arrive,
-//! so `stream: true` server-sent events reach the client token by token.
+//! so `stream: true` server-sent events reach the client token by token (frames that
+//! arrive together leave together, [`crate::coalesce_body`]).
 //!
 //! # One retry, only when nothing was sent
 //!
@@ -41,6 +42,7 @@ use prometheus_client::registry::Registry;
 
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
+use crate::coalesce_body::Coalesce;
 use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
 use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
@@ -399,15 +401,16 @@ impl Api {
                         _site_slot: site_slot,
                     },
                 );
+                // Outermost, so the timing sees each frame as the site sent it.
                 let body = if rparts.status.is_success() {
                     head.record(upstream.live());
                     if head.streaming {
-                        TimedBody::new(rbody, upstream.live_shared(), head).boxed()
+                        Coalesce::new(TimedBody::new(rbody, upstream.live_shared(), head)).boxed()
                     } else {
-                        rbody.boxed()
+                        Coalesce::new(rbody).boxed()
                     }
                 } else {
-                    rbody.boxed()
+                    Coalesce::new(rbody).boxed()
                 };
                 Ok(Response::from_parts(rparts, body))
             }

@@ -29,6 +29,7 @@
 mod answer_timing;
 pub mod api_error;
 pub mod clock;
+pub mod coalesce_body;
 pub mod config;
 pub mod driver;
 mod error;

@@ -731,7 +731,9 @@ pub const CALLGRIND_RUN_LIMIT: Duration = Duration::from_secs(600);
 /// the gateway runs under `valgrind --tool=callgrind` twice, answering `few` and then
 /// `many` requests (h2load, one connection, HTTP/1.1 with `--h1` or HTTP/2), and the
 /// difference of the two totals over `many - few` is what one more answer costs, with
-/// start-up, shutdown and the background polls cancelling out.
+/// start-up, shutdown and the background polls cancelling out. With `keep`, each run's
+/// profile is copied there (`{h1,h2}-{plain,sse}-{answers}.out`) for `callgrind_annotate`:
+/// where the instructions go, not only how many.
 ///
 /// # Errors
 ///
@@ -741,10 +743,21 @@ pub async fn callgrind_per_answer(
     client: Client,
     stream: bool,
     (few, many): (u64, u64),
+    keep: Option<&Path>,
 ) -> Result<f64, Error> {
     let mut totals = Vec::new();
     for n in [few, many] {
-        totals.push(callgrind_total(gatewayd, client, stream, n).await?);
+        let (total, profile) = callgrind_total(gatewayd, client, stream, n).await?;
+        if let Some(dir) = keep {
+            let name = format!(
+                "{}-{}-{n}.out",
+                if client == Client::Http1 { "h1" } else { "h2" },
+                if stream { "sse" } else { "plain" }
+            );
+            std::fs::create_dir_all(dir)?;
+            std::fs::write(dir.join(name), profile)?;
+        }
+        totals.push(total);
     }
     Ok((totals[1] as f64 - totals[0] as f64) / (many - few) as f64)
 }
@@ -754,7 +767,7 @@ async fn callgrind_total(
     client: Client,
     stream: bool,
     answers: u64,
-) -> Result<u64, Error> {
+) -> Result<(u64, String), Error> {
     let dir = tempfile::tempdir()?;
     let fed = Fed::start().await?;
     let base = fed.upstream.base_url();
@@ -789,14 +802,15 @@ async fn callgrind_total(
     stop_and_wait(child, CALLGRIND_EXIT_LIMIT);
     drop(fed);
     let profile = std::fs::read_to_string(&out)?;
-    profile
+    let total = profile
         .lines()
         .find_map(|l| {
             l.strip_prefix("totals: ")
                 .or_else(|| l.strip_prefix("summary: "))
         })
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| failed("callgrind wrote no totals".into()))
+        .ok_or_else(|| failed("callgrind wrote no totals".into()))?;
+    Ok((total, profile))
 }
 
 /// SIGTERM, then up to `limit` for the process to exit on its own, then SIGKILL.

@@ -30,6 +30,10 @@ struct Args {
     /// each of the four cases (two runs of 200 and 1,200 answers each).
     #[arg(long)]
     callgrind: bool,
+    /// With `--callgrind`: keep each run's profile in this folder, for
+    /// `callgrind_annotate --inclusive=yes`.
+    #[arg(long)]
+    callgrind_out: Option<PathBuf>,
 }
 
 fn cell(m: &Measured) -> String {
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
                     client,
                     stream,
                     (200, 1_200),
+                    args.callgrind_out.as_deref(),
                 )
                 .await?;
                 println!(
