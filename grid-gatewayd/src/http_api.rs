@@ -35,11 +35,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, Limited};
 use prometheus_client::registry::Registry;
 
+use crate::answer_evidence::{Evidence, take_live_evidence};
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::coalesce_body::Coalesce;
@@ -47,19 +48,17 @@ use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
 use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
 use crate::request_metrics::{
-    FlowRefusalLabels, RequestMetrics, RetryLabels, SiteLabels, TimeoutPhase, UpstreamFailure,
-    UpstreamFailureLabels,
+    RequestMetrics, RetryLabels, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
 use crate::site_slots::{SiteFull, SiteSlots};
 use grid_daemon::{exposition, probe};
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
-use grid_score::routing::{RETRY_PATH, Route};
+use grid_score::routing::{RETRY_PATH, Route, RoutingView};
 
 use crate::upstream::HttpClient;
 use crate::upstream::Published;
-use grid_score::live;
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
@@ -148,6 +147,155 @@ fn api_error(
     r
 }
 
+/// Where a request is answered, by method and path: the one routing table of the API,
+/// which the Envoy external processor follows too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A `POST` to one of [`PROXIED_PATHS`]: routed by its `model`.
+    Proxied,
+    /// `GET /v1/models`.
+    Models,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /readyz`.
+    Readyz,
+}
+
+/// The [`Target`] of `method` on `path`, or the answer refusing it (405 on a known
+/// route with the wrong method, 404 otherwise).
+pub(crate) fn classify(method: &Method, path: &str) -> Result<Target, Refusal> {
+    let get = method == Method::GET;
+    if PROXIED_PATHS.contains(&path) {
+        if method == Method::POST {
+            Ok(Target::Proxied)
+        } else {
+            Err(Refusal::new(ApiErrorKind::MethodNotAllowed, "use POST"))
+        }
+    } else if path == "/v1/models" {
+        if get {
+            Ok(Target::Models)
+        } else {
+            Err(Refusal::new(ApiErrorKind::MethodNotAllowed, "use GET"))
+        }
+    } else if get && path == "/metrics" {
+        Ok(Target::Metrics)
+    } else if get && path == probe::HEALTHZ_PATH {
+        Ok(Target::Healthz)
+    } else if get && path == probe::READYZ_PATH {
+        Ok(Target::Readyz)
+    } else {
+        Err(Refusal::new(
+            ApiErrorKind::UnknownRoute,
+            format!("no route {path}"),
+        ))
+    }
+}
+
+/// The `GET /v1/models` body: the models with at least one routable site, OpenAI list
+/// format.
+pub(crate) fn models_body(view: &RoutingView) -> String {
+    let data: Vec<_> = view
+        .catalog()
+        .models()
+        .iter()
+        .filter(|m| view.is_routable(&m.name))
+        .map(|m| serde_json::json!({"id": &*m.name, "object": "model", "created": 0, "owned_by": "grid"}))
+        .collect();
+    serde_json::json!({"object": "list", "data": data}).to_string()
+}
+
+/// An answer the gateway makes itself instead of routing (OpenAI-style, `api_error`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// Status, `type` and `code`.
+    pub(crate) kind: ApiErrorKind,
+    /// The `message`.
+    pub(crate) message: String,
+    /// Retry-After seconds, on 429 and 503.
+    pub(crate) retry_after_s: Option<u64>,
+}
+
+impl Refusal {
+    fn new(kind: ApiErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retry_after_s: None,
+        }
+    }
+
+    /// 413: the body is larger than `bodyLimitBytes`.
+    pub(crate) fn too_large(limit: usize) -> Self {
+        Self::new(
+            ApiErrorKind::BodyTooLarge,
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// The gateway's own answer.
+    fn into_response(self) -> Response<ResponseBody> {
+        api_error(self.kind, &self.message, self.retry_after_s)
+    }
+}
+
+/// The request body's `model` (a single-pass scan, `grid_score::model_field`), or 400.
+pub(crate) fn model_of(body: &[u8]) -> Result<String, Refusal> {
+    find_model(body)
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|e| Refusal::new(ApiErrorKind::BadRequest, e.to_string()))
+}
+
+/// Where one request goes, and the grid's headroom for its model to tell the client.
+#[derive(Debug)]
+pub(crate) struct Routed<'v> {
+    /// The chosen (site, provider).
+    pub(crate) upstream: &'v Upstream,
+    /// The sum of the fresh band headroom of the model's routable sites, when known.
+    pub(crate) grid_headroom: Option<u64>,
+}
+
+/// Picks a site for `model` from `view` (one pick, counted in grid-score's decision
+/// series) or says how to refuse: 404 for an unknown model, 429 when it sheds, 503 when
+/// no site can serve it, both with Retry-After.
+pub(crate) fn decide<'v>(
+    view: &'v RoutingView,
+    score: &grid_score::ScoreMetrics,
+    model: &str,
+) -> Result<Routed<'v>, Refusal> {
+    let decision = view.pick(model, &mut ThreadRng);
+    score.record(&decision);
+    let grid_headroom = view
+        .table()
+        .get(model)
+        .and_then(grid_score::RouteSnapshot::grid_headroom);
+    match view.route(model, &decision) {
+        Route::To { upstream, .. } => Ok(Routed {
+            upstream,
+            grid_headroom,
+        }),
+        Route::UnknownModel => Err(Refusal::new(
+            ApiErrorKind::NotFound,
+            format!("model {model:?} is not served here"),
+        )),
+        Route::Shed { retry_after_s } => Err(Refusal {
+            retry_after_s: Some(retry_after_s),
+            ..Refusal::new(
+                ApiErrorKind::Shedding,
+                format!("every site serving {model:?} is full; retry later"),
+            )
+        }),
+        Route::Unavailable { retry_after_s } => Err(Refusal {
+            retry_after_s: Some(retry_after_s),
+            ..Refusal::new(
+                ApiErrorKind::Unavailable,
+                format!("no site can serve {model:?} now"),
+            )
+        }),
+    }
+}
+
 impl Api {
     /// A handler over `inner`.
     pub(crate) fn new(inner: Inner) -> Self {
@@ -162,31 +310,20 @@ impl Api {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let path = req.uri().path();
-        let resp = if PROXIED_PATHS.contains(&path) {
-            if req.method() == Method::POST {
-                self.proxy(req).await
-            } else {
-                api_error(ApiErrorKind::MethodNotAllowed, "use POST", None)
+        let resp = match classify(req.method(), req.uri().path()) {
+            Ok(Target::Proxied) => self.proxy(req).await,
+            Ok(Target::Models) => {
+                let mut r = Response::new(full(models_body(&self.inner.routes.load())));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                r
             }
-        } else if path == "/v1/models" {
-            if req.method() == Method::GET {
-                self.models()
-            } else {
-                api_error(ApiErrorKind::MethodNotAllowed, "use GET", None)
-            }
-        } else if path == "/metrics" && req.method() == Method::GET {
-            self.metrics(&req)
-        } else if path == probe::HEALTHZ_PATH && req.method() == Method::GET {
-            probe(true)
-        } else if path == probe::READYZ_PATH && req.method() == Method::GET {
-            probe(self.inner.poll.polls(PollResult::Ok) > 0)
-        } else {
-            api_error(
-                ApiErrorKind::UnknownRoute,
-                &format!("no route {}", req.uri().path()),
-                None,
-            )
+            Ok(Target::Metrics) => self.metrics(&req),
+            Ok(Target::Healthz) => probe(true),
+            Ok(Target::Readyz) => probe(self.inner.poll.polls(PollResult::Ok) > 0),
+            Err(refusal) => refusal.into_response(),
         };
         let outcome = match resp.extensions().get::<ApiErrorKind>() {
             Some(kind) => kind.as_str(),
@@ -195,24 +332,6 @@ impl Api {
         };
         self.inner.metrics.outcome(outcome);
         resp
-    }
-
-    fn models(&self) -> Response<ResponseBody> {
-        let view = self.inner.routes.load();
-        let data: Vec<_> = view
-            .catalog()
-            .models()
-            .iter()
-            .filter(|m| view.is_routable(&m.name))
-            .map(|m| serde_json::json!({"id": &*m.name, "object": "model", "created": 0, "owned_by": "grid"}))
-            .collect();
-        let body = serde_json::json!({"object": "list", "data": data}).to_string();
-        let mut r = Response::new(full(body));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r
     }
 
     /// The exposition negotiated as the operator's is: `OpenMetrics` when `Accept` names
@@ -260,9 +379,9 @@ impl Api {
                 );
             }
         };
-        let model = match find_model(&body) {
+        let model = match model_of(&body) {
             Ok(m) => m,
-            Err(e) => return api_error(ApiErrorKind::BadRequest, &e.to_string(), None),
+            Err(refusal) => return refusal.into_response(),
         };
         sanitize_request(&mut parts.headers);
         let path_and_query = parts
@@ -272,36 +391,14 @@ impl Api {
             .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
 
         let view = self.inner.routes.load();
-        let decision = view.pick(&model, &mut ThreadRng);
-        self.inner.score.record(&decision);
-        let grid_headroom = view
-            .table()
-            .get(&model)
-            .and_then(grid_score::RouteSnapshot::grid_headroom);
-        let (mut upstream, mut retried) = match view.route(&model, &decision) {
-            Route::To { upstream, .. } => (upstream, false),
-            Route::UnknownModel => {
-                return api_error(
-                    ApiErrorKind::NotFound,
-                    &format!("model {model:?} is not served here"),
-                    None,
-                );
-            }
-            Route::Shed { retry_after_s } => {
-                return api_error(
-                    ApiErrorKind::Shedding,
-                    &format!("every site serving {model:?} is full; retry later"),
-                    Some(retry_after_s),
-                );
-            }
-            Route::Unavailable { retry_after_s } => {
-                return api_error(
-                    ApiErrorKind::Unavailable,
-                    &format!("no site can serve {model:?} now"),
-                    Some(retry_after_s),
-                );
-            }
+        let (mut upstream, grid_headroom) = match decide(&view, &self.inner.score, &model) {
+            Ok(Routed {
+                upstream,
+                grid_headroom,
+            }) => (upstream, grid_headroom),
+            Err(refusal) => return refusal.into_response(),
         };
+        let mut retried = false;
         loop {
             match self
                 .send_to(upstream, &parts, &path_and_query, &body, grid_headroom)
@@ -376,20 +473,17 @@ impl Api {
                         .get(header::CONTENT_TYPE)
                         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream")),
                 };
-                let observation =
-                    self.take_live_evidence(upstream, rparts.status, &mut rparts.headers);
+                let observation = take_live_evidence(
+                    self.evidence(),
+                    upstream,
+                    rparts.status,
+                    &mut rparts.headers,
+                    grid_headroom,
+                );
                 let head = AnswerHead {
                     queue_ms: observation.queue_ms,
                     ..head
                 };
-                if let Some(h) = grid_headroom {
-                    rparts
-                        .headers
-                        .insert(live::HEADROOM_HEADER, HeaderValue::from(h));
-                }
-                if let Ok(v) = HeaderValue::from_str(&upstream.site) {
-                    rparts.headers.insert(SITE_HEADER, v);
-                }
                 let rbody = IdleBody::new(
                     rbody,
                     waits.idle,
@@ -466,6 +560,14 @@ impl Api {
             })
     }
 
+    /// What [`take_live_evidence`] records with.
+    fn evidence(&self) -> Evidence<'_> {
+        Evidence {
+            metrics: &self.inner.metrics,
+            live_refresh: &self.inner.live_refresh,
+        }
+    }
+
     /// Records a failed or timed-out exchange in the site's live slot and wakes a refresh:
     /// routing weighs the site down as it does for a 5xx.
     fn serving_failure(&self, upstream: &Upstream) {
@@ -484,54 +586,6 @@ impl Api {
             .get_or_create(&labels)
             .inc();
     }
-
-    /// Reads the site's flow-control headers (strictly, refusals counted), records them
-    /// and the answer's outcome in the site's live slot, and removes every
-    /// `x-llm-d-flow-*` header: what the gateway's clients see is the grid's advice, not
-    /// one site's. No lock; allocates only when a site sent flow headers to strip.
-    fn take_live_evidence(
-        &self,
-        upstream: &Upstream,
-        status: StatusCode,
-        headers: &mut http::HeaderMap,
-    ) -> live::FlowObservation {
-        let mut flow = live::FlowHeaders::new();
-        let mut strip = Vec::new();
-        for (name, value) in headers.iter() {
-            flow.observe(name.as_str(), value.as_bytes());
-            if live::is_flow_header(name.as_str()) && !strip.contains(name) {
-                strip.push(name.clone());
-            }
-        }
-        for name in strip {
-            headers.remove(name);
-        }
-        let (observation, refusals) = flow.finish();
-        for (header, reason) in refusals.iter() {
-            let labels = FlowRefusalLabels { header, reason };
-            self.inner.metrics.flow_refused.get_or_create(&labels).inc();
-        }
-        let slot = upstream.live();
-        slot.record_room(crate::clock::now_unix_ms(), &observation);
-        // Only an answer that says something about room or serving wakes a refresh; a
-        // plain answer is counted at the next one.
-        if status.is_server_error() || observation.has_room_signal() {
-            self.inner.live_refresh.notify_one();
-        }
-        if status.is_server_error() {
-            slot.record_failure();
-            self.inner
-                .metrics
-                .error_answers
-                .get_or_create(&SiteLabels {
-                    site: upstream.site.to_string(),
-                })
-                .inc();
-        } else {
-            slot.record_answer();
-        }
-        observation
-    }
 }
 
 /// Why one upstream attempt failed.
@@ -547,11 +601,7 @@ enum Failed {
 }
 
 fn too_large(limit: usize) -> Response<ResponseBody> {
-    api_error(
-        ApiErrorKind::BodyTooLarge,
-        &format!("the request body is larger than {limit} bytes"),
-        None,
-    )
+    Refusal::too_large(limit).into_response()
 }
 
 fn upstream_timed_out(model: &str) -> Response<ResponseBody> {

@@ -26,6 +26,7 @@
 //! [`api_error`], [`request_rng`]; [`server`] shows the listener's limits. The request
 //! path and the accept loop are private; the routing core itself is grid-score's.
 
+mod answer_evidence;
 mod answer_timing;
 pub mod api_error;
 pub mod clock;

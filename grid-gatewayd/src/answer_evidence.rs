@@ -1,0 +1,114 @@
+//! What a site's answer head tells about the site, read once, whichever proxy carried it.
+//!
+//! The gateway's own proxy holds the answer's head as an [`http::HeaderMap`]; Envoy hands
+//! grid's external processor the same head as a list of header protos and takes back a
+//! mutation. Both go through [`take_live_evidence`], so the rule lives in one place: the
+//! site's flow-control headers are read strictly (refusals counted), the answer's outcome
+//! and its room signal are recorded in the site's live slot, every `x-llm-d-flow-*` header
+//! the site sent is removed (a model server must not speak for the grid, seed 003), and
+//! the grid's own headroom and `x-grid-site` are set. [`AnswerHeaders`] is the one thing
+//! the two callers differ in: how a head is read and changed.
+
+use grid_score::catalog::Upstream;
+use grid_score::live;
+use http::{HeaderName, HeaderValue, StatusCode};
+
+use crate::headers::SITE_HEADER;
+use crate::request_metrics::{FlowRefusalLabels, RequestMetrics, SiteLabels};
+
+/// An answer head as a proxy holds it: read in order, headers removed by name, set.
+pub(crate) trait AnswerHeaders {
+    /// Calls `f` with every header's (lowercase) name and raw value, in order, repeated
+    /// names once per value.
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8]));
+    /// Removes every value of `name` (lowercase).
+    fn remove(&mut self, name: &str);
+    /// Sets `name` to `value`, replacing whatever the site sent under it.
+    fn set(&mut self, name: HeaderName, value: HeaderValue);
+}
+
+impl AnswerHeaders for http::HeaderMap {
+    fn each(&self, f: &mut dyn FnMut(&str, &[u8])) {
+        for (name, value) in self {
+            f(name.as_str(), value.as_bytes());
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        http::HeaderMap::remove(self, name);
+    }
+
+    fn set(&mut self, name: HeaderName, value: HeaderValue) {
+        self.insert(name, value);
+    }
+}
+
+/// What the request path needs to record live evidence: its counters and the poller's
+/// off-cycle refresh.
+#[derive(Clone, Copy)]
+pub(crate) struct Evidence<'a> {
+    /// `grid_gateway_flow_headers_refused_total`, `grid_gateway_upstream_error_answers_total`.
+    pub(crate) metrics: &'a RequestMetrics,
+    /// Woken when the answer said something about room or serving.
+    pub(crate) live_refresh: &'a tokio::sync::Notify,
+}
+
+/// Reads the site's flow-control headers (strictly, refusals counted), records them and
+/// the answer's outcome (a 5xx is a serving failure) in `upstream`'s live slot, removes
+/// every `x-llm-d-flow-*` header, and sets the grid's `x-llm-d-flow-band-headroom-requests`
+/// (when `grid_headroom` has a fresh value) and `x-grid-site`. What the client sees is the
+/// grid's advice, not one site's. No lock; allocates only when a site sent flow headers to
+/// strip.
+pub(crate) fn take_live_evidence(
+    evidence: Evidence<'_>,
+    upstream: &Upstream,
+    status: StatusCode,
+    headers: &mut impl AnswerHeaders,
+    grid_headroom: Option<u64>,
+) -> live::FlowObservation {
+    let mut flow = live::FlowHeaders::new();
+    let mut strip: Vec<String> = Vec::new();
+    headers.each(&mut |name, value| {
+        flow.observe(name, value);
+        if live::is_flow_header(name) && !strip.iter().any(|s| s == name) {
+            strip.push(name.to_owned());
+        }
+    });
+    for name in &strip {
+        headers.remove(name);
+    }
+    let (observation, refusals) = flow.finish();
+    for (header, reason) in refusals.iter() {
+        let labels = FlowRefusalLabels { header, reason };
+        evidence.metrics.flow_refused.get_or_create(&labels).inc();
+    }
+    let slot = upstream.live();
+    slot.record_room(crate::clock::now_unix_ms(), &observation);
+    // Only an answer that says something about room or serving wakes a refresh; a plain
+    // answer is counted at the next one.
+    if status.is_server_error() || observation.has_room_signal() {
+        evidence.live_refresh.notify_one();
+    }
+    if status.is_server_error() {
+        slot.record_failure();
+        evidence
+            .metrics
+            .error_answers
+            .get_or_create(&SiteLabels {
+                site: upstream.site.to_string(),
+            })
+            .inc();
+    } else {
+        slot.record_answer();
+    }
+    if let Some(h) = grid_headroom {
+        headers.set(
+            HeaderName::from_static(live::HEADROOM_HEADER),
+            HeaderValue::from(h),
+        );
+    }
+    if let Ok(v) = HeaderValue::from_str(&upstream.site) {
+        headers.set(SITE_HEADER, v);
+    }
+    observation
+}
