@@ -130,6 +130,9 @@ pub struct Config {
     pub site: String,
     /// Where the OpenAI-compatible API and `/metrics` are served (HTTP/1.1 and HTTP/2).
     pub listen: SocketAddr,
+    /// Where Envoy's external processing gRPC API is served (`extProcListen`), when
+    /// grid also routes for an Envoy in front of it (`docs/envoy.md`). Unset: not served.
+    pub ext_proc_listen: Option<SocketAddr>,
     /// Largest request body accepted (`bodyLimitBytes`); bigger bodies get 413.
     pub body_limit_bytes: usize,
     /// Retry-After seconds sent with 503 when every candidate is excluded
@@ -293,6 +296,7 @@ struct Waits {
 struct RawConfig {
     site: String,
     listen: SocketAddr,
+    ext_proc_listen: Option<SocketAddr>,
     body_limit_bytes: Option<u64>,
     unavailable_retry_after_seconds: Option<u64>,
     connect_timeout_seconds: Option<f64>,
@@ -427,6 +431,7 @@ impl Config {
         Self {
             site: site.into(),
             listen,
+            ext_proc_listen: None,
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             unavailable_retry_after_s: DEFAULT_RETRY_AFTER_S,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
@@ -622,6 +627,7 @@ impl Config {
             operator.replica = r;
         }
         let mut config = Self::new(raw.site, raw.listen, operator, raw.tls);
+        config.ext_proc_listen = raw.ext_proc_listen;
         if let Some(n) = raw.body_limit_bytes {
             config.body_limit_bytes = usize::try_from(n).unwrap_or(usize::MAX);
         }
@@ -798,6 +804,16 @@ impl Config {
     /// Checks every bound and cross-field rule; the error names the first bad field.
     pub fn validate(&self) -> Result<(), Error> {
         check_name("site", &self.site)?;
+        // Port 0 asks the kernel for a free port each time: two of them never collide.
+        if self.ext_proc_listen == Some(self.listen) && self.listen.port() != 0 {
+            return Err(field_err(
+                "extProcListen",
+                format!(
+                    "must differ from listen ({}): the API (HTTP) and Envoy's processor (gRPC) each need their own port",
+                    self.listen
+                ),
+            ));
+        }
         check_range(
             "bodyLimitBytes",
             self.body_limit_bytes as u64,
@@ -987,6 +1003,32 @@ mod tests {
             Err(Error::ConfigSyntax { message }) => format!("syntax: {message}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_ext_proc_listener_is_optional_and_refused_on_the_api_port() {
+        let minimal = Config::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(minimal.ext_proc_listen, None, "not served unless asked");
+        let on = MINIMAL.replacen(
+            "listen = ",
+            "extProcListen = \"127.0.0.1:9002\"\nlisten = ",
+            1,
+        );
+        assert_eq!(
+            Config::from_toml_str(&on).unwrap().ext_proc_listen,
+            Some("127.0.0.1:9002".parse().unwrap())
+        );
+        let mut same = Config::from_toml_str(MINIMAL).unwrap();
+        same.ext_proc_listen = Some(same.listen);
+        let err = same.validate().unwrap_err().to_string();
+        assert!(err.contains("extProcListen"), "{err}");
+        // Port 0 on both: two free ports, no collision.
+        same.listen.set_port(0);
+        same.ext_proc_listen = Some(same.listen);
+        same.validate().unwrap();
+        let bad = MINIMAL.replacen("listen = ", "extProcListen = \"nowhere\"\nlisten = ", 1);
+        let err = Config::from_toml_str(&bad).unwrap_err().to_string();
+        assert!(err.contains("extProcListen"), "{err}");
     }
 
     #[test]

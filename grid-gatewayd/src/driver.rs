@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::ext_proc::{self, ExtProc, ExtProcMetrics};
 use crate::http_api::{Api, Inner};
 use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
@@ -47,6 +48,8 @@ pub struct Handles {
 #[derive(Debug)]
 pub struct Running {
     local_addr: SocketAddr,
+    /// Where Envoy's external processor is served, and its task (`extProcListen`).
+    ext_proc: Option<(SocketAddr, JoinHandle<()>)>,
     published: Published,
     handles: Handles,
     stop: watch::Sender<bool>,
@@ -69,6 +72,12 @@ impl Running {
     /// The address the API listens on (useful when the config asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address Envoy's external processor listens on, when `extProcListen` is set
+    /// (useful when it asked for port 0).
+    pub fn ext_proc_addr(&self) -> Option<SocketAddr> {
+        self.ext_proc.as_ref().map(|(addr, _)| *addr)
     }
 
     /// The routing slot requests read, for inspection.
@@ -107,6 +116,17 @@ impl Running {
         let _ = self.poller.stop().await;
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        if let Some((_, mut task)) = self.ext_proc {
+            // Envoy holds its processor connection open; its streams end with their
+            // requests, which the API's drain bound also bounds.
+            if tokio::time::timeout(server::DRAIN_TIMEOUT, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the Envoy processor's drain timed out; closing it");
+                task.abort();
+            }
+        }
     }
 }
 
@@ -307,6 +327,7 @@ impl Signals {
 pub async fn start(config: Config) -> Result<Running, Error> {
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
+    let ext_proc_metrics = ExtProcMetrics::register(&mut registry);
     let listener_metrics = server::ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
     let sites = upstream::site_client(
@@ -331,6 +352,29 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         configured_sites(&config),
         config.max_connections_per_site,
     )));
+    let ext_proc_listener = match config.ext_proc_listen {
+        None => None,
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { addr, source })?;
+            let bound = listener
+                .local_addr()
+                .map_err(|source| Error::Bind { addr, source })?;
+            let processor = ExtProc::new(ext_proc::Shared {
+                routes: Arc::clone(&published),
+                live_refresh: Arc::clone(signals.live_refresh()),
+                metrics: request_metrics.clone(),
+                score: signals.score_metrics().clone(),
+                ext_proc: ext_proc_metrics,
+                body_limit: config.body_limit_bytes,
+                idle: ext_proc::stream_idle_timeout(Duration::from_millis(
+                    config.upstream_headers_timeout_ms,
+                )),
+            });
+            Some((bound, listener, processor))
+        }
+    };
     let api = Api::new(Inner {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
@@ -349,6 +393,14 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         poll: handles.poll.clone(),
     });
     let (stop, mut stopped) = watch::channel(false);
+    let ext_proc = ext_proc_listener.map(|(bound, listener, processor)| {
+        let mut stopped = stop.subscribe();
+        let task = tokio::spawn(serve_ext_proc(listener, processor, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        tracing::info!(%bound, "Envoy external processor serving");
+        (bound, task)
+    });
     let limits = server::Limits {
         max_connections: config.max_connections,
         header_timeout: Duration::from_millis(config.client_header_timeout_ms),
@@ -367,6 +419,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     let poller = signals.spawn();
     Ok(Running {
         local_addr,
+        ext_proc,
         published,
         handles,
         stop,
@@ -374,4 +427,18 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         server,
         site_slots,
     })
+}
+
+/// Serves Envoy's external processing API on `listener` until `stop`: HTTP/2 pings bound
+/// a silent Envoy as the API listener's do, each stream bounds its own silence.
+async fn serve_ext_proc(listener: TcpListener, processor: ExtProc, stop: impl Future<Output = ()>) {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let served = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(server::HTTP2_KEEP_ALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(server::HTTP2_KEEP_ALIVE_TIMEOUT))
+        .serve_with_incoming_shutdown(processor.service(), incoming, stop)
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "the Envoy external processor stopped");
+    }
 }

@@ -34,6 +34,7 @@ pub mod coalesce_body;
 pub mod config;
 pub mod driver;
 mod error;
+pub mod ext_proc;
 pub mod headers;
 mod http_api;
 mod idle_body;

@@ -587,17 +587,30 @@ impl LocalGrid {
     /// gateway. Returns as soon as the gateway serves; its sites may still be unmeasured
     /// (see [`LocalGrid::wait_measured`]).
     pub async fn start(spec: &GridSpec) -> Result<Self, Error> {
-        Self::start_inner(spec, None).await
+        Self::start_inner(spec, None, |_| {}).await
+    }
+
+    /// As [`LocalGrid::start`], with the gateway's configuration changed by `tune` before
+    /// it starts (e.g. `extProcListen`, for an Envoy in front of the grid).
+    pub async fn start_with_gateway(
+        spec: &GridSpec,
+        tune: fn(&mut GatewayConfig),
+    ) -> Result<Self, Error> {
+        Self::start_inner(spec, None, tune).await
     }
 
     /// As [`LocalGrid::start`], with every remote site behind two fault relays (its peer
     /// path and its request path) adding `links.delay`; [`LocalGrid::link`] hands out their
     /// controls.
     pub async fn start_with_links(spec: &GridSpec, links: Links) -> Result<Self, Error> {
-        Self::start_inner(spec, Some(links)).await
+        Self::start_inner(spec, Some(links), |_| {}).await
     }
 
-    async fn start_inner(spec: &GridSpec, links: Option<Links>) -> Result<Self, Error> {
+    async fn start_inner(
+        spec: &GridSpec,
+        links: Option<Links>,
+        tune: fn(&mut GatewayConfig),
+    ) -> Result<Self, Error> {
         if spec.sites.is_empty() {
             return Err(grid_sim::Error::InvalidConfig {
                 field: "sites",
@@ -657,7 +670,9 @@ impl LocalGrid {
             .zip(&request_urls)
             .map(|(s, url)| (s.name.as_str(), url.as_str()))
             .collect();
-        let config = gateway_config(spec, &files[0], local_addr, &base_urls)?;
+        let mut config = gateway_config(spec, &files[0], local_addr, &base_urls)?;
+        tune(&mut config);
+        config.validate()?;
         let gateway = grid_gatewayd::driver::start(config).await?;
         let sites = spec
             .sites
@@ -842,7 +857,14 @@ impl LocalGrid {
         self.dir.path()
     }
 
-    /// Where the gateway serves.
+    /// Where the gateway serves Envoy's external processor (`extProcListen`), if asked.
+    pub fn ext_proc_addr(&self) -> Option<SocketAddr> {
+        self.gateway
+            .as_ref()
+            .and_then(grid_gatewayd::driver::Running::ext_proc_addr)
+    }
+
+    /// The gateway's API address.
     pub fn gateway_addr(&self) -> SocketAddr {
         self.gateway().local_addr()
     }

