@@ -28,8 +28,11 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
 
-fn site(name: &str) -> SiteSpec {
+/// Site `name`; with `flow_control`, a request no endpoint queue takes waits in the
+/// site's flow-control band (and a bounded band refuses past its capacity).
+fn site(name: &str, flow_control: bool) -> SiteSpec {
     let mut config = SiteConfig::new(name, 2, 2);
+    config.queue_per_endpoint = flow_control.then_some(2);
     config.service = ServiceTime {
         median_ms: SERVICE_MS,
         sigma: 0.0,
@@ -58,10 +61,10 @@ struct Stack {
 }
 
 impl Stack {
-    async fn start(shedding: Option<Shedding>) -> Self {
+    async fn start(shedding: Option<Shedding>, flow_control: bool) -> Self {
         let spec = GridSpec {
             model: MODEL.to_owned(),
-            sites: vec![site("a"), site("b")],
+            sites: vec![site("a", flow_control), site("b", flow_control)],
             cadence: Cadence::FAST,
             shedding,
         };
@@ -232,7 +235,7 @@ fn load_directly(grid: &LocalGrid, site: &str, n: usize) -> JoinSet<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose() {
-    let stack = Stack::start(None).await;
+    let stack = Stack::start(None, false).await;
     let before = (stack.served("a"), stack.served("b"));
     let mut lines = stack.openai(12, false).await;
     lines.extend(stack.openai(4, true).await);
@@ -262,7 +265,7 @@ async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
-    let stack = Stack::start(None).await;
+    let stack = Stack::start(None, false).await;
     let before = stack.shares(16).await;
     assert!(
         before.contains_key("a") && before.contains_key("b"),
@@ -292,58 +295,47 @@ async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sites_flow_headroom_read_through_envoy_moves_traffic_off_it() {
-    let stack = Stack::start(None).await;
-    // Both sites provision a bounded band: their answers now carry its headroom.
-    for s in ["a", "b"] {
-        stack
-            .grid
-            .control(s)
-            .unwrap()
-            .set_band(0, Some(40))
-            .unwrap();
-    }
-    // Until each site has answered once, so grid knows the headroom each has shown.
-    let mut seen = HashMap::new();
-    for _ in 0..8 {
-        seen = stack.shares(4).await;
-        if seen.len() == 2 {
-            break;
-        }
-    }
-    assert_eq!(seen.len(), 2, "both sites answered: {seen:?}");
-    // Site a's band shrinks to 1: its answers, read in Envoy's response-headers phase,
-    // say 39 of the 40 it showed are gone. Nothing in its polled load changed.
+async fn a_sites_full_band_read_from_its_answer_through_envoy_moves_traffic_off_it() {
+    let stack = Stack::start(None, true).await;
+    // Site a's flow control gets a band with no room: its answers say so (headroom 0,
+    // `rejected-saturated`) while its polled load stays idle. Only the answers, read in
+    // Envoy's response-headers phase, can tell grid.
     stack
         .grid
         .control("a")
         .unwrap()
-        .set_band(0, Some(1))
+        .set_band(0, Some(0))
         .unwrap();
-    let mut lines = Vec::new();
+    let mut told = false;
     for _ in 0..8 {
-        lines = stack.openai(4, false).await;
-        if lines.iter().any(|l| l["site"] == "a") {
+        let lines = stack.openai(4, false).await;
+        if let Some(from_a) = lines.iter().find(|l| l["site"] == "a") {
+            // The site's own refusal, passed through; its flow headers are not.
+            assert_eq!(from_a["status"], 429, "{from_a}");
+            told = true;
             break;
         }
     }
-    assert!(
-        lines.iter().any(|l| l["site"] == "a"),
-        "a answered once more"
-    );
-    let after = stack.shares(20).await;
-    let on_b = after.get("b").copied().unwrap_or(0);
-    assert!(on_b >= 15, "a's headroom did not move traffic: {after:?}");
+    assert!(told, "a request reached a");
+    let lines = stack.openai(20, false).await;
+    let on_b = lines
+        .iter()
+        .filter(|l| l["site"] == "b" && l["status"] == 200)
+        .count();
+    assert!(on_b >= 16, "a's full band did not move traffic: {lines:?}");
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shed_request_through_envoy_is_answered_429_with_retry_after_and_an_openai_body() {
-    let stack = Stack::start(Some(Shedding {
-        full_after_ms: 300,
-        room_after_ms: 3_000,
-        retry_after_s: 2,
-    }))
+    let stack = Stack::start(
+        Some(Shedding {
+            full_after_ms: 300,
+            room_after_ms: 3_000,
+            retry_after_s: 2,
+        }),
+        false,
+    )
     .await;
     // Both sites slow fiftyfold and hold three times their slots.
     let mut held = Vec::new();
