@@ -352,29 +352,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         configured_sites(&config),
         config.max_connections_per_site,
     )));
-    let ext_proc_listener = match config.ext_proc_listen {
-        None => None,
-        Some(addr) => {
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind { addr, source })?;
-            let bound = listener
-                .local_addr()
-                .map_err(|source| Error::Bind { addr, source })?;
-            let processor = ExtProc::new(ext_proc::Shared {
-                routes: Arc::clone(&published),
-                live_refresh: Arc::clone(signals.live_refresh()),
-                metrics: request_metrics.clone(),
-                score: signals.score_metrics().clone(),
-                ext_proc: ext_proc_metrics,
-                body_limit: config.body_limit_bytes,
-                idle: ext_proc::stream_idle_timeout(Duration::from_millis(
-                    config.upstream_headers_timeout_ms,
-                )),
-            });
-            Some((bound, listener, processor))
-        }
-    };
+    let ext_proc_listener =
+        bind_ext_proc(&config, &signals, request_metrics.clone(), ext_proc_metrics).await?;
     let api = Api::new(Inner {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
@@ -427,6 +406,38 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         server,
         site_slots,
     })
+}
+
+/// Binds `extProcListen`, when set, and builds the processor over the gateway's routing
+/// slot and metric handles: bound before anything is served, so a taken port fails the
+/// start as the API's does.
+async fn bind_ext_proc(
+    config: &Config,
+    signals: &Signals,
+    metrics: RequestMetrics,
+    ext_proc: ExtProcMetrics,
+) -> Result<Option<(SocketAddr, TcpListener, ExtProc)>, Error> {
+    let Some(addr) = config.ext_proc_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { addr, source })?;
+    let processor = ExtProc::new(ext_proc::Shared {
+        routes: Arc::clone(signals.published()),
+        live_refresh: Arc::clone(signals.live_refresh()),
+        metrics,
+        score: signals.score_metrics().clone(),
+        ext_proc,
+        body_limit: config.body_limit_bytes,
+        idle: ext_proc::stream_idle_timeout(Duration::from_millis(
+            config.upstream_headers_timeout_ms,
+        )),
+    });
+    Ok(Some((bound, listener, processor)))
 }
 
 /// Serves Envoy's external processing API on `listener` until `stop`: HTTP/2 pings bound

@@ -193,8 +193,8 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Target, Refusal> {
     }
 }
 
-/// The `GET /v1/models` body: the models with at least one routable site, OpenAI list
-/// format.
+/// The `GET /v1/models` body: the models with at least one routable site, in the
+/// OpenAI-style list format.
 pub(crate) fn models_body(view: &RoutingView) -> String {
     let data: Vec<_> = view
         .catalog()

