@@ -587,3 +587,328 @@ fn phase_name(request: &processing_request::Request) -> &'static str {
         In::ResponseTrailers(_) => "response trailers",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use envoy_types::pb::envoy::config::core::v3::HeaderMap as PbHeaderMap;
+    use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
+    use grid_score::refresh::Refresher;
+
+    use crate::api_error::ApiErrorKind;
+
+    const LIMIT: usize = 1024;
+    const IDLE: Duration = Duration::from_secs(70);
+
+    /// A processor routing model `m` to its one site `a`, at `127.0.0.1:8001` under the
+    /// prefix `/v2` (unmeasured, so routed by the fallback path).
+    fn processor() -> ExtProc {
+        let catalog = Arc::new(Catalog::new(&[ModelSpec {
+            name: "m".into(),
+            candidates: vec![CandidateSpec {
+                site: "a".into(),
+                provider: "p".into(),
+                scheme: "http".into(),
+                authority: "127.0.0.1:8001".into(),
+                prefix: "/v2".into(),
+            }],
+        }]));
+        let mut registry = Registry::default();
+        let score = grid_score::ScoreMetrics::register(&mut registry);
+        let mut refresher = Refresher::new(
+            catalog,
+            grid_score::ScoreConfig::default(),
+            grid_signals::store::StoreConfig::default(),
+            Some(score.clone()),
+        );
+        let view = refresher.refresh(crate::clock::now_unix_ms()).view;
+        ExtProc::new(Shared {
+            routes: Arc::new(arc_swap::ArcSwap::from_pointee(view)),
+            live_refresh: Arc::new(tokio::sync::Notify::new()),
+            metrics: RequestMetrics::default(),
+            score,
+            ext_proc: ExtProcMetrics::default(),
+            body_limit: LIMIT,
+            idle: IDLE,
+        })
+    }
+
+    fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
+        HttpHeaders {
+            headers: Some(PbHeaderMap {
+                headers: pairs
+                    .iter()
+                    .map(|(k, v)| PbHeaderValue {
+                        key: (*k).to_owned(),
+                        value: String::new(),
+                        raw_value: v.as_bytes().to_vec(),
+                    })
+                    .collect(),
+            }),
+            end_of_stream,
+            ..HttpHeaders::default()
+        }
+    }
+
+    fn message(request: processing_request::Request) -> ProcessingRequest {
+        ProcessingRequest {
+            request: Some(request),
+            ..ProcessingRequest::default()
+        }
+    }
+
+    fn post(path: &str, extra: &[(&str, &str)]) -> ProcessingRequest {
+        let mut pairs = vec![(":method", "POST"), (":path", path)];
+        pairs.extend_from_slice(extra);
+        message(processing_request::Request::RequestHeaders(headers(
+            &pairs, false,
+        )))
+    }
+
+    fn body(bytes: &[u8]) -> ProcessingRequest {
+        message(processing_request::Request::RequestBody(HttpBody {
+            body: bytes.to_vec(),
+            end_of_stream: true,
+            ..HttpBody::default()
+        }))
+    }
+
+    fn answer_head(pairs: &[(&str, &str)]) -> ProcessingRequest {
+        message(processing_request::Request::ResponseHeaders(headers(
+            pairs, false,
+        )))
+    }
+
+    /// The set headers of `mutation`, as (name, value) text.
+    fn sets(mutation: &HeaderMutation) -> Vec<(String, String)> {
+        mutation
+            .set_headers
+            .iter()
+            .map(|o| {
+                let h = o.header.as_ref().unwrap();
+                (
+                    h.key.clone(),
+                    String::from_utf8(h.raw_value.clone()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn common(reply: &Reply) -> &CommonResponse {
+        use processing_response::Response as Out;
+        match reply.as_ref().unwrap().response.as_ref().unwrap() {
+            Out::RequestHeaders(r) | Out::ResponseHeaders(r) => r.response.as_ref().unwrap(),
+            Out::RequestBody(r) => r.response.as_ref().unwrap(),
+            other => panic!("not a continue: {other:?}"),
+        }
+    }
+
+    fn immediate_of(reply: &Reply) -> &ImmediateResponse {
+        match reply.as_ref().unwrap().response.as_ref().unwrap() {
+            processing_response::Response::ImmediateResponse(r) => r,
+            other => panic!("not an immediate answer: {other:?}"),
+        }
+    }
+
+    /// A chat body of exactly `len` bytes naming model `m`.
+    fn chat_of_len(len: usize) -> Vec<u8> {
+        let head = br#"{"model":"m","pad":""#;
+        let tail = br#""}"#;
+        let mut b = head.to_vec();
+        b.resize(len - tail.len(), b'x');
+        b.extend_from_slice(tail);
+        assert_eq!(b.len(), len);
+        b
+    }
+
+    #[test]
+    fn a_proxied_request_is_sent_to_its_sites_authority_under_its_prefix_and_clients_cannot_steer_it()
+     {
+        let p = processor();
+        let (reply, phase) = p.step(
+            Phase::Headers,
+            post(
+                "/v1/chat/completions",
+                &[("x-grid-site", "b"), (DESTINATION_HEADER, "10.0.0.1:1")],
+            ),
+        );
+        let removed = &common(&reply)
+            .header_mutation
+            .as_ref()
+            .unwrap()
+            .remove_headers;
+        assert_eq!(removed, &["x-grid-site", DESTINATION_HEADER]);
+        let (reply, phase) = p.step(phase, body(br#"{"model":"m"}"#));
+        let c = common(&reply);
+        assert!(c.clear_route_cache);
+        assert_eq!(
+            sets(c.header_mutation.as_ref().unwrap()),
+            [
+                (DESTINATION_HEADER.to_owned(), "127.0.0.1:8001".to_owned()),
+                ("x-grid-site".to_owned(), "a".to_owned()),
+                (":path".to_owned(), "/v2/v1/chat/completions".to_owned()),
+            ]
+        );
+        assert!(matches!(phase, Phase::Routed { .. }));
+    }
+
+    #[test]
+    fn a_body_at_the_limit_is_routed_and_one_byte_more_is_refused_413() {
+        let p = processor();
+        let (_, phase) = p.step(Phase::Headers, post("/v1/completions", &[]));
+        let (reply, phase) = p.step(phase, body(&chat_of_len(LIMIT)));
+        assert!(common(&reply).clear_route_cache, "routed at the limit");
+        assert!(matches!(phase, Phase::Routed { .. }));
+        let (_, phase) = p.step(Phase::Headers, post("/v1/completions", &[]));
+        let (reply, phase) = p.step(phase, body(&chat_of_len(LIMIT + 1)));
+        let r = immediate_of(&reply);
+        assert_eq!(r.status.unwrap().code, 413);
+        assert!(matches!(phase, Phase::Done));
+        assert_eq!(max_message_bytes(LIMIT), LIMIT + MESSAGE_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn an_answer_head_is_read_into_the_live_slot_its_flow_headers_stripped_and_the_grids_set() {
+        let p = processor();
+        let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
+        let (_, phase) = p.step(phase, body(br#"{"model":"m"}"#));
+        let Phase::Routed { upstream, .. } = &phase else {
+            panic!("routed")
+        };
+        let upstream = upstream.clone();
+        let (reply, phase) = p.step(
+            phase,
+            answer_head(&[
+                (":status", "200"),
+                ("x-llm-d-flow-band-headroom-requests", "0"),
+                ("x-llm-d-flow-queue-duration-ms", "5"),
+                ("x-llm-d-flow-something-else", "1"),
+            ]),
+        );
+        assert!(
+            matches!(phase, Phase::Done),
+            "the stream ends after the head"
+        );
+        let m = common(&reply).header_mutation.as_ref().unwrap();
+        // The site's headroom header is removed and, with no fresh grid value, not set.
+        assert_eq!(
+            m.remove_headers,
+            [
+                "x-llm-d-flow-band-headroom-requests",
+                "x-llm-d-flow-queue-duration-ms",
+                "x-llm-d-flow-something-else"
+            ]
+        );
+        assert_eq!(sets(m), [("x-grid-site".to_owned(), "a".to_owned())]);
+        let evidence = upstream.live().drain();
+        let room = evidence.room.expect("a room signal");
+        assert_eq!(room.headroom, Some(0));
+        assert_eq!((evidence.answers, evidence.failures), (1, 0));
+
+        // A 5xx is a serving failure, counted as the proxy counts it.
+        let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
+        let (_, phase) = p.step(phase, body(br#"{"model":"m"}"#));
+        let _ = p.step(phase, answer_head(&[(":status", "503")]));
+        assert_eq!(upstream.live().drain().failures, 1);
+        let labels = crate::request_metrics::SiteLabels { site: "a".into() };
+        assert_eq!(
+            p.inner.metrics.error_answers.get_or_create(&labels).get(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_unknown_model_route_or_method_is_answered_by_envoy_as_the_gateway_answers_it() {
+        let p = processor();
+        let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
+        let (reply, _) = p.step(phase, body(br#"{"model":"nope"}"#));
+        assert_eq!(immediate_of(&reply).status.unwrap().code, 404);
+        let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
+        let (reply, _) = p.step(phase, body(b"not json"));
+        assert_eq!(immediate_of(&reply).status.unwrap().code, 400);
+        let get = message(processing_request::Request::RequestHeaders(headers(
+            &[(":method", "GET"), (":path", "/v1/chat/completions")],
+            true,
+        )));
+        let (reply, _) = p.step(Phase::Headers, get);
+        assert_eq!(immediate_of(&reply).status.unwrap().code, 405);
+        let models = message(processing_request::Request::RequestHeaders(headers(
+            &[(":method", "GET"), (":path", "/v1/models?x=1")],
+            true,
+        )));
+        let (reply, _) = p.step(Phase::Headers, models);
+        let r = immediate_of(&reply);
+        assert_eq!(r.status.unwrap().code, 200);
+        let list: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(list["data"][0]["id"], "m");
+    }
+
+    #[test]
+    fn a_refusal_becomes_an_immediate_answer_with_retry_after_and_the_openai_body() {
+        let p = processor();
+        let r = p.refuse(&Refusal {
+            kind: ApiErrorKind::Shedding,
+            message: "full".into(),
+            retry_after_s: Some(3),
+        });
+        let Some(processing_response::Response::ImmediateResponse(r)) = r.response else {
+            panic!("immediate")
+        };
+        assert_eq!(r.status.unwrap().code, 429);
+        let set = sets(r.headers.as_ref().unwrap());
+        assert!(
+            set.contains(&("retry-after".to_owned(), "3".to_owned())),
+            "{set:?}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"]["code"], "shedding");
+        assert_eq!(v["error"]["type"], "rate_limit_error");
+        assert_eq!(r.details, "grid_shedding");
+    }
+
+    #[test]
+    fn a_message_out_of_order_ends_the_stream_and_is_counted() {
+        let p = processor();
+        let (reply, phase) = p.step(Phase::Headers, answer_head(&[(":status", "200")]));
+        assert_eq!(reply.unwrap_err().code(), tonic::Code::FailedPrecondition);
+        assert!(matches!(phase, Phase::Done));
+        let labels = StreamFailureLabels {
+            reason: StreamFailure::OutOfOrder,
+        };
+        assert_eq!(p.inner.ext_proc.failed.get_or_create(&labels).get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_silent_for_its_idle_bound_is_ended_and_counted_not_a_moment_before() {
+        let p = processor();
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut out = Box::pin(p.clone().exchange(rx));
+        tx.unbounded_send(Ok(post("/v1/chat/completions", &[])))
+            .unwrap();
+        assert!(out.next().await.unwrap().is_ok(), "headers answered");
+        let silent_from = tokio::time::Instant::now();
+        assert!(
+            tokio::time::timeout(
+                IDLE.checked_sub(Duration::from_millis(1)).unwrap(),
+                out.next()
+            )
+            .await
+            .is_err(),
+            "still open just before the bound"
+        );
+        let ended = out.next().await.expect("an error ends it");
+        assert_eq!(ended.unwrap_err().code(), tonic::Code::DeadlineExceeded);
+        assert_eq!(silent_from.elapsed(), IDLE);
+        assert!(out.next().await.is_none(), "and the stream is over");
+        let labels = StreamFailureLabels {
+            reason: StreamFailure::IdleTimeout,
+        };
+        assert_eq!(p.inner.ext_proc.failed.get_or_create(&labels).get(), 1);
+        assert_eq!(
+            stream_idle_timeout(Duration::from_secs(60)),
+            Duration::from_secs(60) + STREAM_IDLE_MARGIN
+        );
+        drop(tx);
+    }
+}
