@@ -71,7 +71,7 @@ use tonic::{Status, Streaming};
 
 use crate::answer_evidence::{AnswerHeaders, Evidence, take_live_evidence};
 use crate::answer_timing::AnswerHead;
-use crate::api_error::error_response;
+use crate::api_error::{ApiErrorKind, error_response};
 use crate::headers::{ROUTING_HEADER_PREFIX, SITE_HEADER};
 use crate::http_api::{Refusal, Routed, Target, classify, decide, model_of, models_body};
 use crate::request_metrics::RequestMetrics;
@@ -314,7 +314,14 @@ impl ExtProc {
             .unwrap_or("/");
         let path = full_path.split_once('?').map_or(full_path, |(p, _)| p);
         match classify(&method, path) {
-            Ok(Target::Proxied) if h.end_of_stream => self.route(full_path, &[]),
+            // No body: nothing names a model, the scan's own 400 (a headers reply cannot
+            // carry a destination chosen from a body anyway).
+            Ok(Target::Proxied) if h.end_of_stream => {
+                let refusal = model_of(&[]).err().unwrap_or_else(|| {
+                    Refusal::new(ApiErrorKind::BadRequest, "the request has no body")
+                });
+                (Ok(self.refuse(&refusal)), Phase::Done)
+            }
             Ok(Target::Proxied) => {
                 // What only grid may say about routing goes, whatever the client sent.
                 let mut mutation = HeaderMutation::default();
@@ -354,11 +361,10 @@ impl ExtProc {
             // The gateway's metrics and probes are its own listener's, not the API's that
             // Envoy fronts.
             Ok(Target::Metrics | Target::Healthz | Target::Readyz) => (
-                Ok(self.refuse(&Refusal {
-                    kind: crate::api_error::ApiErrorKind::UnknownRoute,
-                    message: format!("no route {path}: served on the gateway's own listener"),
-                    retry_after_s: None,
-                })),
+                Ok(self.refuse(&Refusal::new(
+                    ApiErrorKind::UnknownRoute,
+                    format!("no route {path}: served on the gateway's own listener"),
+                ))),
                 Phase::Done,
             ),
             Err(refusal) => (Ok(self.refuse(&refusal)), Phase::Done),
@@ -596,8 +602,6 @@ mod tests {
     use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
     use grid_score::refresh::Refresher;
 
-    use crate::api_error::ApiErrorKind;
-
     const LIMIT: usize = 1024;
     const IDLE: Duration = Duration::from_secs(70);
 
@@ -826,6 +830,12 @@ mod tests {
         assert_eq!(immediate_of(&reply).status.unwrap().code, 404);
         let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
         let (reply, _) = p.step(phase, body(b"not json"));
+        assert_eq!(immediate_of(&reply).status.unwrap().code, 400);
+        let bodiless = message(processing_request::Request::RequestHeaders(headers(
+            &[(":method", "POST"), (":path", "/v1/chat/completions")],
+            true,
+        )));
+        let (reply, _) = p.step(Phase::Headers, bodiless);
         assert_eq!(immediate_of(&reply).status.unwrap().code, 400);
         let get = message(processing_request::Request::RequestHeaders(headers(
             &[(":method", "GET"), (":path", "/v1/chat/completions")],

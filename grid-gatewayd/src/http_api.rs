@@ -218,7 +218,8 @@ pub(crate) struct Refusal {
 }
 
 impl Refusal {
-    fn new(kind: ApiErrorKind, message: impl Into<String>) -> Self {
+    /// A refusal without Retry-After.
+    pub(crate) fn new(kind: ApiErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
