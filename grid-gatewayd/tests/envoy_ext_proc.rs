@@ -55,7 +55,7 @@ fn site(name: &str, flow_control: bool) -> SiteSpec {
 /// port, and an Envoy in front of it.
 struct Stack {
     grid: LocalGrid,
-    envoy: Child,
+    envoy: Envoy,
     envoy_url: String,
     log: PathBuf,
 }
@@ -103,7 +103,7 @@ impl Stack {
             .expect("envoy starts");
         let mut stack = Self {
             grid,
-            envoy: child,
+            envoy: Envoy(child),
             envoy_url: format!("http://127.0.0.1:{listen}"),
             log,
         };
@@ -114,7 +114,7 @@ impl Stack {
     async fn wait_envoy(&mut self, port: u16) {
         let deadline = tokio::time::Instant::now() + ENVOY_READY_WITHIN;
         loop {
-            if let Some(status) = self.envoy.try_wait().unwrap() {
+            if let Some(status) = self.envoy.0.try_wait().unwrap() {
                 panic!("envoy exited ({status}): {}", self.envoy_log());
             }
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -198,10 +198,19 @@ impl Stack {
         self.grid.control(site).unwrap().stats().requests
     }
 
-    async fn stop(mut self) {
-        let _ = self.envoy.kill();
-        let _ = self.envoy.wait();
+    async fn stop(self) {
+        drop(self.envoy);
         self.grid.shutdown().await;
+    }
+}
+
+/// The Envoy process, killed when dropped: a failed test leaves none behind.
+struct Envoy(Child);
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
