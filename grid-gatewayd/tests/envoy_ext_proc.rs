@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use grid_kit::load::{LoadClient, Protocol, chat_body};
 use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
+use grid_kit::openai_client::openai_requests;
 use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_sim::fake_epp::EppIdentity;
 use grid_sim::site_model::{ServiceTime, SiteConfig};
@@ -23,8 +24,6 @@ const SERVICE_MS: f64 = 100.0;
 const MEASURED_WITHIN: Duration = Duration::from_secs(15);
 /// Envoy's start, until its listener accepts.
 const ENVOY_READY_WITHIN: Duration = Duration::from_secs(20);
-/// One run of the Python client, imports included.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
 
@@ -138,48 +137,9 @@ impl Stack {
 
     /// `count` requests through Envoy with the openai client, one after another.
     async fn openai(&self, count: usize, stream: bool) -> Vec<serde_json::Value> {
-        let python = manifest().join("../.venv/bin/python");
-        assert!(
-            python.exists(),
-            "{} is missing: run `bash .ci/install`",
-            python.display()
-        );
-        let script = manifest().join("tests/clients/openai_requests.py");
-        let base = format!("{}/v1", self.envoy_url);
-        let mode = if stream { "stream" } else { "plain" };
-        let out = tokio::task::spawn_blocking(move || {
-            let mut child = Command::new(python)
-                .arg(script)
-                .args([base, count.to_string(), mode.to_owned()])
-                .env_remove("OPENAI_API_KEY")
-                .env_remove("OPENAI_BASE_URL")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("python starts");
-            let deadline = grid_gatewayd::clock::monotonic() + CLIENT_TIMEOUT;
-            while child.try_wait().expect("wait").is_none() {
-                if grid_gatewayd::clock::monotonic() > deadline {
-                    let _ = child.kill();
-                    panic!("the openai client did not finish within {CLIENT_TIMEOUT:?}");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            child.wait_with_output().expect("output")
-        })
-        .await
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "client failed: {}\nenvoy: {}",
-            String::from_utf8_lossy(&out.stderr),
-            self.envoy_log()
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON line per request"))
-            .collect()
+        openai_requests(format!("{}/v1", self.envoy_url), count, stream)
+            .await
+            .unwrap_or_else(|e| panic!("client failed: {e}\nenvoy: {}", self.envoy_log()))
     }
 
     /// Answers served by each site (`x-grid-site` of the 200s).

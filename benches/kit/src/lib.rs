@@ -32,6 +32,7 @@ pub mod latency;
 pub mod load;
 pub mod local_grid;
 pub mod netns;
+pub mod openai_client;
 pub mod operator_harness;
 pub mod pki;
 pub mod promtool;

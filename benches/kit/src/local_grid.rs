@@ -245,6 +245,8 @@ pub struct LocalGrid {
     gateway: Option<grid_gatewayd::driver::Running>,
     /// The CA every site certificate chains to, kept to mint renewals.
     ca: Ca,
+    /// The gateway's configuration in the file dialect, `{listen}` left to fill in.
+    gateway_file: String,
     dir: TempDir,
 }
 
@@ -355,6 +357,44 @@ fn gateway_config(
     }
     config.validate()?;
     Ok(config)
+}
+
+/// The gateway configuration at `site[0]` in the file dialect (`docs/gateway.md`), with
+/// `{listen}` where its address goes: what a proxy embedding grid (`grid-pingora`) reads.
+fn gateway_file(
+    spec: &GridSpec,
+    files: &SiteFiles,
+    operator: SocketAddr,
+    base_urls: &[(&str, &str)],
+) -> String {
+    use std::fmt::Write as _;
+    let mut text = format!(
+        "site = \"{site}\"\nlisten = \"{{listen}}\"\n[operator]\nurl = \"https://{operator}\"\n\
+         identity = \"{LOOPBACK_NAME}\"\npollIntervalSeconds = {poll}\n[tls]\ncert = \"{cert}\"\n\
+         key = \"{key}\"\nca = \"{ca}\"\n",
+        site = spec.sites[0].name,
+        poll = spec.cadence.gateway_poll_ms as f64 / 1000.0,
+        cert = files.cert.display(),
+        key = files.key.display(),
+        ca = files.ca.display(),
+    );
+    if let Some(s) = spec.shedding {
+        let _ = write!(
+            text,
+            "[availability.shedding]\nenabled = true\nfullAfterSeconds = {}\nroomAfterSeconds = {}\nretryAfterSeconds = {}\n",
+            s.full_after_ms as f64 / 1000.0,
+            s.room_after_ms as f64 / 1000.0,
+            s.retry_after_s
+        );
+    }
+    let _ = write!(text, "[[models]]\nname = \"{}\"\n", spec.model);
+    for (site, url) in base_urls {
+        let _ = write!(
+            text,
+            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbaseUrl = \"{url}\"\n"
+        );
+    }
+    text
 }
 
 /// Starts an operator; returns it with its configuration, the listeners fixed at the
@@ -670,6 +710,7 @@ impl LocalGrid {
             .zip(&request_urls)
             .map(|(s, url)| (s.name.as_str(), url.as_str()))
             .collect();
+        let gateway_file = gateway_file(spec, &files[0], local_addr, &base_urls);
         let mut config = gateway_config(spec, &files[0], local_addr, &base_urls)?;
         tune(&mut config);
         config.validate()?;
@@ -703,8 +744,16 @@ impl LocalGrid {
             sites,
             gateway: Some(gateway),
             ca,
+            gateway_file,
             dir,
         })
+    }
+
+    /// The gateway's configuration as a file (`docs/gateway.md`'s dialect) listening on
+    /// `listen`: the same operator, certificates, models and shedding, for a second
+    /// proxy (an embedding of grid) beside the gateway the grid runs.
+    pub fn gateway_toml(&self, listen: SocketAddr) -> String {
+        self.gateway_file.replace("{listen}", &listen.to_string())
     }
 
     /// Renews `site`'s certificate in place (a new leaf and key from the grid's CA, written
@@ -1059,5 +1108,18 @@ mod tests {
         assert!(c.availability.shedding.enabled);
         assert_eq!(c.models[0].candidates.len(), 2);
         assert_eq!(c.site, "a");
+        let text = gateway_file(
+            &spec,
+            &files(),
+            "127.0.0.1:9".parse().unwrap(),
+            &[("a", "http://127.0.0.1:1"), ("b", "http://127.0.0.1:2")],
+        )
+        .replace("{listen}", "127.0.0.1:0");
+        let f = GatewayConfig::from_toml_str(&text).unwrap();
+        assert_eq!(
+            format!("{f:?}"),
+            format!("{c:?}"),
+            "the file says what the typed configuration says"
+        );
     }
 }

@@ -1,0 +1,66 @@
+//! The official `openai` Python client as a test driver: a client nobody here wrote sends
+//! chat completions through whatever proxy a test put in front of the grid (the gateway,
+//! Envoy with grid's external processor, Pingora with grid's selection).
+//!
+//! It runs `grid-gatewayd/tests/clients/openai_requests.py` with the `.venv` that
+//! `.ci/install` creates; a missing venv fails the test that asked rather than skipping it.
+#![allow(clippy::missing_panics_doc)] // a test harness: every failure is the test's
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// One run of the client, imports included, on a loaded 2-core machine.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `count` chat completions for model `llama` to `base_url` (ending in `/v1`), one after
+/// another, plain or streamed: one JSON object per request (`status`, `site` from
+/// `x-grid-site`, `headroom`, `content`; for a refusal `retry_after`, `code`, `type`).
+/// `Err` carries what the client printed on stderr when it failed.
+pub async fn openai_requests(
+    base_url: String,
+    count: usize,
+    stream: bool,
+) -> Result<Vec<serde_json::Value>, String> {
+    let python = root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash .ci/install` to create the venv with the openai package",
+        python.display()
+    );
+    let script = root().join("grid-gatewayd/tests/clients/openai_requests.py");
+    let mode = if stream { "stream" } else { "plain" };
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(python)
+            .arg(script)
+            .args([base_url, count.to_string(), mode.to_owned()])
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python starts");
+        let deadline = crate::clock::Stopwatch::start();
+        while child.try_wait().expect("wait").is_none() {
+            if deadline.elapsed() > CLIENT_TIMEOUT {
+                let _ = child.kill();
+                panic!("the openai client did not finish within {CLIENT_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("output")
+    })
+    .await
+    .expect("the client's thread");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON line per request"))
+        .collect())
+}

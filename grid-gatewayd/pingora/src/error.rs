@@ -1,0 +1,26 @@
+//! The crate's one error type.
+
+/// What can go wrong turning grid's catalog into Pingora backends.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A site's base URL authority does not resolve to an address.
+    #[error("site {site}: {authority} does not resolve: {source}")]
+    Resolve {
+        /// The site.
+        site: String,
+        /// Its base URL's `host:port`.
+        authority: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A site's base URL authority resolved to no address at all.
+    #[error("site {site}: {authority} resolves to no address")]
+    NoAddress {
+        /// The site.
+        site: String,
+        /// Its base URL's `host:port`.
+        authority: String,
+    },
+}

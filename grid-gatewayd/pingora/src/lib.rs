@@ -1,0 +1,44 @@
+//! grid inside a Pingora proxy.
+//!
+//! A Pingora user picks upstreams with a `LoadBalancer<S>` whose `S` is a
+//! `BackendSelection` (round-robin, Ketama) and keeps them healthy with a `HealthCheck`.
+//! This crate answers both from grid's routing view, so grid plugs in the same way:
+//!
+//! - [`GridSelection`]: a `BackendSelection` whose key is the request's model; its first
+//!   backend is grid's pick, its second the site a refused connection is retried on.
+//! - [`GridHealth`]: a `HealthCheck` that calls a backend healthy while grid routes to its
+//!   site (ready endpoints, fresh signals, not excluded).
+//! - [`SiteBackends`]: the backends themselves, one per site of the catalog.
+//! - [`SignalsService`]: grid's poller as a Pingora background service.
+//!
+//! The `grid-pingora` binary is the whole proxy; `docs/embedding.md` counts its routing
+//! lines.
+//!
+//! # I/O boundary
+//!
+//! None here beyond what grid-gatewayd's `Signals` does (the operator poll, on the
+//! background service's runtime): selection and health read the published view with one
+//! atomic load each, no lock, no store read. Addresses are a site's base URL authority,
+//! resolved by the OS when the backends are listed, off the request path.
+//!
+//! # Data flow
+//!
+//! ```text
+//! operator relay --Signals (SignalsService)--> Published (arc-swap)
+//! request: model --GridSelection::iter--> Published.load().pick --> Backend (ext: SiteOf)
+//! health pass: Backend --GridHealth::check--> Published.load().table()
+//! ```
+
+mod backends;
+mod error;
+mod health;
+pub mod refusal;
+mod selection;
+mod signals_service;
+
+pub use backends::{SiteBackends, SiteOf, backend_of, peer_of};
+pub use error::Error;
+pub use health::GridHealth;
+pub use refusal::refusal;
+pub use selection::{GridIter, GridSelection};
+pub use signals_service::SignalsService;

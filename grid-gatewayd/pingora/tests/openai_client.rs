@@ -1,0 +1,247 @@
+//! The `grid-pingora` binary, a real Pingora proxy, in front of a local grid (real
+//! operators, two simulated sites), driven by the official `openai` Python client: each
+//! request lands on the site grid chose, a degraded site loses its share, a shed request
+//! is a 429 with Retry-After.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use grid_kit::daemon_process::Daemon;
+use grid_kit::local_grid::{
+    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
+};
+use grid_kit::openai_client::openai_requests;
+use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
+
+const MODEL: &str = "llama";
+/// Start-up and first readings, generous for a loaded 2-core machine.
+const MEASURED_WITHIN: Duration = Duration::from_secs(15);
+/// The proxy's start, until it answers a request from grid's view.
+const PROXY_READY_WITHIN: Duration = Duration::from_secs(20);
+/// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+/// How long the proxy may take to stop on SIGTERM (Pingora's own grace is 60 s by
+/// default; the test's is shorter and kills past it).
+const EXIT_WITHIN: Duration = Duration::from_secs(10);
+
+fn site(name: &str) -> SiteSpec {
+    let mut config = SiteConfig::new(name, 2, 2);
+    config.service = ServiceTime {
+        median_ms: 50.0,
+        sigma: 0.0,
+        prefill_share: 0.2,
+        output_tokens: 8,
+    };
+    SiteSpec {
+        name: name.to_owned(),
+        backend: Backend::Simulated(SimSiteConfig {
+            site: config,
+            identity: EppIdentity::new(name, MODEL),
+            seed: 7,
+            spoof_flow_headers: false,
+            capacity_reader: CapacityReaderMode::Live,
+        }),
+    }
+}
+
+/// A local grid of sites `a` and `b` and `grid-pingora` reading its gateway's
+/// configuration.
+struct Stack {
+    grid: LocalGrid,
+    /// Killed when dropped: a failed test leaves no proxy running.
+    proxy: Option<Daemon>,
+    url: String,
+}
+
+impl Stack {
+    async fn start(shedding: Option<Shedding>) -> Self {
+        let spec = GridSpec {
+            model: MODEL.to_owned(),
+            sites: vec![site("a"), site("b")],
+            cadence: Cadence::FAST,
+            shedding,
+        };
+        let grid = LocalGrid::start(&spec).await.expect("grid starts");
+        grid.wait_measured(MEASURED_WITHIN)
+            .await
+            .expect("both sites measured");
+        let listen = free_loopback_addr();
+        let conf = grid.dir().join("pingora-gateway.toml");
+        std::fs::write(&conf, grid.gateway_toml(listen)).unwrap();
+        let proxy = Daemon::spawn(
+            Path::new(env!("CARGO_BIN_EXE_grid-pingora")),
+            &[conf.to_str().unwrap()],
+        );
+        let stack = Self {
+            grid,
+            proxy: Some(proxy),
+            url: format!("http://{listen}/v1"),
+        };
+        stack.wait_routed().await;
+        stack
+    }
+
+    /// Until the proxy answers a request from grid's view (its poller has published).
+    async fn wait_routed(&self) {
+        let clock = grid_kit::clock::Stopwatch::start();
+        loop {
+            if let Ok(lines) = openai_requests(self.url.clone(), 1, false).await
+                && lines.first().is_some_and(|l| l["status"] == 200)
+            {
+                return;
+            }
+            assert!(
+                clock.elapsed() < PROXY_READY_WITHIN,
+                "grid-pingora routed nothing within {PROXY_READY_WITHIN:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn openai(&self, count: usize, stream: bool) -> Vec<serde_json::Value> {
+        openai_requests(self.url.clone(), count, stream)
+            .await
+            .unwrap_or_else(|e| panic!("client failed: {e}"))
+    }
+
+    /// Answers served by each site (`x-grid-site` of the 200s).
+    async fn shares(&self, count: usize) -> HashMap<String, u64> {
+        let mut shares = HashMap::new();
+        for line in self.openai(count, false).await {
+            assert_eq!(line["status"], 200, "{line}");
+            *shares
+                .entry(line["site"].as_str().expect("x-grid-site").to_owned())
+                .or_default() += 1;
+        }
+        shares
+    }
+
+    fn served(&self, site: &str) -> u64 {
+        self.grid.control(site).unwrap().stats().requests
+    }
+
+    async fn stop(mut self) {
+        if let Some(mut proxy) = self.proxy.take() {
+            proxy.signal("TERM");
+            proxy.wait_exit(EXIT_WITHIN);
+        }
+        self.grid.shutdown().await;
+    }
+}
+
+fn free_loopback_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_streaming_requests_through_pingora_land_on_the_site_grid_chose() {
+    let stack = Stack::start(None).await;
+    let before = (stack.served("a"), stack.served("b"));
+    let mut lines = stack.openai(12, false).await;
+    lines.extend(stack.openai(4, true).await);
+    let mut chosen: HashMap<&str, u64> = HashMap::new();
+    for line in &lines {
+        assert_eq!(line["status"], 200, "{line}");
+        assert!(!line["content"].as_str().unwrap().is_empty(), "{line}");
+        let site = line["site"].as_str().expect("x-grid-site on every answer");
+        *chosen.entry(site).or_default() += 1;
+    }
+    assert_eq!(
+        (stack.served("a") - before.0, stack.served("b") - before.1),
+        (
+            chosen.get("a").copied().unwrap_or(0),
+            chosen.get("b").copied().unwrap_or(0)
+        ),
+        "each site served exactly the requests grid named it for: {chosen:?}"
+    );
+    assert_eq!(chosen.len(), 2, "both idle sites take traffic: {chosen:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_site_loses_its_share_of_the_traffic_pingora_sends() {
+    let stack = Stack::start(None).await;
+    // Site a slows twentyfold and is filled three times over behind the proxy's back: its
+    // EPP reports the queue, its operator relays it, grid's selection routes around it.
+    stack.grid.control("a").unwrap().degrade(20.0).unwrap();
+    let held =
+        grid_kit::load::LoadClient::new(grid_kit::load::Protocol::Http1, Duration::from_secs(30));
+    let uri: http::Uri = format!("{}/v1/chat/completions", stack.grid.base_url("a").unwrap())
+        .parse()
+        .unwrap();
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let (c, uri) = (held.clone(), uri.clone());
+        load.spawn(async move {
+            let _ = c
+                .post_json(&uri, grid_kit::load::chat_body(MODEL, false))
+                .await;
+        });
+    }
+    stack
+        .grid
+        .wait_until("a seen without room", SEEN_WITHIN, |g| {
+            matches!(
+                g.routing("a"),
+                SiteRouting::Candidate {
+                    state: grid_score::CandidateState::Full | grid_score::CandidateState::NoRoom,
+                    ..
+                }
+            )
+        })
+        .await
+        .expect("the gateway sees a's queue");
+    let after = stack.shares(20).await;
+    let on_b = after.get("b").copied().unwrap_or(0);
+    assert!(on_b >= 18, "traffic did not leave a: {after:?}");
+    load.abort_all();
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_request_through_pingora_is_a_429_with_retry_after_and_the_gateways_body() {
+    let stack = Stack::start(Some(Shedding {
+        full_after_ms: 300,
+        room_after_ms: 2_000,
+        retry_after_s: 2,
+    }))
+    .await;
+    // Both sites filled behind the proxy's back until grid sheds.
+    let held =
+        grid_kit::load::LoadClient::new(grid_kit::load::Protocol::Http1, Duration::from_secs(60));
+    let mut load = tokio::task::JoinSet::new();
+    for name in ["a", "b"] {
+        stack.grid.control(name).unwrap().degrade(50.0).unwrap();
+        let uri: http::Uri = format!("{}/v1/chat/completions", stack.grid.base_url(name).unwrap())
+            .parse()
+            .unwrap();
+        for _ in 0..16 {
+            let (c, uri) = (held.clone(), uri.clone());
+            load.spawn(async move {
+                let _ = c
+                    .post_json(&uri, grid_kit::load::chat_body(MODEL, false))
+                    .await;
+            });
+        }
+    }
+    stack
+        .grid
+        .wait_until("grid sheds", SEEN_WITHIN, LocalGrid::shedding)
+        .await
+        .expect("grid sheds once both sites are full");
+    let lines = stack.openai(1, false).await;
+    let line = &lines[0];
+    assert_eq!(line["status"], 429, "{line}");
+    assert_eq!(line["code"], "shedding", "{line}");
+    assert_eq!(line["type"], "rate_limit_error", "{line}");
+    assert_eq!(line["retry_after"], "2", "{line}");
+    load.abort_all();
+    stack.stop().await;
+}

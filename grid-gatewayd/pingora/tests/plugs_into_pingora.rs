@@ -1,0 +1,143 @@
+//! grid's answers to Pingora's own traits, on a routing view built as the gateway builds
+//! it (two sites of model `m`, not yet measured: routed by the fallback path).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use grid_pingora::{GridHealth, GridSelection, SiteBackends, SiteOf, backend_of, refusal};
+use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
+use grid_score::refresh::Refresher;
+use pingora_load_balancing::Backend;
+use pingora_load_balancing::health_check::HealthCheck as _;
+use pingora_load_balancing::selection::{BackendIter as _, BackendSelection as _};
+
+fn candidate(site: &str, scheme: &str, authority: &str) -> CandidateSpec {
+    CandidateSpec {
+        site: site.into(),
+        provider: "p".into(),
+        scheme: scheme.into(),
+        authority: authority.into(),
+        prefix: String::new(),
+    }
+}
+
+fn published(candidates: Vec<CandidateSpec>) -> grid_gatewayd::upstream::Published {
+    let catalog = Arc::new(Catalog::new(&[ModelSpec {
+        name: "m".into(),
+        candidates,
+    }]));
+    let mut refresher = Refresher::new(
+        catalog,
+        grid_score::ScoreConfig::default(),
+        grid_signals::store::StoreConfig::default(),
+        None,
+    );
+    let view = refresher.refresh(grid_gatewayd::clock::now_unix_ms()).view;
+    Arc::new(arc_swap::ArcSwap::from_pointee(view))
+}
+
+fn two_sites() -> grid_gatewayd::upstream::Published {
+    published(vec![
+        candidate("a", "http", "127.0.0.1:8001"),
+        candidate("b", "http", "127.0.0.1:8002"),
+    ])
+}
+
+fn site_of(b: &Backend) -> &str {
+    &b.ext
+        .get::<SiteOf>()
+        .expect("grid's backends carry their site")
+        .site
+}
+
+#[test]
+fn the_backends_are_one_per_site_each_carrying_its_site() {
+    let backends = SiteBackends::new(two_sites()).list().unwrap();
+    let sites: Vec<&str> = backends.iter().map(site_of).collect();
+    assert_eq!(sites, ["a", "b"]);
+    let a = backends.iter().next().unwrap();
+    assert_eq!(a.addr.to_string(), "127.0.0.1:8001");
+    assert!(!a.ext.get::<SiteOf>().unwrap().tls);
+}
+
+#[test]
+fn a_base_url_without_a_port_gets_its_schemes_default_and_its_host_for_sni() {
+    let routes = published(vec![
+        candidate("a", "https", "127.0.0.1"),
+        candidate("b", "http", "127.0.0.1"),
+    ]);
+    let view = routes.load();
+    let upstreams = &view.catalog().models()[0].upstreams;
+    let a = backend_of(&upstreams[0]).unwrap();
+    assert_eq!(a.addr.to_string(), "127.0.0.1:443");
+    let of = a.ext.get::<SiteOf>().unwrap();
+    assert!(of.tls);
+    assert_eq!(of.host, "127.0.0.1");
+    assert_eq!(
+        backend_of(&upstreams[1]).unwrap().addr.to_string(),
+        "127.0.0.1:80"
+    );
+}
+
+#[test]
+fn an_authority_that_does_not_resolve_is_an_error_naming_the_site() {
+    // A NUL in the name is refused before any lookup: no query leaves the machine.
+    let routes = published(vec![candidate("a", "http", "bad\0host:80")]);
+    let err = SiteBackends::new(routes).list().unwrap_err();
+    assert!(err.to_string().contains("site a"), "{err}");
+}
+
+#[test]
+fn the_selection_yields_grids_pick_then_the_other_site_for_a_retry() {
+    let routes = two_sites();
+    let backends = SiteBackends::new(routes.clone()).list().unwrap();
+    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    let mut iter = selection.iter(b"m");
+    let first = site_of(iter.next().expect("a pick")).to_owned();
+    let second = site_of(iter.next().expect("a retry site")).to_owned();
+    assert_ne!(first, second);
+    assert!(iter.next().is_none(), "two tries at most");
+}
+
+#[test]
+fn the_selection_yields_nothing_for_a_model_grid_does_not_serve_or_without_a_view() {
+    let routes = two_sites();
+    let backends = SiteBackends::new(routes.clone()).list().unwrap();
+    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    assert!(selection.iter(b"other").next().is_none());
+    assert!(selection.iter(&[0xff, 0xfe]).next().is_none(), "not UTF-8");
+    let viewless = Arc::new(GridSelection::build(&backends));
+    assert!(viewless.iter(b"m").next().is_none());
+    let none = Arc::new(GridSelection::build_with_config(&BTreeSet::new(), &routes));
+    assert!(
+        none.iter(b"m").next().is_none(),
+        "no backend listed for the pick"
+    );
+}
+
+#[test]
+fn a_refusal_for_an_unknown_model_is_the_gateways_404_and_none_when_grid_routes() {
+    let routes = two_sites();
+    let view = routes.load();
+    let refused = refusal(&view, "other").expect("an unknown model is refused");
+    assert_eq!(refused.status(), 404);
+    let body: serde_json::Value = serde_json::from_slice(refused.body()).unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found");
+    assert!(refusal(&view, "m").is_none(), "m routes: nothing to refuse");
+}
+
+#[tokio::test]
+async fn health_is_grids_a_routed_site_is_healthy_and_an_unlisted_backend_is_not() {
+    let routes = two_sites();
+    let health = GridHealth::new(routes.clone());
+    for backend in SiteBackends::new(routes).list().unwrap() {
+        health
+            .check(&backend)
+            .await
+            .expect("grid routes to both sites");
+    }
+    let stranger = Backend::new("127.0.0.1:9").unwrap();
+    assert!(health.check(&stranger).await.is_err());
+    assert!(!health.routes_to("z"));
+    assert_eq!(health.health_threshold(true), 1);
+}
