@@ -10,13 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use grid_kit::load::{LoadClient, Protocol, chat_body};
-use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
 use grid_kit::openai_client::openai_requests;
-use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
-use grid_sim::fake_epp::EppIdentity;
-use grid_sim::site_model::{ServiceTime, SiteConfig};
-use tokio::task::JoinSet;
+use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
 const SERVICE_MS: f64 = 100.0;
@@ -32,22 +28,7 @@ const SEEN_WITHIN: Duration = Duration::from_secs(10);
 fn site(name: &str, flow_control: bool) -> SiteSpec {
     let mut config = SiteConfig::new(name, 2, 2);
     config.queue_per_endpoint = flow_control.then_some(2);
-    config.service = ServiceTime {
-        median_ms: SERVICE_MS,
-        sigma: 0.0,
-        prefill_share: 0.2,
-        output_tokens: 8,
-    };
-    SiteSpec {
-        name: name.to_owned(),
-        backend: Backend::Simulated(SimSiteConfig {
-            site: config,
-            identity: EppIdentity::new(name, MODEL),
-            seed: 7,
-            spoof_flow_headers: false,
-            capacity_reader: CapacityReaderMode::Live,
-        }),
-    }
+    SiteSpec::simulated(config, MODEL, SERVICE_MS, 7)
 }
 
 /// A grid of sites `a` and `b` whose gateway serves the external processor on a free
@@ -186,22 +167,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Fires `n` requests straight at a site, bypassing Envoy and grid, and keeps them open.
-fn load_directly(grid: &LocalGrid, site: &str, n: usize) -> JoinSet<()> {
-    let uri: http::Uri = format!("{}/v1/chat/completions", grid.base_url(site).unwrap())
-        .parse()
-        .unwrap();
-    let c = LoadClient::new(Protocol::Http1, Duration::from_secs(30));
-    let mut set = JoinSet::new();
-    for _ in 0..n {
-        let (c, uri) = (c.clone(), uri.clone());
-        set.spawn(async move {
-            let _ = c.post_json(&uri, chat_body(MODEL, false)).await;
-        });
-    }
-    set
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose() {
     let stack = Stack::start(None, false).await;
@@ -240,10 +205,12 @@ async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
         before.contains_key("a") && before.contains_key("b"),
         "{before:?}"
     );
-    // Site a slows twentyfold and is filled three times over behind Envoy's back: its
-    // EPP reports the queue, its operator relays it, grid routes around it.
-    stack.grid.control("a").unwrap().degrade(20.0).unwrap();
-    let _held = load_directly(&stack.grid, "a", 12);
+    // Site a slows a hundredfold (10 s a request) and is filled three times over behind
+    // Envoy's back, a backlog that outlasts the measurement however slow the machine
+    // (twentyfold drained while a loaded machine's client was still measuring): its EPP
+    // reports the queue, its operator relays it, grid routes around it.
+    stack.grid.control("a").unwrap().degrade(100.0).unwrap();
+    let _held = stack.grid.hold_requests("a", 12, Duration::from_secs(30));
     stack
         .grid
         .wait_until("a seen without room", SEEN_WITHIN, |g| {
@@ -310,7 +277,7 @@ async fn a_shed_request_through_envoy_is_answered_429_with_retry_after_and_an_op
     let mut held = Vec::new();
     for s in ["a", "b"] {
         stack.grid.control(s).unwrap().degrade(50.0).unwrap();
-        held.push(load_directly(&stack.grid, s, 12));
+        held.push(stack.grid.hold_requests(s, 12, Duration::from_secs(30)));
     }
     stack
         .grid

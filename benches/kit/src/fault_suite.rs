@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use grid_sim::fake_epp::EppIdentity;
-use grid_sim::site_model::{ServiceTime, SiteConfig};
+use grid_sim::site_model::SiteConfig;
 use http::StatusCode;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
@@ -28,9 +27,9 @@ use crate::clock::Stopwatch;
 use crate::fault_ledger::{Evidence, FENCE_SAMPLE_EVERY, FenceWatch, settle_evidence};
 use crate::load::{LoadClient, Protocol, chat_body};
 use crate::local_grid::{
-    Backend, Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
+    Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
 };
-use crate::sim_site::{CapacityReaderMode, EppFault, SimSiteConfig, SimSiteControl};
+use crate::sim_site::{EppFault, SimSiteControl};
 
 /// The model every site serves.
 pub const MODEL: &str = "llama";
@@ -238,23 +237,7 @@ pub struct Row {
 }
 
 fn site(name: &str) -> SiteSpec {
-    let mut config = SiteConfig::new(name, 2, 4);
-    config.service = ServiceTime {
-        median_ms: 100.0,
-        sigma: 0.0,
-        prefill_share: 0.2,
-        output_tokens: 8,
-    };
-    SiteSpec {
-        name: name.to_owned(),
-        backend: Backend::Simulated(SimSiteConfig {
-            site: config,
-            identity: EppIdentity::new(name, MODEL),
-            seed: 15,
-            spoof_flow_headers: false,
-            capacity_reader: CapacityReaderMode::Live,
-        }),
-    }
+    SiteSpec::simulated(SiteConfig::new(name, 2, 4), MODEL, 100.0, 15)
 }
 
 /// The suite's grid spec: three sites, the test cadences.

@@ -54,6 +54,8 @@ use crate::fault_relay::{Delay, FaultControl, FaultRelay, WAN};
 use crate::netns::{Netns, NsRuntime};
 use crate::pki::{Ca, LOOPBACK_NAME, SiteFiles, TRUST_DOMAIN};
 use crate::sim_site::{SimSite, SimSiteConfig, SimSiteControl};
+use grid_sim::fake_epp::EppIdentity;
+use grid_sim::site_model::{ServiceTime, SiteConfig};
 
 /// The provider name every site's operator publishes its backend under.
 pub const PROVIDER: &str = "pool";
@@ -111,6 +113,30 @@ pub struct SiteSpec {
     pub name: String,
     /// Its backend.
     pub backend: Backend,
+}
+
+impl SiteSpec {
+    /// A simulated site (named as `site` is) serving `model` in a steady `median_ms` per
+    /// request (no spread, eight output tokens, a fifth of the time prefill), its EPP
+    /// honest and its capacity read live: the site most end-to-end tests want.
+    pub fn simulated(mut site: SiteConfig, model: &str, median_ms: f64, seed: u64) -> Self {
+        site.service = ServiceTime {
+            median_ms,
+            sigma: 0.0,
+            prefill_share: 0.2,
+            output_tokens: 8,
+        };
+        Self {
+            name: site.name.clone(),
+            backend: Backend::Simulated(SimSiteConfig {
+                identity: EppIdentity::new(&site.name, model),
+                site,
+                seed,
+                spoof_flow_headers: false,
+                capacity_reader: crate::sim_site::CapacityReaderMode::Live,
+            }),
+        }
+    }
 }
 
 /// The whole grid.
@@ -747,6 +773,35 @@ impl LocalGrid {
             gateway_file,
             dir,
         })
+    }
+
+    /// Sends `n` requests for the grid's model straight to `site`, bypassing every proxy,
+    /// and keeps them open (each bounded by `bound`) until they end or the set is dropped:
+    /// load the grid learns of only through the site's signals.
+    ///
+    /// # Panics
+    ///
+    /// When `site` is not in the grid.
+    pub fn hold_requests(&self, site: &str, n: usize, bound: Duration) -> tokio::task::JoinSet<()> {
+        let uri: http::Uri = format!(
+            "{}/v1/chat/completions",
+            self.base_url(site).expect("a site of the grid")
+        )
+        .parse()
+        .expect("a site's base URL");
+        let client = crate::load::LoadClient::new(crate::load::Protocol::Http1, bound);
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let (c, uri, body) = (
+                client.clone(),
+                uri.clone(),
+                crate::load::chat_body(&self.model, false),
+            );
+            set.spawn(async move {
+                let _ = c.post_json(&uri, body).await;
+            });
+        }
+        set
     }
 
     /// The gateway's configuration as a file (`docs/gateway.md`'s dialect) listening on

@@ -9,14 +9,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use grid_kit::load::{LoadClient, Protocol, chat_body};
-use grid_kit::local_grid::{
-    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
-};
-use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
 use grid_score::CandidateState;
 use grid_signals::epp::HYSTERESIS_SCRAPES;
-use grid_sim::fake_epp::EppIdentity;
-use grid_sim::site_model::{ServiceTime, SiteConfig};
+use grid_sim::site_model::SiteConfig;
 use http::StatusCode;
 use tokio::task::JoinSet;
 
@@ -47,23 +43,12 @@ const REMOTE_CYCLE: Duration = Duration::from_millis(
 const MARGIN: u32 = 3;
 
 fn site(name: &str, endpoints: usize, slots: usize) -> SiteSpec {
-    let mut config = SiteConfig::new(name, endpoints, slots);
-    config.service = ServiceTime {
-        median_ms: SERVICE_MS,
-        sigma: 0.0,
-        prefill_share: 0.2,
-        output_tokens: 8,
-    };
-    SiteSpec {
-        name: name.to_owned(),
-        backend: Backend::Simulated(SimSiteConfig {
-            site: config,
-            identity: EppIdentity::new(name, MODEL),
-            seed: 11,
-            spoof_flow_headers: false,
-            capacity_reader: CapacityReaderMode::Live,
-        }),
-    }
+    SiteSpec::simulated(
+        SiteConfig::new(name, endpoints, slots),
+        MODEL,
+        SERVICE_MS,
+        11,
+    )
 }
 
 async fn grid(shedding: Option<Shedding>) -> LocalGrid {

@@ -9,13 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use grid_kit::daemon_process::Daemon;
-use grid_kit::local_grid::{
-    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
-};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
 use grid_kit::openai_client::openai_requests;
-use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
-use grid_sim::fake_epp::EppIdentity;
-use grid_sim::site_model::{ServiceTime, SiteConfig};
+use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
 /// Start-up and first readings, generous for a loaded 2-core machine.
@@ -29,23 +25,7 @@ const SEEN_WITHIN: Duration = Duration::from_secs(10);
 const EXIT_WITHIN: Duration = Duration::from_secs(10);
 
 fn site(name: &str) -> SiteSpec {
-    let mut config = SiteConfig::new(name, 2, 2);
-    config.service = ServiceTime {
-        median_ms: 50.0,
-        sigma: 0.0,
-        prefill_share: 0.2,
-        output_tokens: 8,
-    };
-    SiteSpec {
-        name: name.to_owned(),
-        backend: Backend::Simulated(SimSiteConfig {
-            site: config,
-            identity: EppIdentity::new(name, MODEL),
-            seed: 7,
-            spoof_flow_headers: false,
-            capacity_reader: CapacityReaderMode::Live,
-        }),
-    }
+    SiteSpec::simulated(SiteConfig::new(name, 2, 2), MODEL, 50.0, 7)
 }
 
 /// A local grid of sites `a` and `b` and `grid-pingora` reading its gateway's
@@ -168,23 +148,11 @@ async fn plain_and_streaming_requests_through_pingora_land_on_the_site_grid_chos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_site_loses_its_share_of_the_traffic_pingora_sends() {
     let stack = Stack::start(None).await;
-    // Site a slows twentyfold and is filled three times over behind the proxy's back: its
+    // Site a slows a hundredfold (5 s a request) and is filled three times over behind the
+    // proxy's back, a backlog that outlasts the measurement however slow the machine: its
     // EPP reports the queue, its operator relays it, grid's selection routes around it.
-    stack.grid.control("a").unwrap().degrade(20.0).unwrap();
-    let held =
-        grid_kit::load::LoadClient::new(grid_kit::load::Protocol::Http1, Duration::from_secs(30));
-    let uri: http::Uri = format!("{}/v1/chat/completions", stack.grid.base_url("a").unwrap())
-        .parse()
-        .unwrap();
-    let mut load = tokio::task::JoinSet::new();
-    for _ in 0..12 {
-        let (c, uri) = (held.clone(), uri.clone());
-        load.spawn(async move {
-            let _ = c
-                .post_json(&uri, grid_kit::load::chat_body(MODEL, false))
-                .await;
-        });
-    }
+    stack.grid.control("a").unwrap().degrade(100.0).unwrap();
+    let _held = stack.grid.hold_requests("a", 12, Duration::from_secs(30));
     stack
         .grid
         .wait_until("a seen without room", SEEN_WITHIN, |g| {
@@ -201,7 +169,6 @@ async fn a_degraded_site_loses_its_share_of_the_traffic_pingora_sends() {
     let after = stack.shares(20).await;
     let on_b = after.get("b").copied().unwrap_or(0);
     assert!(on_b >= 18, "traffic did not leave a: {after:?}");
-    load.abort_all();
     stack.stop().await;
 }
 
@@ -214,22 +181,10 @@ async fn a_shed_request_through_pingora_is_a_429_with_retry_after_and_the_gatewa
     }))
     .await;
     // Both sites filled behind the proxy's back until grid sheds.
-    let held =
-        grid_kit::load::LoadClient::new(grid_kit::load::Protocol::Http1, Duration::from_secs(60));
-    let mut load = tokio::task::JoinSet::new();
+    let mut held = Vec::new();
     for name in ["a", "b"] {
         stack.grid.control(name).unwrap().degrade(50.0).unwrap();
-        let uri: http::Uri = format!("{}/v1/chat/completions", stack.grid.base_url(name).unwrap())
-            .parse()
-            .unwrap();
-        for _ in 0..16 {
-            let (c, uri) = (held.clone(), uri.clone());
-            load.spawn(async move {
-                let _ = c
-                    .post_json(&uri, grid_kit::load::chat_body(MODEL, false))
-                    .await;
-            });
-        }
+        held.push(stack.grid.hold_requests(name, 16, Duration::from_secs(60)));
     }
     stack
         .grid
@@ -242,6 +197,5 @@ async fn a_shed_request_through_pingora_is_a_429_with_retry_after_and_the_gatewa
     assert_eq!(line["code"], "shedding", "{line}");
     assert_eq!(line["type"], "rate_limit_error", "{line}");
     assert_eq!(line["retry_after"], "2", "{line}");
-    load.abort_all();
     stack.stop().await;
 }
