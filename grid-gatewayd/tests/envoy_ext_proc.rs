@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
-use grid_kit::openai_client::openai_requests;
+use grid_kit::openai_client::{answered_by, openai_requests};
 use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
@@ -124,15 +124,8 @@ impl Stack {
     }
 
     /// Answers served by each site (`x-grid-site` of the 200s).
-    async fn shares(&self, count: usize) -> HashMap<String, usize> {
-        let mut shares = HashMap::new();
-        for line in self.openai(count, false).await {
-            assert_eq!(line["status"], 200, "{line}");
-            *shares
-                .entry(line["site"].as_str().expect("x-grid-site").to_owned())
-                .or_default() += 1;
-        }
-        shares
+    async fn shares(&self, count: usize) -> HashMap<String, u64> {
+        answered_by(&self.openai(count, false).await)
     }
 
     fn served(&self, site: &str) -> u64 {
@@ -173,13 +166,7 @@ async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose(
     let before = (stack.served("a"), stack.served("b"));
     let mut lines = stack.openai(12, false).await;
     lines.extend(stack.openai(4, true).await);
-    let mut chosen: HashMap<&str, u64> = HashMap::new();
-    for line in &lines {
-        assert_eq!(line["status"], 200, "{line}");
-        assert!(!line["content"].as_str().unwrap().is_empty(), "{line}");
-        let site = line["site"].as_str().expect("x-grid-site on every answer");
-        *chosen.entry(site).or_default() += 1;
-    }
+    let chosen = answered_by(&lines);
     // Each site served exactly the requests grid named it for: Envoy sent every one
     // where grid said.
     assert_eq!(
@@ -213,15 +200,7 @@ async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
     let _held = stack.grid.hold_requests("a", 12, Duration::from_secs(30));
     stack
         .grid
-        .wait_until("a seen without room", SEEN_WITHIN, |g| {
-            matches!(
-                g.routing("a"),
-                grid_kit::local_grid::SiteRouting::Candidate {
-                    state: grid_score::CandidateState::Full | grid_score::CandidateState::NoRoom,
-                    ..
-                }
-            )
-        })
+        .wait_without_room("a", SEEN_WITHIN)
         .await
         .expect("the gateway sees a's queue");
     let after = stack.shares(20).await;

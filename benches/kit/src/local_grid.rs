@@ -1045,6 +1045,21 @@ impl LocalGrid {
         }
     }
 
+    /// Waits until the gateway routes `site` as a candidate with no room (full, or no
+    /// room for another request): what a degraded, backed-up site looks like to routing.
+    pub async fn wait_without_room(&self, site: &str, limit: Duration) -> Result<Duration, Error> {
+        self.wait_until(&format!("{site} seen without room"), limit, |g| {
+            matches!(
+                g.routing(site),
+                SiteRouting::Candidate {
+                    state: CandidateState::Full | CandidateState::NoRoom,
+                    ..
+                }
+            )
+        })
+        .await
+    }
+
     /// Waits until every site has a fresh reading at the gateway.
     pub async fn wait_measured(&self, limit: Duration) -> Result<Duration, Error> {
         self.wait_until("every site measured", limit, |g| {

@@ -64,3 +64,19 @@ pub async fn openai_requests(
         .map(|l| serde_json::from_str(l).expect("one JSON line per request"))
         .collect())
 }
+
+/// How many of `lines` (from [`openai_requests`]) each site answered (`x-grid-site`).
+/// Every line must be a 200 with content: a refusal or an empty answer fails the test.
+pub fn answered_by(lines: &[serde_json::Value]) -> std::collections::HashMap<String, u64> {
+    let mut by = std::collections::HashMap::new();
+    for line in lines {
+        assert_eq!(line["status"], 200, "{line}");
+        assert!(
+            line["content"].as_str().is_some_and(|c| !c.is_empty()),
+            "an answer with content: {line}"
+        );
+        let site = line["site"].as_str().expect("x-grid-site on every answer");
+        *by.entry(site.to_owned()).or_default() += 1;
+    }
+    by
+}
