@@ -17,6 +17,46 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Runs the client script `script` of `.venv`'s Python with `args` and `envs` (no
+/// `OPENAI_API_KEY` or `OPENAI_BASE_URL` of the caller's), within `limit` (killed and the
+/// test failed past it): its whole output.
+pub async fn run_client(
+    script: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    limit: Duration,
+) -> std::process::Output {
+    let python = root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash .ci/install` to create the venv with the openai package",
+        python.display()
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(args)
+            .envs(envs)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python starts");
+        let clock = crate::clock::Stopwatch::start();
+        while child.try_wait().expect("wait").is_none() {
+            if clock.elapsed() > limit {
+                let _ = child.kill();
+                panic!("the openai client did not finish within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("output")
+    })
+    .await
+    .expect("the client's thread")
+}
+
 /// `count` chat completions for model `llama` to `base_url` (ending in `/v1`), one after
 /// another, plain or streamed: one JSON object per request (`status`, `site` from
 /// `x-grid-site`, `headroom`, `content`; for a refusal `retry_after`, `code`, `type`).
@@ -26,36 +66,15 @@ pub async fn openai_requests(
     count: usize,
     stream: bool,
 ) -> Result<Vec<serde_json::Value>, String> {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `bash .ci/install` to create the venv with the openai package",
-        python.display()
-    );
     let script = root().join("grid-gatewayd/tests/clients/openai_requests.py");
     let mode = if stream { "stream" } else { "plain" };
-    let out = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(python)
-            .arg(script)
-            .args([base_url, count.to_string(), mode.to_owned()])
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("OPENAI_BASE_URL")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python starts");
-        let deadline = crate::clock::Stopwatch::start();
-        while child.try_wait().expect("wait").is_none() {
-            if deadline.elapsed() > CLIENT_TIMEOUT {
-                let _ = child.kill();
-                panic!("the openai client did not finish within {CLIENT_TIMEOUT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().expect("output")
-    })
-    .await
-    .expect("the client's thread");
+    let out = run_client(
+        script,
+        vec![base_url, count.to_string(), mode.to_owned()],
+        Vec::new(),
+        CLIENT_TIMEOUT,
+    )
+    .await;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
