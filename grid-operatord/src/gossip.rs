@@ -3,23 +3,26 @@
 //! Each site announces the version of every batch it publishes (SWIM carries it, see
 //! `grid_membership::overlay`); a member that hears of a version newer than what it
 //! holds pulls the batch whole from the member it heard it from, over the signals
-//! listener's mutual TLS (`GET /v1/site/membership/batch`), and ingests it through the
+//! listener's mutual TLS (`GET /v1/site/membership/batch`, one request per member for
+//! every register wanted from it: `grid_membership::pulls`), and ingests it through the
 //! same store and admission rules as a polled body: epoch and sequence fences, the
 //! 10-minute future bound, whole batches, ages relative to the answer's `Date`. Once per
 //! membership round a random live member's digest (`GET /v1/site/membership/digest`) is
 //! compared with what is held, so a member that missed broadcasts (a partition, a
 //! restart) converges without waiting for the next change.
 //!
-//! Waits are bounded: a pull or a digest fetch by [`PULL_TIMEOUT`], the number in flight
-//! by [`MAX_PULLS_IN_FLIGHT`]; a digest is read up to [`MAX_DIGEST_BYTES`].
+//! Waits are bounded: a pull or a digest fetch by [`PULL_TIMEOUT`], the requests in
+//! flight by [`MAX_PULLS_IN_FLIGHT`], the registers one asks for by
+//! [`MAX_REGISTERS_PER_PULL`]; a digest is read up to [`MAX_DIGEST_BYTES`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grid_membership::pulls::{Heard, Pulls};
+use grid_membership::pulls::{Heard, Pull, Pulls};
 use grid_membership::{Member, Version};
 use grid_signals::batch::Fence;
+use grid_signals::site::SiteInput;
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -32,7 +35,7 @@ use crate::signals::{SharedSignals, ingest_peer_body, lock};
 use grid_daemon::client::{FetchTarget, fetch};
 use grid_daemon::tls::{self, CertSlot, Identity, Trust};
 
-/// Path of one batch, `?site=..&provider=..`.
+/// Path of batches, `?site=..&provider=..` per register asked for.
 pub const BATCH_PATH: &str = "/v1/site/membership/batch";
 /// Path of the digest.
 pub const DIGEST_PATH: &str = "/v1/site/membership/digest";
@@ -42,11 +45,18 @@ pub const ANNOUNCE_CHECK: Duration = Duration::from_millis(250);
 pub const DIGEST_INTERVAL: Duration = Duration::from_secs(1);
 /// One pull or digest fetch, connect to last byte.
 pub const PULL_TIMEOUT: Duration = Duration::from_secs(2);
-pub use grid_membership::pulls::MAX_PULLS_IN_FLIGHT;
-/// The largest digest accepted; [`grid_membership::overlay::MAX_VERSIONS`] lines of the
-/// longest names fit, and it is below the fetch client's body cap.
-pub const MAX_DIGEST_BYTES: usize = 4096 * 160;
-const _: () = assert!(MAX_DIGEST_BYTES <= grid_signals::exposition::MAX_EXPOSITION_BYTES);
+pub use grid_membership::pull_wire::{
+    MAX_DIGEST_BYTES, batch_query, parse_batch_query, parse_digest, write_digest,
+};
+pub use grid_membership::pulls::{MAX_PULLS_IN_FLIGHT, MAX_REGISTERS_PER_PULL};
+/// The longest pull query (every register at the longest names) fits the signals
+/// listener's header bound.
+const _: () = assert!(
+    BATCH_PATH.len()
+        + MAX_REGISTERS_PER_PULL
+            * ("site=&provider=&".len() + 2 * grid_membership::overlay::MAX_PROVIDER_NAME_BYTES)
+        < crate::listener::H2_MAX_HEADER_LIST_BYTES as usize / 2
+);
 
 grid_signals::label_values! {
     /// How one fetch ended: the closed `outcome` label set.
@@ -60,7 +70,8 @@ grid_signals::label_values! {
         NoDate = "no_date",
         /// A digest line that is not `site provider epoch sequence`.
         Malformed = "malformed",
-        /// Not started: [`MAX_PULLS_IN_FLIGHT`] were in flight.
+        /// Not wanted: [`grid_membership::pulls::MAX_WANTED`] registers were waiting for
+        /// a pull already.
         Deferred = "deferred",
     }
 }
@@ -119,57 +130,6 @@ impl GossipMetrics {
     }
 }
 
-/// The query of a batch pull: both names, each a DNS label.
-pub fn parse_batch_query(query: &str) -> Option<(&str, &str)> {
-    let (mut site, mut provider) = (None, None);
-    for pair in query.split('&') {
-        match pair.split_once('=')? {
-            ("site", v) if site.is_none() && label(v) => site = Some(v),
-            ("provider", v) if provider.is_none() && label(v) => provider = Some(v),
-            _ => return None,
-        }
-    }
-    Some((site?, provider?))
-}
-
-fn label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= grid_membership::overlay::MAX_PROVIDER_NAME_BYTES
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// One line per batch held: `site provider epoch sequence`.
-pub fn write_digest<'a>(held: impl Iterator<Item = (&'a str, &'a str, Fence)>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (site, provider, fence) in held {
-        out.extend_from_slice(
-            format!("{site} {provider} {} {}\n", fence.epoch, fence.sequence).as_bytes(),
-        );
-    }
-    out
-}
-
-/// Reads a digest; `None` when any line is not one version.
-pub fn parse_digest(body: &[u8]) -> Option<Vec<Version>> {
-    let text = std::str::from_utf8(body).ok()?;
-    text.lines()
-        .take(grid_membership::overlay::MAX_VERSIONS + 1)
-        .map(|line| {
-            let mut f = line.split(' ');
-            let (site, provider) = (f.next()?, f.next()?);
-            let (epoch, sequence) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-            (f.next().is_none() && label(site) && label(provider)).then(|| Version {
-                site: site.to_owned(),
-                provider: provider.to_owned(),
-                epoch,
-                sequence,
-            })
-        })
-        .collect::<Option<Vec<_>>>()
-        .filter(|v| v.len() <= grid_membership::overlay::MAX_VERSIONS)
-}
-
 /// One pull or digest fetch from a member, bounded by [`PULL_TIMEOUT`] from connect to
 /// last byte.
 async fn fetch_from(
@@ -179,12 +139,10 @@ async fn fetch_from(
     fetch(&FetchTarget::new(uri, PULL_TIMEOUT, Some(tls))).await
 }
 
-type Register = (String, String);
-
 /// What a finished fetch tells the driver.
 pub(crate) enum Fetched {
-    /// A pull of `register` ended (ingested or not).
-    Pulled(Register),
+    /// A pull of these versions' registers ended (ingested or not).
+    Pulled(Vec<Version>),
     /// A member's digest: what it holds.
     Digest(Member, Vec<Version>),
 }
@@ -198,7 +156,7 @@ pub(crate) struct Gossip {
     pub(crate) clock: Clock,
     pub(crate) certificate: Arc<CertSlot>,
     pub(crate) trust: Arc<Trust>,
-    announced: HashMap<Register, Fence>,
+    announced: HashMap<(String, String), Fence>,
     /// What is pulled, from whom, how many at once (grid-membership's one rule).
     pulls: Pulls,
     done: (mpsc::Sender<Fetched>, mpsc::Receiver<Fetched>),
@@ -249,19 +207,28 @@ impl Gossip {
         news
     }
 
-    /// `from` holds `version`: pull it unless the store holds it already or it is being
-    /// pulled (then it is weighed again when that pull ends).
+    /// `from` holds `version`: want it unless the store holds it already or it is being
+    /// pulled (then it is weighed again when that pull ends). Wanted registers leave in
+    /// [`Gossip::start_pulls`], one request per member.
     pub(crate) fn heard(&mut self, from: Member, version: Version) {
         let held = lock(&self.signals)
             .all()
             .fence_of(&version.site, &version.provider)
             .map(|f| (f.epoch, f.sequence));
         match self.pulls.heard(from, version, held) {
-            Heard::Pull { from, version } => self.spawn_pull(&from, version),
             Heard::Deferred => self
                 .metrics
                 .record(FetchKind::Batch, FetchOutcome::Deferred),
-            Heard::Held | Heard::Queued => {}
+            Heard::Wanted | Heard::Held | Heard::Queued => {}
+        }
+    }
+
+    /// Starts every request the pull rule allows now: called once what one input brought
+    /// (a datagram's versions, a digest, a finished pull) has been heard, so the registers
+    /// wanted from one member share one request.
+    pub(crate) fn start_pulls(&mut self) {
+        while let Some(pull) = self.pulls.poll_pull() {
+            self.spawn_pull(pull);
         }
     }
 
@@ -274,16 +241,14 @@ impl Gossip {
         .ok()
     }
 
-    fn spawn_pull(&self, from: &Member, version: Version) {
-        let key = (version.site.clone(), version.provider.clone());
+    fn spawn_pull(&self, pull: Pull) {
         let url = format!(
-            "https://{}:{}{BATCH_PATH}?site={}&provider={}",
-            from.authority_host(),
-            from.signals_port,
-            version.site,
-            version.provider
+            "https://{}:{}{BATCH_PATH}?{}",
+            pull.from.authority_host(),
+            pull.from.signals_port,
+            batch_query(&pull.versions)
         );
-        let (tls, done) = (self.client(from), self.done.0.clone());
+        let (tls, done) = (self.client(&pull.from), self.done.0.clone());
         let (signals, ingest, metrics, clock) = (
             self.signals.clone(),
             self.ingest.clone(),
@@ -295,11 +260,20 @@ impl Gossip {
                 (Ok(uri), Some(tls)) => match fetch_from(uri, tls).await {
                     Ok(f) => match f.date_ms {
                         Some(date_ms) => {
+                            let registers: Vec<(&str, &str)> = pull
+                                .versions
+                                .iter()
+                                .map(|v| (v.site.as_str(), v.provider.as_str()))
+                                .collect();
                             ingest_peer_body(
                                 &signals,
                                 &ingest,
                                 clock.wall_ms(),
-                                (&version.site, &f.body, date_ms),
+                                SiteInput::PulledBody {
+                                    registers: &registers,
+                                    body: &f.body,
+                                    date_ms,
+                                },
                             );
                             FetchOutcome::Ok
                         }
@@ -310,7 +284,7 @@ impl Gossip {
                 _ => FetchOutcome::Failed,
             };
             metrics.record(FetchKind::Batch, outcome);
-            let _ = done.send(Fetched::Pulled(key)).await;
+            let _ = done.send(Fetched::Pulled(pull.versions)).await;
         });
     }
 
@@ -355,8 +329,8 @@ impl Gossip {
     /// Acts on a finished fetch.
     pub(crate) fn finished(&mut self, fetched: Fetched) {
         match fetched {
-            Fetched::Pulled((site, provider)) => {
-                if let Some((from, version)) = self.pulls.finished(&site, &provider) {
+            Fetched::Pulled(versions) => {
+                for (from, version) in self.pulls.finished(&versions) {
                     self.heard(from, version);
                 }
             }
@@ -366,6 +340,7 @@ impl Gossip {
                 }
             }
         }
+        self.start_pulls();
     }
 }
 
@@ -414,59 +389,5 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
-    }
-
-    #[test]
-    fn a_batch_query_names_both_labels_once_and_nothing_else() {
-        assert_eq!(
-            parse_batch_query("site=a&provider=llama"),
-            Some(("a", "llama"))
-        );
-        assert_eq!(
-            parse_batch_query("provider=llama&site=a"),
-            Some(("a", "llama"))
-        );
-        for bad in [
-            "site=a",
-            "site=a&provider=",
-            "site=a&provider=l&provider=m",
-            "site=a/b&provider=l",
-            "site=a&provider=l&x=1",
-            "",
-        ] {
-            assert_eq!(parse_batch_query(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_digest_round_trips_and_any_bad_line_refuses_it_whole() {
-        let held = [("a", "m", Fence::new(5, 7)), ("b", "n", Fence::new(6, 1))];
-        let body = write_digest(held.iter().copied());
-        let parsed = parse_digest(&body).unwrap();
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(
-            (parsed[1].site.as_str(), parsed[1].epoch, parsed[1].sequence),
-            ("b", 6, 1)
-        );
-        for bad in ["a m 5\n", "a m 5 7 8\n", "a m x 7\n", "a/ m 5 7\n"] {
-            assert_eq!(parse_digest(bad.as_bytes()), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_digest_of_the_most_registers_is_read_and_one_more_is_refused() {
-        use grid_membership::overlay::MAX_VERSIONS;
-        let names: Vec<String> = (0..=MAX_VERSIONS).map(|i| format!("p{i}")).collect();
-        let held = |n: usize| {
-            write_digest(
-                names[..n]
-                    .iter()
-                    .map(|p| ("a", p.as_str(), Fence::new(1, 1))),
-            )
-        };
-        let most = held(MAX_VERSIONS);
-        assert!(most.len() <= MAX_DIGEST_BYTES);
-        assert_eq!(parse_digest(&most).map(|v| v.len()), Some(MAX_VERSIONS));
-        assert_eq!(parse_digest(&held(MAX_VERSIONS + 1)), None);
     }
 }

@@ -398,6 +398,9 @@ impl Driver {
                 }
             }
         }
+        if let Some(g) = &mut self.gossip {
+            g.start_pulls();
+        }
         if changed {
             let live: BTreeMap<String, Member> = self
                 .membership

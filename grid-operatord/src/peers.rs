@@ -157,7 +157,11 @@ impl PeerPoller {
                         &self.signals,
                         &self.ingest,
                         self.clock.wall_ms(),
-                        (&self.peer.name, &fetched.body, date_ms),
+                        grid_signals::site::SiteInput::PeerBody {
+                            peer: &self.peer.name,
+                            body: &fetched.body,
+                            date_ms,
+                        },
                     );
                     return PollOutcome::Ok;
                 }

@@ -40,24 +40,21 @@ pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Site> {
     signals.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Ingests a body fetched from a peer as `site`'s rows, ages relative to the answer's
-/// `date_ms`, and counts what the store refused: the one path a polled body and a gossip
-/// pull share, so both meet the same admission.
+/// Ingests a body fetched from a peer ([`SiteInput::PeerBody`], a poll, or
+/// [`SiteInput::PulledBody`], a gossip pull), ages relative to the answer's `Date`, and
+/// counts what the store refused: the one path a polled body and a gossip pull share, so
+/// both meet the same admission.
+///
+/// [`SiteInput::PeerBody`]: grid_signals::site::SiteInput::PeerBody
+/// [`SiteInput::PulledBody`]: grid_signals::site::SiteInput::PulledBody
 pub fn ingest_peer_body(
     signals: &SharedSignals,
     ingest: &IngestMetrics,
     now: u64,
-    (site, body, date_ms): (&str, &[u8], u64),
+    body: grid_signals::site::SiteInput<'_>,
 ) {
     let mut machine = lock(signals);
-    machine.handle(
-        now,
-        grid_signals::site::SiteInput::PeerBody {
-            peer: site,
-            body,
-            date_ms,
-        },
-    );
+    machine.handle(now, body);
     while let Some(output) = machine.poll() {
         if let grid_signals::site::SiteOutput::PeerIngested { report } = output {
             ingest.record(&report);
@@ -209,28 +206,36 @@ impl SignalsService {
         signals_response(body, reference_ms)
     }
 
-    /// Gossip mode: one `(site, provider)` batch this site holds, whole, for a peer that
-    /// heard of its version (`?site=..&provider=..`); 404 when none is held.
+    /// Gossip mode: the `(site, provider)` batches a peer that heard of their versions
+    /// asks for (`?site=..&provider=..`, repeated), each whole, those this site holds; 404
+    /// when it holds none of them.
     fn serve_batch(&self, caller: Option<&Identity>, query: Option<&str>) -> Response<Full<Bytes>> {
         if !matches!(caller, Some(Identity::Peer(_))) {
             return self.refuse(Refusal::Forbidden);
         }
-        let Some((site, provider)) = query.and_then(crate::gossip::parse_batch_query) else {
+        let Some(registers) = query.and_then(crate::gossip::parse_batch_query) else {
             return self.refuse(Refusal::GossipQuery);
         };
         let now = self.clock.wall_ms();
         let reference_ms = reference(now);
         let mut body = Vec::new();
-        match lock(&self.signals)
-            .all()
-            .encode_one(site, provider, now, reference_ms, &mut body)
-        {
-            Some(_) => {
-                self.served.add(Served::Batch, body.len());
-                signals_response(body, reference_ms)
-            }
-            None => empty(StatusCode::NOT_FOUND),
+        let held = {
+            let signals = lock(&self.signals);
+            registers
+                .iter()
+                .filter(|(site, provider)| {
+                    signals
+                        .all()
+                        .encode_one(site, provider, now, reference_ms, &mut body)
+                        .is_some()
+                })
+                .count()
+        };
+        if held == 0 {
+            return empty(StatusCode::NOT_FOUND);
         }
+        self.served.add(Served::Batch, body.len());
+        signals_response(body, reference_ms)
     }
 
     /// Gossip mode: the version of every batch this site holds, for anti-entropy.

@@ -344,6 +344,16 @@ async fn batches_and_digests_are_served_to_peers_only_under_gossip_and_bad_queri
         .await,
         404
     );
+    // Several registers in one request: those held are answered.
+    assert_eq!(
+        status_of(
+            &op,
+            peer.clone(),
+            &format!("{BATCH_PATH}?site=a&provider=none&site=a&provider=m")
+        )
+        .await,
+        200
+    );
     assert_eq!(
         status_of(&op, peer.clone(), &format!("{BATCH_PATH}?site=a")).await,
         400

@@ -3,7 +3,7 @@
 //! partition), with the operator's gossip driver reduced to its timing (a pull or a
 //! digest costs one round trip, a pull from a member out of reach its timeout) and its
 //! pull rule the driver's own ([`grid_membership::pulls::Pulls`]: what is wanted, one
-//! pull per register, at most 16 in flight).
+//! request per member for every register wanted from it, at most 16 in flight).
 //!
 //! What it measures, for the scale table in `docs/benchmarks.md`:
 //!
@@ -20,7 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use grid_membership::pulls::{Heard, Pulls};
+use grid_membership::pulls::Pulls;
 use grid_membership::{
     Direction, Input, Member, Membership, MembershipMetrics, Output, Rng, Role, SplitMix64, Timing,
     Version,
@@ -75,10 +75,10 @@ enum Event {
         to: usize,
         data: Vec<u8>,
     },
-    /// A pull `to` started ended: with the batch, or (`ok` false) failed.
+    /// A pull `to` started ended: with the batches, or (`ok` false) failed.
     Pulled {
         to: usize,
-        version: Version,
+        versions: Vec<Version>,
         ok: bool,
     },
     Digest {
@@ -281,31 +281,47 @@ impl World {
                     let Some(&j) = self.index.get(&from.site) else {
                         continue;
                     };
-                    self.pull(i, j, version);
+                    self.hear(i, j, version);
                 }
                 Output::Down(m) => self.downs[i].push((m.site, self.now)),
                 Output::Up(_) => {}
             }
         }
+        self.start_pulls(i);
     }
 
-    /// Member `i` hears that `j` holds `version` and pulls it if the rule says so: one
-    /// round trip and the batch's bytes sent by `j`, or, when `j` cannot be reached, a
-    /// failure at the pull's timeout.
-    fn pull(&mut self, i: usize, j: usize, version: Version) {
+    /// Member `i` hears that `j` holds `version`; the rule decides whether it is wanted.
+    fn hear(&mut self, i: usize, j: usize, version: Version) {
         let held = self.held[i].get(&version.site).map(|s| (1, *s));
-        let Heard::Pull { version, .. } = self.pulls[i].heard(member(j), version, held) else {
-            return;
-        };
-        let ok = self.linked(i, j);
-        let at = if ok {
-            self.fetch_bytes[j] += self.p.batch_bytes;
-            self.fetch_bytes[i] += FETCH_OVERHEAD_BYTES;
-            self.now + self.delay() + self.delay()
-        } else {
-            self.now + PULL_TIMEOUT_MS
-        };
-        self.push(at, Event::Pulled { to: i, version, ok });
+        let _ = self.pulls[i].heard(member(j), version, held);
+    }
+
+    /// Member `i` starts every request the rule allows: one round trip and the batches'
+    /// bytes sent by the member asked, or, when it cannot be reached, a failure at the
+    /// pull's timeout.
+    fn start_pulls(&mut self, i: usize) {
+        while let Some(pull) = self.pulls[i].poll_pull() {
+            let Some(&j) = self.index.get(&pull.from.site) else {
+                self.pulls[i].finished(&pull.versions);
+                continue;
+            };
+            let ok = self.linked(i, j);
+            let at = if ok {
+                self.fetch_bytes[j] += self.p.batch_bytes * pull.versions.len() as u64;
+                self.fetch_bytes[i] += FETCH_OVERHEAD_BYTES;
+                self.now + self.delay() + self.delay()
+            } else {
+                self.now + PULL_TIMEOUT_MS
+            };
+            self.push(
+                at,
+                Event::Pulled {
+                    to: i,
+                    versions: pull.versions,
+                    ok,
+                },
+            );
+        }
     }
 
     fn step_to(&mut self, end: u64) {
@@ -337,17 +353,19 @@ impl World {
                             self.drain(to);
                         }
                     }
-                    Event::Pulled { to, version, ok } => {
+                    Event::Pulled { to, versions, ok } => {
                         if ok && !self.dead[to] {
-                            let held = self.held[to].entry(version.site.clone()).or_insert(0);
-                            *held = (*held).max(version.sequence);
+                            for version in &versions {
+                                let held = self.held[to].entry(version.site.clone()).or_insert(0);
+                                *held = (*held).max(version.sequence);
+                            }
                         }
-                        let next = self.pulls[to].finished(&version.site, &version.provider);
-                        if let Some((from, next)) = next
-                            && let Some(&j) = self.index.get(&from.site)
-                        {
-                            self.pull(to, j, next);
+                        for (from, next) in self.pulls[to].finished(&versions) {
+                            if let Some(&j) = self.index.get(&from.site) {
+                                self.hear(to, j, next);
+                            }
                         }
+                        self.start_pulls(to);
                     }
                     Event::Digest { to, from } => {
                         let theirs: Vec<(String, u64)> = self.held[from]
@@ -361,8 +379,9 @@ impl World {
                                 epoch: 1,
                                 sequence,
                             };
-                            self.pull(to, from, version);
+                            self.hear(to, from, version);
                         }
+                        self.start_pulls(to);
                     }
                 }
             }

@@ -17,7 +17,7 @@
 //!                          \--no session--> queued, Output::Connect --> driver agrees one
 //! foca notifications --> Output::Up / Output::Down --> the peer poller follows them
 //! Membership::announce(version) --rides SWIM messages--> Output::Heard at every other
-//!                                                     member --> Pulls::heard --> the driver pulls the batch
+//!                                                     member --> Pulls::heard, Pulls::poll_pull --> the driver pulls the batches
 //! ```
 //!
 //! Every datagram is sealed per pair of sites under a key only the two ends of an
@@ -32,14 +32,16 @@ mod machine;
 mod member;
 mod metrics;
 pub mod overlay;
+pub mod pull_wire;
 pub mod pulls;
 mod rng;
 pub mod seal;
 
 pub use error::Error;
 pub use machine::{
-    Input, MAX_DATAGRAM_BYTES, MAX_PENDING_MEMBERS, MAX_PLAINTEXT_BYTES, Membership, Output,
-    PENDING_PER_MEMBER, SESSION_RETRY_MS, Timing,
+    Input, MAX_DATAGRAM_BYTES, MAX_DOWN_ANNOUNCES, MAX_PENDING_MEMBERS, MAX_PLAINTEXT_BYTES,
+    MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output, PENDING_PER_MEMBER, SESSION_RETRY_MS,
+    TRANSMISSIONS_PER_DECADE, Timing, transmissions,
 };
 pub use member::{MAX_HOST_BYTES, MAX_SITE_NAME_BYTES, Member};
 pub use metrics::{Direction, MembershipMetrics, Refusal, StateLabel, Unsent};

@@ -1,38 +1,83 @@
 //! Which announced batches a member pulls, from whom, and how many at once: the one rule
 //! the operator's gossip driver and the scale simulation both follow.
 //!
-//! A version heard ([`crate::Output::Heard`], or a line of a member's digest) is pulled
-//! when it is newer than what the store holds for its register. A register is pulled
-//! once at a time: a newer version heard while its pull is in flight is kept (the newest
-//! only) and handed back when the pull ends, to be weighed against the store again. At
-//! most [`MAX_PULLS_IN_FLIGHT`] pulls run; a version heard beyond that is deferred, and
-//! the next digest round brings it again. Whether a pull succeeded does not matter here:
-//! a failed one leaves the store behind, so the register is wanted the next time it is
-//! heard.
+//! A version heard ([`crate::Output::Heard`], or a line of a member's digest) is wanted
+//! when it is newer than what the store holds for its register. Wanted registers are
+//! pulled in requests, one per member asked, each carrying every register wanted from
+//! that member (up to [`MAX_REGISTERS_PER_PULL`]): a datagram brings several versions from
+//! one member at once, and one request for all of them costs one TLS connection and one
+//! round trip instead of one each. At most [`MAX_PULLS_IN_FLIGHT`] requests run; wanted
+//! registers wait for a free one (up to [`MAX_WANTED`], beyond which a version is
+//! deferred and the next digest round brings it again).
+//!
+//! A register is pulled once at a time: a newer version heard while its pull is in
+//! flight is kept (the newest only) and handed back when the pull ends, to be weighed
+//! against the store again. Whether a pull succeeded does not matter here: a failed one
+//! leaves the store behind, so the register is wanted the next time it is heard.
+//!
+//! ```
+//! use grid_membership::pulls::{Heard, Pulls};
+//! use grid_membership::{Member, Version};
+//! let b = Member { site: "b".into(), host: "10.0.0.2".into(), signals_port: 9443,
+//!                  gossip_port: 9443, incarnation: 1 };
+//! let v = |provider: &str| Version { site: "b".into(), provider: provider.into(),
+//!                                    epoch: 1, sequence: 1 };
+//! let mut pulls = Pulls::new("a");
+//! assert_eq!(pulls.heard(b.clone(), v("llama"), None), Heard::Wanted);
+//! assert_eq!(pulls.heard(b.clone(), v("qwen"), None), Heard::Wanted);
+//! let pull = pulls.poll_pull().unwrap();
+//! assert_eq!((pull.from.site.as_str(), pull.versions.len()), ("b", 2));
+//! assert!(pulls.finished(&pull.versions).is_empty());
+//! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::{Member, Version};
 
-/// Pulls in flight at once; a version heard beyond that waits for a digest round.
+/// Requests in flight at once.
 pub const MAX_PULLS_IN_FLIGHT: usize = 16;
+/// Registers one request asks a member for: every batch at its largest, with a third
+/// more for ages rewritten against the answer's `Date`, fits the body a fetch reads.
+pub const MAX_REGISTERS_PER_PULL: usize = 12;
+const _: () = assert!(
+    MAX_REGISTERS_PER_PULL * grid_signals::store::MAX_HELD_BATCH_BYTES * 4 / 3
+        <= grid_signals::exposition::MAX_EXPOSITION_BYTES
+);
+/// Registers wanted and waiting for a request; a version heard beyond that is deferred
+/// to a digest round. Enough for every register of a 1,000-site grid of a few providers.
+pub const MAX_WANTED: usize = 4096;
 
 /// What [`Pulls::heard`] decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Heard {
-    /// Start this pull from `from`; hand [`Pulls::finished`] its register when it ends.
-    Pull {
-        /// Who announced it, and so holds it.
-        from: Member,
-        /// The version.
-        version: Version,
-    },
+    /// Wanted: a request [`Pulls::poll_pull`] hands out will carry it.
+    Wanted,
     /// Not newer than what the store holds, or this site's own.
     Held,
     /// Its register is being pulled; it is handed back when that pull ends.
     Queued,
-    /// [`MAX_PULLS_IN_FLIGHT`] are in flight.
+    /// [`MAX_WANTED`] registers are waiting already.
     Deferred,
+}
+
+/// One request to start: ask `from` for these versions' registers, then hand them to
+/// [`Pulls::finished`] when it ends, however it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pull {
+    /// Who announced them, and so holds them.
+    pub from: Member,
+    /// At most [`MAX_REGISTERS_PER_PULL`], of distinct registers.
+    pub versions: Vec<Version>,
+}
+
+type Register = (String, String);
+
+fn register(v: &Version) -> Register {
+    (v.site.clone(), v.provider.clone())
+}
+
+fn newer(v: &Version, than: &Version) -> bool {
+    (than.epoch, than.sequence) < (v.epoch, v.sequence)
 }
 
 /// The pulls of one member.
@@ -40,7 +85,11 @@ pub enum Heard {
 pub struct Pulls {
     site: String,
     /// Registers being pulled, each with the newest version heard meanwhile, if any.
-    in_flight: HashMap<(String, String), Option<(Member, Version)>>,
+    in_flight: HashMap<Register, Option<(Member, Version)>>,
+    /// Registers wanted, with whom from, and the order they were first wanted in.
+    wanted: HashMap<Register, (Member, Version)>,
+    order: VecDeque<Register>,
+    requests: usize,
 }
 
 impl Pulls {
@@ -49,44 +98,89 @@ impl Pulls {
         Self {
             site: site.to_owned(),
             in_flight: HashMap::new(),
+            wanted: HashMap::new(),
+            order: VecDeque::new(),
+            requests: 0,
         }
     }
 
     /// `from` holds `version`; `held` is the `(epoch, sequence)` the store holds for its
     /// register, if any.
     pub fn heard(&mut self, from: Member, version: Version, held: Option<(u64, u64)>) -> Heard {
-        let newer = held.is_none_or(|h| h < (version.epoch, version.sequence));
-        if version.site == self.site || !newer {
+        let fresh = held.is_none_or(|h| h < (version.epoch, version.sequence));
+        if version.site == self.site || !fresh {
             return Heard::Held;
         }
-        let key = (version.site.clone(), version.provider.clone());
+        let key = register(&version);
         if let Some(next) = self.in_flight.get_mut(&key) {
-            let newest = next
-                .as_ref()
-                .is_none_or(|(_, v)| (v.epoch, v.sequence) < (version.epoch, version.sequence));
-            if newest {
+            if next.as_ref().is_none_or(|(_, v)| newer(&version, v)) {
                 *next = Some((from, version));
             }
             return Heard::Queued;
         }
-        if self.in_flight.len() >= MAX_PULLS_IN_FLIGHT {
+        if let Some(w) = self.wanted.get_mut(&key) {
+            if newer(&version, &w.1) {
+                *w = (from, version);
+            }
+            return Heard::Wanted;
+        }
+        if self.wanted.len() >= MAX_WANTED {
             return Heard::Deferred;
         }
-        self.in_flight.insert(key, None);
-        Heard::Pull { from, version }
+        self.order.push_back(key.clone());
+        self.wanted.insert(key, (from, version));
+        Heard::Wanted
     }
 
-    /// The pull of `(site, provider)` ended, ingested or not; the version heard meanwhile,
-    /// to hand to [`Pulls::heard`] again with what the store holds now.
-    pub fn finished(&mut self, site: &str, provider: &str) -> Option<(Member, Version)> {
-        self.in_flight
-            .remove(&(site.to_owned(), provider.to_owned()))
-            .flatten()
+    /// The next request to start, while fewer than [`MAX_PULLS_IN_FLIGHT`] run: the
+    /// member the longest-wanted register was heard from, asked for every register wanted
+    /// from it (oldest first, at most [`MAX_REGISTERS_PER_PULL`]).
+    pub fn poll_pull(&mut self) -> Option<Pull> {
+        if self.requests >= MAX_PULLS_IN_FLIGHT {
+            return None;
+        }
+        let first = self.order.pop_front()?;
+        let (from, version) = self.wanted.remove(&first)?;
+        let mut versions = vec![version];
+        let (wanted, mut taken) = (&mut self.wanted, Vec::new());
+        self.order.retain(|key| {
+            let same = versions.len() + taken.len() < MAX_REGISTERS_PER_PULL
+                && wanted.get(key).is_some_and(|(m, _)| m.site == from.site);
+            if same {
+                taken.push(key.clone());
+            }
+            !same
+        });
+        versions.extend(
+            taken
+                .iter()
+                .filter_map(|k| wanted.remove(k).map(|(_, v)| v)),
+        );
+        for v in &versions {
+            self.in_flight.insert(register(v), None);
+        }
+        self.requests += 1;
+        Some(Pull { from, versions })
     }
 
-    /// Pulls in flight.
+    /// A request [`Pulls::poll_pull`] handed out ended, whatever it brought; the versions
+    /// heard meanwhile, to hand to [`Pulls::heard`] again with what the store holds now.
+    pub fn finished(&mut self, versions: &[Version]) -> Vec<(Member, Version)> {
+        self.requests = self.requests.saturating_sub(1);
+        versions
+            .iter()
+            .filter_map(|v| self.in_flight.remove(&register(v)).flatten())
+            .collect()
+    }
+
+    /// Requests in flight.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.requests
+    }
+
+    /// Registers wanted and not yet in a request.
+    pub fn wanted(&self) -> usize {
+        self.wanted.len()
     }
 }
 
@@ -128,20 +222,23 @@ mod tests {
             p.heard(member("b"), version("a", "m", 9), None),
             Heard::Held
         );
-        assert!(matches!(
+        assert_eq!(p.poll_pull(), None);
+        assert_eq!(
             p.heard(member("b"), version("b", "m", 4), Some((1, 3))),
-            Heard::Pull { .. }
-        ));
+            Heard::Wanted
+        );
+        assert_eq!(p.poll_pull().map(|p| p.versions.len()), Some(1));
         assert_eq!(p.in_flight(), 1);
     }
 
     #[test]
     fn a_register_is_pulled_once_at_a_time_and_the_newest_heard_meanwhile_comes_back() {
         let mut p = Pulls::new("a");
-        assert!(matches!(
+        assert_eq!(
             p.heard(member("b"), version("b", "m", 1), None),
-            Heard::Pull { .. }
-        ));
+            Heard::Wanted
+        );
+        let pull = p.poll_pull().unwrap();
         assert_eq!(
             p.heard(member("c"), version("b", "m", 3), None),
             Heard::Queued
@@ -150,28 +247,88 @@ mod tests {
             p.heard(member("d"), version("b", "m", 2), None),
             Heard::Queued
         );
-        let (from, next) = p.finished("b", "m").unwrap();
-        assert_eq!((from.site.as_str(), next.sequence), ("c", 3));
+        assert_eq!(p.poll_pull(), None);
+        let next = p.finished(&pull.versions);
+        assert_eq!(next.len(), 1);
+        assert_eq!((next[0].0.site.as_str(), next[0].1.sequence), ("c", 3));
         assert_eq!(p.in_flight(), 0);
-        assert_eq!(p.finished("b", "m"), None);
+        assert!(p.finished(&pull.versions).is_empty());
     }
 
     #[test]
-    fn no_more_than_max_pulls_in_flight_start_and_one_more_is_deferred() {
+    fn registers_wanted_from_one_member_go_in_one_request_and_others_in_their_own() {
         let mut p = Pulls::new("a");
-        for i in 0..MAX_PULLS_IN_FLIGHT {
+        p.heard(member("b"), version("b", "m", 1), None);
+        p.heard(member("c"), version("c", "m", 1), None);
+        p.heard(member("b"), version("d", "m", 1), None);
+        // A newer version of a wanted register replaces it, from whoever told of it.
+        p.heard(member("e"), version("c", "m", 2), None);
+        let first = p.poll_pull().unwrap();
+        assert_eq!(first.from.site, "b");
+        let asked: Vec<_> = first.versions.iter().map(|v| v.site.as_str()).collect();
+        assert_eq!(asked, ["b", "d"]);
+        let second = p.poll_pull().unwrap();
+        assert_eq!(second.from.site, "e");
+        assert_eq!(
+            (
+                second.versions[0].site.as_str(),
+                second.versions[0].sequence
+            ),
+            ("c", 2)
+        );
+        assert_eq!(p.poll_pull(), None);
+        assert_eq!((p.in_flight(), p.wanted()), (2, 0));
+    }
+
+    #[test]
+    fn a_request_carries_at_most_max_registers_and_the_rest_go_in_the_next() {
+        let mut p = Pulls::new("a");
+        for i in 0..=MAX_REGISTERS_PER_PULL {
+            p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
+        }
+        assert_eq!(
+            p.poll_pull().map(|p| p.versions.len()),
+            Some(MAX_REGISTERS_PER_PULL)
+        );
+        assert_eq!(p.poll_pull().map(|p| p.versions.len()), Some(1));
+    }
+
+    #[test]
+    fn no_more_than_max_pulls_in_flight_start_and_the_next_waits_for_one_to_end() {
+        let mut p = Pulls::new("a");
+        let mut started = Vec::new();
+        for i in 0..=MAX_PULLS_IN_FLIGHT {
+            p.heard(
+                member(&format!("s{i}")),
+                version(&format!("s{i}"), "m", 1),
+                None,
+            );
+        }
+        while let Some(pull) = p.poll_pull() {
+            started.push(pull);
+        }
+        assert_eq!(started.len(), MAX_PULLS_IN_FLIGHT);
+        assert_eq!(p.wanted(), 1);
+        p.finished(&started[0].versions);
+        assert_eq!(
+            p.poll_pull().map(|p| p.from.site),
+            Some(format!("s{MAX_PULLS_IN_FLIGHT}"))
+        );
+    }
+
+    #[test]
+    fn no_more_than_max_wanted_wait_and_one_more_is_deferred() {
+        let mut p = Pulls::new("a");
+        for i in 0..MAX_WANTED {
             let heard = p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
-            assert!(matches!(heard, Heard::Pull { .. }), "{i}: {heard:?}");
+            assert_eq!(heard, Heard::Wanted, "{i}");
         }
         let one_more = version("b", "over", 1);
         assert_eq!(
             p.heard(member("b"), one_more.clone(), None),
             Heard::Deferred
         );
-        assert_eq!(p.finished("b", "p0"), None);
-        assert!(matches!(
-            p.heard(member("b"), one_more, None),
-            Heard::Pull { .. }
-        ));
+        p.poll_pull();
+        assert_eq!(p.heard(member("b"), one_more, None), Heard::Wanted);
     }
 }

@@ -3,7 +3,7 @@
 
 mod support;
 
-use grid_membership::{Direction, Input, Refusal, Role, Timing};
+use grid_membership::{Direction, Input, MEMBER_RECOUNT_MS, Refusal, Role, StateLabel, Timing};
 use support::{Net, member};
 
 const ROUND_MS: u64 = 1_000;
@@ -70,6 +70,34 @@ fn a_healed_partition_converges_within_three_announce_periods() {
 }
 
 #[test]
+fn every_member_believed_down_is_reached_for_each_round() {
+    let others: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+    let mut sites: Vec<&str> = others.iter().map(String::as_str).collect();
+    sites.extend(["a", "b"]);
+    let mut net = joined(&sites);
+    // a keeps b, so it stays in the cluster (foca stops announcing when it knows nobody).
+    net.partition(&["a", "b"], &sites[..12]);
+    // a probes one member a round, so it takes a round-robin of them to suspect them all.
+    let b_only: std::collections::BTreeSet<String> = ["b".to_owned()].into();
+    for _ in 0..40 {
+        net.run(ROUND_MS);
+        if net.view("a") == b_only {
+            break;
+        }
+    }
+    assert_eq!(net.view("a"), b_only);
+    let from = net.now;
+    net.run(ROUND_MS);
+    let reached: std::collections::BTreeSet<&str> = net
+        .sent
+        .iter()
+        .filter(|(at, by, to)| *at > from && by == "a" && to != "b")
+        .map(|(_, _, to)| to.as_str())
+        .collect();
+    assert_eq!(reached.len(), 12, "{reached:?}");
+}
+
+#[test]
 fn a_restarted_member_is_seen_up_again_under_its_new_incarnation() {
     let timing = Timing::default();
     let mut net = joined(&["a", "b", "c"]);
@@ -125,6 +153,30 @@ fn a_member_suspected_while_briefly_cut_off_refutes_and_stays_up() {
     net.run(3 * ROUND_MS);
     refuted |= net.nodes["c"].metrics().refutations() > 0;
     assert!(refuted, "c never refuted");
+    assert!(net.converged());
+}
+
+#[test]
+fn a_refuted_suspicion_leaves_the_suspect_gauge_within_the_recount_period() {
+    let mut net = joined(&["a", "b", "c"]);
+    net.partition(&["c"], &["a", "b"]);
+    let suspects = |net: &Net| {
+        ["a", "b"]
+            .iter()
+            .map(|s| net.nodes[*s].metrics().members(StateLabel::Suspect))
+            .sum::<i64>()
+    };
+    for _ in 0..40 {
+        net.run(100);
+        if suspects(&net) > 0 {
+            break;
+        }
+    }
+    assert!(suspects(&net) > 0, "c was never suspected");
+    net.heal();
+    // c refutes within a round; the gauges follow within one recount period more.
+    net.run(ROUND_MS + MEMBER_RECOUNT_MS);
+    assert_eq!(suspects(&net), 0);
     assert!(net.converged());
 }
 

@@ -90,6 +90,16 @@ pub enum SiteInput<'a> {
         /// The peer's `Date`: the reference its ages are relative to.
         date_ms: u64,
     },
+    /// A body a gossip member answered a pull with, the member's identity verified by the
+    /// caller; only batches of the registers asked for are admitted.
+    PulledBody {
+        /// The `(site, provider)` registers asked for.
+        registers: &'a [(&'a str, &'a str)],
+        /// The relay body.
+        body: &'a [u8],
+        /// The member's `Date`: the reference its ages are relative to.
+        date_ms: u64,
+    },
     /// Time passed: expire old readings from both stores.
     Expire,
 }
@@ -289,6 +299,16 @@ impl Site {
                 let report = self
                     .all
                     .ingest(body, Sender::Peer { site: peer }, date_ms, now);
+                self.outputs.push_back(SiteOutput::PeerIngested { report });
+            }
+            SiteInput::PulledBody {
+                registers,
+                body,
+                date_ms,
+            } => {
+                let report = self
+                    .all
+                    .ingest(body, Sender::Pulled { registers }, date_ms, now);
                 self.outputs.push_back(SiteOutput::PeerIngested { report });
             }
             SiteInput::Expire => {

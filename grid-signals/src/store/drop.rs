@@ -18,7 +18,8 @@ crate::label_values! {
         Delayed = "delayed",
         /// Its batch is not whole (wrong row count, a refused line, or interrupted).
         Incomplete = "incomplete",
-        /// A peer sent a batch for a site other than its own verified identity.
+        /// A peer sent a batch for a site other than its own verified identity, or, answering
+        /// a gossip pull, a batch of a register it was not asked for.
         SiteMismatch = "site_mismatch",
         /// Over one of the store's caps or a wire size bound.
         Cap = "cap",

@@ -18,6 +18,13 @@ pub enum Sender<'a> {
         /// The site of the peer's verified identity.
         site: &'a str,
     },
+    /// A gossip member answering a pull: only batches of the `(site, provider)`
+    /// registers asked for are accepted, whichever site's they are, since a member serves
+    /// every batch it holds and announced.
+    Pulled {
+        /// The registers asked for.
+        registers: &'a [(&'a str, &'a str)],
+    },
     /// The local operator (its relay to its gateway): every site is accepted, since it
     /// relays what it polled.
     Local,
@@ -88,10 +95,18 @@ impl Arrival<'_> {
     /// a peer's batch for another site, an implausible metadata stamp, an epoch too far
     /// ahead of the receiver's clock.
     fn refusal(&self, meta: &MetaRef<'_>) -> Option<DropReason> {
-        if let Sender::Peer { site } = self.sender
-            && *meta.site != *site
-        {
-            return Some(DropReason::SiteMismatch);
+        match self.sender {
+            Sender::Peer { site } if *meta.site != *site => {
+                return Some(DropReason::SiteMismatch);
+            }
+            Sender::Pulled { registers }
+                if !registers
+                    .iter()
+                    .any(|(s, p)| *s == &*meta.site && *p == &*meta.provider) =>
+            {
+                return Some(DropReason::SiteMismatch);
+            }
+            _ => {}
         }
         (!plausible(meta.stamp_ms, self.reference_ms)
             || (self.sender != Sender::Own && epoch_too_far(meta.fence.epoch, self.now_ms)))
@@ -372,6 +387,22 @@ mod tests {
 
     fn latest(store: &Store, metric: &str) -> Option<f64> {
         store.entry("b", "m")?.latest(metric, &[]).map(|r| r.value)
+    }
+
+    #[test]
+    fn a_pulled_body_admits_the_registers_asked_for_of_any_site_and_nothing_else() {
+        let mut s = store();
+        let text = body(&[
+            batch("b", "m", f(1), &[("q", 1.0)], T0),
+            batch("c", "m", f(1), &[("q", 2.0)], T0),
+            batch("c", "n", f(1), &[("q", 3.0)], T0),
+        ]);
+        let asked = [("b", "m"), ("c", "m")];
+        let r = s.ingest(&text, Sender::Pulled { registers: &asked }, T0, T0);
+        assert_eq!(r.batches_stored, 2);
+        assert_eq!(r.dropped.get(DropReason::SiteMismatch), 2);
+        assert!(s.entry("c", "m").is_some());
+        assert!(s.entry("c", "n").is_none());
     }
 
     #[test]

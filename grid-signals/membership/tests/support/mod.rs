@@ -24,6 +24,9 @@ pub(crate) struct Net {
     /// Versions each node heard, with whom from.
     pub(crate) heard: HashMap<String, Vec<(Member, grid_membership::Version)>>,
     sessions_made: u64,
+    /// Every datagram sent, lost or not, and every session asked for so one can be:
+    /// (when, from, to).
+    pub(crate) sent: Vec<(u64, String, String)>,
 }
 
 pub(crate) fn member(site: &str, incarnation: u64) -> Member {
@@ -51,6 +54,7 @@ impl Net {
             downs: HashMap::new(),
             heard: HashMap::new(),
             sessions_made: 0,
+            sent: Vec::new(),
         };
         for (i, s) in sites.iter().enumerate() {
             net.add(s, 1, timing, i as u64);
@@ -170,6 +174,7 @@ impl Net {
             for (site, o) in work {
                 match o {
                     Output::Transmit { to, datagram } => {
+                        self.sent.push((self.now, site.clone(), to.site.clone()));
                         if self.is_cut(&site, &to.site) || self.loss_draw() {
                             continue;
                         }
@@ -177,6 +182,7 @@ impl Net {
                             .push((self.now + self.delay_ms, to.site, datagram));
                     }
                     Output::Connect(m) => {
+                        self.sent.push((self.now, site.clone(), m.site.clone()));
                         if self.nodes.contains_key(&m.site) {
                             self.connect(&site, &m.site);
                         }
