@@ -40,8 +40,8 @@ pub mod seal;
 pub use error::Error;
 pub use machine::{
     Input, MAX_DATAGRAM_BYTES, MAX_DOWN_ANNOUNCES, MAX_PENDING_MEMBERS, MAX_PLAINTEXT_BYTES,
-    MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output, PENDING_PER_MEMBER, SESSION_RETRY_MS,
-    TRANSMISSIONS_PER_DECADE, Timing, transmissions,
+    MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output,
+    PENDING_PER_MEMBER, SESSION_RETRY_MS, TRANSMISSIONS_PER_DECADE, Timing, transmissions,
 };
 pub use member::{MAX_HOST_BYTES, MAX_SITE_NAME_BYTES, Member};
 pub use metrics::{Direction, MembershipMetrics, Refusal, StateLabel, Unsent};

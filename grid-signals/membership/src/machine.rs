@@ -27,6 +27,11 @@ pub const PENDING_PER_MEMBER: usize = 8;
 pub const MAX_PENDING_MEMBERS: usize = 1024;
 /// After a session with a member could not be agreed, the next attempt waits this long.
 pub const SESSION_RETRY_MS: u64 = 1_000;
+/// Sessions asked for ([`Output::Connect`]) and not yet answered, at most. Messages to
+/// other members without a session wait in their queue, and a session is asked for them
+/// as answers come in: announcing to hundreds of members believed down after their
+/// sessions expired must not start hundreds of TLS exchanges at once.
+pub const MAX_SESSIONS_CONNECTING: usize = 16;
 /// Each message (a member's news, a batch version) is sent at least this many times.
 pub const MIN_TRANSMISSIONS: u8 = 10;
 /// Transmissions added per tenfold growth of the roster: infection-style dissemination
@@ -320,6 +325,7 @@ impl<R: Rng> Membership<R> {
                     ignore_operational(&result);
                 }
                 self.flush_pending(now_ms, &member.site);
+                self.ask_waiting(now_ms);
                 self.drain(now_ms);
             }
             Input::SessionFailed { site } => {
@@ -330,6 +336,7 @@ impl<R: Rng> Membership<R> {
                         self.metrics.unsent(Unsent::SessionFailed);
                     }
                 }
+                self.ask_waiting(now_ms);
             }
         }
     }
@@ -529,14 +536,37 @@ impl<R: Rng> Membership<R> {
         } else {
             p.queue.push_back(plaintext.to_vec());
         }
-        match self.connecting.get(&to.site) {
-            // Asked already, or waiting out a failed attempt.
-            Some(None) => {}
-            Some(Some(retry)) if *retry > now_ms => {}
-            _ => {
-                self.connecting.insert(to.site.clone(), None);
-                self.outputs.push_back(Output::Connect(to));
+        if self.may_ask(now_ms, &to.site) {
+            self.connecting.insert(to.site.clone(), None);
+            self.outputs.push_back(Output::Connect(to));
+        }
+    }
+
+    /// Whether a session may be asked for with `site` now: not asked already, not waiting
+    /// out a failed attempt, and fewer than [`MAX_SESSIONS_CONNECTING`] unanswered.
+    fn may_ask(&self, now_ms: u64, site: &str) -> bool {
+        let free = match self.connecting.get(site) {
+            Some(None) => false,
+            Some(Some(retry)) => *retry <= now_ms,
+            None => true,
+        };
+        free && self.connecting.values().filter(|c| c.is_none()).count() < MAX_SESSIONS_CONNECTING
+    }
+
+    /// Asks sessions for members whose messages wait without one, as slots allow.
+    fn ask_waiting(&mut self, now_ms: u64) {
+        let waiting: Vec<Member> = self
+            .pending
+            .values()
+            .filter(|p| self.may_ask(now_ms, &p.member.site))
+            .map(|p| p.member.clone())
+            .collect();
+        for member in waiting {
+            if !self.may_ask(now_ms, &member.site) {
+                break;
             }
+            self.connecting.insert(member.site.clone(), None);
+            self.outputs.push_back(Output::Connect(member));
         }
     }
 
@@ -562,7 +592,55 @@ fn ignore_operational(_: &Result<(), foca::Error>) {}
 
 #[cfg(test)]
 mod tests {
-    use super::{MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, recount_due, transmissions};
+    use super::{
+        Input, MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output,
+        recount_due, transmissions,
+    };
+    use crate::{Member, MembershipMetrics, SplitMix64, Timing};
+
+    fn member(site: &str) -> Member {
+        Member {
+            site: site.into(),
+            host: "127.0.0.1".into(),
+            signals_port: 9443,
+            gossip_port: 9443,
+            incarnation: 1,
+        }
+    }
+
+    fn connects(m: &mut Membership<SplitMix64>) -> Vec<String> {
+        std::iter::from_fn(|| m.poll())
+            .filter_map(|o| match o {
+                Output::Connect(to) => Some(to.site),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn at_most_max_sessions_are_asked_for_at_once_and_a_waiting_one_is_asked_as_one_ends() {
+        let mut m = Membership::new(
+            member("a"),
+            &Timing::default(),
+            SplitMix64::new(1),
+            MembershipMetrics::default(),
+        )
+        .unwrap();
+        for i in 0..=MAX_SESSIONS_CONNECTING {
+            m.send(0, member(&format!("s{i}")), b"probe");
+        }
+        let asked = connects(&mut m);
+        assert_eq!(asked.len(), MAX_SESSIONS_CONNECTING);
+        m.handle(
+            10,
+            Input::SessionFailed {
+                site: asked[0].clone(),
+            },
+        );
+        let next = connects(&mut m);
+        assert_eq!(next.len(), 1);
+        assert!(!asked.contains(&next[0]), "{next:?} was asked already");
+    }
 
     #[test]
     fn members_are_recounted_first_and_then_once_the_recount_period_has_passed() {
