@@ -596,17 +596,9 @@ mod tests {
         Input, MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output,
         recount_due, transmissions,
     };
-    use crate::{Member, MembershipMetrics, SplitMix64, Timing};
+    use crate::{MembershipMetrics, SplitMix64, Timing};
 
-    fn member(site: &str) -> Member {
-        Member {
-            site: site.into(),
-            host: "127.0.0.1".into(),
-            signals_port: 9443,
-            gossip_port: 9443,
-            incarnation: 1,
-        }
-    }
+    use crate::member::loopback as member;
 
     fn connects(m: &mut Membership<SplitMix64>) -> Vec<String> {
         std::iter::from_fn(|| m.poll())

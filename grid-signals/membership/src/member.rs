@@ -110,6 +110,18 @@ impl foca::Identity for Member {
     }
 }
 
+/// A member on loopback, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn loopback(site: &str) -> Member {
+    Member {
+        site: site.into(),
+        host: "127.0.0.1".into(),
+        signals_port: 9443,
+        gossip_port: 9443,
+        incarnation: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -188,15 +188,7 @@ impl Pulls {
 mod tests {
     use super::*;
 
-    fn member(site: &str) -> Member {
-        Member {
-            site: site.into(),
-            host: "127.0.0.1".into(),
-            signals_port: 1,
-            gossip_port: 1,
-            incarnation: 1,
-        }
-    }
+    use crate::member::loopback as member;
 
     fn version(site: &str, provider: &str, sequence: u64) -> Version {
         Version {
