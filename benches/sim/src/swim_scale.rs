@@ -18,7 +18,7 @@
 //! per `peerPollSeconds`), not from this simulation: poll has no protocol to simulate.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use grid_membership::pulls::Pulls;
 use grid_membership::{
@@ -132,7 +132,7 @@ struct World {
     /// Partition side of each site while a partition holds.
     side: Option<Vec<bool>>,
     /// The newest version each member holds, per origin site.
-    held: Vec<HashMap<String, u64>>,
+    held: Vec<BTreeMap<String, u64>>,
     /// Each member's pulls, under the rule the operator's driver follows.
     pulls: Vec<Pulls>,
     /// Bytes sent by pulls and digests, per site.
@@ -187,7 +187,7 @@ impl World {
             rng,
             dead: vec![false; p.sites],
             side: None,
-            held: vec![HashMap::new(); p.sites],
+            held: vec![BTreeMap::new(); p.sites],
             pulls: (0..p.sites).map(|i| Pulls::new(&format!("s{i}"))).collect(),
             fetch_bytes: vec![0; p.sites],
             next_digest,

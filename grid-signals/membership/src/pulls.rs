@@ -4,7 +4,7 @@
 //! A version heard ([`crate::Output::Heard`], or a line of a member's digest) is wanted
 //! when it is newer than what the store holds for its register. Wanted registers are
 //! pulled in requests, one per member asked, each carrying every register wanted from
-//! that member (up to [`MAX_REGISTERS_PER_PULL`]): a datagram brings several versions from
+//! that member (up to [`MAX_REGISTERS_PER_PULL`]; members take turns): a datagram brings several versions from
 //! one member at once, and one request for all of them costs one TLS connection and one
 //! round trip instead of one each. At most [`MAX_PULLS_IN_FLIGHT`] requests run; wanted
 //! registers wait for a free one (up to [`MAX_WANTED`], beyond which a version is
@@ -86,9 +86,12 @@ pub struct Pulls {
     site: String,
     /// Registers being pulled, each with the newest version heard meanwhile, if any.
     in_flight: HashMap<Register, Option<(Member, Version)>>,
-    /// Registers wanted, with whom from, and the order they were first wanted in.
+    /// Registers wanted, with whom from.
     wanted: HashMap<Register, (Member, Version)>,
-    order: VecDeque<Register>,
+    /// Each member's wanted registers, oldest first.
+    queues: HashMap<String, VecDeque<Register>>,
+    /// Members with a queue, in the order their turn comes: a request takes the first.
+    turn: VecDeque<String>,
     requests: usize,
 }
 
@@ -99,7 +102,8 @@ impl Pulls {
             site: site.to_owned(),
             in_flight: HashMap::new(),
             wanted: HashMap::new(),
-            order: VecDeque::new(),
+            queues: HashMap::new(),
+            turn: VecDeque::new(),
             requests: 0,
         }
     }
@@ -118,49 +122,72 @@ impl Pulls {
             }
             return Heard::Queued;
         }
-        if let Some(w) = self.wanted.get_mut(&key) {
-            if newer(&version, &w.1) {
-                *w = (from, version);
+        if let Some((holder, held)) = self.wanted.get(&key) {
+            if !newer(&version, held) {
+                return Heard::Wanted;
             }
+            // Newer: asked of whoever told of it, which the earlier holder may not be.
+            if holder.site != from.site {
+                if let Some(q) = self.queues.get_mut(&holder.site) {
+                    q.retain(|k| *k != key);
+                }
+                self.enqueue(&from.site, key.clone());
+            }
+            self.wanted.insert(key, (from, version));
             return Heard::Wanted;
         }
         if self.wanted.len() >= MAX_WANTED {
             return Heard::Deferred;
         }
-        self.order.push_back(key.clone());
+        self.enqueue(&from.site, key.clone());
         self.wanted.insert(key, (from, version));
         Heard::Wanted
     }
 
+    fn enqueue(&mut self, member: &str, key: Register) {
+        if let Some(q) = self.queues.get_mut(member) {
+            q.push_back(key);
+        } else {
+            self.queues.insert(member.to_owned(), VecDeque::from([key]));
+            self.turn.push_back(member.to_owned());
+        }
+    }
+
     /// The next request to start, while fewer than [`MAX_PULLS_IN_FLIGHT`] run: the
-    /// member the longest-wanted register was heard from, asked for every register wanted
-    /// from it (oldest first, at most [`MAX_REGISTERS_PER_PULL`]).
+    /// member whose turn it is, asked for the registers wanted from it, oldest first, at
+    /// most [`MAX_REGISTERS_PER_PULL`]; a member with more left waits for its next turn.
     pub fn poll_pull(&mut self) -> Option<Pull> {
         if self.requests >= MAX_PULLS_IN_FLIGHT {
             return None;
         }
-        let first = self.order.pop_front()?;
-        let (from, version) = self.wanted.remove(&first)?;
-        let mut versions = vec![version];
-        let (wanted, mut taken) = (&mut self.wanted, Vec::new());
-        self.order.retain(|key| {
-            let same = versions.len() + taken.len() < MAX_REGISTERS_PER_PULL
-                && wanted.get(key).is_some_and(|(m, _)| m.site == from.site);
-            if same {
-                taken.push(key.clone());
+        while let Some(member) = self.turn.pop_front() {
+            let Some(queue) = self.queues.get_mut(&member) else {
+                continue;
+            };
+            let (mut from, mut versions) = (None, Vec::new());
+            while versions.len() < MAX_REGISTERS_PER_PULL
+                && let Some(key) = queue.pop_front()
+            {
+                if let Some((m, v)) = self.wanted.remove(&key) {
+                    from.get_or_insert(m);
+                    versions.push(v);
+                }
             }
-            !same
-        });
-        versions.extend(
-            taken
-                .iter()
-                .filter_map(|k| wanted.remove(k).map(|(_, v)| v)),
-        );
-        for v in &versions {
-            self.in_flight.insert(register(v), None);
+            if queue.is_empty() {
+                self.queues.remove(&member);
+            } else {
+                self.turn.push_back(member);
+            }
+            let Some(from) = from else {
+                continue;
+            };
+            for v in &versions {
+                self.in_flight.insert(register(v), None);
+            }
+            self.requests += 1;
+            return Some(Pull { from, versions });
         }
-        self.requests += 1;
-        Some(Pull { from, versions })
+        None
     }
 
     /// A request [`Pulls::poll_pull`] handed out ended, whatever it brought; the versions
@@ -283,6 +310,26 @@ mod tests {
             Some(MAX_REGISTERS_PER_PULL)
         );
         assert_eq!(p.poll_pull().map(|p| p.versions.len()), Some(1));
+    }
+
+    #[test]
+    fn a_member_with_more_wanted_than_one_request_carries_waits_for_its_next_turn() {
+        let mut p = Pulls::new("a");
+        for i in 0..=MAX_REGISTERS_PER_PULL {
+            p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
+        }
+        p.heard(member("c"), version("c", "m", 1), None);
+        let turns: Vec<(String, usize)> = std::iter::from_fn(|| p.poll_pull())
+            .map(|pull| (pull.from.site, pull.versions.len()))
+            .collect();
+        assert_eq!(
+            turns,
+            [
+                ("b".to_owned(), MAX_REGISTERS_PER_PULL),
+                ("c".to_owned(), 1),
+                ("b".to_owned(), 1)
+            ]
+        );
     }
 
     #[test]
