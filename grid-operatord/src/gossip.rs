@@ -70,8 +70,8 @@ grid_signals::label_values! {
         NoDate = "no_date",
         /// A digest line that is not `site provider epoch sequence`.
         Malformed = "malformed",
-        /// Not wanted: [`grid_membership::pulls::MAX_WANTED`] registers were waiting for
-        /// a pull already.
+        /// Left to the digests: [`grid_membership::pulls::MAX_WANTED`] registers were
+        /// waiting for a pull already, or the member it was wanted from was declared down.
         Deferred = "deferred",
     }
 }
@@ -220,6 +220,15 @@ impl Gossip {
                 .metrics
                 .record(FetchKind::Batch, FetchOutcome::Deferred),
             Heard::Wanted | Heard::Held | Heard::Queued => {}
+        }
+    }
+
+    /// `member` was declared down: what was wanted from it is left to the digests,
+    /// counted `deferred`.
+    pub(crate) fn member_down(&mut self, member: &Member) {
+        for _ in 0..self.pulls.forget(&member.site) {
+            self.metrics
+                .record(FetchKind::Batch, FetchOutcome::Deferred);
         }
     }
 

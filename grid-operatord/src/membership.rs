@@ -390,7 +390,13 @@ impl Driver {
                     }
                 }
                 Output::Connect(m) => self.exchange(m.site.clone(), m.host.clone(), m.signals_port),
-                Output::Up(_) | Output::Down(_) => changed = true,
+                Output::Up(_) => changed = true,
+                Output::Down(m) => {
+                    changed = true;
+                    if let Some(g) = &mut self.gossip {
+                        g.member_down(&m);
+                    }
+                }
                 Output::Heard { from, version } => {
                     if let Some(g) = &mut self.gossip {
                         g.heard(from, version);

@@ -283,7 +283,10 @@ impl World {
                     };
                     self.hear(i, j, version);
                 }
-                Output::Down(m) => self.downs[i].push((m.site, self.now)),
+                Output::Down(m) => {
+                    self.pulls[i].forget(&m.site);
+                    self.downs[i].push((m.site, self.now));
+                }
                 Output::Up(_) => {}
             }
         }

@@ -200,6 +200,20 @@ impl Pulls {
             .collect()
     }
 
+    /// `member` was declared down: what was wanted from it is dropped instead of waiting
+    /// for a request that can only time out; a digest round brings those versions from
+    /// whoever else holds them. How many were dropped.
+    pub fn forget(&mut self, member: &str) -> usize {
+        let Some(queue) = self.queues.remove(member) else {
+            return 0;
+        };
+        self.turn.retain(|m| m != member);
+        queue
+            .iter()
+            .filter(|key| self.wanted.remove(*key).is_some())
+            .count()
+    }
+
     /// Requests in flight.
     pub fn in_flight(&self) -> usize {
         self.requests
@@ -310,6 +324,24 @@ mod tests {
             Some(MAX_REGISTERS_PER_PULL)
         );
         assert_eq!(p.poll_pull().map(|p| p.versions.len()), Some(1));
+    }
+
+    #[test]
+    fn what_was_wanted_from_a_member_declared_down_is_dropped_and_others_still_go() {
+        let mut p = Pulls::new("a");
+        p.heard(member("b"), version("b", "m", 1), None);
+        p.heard(member("b"), version("d", "m", 1), None);
+        p.heard(member("c"), version("c", "m", 1), None);
+        assert_eq!(p.forget("b"), 2);
+        assert_eq!(p.forget("b"), 0);
+        assert_eq!(p.wanted(), 1);
+        assert_eq!(p.poll_pull().map(|p| p.from.site), Some("c".to_owned()));
+        assert_eq!(p.poll_pull(), None);
+        // Heard again later, from anyone, it is wanted again.
+        assert_eq!(
+            p.heard(member("c"), version("b", "m", 1), None),
+            Heard::Wanted
+        );
     }
 
     #[test]
