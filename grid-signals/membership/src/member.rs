@@ -30,18 +30,22 @@ pub struct Member {
     pub incarnation: u64,
 }
 
+/// Whether `s` is a name the grid accepts for a site or a provider: 1 to `max` bytes of
+/// ASCII letters, digits, `-` and `_`. Identities, batch versions, pull queries and
+/// digests all judge names by this one rule.
+pub(crate) fn is_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 impl Member {
     /// Refuses an identity no honest operator would send: a site name that is not a DNS
     /// label, a host that is empty, too long or holds characters a URL authority cannot,
     /// a zero port.
     pub fn check(&self) -> Result<(), Error> {
-        let label = |s: &str| {
-            !s.is_empty()
-                && s.len() <= MAX_SITE_NAME_BYTES
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        if !label(&self.site) {
+        if !is_label(&self.site, MAX_SITE_NAME_BYTES) {
             return Err(Error::Identity {
                 field: "site",
                 value: truncated(&self.site),

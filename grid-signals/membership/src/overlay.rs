@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::Member;
-use crate::member::MAX_SITE_NAME_BYTES;
+use crate::member::{MAX_SITE_NAME_BYTES, is_label};
 
 /// Longest provider name a version may carry (a DNS label, as configured).
 pub const MAX_PROVIDER_NAME_BYTES: usize = 63;
@@ -75,9 +75,7 @@ impl Version {
             let (bytes, rest) = rest.split_at(len);
             data = rest;
             let s = std::str::from_utf8(bytes).ok()?;
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                .then(|| s.to_owned())
+            is_label(s, max).then(|| s.to_owned())
         };
         let site = name(MAX_SITE_NAME_BYTES)?;
         let provider = name(MAX_PROVIDER_NAME_BYTES)?;

@@ -6,6 +6,8 @@
 use grid_signals::batch::Fence;
 
 use crate::Version;
+use crate::member::{MAX_SITE_NAME_BYTES, is_label};
+use crate::overlay::MAX_PROVIDER_NAME_BYTES;
 use crate::pulls::MAX_REGISTERS_PER_PULL;
 
 /// The largest digest accepted; [`crate::overlay::MAX_VERSIONS`] lines of the
@@ -24,7 +26,10 @@ pub fn parse_batch_query(query: &str) -> Option<Vec<(&str, &str)>> {
             (("site", s), ("provider", p)) | (("provider", p), ("site", s)) => (s, p),
             _ => return None,
         };
-        if !label(register.0) || !label(register.1) || registers.len() == MAX_REGISTERS_PER_PULL {
+        if !is_label(register.0, MAX_SITE_NAME_BYTES)
+            || !is_label(register.1, MAX_PROVIDER_NAME_BYTES)
+            || registers.len() == MAX_REGISTERS_PER_PULL
+        {
             return None;
         }
         registers.push(register);
@@ -47,13 +52,6 @@ pub fn batch_query(versions: &[Version]) -> String {
     query
 }
 
-fn label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= crate::overlay::MAX_PROVIDER_NAME_BYTES
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// One line per batch held: `site provider epoch sequence`.
 pub fn write_digest<'a>(held: impl Iterator<Item = (&'a str, &'a str, Fence)>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -74,7 +72,10 @@ pub fn parse_digest(body: &[u8]) -> Option<Vec<Version>> {
             let mut f = line.split(' ');
             let (site, provider) = (f.next()?, f.next()?);
             let (epoch, sequence) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-            (f.next().is_none() && label(site) && label(provider)).then(|| Version {
+            (f.next().is_none()
+                && is_label(site, MAX_SITE_NAME_BYTES)
+                && is_label(provider, MAX_PROVIDER_NAME_BYTES))
+            .then(|| Version {
                 site: site.to_owned(),
                 provider: provider.to_owned(),
                 epoch,
