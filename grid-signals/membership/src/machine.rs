@@ -483,11 +483,6 @@ impl<R: Rng> Membership<R> {
         }
     }
 
-    /// How many times each message is sent now.
-    pub fn transmitting(&self) -> u8 {
-        self.transmitting
-    }
-
     fn count_members(&mut self, now_ms: u64) {
         self.counted_at = Some(now_ms);
         let (mut alive, mut suspect, mut down) = (0, 0, 0);
@@ -545,12 +540,21 @@ impl<R: Rng> Membership<R> {
     /// Whether a session may be asked for with `site` now: not asked already, not waiting
     /// out a failed attempt, and fewer than [`MAX_SESSIONS_CONNECTING`] unanswered.
     fn may_ask(&self, now_ms: u64, site: &str) -> bool {
-        let free = match self.connecting.get(site) {
+        self.unasked(now_ms, site) && self.free_session_slots() > 0
+    }
+
+    /// Neither asked already nor waiting out a failed attempt.
+    fn unasked(&self, now_ms: u64, site: &str) -> bool {
+        match self.connecting.get(site) {
             Some(None) => false,
             Some(Some(retry)) => *retry <= now_ms,
             None => true,
-        };
-        free && self.connecting.values().filter(|c| c.is_none()).count() < MAX_SESSIONS_CONNECTING
+        }
+    }
+
+    fn free_session_slots(&self) -> usize {
+        let asked = self.connecting.values().filter(|c| c.is_none()).count();
+        MAX_SESSIONS_CONNECTING.saturating_sub(asked)
     }
 
     /// Asks sessions for members whose messages wait without one, as slots allow.
@@ -558,13 +562,11 @@ impl<R: Rng> Membership<R> {
         let waiting: Vec<Member> = self
             .pending
             .values()
-            .filter(|p| self.may_ask(now_ms, &p.member.site))
+            .filter(|p| self.unasked(now_ms, &p.member.site))
+            .take(self.free_session_slots())
             .map(|p| p.member.clone())
             .collect();
         for member in waiting {
-            if !self.may_ask(now_ms, &member.site) {
-                break;
-            }
             self.connecting.insert(member.site.clone(), None);
             self.outputs.push_back(Output::Connect(member));
         }
