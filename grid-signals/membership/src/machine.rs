@@ -11,7 +11,7 @@ use foca::{AccumulatingRuntime, Codec, Foca, OwnedNotification, PostcardCodec, S
 
 use crate::metrics::{Direction, MembershipMetrics, Refusal, Unsent};
 use crate::overlay::{BroadcastRefusal, Handler, Version};
-use crate::rng::{FocaRng, Rng};
+use crate::rng::{FocaRng, Rng, SplitMix64};
 use crate::seal::{Role, SEAL_OVERHEAD, SESSION_MATERIAL_BYTES, Sessions};
 use crate::{Error, Member};
 
@@ -221,6 +221,9 @@ pub struct Membership<R: Rng> {
     timing: Timing,
     /// foca's `max_transmissions` now: [`transmissions`] of the roster.
     transmitting: u8,
+    /// This machine's own draws (which members believed down a renewed identity announces
+    /// to), split from the caller's generator before foca takes it.
+    rng: SplitMix64,
 }
 
 impl<R: Rng> std::fmt::Debug for Membership<R> {
@@ -252,6 +255,8 @@ impl<R: Rng> Membership<R> {
         metrics: MembershipMetrics,
     ) -> Result<Self, Error> {
         identity.check()?;
+        let mut rng = rng;
+        let own_rng = SplitMix64::new(rng.next_u64());
         let versions = Handler::default();
         Ok(Self {
             foca: Foca::with_custom_broadcast(
@@ -275,6 +280,7 @@ impl<R: Rng> Membership<R> {
             counted_at: None,
             timing: timing.clone(),
             transmitting: MIN_TRANSMISSIONS,
+            rng: own_rng,
         })
     }
 
@@ -433,8 +439,10 @@ impl<R: Rng> Membership<R> {
                 timer,
             }));
         }
+        let mut rejoined = false;
         while let Some(note) = self.runtime.to_notify() {
             match note {
+                OwnedNotification::Rejoin(_) => rejoined = true,
                 OwnedNotification::MemberUp(m) | OwnedNotification::Rename(_, m) => {
                     changed = true;
                     self.outputs.push_back(Output::Up(m));
@@ -445,6 +453,9 @@ impl<R: Rng> Membership<R> {
                 }
                 _ => {}
             }
+        }
+        if rejoined {
+            self.announce_to_down();
         }
         {
             let mut registers = self.versions.lock();
@@ -466,6 +477,30 @@ impl<R: Rng> Membership<R> {
         }
         if changed {
             self.scale_transmissions();
+        }
+    }
+
+    /// A site that learnt it was declared down has just renewed its identity, and foca
+    /// holds its rounds until it hears from a member again, so the members on the far side
+    /// of a healed partition would hear the new identity a round later. It announces to
+    /// them at once instead (up to [`MAX_DOWN_ANNOUNCES`], chosen at random): each that had
+    /// not renewed yet learns from the answer that it must, and announces back.
+    fn announce_to_down(&mut self) {
+        let mut down: Vec<Member> = self
+            .foca
+            .iter_membership_state()
+            .filter(|m| m.state() == State::Down)
+            .map(|m| m.id().clone())
+            .collect();
+        let chosen = down.len().min(MAX_DOWN_ANNOUNCES);
+        for i in 0..chosen {
+            #[allow(clippy::cast_possible_truncation)]
+            let j = i + (self.rng.next_u64() % (down.len() - i) as u64) as usize;
+            down.swap(i, j);
+        }
+        for member in down.drain(..chosen) {
+            let result = self.foca.announce(member, &mut self.runtime);
+            ignore_operational(&result);
         }
     }
 
@@ -595,8 +630,8 @@ fn ignore_operational(_: &Result<(), foca::Error>) {}
 #[cfg(test)]
 mod tests {
     use super::{
-        Input, MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS, Membership, Output,
-        recount_due, transmissions,
+        Input, MAX_DOWN_ANNOUNCES, MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS,
+        Membership, Output, recount_due, transmissions,
     };
     use crate::{MembershipMetrics, SplitMix64, Timing};
 
@@ -634,6 +669,31 @@ mod tests {
         let next = connects(&mut m);
         assert_eq!(next.len(), 1);
         assert!(!asked.contains(&next[0]), "{next:?} was asked already");
+    }
+
+    #[test]
+    fn a_renewed_identity_announces_to_at_most_max_down_announces_distinct_members_believed_down() {
+        for down in [MAX_DOWN_ANNOUNCES - 1, MAX_DOWN_ANNOUNCES + 1] {
+            let mut m = Membership::new(
+                member("a"),
+                &Timing::default(),
+                SplitMix64::new(3),
+                MembershipMetrics::default(),
+            )
+            .unwrap();
+            let members = (0..down).map(|i| foca::Member::down(member(&format!("s{i}"))));
+            m.foca.apply_many(members, false, &mut m.runtime).unwrap();
+            while m.runtime.to_send().is_some() {}
+            m.announce_to_down();
+            let mut to: Vec<String> = std::iter::from_fn(|| m.runtime.to_send())
+                .map(|(to, _)| to.site)
+                .collect();
+            let sent = to.len();
+            to.sort();
+            to.dedup();
+            assert_eq!(to.len(), sent, "one announce per member");
+            assert_eq!(sent, down.min(MAX_DOWN_ANNOUNCES));
+        }
     }
 
     #[test]

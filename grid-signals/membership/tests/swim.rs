@@ -98,6 +98,51 @@ fn every_member_believed_down_is_reached_for_each_round() {
 }
 
 #[test]
+fn a_member_told_it_was_declared_down_announces_its_new_identity_to_every_member_believed_down_at_once()
+ {
+    let others: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+    let mut sites: Vec<&str> = others.iter().map(String::as_str).collect();
+    sites.extend(["a", "b"]);
+    let mut net = joined(&sites);
+    net.partition(&["a", "b"], &sites[..12]);
+    let b_only: std::collections::BTreeSet<String> = ["b".to_owned()].into();
+    let apart = |net: &Net| {
+        net.view("a") == b_only && sites[..12].iter().all(|s| !net.view(s).contains("a"))
+    };
+    for _ in 0..60 {
+        if apart(&net) {
+            break;
+        }
+        net.run(ROUND_MS);
+    }
+    assert!(apart(&net), "the sides never declared each other down");
+    net.heal();
+    let before = net.nodes["a"].identity().incarnation;
+    for _ in 0..3 * ROUND_MS {
+        if net.nodes["a"].identity().incarnation != before {
+            break;
+        }
+        net.run(1);
+    }
+    assert_ne!(
+        net.nodes["a"].identity().incarnation,
+        before,
+        "a was never told it was down"
+    );
+    // Well inside one round: without the announce at renewal, foca waits a round after
+    // hearing from a member again before it announces to the members believed down.
+    let renewed = net.now;
+    net.run(ROUND_MS / 4);
+    let reached: std::collections::BTreeSet<&str> = net
+        .sent
+        .iter()
+        .filter(|(at, by, to)| *at >= renewed && by == "a" && to != "b")
+        .map(|(_, _, to)| to.as_str())
+        .collect();
+    assert_eq!(reached.len(), 12, "{reached:?}");
+}
+
+#[test]
 fn a_restarted_member_is_seen_up_again_under_its_new_incarnation() {
     let timing = Timing::default();
     let mut net = joined(&["a", "b", "c"]);
