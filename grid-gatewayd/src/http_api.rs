@@ -57,6 +57,8 @@ use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
 use grid_score::routing::{RETRY_PATH, Route, RoutingView};
 
+use crate::site_pool::{SiteBody, SiteError};
+use crate::site_slots::Slot;
 use crate::upstream::HttpClient;
 use crate::upstream::Published;
 
@@ -92,7 +94,7 @@ pub(crate) struct Inner {
     pub(crate) routes: Published,
     /// Woken after a response carried live evidence: the poller refreshes off-cycle.
     pub(crate) live_refresh: Arc<tokio::sync::Notify>,
-    /// The client of serving sites.
+    /// The client of serving sites over TLS (those in the clear use their own pool).
     pub(crate) client: HttpClient,
     /// `bodyLimitBytes`.
     pub(crate) body_limit: usize,
@@ -115,7 +117,8 @@ pub(crate) struct Inner {
 /// The bounds on waiting for a site's answer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct UpstreamWaits {
-    /// For a slot of a full site: the connect bound, the wait for a connection.
+    /// The connect bound (`connectTimeoutSeconds`): a connect to a site in the clear,
+    /// its sockets' `TCP_USER_TIMEOUT`, and the wait for a slot of a full site.
     pub(crate) slot: Duration,
     /// Sending until the answer's head (`upstreamHeadersTimeoutSeconds`).
     pub(crate) headers: Duration,
@@ -439,18 +442,40 @@ impl Api {
         body: &Bytes,
         grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {
-        let uri = crate::upstream::uri_for(upstream, path_and_query)
-            .map_err(|e| Failed::Path(format!("request path: {e}")))?;
+        let waits = self.inner.waits;
+        let slot = self.site_slot(upstream).await?;
+        // A site in the clear goes over its own pool, driven from this task; TLS sites
+        // over the hyper-util client.
+        let pool = slot.pool.as_ref().filter(|_| upstream.scheme() == "http");
+        let uri = if pool.is_some() {
+            crate::upstream::origin_uri_for(upstream, path_and_query)
+        } else {
+            crate::upstream::uri_for(upstream, path_and_query)
+        }
+        .map_err(|e| Failed::Path(format!("request path: {e}")))?;
         let mut out = Request::new(Full::new(body.clone()));
         *out.method_mut() = parts.method.clone();
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers.clone();
-        let waits = self.inner.waits;
-        let site_slot = self.site_slot(upstream).await?;
         let sent = crate::clock::monotonic();
-        let Ok(answered) =
-            tokio::time::timeout(waits.headers, self.inner.client.request(out)).await
-        else {
+        let exchange = async {
+            match pool {
+                Some(pool) => pool
+                    .send(upstream.authority(), out, waits.slot, waits.slot)
+                    .await
+                    .map(|r| r.map(SiteBody::Pooled))
+                    .map_err(SiteFailure::Pooled),
+                None => self
+                    .inner
+                    .client
+                    .request(out)
+                    .await
+                    .map(|r| r.map(SiteBody::Client))
+                    .map_err(SiteFailure::Client),
+            }
+        };
+        let site_slot = slot.permit;
+        let Ok(answered) = tokio::time::timeout(waits.headers, exchange).await else {
             // Dropping the exchange drops its connection (HTTP/1.1) or resets its stream
             // (HTTP/2): the site's late answer goes nowhere.
             self.serving_failure(upstream);
@@ -509,42 +534,47 @@ impl Api {
                 };
                 Ok(Response::from_parts(rparts, body))
             }
-            Err(e) => {
-                self.serving_failure(upstream);
-                let unacknowledged = !e.is_connect() && crate::upstream::is_unacknowledged(&e);
-                let connect = e.is_connect() || unacknowledged;
-                if crate::upstream::is_connect_timeout(&e) {
-                    self.inner
-                        .metrics
-                        .timed_out(&upstream.site, TimeoutPhase::Connect);
-                }
-                self.count_failure(
-                    upstream,
-                    if unacknowledged {
-                        UpstreamFailure::Unacknowledged
-                    } else if connect {
-                        UpstreamFailure::Connect
-                    } else {
-                        UpstreamFailure::Request
-                    },
-                );
-                tracing::warn!(site = %upstream.site, error = %e, connect, "upstream failed");
-                Err(if connect {
-                    Failed::Connect
-                } else {
-                    Failed::Exchange
-                })
-            }
+            Err(e) => Err(self.exchange_failed(upstream, &e)),
+        }
+    }
+
+    /// Counts a failed exchange and feeds it to routing: whether it failed as a connect
+    /// (nothing of the request arrived: it may go elsewhere) or after.
+    fn exchange_failed(&self, upstream: &Upstream, e: &SiteFailure) -> Failed {
+        self.serving_failure(upstream);
+        let (error, is_connect): (&(dyn std::error::Error + 'static), bool) = match e {
+            SiteFailure::Client(e) => (e, e.is_connect()),
+            SiteFailure::Pooled(e) => (e, e.is_connect()),
+        };
+        let unacknowledged = !is_connect && crate::upstream::is_unacknowledged(error);
+        let connect = is_connect || unacknowledged;
+        if crate::upstream::is_connect_timeout(error) {
+            self.inner
+                .metrics
+                .timed_out(&upstream.site, TimeoutPhase::Connect);
+        }
+        self.count_failure(
+            upstream,
+            if unacknowledged {
+                UpstreamFailure::Unacknowledged
+            } else if connect {
+                UpstreamFailure::Connect
+            } else {
+                UpstreamFailure::Request
+            },
+        );
+        tracing::warn!(site = %upstream.site, error = %error, connect, "upstream failed");
+        if connect {
+            Failed::Connect
+        } else {
+            Failed::Exchange
         }
     }
 }
 
 impl Api {
     /// One of `upstream`'s slots (`maxConnectionsPerSite`), held until the answer ends.
-    async fn site_slot(
-        &self,
-        upstream: &Upstream,
-    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Failed> {
+    async fn site_slot(&self, upstream: &Upstream) -> Result<Slot, Failed> {
         let bound = self.inner.waits.slot;
         // A clone of the map's Arc, not a guard: the wait below may outlive a reload.
         self.inner
@@ -587,6 +617,12 @@ impl Api {
             .get_or_create(&labels)
             .inc();
     }
+}
+
+/// A site's failed exchange, from either client.
+enum SiteFailure {
+    Client(hyper_util::client::legacy::Error),
+    Pooled(SiteError),
 }
 
 /// Why one upstream attempt failed.

@@ -42,6 +42,7 @@ pub mod poller;
 mod request_metrics;
 pub mod request_rng;
 pub mod server;
+mod site_pool;
 mod site_slots;
 pub mod trust;
 pub mod upstream;

@@ -23,10 +23,38 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::site_pool::SitePool;
+
+/// One site's slots and its idle connections in the clear, found by one lookup.
+#[derive(Debug, Clone)]
+struct Site {
+    slots: Arc<Semaphore>,
+    pool: Arc<SitePool>,
+}
+
+impl Site {
+    fn new(per_site: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(per_site)),
+            pool: Arc::default(),
+        }
+    }
+}
+
 /// Every configured site's slots.
 #[derive(Debug)]
 pub(crate) struct SiteSlots {
-    sites: HashMap<Arc<str>, Arc<Semaphore>>,
+    sites: HashMap<Arc<str>, Site>,
+}
+
+/// What a request holds toward its site: one of its slots (none for a site that is not
+/// configured) and its pool of connections in the clear.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Held until the answer ends (or is cut).
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    /// The site's pool (none for a site that is not configured).
+    pub(crate) pool: Option<Arc<SitePool>>,
 }
 
 /// Why no slot was taken.
@@ -40,7 +68,7 @@ impl SiteSlots {
         Self {
             sites: sites
                 .into_iter()
-                .map(|s| (Arc::from(s), Arc::new(Semaphore::new(per_site))))
+                .map(|s| (Arc::from(s), Site::new(per_site)))
                 .collect(),
         }
     }
@@ -57,31 +85,34 @@ impl SiteSlots {
             sites: sites
                 .into_iter()
                 .map(|s| {
-                    let kept = previous.sites.get(s).map(Arc::clone);
-                    (
-                        Arc::from(s),
-                        kept.unwrap_or_else(|| Arc::new(Semaphore::new(per_site))),
-                    )
+                    let kept = previous.sites.get(s).cloned();
+                    (Arc::from(s), kept.unwrap_or_else(|| Site::new(per_site)))
                 })
                 .collect(),
         }
     }
 
-    /// One of `site`'s slots, waiting at most `wait`. A site that is not configured (none
-    /// is routed to) has no cap: `Ok(None)`.
-    pub(crate) async fn acquire(
-        &self,
-        site: &str,
-        wait: Duration,
-    ) -> Result<Option<OwnedSemaphorePermit>, SiteFull> {
-        let Some(semaphore) = self.sites.get(site) else {
-            return Ok(None);
+    /// One of `site`'s slots, waiting at most `wait`, with its pool. A site that is not
+    /// configured (none is routed to) has no cap and no pool.
+    pub(crate) async fn acquire(&self, site: &str, wait: Duration) -> Result<Slot, SiteFull> {
+        let Some(entry) = self.sites.get(site) else {
+            return Ok(Slot {
+                permit: None,
+                pool: None,
+            });
         };
-        if let Ok(permit) = Arc::clone(semaphore).try_acquire_owned() {
-            return Ok(Some(permit));
+        let pool = Some(Arc::clone(&entry.pool));
+        if let Ok(permit) = Arc::clone(&entry.slots).try_acquire_owned() {
+            return Ok(Slot {
+                permit: Some(permit),
+                pool,
+            });
         }
-        match tokio::time::timeout(wait, Arc::clone(semaphore).acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(Some(permit)),
+        match tokio::time::timeout(wait, Arc::clone(&entry.slots).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Slot {
+                permit: Some(permit),
+                pool,
+            }),
             // The semaphore is never closed; a timeout is the only real outcome here.
             Ok(Err(_)) | Err(_) => Err(SiteFull),
         }
@@ -103,11 +134,14 @@ mod tests {
             "the third is over the cap"
         );
         // Another site has its own slots, and an unconfigured one none.
-        assert!(slots.acquire("b", wait).await.unwrap().is_some());
-        assert!(slots.acquire("z", wait).await.unwrap().is_none());
+        assert!(slots.acquire("b", wait).await.unwrap().permit.is_some());
+        assert!(slots.acquire("z", wait).await.unwrap().permit.is_none());
         let waiting = slots.acquire("a", Duration::from_secs(5));
         drop(first);
-        assert!(waiting.await.unwrap().is_some(), "a freed slot is taken");
+        assert!(
+            waiting.await.unwrap().permit.is_some(),
+            "a freed slot is taken"
+        );
     }
 
     #[tokio::test]
@@ -117,11 +151,15 @@ mod tests {
         let held = before.acquire("a", wait).await.unwrap();
         let after = SiteSlots::carrying_over(["a", "c"], 1, &before);
         assert!(
+            Arc::ptr_eq(&before.sites["a"].pool, &after.sites["a"].pool),
+            "a kept site keeps its idle connections"
+        );
+        assert!(
             after.acquire("a", wait).await.is_err(),
             "the request in flight across the reload still holds a's one slot"
         );
         drop(held);
-        assert!(after.acquire("a", wait).await.unwrap().is_some());
+        assert!(after.acquire("a", wait).await.unwrap().permit.is_some());
         let _c = after.acquire("c", wait).await.unwrap();
         assert!(
             after.acquire("c", wait).await.is_err(),

@@ -1,6 +1,9 @@
 //! HTTP clients toward serving sites and toward the operator.
 //!
-//! Both are pooled hyper clients over rustls presenting the gateway's certificate. Sites
+//! A site in the clear (`http://`, the local site) is reached over its own pool of
+//! HTTP/1.1 connections driven from the request's task ([`crate::site_pool`]). TLS sites
+//! and the operator are reached over pooled hyper-util clients over rustls presenting
+//! the gateway's certificate. Sites
 //! are verified under the name in their base URL; the operator under the configured
 //! identity, whatever address the URL uses, so a gateway can dial its operator by IP
 //! while still refusing any certificate but the operator's.
@@ -52,6 +55,20 @@ pub fn uri_for(upstream: &Upstream, path_and_query: &PathAndQuery) -> Result<Uri
         .authority(upstream.authority())
         .path_and_query(pq)
         .build()
+}
+
+/// The origin-form URI (path and query only) for a site's own pool
+/// ([`crate::site_pool`]), which writes the authority in `Host` itself.
+pub fn origin_uri_for(
+    upstream: &Upstream,
+    path_and_query: &PathAndQuery,
+) -> Result<Uri, http::Error> {
+    let pq = if upstream.prefix().is_empty() {
+        path_and_query.clone()
+    } else {
+        PathAndQuery::try_from(format!("{}{}", upstream.prefix(), path_and_query.as_str()))?
+    };
+    Ok(Uri::from(pq))
 }
 
 /// A pooled client whose requests carry an in-memory body.
