@@ -13,8 +13,11 @@
 //! # How
 //!
 //! When a data frame arrives and the body is not known to be over, the frame is held and
+//! whatever else the body has ready is gathered in the same call. Once it is pending,
 //! the task yields (it wakes itself and returns `Pending`), which lets the site's
-//! connection task hand over the next chunk if it has one. Frames gathered that way leave
+//! connection task hand over the next chunk if it has one; a body whose connection this
+//! task polls itself ([`Coalesce::driven_inline`]) has nothing more coming, so it does not
+//! yield. Frames gathered that way leave
 //! as one, as soon as the site has nothing more ready, the body ends, or the batch reaches
 //! [`MAX_COALESCED_FRAMES`] or [`MAX_COALESCED_BYTES`]. A frame with nothing behind it is
 //! delayed by [`YIELDS_PER_FRAME`] scheduler passes, microseconds, never by a timer: a
@@ -99,16 +102,33 @@ pub(crate) struct Coalesce<B: Body> {
     frames: usize,
     /// Yields since the last frame arrived.
     yields: u8,
+    /// Yields a held batch waits for more: [`YIELDS_PER_FRAME`], or none for a body whose
+    /// connection is polled from this task.
+    max_yields: u8,
     after: After<B::Error>,
 }
 
 impl<B: Body> Coalesce<B> {
+    /// A body read from another task (the site's connection task): a held batch yields
+    /// for it to hand over more.
     pub(crate) fn new(inner: B) -> Self {
+        Self::yielding(inner, YIELDS_PER_FRAME)
+    }
+
+    /// A body whose connection is polled when it is (a pooled connection in the clear,
+    /// [`crate::site_pool`]): once it is pending, the socket has nothing more, so what
+    /// is held leaves at once, with no yield.
+    pub(crate) fn driven_inline(inner: B) -> Self {
+        Self::yielding(inner, 0)
+    }
+
+    fn yielding(inner: B, max_yields: u8) -> Self {
         Self {
             inner,
             held: Held::Nothing,
             frames: 0,
             yields: 0,
+            max_yields,
             after: None,
         }
     }
@@ -147,38 +167,41 @@ where
             // The held data left on the last call; what came after it follows now.
             return Poll::Ready(after);
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
-                let Ok(data) = frame.into_data() else {
-                    unreachable!("is_data was checked")
-                };
-                let over = this.inner.is_end_stream();
-                if over && this.frames == 0 {
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
+        // What is ready now is gathered in this one call; only when the inner body is
+        // pending does the batch yield (or leave).
+        loop {
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
+                    let Ok(data) = frame.into_data() else {
+                        unreachable!("is_data was checked")
+                    };
+                    let over = this.inner.is_end_stream();
+                    if over && this.frames == 0 {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    this.held.push(data);
+                    this.frames += 1;
+                    this.yields = 0;
+                    if over
+                        || this.frames >= MAX_COALESCED_FRAMES
+                        || this.held.len() >= MAX_COALESCED_BYTES
+                    {
+                        return this.hand_on();
+                    }
                 }
-                this.held.push(data);
-                this.frames += 1;
-                if over
-                    || this.frames >= MAX_COALESCED_FRAMES
-                    || this.held.len() >= MAX_COALESCED_BYTES
-                {
+                Poll::Ready(other) => {
+                    if this.frames == 0 {
+                        return Poll::Ready(other);
+                    }
+                    this.after = Some(other);
                     return this.hand_on();
                 }
-                this.yields = 0;
-                this.yield_once(cx)
-            }
-            Poll::Ready(other) => {
-                if this.frames == 0 {
-                    return Poll::Ready(other);
+                Poll::Pending if this.frames > 0 && this.yields < this.max_yields => {
+                    return this.yield_once(cx);
                 }
-                this.after = Some(other);
-                this.hand_on()
+                Poll::Pending if this.frames > 0 => return this.hand_on(),
+                Poll::Pending => return Poll::Pending,
             }
-            Poll::Pending if this.frames > 0 && this.yields < YIELDS_PER_FRAME => {
-                this.yield_once(cx)
-            }
-            Poll::Pending if this.frames > 0 => this.hand_on(),
-            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -339,6 +362,37 @@ mod tests {
             panic!("handed on once the site had nothing more for its passes");
         };
         assert_eq!(frame.into_data().unwrap(), "ab");
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn an_answer_whose_end_is_already_read_leaves_with_its_end_known_in_one_call() {
+        // A plain chunked answer read whole: its one chunk, then its end. Handed on in the
+        // call that found them, hyper writes the head, the chunk and the end together;
+        // a yield would have let it write the head alone first.
+        let (mut tx, inner) = Channel::<Bytes, Infallible>::new(4);
+        tx.send_data(Bytes::from_static(b"{}")).await.unwrap();
+        drop(tx);
+        let mut body = Coalesce::new(inner);
+        let Poll::Ready(Some(Ok(frame))) = poll_now(&mut body) else {
+            panic!("the frame and its end were both ready");
+        };
+        assert_eq!(frame.into_data().unwrap(), "{}");
+        assert!(body.is_end_stream(), "the end is known with the frame");
+    }
+
+    #[tokio::test]
+    async fn a_body_driven_inline_hands_on_what_is_ready_without_yielding() {
+        let (mut tx, inner) = Channel::<Bytes, Infallible>::new(4);
+        for part in ["a", "b", "c"] {
+            tx.send_data(Bytes::from(part)).await.unwrap();
+        }
+        let mut body = Coalesce::driven_inline(inner);
+        let Poll::Ready(Some(Ok(frame))) = poll_now(&mut body) else {
+            panic!("held frames of an inline body leave once it is pending");
+        };
+        assert_eq!(frame.into_data().unwrap(), "abc");
+        assert!(poll_now(&mut body).is_pending());
         drop(tx);
     }
 

@@ -489,6 +489,7 @@ impl Api {
         match answered {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
+                let inline = matches!(rbody, SiteBody::Pooled(_));
                 strip_hop_by_hop(&mut rparts.headers);
                 let head = AnswerHead {
                     sent,
@@ -525,12 +526,12 @@ impl Api {
                 let body = if rparts.status.is_success() {
                     head.record(upstream.live());
                     if head.streaming {
-                        Coalesce::new(TimedBody::new(rbody, upstream.live_shared(), head)).boxed()
+                        coalesced(TimedBody::new(rbody, upstream.live_shared(), head), inline)
                     } else {
-                        Coalesce::new(rbody).boxed()
+                        coalesced(rbody, inline)
                     }
                 } else {
-                    Coalesce::new(rbody).boxed()
+                    coalesced(rbody, inline)
                 };
                 Ok(Response::from_parts(rparts, body))
             }
@@ -635,6 +636,21 @@ enum Failed {
     Exchange,
     /// No answer head within `upstreamHeadersTimeoutSeconds` (the request was sent).
     HeadersTimedOut,
+}
+
+/// `body` with its ready frames handed on together ([`Coalesce`]): without yielding for
+/// a body whose connection this task polls (`inline`).
+fn coalesced<B>(body: B, inline: bool) -> ResponseBody
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + Sync + 'static,
+    B::Error: Into<BoxError> + Unpin + Send + Sync,
+{
+    let body = if inline {
+        Coalesce::driven_inline(body)
+    } else {
+        Coalesce::new(body)
+    };
+    body.map_err(Into::into).boxed()
 }
 
 fn too_large(limit: usize) -> Response<ResponseBody> {
