@@ -57,7 +57,9 @@ type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
 /// authority it was opened to.
 struct Conn {
     sender: Sender,
-    driver: Driver,
+    /// Boxed once per connection: a connection moves between the pool, the request and
+    /// the answer's body, and the driver is most of its size.
+    driver: Box<Driver>,
     authority: Arc<str>,
 }
 
@@ -178,7 +180,7 @@ impl SitePool {
             }
             let mut conn = idle.conn;
             let ready = std::future::poll_fn(|cx| {
-                if Pin::new(&mut conn.driver).poll(cx).is_ready() {
+                if Pin::new(&mut *conn.driver).poll(cx).is_ready() {
                     return Poll::Ready(false);
                 }
                 Poll::Ready(matches!(conn.sender.poll_ready(cx), Poll::Ready(Ok(()))))
@@ -250,7 +252,7 @@ async fn connect(
         .map_err(|e| failed(Box::new(e)))?;
     Ok(Conn {
         sender,
-        driver,
+        driver: Box::new(driver),
         authority: Arc::from(authority),
     })
 }
@@ -269,7 +271,7 @@ async fn exchange(
     let mut driver = Some(conn.driver);
     let head = std::future::poll_fn(|cx| {
         if let Some(d) = driver.as_mut()
-            && Pin::new(d).poll(cx).is_ready()
+            && Pin::new(&mut **d).poll(cx).is_ready()
         {
             // Shut down or failed: the answer future now holds the outcome.
             driver = None;
@@ -298,7 +300,7 @@ pub(crate) struct PooledBody {
 impl PooledBody {
     fn poll_driver(&mut self, cx: &mut Context<'_>) {
         if let Some(conn) = self.conn.as_mut()
-            && Pin::new(&mut conn.driver).poll(cx).is_ready()
+            && Pin::new(&mut *conn.driver).poll(cx).is_ready()
         {
             self.conn = None;
         }
@@ -356,9 +358,6 @@ impl Drop for PooledBody {
 
 /// A site's answer body, from a pooled connection in the clear or from the hyper-util
 /// client (`https://` sites).
-// The pooled variant carries its connection; the answer is boxed whole once
-// (`ResponseBody`), so boxing the variant too would add an allocation per answer.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum SiteBody {
     /// Driven from the client connection's task.
     Pooled(PooledBody),
