@@ -113,7 +113,8 @@ impl Timing {
             // partition is noticed within one: a member declared down answers an announce
             // by learning it must renew its identity, and each answer's feed hands back the
             // renewed roster of its side, which dissemination alone would take rounds more
-            // to spread.
+            // to spread. A member that renews announces at once as well
+            // (`Membership::announce_to_down`).
             periodic_announce_to_down_members: periodic(self.probe_period, MAX_DOWN_ANNOUNCES),
             periodic_gossip: periodic(self.gossip, 3),
         }
