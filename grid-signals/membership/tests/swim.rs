@@ -69,14 +69,21 @@ fn a_healed_partition_converges_within_three_announce_periods() {
     assert!(healed <= 3 * timing.announce.as_millis() as u64);
 }
 
-#[test]
-fn every_member_believed_down_is_reached_for_each_round() {
+/// A joined grid of `a`, `b` and twelve others, with `a` and `b` cut off from the twelve;
+/// the twelve's names. `a` keeps `b`, so it stays in the cluster (foca stops announcing
+/// when it knows nobody).
+fn two_cut_off_from_twelve() -> (Net, Vec<String>) {
     let others: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
     let mut sites: Vec<&str> = others.iter().map(String::as_str).collect();
     sites.extend(["a", "b"]);
     let mut net = joined(&sites);
-    // a keeps b, so it stays in the cluster (foca stops announcing when it knows nobody).
     net.partition(&["a", "b"], &sites[..12]);
+    (net, others)
+}
+
+#[test]
+fn every_member_believed_down_is_reached_for_each_round() {
+    let (mut net, _) = two_cut_off_from_twelve();
     // a probes one member a round, so it takes a round-robin of them to suspect them all.
     let b_only: std::collections::BTreeSet<String> = ["b".to_owned()].into();
     for _ in 0..40 {
@@ -100,15 +107,10 @@ fn every_member_believed_down_is_reached_for_each_round() {
 #[test]
 fn a_member_told_it_was_declared_down_announces_its_new_identity_to_every_member_believed_down_at_once()
  {
-    let others: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
-    let mut sites: Vec<&str> = others.iter().map(String::as_str).collect();
-    sites.extend(["a", "b"]);
-    let mut net = joined(&sites);
-    net.partition(&["a", "b"], &sites[..12]);
+    let (mut net, others) = two_cut_off_from_twelve();
     let b_only: std::collections::BTreeSet<String> = ["b".to_owned()].into();
-    let apart = |net: &Net| {
-        net.view("a") == b_only && sites[..12].iter().all(|s| !net.view(s).contains("a"))
-    };
+    let apart =
+        |net: &Net| net.view("a") == b_only && others.iter().all(|s| !net.view(s).contains("a"));
     for _ in 0..60 {
         if apart(&net) {
             break;
