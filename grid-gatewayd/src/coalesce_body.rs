@@ -16,7 +16,7 @@
 //! whatever else the body has ready is gathered in the same call. Once it is pending,
 //! the task yields (it wakes itself and returns `Pending`), which lets the site's
 //! connection task hand over the next chunk if it has one; a body whose connection this
-//! task polls itself ([`Coalesce::driven_inline`]) has nothing more coming, so it does not
+//! task polls itself (`Coalesce::driven_inline`) has nothing more coming, so it does not
 //! yield. Frames gathered that way leave
 //! as one, as soon as the site has nothing more ready, the body ends, or the batch reaches
 //! [`MAX_COALESCED_FRAMES`] or [`MAX_COALESCED_BYTES`]. A frame with nothing behind it is

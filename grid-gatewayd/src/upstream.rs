@@ -1,7 +1,7 @@
 //! HTTP clients toward serving sites and toward the operator.
 //!
 //! A site in the clear (`http://`, the local site) is reached over its own pool of
-//! HTTP/1.1 connections driven from the request's task ([`crate::site_pool`]). TLS sites
+//! HTTP/1.1 connections driven from the request's task (`site_pool`). TLS sites
 //! and the operator are reached over pooled hyper-util clients over rustls presenting
 //! the gateway's certificate. Sites
 //! are verified under the name in their base URL; the operator under the configured
@@ -58,7 +58,7 @@ pub fn uri_for(upstream: &Upstream, path_and_query: &PathAndQuery) -> Result<Uri
 }
 
 /// The origin-form URI (path and query only) for a site's own pool
-/// ([`crate::site_pool`]), which writes the authority in `Host` itself.
+/// (`site_pool`), which writes the authority in `Host` itself.
 pub fn origin_uri_for(
     upstream: &Upstream,
     path_and_query: &PathAndQuery,
