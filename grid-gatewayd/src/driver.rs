@@ -358,6 +358,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
         client: sites,
+        plain: upstream::plain_connector(Duration::from_millis(config.connect_timeout_ms)),
         body_limit: config.body_limit_bytes,
         body_timeout: Duration::from_millis(config.client_body_timeout_ms),
         metrics: request_metrics,

@@ -59,8 +59,8 @@ use grid_score::routing::{RETRY_PATH, Route, RoutingView};
 
 use crate::site_pool::{SiteBody, SiteError};
 use crate::site_slots::Slot;
-use crate::upstream::HttpClient;
 use crate::upstream::Published;
+use crate::upstream::{HttpClient, PlainConnect};
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
@@ -96,6 +96,8 @@ pub(crate) struct Inner {
     pub(crate) live_refresh: Arc<tokio::sync::Notify>,
     /// The client of serving sites over TLS (those in the clear use their own pool).
     pub(crate) client: HttpClient,
+    /// What the pools of sites in the clear open connections with.
+    pub(crate) plain: PlainConnect,
     /// `bodyLimitBytes`.
     pub(crate) body_limit: usize,
     /// `clientBodyTimeoutSeconds`: the whole body read, from the head's arrival.
@@ -117,8 +119,7 @@ pub(crate) struct Inner {
 /// The bounds on waiting for a site's answer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct UpstreamWaits {
-    /// The connect bound (`connectTimeoutSeconds`): a connect to a site in the clear,
-    /// its sockets' `TCP_USER_TIMEOUT`, and the wait for a slot of a full site.
+    /// For a slot of a full site: the connect bound, the wait for a connection.
     pub(crate) slot: Duration,
     /// Sending until the answer's head (`upstreamHeadersTimeoutSeconds`).
     pub(crate) headers: Duration,
@@ -461,7 +462,7 @@ impl Api {
         let exchange = async {
             match pool {
                 Some(pool) => pool
-                    .send(upstream.authority(), out, waits.slot, waits.slot)
+                    .send(&self.inner.plain, upstream.authority(), out)
                     .await
                     .map(|r| r.map(SiteBody::Pooled))
                     .map_err(SiteFailure::Pooled),

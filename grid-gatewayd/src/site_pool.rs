@@ -18,8 +18,9 @@
 //!   closed it while idle is noticed and the connection dropped; a request that a closing
 //!   pooled connection refused before writing any of it is sent again on a new
 //!   connection ([`MAX_STALE_RETRIES`]).
-//! - **Bounds**: the connect bound covers the TCP connect ([`SitePool::send`]), sockets
-//!   carry `TCP_NODELAY` and the `TCP_USER_TIMEOUT` of [`crate::upstream`], at most
+//! - **Bounds**: connections are opened by the site client's own TCP connector under its
+//!   connect bound ([`crate::upstream::plain_connector`]: `TCP_NODELAY`,
+//!   `TCP_USER_TIMEOUT`), at most
 //!   [`MAX_IDLE_PER_SITE`] idle connections are kept per site, and one idle longer than
 //!   [`POOL_IDLE_TIMEOUT`] is closed when next seen (the hyper-util client, without a pool
 //!   timer, did the same).
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
@@ -42,8 +43,10 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tower_service::Service;
 
-pub(crate) use crate::upstream::{ConnectTimedOut, MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
+use crate::upstream::PlainConnect;
+pub(crate) use crate::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
 
 /// A request that a pooled connection refused before writing any of it (the site closed
 /// it between the check at checkout and the write) is sent again this many times, on a
@@ -119,15 +122,13 @@ impl SitePool {
     }
 
     /// Sends `req` (origin-form URI) to `authority` on an idle connection or a new one
-    /// (connecting within `connect_timeout`, its socket's `TCP_USER_TIMEOUT` set to
-    /// `user_timeout`); the answer's body drives the connection and returns it here when
-    /// it ends.
+    /// opened by `connector`; the answer's body drives the connection and returns it here
+    /// when it ends.
     pub(crate) async fn send(
         self: &Arc<Self>,
+        connector: &PlainConnect,
         authority: &str,
         mut req: Request<Full<Bytes>>,
-        connect_timeout: Duration,
-        user_timeout: Duration,
     ) -> Result<Response<PooledBody>, SiteError> {
         if let Ok(host) = HeaderValue::from_str(authority) {
             req.headers_mut().entry(header::HOST).or_insert(host);
@@ -143,7 +144,7 @@ impl SitePool {
             let reused = pooled.is_some();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => connect(authority, connect_timeout, user_timeout).await?,
+                None => connect(connector, authority).await?,
             };
             match exchange(conn, req).await {
                 Ok((resp, conn)) => {
@@ -221,33 +222,16 @@ fn expired(since: Instant, now: Instant) -> bool {
 }
 
 /// A new connection to `authority` (`host[:port]`, port 80 by default).
-async fn connect(
-    authority: &str,
-    connect_timeout: Duration,
-    user_timeout: Duration,
-) -> Result<Conn, SiteError> {
+async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, SiteError> {
     let failed = |source: Box<dyn std::error::Error + Send + Sync>| SiteError::Connect {
         authority: Arc::from(authority),
         source,
     };
-    let has_port = authority
-        .parse::<http::uri::Authority>()
-        .is_ok_and(|a| a.port_u16().is_some());
-    let addr = if has_port {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err(failed(Box::new(e))),
-        Err(_) => return Err(failed(Box::new(ConnectTimedOut(connect_timeout)))),
-    };
-    stream.set_nodelay(true).map_err(|e| failed(Box::new(e)))?;
-    socket2::SockRef::from(&stream)
-        .set_tcp_user_timeout(Some(user_timeout))
+    let uri: http::Uri = format!("http://{authority}")
+        .parse()
         .map_err(|e| failed(Box::new(e)))?;
-    let (sender, driver) = http1::handshake(TokioIo::new(stream))
+    let io = connector.clone().call(uri).await.map_err(failed)?;
+    let (sender, driver) = http1::handshake(io)
         .await
         .map_err(|e| failed(Box::new(e)))?;
     Ok(Conn {
@@ -398,6 +382,8 @@ impl Body for SiteBody {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use std::time::Duration;
+
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -474,8 +460,12 @@ mod tests {
             .unwrap()
     }
 
+    fn connector() -> PlainConnect {
+        crate::upstream::plain_connector(WAIT)
+    }
+
     async fn fetch(pool: &Arc<SitePool>, authority: &str) -> Bytes {
-        let resp = tokio::time::timeout(WAIT, pool.send(authority, get(), WAIT, WAIT))
+        let resp = tokio::time::timeout(WAIT, pool.send(&connector(), authority, get()))
             .await
             .unwrap()
             .unwrap();
@@ -518,7 +508,7 @@ mod tests {
     async fn an_answer_cut_short_closes_its_connection_instead_of_pooling_it() {
         let (authority, _) = site(Site::Truncated).await;
         let pool = Arc::new(SitePool::default());
-        let resp = pool.send(&authority, get(), WAIT, WAIT).await.unwrap();
+        let resp = pool.send(&connector(), &authority, get()).await.unwrap();
         let mut body = resp.into_body();
         let first = tokio::time::timeout(WAIT, body.frame())
             .await
@@ -538,7 +528,7 @@ mod tests {
         // connection.
         let mut answers = Vec::new();
         for _ in 0..=MAX_IDLE_PER_SITE {
-            answers.push(pool.send(&authority, get(), WAIT, WAIT).await.unwrap());
+            answers.push(pool.send(&connector(), &authority, get()).await.unwrap());
         }
         assert_eq!(accepted.load(Ordering::SeqCst), MAX_IDLE_PER_SITE + 1);
         for a in answers {
@@ -591,7 +581,8 @@ mod tests {
             }
         }
         let pool = Arc::new(SitePool::default());
-        let Err(e) = pool.send(&authority, get(), bound, WAIT).await else {
+        let slow = crate::upstream::plain_connector(bound);
+        let Err(e) = pool.send(&slow, &authority, get()).await else {
             panic!("connected past a full backlog");
         };
         assert!(e.is_connect(), "{e}");
@@ -601,8 +592,8 @@ mod tests {
     #[tokio::test]
     async fn a_request_on_a_connection_that_is_gone_is_handed_back_unwritten() {
         let (authority, _) = site(Site::KeepAlive).await;
-        let gone = connect(&authority, WAIT, WAIT).await.unwrap();
-        let live = connect(&authority, WAIT, WAIT).await.unwrap();
+        let gone = connect(&connector(), &authority).await.unwrap();
+        let live = connect(&connector(), &authority).await.unwrap();
         drop(gone.driver);
         let conn = Conn {
             sender: gone.sender,

@@ -149,6 +149,21 @@ fn http_connector(connect_timeout: Duration) -> HttpConnector {
     http
 }
 
+/// The connector of sites in the clear ([`plain_connector`]).
+pub type PlainConnect = BoundedConnect<HttpConnector>;
+
+/// The connector the pool of a site in the clear (`site_pool`) opens connections with:
+/// the site client's TCP connector (`TCP_NODELAY`, `TCP_USER_TIMEOUT`, resolution) under
+/// the same bound, without TLS. Only the whole bound runs: the connector's own
+/// per-address timeout (the bound split across the resolved addresses) would end a
+/// stalled connect a moment earlier as a plain I/O error, which [`is_connect_timeout`]
+/// does not recognise, so the stall would not be counted as a connect timeout.
+pub fn plain_connector(connect_timeout: Duration) -> PlainConnect {
+    let mut http = http_connector(connect_timeout);
+    http.set_connect_timeout(None);
+    BoundedConnect::new(http, connect_timeout)
+}
+
 /// Whether `error` is the kernel's `TCP_USER_TIMEOUT` abort (see [`site_client`]):
 /// bytes this gateway sent stayed unacknowledged for the connect bound. Over HTTP/1.1
 /// those bytes are the request's own, so it never arrived whole and is safe to send
