@@ -117,9 +117,14 @@ impl GossipMetrics {
     }
 
     fn record(&self, kind: FetchKind, outcome: FetchOutcome) {
+        self.record_many(kind, outcome, 1);
+    }
+
+    /// `n` fetches of `kind` that ended with `outcome`, in one lookup of their series.
+    fn record_many(&self, kind: FetchKind, outcome: FetchOutcome, n: u64) {
         self.fetches
             .get_or_create(&FetchLabels { kind, outcome })
-            .inc();
+            .inc_by(n);
     }
 
     /// Fetches of `kind` that ended with `outcome`.
@@ -226,9 +231,10 @@ impl Gossip {
     /// `member` was declared down: what was wanted from it is left to the digests,
     /// counted `deferred`.
     pub(crate) fn member_down(&mut self, member: &Member) {
-        for _ in 0..self.pulls.forget(&member.site) {
+        let forgotten = self.pulls.forget(&member.site) as u64;
+        if forgotten > 0 {
             self.metrics
-                .record(FetchKind::Batch, FetchOutcome::Deferred);
+                .record_many(FetchKind::Batch, FetchOutcome::Deferred, forgotten);
         }
     }
 
