@@ -252,11 +252,10 @@ impl<R: Rng> Membership<R> {
     pub fn new(
         identity: Member,
         timing: &Timing,
-        rng: R,
+        mut rng: R,
         metrics: MembershipMetrics,
     ) -> Result<Self, Error> {
         identity.check()?;
-        let mut rng = rng;
         let own_rng = SplitMix64::new(rng.next_u64());
         let versions = Handler::default();
         Ok(Self {
