@@ -46,6 +46,11 @@ pub const MAX_COALESCED_BYTES: usize = 64 * 1024;
 /// second covers hyper's HTTP/1.1 server asking again within the same turn.
 pub const YIELDS_PER_FRAME: u8 = 2;
 
+/// What a batch of two or more frames is gathered into at first: room for some twenty
+/// server-sent events of a token each, so a batch of them is copied without growing its
+/// buffer on every frame (which cost more than the copies). A larger batch grows.
+pub const GATHER_CAPACITY: usize = 4 * 1024;
+
 /// Data gathered and not yet handed on.
 #[derive(Default)]
 enum Held {
@@ -70,7 +75,8 @@ impl Held {
         *self = match std::mem::take(self) {
             Self::Nothing => Self::One(data),
             Self::One(first) => {
-                let mut many = BytesMut::with_capacity(first.len() + data.len());
+                let need = first.len() + data.len();
+                let mut many = BytesMut::with_capacity(need.max(GATHER_CAPACITY));
                 many.extend_from_slice(&first);
                 many.extend_from_slice(&data);
                 Self::Many(many)
@@ -233,6 +239,31 @@ mod tests {
     use http_body_util::channel::Channel;
     use std::convert::Infallible;
     use std::time::Duration;
+
+    #[test]
+    fn a_batch_up_to_the_gather_capacity_and_one_past_it_leaves_whole_and_in_order() {
+        for total in [GATHER_CAPACITY, GATHER_CAPACITY + 1] {
+            let mut held = Held::Nothing;
+            let mut want = Vec::new();
+            let mut i = 0u8;
+            while want.len() < total {
+                let n = (total - want.len()).min(100);
+                let frame = vec![i; n];
+                want.extend_from_slice(&frame);
+                held.push(Bytes::from(frame));
+                i = i.wrapping_add(1);
+            }
+            if let Held::Many(b) = &held {
+                if total <= GATHER_CAPACITY {
+                    assert_eq!(b.capacity(), GATHER_CAPACITY, "never grown");
+                }
+            } else {
+                panic!("{total} bytes in one frame");
+            }
+            assert_eq!(held.take().unwrap(), want, "{total} bytes");
+            assert!(held.take().is_none());
+        }
+    }
 
     /// Every frame `body` yields, in order, each as its bytes.
     async fn frames<B: Body<Data = Bytes> + Unpin>(mut body: B) -> Vec<Bytes>

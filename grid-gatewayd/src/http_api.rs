@@ -332,7 +332,7 @@ impl Api {
         };
         let outcome = match resp.extensions().get::<ApiErrorKind>() {
             Some(kind) => kind.as_str(),
-            None if resp.headers().contains_key(SITE_HEADER) => "proxied",
+            None if resp.headers().contains_key(SITE_HEADER) => crate::request_metrics::PROXIED,
             None => "local",
         };
         self.inner.metrics.outcome(outcome);
@@ -517,7 +517,7 @@ impl Api {
                     waits.idle,
                     IdleReport {
                         metrics: self.inner.metrics.clone(),
-                        site: upstream.site.to_string(),
+                        site: Arc::clone(&upstream.site),
                         slot: upstream.live_shared(),
                         live_refresh: Arc::clone(&self.inner.live_refresh),
                         _site_slot: site_slot,

@@ -32,7 +32,7 @@ pub(crate) struct UpstreamIdle(pub(crate) Duration);
 /// Who hears of a timeout: the metric and the site's live slot.
 pub(crate) struct IdleReport {
     pub(crate) metrics: RequestMetrics,
-    pub(crate) site: String,
+    pub(crate) site: Arc<str>,
     pub(crate) slot: Arc<LiveSlot>,
     pub(crate) live_refresh: Arc<tokio::sync::Notify>,
     /// The site slot the answer holds until it ends (or is cut): `maxConnectionsPerSite`.

@@ -32,6 +32,7 @@ pub mod api_error;
 pub mod clock;
 pub mod coalesce_body;
 pub mod config;
+mod connection_watch;
 pub mod driver;
 mod error;
 pub mod ext_proc;

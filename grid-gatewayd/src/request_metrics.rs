@@ -89,11 +89,17 @@ pub(crate) struct SiteLabels {
     pub site: String,
 }
 
+/// The outcome of a request answered by a site (the others are error codes).
+pub(crate) const PROXIED: &str = "proxied";
+
 /// The request path's metric handles.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct RequestMetrics {
     /// `grid_gateway_requests_total{outcome}`.
     pub requests: Family<OutcomeLabels, Counter>,
+    /// `requests{outcome="proxied"}`, found once: nearly every request counts there, and a
+    /// family lookup is a lock and a hash.
+    proxied: Counter,
     /// `grid_gateway_retries_total{site}`. First attempts are counted by grid-score's
     /// `grid_gateway_score_decisions_total{site,path,outcome}`.
     pub retries: Family<RetryLabels, Counter>,
@@ -107,6 +113,24 @@ pub(crate) struct RequestMetrics {
     /// `grid_gateway_upstream_error_answers_total{site}`: 5xx answers, fed to routing as
     /// serving failures.
     pub error_answers: Family<SiteLabels, Counter>,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> Self {
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        let proxied = requests
+            .get_or_create(&OutcomeLabels { outcome: PROXIED })
+            .clone();
+        Self {
+            requests,
+            proxied,
+            retries: Family::default(),
+            upstream_failures: Family::default(),
+            upstream_timeouts: Family::default(),
+            flow_refused: Family::default(),
+            error_answers: Family::default(),
+        }
+    }
 }
 
 impl RequestMetrics {
@@ -158,8 +182,36 @@ impl RequestMetrics {
 
     /// Counts one answered request.
     pub(crate) fn outcome(&self, outcome: &'static str) {
+        if outcome == PROXIED {
+            self.proxied.inc();
+            return;
+        }
         self.requests
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxied_requests_count_on_the_registered_outcome_series_as_the_others_do() {
+        let mut registry = Registry::default();
+        let m = RequestMetrics::register(&mut registry);
+        m.outcome(PROXIED);
+        m.clone().outcome(PROXIED);
+        m.outcome("unavailable");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("grid_gateway_requests_total{outcome=\"proxied\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("grid_gateway_requests_total{outcome=\"unavailable\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! # Every client wait is bounded
 //!
 //! Each connection has a watchdog that knows whether a request is in flight on it (a
-//! request counts from its head until its answer body is dropped, sent or not):
+//! request counts from its head until its answer body is dropped, sent or not; how it
+//! knows without a wake-up per request is in `connection_watch.rs`):
 //!
 //! - a new connection must deliver its first request head within
 //!   `clientHeaderTimeoutSeconds` (a client that connects and sends nothing, or sends
@@ -32,9 +33,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Response;
-use http_body_util::BodyExt as _;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -46,7 +44,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::http_api::{Api, ResponseBody};
+use crate::connection_watch::{Activity, InFlight, watchdog};
+use crate::http_api::Api;
 
 /// How long draining waits for open requests (streams included) before closing anyway.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -215,12 +214,13 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (activity, watched) = watch::channel(Activity::new(crate::clock::monotonic()));
+        let activity = Activity::new(crate::clock::monotonic());
+        let watched = Arc::clone(&activity);
         let service = {
             let api = api.clone();
             service_fn(move |req| {
                 let api = api.clone();
-                let guard = InFlight::start(activity.clone());
+                let guard = InFlight::start(&activity);
                 async move {
                     let resp = api.handle(req).await;
                     Ok::<_, std::convert::Infallible>(guard.hold(resp))
@@ -236,6 +236,8 @@ pub(crate) async fn serve(
             metrics.open.inc();
             tokio::pin!(conn);
             let ended = tokio::select! {
+                // The connection first: it is what most wake-ups are for.
+                biased;
                 ended = conn.as_mut() => Some(ended),
                 reason = watchdog(watched, limits) => {
                     metrics.closed(reason);
@@ -260,111 +262,6 @@ pub(crate) async fn serve(
         .is_err()
     {
         tracing::warn!("drain timed out; closing remaining connections");
-    }
-}
-
-/// What a connection's watchdog reads.
-#[derive(Clone, Copy, Debug)]
-struct Activity {
-    /// Requests whose answer is not done.
-    in_flight: usize,
-    /// At least one request was seen (the header bound no longer applies).
-    served: bool,
-    /// When `in_flight` last changed (or the connection opened).
-    since: Instant,
-}
-
-impl Activity {
-    fn new(now: Instant) -> Self {
-        Self {
-            in_flight: 0,
-            served: false,
-            since: now,
-        }
-    }
-
-    /// When the connection is to be closed, and why; `None` while a request is in flight.
-    fn deadline(&self, limits: Limits) -> Option<(Instant, Closed)> {
-        match (self.in_flight, self.served) {
-            (0, false) => Some((self.since + limits.header_timeout, Closed::HeaderTimeout)),
-            (0, true) => Some((self.since + limits.idle_timeout, Closed::IdleTimeout)),
-            _ => None,
-        }
-    }
-}
-
-/// Resolves when the connection has waited past its bound, with why.
-async fn watchdog(mut activity: watch::Receiver<Activity>, limits: Limits) -> Closed {
-    loop {
-        let due = activity.borrow_and_update().deadline(limits);
-        let changed = async {
-            if activity.changed().await.is_err() {
-                // The connection (and its service) is gone; its own future ends it.
-                std::future::pending::<()>().await;
-            }
-        };
-        match due {
-            None => changed.await,
-            Some((deadline, reason)) => tokio::select! {
-                () = tokio::time::sleep_until(deadline.into()) => return reason,
-                () = changed => {}
-            },
-        }
-    }
-}
-
-/// One request in flight on a connection, from its head until its answer body is
-/// dropped.
-struct InFlight(watch::Sender<Activity>);
-
-impl InFlight {
-    fn start(activity: watch::Sender<Activity>) -> Self {
-        activity.send_modify(|a| {
-            a.in_flight += 1;
-            a.served = true;
-        });
-        Self(activity)
-    }
-
-    /// The answer, its body holding the guard.
-    fn hold(self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
-        resp.map(|body| Guarded { body, _guard: self }.boxed())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let now = crate::clock::monotonic();
-        self.0.send_modify(|a| {
-            a.in_flight = a.in_flight.saturating_sub(1);
-            a.since = now;
-        });
-    }
-}
-
-/// An answer body that ends its request's [`InFlight`] when dropped.
-struct Guarded {
-    body: ResponseBody,
-    _guard: InFlight,
-}
-
-impl http_body::Body for Guarded {
-    type Data = Bytes;
-    type Error = crate::idle_body::BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }
 
@@ -441,33 +338,5 @@ mod tests {
         );
         b.on_success();
         assert_eq!(b.on_error(now).0, ACCEPT_BACKOFF_MIN, "reset by an accept");
-    }
-
-    #[test]
-    fn a_connection_is_due_by_its_header_bound_then_its_idle_bound_never_while_busy() {
-        let limits = Limits {
-            max_connections: 1,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-        };
-        let t0 = crate::clock::monotonic();
-        let mut a = Activity::new(t0);
-        assert_eq!(
-            a.deadline(limits),
-            Some((t0 + limits.header_timeout, Closed::HeaderTimeout))
-        );
-        a.in_flight = 1;
-        a.served = true;
-        assert_eq!(
-            a.deadline(limits),
-            None,
-            "a request in flight is never idle"
-        );
-        a.in_flight = 0;
-        a.since = t0 + Duration::from_secs(5);
-        assert_eq!(
-            a.deadline(limits),
-            Some((a.since + limits.idle_timeout, Closed::IdleTimeout))
-        );
     }
 }

@@ -111,6 +111,11 @@ fn signal(pid: u32, signal: &str) {
 }
 
 impl Proxy {
+    /// The processes, taken out: this handle no longer stops them.
+    fn into_children(mut self) -> Vec<Child> {
+        std::mem::take(&mut self.children)
+    }
+
     /// Every thread of every process of this proxy (a master's workers included): their
     /// CPU time so far, in nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
@@ -187,19 +192,25 @@ pub fn start_nginx(dir: &Path, upstream: &str, workers: usize) -> Result<(Proxy,
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_config(dir, upstream, workers, (h1, h2)))?;
+    let child = spawn_nginx(&[], dir, &conf)?;
+    Ok(two_listeners("nginx", child, (h1, h2)))
+}
+
+/// `nginx -c conf -p dir` under `wrapper` (a program and its arguments, nginx's command
+/// line appended; none: nginx itself), its stderr in `dir/nginx.log`.
+fn spawn_nginx(wrapper: &[String], dir: &Path, conf: &Path) -> Result<(Child, PathBuf), Error> {
     let log = dir.join("nginx.log");
-    let child = spawn(
-        Path::new("nginx"),
-        &[
-            "-c",
-            conf.to_str().unwrap_or_default(),
-            "-p",
-            dir.to_str().unwrap_or_default(),
-        ],
-        &[],
-        &log,
-    )?;
-    Ok(two_listeners("nginx", (child, log), (h1, h2)))
+    let own = [
+        "nginx",
+        "-c",
+        conf.to_str().unwrap_or_default(),
+        "-p",
+        dir.to_str().unwrap_or_default(),
+    ];
+    let mut line: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    line.extend(own);
+    let child = spawn(Path::new(line[0]), &line[1..], &[], &log)?;
+    Ok((child, log))
 }
 
 /// The two handles of one process serving HTTP/1.1 on `h1` and HTTP/2 on `h2`: the
@@ -227,10 +238,23 @@ fn two_listeners(
 }
 
 /// The nginx configuration [`start_nginx`] writes.
-pub fn nginx_config(dir: &Path, upstream: &str, workers: usize, (h1, h2): (u16, u16)) -> String {
+pub fn nginx_config(dir: &Path, upstream: &str, workers: usize, ports: (u16, u16)) -> String {
+    nginx_config_with(dir, upstream, (workers, true), ports)
+}
+
+/// [`nginx_config`], with `master` off for one process that serves by itself (what
+/// callgrind profiles in [`callgrind_per_answer`]: a master's workers are its children,
+/// which valgrind does not follow into).
+fn nginx_config_with(
+    dir: &Path,
+    upstream: &str,
+    (workers, master): (usize, bool),
+    (h1, h2): (u16, u16),
+) -> String {
     let up = upstream.trim_start_matches("http://");
+    let master = if master { "on" } else { "off" };
     format!(
-        "daemon off;\nmaster_process on;\nworker_processes {workers};\npid {pid};\n\
+        "daemon off;\nmaster_process {master};\nworker_processes {workers};\npid {pid};\n\
          error_log stderr error;\nevents {{ worker_connections 4096; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n\
            keepalive_requests 1000000;\n  http2_max_requests 1000000;\n\
@@ -727,19 +751,39 @@ pub const CALLGRIND_EXIT_LIMIT: Duration = Duration::from_secs(60);
 /// under valgrind).
 pub const CALLGRIND_RUN_LIMIT: Duration = Duration::from_secs(600);
 
-/// The gateway's instructions per answer, counted by callgrind (immune to machine load):
-/// the gateway runs under `valgrind --tool=callgrind` twice, answering `few` and then
+/// Which proxy [`callgrind_per_answer`] profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profiled {
+    /// The grid gateway, one runtime thread.
+    Grid,
+    /// nginx, one process serving by itself (`master_process off`).
+    Nginx,
+}
+
+impl Profiled {
+    /// `grid` or `nginx`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grid => "grid",
+            Self::Nginx => "nginx",
+        }
+    }
+}
+
+/// A proxy's instructions per answer, counted by callgrind (immune to machine load):
+/// the proxy runs under `valgrind --tool=callgrind` twice, answering `few` and then
 /// `many` requests (h2load, one connection, HTTP/1.1 with `--h1` or HTTP/2), and the
 /// difference of the two totals over `many - few` is what one more answer costs, with
 /// start-up, shutdown and the background polls cancelling out. With `keep`, each run's
-/// profile is copied there (`{h1,h2}-{plain,sse}-{answers}.out`) for `callgrind_annotate`:
+/// profile is copied there (`{proxy}-{h1,h2}-{plain,sse}-{answers}.out`) for `callgrind_annotate`:
 /// where the instructions go, not only how many.
 ///
 /// # Errors
 ///
 /// A process that cannot be started, a generator that fails, or a profile not written.
 pub async fn callgrind_per_answer(
-    gatewayd: &Path,
+    (proxy, gatewayd): (Profiled, &Path),
     client: Client,
     stream: bool,
     (few, many): (u64, u64),
@@ -747,10 +791,11 @@ pub async fn callgrind_per_answer(
 ) -> Result<f64, Error> {
     let mut totals = Vec::new();
     for n in [few, many] {
-        let (total, profile) = callgrind_total(gatewayd, client, stream, n).await?;
+        let (total, profile) = callgrind_total((proxy, gatewayd), client, stream, n).await?;
         if let Some(dir) = keep {
             let name = format!(
-                "{}-{}-{n}.out",
+                "{}-{}-{}-{n}.out",
+                proxy.as_str(),
                 if client == Client::Http1 { "h1" } else { "h2" },
                 if stream { "sse" } else { "plain" }
             );
@@ -763,7 +808,7 @@ pub async fn callgrind_per_answer(
 }
 
 async fn callgrind_total(
-    gatewayd: &Path,
+    (proxy, gatewayd): (Profiled, &Path),
     client: Client,
     stream: bool,
     answers: u64,
@@ -777,14 +822,33 @@ async fn callgrind_total(
         "--tool=callgrind".to_owned(),
         format!("--callgrind-out-file={}", out.display()),
     ];
-    let mut gw = start_grid_under(
-        &wrapper,
-        gatewayd,
-        &fed.site,
-        fed.operator.signals_addr,
-        (&base, 1),
-    )?;
-    // Under callgrind the gateway starts some 50 times slower.
+    let mut gw = match proxy {
+        Profiled::Grid => start_grid_under(
+            &wrapper,
+            gatewayd,
+            &fed.site,
+            fed.operator.signals_addr,
+            (&base, 1),
+        )?,
+        Profiled::Nginx => {
+            let (h1, h2) = (free_port()?, free_port()?);
+            let conf = dir.path().join("nginx.conf");
+            let text = nginx_config_with(dir.path(), &base, (1, false), (h1, h2));
+            std::fs::write(&conf, text)?;
+            let child = spawn_nginx(&wrapper, dir.path(), &conf)?;
+            let (h1, h2) = two_listeners("nginx", child, (h1, h2));
+            // One process serves both: the HTTP/2 handle's URL, the HTTP/1.1 one's child.
+            match client {
+                Client::Http1 => h1,
+                Client::Http2 => {
+                    let mut h2 = h2;
+                    h2.children = h1.into_children();
+                    h2
+                }
+            }
+        }
+    };
+    // Under callgrind a proxy starts some 50 times slower.
     wait_ready(&gw.url, client, READY_LIMIT * 3).await?;
     let data = dir.path().join("body.json");
     std::fs::write(&data, request_body(stream))?;

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use grid_kit::proxy_compare::{Client, Lineup, Measured, callgrind_per_answer, sibling_binary};
+use grid_kit::proxy_compare::{
+    Client, Lineup, Measured, Profiled, callgrind_per_answer, sibling_binary,
+};
 
 /// Flags of the comparison.
 #[derive(Debug, Parser)]
@@ -26,8 +28,8 @@ struct Args {
     /// Envoy's binary.
     #[arg(long, default_value = ".venv/bin/envoy")]
     envoy: PathBuf,
-    /// Instead of the table: the gateway's instructions per answer under callgrind, for
-    /// each of the four cases (two runs of 200 and 1,200 answers each).
+    /// Instead of the table: the instructions per answer of the gateway and of nginx under
+    /// callgrind, for each of the four cases (two runs of 200 and 1,200 answers each).
     #[arg(long)]
     callgrind: bool,
     /// With `--callgrind`: keep each run's profile in this folder, for
@@ -47,22 +49,30 @@ fn cell(m: &Measured) -> String {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.callgrind {
-        println!("| client | body | gateway instructions per answer |\n| --- | --- | ---: |");
+        println!(
+            "| client | body | grid instructions per answer | nginx instructions per answer | grid/nginx |\n| --- | --- | ---: | ---: | ---: |"
+        );
+        let gatewayd = sibling_binary("grid-gatewayd");
         for client in [Client::Http1, Client::Http2] {
             for stream in [false, true] {
-                let per = callgrind_per_answer(
-                    &sibling_binary("grid-gatewayd"),
-                    client,
-                    stream,
-                    (200, 1_200),
-                    args.callgrind_out.as_deref(),
-                )
-                .await?;
+                let mut per = [0.0; 2];
+                for (i, proxy) in [Profiled::Grid, Profiled::Nginx].into_iter().enumerate() {
+                    per[i] = callgrind_per_answer(
+                        (proxy, &gatewayd),
+                        client,
+                        stream,
+                        (200, 1_200),
+                        args.callgrind_out.as_deref(),
+                    )
+                    .await?;
+                }
                 println!(
-                    "| {} | {} | {:.0} |",
+                    "| {} | {} | {:.0} | {:.0} | {:.2}x |",
                     client.as_str().split(' ').next().unwrap_or_default(),
                     if stream { "SSE, 10 events" } else { "plain" },
-                    per
+                    per[0],
+                    per[1],
+                    per[0] / per[1],
                 );
             }
         }
