@@ -57,7 +57,7 @@ use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
 use grid_score::routing::{RETRY_PATH, Route, RoutingView};
 
-use crate::site_pool::{SiteBody, SiteError};
+use crate::site_pool::{Outgoing, SiteBody, SiteError};
 use crate::site_slots::Slot;
 use crate::upstream::Published;
 use crate::upstream::{HttpClient, PlainConnect};
@@ -454,25 +454,30 @@ impl Api {
             crate::upstream::uri_for(upstream, path_and_query)
         }
         .map_err(|e| Failed::Path(format!("request path: {e}")))?;
-        let mut out = Request::new(Full::new(body.clone()));
-        *out.method_mut() = parts.method.clone();
-        *out.uri_mut() = uri;
-        *out.headers_mut() = parts.headers.clone();
         let sent = crate::clock::monotonic();
         let exchange = async {
-            match pool {
-                Some(pool) => pool
-                    .send(&self.inner.plain, upstream.authority(), out)
+            if let Some(pool) = pool {
+                let out = Outgoing {
+                    method: &parts.method,
+                    target: uri.path_and_query().map_or("/", |pq| pq.as_str()),
+                    headers: &parts.headers,
+                    body,
+                };
+                pool.send(&self.inner.plain, upstream.authority(), out)
                     .await
                     .map(|r| r.map(SiteBody::Pooled))
-                    .map_err(SiteFailure::Pooled),
-                None => self
-                    .inner
+                    .map_err(SiteFailure::Pooled)
+            } else {
+                let mut out = Request::new(Full::new(body.clone()));
+                *out.method_mut() = parts.method.clone();
+                *out.uri_mut() = uri.clone();
+                *out.headers_mut() = parts.headers.clone();
+                self.inner
                     .client
                     .request(out)
                     .await
                     .map(|r| r.map(SiteBody::Client))
-                    .map_err(SiteFailure::Client),
+                    .map_err(SiteFailure::Client)
             }
         };
         let site_slot = slot.permit;

@@ -1,74 +1,130 @@
 //! Pooled HTTP/1.1 connections to a site in the clear (an `http://` base URL: the local
-//! site), driven from the request's own task.
+//! site), driven from the request's own task with the gateway's own codec
+//! ([`grid_h1_wire`]).
 //!
 //! hyper-util's pooled client spawns a task per connection and hands each answer's head
 //! and every body frame across to the request's task through channels, behind a pool
-//! keyed by a hash of `(scheme, authority)`. Profiled per plain answer (callgrind,
-//! `docs/benchmarks.md`), that client and its connection task were about a third of the
-//! gateway's instructions. Here a connection has no task: the request polls it while it
-//! waits for the head, and the answer's body ([`PooledBody`]) polls it while the client
-//! side asks for frames, so a site's bytes wake one task, the client connection's. The
+//! keyed by a hash of `(scheme, authority)`; hyper's own client connection, driven from
+//! the request's task, still handed the request to its dispatcher and the head back
+//! through channels, and each chunk of the body through a one-frame channel. Profiled
+//! per answer (callgrind, `docs/benchmarks.md`), that was most of the gateway's work on
+//! a streamed answer. Here a connection is a socket and its read buffer: the request's
+//! head and body leave in one vectored write, the answer's head is parsed in place, and
+//! the answer's body ([`PooledBody`]) decodes its frames out of the read buffer, reading
+//! the socket when the buffer has nothing more, in the client connection's task. The
 //! pool is the site's own (one per configured site, found with its slots), so taking a
 //! connection is a lock and a pop.
 //!
 //! What the hyper-util client did that this keeps:
 //! - **Reuse**: a connection goes back when its answer's body ended (or was known to be
-//!   empty) and the site did not ask to close it; the most recent is reused first.
-//! - **Stale connections**: one taken from the pool is polled before use, so a site that
-//!   closed it while idle is noticed and the connection dropped; a request that a closing
-//!   pooled connection refused before writing any of it is sent again on a new
-//!   connection ([`MAX_STALE_RETRIES`]).
+//!   empty), the site did not ask to close it, its framing was unambiguous, and nothing
+//!   followed the answer; the most recent is reused first.
+//! - **Stale connections**: one taken from the pool is checked without waiting (a read
+//!   that would block), so a site that closed it while idle is noticed and the connection
+//!   dropped; a request that a closing pooled connection refused before any of it was
+//!   written is sent again on a new connection ([`MAX_STALE_RETRIES`]).
 //! - **Bounds**: connections are opened by the site client's own TCP connector under its
 //!   connect bound ([`crate::upstream::plain_connector`]: `TCP_NODELAY`,
 //!   `TCP_USER_TIMEOUT`), at most
 //!   [`MAX_IDLE_PER_SITE`] idle connections are kept per site, and one idle longer than
 //!   [`POOL_IDLE_TIMEOUT`] is closed when next seen (the hyper-util client, without a pool
-//!   timer, did the same).
+//!   timer, did the same). The answer's head is bounded in size by the codec and in time
+//!   by the caller (`upstreamHeadersTimeoutSeconds`), each silence in its body by
+//!   `IdleBody`.
 //! - **Host**: the site's authority, as the hyper-util client set it (the client's own
 //!   `Host` is removed on the way in).
 //!
+//! The request is written whole before the answer is read: a site that answers early and
+//! stops reading a body larger than the socket's buffers is seen as one that sent no
+//! answer head in time (bodies are at most `bodyLimitBytes`).
+//!
 //! `https://` sites keep the hyper-util client: TLS, and HTTP/2 where the site offers it.
 
-use std::future::Future;
-use std::pin::{Pin, pin};
+use std::io::IoSlice;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
-use http::{HeaderValue, Request, Response, header};
+use bytes::{Buf as _, Bytes, BytesMut};
+use http::{HeaderMap, Method, Response, Version};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
+use crate::idle_body::BoxError;
 use crate::upstream::PlainConnect;
 pub(crate) use crate::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
+use grid_h1_wire::{
+    self as h1_wire, AnswerHead, BodyDecoder, Decoded, MAX_INTERIM_ANSWERS, Parsed, WireError,
+};
 
 /// A request that a pooled connection refused before writing any of it (the site closed
 /// it between the check at checkout and the write) is sent again this many times, on a
 /// new connection: once, as the hyper-util client did.
 pub(crate) const MAX_STALE_RETRIES: usize = 1;
 
-type Sender = http1::SendRequest<Full<Bytes>>;
-type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+/// Room made in a connection's read buffer before each read of its socket.
+pub(crate) const READ_RESERVE: usize = 8 * 1024;
 
-/// One connection: the half requests are sent on, the half that does its I/O, and the
+/// One connection: its socket, what was read from it and not yet taken, and the
 /// authority it was opened to.
 struct Conn {
-    sender: Sender,
-    /// Boxed once per connection: a connection moves between the pool, the request and
-    /// the answer's body, and the driver is most of its size.
-    driver: Box<Driver>,
+    io: TcpStream,
+    read: BytesMut,
     authority: Arc<str>,
+}
+
+impl Conn {
+    /// Whether an idle connection can carry a request: open, and with nothing unasked
+    /// for from the site. Never waits: a read that would block is what an open, quiet
+    /// connection answers.
+    fn is_quiet(&mut self) -> bool {
+        if !self.read.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Reads what the socket has into the read buffer: `Ready(Ok(0))` at its end.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        loop {
+            self.read.reserve(READ_RESERVE);
+            match self.io.try_read_buf(&mut self.read) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    match self.io.poll_read_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    }
+                }
+                done => return Poll::Ready(done),
+            }
+        }
+    }
 }
 
 struct Idle {
     conn: Conn,
     since: Instant,
+}
+
+/// What went wrong on a connection to a site in the clear.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireFailure {
+    /// The socket failed (its `io::Error` is the source: a `TCP_USER_TIMEOUT` abort is
+    /// found there).
+    #[error("the connection failed")]
+    Io(#[source] std::io::Error),
+    /// The site's bytes are not a readable answer.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The site closed the connection before its answer's head.
+    #[error("the site closed the connection before answering")]
+    ClosedBeforeHead,
 }
 
 /// Why a request to a site in the clear failed.
@@ -88,9 +144,9 @@ pub(crate) enum SiteError {
     Exchange {
         /// The site's `host[:port]`.
         authority: Arc<str>,
-        /// hyper's error.
+        /// What failed.
         #[source]
-        source: hyper::Error,
+        source: WireFailure,
     },
 }
 
@@ -99,6 +155,20 @@ impl SiteError {
     pub(crate) fn is_connect(&self) -> bool {
         matches!(self, Self::Connect { .. })
     }
+}
+
+/// A request as the pool sends it: borrowed from the client's, whose headers were
+/// already cleaned of hop-by-hop ones and `Host`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outgoing<'a> {
+    /// The method.
+    pub(crate) method: &'a Method,
+    /// The origin-form target (path and query).
+    pub(crate) target: &'a str,
+    /// The header fields to forward.
+    pub(crate) headers: &'a HeaderMap,
+    /// The whole body.
+    pub(crate) body: &'a Bytes,
 }
 
 /// One site's idle connections.
@@ -121,23 +191,29 @@ impl SitePool {
         self.idle.lock().map_or(0, |idle| idle.len())
     }
 
-    /// Sends `req` (origin-form URI) to `authority` on an idle connection or a new one
-    /// opened by `connector`; the answer's body drives the connection and returns it here
-    /// when it ends.
+    /// Sends `out` to `authority` on an idle connection or a new one opened by
+    /// `connector`; the answer's body reads the connection and returns it here when it
+    /// ends.
     pub(crate) async fn send(
         self: &Arc<Self>,
         connector: &PlainConnect,
         authority: &str,
-        mut req: Request<Full<Bytes>>,
+        out: Outgoing<'_>,
     ) -> Result<Response<PooledBody>, SiteError> {
-        if let Ok(host) = HeaderValue::from_str(authority) {
-            req.headers_mut().entry(header::HOST).or_insert(host);
-        }
+        let mut head = BytesMut::new();
+        h1_wire::encode_request(
+            out.method,
+            out.target,
+            authority,
+            out.headers,
+            out.body.len(),
+            &mut head,
+        );
         let mut attempts = 0;
         loop {
             attempts += 1;
             let pooled = if attempts == 1 {
-                self.take(authority).await
+                self.take(authority)
             } else {
                 None
             };
@@ -146,28 +222,39 @@ impl SitePool {
                 Some(conn) => conn,
                 None => connect(connector, authority).await?,
             };
-            match exchange(conn, req).await {
-                Ok((resp, conn)) => {
-                    let home = Some(Arc::clone(self));
-                    return Ok(resp.map(|body| PooledBody { body, conn, home }));
+            match exchange(conn, &head, out.body, out.method).await {
+                Ok((answer, conn)) => return Ok(self.answer(answer, conn)),
+                Err(Failed::Unwritten(_)) if sent_again(reused, attempts) => {}
+                Err(Failed::Unwritten(e) | Failed::After(e)) => {
+                    return Err(SiteError::Exchange {
+                        authority: Arc::from(authority),
+                        source: e,
+                    });
                 }
-                Err(mut e) => match e.take_message() {
-                    Some(back) if sent_again(reused, attempts) => req = back,
-                    _ => {
-                        return Err(SiteError::Exchange {
-                            authority: Arc::from(authority),
-                            source: e.into_error(),
-                        });
-                    }
-                },
             }
         }
     }
 
-    /// The most recent idle connection to `authority` that is still open and ready.
+    /// The answer to hand on: its head, and a body that reads `conn`.
+    fn answer(self: &Arc<Self>, head: AnswerHead, conn: Conn) -> Response<PooledBody> {
+        let body = PooledBody {
+            decoder: BodyDecoder::new(head.framing),
+            reusable: head.reusable,
+            conn: Some(conn),
+            home: Some(Arc::clone(self)),
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = Version::HTTP_11;
+        *resp.headers_mut() = head.headers;
+        resp
+    }
+
+    /// The most recent idle connection to `authority` that is still open and quiet.
     /// Those past [`POOL_IDLE_TIMEOUT`], to another authority (the site's base URL was
-    /// reloaded), closed by the site, or not ready are dropped on the way.
-    async fn take(&self, authority: &str) -> Option<Conn> {
+    /// reloaded), closed by the site, or holding bytes nobody asked for are dropped on
+    /// the way.
+    fn take(&self, authority: &str) -> Option<Conn> {
         loop {
             let idle = {
                 let Ok(mut idle) = self.idle.lock() else {
@@ -180,23 +267,13 @@ impl SitePool {
                 continue;
             }
             let mut conn = idle.conn;
-            let ready = std::future::poll_fn(|cx| {
-                if Pin::new(&mut *conn.driver).poll(cx).is_ready() {
-                    return Poll::Ready(false);
-                }
-                Poll::Ready(matches!(conn.sender.poll_ready(cx), Poll::Ready(Ok(()))))
-            })
-            .await;
-            if ready {
+            if conn.is_quiet() {
                 return Some(conn);
             }
         }
     }
 
     fn give_back(&self, conn: Conn) {
-        if conn.sender.is_closed() {
-            return;
-        }
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };
@@ -231,110 +308,163 @@ async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, Site
         .parse()
         .map_err(|e| failed(Box::new(e)))?;
     let io = connector.clone().call(uri).await.map_err(failed)?;
-    let (sender, driver) = http1::handshake(io)
-        .await
-        .map_err(|e| failed(Box::new(e)))?;
     Ok(Conn {
-        sender,
-        driver: Box::new(driver),
+        io: io.into_inner(),
+        read: BytesMut::new(),
         authority: Arc::from(authority),
     })
 }
 
-/// Sends `req` on `conn`, driving it until the answer's head: the head and the
-/// connection (while it is still open), or hyper's error, with the request when none of
-/// it was written.
-async fn exchange(
-    mut conn: Conn,
-    req: Request<Full<Bytes>>,
-) -> Result<
-    (Response<Incoming>, Option<Conn>),
-    hyper::client::conn::TrySendError<Request<Full<Bytes>>>,
-> {
-    let mut answer = pin!(conn.sender.try_send_request(req));
-    let mut driver = Some(conn.driver);
-    let head = std::future::poll_fn(|cx| {
-        if let Some(d) = driver.as_mut()
-            && Pin::new(&mut **d).poll(cx).is_ready()
-        {
-            // Shut down or failed: the answer future now holds the outcome.
-            driver = None;
-        }
-        answer.as_mut().poll(cx)
-    })
-    .await?;
-    Ok((
-        head,
-        driver.map(|driver| Conn {
-            sender: conn.sender,
-            driver,
-            authority: conn.authority,
-        }),
-    ))
+/// How an exchange failed: before any byte of the request was written (it may be sent
+/// again), or after.
+#[derive(Debug)]
+enum Failed {
+    Unwritten(WireFailure),
+    After(WireFailure),
 }
 
-/// An answer's body from a pooled connection, which it drives while it is read and hands
-/// back to its site's pool when it ends.
+/// Writes the request (`head`, then `body`) on `conn` and reads until the answer's final
+/// head (interim 1xx answers skipped, at most [`MAX_INTERIM_ANSWERS`]).
+async fn exchange(
+    mut conn: Conn,
+    head: &[u8],
+    body: &[u8],
+    method: &Method,
+) -> Result<(AnswerHead, Conn), Failed> {
+    let total = head.len() + body.len();
+    let mut written = 0;
+    while written < total {
+        let (h, b) = if written < head.len() {
+            (&head[written..], body)
+        } else {
+            (&head[..0], &body[written - head.len()..])
+        };
+        let failed = |e| {
+            if written == 0 {
+                Failed::Unwritten(WireFailure::Io(e))
+            } else {
+                Failed::After(WireFailure::Io(e))
+            }
+        };
+        match conn
+            .io
+            .write_vectored(&[IoSlice::new(h), IoSlice::new(b)])
+            .await
+        {
+            Ok(0) => return Err(failed(std::io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    let mut interim = 0;
+    loop {
+        match h1_wire::parse_head(&conn.read, method).map_err(|e| Failed::After(e.into()))? {
+            Parsed::Head(len, answer) => {
+                conn.read.advance(len);
+                return Ok((answer, conn));
+            }
+            Parsed::Interim(len) => {
+                conn.read.advance(len);
+                interim += 1;
+                if interim > MAX_INTERIM_ANSWERS {
+                    return Err(Failed::After(WireError::Interim(100).into()));
+                }
+                continue;
+            }
+            Parsed::Partial => {}
+        }
+        match std::future::poll_fn(|cx| conn.poll_fill(cx)).await {
+            Ok(0) => return Err(Failed::After(WireFailure::ClosedBeforeHead)),
+            Ok(_) => {}
+            Err(e) => return Err(Failed::After(WireFailure::Io(e))),
+        }
+    }
+}
+
+/// An answer's body from a pooled connection, which it reads as it is asked for frames
+/// and hands back to its site's pool when it ends.
 pub(crate) struct PooledBody {
-    body: Incoming,
+    decoder: BodyDecoder,
+    /// The answer allows the connection to carry another request.
+    reusable: bool,
     conn: Option<Conn>,
     home: Option<Arc<SitePool>>,
 }
 
 impl PooledBody {
-    fn poll_driver(&mut self, cx: &mut Context<'_>) {
-        if let Some(conn) = self.conn.as_mut()
-            && Pin::new(&mut *conn.driver).poll(cx).is_ready()
+    fn finish(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        // Bytes after the answer's end were not asked for: the connection is not trusted.
+        if self.reusable
+            && conn.read.is_empty()
+            && let Some(home) = self.home.take()
         {
-            self.conn = None;
+            home.give_back(conn);
         }
     }
 
-    fn finish(&mut self) {
-        if let (Some(conn), Some(home)) = (self.conn.take(), self.home.take()) {
-            home.give_back(conn);
-        }
+    fn fail(&mut self, e: WireFailure) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.conn = None;
+        Poll::Ready(Some(Err(Box::new(e))))
     }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let mut polled = Pin::new(&mut this.body).poll_frame(cx);
-        if polled.is_pending() {
-            // The connection reads what the body waits for; it is polled here, in the
-            // client connection's task, instead of in a task of its own.
-            this.poll_driver(cx);
-            polled = Pin::new(&mut this.body).poll_frame(cx);
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                // Ended, failed, or cut: nothing more.
+                return Poll::Ready(None);
+            };
+            match this.decoder.decode(&mut conn.read) {
+                Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(Decoded::End) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::More) => {}
+                Err(e) => return this.fail(e.into()),
+            }
+            match conn.poll_fill(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => {
+                    this.conn = None;
+                    return match this.decoder.eof() {
+                        Ok(()) => Poll::Ready(None),
+                        Err(e) => this.fail(e.into()),
+                    };
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return this.fail(WireFailure::Io(e)),
+            }
         }
-        match &polled {
-            Poll::Ready(None) => this.finish(),
-            Poll::Ready(Some(Err(_))) => this.conn = None,
-            _ => {}
-        }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.decoder.is_done() || self.conn.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.decoder
+            .remaining()
+            .map_or_else(SizeHint::default, SizeHint::with_exact)
     }
 }
 
 impl Drop for PooledBody {
-    /// An answer known to be over (an empty body hyper never asks for) keeps its
-    /// connection; one cut short closes it, as the site would still be sending.
+    /// An answer known to be over (an empty body never asked for) keeps its connection;
+    /// one cut short closes it, as the site would still be sending.
     fn drop(&mut self) {
-        if self.body.is_end_stream() {
+        if self.decoder.is_done() {
             self.finish();
         }
     }
@@ -343,7 +473,7 @@ impl Drop for PooledBody {
 /// A site's answer body, from a pooled connection in the clear or from the hyper-util
 /// client (`https://` sites).
 pub(crate) enum SiteBody {
-    /// Driven from the client connection's task.
+    /// Read from the client connection's task.
     Pooled(PooledBody),
     /// Read from the hyper-util client's connection task.
     Client(Incoming),
@@ -351,15 +481,15 @@ pub(crate) enum SiteBody {
 
 impl Body for SiteBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             Self::Pooled(b) => Pin::new(b).poll_frame(cx),
-            Self::Client(b) => Pin::new(b).poll_frame(cx),
+            Self::Client(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
         }
     }
 
@@ -401,6 +531,46 @@ mod tests {
         CloseAfterOne,
         /// A head promising 100 bytes, 10 of them, then silence.
         Truncated,
+        /// `hello world` in two chunks, a trailer, and the connection kept open.
+        Chunked,
+        /// `ok` with `Connection: close`, the connection kept open by the site.
+        SaysClose,
+        /// `ok`, then bytes nobody asked for.
+        Extra,
+        /// `100 Continue`, then `ok`.
+        Interim,
+        /// The connection closed without an answer.
+        Hangup,
+        /// Two chunks of a chunked body, then the connection closed.
+        ChunkedCut,
+    }
+
+    impl Site {
+        fn answer(self) -> &'static [u8] {
+            match self {
+                Self::KeepAlive | Self::CloseAfterOne => {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                }
+                Self::Truncated => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789",
+                Self::Chunked => {
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nx-t: 1\r\n\r\n"
+                }
+                Self::SaysClose => b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+                Self::Extra => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokJUNK",
+                Self::Interim => {
+                    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                }
+                Self::Hangup => b"",
+                Self::ChunkedCut => {
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n"
+                }
+            }
+        }
+
+        /// Whether the site closes the connection right after answering.
+        fn closes(self) -> bool {
+            matches!(self, Self::Hangup | Self::ChunkedCut)
+        }
     }
 
     /// A site on loopback: its authority and how many connections it accepted.
@@ -422,19 +592,10 @@ mod tests {
                         seen.extend_from_slice(&buf[..n]);
                         while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                             seen.drain(..end + 4);
-                            let answer: &[u8] = match kind {
-                                Site::KeepAlive | Site::CloseAfterOne => {
-                                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
-                                }
-                                Site::Truncated => {
-                                    b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789"
-                                }
-                            };
-                            if s.write_all(answer).await.is_err() {
+                            if s.write_all(kind.answer()).await.is_err() || kind.closes() {
                                 return;
                             }
                             match kind {
-                                Site::KeepAlive => {}
                                 Site::CloseAfterOne => {
                                     // After the answer was read and pooled.
                                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -444,6 +605,7 @@ mod tests {
                                     tokio::time::sleep(WAIT).await;
                                     return;
                                 }
+                                _ => {}
                             }
                         }
                     }
@@ -453,22 +615,28 @@ mod tests {
         (authority, accepted)
     }
 
-    fn get() -> Request<Full<Bytes>> {
-        Request::builder()
-            .uri("/v1/models")
-            .body(Full::new(Bytes::new()))
-            .unwrap()
-    }
-
     fn connector() -> PlainConnect {
         crate::upstream::plain_connector(WAIT)
     }
 
-    async fn fetch(pool: &Arc<SitePool>, authority: &str) -> Bytes {
-        let resp = tokio::time::timeout(WAIT, pool.send(&connector(), authority, get()))
+    async fn send(
+        pool: &Arc<SitePool>,
+        authority: &str,
+    ) -> Result<Response<PooledBody>, SiteError> {
+        let (headers, body) = (HeaderMap::new(), Bytes::new());
+        let get = Outgoing {
+            method: &Method::GET,
+            target: "/v1/models",
+            headers: &headers,
+            body: &body,
+        };
+        tokio::time::timeout(WAIT, pool.send(&connector(), authority, get))
             .await
             .unwrap()
-            .unwrap();
+    }
+
+    async fn fetch(pool: &Arc<SitePool>, authority: &str) -> Bytes {
+        let resp = send(pool, authority).await.unwrap();
         tokio::time::timeout(WAIT, resp.into_body().collect())
             .await
             .unwrap()
@@ -485,6 +653,75 @@ mod tests {
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
         assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_read_whole_and_its_connection_reused() {
+        let (authority, accepted) = site(Site::Chunked).await;
+        let pool = Arc::new(SitePool::default());
+        for _ in 0..2 {
+            assert_eq!(fetch(&pool, &authority).await, "hello world");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_interim_answer_is_skipped_for_the_final_one() {
+        let (authority, _) = site(Site::Interim).await;
+        let pool = Arc::new(SitePool::default());
+        let resp = send(&pool, &authority).await.unwrap();
+        assert_eq!(resp.status(), http::StatusCode::OK);
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_site_said_it_closes_or_that_carried_more_is_not_pooled() {
+        for kind in [Site::SaysClose, Site::Extra] {
+            let (authority, _) = site(kind).await;
+            let pool = Arc::new(SitePool::default());
+            assert_eq!(fetch(&pool, &authority).await, "ok");
+            assert_eq!(pool.idle_count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_site_that_hangs_up_before_answering_fails_the_exchange_not_the_connect() {
+        let (authority, _) = site(Site::Hangup).await;
+        let pool = Arc::new(SitePool::default());
+        let Err(e) = send(&pool, &authority).await else {
+            panic!("answered without an answer");
+        };
+        assert!(!e.is_connect(), "{e}");
+        assert!(
+            matches!(
+                &e,
+                SiteError::Exchange {
+                    source: WireFailure::ClosedBeforeHead,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_cut_by_the_site_ends_in_an_error_after_its_chunks() {
+        let (authority, _) = site(Site::ChunkedCut).await;
+        let pool = Arc::new(SitePool::default());
+        let mut body = send(&pool, &authority).await.unwrap().into_body();
+        let mut got = Vec::new();
+        let err = loop {
+            match tokio::time::timeout(WAIT, body.frame()).await.unwrap() {
+                Some(Ok(f)) => got.extend_from_slice(&f.into_data().unwrap()),
+                Some(Err(e)) => break e,
+                None => panic!("a cut body ended cleanly"),
+            }
+        };
+        assert_eq!(got, b"hello world");
+        assert!(err.to_string().contains("before the answer's end"), "{err}");
+        assert!(body.frame().await.is_none(), "nothing after the error");
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test]
@@ -508,7 +745,7 @@ mod tests {
     async fn an_answer_cut_short_closes_its_connection_instead_of_pooling_it() {
         let (authority, _) = site(Site::Truncated).await;
         let pool = Arc::new(SitePool::default());
-        let resp = pool.send(&connector(), &authority, get()).await.unwrap();
+        let resp = send(&pool, &authority).await.unwrap();
         let mut body = resp.into_body();
         let first = tokio::time::timeout(WAIT, body.frame())
             .await
@@ -528,7 +765,7 @@ mod tests {
         // connection.
         let mut answers = Vec::new();
         for _ in 0..=MAX_IDLE_PER_SITE {
-            answers.push(pool.send(&connector(), &authority, get()).await.unwrap());
+            answers.push(send(&pool, &authority).await.unwrap());
         }
         assert_eq!(accepted.load(Ordering::SeqCst), MAX_IDLE_PER_SITE + 1);
         for a in answers {
@@ -582,7 +819,14 @@ mod tests {
         }
         let pool = Arc::new(SitePool::default());
         let slow = crate::upstream::plain_connector(bound);
-        let Err(e) = pool.send(&slow, &authority, get()).await else {
+        let (headers, body) = (HeaderMap::new(), Bytes::new());
+        let get = Outgoing {
+            method: &Method::GET,
+            target: "/",
+            headers: &headers,
+            body: &body,
+        };
+        let Err(e) = pool.send(&slow, &authority, get).await else {
             panic!("connected past a full backlog");
         };
         assert!(e.is_connect(), "{e}");
@@ -592,18 +836,41 @@ mod tests {
     #[tokio::test]
     async fn a_request_on_a_connection_that_is_gone_is_handed_back_unwritten() {
         let (authority, _) = site(Site::KeepAlive).await;
-        let gone = connect(&connector(), &authority).await.unwrap();
-        let live = connect(&connector(), &authority).await.unwrap();
-        drop(gone.driver);
-        let conn = Conn {
-            sender: gone.sender,
-            driver: live.driver,
-            authority: gone.authority,
-        };
-        let Err(mut e) = exchange(conn, get()).await else {
-            panic!("a connection without its driver answered");
-        };
-        assert!(e.take_message().is_some());
+        let mut conn = connect(&connector(), &authority).await.unwrap();
+        conn.io.shutdown().await.unwrap();
+        let got = exchange(
+            conn,
+            b"GET / HTTP/1.1\r\nhost: s\r\n\r\n",
+            b"",
+            &Method::GET,
+        )
+        .await;
+        assert!(
+            matches!(got, Err(Failed::Unwritten(WireFailure::Io(_)))),
+            "{:?}",
+            got.err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_whose_writing_half_is_gone_is_replaced_once() {
+        let (authority, accepted) = site(Site::KeepAlive).await;
+        let pool = Arc::new(SitePool::default());
+        assert_eq!(fetch(&pool, &authority).await, "ok");
+        // The pooled connection's writing half is gone, though it reads as quiet.
+        {
+            let mut idle = pool.idle.lock().unwrap();
+            let conn = &mut idle[0].conn;
+            socket2::SockRef::from(&conn.io)
+                .shutdown(std::net::Shutdown::Write)
+                .unwrap();
+        }
+        assert_eq!(fetch(&pool, &authority).await, "ok");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "sent again on a new one"
+        );
     }
 
     #[test]

@@ -1,0 +1,837 @@
+//! HTTP/1.1 as the gateway speaks it to a site in the clear: the request written in one
+//! buffer, the answer's head parsed in place, its body framed and handed on as it is
+//! decoded. Sans-I/O: bytes in, bytes and decisions out; the gateway's `site_pool` owns
+//! the sockets, reads into a buffer, and hands it to [`parse_head`] until the head is
+//! whole, then to a [`BodyDecoder`] for each frame.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use grid_h1_wire::{BodyDecoder, Decoded, Parsed, parse_head};
+//! use http::Method;
+//!
+//! let mut read = BytesMut::from(
+//!     &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
+//! );
+//! let Parsed::Head(len, head) = parse_head(&read, &Method::POST).unwrap() else {
+//!     unreachable!("the head is whole");
+//! };
+//! bytes::Buf::advance(&mut read, len);
+//! let mut body = BodyDecoder::new(head.framing);
+//! assert_eq!(body.decode(&mut read).unwrap(), Decoded::Data("ok".into()));
+//! assert_eq!(body.decode(&mut read).unwrap(), Decoded::End);
+//! assert!(head.reusable);
+//! ```
+//!
+//! hyper's client connection did this through two channels (the request to its
+//! dispatcher, the head back) and a one-frame body channel per chunk; for a streamed
+//! answer that hand-over was most of the gateway's work (`docs/benchmarks.md`). What it
+//! checked is checked here too, and every size is bounded: a head of at most
+//! [`MAX_ANSWER_HEAD_BYTES`] with at most [`MAX_ANSWER_HEADERS`] fields, a chunk-size
+//! line of at most [`MAX_CHUNK_LINE_BYTES`], trailers of at most [`MAX_TRAILER_BYTES`]
+//! (read and dropped: the gateway forwards none). Framing follows RFC 9112 section 6.3:
+//! no body for 1xx, 204 and 304; `Transfer-Encoding` ending in `chunked` wins over a
+//! `Content-Length` (and the connection is not reused after such an answer); any other
+//! `Transfer-Encoding` reads until close; differing `Content-Length`s are refused.
+
+use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+
+/// The longest answer head read from a site (hyper's client allowed about 400 KiB of
+/// buffer; a model server's head is a few hundred bytes).
+pub const MAX_ANSWER_HEAD_BYTES: usize = 64 * 1024;
+/// The most header fields in an answer head (hyper's default, 100).
+pub const MAX_ANSWER_HEADERS: usize = 100;
+/// The longest chunk-size line, extensions included.
+pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
+/// The most trailer bytes after the last chunk.
+pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// The most interim (1xx) answers before the final one.
+pub const MAX_INTERIM_ANSWERS: usize = 8;
+
+/// What was wrong with a site's answer on the wire.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The head is not HTTP/1.x.
+    #[error("the site's answer head is malformed: {0}")]
+    Head(String),
+    /// The head is longer than [`MAX_ANSWER_HEAD_BYTES`] or has more than
+    /// [`MAX_ANSWER_HEADERS`] fields.
+    #[error("the site's answer head is larger than the gateway reads")]
+    HeadTooLarge,
+    /// More than [`MAX_INTERIM_ANSWERS`] 1xx answers, or a 101.
+    #[error("the site answered with interim status {0} where a final answer was due")]
+    Interim(u16),
+    /// `Content-Length` is not one decimal number.
+    #[error("the site's answer has an unusable content-length")]
+    ContentLength,
+    /// A chunk-size line is not hexadecimal, too long, or its size overflows.
+    #[error("the site's chunked answer has a malformed chunk size line")]
+    ChunkSize,
+    /// A chunk's data is not followed by CRLF.
+    #[error("the site's chunked answer has a chunk without its CRLF")]
+    ChunkEnd,
+    /// The trailers are longer than [`MAX_TRAILER_BYTES`].
+    #[error("the site's answer has more trailers than the gateway reads")]
+    TrailersTooLarge,
+    /// The connection ended before the body did.
+    #[error("the site closed the connection before the answer's end")]
+    Truncated,
+}
+
+/// How an answer's body ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the site closes the connection.
+    UntilClose,
+}
+
+/// An answer's head, its framing, and whether the connection may carry another request.
+#[derive(Debug)]
+pub struct AnswerHead {
+    /// The status.
+    pub status: StatusCode,
+    /// The header fields as sent (hop-by-hop ones included: the proxy strips them).
+    pub headers: HeaderMap,
+    /// How the body ends.
+    pub framing: Framing,
+    /// The connection may be reused once the body has ended.
+    pub reusable: bool,
+}
+
+/// What [`parse_head`] found at the start of the buffer.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Not a whole head yet.
+    Partial,
+    /// An interim (1xx) answer of this many bytes, to be skipped.
+    Interim(usize),
+    /// The final answer's head, of this many bytes.
+    Head(usize, AnswerHead),
+}
+
+/// Parses the answer head at the start of `buf`, to the request made with `method`.
+///
+/// # Errors
+///
+/// A head that is malformed, too large, or frames its body in a way that cannot be read.
+pub fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, WireError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_HEADERS];
+    let mut answer = httparse::Response::new(&mut fields);
+    let len = match answer.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_ANSWER_HEAD_BYTES => {
+            return Err(WireError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+        Err(e) => return Err(WireError::Head(e.to_string())),
+    };
+    if len > MAX_ANSWER_HEAD_BYTES {
+        return Err(WireError::HeadTooLarge);
+    }
+    let code = answer.code.unwrap_or_default();
+    let status = StatusCode::from_u16(code).map_err(|e| WireError::Head(e.to_string()))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(WireError::Interim(code));
+    }
+    if status.is_informational() {
+        return Ok(Parsed::Interim(len));
+    }
+    let mut headers = HeaderMap::with_capacity(answer.headers.len());
+    for f in answer.headers.iter() {
+        let name = HeaderName::from_bytes(f.name.as_bytes())
+            .map_err(|e| WireError::Head(e.to_string()))?;
+        let value = HeaderValue::from_bytes(f.value).map_err(|e| WireError::Head(e.to_string()))?;
+        headers.append(name, value);
+    }
+    let http11 = answer.version == Some(1);
+    let (framing, sure) = framing(status, method, &headers)?;
+    let reusable = http11 && sure && framing != Framing::UntilClose && !asks_close(&headers);
+    Ok(Parsed::Head(
+        len,
+        AnswerHead {
+            status,
+            headers,
+            framing,
+            reusable,
+        },
+    ))
+}
+
+/// The body's framing, and whether it is unambiguous (a chunked answer that also carries
+/// `Content-Length` is read as chunked, but its connection is not trusted again).
+fn framing(
+    status: StatusCode,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(Framing, bool), WireError> {
+    if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok((Framing::Empty, true));
+    }
+    let lengths = headers.get_all(header::CONTENT_LENGTH);
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        let last = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|c| !c.is_empty());
+        let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+        let sure = lengths.iter().next().is_none();
+        return Ok(if chunked {
+            (Framing::Chunked, sure)
+        } else {
+            (Framing::UntilClose, false)
+        });
+    }
+    let mut length: Option<u64> = None;
+    for v in lengths {
+        for part in v.to_str().map_err(|_| WireError::ContentLength)?.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(WireError::ContentLength);
+            }
+            let n: u64 = part.parse().map_err(|_| WireError::ContentLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(WireError::ContentLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => (Framing::Empty, true),
+        Some(n) => (Framing::Length(n), true),
+        None => (Framing::UntilClose, false),
+    })
+}
+
+/// Whether the site said it closes the connection after this answer.
+fn asks_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("close"))
+}
+
+/// Writes a request head for `body_len` bytes of body into `out`: `headers` as given
+/// (hop-by-hop and `Host` already removed by the proxy), then `Host` and the body's own
+/// `Content-Length` (a client's `Content-Length` is not forwarded: the body was read
+/// whole, and its length is what is sent).
+pub fn encode_request(
+    method: &Method,
+    target: &str,
+    host: &str,
+    headers: &HeaderMap,
+    body_len: usize,
+    out: &mut BytesMut,
+) {
+    let mut len = method.as_str().len() + target.len() + host.len() + 64;
+    for (n, v) in headers {
+        len += n.as_str().len() + v.len() + 4;
+    }
+    out.reserve(len);
+    out.put_slice(method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\nhost: ");
+    out.put_slice(host.as_bytes());
+    out.put_slice(b"\r\n");
+    for (n, v) in headers {
+        if n == header::CONTENT_LENGTH || n == header::HOST {
+            continue;
+        }
+        out.put_slice(n.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(v.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    if body_len > 0 || method_expects_body(method) {
+        out.put_slice(b"content-length: ");
+        put_decimal(out, body_len);
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// Whether a request with this method and an empty body still says `Content-Length: 0`
+/// (RFC 9110 section 8.6: a user agent should for methods that define a body).
+fn method_expects_body(method: &Method) -> bool {
+    matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+}
+
+/// `n` in decimal, without a `String`.
+fn put_decimal(out: &mut BytesMut, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` is a digit.
+        digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&digits[at..]);
+}
+
+/// What [`BodyDecoder::decode`] took from the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// Body bytes, in order.
+    Data(Bytes),
+    /// The body is complete (the buffer holds what follows it, if anything).
+    End,
+    /// More bytes are needed.
+    More,
+}
+
+/// Where a chunked body's decoder is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Chunk {
+    /// At a chunk-size line.
+    Size,
+    /// Inside a chunk's data, this many bytes left.
+    Data(u64),
+    /// After a chunk's data, at its CRLF.
+    DataEnd,
+    /// After the last chunk, at the trailers, this many bytes of them read so far.
+    Trailers(usize),
+}
+
+/// Frames an answer's body out of the connection's read buffer.
+#[derive(Debug)]
+pub struct BodyDecoder {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Length(u64),
+    Chunked(Chunk),
+    UntilClose,
+    Done,
+}
+
+impl BodyDecoder {
+    /// A decoder for a body framed as `framing`.
+    #[must_use]
+    pub fn new(framing: Framing) -> Self {
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::Chunked(Chunk::Size),
+            Framing::UntilClose => State::UntilClose,
+        };
+        Self { state }
+    }
+
+    /// Whether the body has ended.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Body bytes left, when known.
+    #[must_use]
+    pub fn remaining(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Done => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Takes the next body bytes (or the end) from the front of `buf`; what follows the
+    /// body is left there.
+    ///
+    /// # Errors
+    ///
+    /// A malformed chunked coding.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        loop {
+            match &mut self.state {
+                State::Done => return Ok(Decoded::End),
+                State::Length(left) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+                    *left -= n as u64;
+                    if *left == 0 {
+                        self.state = State::Done;
+                    }
+                    return Ok(Decoded::Data(buf.split_to(n).freeze()));
+                }
+                State::UntilClose => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    return Ok(Decoded::Data(buf.split().freeze()));
+                }
+                State::Chunked(chunk) => match *chunk {
+                    Chunk::Size => {
+                        let Some(line) = line_end(buf, MAX_CHUNK_LINE_BYTES)? else {
+                            return Ok(Decoded::More);
+                        };
+                        let size = chunk_size(&buf[..line])?;
+                        buf.advance(line + 2);
+                        *chunk = if size == 0 {
+                            Chunk::Trailers(0)
+                        } else {
+                            Chunk::Data(size)
+                        };
+                    }
+                    Chunk::Data(left) => {
+                        if buf.is_empty() {
+                            return Ok(Decoded::More);
+                        }
+                        let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                        let rest = left - n as u64;
+                        *chunk = if rest == 0 {
+                            Chunk::DataEnd
+                        } else {
+                            Chunk::Data(rest)
+                        };
+                        return Ok(Decoded::Data(buf.split_to(n).freeze()));
+                    }
+                    Chunk::DataEnd => {
+                        if buf.len() < 2 {
+                            return Ok(Decoded::More);
+                        }
+                        if &buf[..2] != b"\r\n" {
+                            return Err(WireError::ChunkEnd);
+                        }
+                        buf.advance(2);
+                        *chunk = Chunk::Size;
+                    }
+                    Chunk::Trailers(seen) => {
+                        // A trailer line and its CRLF must fit in what is left.
+                        let room = MAX_TRAILER_BYTES.saturating_sub(seen).saturating_sub(2);
+                        let Some(line) =
+                            line_end(buf, room).map_err(|_| WireError::TrailersTooLarge)?
+                        else {
+                            return Ok(Decoded::More);
+                        };
+                        buf.advance(line + 2);
+                        if line == 0 {
+                            self.state = State::Done;
+                        } else {
+                            *chunk = Chunk::Trailers(seen + line + 2);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// The connection ended: the end of a body read until close, an error otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError::Truncated`] for a body that had more to come.
+    pub fn eof(&mut self) -> Result<(), WireError> {
+        match self.state {
+            State::UntilClose | State::Done => {
+                self.state = State::Done;
+                Ok(())
+            }
+            _ => Err(WireError::Truncated),
+        }
+    }
+}
+
+/// The length of the line at the start of `buf` (before its CRLF), `None` while its end
+/// has not arrived, an error once `max` bytes came without one.
+fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, WireError> {
+    let window = &buf[..buf.len().min(max + 2)];
+    match window.windows(2).position(|w| w == b"\r\n") {
+        Some(at) if at <= max => Ok(Some(at)),
+        Some(_) => Err(WireError::ChunkSize),
+        None if window.len() >= max + 2 => Err(WireError::ChunkSize),
+        None => Ok(None),
+    }
+}
+
+/// The size of a chunk-size line: hexadecimal digits, then optional extensions after `;`
+/// (ignored), with optional whitespace before them.
+fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
+    let digits = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if digits == 0 || digits > 16 {
+        return Err(WireError::ChunkSize);
+    }
+    let rest = &line[digits..];
+    let ext = rest.iter().position(|b| !matches!(b, b' ' | b'\t'));
+    if let Some(at) = ext
+        && rest[at] != b';'
+    {
+        return Err(WireError::ChunkSize);
+    }
+    let text = std::str::from_utf8(&line[..digits]).map_err(|_| WireError::ChunkSize)?;
+    u64::from_str_radix(text, 16).map_err(|_| WireError::ChunkSize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::fmt::Write as _;
+
+    fn head(text: &str) -> AnswerHead {
+        match parse_head(text.as_bytes(), &Method::POST).unwrap() {
+            Parsed::Head(len, h) => {
+                assert_eq!(len, text.len());
+                h
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every byte of `wire` through a decoder for `framing`, fed in pieces of `step`
+    /// bytes: the body and what was left after it.
+    fn decode_all(
+        framing: Framing,
+        wire: &[u8],
+        step: usize,
+    ) -> Result<(Vec<u8>, Vec<u8>), WireError> {
+        let mut d = BodyDecoder::new(framing);
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        let mut fed = 0;
+        loop {
+            match d.decode(&mut buf)? {
+                Decoded::Data(b) => body.extend_from_slice(&b),
+                Decoded::End => return Ok((body, buf.to_vec())),
+                Decoded::More if fed < wire.len() => {
+                    let n = step.min(wire.len() - fed);
+                    buf.extend_from_slice(&wire[fed..fed + n]);
+                    fed += n;
+                }
+                Decoded::More => {
+                    d.eof()?;
+                    return Ok((body, Vec::new()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_plain_answer_with_a_length_is_framed_by_it_and_reusable() {
+        let h =
+            head("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n");
+        assert_eq!(h.status, StatusCode::OK);
+        assert_eq!(h.framing, Framing::Length(2));
+        assert!(h.reusable);
+        assert_eq!(h.headers[header::CONTENT_TYPE], "application/json");
+        let (body, after) = decode_all(h.framing, b"okHTTP/1.1", 1).unwrap();
+        assert_eq!(body, b"ok");
+        assert_eq!(
+            after, b"",
+            "the next answer's bytes are not read as this body"
+        );
+    }
+
+    #[test]
+    fn a_chunked_answer_is_decoded_with_extensions_and_trailers_at_any_split() {
+        let wire = b"5;name=v\r\nhello\r\n1 ; x\r\n!\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        for step in 1..wire.len() {
+            let mut d = BodyDecoder::new(Framing::Chunked);
+            let mut buf = BytesMut::new();
+            let mut body = Vec::new();
+            let mut fed = 0;
+            loop {
+                match d.decode(&mut buf).unwrap() {
+                    Decoded::Data(b) => body.extend_from_slice(&b),
+                    Decoded::End => break,
+                    Decoded::More => {
+                        let n = step.min(wire.len() - fed);
+                        assert!(n > 0, "ran out at step {step}");
+                        buf.extend_from_slice(&wire[fed..fed + n]);
+                        fed += n;
+                    }
+                }
+            }
+            assert_eq!(body, b"hello!", "step {step}");
+            let mut rest = buf.to_vec();
+            rest.extend_from_slice(&wire[fed..]);
+            assert_eq!(rest, b"NEXT", "step {step}");
+        }
+    }
+
+    #[test]
+    fn interim_answers_are_skipped_and_switching_protocols_refused() {
+        let text = "HTTP/1.1 100 Continue\r\n\r\n";
+        assert!(matches!(
+            parse_head(text.as_bytes(), &Method::POST),
+            Ok(Parsed::Interim(n)) if n == text.len()
+        ));
+        assert_eq!(
+            parse_head(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", &Method::POST).unwrap_err(),
+            WireError::Interim(101)
+        );
+    }
+
+    #[test]
+    fn no_body_is_read_for_204_304_and_head_whatever_the_length_says() {
+        for (status, method) in [(204, Method::POST), (304, Method::GET), (200, Method::HEAD)] {
+            let text = format!("HTTP/1.1 {status} X\r\ncontent-length: 10\r\n\r\n");
+            let Parsed::Head(_, h) = parse_head(text.as_bytes(), &method).unwrap() else {
+                panic!("{text}");
+            };
+            assert_eq!(h.framing, Framing::Empty, "{text}");
+            assert!(BodyDecoder::new(h.framing).is_done());
+        }
+    }
+
+    #[test]
+    fn chunked_wins_over_a_length_and_such_a_connection_is_not_reused() {
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(!h.reusable);
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n");
+        assert_eq!(h.framing, Framing::UntilClose);
+        assert!(!h.reusable);
+    }
+
+    #[test]
+    fn differing_or_malformed_lengths_are_refused_and_equal_repeats_accepted() {
+        for bad in ["1, 2", "-1", "abc", "", "1 2", "99999999999999999999999"] {
+            let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+            assert_eq!(
+                parse_head(text.as_bytes(), &Method::POST).unwrap_err(),
+                WireError::ContentLength,
+                "{bad:?}"
+            );
+        }
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\ncontent-length: 4\r\n\r\n");
+        assert_eq!(h.framing, Framing::Length(4));
+    }
+
+    #[test]
+    fn a_close_or_http_1_0_or_an_unframed_answer_is_not_reused() {
+        assert!(
+            !head("HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 1\r\n\r\n")
+                .reusable
+        );
+        assert!(!head("HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n").reusable);
+        let h = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(h.framing, Framing::UntilClose);
+        assert!(!h.reusable);
+        let (body, _) = decode_all(h.framing, b"all of it", 4).unwrap();
+        assert_eq!(body, b"all of it", "read until the connection closes");
+    }
+
+    #[test]
+    fn a_body_cut_before_its_length_or_last_chunk_is_truncated() {
+        assert_eq!(
+            decode_all(Framing::Length(10), b"short", 2).unwrap_err(),
+            WireError::Truncated
+        );
+        assert_eq!(
+            decode_all(Framing::Chunked, b"5\r\nhel", 2).unwrap_err(),
+            WireError::Truncated
+        );
+    }
+
+    #[test]
+    fn a_head_at_the_size_limit_is_read_and_one_past_it_refused() {
+        let filler = |total: usize| {
+            let start = "HTTP/1.1 200 OK\r\nx-fill: ";
+            let end = "\r\ncontent-length: 0\r\n\r\n";
+            format!(
+                "{start}{}{end}",
+                "a".repeat(total - start.len() - end.len())
+            )
+        };
+        let at = filler(MAX_ANSWER_HEAD_BYTES);
+        assert_eq!(at.len(), MAX_ANSWER_HEAD_BYTES);
+        assert!(matches!(
+            parse_head(at.as_bytes(), &Method::POST),
+            Ok(Parsed::Head(..))
+        ));
+        let past = filler(MAX_ANSWER_HEAD_BYTES + 1);
+        assert_eq!(
+            parse_head(past.as_bytes(), &Method::POST).unwrap_err(),
+            WireError::HeadTooLarge
+        );
+        // An unfinished head that already fills the limit is refused, not waited on.
+        let unfinished = &past.as_bytes()[..MAX_ANSWER_HEAD_BYTES];
+        assert_eq!(
+            parse_head(unfinished, &Method::POST).unwrap_err(),
+            WireError::HeadTooLarge
+        );
+        let partial = &past.as_bytes()[..MAX_ANSWER_HEAD_BYTES - 1];
+        assert!(matches!(
+            parse_head(partial, &Method::POST),
+            Ok(Parsed::Partial)
+        ));
+    }
+
+    #[test]
+    fn a_head_with_the_most_fields_is_read_and_one_more_refused() {
+        let with = |n: usize| {
+            let mut t = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..n {
+                let _ = write!(t, "x-{i}: v\r\n");
+            }
+            t + "\r\n"
+        };
+        assert!(matches!(
+            parse_head(with(MAX_ANSWER_HEADERS).as_bytes(), &Method::POST),
+            Ok(Parsed::Head(..))
+        ));
+        assert_eq!(
+            parse_head(with(MAX_ANSWER_HEADERS + 1).as_bytes(), &Method::POST).unwrap_err(),
+            WireError::HeadTooLarge
+        );
+    }
+
+    #[test]
+    fn a_chunk_line_at_the_limit_is_read_and_one_past_it_refused() {
+        let line = |len: usize| {
+            let mut l = String::from("1;");
+            l.push_str(&"e".repeat(len - 2));
+            format!("{l}\r\nx\r\n0\r\n\r\n")
+        };
+        let (body, _) =
+            decode_all(Framing::Chunked, line(MAX_CHUNK_LINE_BYTES).as_bytes(), 7).unwrap();
+        assert_eq!(body, b"x");
+        assert_eq!(
+            decode_all(
+                Framing::Chunked,
+                line(MAX_CHUNK_LINE_BYTES + 1).as_bytes(),
+                7
+            )
+            .unwrap_err(),
+            WireError::ChunkSize
+        );
+    }
+
+    #[test]
+    fn trailers_up_to_the_limit_are_read_and_past_it_refused() {
+        let with = |len: usize| {
+            // One trailer line of `len - 2` bytes plus its CRLF.
+            format!("0\r\nx: {}\r\n\r\n", "t".repeat(len - 5))
+        };
+        assert!(decode_all(Framing::Chunked, with(MAX_TRAILER_BYTES).as_bytes(), 100).is_ok());
+        assert_eq!(
+            decode_all(
+                Framing::Chunked,
+                with(MAX_TRAILER_BYTES + 1).as_bytes(),
+                100
+            )
+            .unwrap_err(),
+            WireError::TrailersTooLarge
+        );
+    }
+
+    #[test]
+    fn malformed_chunk_sizes_and_ends_are_refused() {
+        for bad in [
+            &b"g\r\n"[..],
+            b"\r\n",
+            b"11111111111111111\r\n",
+            b"5 x\r\n",
+            b"-5\r\n",
+        ] {
+            assert_eq!(
+                decode_all(Framing::Chunked, bad, 64).unwrap_err(),
+                WireError::ChunkSize,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            decode_all(Framing::Chunked, b"2\r\nokXX0\r\n\r\n", 64).unwrap_err(),
+            WireError::ChunkEnd
+        );
+        // The largest size that fits is read as a size (and then waits for its data).
+        let mut d = BodyDecoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"ffffffffffffffff\r\n"[..]);
+        assert_eq!(d.decode(&mut buf).unwrap(), Decoded::More);
+    }
+
+    #[test]
+    fn a_request_head_carries_host_and_the_bodys_own_length_once() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        h.append("x-multi", HeaderValue::from_static("a"));
+        h.append("x-multi", HeaderValue::from_static("b"));
+        let mut out = BytesMut::new();
+        encode_request(
+            &Method::POST,
+            "/v1/chat/completions?x=1",
+            "site:8000",
+            &h,
+            12,
+            &mut out,
+        );
+        assert_eq!(
+            &out[..],
+            &b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: site:8000\r\n\
+               content-type: application/json\r\nx-multi: a\r\nx-multi: b\r\n\
+               content-length: 12\r\n\r\n"[..]
+        );
+        let mut out = BytesMut::new();
+        encode_request(
+            &Method::GET,
+            "/v1/models",
+            "s",
+            &HeaderMap::new(),
+            0,
+            &mut out,
+        );
+        assert_eq!(&out[..], b"GET /v1/models HTTP/1.1\r\nhost: s\r\n\r\n");
+    }
+
+    proptest! {
+        #[test]
+        fn any_chunking_of_any_body_decodes_to_the_body_at_any_split(
+            chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..40), 0..8),
+            step in 1usize..50,
+        ) {
+            let mut wire = Vec::new();
+            let mut want = Vec::new();
+            for c in &chunks {
+                wire.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                wire.extend_from_slice(c);
+                wire.extend_from_slice(b"\r\n");
+                want.extend_from_slice(c);
+            }
+            wire.extend_from_slice(b"0\r\n\r\n");
+            let (body, _) = decode_all(Framing::Chunked, &wire, step).unwrap();
+            prop_assert_eq!(body, want);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_the_head_parser_or_the_decoders(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+            step in 1usize..64,
+        ) {
+            let _ = parse_head(&bytes, &Method::POST);
+            for framing in [Framing::Chunked, Framing::Length(100), Framing::UntilClose] {
+                let _ = decode_all(framing, &bytes, step);
+            }
+        }
+    }
+}
