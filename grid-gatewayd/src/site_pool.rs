@@ -40,6 +40,7 @@
 //!
 //! `https://` sites keep the hyper-util client: TLS, and HTTP/2 where the site offers it.
 
+use std::future::Future as _;
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -50,7 +51,7 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use http::{HeaderMap, Method, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
@@ -90,20 +91,15 @@ impl Conn {
     }
 
     /// Reads what the socket has into the read buffer: `Ready(Ok(0))` at its end.
+    ///
+    /// Through tokio's `poll_read`, which takes a read that did not fill the buffer as
+    /// the socket drained: the next read waits for the reactor instead of asking the
+    /// kernel, and the check at checkout ([`Conn::is_quiet`]) costs no system call on a
+    /// quiet connection.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        loop {
-            self.read.reserve(READ_RESERVE);
-            match self.io.try_read_buf(&mut self.read) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    match self.io.poll_read_ready(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    }
-                }
-                done => return Poll::Ready(done),
-            }
-        }
+        self.read.reserve(READ_RESERVE);
+        let read = self.io.read_buf(&mut self.read);
+        std::pin::pin!(read).poll(cx)
     }
 }
 
