@@ -113,7 +113,7 @@ struct Idle {
 pub(crate) enum WireFailure {
     /// The socket failed (its `io::Error` is the source: a `TCP_USER_TIMEOUT` abort is
     /// found there).
-    #[error("the connection failed")]
+    #[error("the connection failed: {0}")]
     Io(#[source] std::io::Error),
     /// The site's bytes are not a readable answer.
     #[error(transparent)]
@@ -363,7 +363,7 @@ async fn exchange(
                 conn.read.advance(len);
                 interim += 1;
                 if interim > MAX_INTERIM_ANSWERS {
-                    return Err(Failed::After(WireError::Interim(100).into()));
+                    return Err(Failed::After(WireError::TooManyInterim.into()));
                 }
                 continue;
             }
@@ -866,6 +866,42 @@ mod tests {
             accepted.load(Ordering::SeqCst),
             2,
             "sent again on a new one"
+        );
+    }
+
+    /// A site that answers its first request with `interim` 100s before a 200.
+    async fn site_with_interim(interim: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let mut answer = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(interim);
+            answer.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            let _ = s.write_all(&answer).await;
+            tokio::time::sleep(WAIT).await;
+        });
+        authority
+    }
+
+    #[tokio::test]
+    async fn the_most_interim_answers_are_skipped_and_one_more_fails_the_exchange() {
+        let request = b"GET / HTTP/1.1\r\nhost: s\r\n\r\n";
+        let authority = site_with_interim(MAX_INTERIM_ANSWERS).await;
+        let conn = connect(&connector(), &authority).await.unwrap();
+        let (head, _) = exchange(conn, request, b"", &Method::GET).await.unwrap();
+        assert_eq!(head.status, http::StatusCode::OK);
+        let authority = site_with_interim(MAX_INTERIM_ANSWERS + 1).await;
+        let conn = connect(&connector(), &authority).await.unwrap();
+        let got = exchange(conn, request, b"", &Method::GET).await;
+        assert!(
+            matches!(
+                got,
+                Err(Failed::After(WireFailure::Wire(WireError::TooManyInterim)))
+            ),
+            "{:?}",
+            got.err()
         );
     }
 

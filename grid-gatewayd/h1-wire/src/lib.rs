@@ -59,9 +59,12 @@ pub enum WireError {
     /// [`MAX_ANSWER_HEADERS`] fields.
     #[error("the site's answer head is larger than the gateway reads")]
     HeadTooLarge,
-    /// More than [`MAX_INTERIM_ANSWERS`] 1xx answers, or a 101.
+    /// A 101 (the gateway asked for no protocol switch).
     #[error("the site answered with interim status {0} where a final answer was due")]
     Interim(u16),
+    /// More than [`MAX_INTERIM_ANSWERS`] 1xx answers before the final one.
+    #[error("the site sent more interim answers than the gateway reads")]
+    TooManyInterim,
     /// `Content-Length` is not one decimal number.
     #[error("the site's answer has an unusable content-length")]
     ContentLength,
