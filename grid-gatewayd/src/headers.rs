@@ -41,12 +41,8 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     if !h.keys().any(always_hop_by_hop) {
         return;
     }
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+    let named: Vec<HeaderName> = grid_h1_wire::list_tokens(h, header::CONNECTION)
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
         .collect();
     for n in named {
         h.remove(n);

@@ -41,7 +41,6 @@
 //! `https://` sites keep the hyper-util client: TLS, and HTTP/2 where the site offers it.
 
 use std::future::Future as _;
-use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -327,30 +326,17 @@ async fn exchange(
     body: &[u8],
     method: &Method,
 ) -> Result<(AnswerHead, Conn), Failed> {
-    let total = head.len() + body.len();
-    let mut written = 0;
-    while written < total {
-        let (h, b) = if written < head.len() {
-            (&head[written..], body)
+    // One vectored write where the socket takes it all (tokio's `write_all_buf`); what
+    // is left unwritten says whether any of the request left.
+    let mut request = bytes::Buf::chain(head, body);
+    let total = request.remaining();
+    if let Err(e) = conn.io.write_all_buf(&mut request).await {
+        let e = WireFailure::Io(e);
+        return Err(if request.remaining() == total {
+            Failed::Unwritten(e)
         } else {
-            (&head[..0], &body[written - head.len()..])
-        };
-        let failed = |e| {
-            if written == 0 {
-                Failed::Unwritten(WireFailure::Io(e))
-            } else {
-                Failed::After(WireFailure::Io(e))
-            }
-        };
-        match conn
-            .io
-            .write_vectored(&[IoSlice::new(h), IoSlice::new(b)])
-            .await
-        {
-            Ok(0) => return Err(failed(std::io::ErrorKind::WriteZero.into())),
-            Ok(n) => written += n,
-            Err(e) => return Err(failed(e)),
-        }
+            Failed::After(e)
+        });
     }
     let mut interim = 0;
     loop {
@@ -615,8 +601,11 @@ mod tests {
         crate::upstream::plain_connector(WAIT)
     }
 
-    async fn send(
+    /// A `GET /v1/models` to `authority` through `pool`, its connections opened by
+    /// `connector`.
+    async fn send_via(
         pool: &Arc<SitePool>,
+        connector: &PlainConnect,
         authority: &str,
     ) -> Result<Response<PooledBody>, SiteError> {
         let (headers, body) = (HeaderMap::new(), Bytes::new());
@@ -626,9 +615,16 @@ mod tests {
             headers: &headers,
             body: &body,
         };
-        tokio::time::timeout(WAIT, pool.send(&connector(), authority, get))
+        tokio::time::timeout(WAIT, pool.send(connector, authority, get))
             .await
             .unwrap()
+    }
+
+    async fn send(
+        pool: &Arc<SitePool>,
+        authority: &str,
+    ) -> Result<Response<PooledBody>, SiteError> {
+        send_via(pool, &connector(), authority).await
     }
 
     async fn fetch(pool: &Arc<SitePool>, authority: &str) -> Bytes {
@@ -815,14 +811,7 @@ mod tests {
         }
         let pool = Arc::new(SitePool::default());
         let slow = crate::upstream::plain_connector(bound);
-        let (headers, body) = (HeaderMap::new(), Bytes::new());
-        let get = Outgoing {
-            method: &Method::GET,
-            target: "/",
-            headers: &headers,
-            body: &body,
-        };
-        let Err(e) = pool.send(&slow, &authority, get).await else {
+        let Err(e) = send_via(&pool, &slow, &authority).await else {
             panic!("connected past a full backlog");
         };
         assert!(e.is_connect(), "{e}");

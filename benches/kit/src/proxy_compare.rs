@@ -207,10 +207,21 @@ fn spawn_nginx(wrapper: &[String], dir: &Path, conf: &Path) -> Result<(Child, Pa
         "-p",
         dir.to_str().unwrap_or_default(),
     ];
+    let child = spawn_under(wrapper, &own, &[], &log)?;
+    Ok((child, log))
+}
+
+/// [`spawn`]s the command line `own` run under `wrapper` (a program and its arguments,
+/// `own` appended; none: `own` itself).
+fn spawn_under(
+    wrapper: &[String],
+    own: &[&str],
+    env: &[(&str, String)],
+    log: &Path,
+) -> Result<Child, Error> {
     let mut line: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     line.extend(own);
-    let child = spawn(Path::new(line[0]), &line[1..], &[], &log)?;
-    Ok((child, log))
+    spawn(Path::new(line[0]), &line[1..], env, log)
 }
 
 /// The two handles of one process serving HTTP/1.1 on `h1` and HTTP/2 on `h2`: the
@@ -383,12 +394,10 @@ fn start_grid_under(
         "--config",
         path.to_str().unwrap_or_default(),
     ];
-    let mut line: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    line.extend(own);
     let log = d.join("gateway.log");
-    let child = spawn(
-        Path::new(line[0]),
-        &line[1..],
+    let child = spawn_under(
+        wrapper,
+        &own,
         &[
             ("TOKIO_WORKER_THREADS", workers.to_string()),
             ("RUST_LOG", "warn".to_owned()),

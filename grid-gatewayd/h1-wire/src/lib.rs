@@ -183,13 +183,7 @@ fn framing(
     }
     let lengths = headers.get_all(header::CONTENT_LENGTH);
     if headers.contains_key(header::TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .rfind(|c| !c.is_empty());
+        let last = list_tokens(headers, header::TRANSFER_ENCODING).rfind(|c| !c.is_empty());
         let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
         let sure = lengths.iter().next().is_none();
         return Ok(if chunked {
@@ -221,12 +215,19 @@ fn framing(
 
 /// Whether the site said it closes the connection after this answer.
 fn asks_close(headers: &HeaderMap) -> bool {
+    list_tokens(headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case("close"))
+}
+
+/// The comma-separated tokens of every `name` field in `headers`, trimmed, in order
+/// (empty ones included; a value that is not visible ASCII contributes none): how
+/// `Connection` and `Transfer-Encoding` are read.
+pub fn list_tokens(headers: &HeaderMap, name: HeaderName) -> impl DoubleEndedIterator<Item = &str> {
     headers
-        .get_all(header::CONNECTION)
+        .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("close"))
+        .map(str::trim)
 }
 
 /// Writes a request head for `body_len` bytes of body into `out`: `headers` as given
