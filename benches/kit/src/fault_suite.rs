@@ -382,6 +382,51 @@ async fn watch_faulted(
     }
 }
 
+/// The sites besides `faulted` out of preference at the end of the hold, as a note.
+fn others_out(grid: &LocalGrid, faulted: &str) -> String {
+    let out: Vec<&str> = SITES
+        .iter()
+        .copied()
+        .filter(|s| *s != faulted && out_of_preference(&grid.routing(s)))
+        .collect();
+    if out.is_empty() {
+        String::new()
+    } else {
+        format!("also out at the end of the hold: {}", out.join(", "))
+    }
+}
+
+/// The gateway's counters that say why a site left preference (its polls by result,
+/// readings dropped by reason, readings the scorer refused) and where every site stood.
+async fn gateway_said(grid: &LocalGrid, client: &LoadClient) -> String {
+    let standing: Vec<String> = SITES
+        .iter()
+        .map(|s| format!("{s}: {:?}", grid.routing(s)))
+        .collect();
+    let uri = format!("http://{}/metrics", grid.gateway_addr()).parse::<http::Uri>();
+    let counters = match uri {
+        Ok(uri) => match client.get(&uri).await {
+            Ok((_, body)) => String::from_utf8_lossy(&body)
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#')
+                        && !l.ends_with(" 0")
+                        && (l.contains("polls_total")
+                            || l.contains("ingest_dropped_total")
+                            || l.contains("readings_rejected"))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("/metrics unread: {e}"),
+        },
+        Err(e) => format!("/metrics unread: {e}"),
+    };
+    format!(
+        "when it left: {}; gateway counters: {counters}",
+        standing.join("; ")
+    )
+}
+
 /// What an injection left running, for its healing.
 #[derive(Default)]
 struct Injected {
@@ -588,24 +633,24 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
         SiteRouting::Candidate { .. } if to_exclude.is_some() => Some("unmeasured"),
         _ => None,
     };
+    // A site that must stay in preference left it: what the gateway saw then goes in the
+    // note, so the row explains itself.
+    let unexpected = if to_exclude.is_some() && !fault.expects_exclusion() {
+        gateway_said(&grid, &client).await
+    } else {
+        String::new()
+    };
     if let Some(rest) = hold.checked_sub(held.elapsed()) {
         tokio::time::sleep(rest).await;
     }
 
-    let others_out: Vec<&str> = SITES
-        .iter()
-        .copied()
-        .filter(|s| *s != fault.site() && out_of_preference(&grid.routing(s)))
-        .collect();
-    row.note = heal(fault, &mut grid, &link, &control, &mut injected).await?;
-    if !others_out.is_empty() {
-        let also = format!("also out at the end of the hold: {}", others_out.join(", "));
-        row.note = [row.note.as_str(), also.as_str()]
-            .into_iter()
-            .filter(|n| !n.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-    }
+    let also = others_out(&grid, fault.site());
+    let healed = heal(fault, &mut grid, &link, &control, &mut injected).await?;
+    row.note = [healed.as_str(), also.as_str(), unexpected.as_str()]
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     if row.to_exclude.is_some() || !fault.expects_exclusion() {
         let (to_rejoin, _) =
             watch_faulted(&grid, fault.site(), REJOIN_LIMIT, |r| !out_of_preference(r)).await;
