@@ -398,27 +398,23 @@ fn others_out(grid: &LocalGrid, faulted: &str) -> String {
 
 /// The gateway's counters that say why a site left preference (its polls by result,
 /// readings dropped by reason, readings the scorer refused) and where every site stood.
-async fn gateway_said(grid: &LocalGrid, client: &LoadClient) -> String {
+async fn gateway_said(grid: &LocalGrid) -> String {
     let standing: Vec<String> = SITES
         .iter()
         .map(|s| format!("{s}: {:?}", grid.routing(s)))
         .collect();
-    let uri = format!("http://{}/metrics", grid.gateway_addr()).parse::<http::Uri>();
-    let counters = match uri {
-        Ok(uri) => match client.get(&uri).await {
-            Ok((_, body)) => String::from_utf8_lossy(&body)
-                .lines()
-                .filter(|l| {
-                    !l.starts_with('#')
-                        && !l.ends_with(" 0")
-                        && (l.contains("polls_total")
-                            || l.contains("ingest_dropped_total")
-                            || l.contains("readings_rejected"))
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            Err(e) => format!("/metrics unread: {e}"),
-        },
+    let counters = match crate::operator_harness::read_metrics(grid.gateway_addr()).await {
+        Ok(text) => text
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#')
+                    && !l.ends_with(" 0")
+                    && (l.contains("polls_total")
+                        || l.contains("ingest_dropped_total")
+                        || l.contains("readings_rejected"))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
         Err(e) => format!("/metrics unread: {e}"),
     };
     format!(
@@ -636,7 +632,7 @@ pub async fn run(fault: Fault) -> Result<Row, Error> {
     // A site that must stay in preference left it: what the gateway saw then goes in the
     // note, so the row explains itself.
     let unexpected = if to_exclude.is_some() && !fault.expects_exclusion() {
-        gateway_said(&grid, &client).await
+        gateway_said(&grid).await
     } else {
         String::new()
     };

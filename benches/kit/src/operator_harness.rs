@@ -373,14 +373,19 @@ pub async fn post(
 
 /// GET `/metrics` of the operator at `addr` (plain HTTP).
 pub async fn get_metrics(addr: SocketAddr) -> String {
-    let fetched = fetch(&FetchTarget::new(
-        format!("http://{addr}/metrics").parse().unwrap(),
-        Duration::from_secs(5),
-        None,
-    ))
-    .await
-    .unwrap();
-    String::from_utf8(fetched.body).unwrap()
+    read_metrics(addr).await.unwrap()
+}
+
+/// GET `/metrics` at `addr` (plain HTTP, an operator's or the gateway's listener) within
+/// 5 s; why not, when it could not be read.
+pub async fn read_metrics(addr: SocketAddr) -> Result<String, String> {
+    let uri = format!("http://{addr}/metrics")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let fetched = fetch(&FetchTarget::new(uri, Duration::from_secs(5), None))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    String::from_utf8(fetched.body).map_err(|e| format!("{e}"))
 }
 
 /// Polls `cond` every 50 ms for at most `secs` seconds.
