@@ -246,9 +246,11 @@ impl ScrapeLoop {
         let mut following = true;
         loop {
             // A new provider list is taken between passes only, so every outcome of a
-            // pass is fed under the indexes it was started with.
+            // pass is fed under the indexes it was started with; and at the first
+            // boundary: a pass longer than the interval leaves the tick ready too, and an
+            // unbiased pick could run pass after pass on the old list.
             tokio::select! {
-                _ = ticker.tick() => {}
+                biased;
                 changed = self.changes.changed(), if following => {
                     match changed {
                         Ok(()) => {
@@ -259,6 +261,7 @@ impl ScrapeLoop {
                     }
                     continue;
                 }
+                _ = ticker.tick() => {}
             }
             let started = clock::monotonic();
             self.pass(latest_pass_ms).await;

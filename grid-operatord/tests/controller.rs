@@ -798,9 +798,31 @@ async fn a_deleted_provider_reads_not_ready_at_the_gateway_at_once_and_is_no_lon
             .is_ok_and(|f| ready_row(&text(&f.body), "mistral").is_some_and(|l| l.contains("} 1 ")))
     })
     .await;
+    // A slow EPP keeps a pass in flight most of the time, so the deletion lands mid-pass
+    // (the case a read right after the hand-over got wrong).
+    *epp.behaviour.lock().unwrap() = Behaviour::Delay(Duration::from_millis(300), epp_body(2, 1.0));
+    tokio::time::sleep(Duration::from_millis(350)).await;
     fake.delete("inferenceproviders", NS, "mistral");
-    op.configured(|d| d.config.providers.len() == 1).await;
-    // Its last batch says not ready: well before its readings would have aged out.
+    let mut in_force = op
+        .configured(|d| d.config.providers.len() == 1)
+        .await
+        .verdicts;
+    // The list is handed to the scrape loop, which puts it in force at the end of the
+    // pass in flight: the withdrawal is served from then on, within one pass (300 ms
+    // here) and well before mistral's readings (stale after 1 s) would have aged out.
+    let took = tokio::time::timeout(Duration::from_secs(1), in_force.wait_for(|v| v.len() == 1))
+        .await
+        .is_ok();
+    assert!(
+        took,
+        "the scrape loop took the new list within the staleness window: {:?}",
+        in_force
+            .borrow()
+            .iter()
+            .map(|v| v.provider.name.clone())
+            .collect::<Vec<_>>()
+    );
+    // Its last batch says not ready.
     let fetched = get_signals(first.signals_addr, gateway.clone())
         .await
         .unwrap();

@@ -47,6 +47,12 @@ pub struct StartedDriver {
     pub metrics_addr: std::net::SocketAddr,
     /// Its publisher epoch.
     pub epoch: u64,
+    /// Each provider's verdict as the scrape loop holds it. Its list is the provider
+    /// list in force: a change taken over live shows in `config` as soon as it is handed
+    /// over, and here once the scrape loop has put it in force (between passes, so at
+    /// most one scrape timeout later), which is when a removed provider's withdrawal is
+    /// served.
+    pub verdicts: tokio::sync::watch::Receiver<crate::providers::Verdicts>,
 }
 
 /// Which replica this is, when replicas elect their writer with a Lease.
@@ -152,6 +158,7 @@ pub async fn run(
             signals_addr: running.signals_addr,
             metrics_addr: running.metrics_addr,
             epoch: running.epoch,
+            verdicts: running.verdicts.clone(),
         }));
         let mut config = config;
         let outcome = loop {
