@@ -21,6 +21,8 @@ pub enum ApiErrorKind {
     MethodNotAllowed,
     /// 413: the body is larger than `bodyLimitBytes`.
     BodyTooLarge,
+    /// 431: the HTTP/1.1 request head is larger than the gateway reads.
+    HeadTooLarge,
     /// 408: the body did not arrive whole within `clientBodyTimeoutSeconds`.
     BodyTimeout,
     /// 429: the model is shedding (every healthy site full).
@@ -41,6 +43,7 @@ impl ApiErrorKind {
             Self::NotFound | Self::UnknownRoute => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Shedding => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -57,6 +60,7 @@ impl ApiErrorKind {
             | Self::UnknownRoute
             | Self::MethodNotAllowed
             | Self::BodyTooLarge
+            | Self::HeadTooLarge
             | Self::BodyTimeout => "invalid_request_error",
             Self::Shedding => "rate_limit_error",
             Self::Unavailable | Self::UpstreamFailed | Self::UpstreamTimeout => "server_error",
@@ -71,6 +75,7 @@ impl ApiErrorKind {
             Self::UnknownRoute => "unknown_url",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::BodyTooLarge => "body_too_large",
+            Self::HeadTooLarge => "head_too_large",
             Self::BodyTimeout => "body_timeout",
             Self::Shedding => "shedding",
             Self::Unavailable => "unavailable",

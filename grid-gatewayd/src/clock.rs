@@ -16,6 +16,11 @@ pub fn now_unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The wall clock, for the `Date` field of the answers the gateway writes itself.
+pub fn now_wall() -> SystemTime {
+    SystemTime::now()
+}
+
 /// A monotonic instant, for deadlines and intervals that must not jump with the wall clock.
 pub fn monotonic() -> Instant {
     Instant::now()

@@ -309,6 +309,14 @@ impl Api {
         }
     }
 
+    /// The answer to a request whose HTTP/1.1 head could not be read (the gateway's own
+    /// server found it malformed, too large or ambiguously framed), counted as its
+    /// outcome like every other refusal.
+    pub(crate) fn refuse_head(&self, kind: ApiErrorKind, message: &str) -> Response<ResponseBody> {
+        self.inner.metrics.outcome(kind.as_str());
+        api_error(kind, message, None)
+    }
+
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
     pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
     where

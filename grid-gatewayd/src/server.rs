@@ -33,19 +33,26 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 
 use crate::connection_watch::{Activity, InFlight, watchdog};
 use crate::http_api::Api;
+use crate::idle_body::BoxError;
 
 /// How long draining waits for open requests (streams included) before closing anyway.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -163,6 +170,9 @@ pub(crate) struct Limits {
     pub(crate) idle_timeout: Duration,
 }
 
+/// The first bytes of an HTTP/2 connection with prior knowledge (RFC 9113 section 3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Serves `api` on `listener` until `shutdown` resolves, then stops accepting and lets
 /// open connections finish for up to [`DRAIN_TIMEOUT`].
 pub(crate) async fn serve(
@@ -172,12 +182,8 @@ pub(crate) async fn serve(
     metrics: ListenerMetrics,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The watchdog bounds header reads for both protocols (see the module docs).
-    builder.http1().header_read_timeout(None);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
         .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
         .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
     // u32 is what `acquire_many` takes; the configured cap is far below it.
@@ -214,45 +220,21 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new(crate::clock::monotonic());
-        let watched = Arc::clone(&activity);
-        let service = {
-            let api = api.clone();
-            service_fn(move |req| {
-                let api = api.clone();
-                let guard = InFlight::start(&activity);
-                async move {
-                    let resp = api.handle(req).await;
-                    Ok::<_, std::convert::Infallible>(guard.hold(resp))
-                }
-            })
+        let connection = Connection {
+            api: api.clone(),
+            limits,
+            metrics: metrics.clone(),
+            drain: drain.clone(),
+            h2: h2.clone(),
         };
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let (metrics, mut drain) = (metrics.clone(), drain.clone());
+        let open = metrics.open.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            metrics.open.inc();
-            tokio::pin!(conn);
-            let ended = tokio::select! {
-                // The connection first: it is what most wake-ups are for.
-                biased;
-                ended = conn.as_mut() => Some(ended),
-                reason = watchdog(watched, limits) => {
-                    metrics.closed(reason);
-                    conn.as_mut().graceful_shutdown();
-                    tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await.ok()
-                }
-                () = async { let _ = drain.wait_for(|d| *d).await; } => {
-                    conn.as_mut().graceful_shutdown();
-                    Some(conn.as_mut().await)
-                }
-            };
-            if let Some(Err(e)) = ended {
+            open.inc();
+            if let Err(e) = connection.run(stream).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-            metrics.open.dec();
+            open.dec();
         });
     }
     drop(listener);
@@ -262,6 +244,162 @@ pub(crate) async fn serve(
         .is_err()
     {
         tracing::warn!("drain timed out; closing remaining connections");
+    }
+}
+
+/// What one client connection is served with.
+struct Connection {
+    api: Api,
+    limits: Limits,
+    metrics: ListenerMetrics,
+    drain: watch::Receiver<bool>,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+impl Connection {
+    /// Tells HTTP/2 from HTTP/1.1 by the first bytes, then serves the connection with
+    /// the gateway's own HTTP/1.1 server or hyper's HTTP/2 one, under one watchdog.
+    async fn run(mut self, mut stream: TcpStream) -> Result<(), BoxError> {
+        let activity = Activity::new(crate::clock::monotonic());
+        let watch = watchdog(Arc::clone(&activity), self.limits);
+        tokio::pin!(watch);
+        let mut read = BytesMut::new();
+        let http2 = tokio::select! {
+            biased;
+            sniffed = sniff(&mut stream, &mut read) => match sniffed? {
+                Some(http2) => http2,
+                None => return Ok(()),
+            },
+            reason = &mut watch => {
+                self.metrics.closed(reason);
+                return Ok(());
+            }
+            () = wait_drain(&mut self.drain) => return Ok(()),
+        };
+        if !http2 {
+            let served =
+                crate::client_h1::serve(stream, read, self.api, activity, self.drain.clone());
+            return tokio::select! {
+                // The connection first: it is what most wake-ups are for.
+                biased;
+                served = served => served.map_err(Into::into),
+                reason = &mut watch => {
+                    // The watchdog fires only with no request in flight: nothing is cut.
+                    self.metrics.closed(reason);
+                    Ok(())
+                }
+            };
+        }
+        let service = {
+            let (api, activity) = (self.api, Arc::clone(&activity));
+            service_fn(move |req| {
+                let api = api.clone();
+                let guard = InFlight::start(&activity);
+                async move {
+                    let resp = api.handle(req).await;
+                    Ok::<_, std::convert::Infallible>(guard.hold(resp))
+                }
+            })
+        };
+        let io = TokioIo::new(Prefixed {
+            prefix: read.freeze(),
+            io: stream,
+        });
+        let conn = self.h2.serve_connection(io, service);
+        tokio::pin!(conn);
+        let ended = tokio::select! {
+            biased;
+            ended = conn.as_mut() => Some(ended),
+            reason = &mut watch => {
+                self.metrics.closed(reason);
+                conn.as_mut().graceful_shutdown();
+                tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await.ok()
+            }
+            () = wait_drain(&mut self.drain) => {
+                conn.as_mut().graceful_shutdown();
+                Some(conn.as_mut().await)
+            }
+        };
+        match ended {
+            Some(Err(e)) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Resolves once draining began (or the listener is gone), holding no borrow of the
+/// flag across the caller's awaits.
+pub(crate) async fn wait_drain(drain: &mut watch::Receiver<bool>) {
+    let _ = drain.wait_for(|d| *d).await;
+}
+
+/// Reads until the first bytes tell the protocol: `Some(true)` for the HTTP/2 preface,
+/// `Some(false)` as soon as they differ from it, `None` when the client closed first.
+async fn sniff(stream: &mut TcpStream, read: &mut BytesMut) -> std::io::Result<Option<bool>> {
+    loop {
+        let n = read.len().min(HTTP2_PREFACE.len());
+        if read[..n] != HTTP2_PREFACE[..n] {
+            return Ok(Some(false));
+        }
+        if n == HTTP2_PREFACE.len() {
+            return Ok(Some(true));
+        }
+        read.reserve(8 * 1024);
+        if stream.read_buf(read).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// A connection whose first bytes were read while sniffing: they are read again first.
+struct Prefixed {
+    prefix: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.io).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix[..n]);
+        self.prefix.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

@@ -66,8 +66,14 @@ use grid_h1_wire::{
 /// new connection: once, as the hyper-util client did.
 pub(crate) const MAX_STALE_RETRIES: usize = 1;
 
-/// Room made in a connection's read buffer before each read of its socket.
+/// Room made in a connection's read buffer when it runs low.
 pub(crate) const READ_RESERVE: usize = 8 * 1024;
+
+/// The least room a read of a site's socket is made into: below it the buffer grows by
+/// [`READ_RESERVE`] first. An answer's body bytes stay shared with the buffer while the
+/// client is sent them, so reserving before every read allocated a new buffer per
+/// answer.
+pub(crate) const READ_MIN_ROOM: usize = 1024;
 
 /// One connection: its socket, what was read from it and not yet taken, and the
 /// authority it was opened to.
@@ -96,7 +102,9 @@ impl Conn {
     /// kernel, and the check at checkout ([`Conn::is_quiet`]) costs no system call on a
     /// quiet connection.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        self.read.reserve(READ_RESERVE);
+        if self.read.capacity() - self.read.len() < READ_MIN_ROOM {
+            self.read.reserve(READ_RESERVE);
+        }
         let read = self.io.read_buf(&mut self.read);
         std::pin::pin!(read).poll(cx)
     }
@@ -711,7 +719,7 @@ mod tests {
             }
         };
         assert_eq!(got, b"hello world");
-        assert!(err.to_string().contains("before the answer's end"), "{err}");
+        assert!(err.to_string().contains("before the body's end"), "{err}");
         assert!(body.frame().await.is_none(), "nothing after the error");
         assert_eq!(pool.idle_count(), 0);
     }

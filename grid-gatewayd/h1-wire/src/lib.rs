@@ -33,6 +33,14 @@
 //! `Content-Length` (and the connection is not reused after such an answer); any other
 //! `Transfer-Encoding` reads until close; differing `Content-Length`s are refused.
 
+pub mod client_answer;
+pub mod client_request;
+
+pub use client_answer::{
+    AnswerFraming, ConnectionField, LAST_CHUNK, encode_answer_head, encode_chunk,
+};
+pub use client_request::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, RequestHead, parse_request};
+
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
@@ -69,17 +77,28 @@ pub enum WireError {
     #[error("the site's answer has an unusable content-length")]
     ContentLength,
     /// A chunk-size line is not hexadecimal, too long, or its size overflows.
-    #[error("the site's chunked answer has a malformed chunk size line")]
+    #[error("a chunked body has a malformed chunk size line")]
     ChunkSize,
     /// A chunk's data is not followed by CRLF.
-    #[error("the site's chunked answer has a chunk without its CRLF")]
+    #[error("a chunked body has a chunk without its CRLF")]
     ChunkEnd,
     /// The trailers are longer than [`MAX_TRAILER_BYTES`].
-    #[error("the site's answer has more trailers than the gateway reads")]
+    #[error("a chunked body has more trailers than the gateway reads")]
     TrailersTooLarge,
     /// The connection ended before the body did.
-    #[error("the site closed the connection before the answer's end")]
+    #[error("the connection closed before the body's end")]
     Truncated,
+    /// A client's request head is not HTTP/1.x.
+    #[error("the request head is malformed: {0}")]
+    RequestHead(String),
+    /// A client's request head is longer than
+    /// [`MAX_REQUEST_HEAD_BYTES`](client_request::MAX_REQUEST_HEAD_BYTES) or has more
+    /// than [`MAX_REQUEST_HEADERS`](client_request::MAX_REQUEST_HEADERS) fields.
+    #[error("the request head is larger than the gateway reads")]
+    RequestHeadTooLarge,
+    /// A client's request frames its body ambiguously (RFC 9112 section 6.3).
+    #[error("the request's body framing cannot be trusted: {0}")]
+    RequestFraming(&'static str),
 }
 
 /// How an answer's body ends.
@@ -125,9 +144,15 @@ pub enum Parsed {
 ///
 /// A head that is malformed, too large, or frames its body in a way that cannot be read.
 pub fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, WireError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_ANSWER_HEADERS];
-    let mut answer = httparse::Response::new(&mut fields);
-    let len = match answer.parse(buf) {
+    // Not zeroed first: httparse fills what it parses.
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_ANSWER_HEADERS];
+    let mut answer = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut answer,
+        buf,
+        &mut fields,
+    ) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_ANSWER_HEAD_BYTES => {
             return Err(WireError::HeadTooLarge);
@@ -181,19 +206,28 @@ fn framing(
     {
         return Ok((Framing::Empty, true));
     }
-    let lengths = headers.get_all(header::CONTENT_LENGTH);
     if headers.contains_key(header::TRANSFER_ENCODING) {
         let last = list_tokens(headers, header::TRANSFER_ENCODING).rfind(|c| !c.is_empty());
         let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
-        let sure = lengths.iter().next().is_none();
+        let sure = !headers.contains_key(header::CONTENT_LENGTH);
         return Ok(if chunked {
             (Framing::Chunked, sure)
         } else {
             (Framing::UntilClose, false)
         });
     }
+    Ok(match content_length(headers)? {
+        Some(0) => (Framing::Empty, true),
+        Some(n) => (Framing::Length(n), true),
+        None => (Framing::UntilClose, false),
+    })
+}
+
+/// The one length every `Content-Length` field says (a comma list of equal lengths is
+/// one length), `None` when there is no such field.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, WireError> {
     let mut length: Option<u64> = None;
-    for v in lengths {
+    for v in headers.get_all(header::CONTENT_LENGTH) {
         for part in v.to_str().map_err(|_| WireError::ContentLength)?.split(',') {
             let part = part.trim();
             if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
@@ -206,11 +240,7 @@ fn framing(
             length = Some(n);
         }
     }
-    Ok(match length {
-        Some(0) => (Framing::Empty, true),
-        Some(n) => (Framing::Length(n), true),
-        None => (Framing::UntilClose, false),
-    })
+    Ok(length)
 }
 
 /// Whether the site said it closes the connection after this answer.
