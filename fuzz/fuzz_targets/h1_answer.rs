@@ -13,8 +13,8 @@
 
 use bytes::BytesMut;
 use grid_h1_wire::{
-    BodyDecoder, Decoded, Framing, MAX_ANSWER_HEAD_BYTES, MAX_INTERIM_ANSWERS, Parsed,
-    WireError, parse_head,
+    BodyDecoder, Decoded, Framing, MAX_ANSWER_HEAD_BYTES, MAX_INTERIM_ANSWERS, Parsed, WireError,
+    parse_head,
 };
 use http::Method;
 use libfuzzer_sys::fuzz_target;
@@ -50,17 +50,28 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let step = usize::from(first & 63) + 1;
-    let method = if first & 64 == 0 { Method::POST } else { Method::HEAD };
+    let method = if first & 64 == 0 {
+        Method::POST
+    } else {
+        Method::HEAD
+    };
     let mut interim = 0;
     let head = loop {
-        match parse_head(wire, &method) {
+        let mut buf = BytesMut::from(wire);
+        match parse_head(&mut buf, &method) {
             Ok(Parsed::Head(len, head)) => {
                 assert!(len <= wire.len() && len <= MAX_ANSWER_HEAD_BYTES);
+                assert_eq!(
+                    buf.len(),
+                    wire.len() - len,
+                    "the head taken is the head's length"
+                );
                 wire = &wire[len..];
                 break head;
             }
             Ok(Parsed::Interim(len)) => {
                 assert!(len > 0 && len <= wire.len());
+                assert_eq!(buf.len(), wire.len() - len, "the interim answer was taken");
                 wire = &wire[len..];
                 interim += 1;
                 if interim > MAX_INTERIM_ANSWERS {
@@ -68,7 +79,11 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             Ok(Parsed::Partial) => {
-                assert!(wire.len() < MAX_ANSWER_HEAD_BYTES, "a full-size partial head waited on");
+                assert_eq!(&buf[..], wire, "a partial head was consumed");
+                assert!(
+                    wire.len() < MAX_ANSWER_HEAD_BYTES,
+                    "a full-size partial head waited on"
+                );
                 return;
             }
             Err(_) => return,

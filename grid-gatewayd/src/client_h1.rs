@@ -193,10 +193,13 @@ impl DateCache {
     }
 
     fn now(&mut self) -> Bytes {
-        let second = crate::clock::now_unix_ms() / 1000;
+        let now = crate::clock::now_wall();
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         if second != self.second {
             self.second = second;
-            self.text = Bytes::from(httpdate::fmt_http_date(crate::clock::now_wall()));
+            self.text = Bytes::from(httpdate::fmt_http_date(now));
         }
         self.text.clone()
     }

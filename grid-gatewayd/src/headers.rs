@@ -6,6 +6,7 @@
 //! pretend to downstream logs or a chained gateway that it was routed somewhere, so every
 //! `x-grid-` request header is stripped before forwarding.
 
+use arrayvec::ArrayVec;
 use http::{HeaderMap, HeaderName, header};
 
 /// Prefix of the headers only the gateway may set.
@@ -36,23 +37,33 @@ fn always_hop_by_hop(name: &HeaderName) -> bool {
 ///
 /// One pass over the names comes first: most requests and answers carry none of them
 /// (and no `Connection`, so none named there either), and then nothing is hashed or
-/// removed.
+/// removed. Otherwise the names present that must go are found in one more pass and
+/// only those removed (a client's `Connection: keep-alive` costs one removal, not one
+/// per name that could have been there).
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     if !h.keys().any(always_hop_by_hop) {
         return;
     }
-    let named: Vec<HeaderName> = grid_h1_wire::list_tokens(h, header::CONNECTION)
-        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
+    let mut doomed = ArrayVec::<HeaderName, DOOMED_INLINE>::new();
+    let mut more = Vec::new();
+    for k in h.keys() {
+        let named = || {
+            grid_h1_wire::list_tokens(h, header::CONNECTION)
+                .any(|t| t.eq_ignore_ascii_case(k.as_str()))
+        };
+        if (always_hop_by_hop(k) || named())
+            && let Err(full) = doomed.try_push(k.clone())
+        {
+            more.push(full.element());
+        }
     }
-    for n in HOP_BY_HOP {
-        h.remove(n);
+    for k in doomed.into_iter().chain(more) {
+        h.remove(k);
     }
-    h.remove(header::TRANSFER_ENCODING);
-    h.remove("proxy-connection");
 }
+
+/// Names [`strip_hop_by_hop`] holds on the stack before it needs the heap.
+const DOOMED_INLINE: usize = 8;
 
 /// Prepares a client's request headers for the upstream: hop-by-hop and routing headers
 /// removed, `Host` dropped so the client sets the upstream's authority.
@@ -115,6 +126,29 @@ mod tests {
             strip_hop_by_hop(&mut h);
             assert_eq!(h, before, "{name}");
         }
+    }
+
+    #[test]
+    fn more_doomed_names_than_fit_on_the_stack_are_all_removed() {
+        let mut h = HeaderMap::new();
+        let names: Vec<String> = (0..DOOMED_INLINE * 3)
+            .map(|i| format!("x-hop-{i}"))
+            .collect();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_str(&names.join(", ")).unwrap(),
+        );
+        for n in &names {
+            h.insert(
+                HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                HeaderValue::from_static("1"),
+            );
+        }
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[header::AUTHORIZATION], "Bearer k");
     }
 
     #[test]

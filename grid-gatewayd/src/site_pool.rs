@@ -348,13 +348,9 @@ async fn exchange(
     }
     let mut interim = 0;
     loop {
-        match h1_wire::parse_head(&conn.read, method).map_err(|e| Failed::After(e.into()))? {
-            Parsed::Head(len, answer) => {
-                conn.read.advance(len);
-                return Ok((answer, conn));
-            }
-            Parsed::Interim(len) => {
-                conn.read.advance(len);
+        match h1_wire::parse_head(&mut conn.read, method).map_err(|e| Failed::After(e.into()))? {
+            Parsed::Head(_, answer) => return Ok((answer, conn)),
+            Parsed::Interim(_) => {
                 interim += 1;
                 if interim > MAX_INTERIM_ANSWERS {
                     return Err(Failed::After(WireError::TooManyInterim.into()));

@@ -12,10 +12,9 @@
 //! let mut read = BytesMut::from(
 //!     &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
 //! );
-//! let Parsed::Head(len, head) = parse_head(&read, &Method::POST).unwrap() else {
+//! let Parsed::Head(_, head) = parse_head(&mut read, &Method::POST).unwrap() else {
 //!     unreachable!("the head is whole");
 //! };
-//! bytes::Buf::advance(&mut read, len);
 //! let mut body = BodyDecoder::new(head.framing);
 //! assert_eq!(body.decode(&mut read).unwrap(), Decoded::Data("ok".into()));
 //! assert_eq!(body.decode(&mut read).unwrap(), Decoded::End);
@@ -41,6 +40,7 @@ pub use client_answer::{
 };
 pub use client_request::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, RequestHead, parse_request};
 
+use arrayvec::ArrayVec;
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
@@ -127,7 +127,7 @@ pub struct AnswerHead {
     pub reusable: bool,
 }
 
-/// What [`parse_head`] found at the start of the buffer.
+/// What [`parse_head`] found at the start of the buffer (and took off it).
 #[derive(Debug)]
 pub enum Parsed {
     /// Not a whole head yet.
@@ -138,48 +138,73 @@ pub enum Parsed {
     Head(usize, AnswerHead),
 }
 
-/// Parses the answer head at the start of `buf`, to the request made with `method`.
+/// Takes the answer head, to the request made with `method`, off the front of `buf` when
+/// it is whole (an interim answer is taken off too, and said so); [`Parsed::Partial`]
+/// leaves `buf` untouched.
+///
+/// The head's bytes become one shared buffer its field values point into, so a head
+/// costs no allocation per field.
 ///
 /// # Errors
 ///
-/// A head that is malformed, too large, or frames its body in a way that cannot be read.
-pub fn parse_head(buf: &[u8], method: &Method) -> Result<Parsed, WireError> {
-    // Not zeroed first: httparse fills what it parses.
-    let mut fields =
-        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_ANSWER_HEADERS];
-    let mut answer = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut answer,
-        buf,
-        &mut fields,
-    ) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= MAX_ANSWER_HEAD_BYTES => {
+/// A head that is malformed, too large, or frames its body in a way that cannot be read
+/// (the connection is not read again then, so what is left in `buf` does not matter).
+pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
+    // Where each field's name and value lie in the head, as byte offsets. Neither table
+    // is zeroed first (httparse fills what it parses).
+    let mut spans = ArrayVec::<(usize, usize, usize, usize), MAX_ANSWER_HEADERS>::new();
+    let (len, code, http11) = {
+        let mut fields =
+            [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_ANSWER_HEADERS];
+        let mut answer = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut answer,
+            buf,
+            &mut fields,
+        ) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() >= MAX_ANSWER_HEAD_BYTES => {
+                return Err(WireError::HeadTooLarge);
+            }
+            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+            Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+            Err(e) => return Err(WireError::Head(e.to_string())),
+        };
+        if len > MAX_ANSWER_HEAD_BYTES {
             return Err(WireError::HeadTooLarge);
         }
-        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
-        Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
-        Err(e) => return Err(WireError::Head(e.to_string())),
+        let base = buf.as_ptr() as usize;
+        let span = |part: &[u8]| {
+            let start = part.as_ptr() as usize - base;
+            (start, start + part.len())
+        };
+        for f in answer.headers.iter() {
+            let (name, value) = (span(f.name.as_bytes()), span(f.value));
+            spans.push((name.0, name.1, value.0, value.1));
+        }
+        (
+            len,
+            answer.code.unwrap_or_default(),
+            answer.version == Some(1),
+        )
     };
-    if len > MAX_ANSWER_HEAD_BYTES {
-        return Err(WireError::HeadTooLarge);
-    }
-    let code = answer.code.unwrap_or_default();
     let status = StatusCode::from_u16(code).map_err(|e| WireError::Head(e.to_string()))?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Err(WireError::Interim(code));
     }
     if status.is_informational() {
+        buf.advance(len);
         return Ok(Parsed::Interim(len));
     }
-    let mut headers = HeaderMap::with_capacity(answer.headers.len());
-    for f in answer.headers.iter() {
-        let name = HeaderName::from_bytes(f.name.as_bytes())
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for &(n0, n1, v0, v1) in &spans {
+        let name =
+            HeaderName::from_bytes(&head[n0..n1]).map_err(|e| WireError::Head(e.to_string()))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| WireError::Head(e.to_string()))?;
-        let value = HeaderValue::from_bytes(f.value).map_err(|e| WireError::Head(e.to_string()))?;
         headers.append(name, value);
     }
-    let http11 = answer.version == Some(1);
     let (framing, sure) = framing(status, method, &headers)?;
     let reusable = http11 && sure && framing != Framing::UntilClose && !asks_close(&headers);
     Ok(Parsed::Head(
@@ -527,8 +552,13 @@ mod tests {
     use proptest::prelude::*;
     use std::fmt::Write as _;
 
+    /// `bytes` through the parser as a connection's read buffer.
+    fn parse(bytes: &[u8], method: &Method) -> Result<Parsed, WireError> {
+        parse_head(&mut BytesMut::from(bytes), method)
+    }
+
     fn head(text: &str) -> AnswerHead {
-        match parse_head(text.as_bytes(), &Method::POST).unwrap() {
+        match parse(text.as_bytes(), &Method::POST).unwrap() {
             Parsed::Head(len, h) => {
                 assert_eq!(len, text.len());
                 h
@@ -612,11 +642,15 @@ mod tests {
     fn interim_answers_are_skipped_and_switching_protocols_refused() {
         let text = "HTTP/1.1 100 Continue\r\n\r\n";
         assert!(matches!(
-            parse_head(text.as_bytes(), &Method::POST),
+            parse(text.as_bytes(), &Method::POST),
             Ok(Parsed::Interim(n)) if n == text.len()
         ));
         assert_eq!(
-            parse_head(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", &Method::POST).unwrap_err(),
+            parse_head(
+                &mut BytesMut::from(&(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")[..]),
+                &Method::POST
+            )
+            .unwrap_err(),
             WireError::Interim(101)
         );
     }
@@ -625,7 +659,7 @@ mod tests {
     fn no_body_is_read_for_204_304_and_head_whatever_the_length_says() {
         for (status, method) in [(204, Method::POST), (304, Method::GET), (200, Method::HEAD)] {
             let text = format!("HTTP/1.1 {status} X\r\ncontent-length: 10\r\n\r\n");
-            let Parsed::Head(_, h) = parse_head(text.as_bytes(), &method).unwrap() else {
+            let Parsed::Head(_, h) = parse(text.as_bytes(), &method).unwrap() else {
                 panic!("{text}");
             };
             assert_eq!(h.framing, Framing::Empty, "{text}");
@@ -648,7 +682,7 @@ mod tests {
         for bad in ["1, 2", "-1", "abc", "", "1 2", "99999999999999999999999"] {
             let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
             assert_eq!(
-                parse_head(text.as_bytes(), &Method::POST).unwrap_err(),
+                parse(text.as_bytes(), &Method::POST).unwrap_err(),
                 WireError::ContentLength,
                 "{bad:?}"
             );
@@ -696,25 +730,22 @@ mod tests {
         let at = filler(MAX_ANSWER_HEAD_BYTES);
         assert_eq!(at.len(), MAX_ANSWER_HEAD_BYTES);
         assert!(matches!(
-            parse_head(at.as_bytes(), &Method::POST),
+            parse(at.as_bytes(), &Method::POST),
             Ok(Parsed::Head(..))
         ));
         let past = filler(MAX_ANSWER_HEAD_BYTES + 1);
         assert_eq!(
-            parse_head(past.as_bytes(), &Method::POST).unwrap_err(),
+            parse(past.as_bytes(), &Method::POST).unwrap_err(),
             WireError::HeadTooLarge
         );
         // An unfinished head that already fills the limit is refused, not waited on.
         let unfinished = &past.as_bytes()[..MAX_ANSWER_HEAD_BYTES];
         assert_eq!(
-            parse_head(unfinished, &Method::POST).unwrap_err(),
+            parse(unfinished, &Method::POST).unwrap_err(),
             WireError::HeadTooLarge
         );
         let partial = &past.as_bytes()[..MAX_ANSWER_HEAD_BYTES - 1];
-        assert!(matches!(
-            parse_head(partial, &Method::POST),
-            Ok(Parsed::Partial)
-        ));
+        assert!(matches!(parse(partial, &Method::POST), Ok(Parsed::Partial)));
     }
 
     #[test]
@@ -727,11 +758,11 @@ mod tests {
             t + "\r\n"
         };
         assert!(matches!(
-            parse_head(with(MAX_ANSWER_HEADERS).as_bytes(), &Method::POST),
+            parse(with(MAX_ANSWER_HEADERS).as_bytes(), &Method::POST),
             Ok(Parsed::Head(..))
         ));
         assert_eq!(
-            parse_head(with(MAX_ANSWER_HEADERS + 1).as_bytes(), &Method::POST).unwrap_err(),
+            parse(with(MAX_ANSWER_HEADERS + 1).as_bytes(), &Method::POST).unwrap_err(),
             WireError::HeadTooLarge
         );
     }
@@ -862,7 +893,7 @@ mod tests {
             bytes in proptest::collection::vec(any::<u8>(), 0..300),
             step in 1usize..64,
         ) {
-            let _ = parse_head(&bytes, &Method::POST);
+            let _ = parse(&bytes[..], &Method::POST);
             for framing in [Framing::Chunked, Framing::Length(100), Framing::UntilClose] {
                 let _ = decode_all(framing, &bytes, step);
             }
