@@ -5,7 +5,8 @@
 //! This crate owns the gateway's clocks, sockets and TLS: it polls its local operator's
 //! `GET /v1/site/signals` over mutual TLS, feeds each body to grid-score's routing core
 //! (`grid_score::refresh::Refresher`: store, scorer, live slots), publishes its view
-//! atomically, serves OpenAI-style requests with hyper and reports rejected readings back
+//! atomically, serves OpenAI-style requests (HTTP/1.1 with its own server over
+//! `grid-h1-wire`, HTTP/2 with hyper's) and reports rejected readings back
 //! through `grid-feedback`. No routing rule lives here.
 //!
 //! # Data flow

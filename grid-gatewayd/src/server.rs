@@ -1,5 +1,7 @@
 //! The accept loop: HTTP/1.1 and HTTP/2 (prior knowledge or upgrade-free h2c) on one
-//! listener, with bounded waits, a connection cap and graceful draining.
+//! listener, with bounded waits, a connection cap and graceful draining. A connection's
+//! first bytes tell the two apart (the HTTP/2 preface, or anything else); HTTP/1.1 is
+//! served by the gateway's own server (`client_h1`), HTTP/2 by hyper's.
 //!
 //! # Every client wait is bounded
 //!
@@ -16,9 +18,8 @@
 //! - an HTTP/2 peer that stops answering pings is dropped after
 //!   [`HTTP2_KEEP_ALIVE_INTERVAL`] plus [`HTTP2_KEEP_ALIVE_TIMEOUT`].
 //!
-//! The watchdog bounds HTTP/1.1 and HTTP/2 alike and also the protocol sniffing before
-//! either starts (hyper-util's auto builder reads the HTTP/2 preface with no bound of its
-//! own), which is why hyper's HTTP/1.1 header timer is not used. A request in flight is
+//! The watchdog bounds HTTP/1.1 and HTTP/2 alike and also the reading of the first
+//! bytes that tell them apart, which has no bound of its own. A request in flight is
 //! bounded by the upstream bounds (`http_api`), not here.
 //!
 //! # A cap below the descriptor limit

@@ -1,8 +1,11 @@
-//! HTTP/1.1 as the gateway speaks it to a site in the clear: the request written in one
-//! buffer, the answer's head parsed in place, its body framed and handed on as it is
-//! decoded. Sans-I/O: bytes in, bytes and decisions out; the gateway's `site_pool` owns
-//! the sockets, reads into a buffer, and hands it to [`parse_head`] until the head is
-//! whole, then to a [`BodyDecoder`] for each frame.
+//! HTTP/1.1 as the gateway speaks it, on both sides. Toward a site in the clear: the
+//! request written in one buffer, the answer's head parsed in place, its body framed and
+//! handed on as it is decoded. Toward clients ([`client_request`], [`client_answer`]):
+//! request heads parsed in place, bodies read with the same [`BodyDecoder`], answers
+//! framed in one buffer. Sans-I/O: bytes in, bytes and decisions out; the gateway's
+//! `site_pool` and `client_h1` own the sockets, read into a buffer, and hand it to
+//! [`parse_head`] / [`parse_request`] until a head is whole (which takes it off the
+//! buffer), then to a [`BodyDecoder`] for each frame.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -92,8 +95,8 @@ pub enum WireError {
     #[error("the request head is malformed: {0}")]
     RequestHead(String),
     /// A client's request head is longer than
-    /// [`MAX_REQUEST_HEAD_BYTES`](client_request::MAX_REQUEST_HEAD_BYTES) or has more
-    /// than [`MAX_REQUEST_HEADERS`](client_request::MAX_REQUEST_HEADERS) fields.
+    /// [`MAX_REQUEST_HEAD_BYTES`] or has more
+    /// than [`MAX_REQUEST_HEADERS`] fields.
     #[error("the request head is larger than the gateway reads")]
     RequestHeadTooLarge,
     /// A client's request frames its body ambiguously (RFC 9112 section 6.3).
