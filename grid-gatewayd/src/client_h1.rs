@@ -47,6 +47,7 @@ use tokio::sync::{oneshot, watch};
 use crate::api_error::ApiErrorKind;
 use crate::connection_watch::{Activity, InFlight};
 use crate::http_api::{Api, ResponseBody};
+use crate::server::{LINGER, LINGER_MAX_BYTES};
 
 /// Room reserved in the read buffer when it runs low.
 const READ_RESERVE: usize = 8 * 1024;
@@ -241,12 +242,34 @@ pub(crate) async fn serve(
         let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drain).await? else {
             return Ok(());
         };
-        let Some(kept) = exchange(head, reader, &mut writer, &api, &activity, &drain).await? else {
-            let _ = writer.half.shutdown().await;
-            return Ok(());
-        };
-        reader = kept;
+        match exchange(head, reader, &mut writer, &api, &activity, &drain).await? {
+            (Some(kept), true) => reader = kept,
+            (rest, _) => {
+                let _ = writer.half.shutdown().await;
+                if let Some(mut rest) = rest {
+                    linger(&mut rest).await;
+                }
+                return Ok(());
+            }
+        }
     }
+}
+
+/// Reads and drops what the client still sends, for at most [`LINGER`] and
+/// [`LINGER_MAX_BYTES`], or until it closes its side.
+async fn linger(reader: &mut Reader) {
+    let mut left = LINGER_MAX_BYTES;
+    let _ = tokio::time::timeout(LINGER, async {
+        loop {
+            reader.buf.clear();
+            match reader.fill().await {
+                Ok(0) | Err(_) => return,
+                Ok(n) if n >= left => return,
+                Ok(n) => left -= n,
+            }
+        }
+    })
+    .await;
 }
 
 /// The next request head, `None` when the connection is to end (the client closed
@@ -270,6 +293,7 @@ async fn next_head(
                 let resp = api.refuse_head(kind, &e.to_string());
                 write_answer(resp, false, Version::HTTP_11, false, writer, None).await?;
                 let _ = writer.half.shutdown().await;
+                linger(reader).await;
                 return Ok(None);
             }
         }
@@ -301,7 +325,8 @@ async fn watch_client(own: &mut Option<Reader>) -> std::io::Result<usize> {
     }
 }
 
-/// One request and its answer; the read side back when the connection stays open.
+/// One request and its answer: the read side when the connection still has it, and
+/// whether the connection stays open.
 async fn exchange(
     head: RequestHead,
     reader: Reader,
@@ -309,7 +334,7 @@ async fn exchange(
     api: &Api,
     activity: &Arc<Activity>,
     drain: &watch::Receiver<bool>,
-) -> std::io::Result<Option<Reader>> {
+) -> std::io::Result<(Option<Reader>, bool)> {
     let guard = InFlight::start(activity);
     let RequestHead {
         method,
@@ -366,7 +391,7 @@ async fn exchange(
                 }
             }
             // The client is gone: dropping the request cancels its work on the site.
-            Wake::Read(Ok(0) | Err(_)) => return Ok(None),
+            Wake::Read(Ok(0) | Err(_)) => return Ok((None, false)),
             Wake::Read(Ok(_)) => {}
         }
     };
@@ -437,8 +462,9 @@ fn poll_gather(
     }
 }
 
-/// Writes `resp` to the client; the read side back when the connection stays open
-/// after it (`stays`, and the answer ended as framed).
+/// Writes `resp` to the client: the read side when the connection still has it, and
+/// whether the connection stays open after it (`stays`, and the answer ended as
+/// framed).
 async fn write_answer(
     resp: Response<ResponseBody>,
     stays: bool,
@@ -446,7 +472,7 @@ async fn write_answer(
     is_head: bool,
     writer: &mut Writer,
     mut own: Option<Reader>,
-) -> std::io::Result<Option<Reader>> {
+) -> std::io::Result<(Option<Reader>, bool)> {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status;
     let no_body = status.is_informational()
@@ -486,7 +512,7 @@ async fn write_answer(
     );
     if is_head || no_body || known == Some(0) {
         writer.flush().await?;
-        return Ok(own.filter(|_| stays));
+        return Ok((own, stays));
     }
     let mut left = known.unwrap_or(0);
     loop {
@@ -495,15 +521,15 @@ async fn write_answer(
             step = poll_fn(|cx| poll_gather(&mut body, framing, &mut left, &mut writer.out, cx)) => step,
             n = watch_client(&mut own) => match n {
                 // The client is gone: dropping the body cancels its work on the site.
-                Ok(0) | Err(_) => return Ok(None),
+                Ok(0) | Err(_) => return Ok((None, false)),
                 Ok(_) => continue,
             },
         };
         writer.flush().await?;
         match step {
             Step::More => {}
-            Step::End => return Ok(own.filter(|_| stays)),
-            Step::Cut => return Ok(None),
+            Step::End => return Ok((own, stays)),
+            Step::Cut => return Ok((own, false)),
         }
     }
 }

@@ -69,6 +69,15 @@ pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a client has to answer an HTTP/2 ping before its connection is dropped.
 pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long an HTTP/1.1 connection the gateway closes after its answer keeps reading
+/// (and dropping) what the client still sends: a body it did not read, the rest of a
+/// refused head. Closing a socket with bytes unread sends a reset, which can reach the
+/// client before the answer and destroy it; nginx's `lingering_close` does the same.
+pub const LINGER: Duration = Duration::from_secs(1);
+
+/// The most bytes read and dropped while lingering.
+pub const LINGER_MAX_BYTES: usize = 256 * 1024;
+
 /// First pause after a failed accept: a transient error (a connection reset before
 /// accept) costs 10 ms.
 pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);

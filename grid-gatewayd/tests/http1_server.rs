@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use grid_gatewayd::server::LINGER;
 use grid_kit::gateway_harness::fake_model::{Behaviour, FakeModel};
 use grid_kit::gateway_harness::{one, series, start_gateway};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -290,5 +291,57 @@ async fn a_client_that_leaves_while_its_answer_streams_ends_its_connection_at_on
         assert!(Instant::now() < deadline, "{now} connections still open");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_still_sending_a_refused_body_reads_its_413_and_the_linger_ends() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| c.body_limit_bytes = 1024,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    // Far more than the socket buffers hold: the client is still writing when the
+    // gateway answers and closes. Without lingering, the close resets the connection
+    // with the body unread, and the reset can destroy the answer before it is read.
+    let len = 8 << 20;
+    let s = TcpStream::connect(gw.addr).await.unwrap();
+    let (mut rx, mut tx) = s.into_split();
+    let sending = tokio::spawn(async move {
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: {len}\r\n\r\n"
+        );
+        tx.write_all(head.as_bytes()).await.ok()?;
+        let block = vec![b' '; 64 * 1024];
+        for _ in 0..len / block.len() {
+            tx.write_all(&block).await.ok()?;
+        }
+        Some(tx)
+    });
+    // A client busy writing reads its answer late: long after the gateway's close.
+    tokio::time::sleep(LINGER / 2).await;
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let deadline = Instant::now() + WITHIN;
+    while !String::from_utf8_lossy(&all).contains("body_too_large") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => all.extend_from_slice(&buf[..n]),
+            other => panic!(
+                "no 413 before {other:?}; read: {}",
+                String::from_utf8_lossy(&all)
+            ),
+        }
+    }
+    let text = String::from_utf8_lossy(&all);
+    assert!(
+        text.starts_with("HTTP/1.1 413 Payload Too Large\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("connection: close\r\n"), "{text}");
+    // The gateway stops reading after LINGER: the client's writes then fail.
+    let ended = tokio::time::timeout(LINGER + WITHIN, sending).await;
+    assert!(ended.is_ok(), "the gateway read the refused body for ever");
     gw.shutdown().await;
 }
