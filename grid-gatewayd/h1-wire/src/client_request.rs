@@ -10,11 +10,10 @@
 
 use std::mem::MaybeUninit;
 
-use arrayvec::ArrayVec;
 use bytes::BytesMut;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version, header};
+use http::{HeaderMap, Method, Uri, Version, header};
 
-use crate::{Framing, WireError, content_length, list_tokens};
+use crate::{Framing, WireError, content_length, list_tokens, shared_head};
 
 /// The longest request head read from a client (hyper's server buffered about 400 KiB
 /// before refusing; an OpenAI-style request head is a few hundred bytes).
@@ -65,9 +64,7 @@ pub struct RequestHead {
 /// ([`WireError::RequestHeadTooLarge`]), or whose body framing is ambiguous
 /// ([`WireError::RequestFraming`]).
 pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireError> {
-    // Where each field's name and value lie in the head, as byte offsets. Neither table
-    // is zeroed first (httparse fills what it parses): that cost more than the parse.
-    let mut spans = ArrayVec::<(usize, usize, usize, usize), MAX_REQUEST_HEADERS>::new();
+    let mut spans = shared_head::Fields::<MAX_REQUEST_HEADERS>::new();
     let (len, method, target, version) = {
         let mut fields =
             [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
@@ -89,33 +86,19 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
         };
         let method = Method::from_bytes(method.as_bytes())
             .map_err(|e| WireError::RequestHead(e.to_string()))?;
-        let base = buf.as_ptr() as usize;
-        let span = |part: &[u8]| {
-            let start = part.as_ptr() as usize - base;
-            (start, start + part.len())
-        };
-        for f in req.headers.iter() {
-            let (name, value) = (span(f.name.as_bytes()), span(f.value));
-            spans.push((name.0, name.1, value.0, value.1));
-        }
         let version = if req.version == Some(1) {
             Version::HTTP_11
         } else {
             Version::HTTP_10
         };
-        (len, method, span(path.as_bytes()), version)
+        let target = shared_head::span(buf, path.as_bytes());
+        shared_head::note(buf, req.headers, &mut spans);
+        (len, method, target, version)
     };
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
         .map_err(|e| WireError::RequestHead(e.to_string()))?;
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for &(n0, n1, v0, v1) in &spans {
-        let name = HeaderName::from_bytes(&head[n0..n1])
-            .map_err(|e| WireError::RequestHead(e.to_string()))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
-            .map_err(|e| WireError::RequestHead(e.to_string()))?;
-        headers.append(name, value);
-    }
+    let headers = shared_head::header_map(&head, &spans, WireError::RequestHead)?;
     let framing = request_framing(version, &headers)?;
     let says = |token: &str| {
         list_tokens(&headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case(token))

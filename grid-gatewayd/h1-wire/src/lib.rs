@@ -37,15 +37,15 @@
 
 pub mod client_answer;
 pub mod client_request;
+mod shared_head;
 
 pub use client_answer::{
     AnswerFraming, ConnectionField, LAST_CHUNK, encode_answer_head, encode_chunk,
 };
 pub use client_request::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, RequestHead, parse_request};
 
-use arrayvec::ArrayVec;
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
 /// The longest answer head read from a site (hyper's client allowed about 400 KiB of
 /// buffer; a model server's head is a few hundred bytes).
@@ -153,9 +153,7 @@ pub enum Parsed {
 /// A head that is malformed, too large, or frames its body in a way that cannot be read
 /// (the connection is not read again then, so what is left in `buf` does not matter).
 pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
-    // Where each field's name and value lie in the head, as byte offsets. Neither table
-    // is zeroed first (httparse fills what it parses).
-    let mut spans = ArrayVec::<(usize, usize, usize, usize), MAX_ANSWER_HEADERS>::new();
+    let mut spans = shared_head::Fields::<MAX_ANSWER_HEADERS>::new();
     let (len, code, http11) = {
         let mut fields =
             [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_ANSWER_HEADERS];
@@ -176,15 +174,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
         if len > MAX_ANSWER_HEAD_BYTES {
             return Err(WireError::HeadTooLarge);
         }
-        let base = buf.as_ptr() as usize;
-        let span = |part: &[u8]| {
-            let start = part.as_ptr() as usize - base;
-            (start, start + part.len())
-        };
-        for f in answer.headers.iter() {
-            let (name, value) = (span(f.name.as_bytes()), span(f.value));
-            spans.push((name.0, name.1, value.0, value.1));
-        }
+        shared_head::note(buf, answer.headers, &mut spans);
         (
             len,
             answer.code.unwrap_or_default(),
@@ -200,14 +190,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
         return Ok(Parsed::Interim(len));
     }
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for &(n0, n1, v0, v1) in &spans {
-        let name =
-            HeaderName::from_bytes(&head[n0..n1]).map_err(|e| WireError::Head(e.to_string()))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
-            .map_err(|e| WireError::Head(e.to_string()))?;
-        headers.append(name, value);
-    }
+    let headers = shared_head::header_map(&head, &spans, WireError::Head)?;
     let (framing, sure) = framing(status, method, &headers)?;
     let reusable = http11 && sure && framing != Framing::UntilClose && !asks_close(&headers);
     Ok(Parsed::Head(
@@ -552,6 +535,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
     use proptest::prelude::*;
     use std::fmt::Write as _;
 
