@@ -39,6 +39,7 @@ pub mod driver;
 mod error;
 pub mod ext_proc;
 pub mod headers;
+mod http2_streams;
 mod http_api;
 mod idle_body;
 pub mod poller;

@@ -1,7 +1,8 @@
 //! The accept loop: HTTP/1.1 and HTTP/2 (prior knowledge or upgrade-free h2c) on one
 //! listener, with bounded waits, a connection cap and graceful draining. A connection's
 //! first bytes tell the two apart (the HTTP/2 preface, or anything else); HTTP/1.1 is
-//! served by the gateway's own server (`client_h1`), HTTP/2 by hyper's.
+//! served by the gateway's own server (`client_h1`), HTTP/2 by hyper's, whose streams
+//! the connection's task polls itself (`http2_streams`).
 //!
 //! # Every client wait is bounded
 //!
@@ -40,7 +41,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf as _, Bytes, BytesMut};
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,6 +54,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::connection_watch::{Activity, InFlight, watchdog};
 use crate::http_api::Api;
+use crate::http2_streams::{Served, StreamQueue};
 use crate::idle_body::BoxError;
 
 /// How long draining waits for open requests (streams included) before closing anyway.
@@ -192,10 +194,6 @@ pub(crate) async fn serve(
     metrics: ListenerMetrics,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut h2 = http2::Builder::new(TokioExecutor::new());
-    h2.timer(TokioTimer::new())
-        .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
-        .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
     // u32 is what `acquire_many` takes; the configured cap is far below it.
     let cap = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let slots = Arc::new(Semaphore::new(cap as usize));
@@ -235,7 +233,6 @@ pub(crate) async fn serve(
             limits,
             metrics: metrics.clone(),
             drain: drain.clone(),
-            h2: h2.clone(),
         };
         let open = metrics.open.clone();
         tokio::spawn(async move {
@@ -263,7 +260,6 @@ struct Connection {
     limits: Limits,
     metrics: ListenerMetrics,
     drain: watch::Receiver<bool>,
-    h2: http2::Builder<TokioExecutor>,
 }
 
 impl Connection {
@@ -315,19 +311,24 @@ impl Connection {
             prefix: read.freeze(),
             io: stream,
         });
-        let conn = self.h2.serve_connection(io, service);
-        tokio::pin!(conn);
+        // The connection's own queue: its streams are polled with it, by this task.
+        let queue = StreamQueue::default();
+        let mut h2 = http2::Builder::new(queue.clone());
+        h2.timer(TokioTimer::new())
+            .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+        let mut served = Served::new(h2.serve_connection(io, service), queue);
         let ended = tokio::select! {
             biased;
-            ended = conn.as_mut() => Some(ended),
+            ended = &mut served => Some(ended),
             reason = &mut watch => {
                 self.metrics.closed(reason);
-                conn.as_mut().graceful_shutdown();
-                tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await.ok()
+                served.conn().graceful_shutdown();
+                tokio::time::timeout(CLOSE_GRACE, &mut served).await.ok()
             }
             () = wait_drain(&mut self.drain) => {
-                conn.as_mut().graceful_shutdown();
-                Some(conn.as_mut().await)
+                served.conn().graceful_shutdown();
+                Some((&mut served).await)
             }
         };
         match ended {

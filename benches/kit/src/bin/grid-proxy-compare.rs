@@ -36,6 +36,29 @@ struct Args {
     /// `callgrind_annotate --inclusive=yes`.
     #[arg(long)]
     callgrind_out: Option<PathBuf>,
+    /// Only the cases whose client speaks this (`h1` or `h2`); both when absent.
+    #[arg(long, value_parser = ["h1", "h2"])]
+    client: Option<String>,
+    /// Only the cases with this body (`plain` or `sse`); both when absent.
+    #[arg(long, value_parser = ["plain", "sse"])]
+    body: Option<String>,
+}
+
+impl Args {
+    /// The (client, streamed) cases asked for, in the table's order.
+    fn cases(&self) -> Vec<(Client, bool)> {
+        let mut cases = Vec::new();
+        for (client, name) in [(Client::Http1, "h1"), (Client::Http2, "h2")] {
+            for (stream, body) in [(false, "plain"), (true, "sse")] {
+                let wanted =
+                    |asked: &Option<String>, this: &str| asked.as_deref().is_none_or(|a| a == this);
+                if wanted(&self.client, name) && wanted(&self.body, body) {
+                    cases.push((client, stream));
+                }
+            }
+        }
+        cases
+    }
 }
 
 fn cell(m: &Measured) -> String {
@@ -53,28 +76,26 @@ async fn main() -> anyhow::Result<()> {
             "| client | body | grid instructions per answer | nginx instructions per answer | grid/nginx |\n| --- | --- | ---: | ---: | ---: |"
         );
         let gatewayd = sibling_binary("grid-gatewayd");
-        for client in [Client::Http1, Client::Http2] {
-            for stream in [false, true] {
-                let mut per = [0.0; 2];
-                for (i, proxy) in [Profiled::Grid, Profiled::Nginx].into_iter().enumerate() {
-                    per[i] = callgrind_per_answer(
-                        (proxy, &gatewayd),
-                        client,
-                        stream,
-                        (200, 1_200),
-                        args.callgrind_out.as_deref(),
-                    )
-                    .await?;
-                }
-                println!(
-                    "| {} | {} | {:.0} | {:.0} | {:.2}x |",
-                    client.as_str().split(' ').next().unwrap_or_default(),
-                    if stream { "SSE, 10 events" } else { "plain" },
-                    per[0],
-                    per[1],
-                    per[0] / per[1],
-                );
+        for (client, stream) in args.cases() {
+            let mut per = [0.0; 2];
+            for (i, proxy) in [Profiled::Grid, Profiled::Nginx].into_iter().enumerate() {
+                per[i] = callgrind_per_answer(
+                    (proxy, &gatewayd),
+                    client,
+                    stream,
+                    (200, 1_200),
+                    args.callgrind_out.as_deref(),
+                )
+                .await?;
             }
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {:.2}x |",
+                client.as_str().split(' ').next().unwrap_or_default(),
+                if stream { "SSE, 10 events" } else { "plain" },
+                per[0],
+                per[1],
+                per[0] / per[1],
+            );
         }
         return Ok(());
     }
@@ -88,25 +109,23 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |");
     let window = Duration::from_secs(args.seconds);
-    for client in [Client::Http1, Client::Http2] {
-        for stream in [false, true] {
-            let [n, e, g] = lineup.round(client, (stream, args.connections, window))?;
-            println!(
-                "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
-                client.as_str(),
-                if stream { "SSE, 10 events" } else { "plain" },
-                cell(&n),
-                cell(&e),
-                cell(&g),
-                g.cpu_us / n.cpu_us,
-                g.cpu_us / e.cpu_us,
-                g.rps / n.rps,
-                g.rps / e.rps,
-            );
-            for (name, m) in [("nginx", n), ("envoy", e), ("grid", g)] {
-                if m.failed > 0 {
-                    eprintln!("{name}: {} answers failed", m.failed);
-                }
+    for (client, stream) in args.cases() {
+        let [n, e, g] = lineup.round(client, (stream, args.connections, window))?;
+        println!(
+            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+            client.as_str(),
+            if stream { "SSE, 10 events" } else { "plain" },
+            cell(&n),
+            cell(&e),
+            cell(&g),
+            g.cpu_us / n.cpu_us,
+            g.cpu_us / e.cpu_us,
+            g.rps / n.rps,
+            g.rps / e.rps,
+        );
+        for (name, m) in [("nginx", n), ("envoy", e), ("grid", g)] {
+            if m.failed > 0 {
+                eprintln!("{name}: {} answers failed", m.failed);
             }
         }
     }

@@ -1,0 +1,351 @@
+//! An HTTP/2 connection's streams polled by the connection's own task, not spawned.
+//!
+//! hyper's HTTP/2 server hands each new stream (the request's handling and the sending
+//! of its answer) to an executor. With tokio's, every request became a task of its own:
+//! its allocation and scheduling, and a hand-over between two tasks each time the stream
+//! queued a frame for the connection or the connection delivered one to the stream.
+//! On an instant answer that was a tenth of the gateway's work per answer
+//! (`docs/benchmarks.md`). Here the executor ([`StreamQueue`]) only queues the stream,
+//! and [`Served`] polls the connection and its streams together, as nginx and Envoy do
+//! (a connection and all of its streams live on one worker thread). The trade-off is the
+//! same as theirs: the streams of one connection share one thread, while connections
+//! still spread over every worker.
+//!
+//! A stream lives until hyper's future for it ends (answer sent, or the stream reset);
+//! when the connection itself ends, whatever is left of its streams is dropped with it,
+//! which cancels their work on the sites as a client leaving an HTTP/1.1 connection does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use futures::task::AtomicWaker;
+
+/// One stream's future, as hyper hands it over.
+type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The executor given to hyper's HTTP/2 server for one connection: it queues each new
+/// stream for [`Served`] to poll.
+#[derive(Clone, Default)]
+pub(crate) struct StreamQueue {
+    queued: Arc<Mutex<Vec<StreamFuture>>>,
+}
+
+impl std::fmt::Debug for StreamQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamQueue").finish_non_exhaustive()
+    }
+}
+
+impl<F> hyper::rt::Executor<F> for StreamQueue
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, stream: F) {
+        self.lock().push(Box::pin(stream));
+    }
+}
+
+impl StreamQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<StreamFuture>> {
+        // A panic while pushing leaves a valid Vec: the queue is still usable.
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The most times one poll of [`Served`] goes round (connection, then streams) while the
+/// connection keeps being woken: past it the task yields, so a connection that wakes
+/// itself to yield (its cooperative budget spent) does not spin.
+pub(crate) const MAX_TURNS: usize = 8;
+
+/// Whether the connection was woken since it was last polled. Its wakers are this, not
+/// the task's: a stream queueing a frame wakes the connection, and the connection alone
+/// is then polled again, in the same turn when that happens during [`Served::poll`]
+/// (without waking the task, which would poll everything once more for nothing).
+#[derive(Debug)]
+struct ConnWake {
+    woken: AtomicBool,
+    /// Set while [`Served::poll`] runs: a wake then is seen by its loop.
+    polling: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl std::task::Wake for ConnWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // SeqCst on both flags, here and in `Served::poll`: one of the two sides sees
+        // the other's store, so a wake is never lost between the last look and Pending.
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+/// A connection's future and its streams, polled together by one task.
+pub(crate) struct Served<C> {
+    conn: Pin<Box<C>>,
+    queue: StreamQueue,
+    running: FuturesUnordered<StreamFuture>,
+    wake: Arc<ConnWake>,
+    /// `wake` as a waker, made once.
+    conn_waker: Waker,
+}
+
+impl<C: Future> Served<C> {
+    /// `conn`, whose server was built with `queue` as its executor.
+    pub(crate) fn new(conn: C, queue: StreamQueue) -> Self {
+        let wake = Arc::new(ConnWake {
+            // The first poll polls the connection.
+            woken: AtomicBool::new(true),
+            polling: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            conn: Box::pin(conn),
+            queue,
+            running: FuturesUnordered::new(),
+            conn_waker: Waker::from(Arc::clone(&wake)),
+            wake,
+        }
+    }
+
+    /// The connection, to ask it to shut down gracefully. It is polled next time.
+    pub(crate) fn conn(&mut self) -> Pin<&mut C> {
+        self.wake.woken.store(true, Ordering::SeqCst);
+        self.conn.as_mut()
+    }
+
+    /// Streams in flight: queued by the connection or being polled.
+    #[cfg(test)]
+    fn streams(&self) -> usize {
+        self.running.len() + self.queue.lock().len()
+    }
+
+    /// Polls every stream that is ready, those queued since the last call first.
+    fn poll_streams(&mut self, cx: &mut Context<'_>) {
+        loop {
+            {
+                let mut queued = self.queue.lock();
+                for stream in queued.drain(..) {
+                    self.running.push(stream);
+                }
+            }
+            // Ready(None): no stream left; Pending: none ready (or the set yielded after
+            // a long run, having woken this task to come back).
+            match self.running.poll_next_unpin(cx) {
+                Poll::Ready(Some(())) => {}
+                Poll::Ready(None) | Poll::Pending => return,
+            }
+        }
+    }
+}
+
+impl<C: Future> Future for Served<C> {
+    type Output = C::Output;
+
+    /// The connection when it was woken (it may have opened streams), then the streams
+    /// that are ready (they may have queued frames, waking the connection), round again
+    /// while the connection was woken, at most [`MAX_TURNS`] times. Ends with the
+    /// connection, dropping whatever streams are left.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        // Every field is Unpin (the connection is boxed).
+        let this = self.get_mut();
+        this.wake.task.register(cx.waker());
+        this.wake.polling.store(true, Ordering::SeqCst);
+        for _ in 0..MAX_TURNS {
+            if this.wake.woken.swap(false, Ordering::SeqCst) {
+                let mut conn_cx = Context::from_waker(&this.conn_waker);
+                if let Poll::Ready(ended) = this.conn.as_mut().poll(&mut conn_cx) {
+                    this.wake.polling.store(false, Ordering::SeqCst);
+                    return Poll::Ready(ended);
+                }
+            }
+            this.poll_streams(cx);
+            if !this.wake.woken.load(Ordering::SeqCst) {
+                this.wake.polling.store(false, Ordering::SeqCst);
+                if !this.wake.woken.load(Ordering::SeqCst) {
+                    return Poll::Pending;
+                }
+                this.wake.polling.store(true, Ordering::SeqCst);
+            }
+        }
+        // Still woken: yield to the other tasks, and come back.
+        this.wake.polling.store(false, Ordering::SeqCst);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::rt::Executor as _;
+    use std::sync::atomic::AtomicUsize;
+
+    /// What a test holds of its fake connection.
+    #[derive(Default)]
+    struct Remote {
+        /// Streams to open at the next poll.
+        opens: AtomicUsize,
+        /// Streams that ran to their end.
+        done: AtomicUsize,
+        /// The connection ends at its next poll.
+        end: AtomicBool,
+        /// Polls of the connection.
+        polls: AtomicUsize,
+        /// The waker the connection was last polled with.
+        waker: Mutex<Option<Waker>>,
+        /// The connection wakes itself at each poll (as one whose budget ran out).
+        wake_self: AtomicBool,
+    }
+
+    impl Remote {
+        /// As the socket would: wakes the connection.
+        fn wake(&self) {
+            if let Some(w) = self.waker.lock().unwrap().take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// A connection that opens the streams asked of it, each needing three polls (woken
+    /// at once after each of the first two), and ends when told.
+    struct FakeConn {
+        queue: StreamQueue,
+        remote: Arc<Remote>,
+    }
+
+    impl Future for FakeConn {
+        type Output = &'static str;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<&'static str> {
+            let remote = &self.remote;
+            remote.polls.fetch_add(1, Ordering::SeqCst);
+            *remote.waker.lock().unwrap() = Some(cx.waker().clone());
+            for _ in 0..remote.opens.swap(0, Ordering::SeqCst) {
+                let remote = Arc::clone(remote);
+                let mut polls = 0;
+                self.queue.execute(std::future::poll_fn(move |cx| {
+                    polls += 1;
+                    if polls < 3 {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    remote.done.fetch_add(1, Ordering::SeqCst);
+                    Poll::Ready(())
+                }));
+            }
+            if remote.end.load(Ordering::SeqCst) {
+                return Poll::Ready("ended");
+            }
+            if remote.wake_self.load(Ordering::SeqCst) {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+    }
+
+    fn served() -> (Served<FakeConn>, Arc<Remote>) {
+        let queue = StreamQueue::default();
+        let remote = Arc::new(Remote::default());
+        let conn = FakeConn {
+            queue: queue.clone(),
+            remote: Arc::clone(&remote),
+        };
+        (Served::new(conn, queue), remote)
+    }
+
+    #[tokio::test]
+    async fn streams_a_connection_opens_run_to_their_end_on_its_task() {
+        let (mut s, remote) = served();
+        remote.opens.store(3, Ordering::SeqCst);
+        // Bounded: each stream needs three polls, and every turn polls at least one.
+        for _ in 0..20 {
+            assert!(futures::poll!(&mut s).is_pending(), "not ended yet");
+            if remote.done.load(Ordering::SeqCst) == 3 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(remote.done.load(Ordering::SeqCst), 3, "every stream ended");
+        assert_eq!(s.streams(), 0);
+        remote.end.store(true, Ordering::SeqCst);
+        remote.wake();
+        assert_eq!(futures::poll!(&mut s), Poll::Ready("ended"));
+    }
+
+    #[tokio::test]
+    async fn the_connection_is_polled_only_when_it_was_woken() {
+        let (mut s, remote) = served();
+        assert!(futures::poll!(&mut s).is_pending());
+        assert_eq!(remote.polls.load(Ordering::SeqCst), 1, "the first poll");
+        // Streams woken, the connection not: only the streams are polled.
+        remote.opens.store(1, Ordering::SeqCst);
+        assert!(futures::poll!(&mut s).is_pending());
+        assert_eq!(remote.polls.load(Ordering::SeqCst), 1, "not woken");
+        remote.wake();
+        assert!(futures::poll!(&mut s).is_pending());
+        assert_eq!(
+            remote.polls.load(Ordering::SeqCst),
+            2,
+            "woken once, polled once"
+        );
+        assert_eq!(s.streams(), 1, "opened");
+    }
+
+    #[tokio::test]
+    async fn a_connection_woken_while_its_streams_run_is_polled_again_in_the_same_turn() {
+        let (mut s, remote) = served();
+        assert!(futures::poll!(&mut s).is_pending());
+        // A stream that wakes the connection, as queueing a frame does.
+        let r = Arc::clone(&remote);
+        s.queue.execute(async move { r.wake() });
+        assert!(futures::poll!(&mut s).is_pending());
+        assert_eq!(
+            remote.polls.load(Ordering::SeqCst),
+            2,
+            "polled after the stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_keeps_waking_itself_yields_after_max_turns() {
+        let (mut s, remote) = served();
+        remote.wake_self.store(true, Ordering::SeqCst);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let task = Waker::from(Arc::new(CountWakes(Arc::clone(&woken))));
+        let polled = Pin::new(&mut s).poll(&mut Context::from_waker(&task));
+        assert!(polled.is_pending(), "yields, not spins");
+        assert_eq!(remote.polls.load(Ordering::SeqCst), MAX_TURNS);
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "and asks to come back");
+    }
+
+    /// A task waker that counts its wakes.
+    struct CountWakes(Arc<AtomicUsize>);
+
+    impl std::task::Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_left_when_the_connection_ends_are_dropped_with_it() {
+        let (mut s, remote) = served();
+        remote.opens.store(2, Ordering::SeqCst);
+        assert!(futures::poll!(&mut s).is_pending());
+        assert_eq!(s.streams(), 2, "opened and polled once");
+        remote.end.store(true, Ordering::SeqCst);
+        remote.wake();
+        assert_eq!(futures::poll!(&mut s), Poll::Ready("ended"));
+        assert_eq!(remote.done.load(Ordering::SeqCst), 0, "never finished");
+    }
+}
