@@ -229,17 +229,19 @@ pub(crate) async fn serve(
     read: BytesMut,
     api: Api,
     activity: Arc<Activity>,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let (half, write) = stream.into_split();
     let mut reader = Reader { half, buf: read };
+    // One for the connection's life, polled only when the flag changed.
+    let mut drained = crate::server::drained(drain.clone());
     let mut writer = Writer {
         half: write,
         out: BytesMut::with_capacity(READ_RESERVE),
         date: DateCache::new(),
     };
     loop {
-        let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drain).await? else {
+        let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drained).await? else {
             return Ok(());
         };
         match exchange(head, reader, &mut writer, &api, &activity, &drain).await? {
@@ -274,12 +276,12 @@ async fn linger(reader: &mut Reader) {
 
 /// The next request head, `None` when the connection is to end (the client closed
 /// between requests, the head could not be read and was answered, or draining began
-/// with nothing read).
+/// with nothing read: `drained` resolved, and is not polled again).
 async fn next_head(
     reader: &mut Reader,
     writer: &mut Writer,
     api: &Api,
-    drain: &mut watch::Receiver<bool>,
+    drained: &mut (impl Future<Output = ()> + Unpin),
 ) -> std::io::Result<Option<RequestHead>> {
     loop {
         match parse_request(&mut reader.buf) {
@@ -303,7 +305,7 @@ async fn next_head(
             n = reader.fill() => if n? == 0 {
                 return Ok(None);
             },
-            () = crate::server::wait_drain(drain), if idle => return Ok(None),
+            () = &mut *drained, if idle => return Ok(None),
         }
     }
 }

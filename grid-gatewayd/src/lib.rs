@@ -50,6 +50,7 @@ mod site_pool;
 mod site_slots;
 pub mod trust;
 pub mod upstream;
+mod when_woken;
 
 pub use config::Config;
 pub use error::Error;

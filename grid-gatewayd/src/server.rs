@@ -56,6 +56,7 @@ use crate::connection_watch::{Activity, InFlight, watchdog};
 use crate::http_api::Api;
 use crate::http2_streams::{Served, StreamQueue};
 use crate::idle_body::BoxError;
+use crate::when_woken::WhenWoken;
 
 /// How long draining waits for open requests (streams included) before closing anyway.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -265,10 +266,12 @@ struct Connection {
 impl Connection {
     /// Tells HTTP/2 from HTTP/1.1 by the first bytes, then serves the connection with
     /// the gateway's own HTTP/1.1 server or hyper's HTTP/2 one, under one watchdog.
-    async fn run(mut self, mut stream: TcpStream) -> Result<(), BoxError> {
+    async fn run(self, mut stream: TcpStream) -> Result<(), BoxError> {
         let activity = Activity::new(crate::clock::monotonic());
-        let watch = watchdog(Arc::clone(&activity), self.limits);
-        tokio::pin!(watch);
+        // Both polled only when their timer or the flag fired, not at every wake-up of
+        // this task (`when_woken`).
+        let mut watch = WhenWoken::new(watchdog(Arc::clone(&activity), self.limits));
+        let mut drained = drained(self.drain.clone());
         let mut read = BytesMut::new();
         let http2 = tokio::select! {
             biased;
@@ -280,7 +283,7 @@ impl Connection {
                 self.metrics.closed(reason);
                 return Ok(());
             }
-            () = wait_drain(&mut self.drain) => return Ok(()),
+            () = &mut drained => return Ok(()),
         };
         if !http2 {
             let served =
@@ -326,7 +329,7 @@ impl Connection {
                 served.conn().graceful_shutdown();
                 tokio::time::timeout(CLOSE_GRACE, &mut served).await.ok()
             }
-            () = wait_drain(&mut self.drain) => {
+            () = &mut drained => {
                 served.conn().graceful_shutdown();
                 Some((&mut served).await)
             }
@@ -338,10 +341,12 @@ impl Connection {
     }
 }
 
-/// Resolves once draining began (or the listener is gone), holding no borrow of the
-/// flag across the caller's awaits.
-pub(crate) async fn wait_drain(drain: &mut watch::Receiver<bool>) {
-    let _ = drain.wait_for(|d| *d).await;
+/// Resolves once draining began (or the listener is gone); polled only when the flag
+/// changed ([`WhenWoken`]). Not to be polled again once it resolved.
+pub(crate) fn drained(mut drain: watch::Receiver<bool>) -> WhenWoken<impl Future<Output = ()>> {
+    WhenWoken::new(async move {
+        let _ = drain.wait_for(|d| *d).await;
+    })
 }
 
 /// Reads until the first bytes tell the protocol: `Some(true)` for the HTTP/2 preface,

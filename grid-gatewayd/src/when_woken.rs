@@ -1,0 +1,150 @@
+//! A future polled only once it asked to be.
+//!
+//! A connection's task waits on its traffic and, beside it, on rare events: its
+//! watchdog's timer, the listener draining. `select!` polls every branch each time the
+//! task wakes, and the task wakes for every read and write of every request, so the rare
+//! branches were polled twice or more per answer for nothing: a timer's poll, a watch
+//! channel's lock and notification list (a tenth of an HTTP/2 answer's instructions,
+//! `docs/benchmarks.md`). [`WhenWoken`] gives its future a waker of its own, and polls it
+//! only after that waker fired (and the first time, so it can register).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use futures::task::AtomicWaker;
+
+/// Whether the wrapped future was woken since its last poll, and the task to wake then.
+#[derive(Debug)]
+struct Flag {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+/// `F`, polled only when its own waker fired since it was last polled.
+pub(crate) struct WhenWoken<F> {
+    inner: Pin<Box<F>>,
+    flag: Arc<Flag>,
+    /// `flag` as a waker, made once.
+    waker: Waker,
+}
+
+impl<F: Future> WhenWoken<F> {
+    /// `inner`, polled at the first poll and then only when woken.
+    pub(crate) fn new(inner: F) -> Self {
+        let flag = Arc::new(Flag {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            inner: Box::pin(inner),
+            waker: Waker::from(Arc::clone(&flag)),
+            flag,
+        }
+    }
+}
+
+impl<F: Future> Future for WhenWoken<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // Every field is Unpin (the future is boxed).
+        let this = self.get_mut();
+        // Registered before the flag is read: a wake after the read wakes this task.
+        this.flag.task.register(cx.waker());
+        if !this.flag.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        this.inner
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.waker))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A future that counts its polls, keeps its last waker, and ends when told.
+    #[derive(Default)]
+    struct Probe {
+        polls: AtomicUsize,
+        waker: Mutex<Option<Waker>>,
+        done: AtomicBool,
+    }
+
+    fn probed() -> (Arc<Probe>, impl Future<Output = ()>) {
+        let probe = Arc::new(Probe::default());
+        let p = Arc::clone(&probe);
+        let fut = std::future::poll_fn(move |cx| {
+            p.polls.fetch_add(1, Ordering::SeqCst);
+            *p.waker.lock().unwrap() = Some(cx.waker().clone());
+            if p.done.load(Ordering::SeqCst) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        (probe, fut)
+    }
+
+    #[tokio::test]
+    async fn the_inner_future_is_polled_first_and_then_only_after_its_waker_fired() {
+        let (probe, fut) = probed();
+        let mut w = WhenWoken::new(fut);
+        assert!(futures::poll!(&mut w).is_pending());
+        assert_eq!(probe.polls.load(Ordering::SeqCst), 1, "the first poll");
+        for _ in 0..3 {
+            assert!(futures::poll!(&mut w).is_pending());
+        }
+        assert_eq!(
+            probe.polls.load(Ordering::SeqCst),
+            1,
+            "not woken: not polled"
+        );
+        probe.done.store(true, Ordering::SeqCst);
+        let waker = probe.waker.lock().unwrap().take().unwrap();
+        waker.wake();
+        assert_eq!(futures::poll!(&mut w), Poll::Ready(()));
+        assert_eq!(
+            probe.polls.load(Ordering::SeqCst),
+            2,
+            "woken once, polled once"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wake_of_the_inner_future_wakes_the_task_that_polls_it() {
+        let (probe, fut) = probed();
+        let w = WhenWoken::new(fut);
+        let task = tokio::spawn(w);
+        // The spawned task polls once and parks; the inner wake must bring it back.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while probe.waker.lock().unwrap().is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "never polled");
+            tokio::task::yield_now().await;
+        }
+        probe.done.store(true, Ordering::SeqCst);
+        let waker = probe.waker.lock().unwrap().take().unwrap();
+        waker.wake();
+        tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("the task was woken and ended")
+            .unwrap();
+    }
+}
