@@ -407,80 +407,117 @@ impl BodyDecoder {
     ///
     /// A malformed chunked coding.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
-        loop {
-            match &mut self.state {
-                State::Done => return Ok(Decoded::End),
-                State::Length(left) => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
-                    *left -= n as u64;
-                    if *left == 0 {
-                        self.state = State::Done;
-                    }
-                    return Ok(Decoded::Data(buf.split_to(n).freeze()));
+        match &mut self.state {
+            State::Done => Ok(Decoded::End),
+            State::Length(_) | State::UntilClose if buf.is_empty() => Ok(Decoded::More),
+            State::Length(left) => {
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+                *left -= n as u64;
+                if *left == 0 {
+                    self.state = State::Done;
                 }
-                State::UntilClose => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    return Ok(Decoded::Data(buf.split().freeze()));
-                }
-                State::Chunked(chunk) => match *chunk {
-                    Chunk::Size => {
-                        let Some(line) = line_end(buf, MAX_CHUNK_LINE_BYTES)? else {
-                            return Ok(Decoded::More);
-                        };
-                        let size = chunk_size(&buf[..line])?;
-                        buf.advance(line + 2);
-                        *chunk = if size == 0 {
-                            Chunk::Trailers(0)
-                        } else {
-                            Chunk::Data(size)
-                        };
-                    }
-                    Chunk::Data(left) => {
-                        if buf.is_empty() {
-                            return Ok(Decoded::More);
-                        }
-                        let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-                        let rest = left - n as u64;
-                        *chunk = if rest == 0 {
-                            Chunk::DataEnd
-                        } else {
-                            Chunk::Data(rest)
-                        };
-                        return Ok(Decoded::Data(buf.split_to(n).freeze()));
-                    }
-                    Chunk::DataEnd => {
-                        if buf.len() < 2 {
-                            return Ok(Decoded::More);
-                        }
-                        if &buf[..2] != b"\r\n" {
-                            return Err(WireError::ChunkEnd);
-                        }
-                        buf.advance(2);
-                        *chunk = Chunk::Size;
-                    }
-                    Chunk::Trailers(seen) => {
-                        // A trailer line and its CRLF must fit in what is left.
-                        let room = MAX_TRAILER_BYTES.saturating_sub(seen).saturating_sub(2);
-                        let Some(line) =
-                            line_end(buf, room).map_err(|_| WireError::TrailersTooLarge)?
-                        else {
-                            return Ok(Decoded::More);
-                        };
-                        buf.advance(line + 2);
-                        if line == 0 {
-                            self.state = State::Done;
-                        } else {
-                            *chunk = Chunk::Trailers(seen + line + 2);
-                        }
-                    }
-                },
+                Ok(Decoded::Data(buf.split_to(n).freeze()))
             }
+            State::UntilClose => Ok(Decoded::Data(buf.split().freeze())),
+            State::Chunked(_) => self.decode_chunks(buf),
         }
+    }
+
+    /// The data of every chunk in `buf`, as one frame: the first chunk's data stays
+    /// where it is, each later one is moved down over the chunk lines before it. A burst
+    /// of small chunks read together (a model's tokens) is then one frame, not one per
+    /// chunk through every layer above. The end (past the last chunk and its trailers)
+    /// comes at the call after the data; so does an error found after some data, which
+    /// leaves the decoder at the malformed part.
+    fn decode_chunks(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        let State::Chunked(chunk) = &mut self.state else {
+            return Ok(Decoded::More);
+        };
+        // Gathered data lies in buf[start..end]; bytes up to `pos` are read.
+        let (mut start, mut end, mut pos) = (0, 0, 0);
+        let mut done = false;
+        let stopped: Result<(), WireError> = loop {
+            match *chunk {
+                Chunk::Size => {
+                    let line = match line_end(&buf[pos..], MAX_CHUNK_LINE_BYTES) {
+                        Ok(Some(line)) => line,
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(e),
+                    };
+                    let size = match chunk_size(&buf[pos..pos + line]) {
+                        Ok(size) => size,
+                        Err(e) => break Err(e),
+                    };
+                    pos += line + 2;
+                    *chunk = if size == 0 {
+                        Chunk::Trailers(0)
+                    } else {
+                        Chunk::Data(size)
+                    };
+                }
+                Chunk::Data(left) => {
+                    if pos == buf.len() {
+                        break Ok(());
+                    }
+                    let n = usize::try_from(left)
+                        .unwrap_or(usize::MAX)
+                        .min(buf.len() - pos);
+                    if end == start {
+                        // The first data: left in place.
+                        (start, end) = (pos, pos + n);
+                    } else {
+                        buf.copy_within(pos..pos + n, end);
+                        end += n;
+                    }
+                    pos += n;
+                    let rest = left - n as u64;
+                    *chunk = if rest == 0 {
+                        Chunk::DataEnd
+                    } else {
+                        Chunk::Data(rest)
+                    };
+                }
+                Chunk::DataEnd => {
+                    if buf.len() - pos < 2 {
+                        break Ok(());
+                    }
+                    if &buf[pos..pos + 2] != b"\r\n" {
+                        break Err(WireError::ChunkEnd);
+                    }
+                    pos += 2;
+                    *chunk = Chunk::Size;
+                }
+                Chunk::Trailers(_) if end > start => break Ok(()),
+                Chunk::Trailers(seen) => {
+                    // A trailer line and its CRLF must fit in what is left.
+                    let room = MAX_TRAILER_BYTES.saturating_sub(seen).saturating_sub(2);
+                    let line = match line_end(&buf[pos..], room) {
+                        Ok(Some(line)) => line,
+                        Ok(None) => break Ok(()),
+                        Err(_) => break Err(WireError::TrailersTooLarge),
+                    };
+                    pos += line + 2;
+                    if line == 0 {
+                        done = true;
+                        break Ok(());
+                    }
+                    *chunk = Chunk::Trailers(seen + line + 2);
+                }
+            }
+        };
+        if end > start {
+            buf.advance(start);
+            let data = buf.split_to(end - start).freeze();
+            buf.advance(pos - end);
+            return Ok(Decoded::Data(data));
+        }
+        buf.advance(pos);
+        stopped?;
+        if done {
+            self.state = State::Done;
+            return Ok(Decoded::End);
+        }
+        Ok(Decoded::More)
     }
 
     /// The connection ended: the end of a body read until close, an error otherwise.
@@ -817,6 +854,42 @@ mod tests {
         let mut d = BodyDecoder::new(Framing::Chunked);
         let mut buf = BytesMut::from(&b"ffffffffffffffff\r\n"[..]);
         assert_eq!(d.decode(&mut buf).unwrap(), Decoded::More);
+    }
+
+    #[test]
+    fn chunks_read_together_come_out_as_one_frame_and_then_the_end() {
+        let mut d = BodyDecoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(
+            &b"5\r\ndata:\r\n3;x=1\r\n a\n\r\n2\r\n\n\n\r\n0\r\nt: 1\r\n\r\nNEXT"[..],
+        );
+        let first_at = buf.as_ptr() as usize + 3;
+        let Decoded::Data(data) = d.decode(&mut buf).unwrap() else {
+            panic!("data first");
+        };
+        assert_eq!(&data[..], b"data: a\n\n\n");
+        assert_eq!(
+            data.as_ptr() as usize,
+            first_at,
+            "the first chunk is not moved"
+        );
+        assert_eq!(d.decode(&mut buf).unwrap(), Decoded::End);
+        assert_eq!(&buf[..], b"NEXT", "what follows the body is left");
+    }
+
+    #[test]
+    fn data_before_a_malformed_chunk_comes_out_before_the_error() {
+        for (wire, error) in [
+            (&b"3\r\nabc\r\nzz\r\n"[..], WireError::ChunkSize),
+            (b"3\r\nabc\r\n1\r\nxYY", WireError::ChunkEnd),
+        ] {
+            let mut d = BodyDecoder::new(Framing::Chunked);
+            let mut buf = BytesMut::from(wire);
+            let Decoded::Data(data) = d.decode(&mut buf).unwrap() else {
+                panic!("data first");
+            };
+            assert!(data.starts_with(b"abc"), "{data:?}");
+            assert_eq!(d.decode(&mut buf), Err(error), "{wire:?}");
+        }
     }
 
     #[test]
