@@ -17,13 +17,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
-use futures::task::AtomicWaker;
+
+use crate::when_woken::WakeFlag;
 
 /// One stream's future, as hyper hands it over.
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -62,39 +62,15 @@ impl StreamQueue {
 /// itself to yield (its cooperative budget spent) does not spin.
 pub(crate) const MAX_TURNS: usize = 8;
 
-/// Whether the connection was woken since it was last polled. Its wakers are this, not
-/// the task's: a stream queueing a frame wakes the connection, and the connection alone
-/// is then polled again, in the same turn when that happens during [`Served::poll`]
-/// (without waking the task, which would poll everything once more for nothing).
-#[derive(Debug)]
-struct ConnWake {
-    woken: AtomicBool,
-    /// Set while [`Served::poll`] runs: a wake then is seen by its loop.
-    polling: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl std::task::Wake for ConnWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        // SeqCst on both flags, here and in `Served::poll`: one of the two sides sees
-        // the other's store, so a wake is never lost between the last look and Pending.
-        self.woken.store(true, Ordering::SeqCst);
-        if !self.polling.load(Ordering::SeqCst) {
-            self.task.wake();
-        }
-    }
-}
-
 /// A connection's future and its streams, polled together by one task.
 pub(crate) struct Served<C> {
     conn: Pin<Box<C>>,
     queue: StreamQueue,
     running: FuturesUnordered<StreamFuture>,
-    wake: Arc<ConnWake>,
+    /// Whether the connection was woken since it was last polled: its wakers are this,
+    /// not the task's, so a stream queueing a frame has the connection alone polled
+    /// again, in the same turn when that happens during [`Served::poll`].
+    wake: Arc<WakeFlag>,
     /// `wake` as a waker, made once.
     conn_waker: Waker,
 }
@@ -102,24 +78,20 @@ pub(crate) struct Served<C> {
 impl<C: Future> Served<C> {
     /// `conn`, whose server was built with `queue` as its executor.
     pub(crate) fn new(conn: C, queue: StreamQueue) -> Self {
-        let wake = Arc::new(ConnWake {
-            // The first poll polls the connection.
-            woken: AtomicBool::new(true),
-            polling: AtomicBool::new(false),
-            task: AtomicWaker::new(),
-        });
+        // Set at first: the first poll polls the connection.
+        let (wake, conn_waker) = WakeFlag::new();
         Self {
             conn: Box::pin(conn),
             queue,
             running: FuturesUnordered::new(),
-            conn_waker: Waker::from(Arc::clone(&wake)),
             wake,
+            conn_waker,
         }
     }
 
     /// The connection, to ask it to shut down gracefully. It is polled next time.
     pub(crate) fn conn(&mut self) -> Pin<&mut C> {
-        self.wake.woken.store(true, Ordering::SeqCst);
+        self.wake.set();
         self.conn.as_mut()
     }
 
@@ -158,27 +130,27 @@ impl<C: Future> Future for Served<C> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         // Every field is Unpin (the connection is boxed).
         let this = self.get_mut();
-        this.wake.task.register(cx.waker());
-        this.wake.polling.store(true, Ordering::SeqCst);
+        this.wake.register(cx.waker());
+        this.wake.polling(true);
         for _ in 0..MAX_TURNS {
-            if this.wake.woken.swap(false, Ordering::SeqCst) {
+            if this.wake.take() {
                 let mut conn_cx = Context::from_waker(&this.conn_waker);
                 if let Poll::Ready(ended) = this.conn.as_mut().poll(&mut conn_cx) {
-                    this.wake.polling.store(false, Ordering::SeqCst);
+                    this.wake.polling(false);
                     return Poll::Ready(ended);
                 }
             }
             this.poll_streams(cx);
-            if !this.wake.woken.load(Ordering::SeqCst) {
-                this.wake.polling.store(false, Ordering::SeqCst);
-                if !this.wake.woken.load(Ordering::SeqCst) {
+            if !this.wake.is_set() {
+                this.wake.polling(false);
+                if !this.wake.is_set() {
                     return Poll::Pending;
                 }
-                this.wake.polling.store(true, Ordering::SeqCst);
+                this.wake.polling(true);
             }
         }
         // Still woken: yield to the other tasks, and come back.
-        this.wake.polling.store(false, Ordering::SeqCst);
+        this.wake.polling(false);
         cx.waker().wake_by_ref();
         Poll::Pending
     }
@@ -188,7 +160,7 @@ impl<C: Future> Future for Served<C> {
 mod tests {
     use super::*;
     use hyper::rt::Executor as _;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     /// What a test holds of its fake connection.
     #[derive(Default)]

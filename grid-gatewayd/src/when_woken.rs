@@ -16,28 +16,76 @@ use std::task::{Context, Poll, Waker};
 
 use futures::task::AtomicWaker;
 
-/// Whether the wrapped future was woken since its last poll, and the task to wake then.
+/// Whether a future was woken since it was last polled: the waker given to that future
+/// (not the task's), and what tells its owner to poll it. A wake also wakes the owning
+/// task, unless the owner said it is polling now ([`WakeFlag::polling`]) and will look
+/// at the flag again before it returns (`http2_streams` does, to poll a connection again
+/// in the same turn instead of a turn later).
 #[derive(Debug)]
-struct Flag {
+pub(crate) struct WakeFlag {
     woken: AtomicBool,
+    polling: AtomicBool,
     task: AtomicWaker,
 }
 
-impl std::task::Wake for Flag {
+impl WakeFlag {
+    /// A flag set at first (the future must be polled once to register), and its waker.
+    pub(crate) fn new() -> (Arc<Self>, Waker) {
+        let flag = Arc::new(Self {
+            woken: AtomicBool::new(true),
+            polling: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        });
+        let waker = Waker::from(Arc::clone(&flag));
+        (flag, waker)
+    }
+
+    /// Remembers the task to wake; registered before the flag is read, so a wake after
+    /// the read wakes it.
+    pub(crate) fn register(&self, task: &Waker) {
+        self.task.register(task);
+    }
+
+    /// Whether a wake came since the last call (and clears it).
+    pub(crate) fn take(&self) -> bool {
+        self.woken.swap(false, Ordering::SeqCst)
+    }
+
+    /// Sets the flag, as a wake would, without waking the task.
+    pub(crate) fn set(&self) {
+        self.woken.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a wake came that [`WakeFlag::take`] has not cleared.
+    pub(crate) fn is_set(&self) -> bool {
+        self.woken.load(Ordering::SeqCst)
+    }
+
+    /// While `on`, a wake only sets the flag: the owner is polling and looks again.
+    /// `SeqCst` here and in the wake: one side always sees the other's store, so a wake
+    /// is never lost between the owner's last look and its `Pending`.
+    pub(crate) fn polling(&self, on: bool) {
+        self.polling.store(on, Ordering::SeqCst);
+    }
+}
+
+impl std::task::Wake for WakeFlag {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake();
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
     }
 }
 
 /// `F`, polled only when its own waker fired since it was last polled.
 pub(crate) struct WhenWoken<F> {
     inner: Pin<Box<F>>,
-    flag: Arc<Flag>,
+    flag: Arc<WakeFlag>,
     /// `flag` as a waker, made once.
     waker: Waker,
 }
@@ -45,14 +93,11 @@ pub(crate) struct WhenWoken<F> {
 impl<F: Future> WhenWoken<F> {
     /// `inner`, polled at the first poll and then only when woken.
     pub(crate) fn new(inner: F) -> Self {
-        let flag = Arc::new(Flag {
-            woken: AtomicBool::new(true),
-            task: AtomicWaker::new(),
-        });
+        let (flag, waker) = WakeFlag::new();
         Self {
             inner: Box::pin(inner),
-            waker: Waker::from(Arc::clone(&flag)),
             flag,
+            waker,
         }
     }
 }
@@ -63,9 +108,8 @@ impl<F: Future> Future for WhenWoken<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // Every field is Unpin (the future is boxed).
         let this = self.get_mut();
-        // Registered before the flag is read: a wake after the read wakes this task.
-        this.flag.task.register(cx.waker());
-        if !this.flag.woken.swap(false, Ordering::AcqRel) {
+        this.flag.register(cx.waker());
+        if !this.flag.take() {
             return Poll::Pending;
         }
         this.inner
