@@ -223,18 +223,17 @@ impl Writer {
 
 /// Serves HTTP/1.1 on `stream`, whose first bytes (read while telling HTTP/1.1 from
 /// HTTP/2) are `read`, until the client closes, a request asks to close, or `drain` is
-/// set (an idle connection closes at once, a busy one after its answer).
+/// set (an idle connection closes at once, a busy one after its answer). `drained`
+/// resolves when it is set (`server::drained`: one future for the connection's life).
 pub(crate) async fn serve(
     stream: TcpStream,
     read: BytesMut,
     api: Api,
     activity: Arc<Activity>,
-    drain: watch::Receiver<bool>,
+    (drain, mut drained): (watch::Receiver<bool>, impl Future<Output = ()> + Unpin),
 ) -> std::io::Result<()> {
     let (half, write) = stream.into_split();
     let mut reader = Reader { half, buf: read };
-    // One for the connection's life, polled only when the flag changed.
-    let mut drained = crate::server::drained(drain.clone());
     let mut writer = Writer {
         half: write,
         out: BytesMut::with_capacity(READ_RESERVE),

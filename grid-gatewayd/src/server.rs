@@ -286,8 +286,13 @@ impl Connection {
             () = &mut drained => return Ok(()),
         };
         if !http2 {
-            let served =
-                crate::client_h1::serve(stream, read, self.api, activity, self.drain.clone());
+            let served = crate::client_h1::serve(
+                stream,
+                read,
+                self.api,
+                activity,
+                (self.drain.clone(), drained),
+            );
             return tokio::select! {
                 // The connection first: it is what most wake-ups are for.
                 biased;
