@@ -2,10 +2,9 @@
 //!
 //! hyper's HTTP/2 server hands each new stream (the request's handling and the sending
 //! of its answer) to an executor. With tokio's, every request became a task of its own:
-//! its allocation and scheduling, and a hand-over between two tasks each time the stream
-//! queued a frame for the connection or the connection delivered one to the stream.
-//! On an instant answer that was a tenth of the gateway's work per answer
-//! (`docs/benchmarks.md`). Here the executor ([`StreamQueue`]) only queues the stream,
+//! its allocation and scheduling (some 4,000 instructions of an answer's 65,000), and a
+//! hand-over between two tasks each time the stream queued a frame for the connection or
+//! the connection delivered one to the stream (`docs/benchmarks.md`). Here the executor ([`StreamQueue`]) only queues the stream,
 //! and [`Served`] polls the connection and its streams together, as nginx and Envoy do
 //! (a connection and all of its streams live on one worker thread). The trade-off is the
 //! same as theirs: the streams of one connection share one thread, while connections
@@ -18,12 +17,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
-use crate::when_woken::WakeFlag;
+use crate::when_woken::WhenWoken;
 
 /// One stream's future, as hyper hands it over.
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -64,35 +63,27 @@ pub(crate) const MAX_TURNS: usize = 8;
 
 /// A connection's future and its streams, polled together by one task.
 pub(crate) struct Served<C> {
-    conn: Pin<Box<C>>,
+    /// Polled only when it was woken: its wakers are its own, not the task's, so a
+    /// stream queueing a frame has the connection alone polled again, in the same turn
+    /// when that happens during [`Served::poll`].
+    conn: WhenWoken<C>,
     queue: StreamQueue,
     running: FuturesUnordered<StreamFuture>,
-    /// Whether the connection was woken since it was last polled: its wakers are this,
-    /// not the task's, so a stream queueing a frame has the connection alone polled
-    /// again, in the same turn when that happens during [`Served::poll`].
-    wake: Arc<WakeFlag>,
-    /// `wake` as a waker, made once.
-    conn_waker: Waker,
 }
 
 impl<C: Future> Served<C> {
     /// `conn`, whose server was built with `queue` as its executor.
     pub(crate) fn new(conn: C, queue: StreamQueue) -> Self {
-        // Set at first: the first poll polls the connection.
-        let (wake, conn_waker) = WakeFlag::new();
         Self {
-            conn: Box::pin(conn),
+            conn: WhenWoken::new(conn),
             queue,
             running: FuturesUnordered::new(),
-            wake,
-            conn_waker,
         }
     }
 
     /// The connection, to ask it to shut down gracefully. It is polled next time.
     pub(crate) fn conn(&mut self) -> Pin<&mut C> {
-        self.wake.set();
-        self.conn.as_mut()
+        self.conn.inner()
     }
 
     /// Streams in flight: queued by the connection or being polled.
@@ -130,27 +121,28 @@ impl<C: Future> Future for Served<C> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         // Every field is Unpin (the connection is boxed).
         let this = self.get_mut();
-        this.wake.register(cx.waker());
-        this.wake.polling(true);
+        this.conn.flag().polling(true);
         for _ in 0..MAX_TURNS {
-            if this.wake.take() {
-                let mut conn_cx = Context::from_waker(&this.conn_waker);
-                if let Poll::Ready(ended) = this.conn.as_mut().poll(&mut conn_cx) {
-                    this.wake.polling(false);
-                    return Poll::Ready(ended);
-                }
+            // Not woken: not even asked (its poll would register this task again, which
+            // it still is: only a wake of the connection, which sets the flag, takes it).
+            if this.conn.flag().is_set()
+                && let Poll::Ready(ended) = Pin::new(&mut this.conn).poll(cx)
+            {
+                this.conn.flag().polling(false);
+                return Poll::Ready(ended);
             }
             this.poll_streams(cx);
-            if !this.wake.is_set() {
-                this.wake.polling(false);
-                if !this.wake.is_set() {
+            let flag = this.conn.flag();
+            if !flag.is_set() {
+                flag.polling(false);
+                if !flag.is_set() {
                     return Poll::Pending;
                 }
-                this.wake.polling(true);
+                flag.polling(true);
             }
         }
         // Still woken: yield to the other tasks, and come back.
-        this.wake.polling(false);
+        this.conn.flag().polling(false);
         cx.waker().wake_by_ref();
         Poll::Pending
     }
@@ -161,6 +153,7 @@ mod tests {
     use super::*;
     use hyper::rt::Executor as _;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::task::Waker;
 
     /// What a test holds of its fake connection.
     #[derive(Default)]

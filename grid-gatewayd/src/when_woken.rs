@@ -102,6 +102,19 @@ impl<F: Future> WhenWoken<F> {
     }
 }
 
+impl<F> WhenWoken<F> {
+    /// The flag its waker sets: for an owner that polls it in a loop of its own.
+    pub(crate) fn flag(&self) -> &WakeFlag {
+        &self.flag
+    }
+
+    /// The future itself, to call its methods (polled at the next poll: the flag is set).
+    pub(crate) fn inner(&mut self) -> Pin<&mut F> {
+        self.flag.set();
+        self.inner.as_mut()
+    }
+}
+
 impl<F: Future> Future for WhenWoken<F> {
     type Output = F::Output;
 
