@@ -53,6 +53,7 @@ use crate::request_metrics::{
 use crate::request_rng::ThreadRng;
 use crate::site_slots::{SiteFull, SiteSlots};
 use grid_daemon::{exposition, probe};
+use grid_score::Decision;
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
 use grid_score::routing::{RETRY_PATH, Route, RoutingView};
@@ -269,12 +270,12 @@ pub(crate) fn decide<'v>(
     score: &grid_score::ScoreMetrics,
     model: &str,
 ) -> Result<Routed<'v>, Refusal> {
-    let decision = view.pick(model, &mut ThreadRng);
-    score.record(&decision);
-    let grid_headroom = view
-        .table()
-        .get(model)
-        .and_then(grid_score::RouteSnapshot::grid_headroom);
+    // The model's snapshot is looked up once, and the pick counted on the series found
+    // when the table was published.
+    let snapshot = view.table().get(model);
+    let decision = snapshot.map_or(Decision::UnknownModel, |s| s.pick(&mut ThreadRng));
+    score.record_in(snapshot, &decision);
+    let grid_headroom = snapshot.and_then(grid_score::RouteSnapshot::grid_headroom);
     match view.route(model, &decision) {
         Route::To { upstream, .. } => Ok(Routed {
             upstream,

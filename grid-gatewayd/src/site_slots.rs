@@ -44,7 +44,8 @@ impl Site {
 /// Every configured site's slots.
 #[derive(Debug)]
 pub(crate) struct SiteSlots {
-    sites: HashMap<Arc<str>, Site>,
+    /// Hashed with [`grid_score::FastBuild`]: looked up once per request.
+    sites: HashMap<Arc<str>, Site, grid_score::FastBuild>,
 }
 
 /// What a request holds toward its site: one of its slots (none for a site that is not

@@ -95,7 +95,8 @@ pub struct ModelEntry {
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     models: Vec<ModelEntry>,
-    by_name: HashMap<Arc<str>, usize>,
+    /// Hashed with [`crate::FastBuild`]: looked up once per request.
+    by_name: crate::hash::FastMap<Arc<str>, usize>,
     live: LiveBoard,
 }
 

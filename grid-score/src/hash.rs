@@ -14,7 +14,7 @@ const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 /// Word-at-a-time multiplicative hash.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WordHash(u64);
+pub struct WordHash(u64);
 
 impl WordHash {
     fn add(&mut self, word: u64) {
@@ -64,8 +64,9 @@ fn read_u32(four: &[u8]) -> u32 {
     u32::from_le_bytes(word)
 }
 
-/// Builds [`WordHash`] hashers for `HashMap`.
-pub(crate) type FastBuild = BuildHasherDefault<WordHash>;
+/// Builds [`WordHash`] hashers for `HashMap`: for maps keyed by configured names (models,
+/// sites), looked up on the request path, where `SipHash` cost more than the lookup.
+pub type FastBuild = BuildHasherDefault<WordHash>;
 
 /// A `HashMap` hashed with [`WordHash`].
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;

@@ -130,6 +130,7 @@ pub use config::{
     ScoreConfig, ShedConfig,
 };
 pub use error::{Error, RejectReason};
+pub use hash::{FastBuild, WordHash};
 pub use headroom::{
     MIN_SPREAD_MS, PACE_BACKOFF_WAITING_PER_SLOT, PACE_DOWN, PACE_FLOOR, PACE_PERIOD_MS,
     PACE_RECOVER_WAITING_PER_SLOT, PACE_UP,

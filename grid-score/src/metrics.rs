@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::error::RejectReason;
 use crate::reading::CandidateKey;
 use crate::select::{Decision, Outcome};
-use crate::snapshot::{RouteTable, UNMEASURED};
+use crate::snapshot::{Plan, RouteSnapshot, RouteTable, UNMEASURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CandidateLabels {
@@ -46,6 +46,25 @@ struct ReasonLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// A snapshot's decision counters, found once when its table is published: a family
+/// lookup per pick is a lock and a hash of three labels, on the request path.
+///
+/// Not part of what a snapshot says: two snapshots with the same candidates and plan
+/// are equal whatever their counters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DecisionCounters {
+    /// `{site, path, routed}` of each candidate, by its index in the snapshot.
+    routed: Box<[Counter]>,
+    /// `{"", "", shed | unavailable}` when the plan refuses.
+    refused: Option<Counter>,
+}
+
+impl PartialEq for DecisionCounters {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
 /// Handles to the scorer's metrics, registered under a `score` prefix (nest the registry
 /// under `grid_gateway`, as the gateway does, to get `grid_gateway_score_*`). Cloning shares
 /// the same series.
@@ -66,6 +85,8 @@ pub struct ScoreMetrics {
     /// The site label of a decision that routed nowhere, shared so counting it never
     /// allocates.
     no_site: Arc<str>,
+    /// `{"", "", unknown_model}`, found once.
+    unknown_model: Counter,
 }
 
 impl ScoreMetrics {
@@ -83,6 +104,11 @@ impl ScoreMetrics {
             rejected: Family::default(),
             published: Arc::default(),
             no_site: Arc::from(""),
+            unknown_model: Counter::default(),
+        };
+        let this = Self {
+            unknown_model: this.refused_counter(Outcome::UnknownModel),
+            ..this
         };
         let r = registry.sub_registry_with_prefix("score");
         r.register(
@@ -200,7 +226,69 @@ impl ScoreMetrics {
         }
     }
 
-    /// Counts one decision. Allocation-free after the first of each label set.
+    /// Finds, for every snapshot of `table`, the series each of its picks counts on, so
+    /// that [`ScoreMetrics::record_in`] takes no lock and hashes nothing. Call once per
+    /// table, before it is published.
+    pub fn resolve(&self, table: &mut RouteTable) {
+        for snapshot in table.iter_mut() {
+            let routed = match snapshot.path() {
+                Some(path) => snapshot
+                    .candidates()
+                    .iter()
+                    .map(|c| {
+                        self.decisions
+                            .get_or_create(&DecisionLabels {
+                                site: c.site().clone(),
+                                path: path.as_str(),
+                                outcome: Outcome::Routed,
+                            })
+                            .clone()
+                    })
+                    .collect(),
+                None => Box::default(),
+            };
+            let refused = match snapshot.plan {
+                Plan::Shed { .. } => Some(self.refused_counter(Outcome::Shed)),
+                Plan::Unavailable { .. } => Some(self.refused_counter(Outcome::Unavailable)),
+                _ => None,
+            };
+            snapshot.counters = DecisionCounters { routed, refused };
+        }
+    }
+
+    fn refused_counter(&self, outcome: Outcome) -> Counter {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                site: self.no_site.clone(),
+                path: "",
+                outcome,
+            })
+            .clone()
+    }
+
+    /// Counts one decision `snapshot` made (`None`: the model has none), on the series
+    /// [`ScoreMetrics::resolve`] found for it: no lock, no hash, no allocation. A
+    /// snapshot these metrics did not resolve is counted as [`ScoreMetrics::record`]
+    /// counts.
+    pub fn record_in(&self, snapshot: Option<&RouteSnapshot>, decision: &Decision<'_>) {
+        let counter = match (snapshot, decision) {
+            (_, Decision::UnknownModel) => Some(&self.unknown_model),
+            (Some(s), Decision::Route { index, .. }) => s.counters.routed.get(*index),
+            (Some(s), Decision::Shed { .. } | Decision::Unavailable { .. }) => {
+                s.counters.refused.as_ref()
+            }
+            (None, _) => None,
+        };
+        match counter {
+            Some(c) => {
+                c.inc();
+            }
+            None => self.record(decision),
+        }
+    }
+
+    /// Counts one decision, looking its series up (a lock and a hash); the request path
+    /// uses [`ScoreMetrics::record_in`]. Allocation-free after the first of each label set.
     pub fn record(&self, decision: &Decision<'_>) {
         let site = match decision {
             Decision::Route { candidate, .. } => candidate.site().clone(),
@@ -343,5 +431,91 @@ mod tests {
             )
             .ends_with(" 0")
         );
+    }
+
+    /// Every kind of decision, made by a table whose counters were resolved and by the
+    /// same table unresolved, with the same draws.
+    fn decisions_text(resolved: bool) -> String {
+        use crate::snapshot::{Refusals, RouteSnapshot};
+        let mut registry = Registry::default();
+        let metrics = ScoreMetrics::register(&mut registry);
+        let cand = |site: &str, capacity: f64, rho: f64| {
+            crate::snapshot::Candidate::measured(
+                CandidateKey::new(site, "p"),
+                capacity,
+                rho,
+                rho,
+                0.0,
+                false,
+            )
+        };
+        let serve = Refusals {
+            shed_retry_after_ms: None,
+            unavailable_retry_after_ms: 5_000,
+        };
+        let shed = Refusals {
+            shed_retry_after_ms: Some(1_000),
+            ..serve
+        };
+        let mut table = RouteTable::from_snapshots([
+            RouteSnapshot::new(
+                "two",
+                vec![cand("a", 8.0, 0.2), cand("b", 8.0, 0.3)],
+                vec![],
+                serve,
+            ),
+            RouteSnapshot::new("one", vec![cand("c", 4.0, 0.5)], vec![], serve),
+            RouteSnapshot::new("none", vec![], vec![], serve),
+            RouteSnapshot::new("full", vec![cand("a", 8.0, 1.0)], vec![], shed),
+        ]);
+        if resolved {
+            metrics.resolve(&mut table);
+        }
+        let mut rng = SplitMix64::new(7);
+        for model in ["two", "one", "none", "full", "absent"] {
+            for _ in 0..50 {
+                let snapshot = table.get(model);
+                let decision = snapshot.map_or(Decision::UnknownModel, |s| s.pick(&mut rng));
+                metrics.record_in(snapshot, &decision);
+            }
+        }
+        let text = render(&registry);
+        let mut lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("score_decisions_total"))
+            .collect();
+        lines.sort_unstable();
+        lines.join("\n")
+    }
+
+    #[test]
+    fn picks_counted_on_resolved_counters_land_on_the_series_a_lookup_finds() {
+        let resolved = decisions_text(true);
+        assert_eq!(resolved, decisions_text(false));
+        for series in [
+            r#"{site="c",path="lone",outcome="routed"} 50"#,
+            r#"{site="",path="",outcome="unavailable"} 50"#,
+            r#"{site="",path="",outcome="shed"} 50"#,
+            r#"{site="",path="",outcome="unknown_model"} 50"#,
+        ] {
+            assert!(resolved.contains(series), "{series} in\n{resolved}");
+        }
+        let spread: u64 = resolved
+            .lines()
+            .filter(|l| l.contains(r#"path="spread""#))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(spread, 50, "{resolved}");
+    }
+
+    #[test]
+    fn a_refresh_resolves_its_tables_counters_before_it_publishes() {
+        let metrics = ScoreMetrics::register(&mut Registry::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
+        let mut table = scorer.refresh(1_000, &routes);
+        assert!(table.get("m").unwrap().counters.routed.is_empty());
+        metrics.resolve(&mut table);
+        assert_eq!(table.get("m").unwrap().counters.routed.len(), 1);
     }
 }

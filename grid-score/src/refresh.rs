@@ -115,8 +115,9 @@ impl Refresher {
 
     fn build(&mut self, now_ms: u64) -> RoutingView {
         self.scorer.feed_live(self.catalog.live(), now_ms);
-        let table = self.scorer.refresh(now_ms, &self.routes);
+        let mut table = self.scorer.refresh(now_ms, &self.routes);
         if let Some(m) = &self.metrics {
+            m.resolve(&mut table);
             m.publish(&table);
         }
         RoutingView::new(Arc::clone(&self.catalog), table)

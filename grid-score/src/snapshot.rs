@@ -356,6 +356,9 @@ pub struct RouteSnapshot {
     excluded: Vec<Excluded>,
     grid_headroom: Option<u64>,
     pub(crate) plan: Plan,
+    /// Where [`crate::ScoreMetrics::record_in`] counts this snapshot's picks, resolved by
+    /// [`crate::ScoreMetrics::resolve`] when the table is published; empty until then.
+    pub(crate) counters: crate::metrics::DecisionCounters,
 }
 
 impl RouteSnapshot {
@@ -421,6 +424,7 @@ impl RouteSnapshot {
             excluded,
             grid_headroom,
             plan,
+            counters: crate::metrics::DecisionCounters::default(),
         }
     }
 
@@ -559,6 +563,11 @@ impl RouteTable {
     /// Every snapshot, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &RouteSnapshot> {
         self.models.values()
+    }
+
+    /// Every snapshot, to resolve its counters before the table is published.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut RouteSnapshot> {
+        self.models.values_mut()
     }
 
     /// Number of models.

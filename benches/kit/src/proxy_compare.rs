@@ -782,7 +782,7 @@ impl Profiled {
 
 /// A proxy's instructions per answer, counted by callgrind (immune to machine load):
 /// the proxy runs under `valgrind --tool=callgrind` twice, answering `few` and then
-/// `many` requests (h2load, one connection, HTTP/1.1 with `--h1` or HTTP/2), and the
+/// `many` requests (h2load over `connections` connections, HTTP/1.1 with `--h1` or HTTP/2), and the
 /// difference of the two totals over `many - few` is what one more answer costs, with
 /// start-up, shutdown and the background polls cancelling out. With `keep`, each run's
 /// profile is copied there (`{proxy}-{h1,h2}-{plain,sse}-{answers}.out`) for `callgrind_annotate`:
@@ -796,11 +796,13 @@ pub async fn callgrind_per_answer(
     client: Client,
     stream: bool,
     (few, many): (u64, u64),
+    connections: usize,
     keep: Option<&Path>,
 ) -> Result<f64, Error> {
     let mut totals = Vec::new();
     for n in [few, many] {
-        let (total, profile) = callgrind_total((proxy, gatewayd), client, stream, n).await?;
+        let (total, profile) =
+            callgrind_total((proxy, gatewayd), client, stream, (n, connections)).await?;
         if let Some(dir) = keep {
             let name = format!(
                 "{}-{}-{}-{n}.out",
@@ -820,7 +822,7 @@ async fn callgrind_total(
     (proxy, gatewayd): (Profiled, &Path),
     client: Client,
     stream: bool,
-    answers: u64,
+    (answers, connections): (u64, usize),
 ) -> Result<(u64, String), Error> {
     let dir = tempfile::tempdir()?;
     let fed = Fed::start().await?;
@@ -861,7 +863,7 @@ async fn callgrind_total(
     wait_ready(&gw.url, client, READY_LIMIT * 3).await?;
     let data = dir.path().join("body.json");
     std::fs::write(&data, request_body(stream))?;
-    let mut c = h2load_posting(&data, 1);
+    let mut c = h2load_posting(&data, connections);
     c.args(["-n", &answers.to_string()]);
     if client == Client::Http1 {
         c.arg("--h1");

@@ -36,6 +36,11 @@ struct Args {
     /// `callgrind_annotate --inclusive=yes`.
     #[arg(long)]
     callgrind_out: Option<PathBuf>,
+    /// With `--callgrind`: the generator's connections. One (the default) makes every
+    /// answer wait for the next request, so the proxy parks between answers; the
+    /// comparison's 32 keep it busy, as under load, where parking is rare.
+    #[arg(long, default_value_t = 1)]
+    callgrind_connections: usize,
     /// Only the cases whose client speaks this (`h1` or `h2`); both when absent.
     #[arg(long, value_parser = ["h1", "h2"])]
     client: Option<String>,
@@ -84,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
                     client,
                     stream,
                     (200, 1_200),
+                    args.callgrind_connections,
                     args.callgrind_out.as_deref(),
                 )
                 .await?;
