@@ -35,21 +35,30 @@ fn always_hop_by_hop(name: &HeaderName) -> bool {
 /// Removes hop-by-hop headers (fixed ones, `Transfer-Encoding`, `Proxy-Connection` and
 /// any named in `Connection`).
 ///
-/// One pass over the names comes first: most requests and answers carry none of them
-/// (and no `Connection`, so none named there either), and then nothing is hashed or
-/// removed. Otherwise the names present that must go are found in one more pass and
-/// only those removed (a client's `Connection: keep-alive` costs one removal, not one
-/// per name that could have been there).
+/// One pass over the names comes first: most requests carry none of them, and then
+/// nothing is hashed or removed; a site's chunked answer carries `Transfer-Encoding` and
+/// no `Connection`, and then that one name is removed and `Connection` never looked up.
+/// Otherwise the names present that must go are found in one more pass and only those
+/// removed (a client's `Connection: keep-alive` costs one removal, not one per name that
+/// could have been there).
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
-    if !h.keys().any(always_hop_by_hop) {
+    let (mut any, mut connection) = (false, false);
+    for k in h.keys() {
+        if always_hop_by_hop(k) {
+            any = true;
+            connection |= k == header::CONNECTION;
+        }
+    }
+    if !any {
         return;
     }
     let mut doomed = ArrayVec::<HeaderName, DOOMED_INLINE>::new();
     let mut more = Vec::new();
     for k in h.keys() {
         let named = || {
-            grid_h1_wire::list_tokens(h, header::CONNECTION)
-                .any(|t| t.eq_ignore_ascii_case(k.as_str()))
+            connection
+                && grid_h1_wire::list_tokens(h, header::CONNECTION)
+                    .any(|t| t.eq_ignore_ascii_case(k.as_str()))
         };
         if (always_hop_by_hop(k) || named())
             && let Err(full) = doomed.try_push(k.clone())

@@ -98,10 +98,11 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
         .map_err(|e| WireError::RequestHead(e.to_string()))?;
-    let headers = shared_head::header_map(&head, &spans, WireError::RequestHead)?;
-    let framing = request_framing(version, &headers)?;
+    let (headers, noted) = shared_head::header_map(&head, &spans, WireError::RequestHead)?;
+    let framing = request_framing(version, &headers, noted)?;
     let says = |token: &str| {
-        list_tokens(&headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case(token))
+        noted.connection
+            && list_tokens(&headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case(token))
     };
     let keep_alive = if version == Version::HTTP_11 {
         !says("close")
@@ -109,6 +110,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
         says("keep-alive") && !says("close")
     };
     let expects_continue = version == Version::HTTP_11
+        && noted.expect
         && headers
             .get(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
@@ -124,14 +126,18 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
 }
 
 /// The request body's framing (RFC 9112 section 6.3, items 3 to 6, as a server).
-fn request_framing(version: Version, headers: &HeaderMap) -> Result<Framing, WireError> {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+fn request_framing(
+    version: Version,
+    headers: &HeaderMap,
+    noted: shared_head::Noted,
+) -> Result<Framing, WireError> {
+    if noted.transfer_encoding {
         if version == Version::HTTP_10 {
             return Err(WireError::RequestFraming(
                 "transfer-encoding in an HTTP/1.0 request",
             ));
         }
-        if headers.contains_key(header::CONTENT_LENGTH) {
+        if noted.length != shared_head::Length::Absent {
             return Err(WireError::RequestFraming(
                 "both transfer-encoding and content-length",
             ));
@@ -144,7 +150,7 @@ fn request_framing(version: Version, headers: &HeaderMap) -> Result<Framing, Wir
         }
         return Ok(Framing::Chunked);
     }
-    match content_length(headers) {
+    match content_length(noted.length) {
         Ok(None | Some(0)) => Ok(Framing::Empty),
         Ok(Some(n)) => Ok(Framing::Length(n)),
         Err(_) => Err(WireError::RequestFraming("an unusable content-length")),

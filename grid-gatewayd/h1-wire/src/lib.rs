@@ -190,9 +190,12 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
         return Ok(Parsed::Interim(len));
     }
     let head = buf.split_to(len).freeze();
-    let headers = shared_head::header_map(&head, &spans, WireError::Head)?;
-    let (framing, sure) = framing(status, method, &headers)?;
-    let reusable = http11 && sure && framing != Framing::UntilClose && !asks_close(&headers);
+    let (headers, noted) = shared_head::header_map(&head, &spans, WireError::Head)?;
+    let (framing, sure) = framing(status, method, &headers, noted)?;
+    let reusable = http11
+        && sure
+        && framing != Framing::UntilClose
+        && !(noted.connection && asks_close(&headers));
     Ok(Parsed::Head(
         len,
         AnswerHead {
@@ -210,6 +213,7 @@ fn framing(
     status: StatusCode,
     method: &Method,
     headers: &HeaderMap,
+    noted: shared_head::Noted,
 ) -> Result<(Framing, bool), WireError> {
     if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
@@ -217,17 +221,17 @@ fn framing(
     {
         return Ok((Framing::Empty, true));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if noted.transfer_encoding {
         let last = list_tokens(headers, header::TRANSFER_ENCODING).rfind(|c| !c.is_empty());
         let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
-        let sure = !headers.contains_key(header::CONTENT_LENGTH);
+        let sure = noted.length == shared_head::Length::Absent;
         return Ok(if chunked {
             (Framing::Chunked, sure)
         } else {
             (Framing::UntilClose, false)
         });
     }
-    Ok(match content_length(headers)? {
+    Ok(match content_length(noted.length)? {
         Some(0) => (Framing::Empty, true),
         Some(n) => (Framing::Length(n), true),
         None => (Framing::UntilClose, false),
@@ -236,22 +240,12 @@ fn framing(
 
 /// The one length every `Content-Length` field says (a comma list of equal lengths is
 /// one length), `None` when there is no such field.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, WireError> {
-    let mut length: Option<u64> = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        for part in v.to_str().map_err(|_| WireError::ContentLength)?.split(',') {
-            let part = part.trim();
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(WireError::ContentLength);
-            }
-            let n: u64 = part.parse().map_err(|_| WireError::ContentLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(WireError::ContentLength);
-            }
-            length = Some(n);
-        }
+fn content_length(length: shared_head::Length) -> Result<Option<u64>, WireError> {
+    match length {
+        shared_head::Length::Absent => Ok(None),
+        shared_head::Length::Is(n) => Ok(Some(n)),
+        shared_head::Length::Unusable => Err(WireError::ContentLength),
     }
-    Ok(length)
 }
 
 /// Whether the site said it closes the connection after this answer.

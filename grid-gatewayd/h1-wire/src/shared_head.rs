@@ -8,7 +8,7 @@
 
 use arrayvec::ArrayVec;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::WireError;
 
@@ -40,20 +40,196 @@ pub(crate) fn note<const N: usize>(
     }
 }
 
-/// The header map of `head`, its values pointing into it; a name or value that is not
-/// valid becomes `malformed(why)`.
+/// What the fields the framing rules read said, noted while the map is built: a head
+/// with no `Transfer-Encoding`, `Connection` or `Expect` (nearly every one) is then
+/// framed without looking a name up in the map, where each lookup hashed the name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Noted {
+    /// A `Transfer-Encoding` field is present.
+    pub(crate) transfer_encoding: bool,
+    /// A `Connection` field is present.
+    pub(crate) connection: bool,
+    /// An `Expect` field is present.
+    pub(crate) expect: bool,
+    /// What every `Content-Length` field says together.
+    pub(crate) length: Length,
+}
+
+/// What a head's `Content-Length` fields say together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Length {
+    /// No such field.
+    #[default]
+    Absent,
+    /// One length, however many fields or list members said it.
+    Is(u64),
+    /// A member that is not a decimal length, or two that differ.
+    Unusable,
+}
+
+impl Length {
+    /// Adds one field's `value`: a comma list of lengths (RFC 9110 section 8.6 lets a
+    /// recipient take a list of equal lengths as one), each trimmed, all digits, all
+    /// equal to what came before; a byte that is not visible ASCII or a tab makes the
+    /// whole unusable.
+    pub(crate) fn add(self, value: &[u8]) -> Self {
+        if self == Self::Unusable
+            || !value
+                .iter()
+                .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+        {
+            return Self::Unusable;
+        }
+        let mut length = self;
+        for part in value.split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            let Some(n) = decimal(part) else {
+                return Self::Unusable;
+            };
+            length = match length {
+                Self::Is(l) if l != n => return Self::Unusable,
+                _ => Self::Is(n),
+            };
+        }
+        length
+    }
+}
+
+/// `digits` as a number: none empty, all ASCII digits, not past `u64::MAX`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// The header map of `head`, its values pointing into it, and what its framing fields
+/// said; a name or value that is not valid becomes `malformed(why)`.
 #[inline]
 pub(crate) fn header_map(
     head: &Bytes,
     fields: &[(Span, Span)],
     malformed: fn(String) -> WireError,
-) -> Result<HeaderMap, WireError> {
+) -> Result<(HeaderMap, Noted), WireError> {
     let mut headers = HeaderMap::with_capacity(fields.len());
+    let mut noted = Noted::default();
     for &((n0, n1), (v0, v1)) in fields {
         let name = HeaderName::from_bytes(&head[n0..n1]).map_err(|e| malformed(e.to_string()))?;
+        // Standard names compare as an enum tag: a few instructions each.
+        if name == header::CONTENT_LENGTH {
+            noted.length = noted.length.add(&head[v0..v1]);
+        } else if name == header::TRANSFER_ENCODING {
+            noted.transfer_encoding = true;
+        } else if name == header::CONNECTION {
+            noted.connection = true;
+        } else if name == header::EXPECT {
+            noted.expect = true;
+        }
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| malformed(e.to_string()))?;
         headers.append(name, value);
     }
-    Ok(headers)
+    Ok((headers, noted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The rule as it read the map before the fields were noted while building it: the
+    /// reference the noting must agree with.
+    fn by_the_map(headers: &HeaderMap) -> Length {
+        let mut length = Length::Absent;
+        for v in headers.get_all(header::CONTENT_LENGTH) {
+            let Ok(text) = v.to_str() else {
+                return Length::Unusable;
+            };
+            for part in text.split(',') {
+                let part = part.trim();
+                let n = if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+                    part.parse::<u64>().ok()
+                } else {
+                    None
+                };
+                length = match (n, length) {
+                    (None, _) => return Length::Unusable,
+                    (Some(n), Length::Is(l)) if l != n => return Length::Unusable,
+                    (Some(n), _) => Length::Is(n),
+                };
+            }
+        }
+        length
+    }
+
+    /// `fields` as a head's bytes and their spans in it.
+    fn head_of(fields: &[(&str, Vec<u8>)]) -> (Bytes, Vec<(Span, Span)>) {
+        let mut bytes = Vec::new();
+        let mut spans = Vec::new();
+        for (name, value) in fields {
+            let n0 = bytes.len();
+            bytes.extend_from_slice(name.as_bytes());
+            let v0 = bytes.len();
+            bytes.extend_from_slice(value);
+            spans.push(((n0, v0), (v0, bytes.len())));
+        }
+        (Bytes::from(bytes), spans)
+    }
+
+    #[test]
+    fn framing_fields_are_noted_whatever_their_case_and_others_are_not() {
+        let (head, spans) = head_of(&[
+            ("Transfer-Encoding", b"chunked".to_vec()),
+            ("CONNECTION", b"close".to_vec()),
+            ("x-connection", b"1".to_vec()),
+        ]);
+        let (map, noted) = header_map(&head, &spans, WireError::Head).unwrap();
+        assert_eq!(map.len(), 3);
+        assert!(noted.transfer_encoding && noted.connection && !noted.expect);
+        assert_eq!(noted.length, Length::Absent);
+        let (head, spans) = head_of(&[("expect", b"100-continue".to_vec())]);
+        let (_, noted) = header_map(&head, &spans, WireError::Head).unwrap();
+        assert!(noted.expect && !noted.connection && !noted.transfer_encoding);
+    }
+
+    #[test]
+    fn a_length_of_u64_max_is_read_and_one_more_is_unusable() {
+        assert_eq!(
+            Length::Absent.add(u64::MAX.to_string().as_bytes()),
+            Length::Is(u64::MAX)
+        );
+        assert_eq!(
+            Length::Absent.add(b"18446744073709551616"),
+            Length::Unusable
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_noted_length_agrees_with_reading_the_map(
+            values in prop::collection::vec(
+                prop::collection::vec(
+                    prop::sample::select(&b"0123456789, \ta+\x80\xff"[..]),
+                    0..12,
+                ),
+                0..4,
+            ),
+        ) {
+            let fields: Vec<(&str, Vec<u8>)> = values
+                .into_iter()
+                .map(|v| ("content-length", v))
+                .collect();
+            let (head, spans) = head_of(&fields);
+            // Tab, visible ASCII and obs-text only: a value the map refuses (a control
+            // byte, DEL) fails the head before its length matters.
+            let (map, noted) = header_map(&head, &spans, WireError::Head).unwrap();
+            prop_assert_eq!(noted.length, by_the_map(&map));
+        }
+    }
 }
