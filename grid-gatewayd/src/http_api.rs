@@ -44,7 +44,7 @@ use crate::answer_evidence::{Evidence, take_live_evidence};
 use crate::answer_timing::{AnswerHead, TimedBody};
 use crate::api_error::{ApiErrorKind, error_response};
 use crate::coalesce_body::Coalesce;
-use crate::headers::{SITE_HEADER, sanitize_request, strip_hop_by_hop};
+use crate::headers::{sanitize_request, strip_hop_by_hop};
 use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
 use crate::request_metrics::{
@@ -324,7 +324,9 @@ impl Api {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let resp = match classify(req.method(), req.uri().path()) {
+        let target = classify(req.method(), req.uri().path());
+        let proxied = matches!(target, Ok(Target::Proxied));
+        let resp = match target {
             Ok(Target::Proxied) => self.proxy(req).await,
             Ok(Target::Models) => {
                 let mut r = Response::new(full(models_body(&self.inner.routes.load())));
@@ -339,9 +341,11 @@ impl Api {
             Ok(Target::Readyz) => probe(self.inner.poll.polls(PollResult::Ok) > 0),
             Err(refusal) => refusal.into_response(),
         };
+        // Every answer `proxy` gives that is not its own refusal came from a site: known
+        // without looking `x-grid-site` up in the answer's map.
         let outcome = match resp.extensions().get::<ApiErrorKind>() {
             Some(kind) => kind.as_str(),
-            None if resp.headers().contains_key(SITE_HEADER) => crate::request_metrics::PROXIED,
+            None if proxied => crate::request_metrics::PROXIED,
             None => "local",
         };
         self.inner.metrics.outcome(outcome);

@@ -30,7 +30,8 @@ pub struct RequestHead {
     pub uri: Uri,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The header fields as sent (hop-by-hop ones included: the proxy strips them).
+    /// The header fields as sent (hop-by-hop ones included: the proxy strips them),
+    /// except `Transfer-Encoding`: its coding is decoded here, and read into `framing`.
     pub headers: HeaderMap,
     /// How the body ends ([`Framing::UntilClose`] never: a request cannot be framed so).
     pub framing: Framing,
@@ -99,7 +100,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
         .map_err(|e| WireError::RequestHead(e.to_string()))?;
     let (headers, noted) = shared_head::header_map(&head, &spans, WireError::RequestHead)?;
-    let framing = request_framing(version, &headers, noted)?;
+    let framing = request_framing(version, noted)?;
     let says = |token: &str| {
         noted.connection
             && list_tokens(&headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case(token))
@@ -126,12 +127,8 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
 }
 
 /// The request body's framing (RFC 9112 section 6.3, items 3 to 6, as a server).
-fn request_framing(
-    version: Version,
-    headers: &HeaderMap,
-    noted: shared_head::Noted,
-) -> Result<Framing, WireError> {
-    if noted.transfer_encoding {
+fn request_framing(version: Version, noted: shared_head::Noted) -> Result<Framing, WireError> {
+    if noted.coding != shared_head::Coding::Absent {
         if version == Version::HTTP_10 {
             return Err(WireError::RequestFraming(
                 "transfer-encoding in an HTTP/1.0 request",
@@ -142,8 +139,7 @@ fn request_framing(
                 "both transfer-encoding and content-length",
             ));
         }
-        let last = list_tokens(headers, header::TRANSFER_ENCODING).rfind(|c| !c.is_empty());
-        if !last.is_some_and(|c| c.eq_ignore_ascii_case("chunked")) {
+        if noted.coding != shared_head::Coding::Chunked {
             return Err(WireError::RequestFraming(
                 "a transfer-encoding that does not end in chunked",
             ));

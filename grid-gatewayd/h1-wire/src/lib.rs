@@ -122,7 +122,8 @@ pub enum Framing {
 pub struct AnswerHead {
     /// The status.
     pub status: StatusCode,
-    /// The header fields as sent (hop-by-hop ones included: the proxy strips them).
+    /// The header fields as sent (hop-by-hop ones included: the proxy strips them),
+    /// except `Transfer-Encoding`: its coding is decoded here, and read into `framing`.
     pub headers: HeaderMap,
     /// How the body ends.
     pub framing: Framing,
@@ -191,7 +192,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
     }
     let head = buf.split_to(len).freeze();
     let (headers, noted) = shared_head::header_map(&head, &spans, WireError::Head)?;
-    let (framing, sure) = framing(status, method, &headers, noted)?;
+    let (framing, sure) = framing(status, method, noted)?;
     let reusable = http11
         && sure
         && framing != Framing::UntilClose
@@ -212,7 +213,6 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
 fn framing(
     status: StatusCode,
     method: &Method,
-    headers: &HeaderMap,
     noted: shared_head::Noted,
 ) -> Result<(Framing, bool), WireError> {
     if *method == Method::HEAD
@@ -221,11 +221,9 @@ fn framing(
     {
         return Ok((Framing::Empty, true));
     }
-    if noted.transfer_encoding {
-        let last = list_tokens(headers, header::TRANSFER_ENCODING).rfind(|c| !c.is_empty());
-        let chunked = last.is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+    if noted.coding != shared_head::Coding::Absent {
         let sure = noted.length == shared_head::Length::Absent;
-        return Ok(if chunked {
+        return Ok(if noted.coding == shared_head::Coding::Chunked {
             (Framing::Chunked, sure)
         } else {
             (Framing::UntilClose, false)

@@ -45,14 +45,26 @@ pub(crate) fn note<const N: usize>(
 /// framed without looking a name up in the map, where each lookup hashed the name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Noted {
-    /// A `Transfer-Encoding` field is present.
-    pub(crate) transfer_encoding: bool,
+    /// What the `Transfer-Encoding` fields say.
+    pub(crate) coding: Coding,
     /// A `Connection` field is present.
     pub(crate) connection: bool,
     /// An `Expect` field is present.
     pub(crate) expect: bool,
     /// What every `Content-Length` field says together.
     pub(crate) length: Length,
+}
+
+/// What a head's `Transfer-Encoding` fields say together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Coding {
+    /// No such field.
+    #[default]
+    Absent,
+    /// The last coding they list is `chunked`.
+    Chunked,
+    /// Present, but the last coding they list (if any) is not `chunked`.
+    Other,
 }
 
 /// What a head's `Content-Length` fields say together.
@@ -109,8 +121,27 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// The last non-empty coding a `Transfer-Encoding` `value` lists, trimmed, if any (a
+/// value that is not visible ASCII lists none).
+fn last_coding(value: &[u8]) -> Option<&[u8]> {
+    if !value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+    {
+        return None;
+    }
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .rfind(|c| !c.is_empty())
+}
+
 /// The header map of `head`, its values pointing into it, and what its framing fields
 /// said; a name or value that is not valid becomes `malformed(why)`.
+///
+/// `Transfer-Encoding` is read here and left out of the map: the body handed on is the
+/// decoded one, which no longer has that coding, and every way the proxy answers frames
+/// its body itself.
 #[inline]
 pub(crate) fn header_map(
     head: &Bytes,
@@ -125,7 +156,22 @@ pub(crate) fn header_map(
         if name == header::CONTENT_LENGTH {
             noted.length = noted.length.add(&head[v0..v1]);
         } else if name == header::TRANSFER_ENCODING {
-            noted.transfer_encoding = true;
+            noted.coding = match last_coding(&head[v0..v1]) {
+                Some(last) if last.eq_ignore_ascii_case(b"chunked") => Coding::Chunked,
+                Some(_) => Coding::Other,
+                // A field that lists nothing leaves the last coding as it was.
+                None if noted.coding == Coding::Absent => Coding::Other,
+                None => noted.coding,
+            };
+            // Still refused as the map refuses any other field's value (a control byte
+            // other than a tab, or DEL), without building the value.
+            if head[v0..v1]
+                .iter()
+                .any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
+            {
+                return Err(malformed("failed to parse header value".into()));
+            }
+            continue;
         } else if name == header::CONNECTION {
             noted.connection = true;
         } else if name == header::EXPECT {
@@ -190,12 +236,24 @@ mod tests {
             ("x-connection", b"1".to_vec()),
         ]);
         let (map, noted) = header_map(&head, &spans, WireError::Head).unwrap();
-        assert_eq!(map.len(), 3);
-        assert!(noted.transfer_encoding && noted.connection && !noted.expect);
+        assert_eq!(map.len(), 2, "transfer-encoding is read, not kept: {map:?}");
+        assert!(noted.connection && !noted.expect);
+        assert_eq!(noted.coding, Coding::Chunked);
         assert_eq!(noted.length, Length::Absent);
         let (head, spans) = head_of(&[("expect", b"100-continue".to_vec())]);
         let (_, noted) = header_map(&head, &spans, WireError::Head).unwrap();
-        assert!(noted.expect && !noted.connection && !noted.transfer_encoding);
+        assert!(noted.expect && !noted.connection);
+        assert_eq!(noted.coding, Coding::Absent);
+    }
+
+    #[test]
+    fn a_transfer_encoding_with_a_control_byte_is_refused_as_any_field_is() {
+        for bad in [&b"chunked\x01"[..], b"\x7fchunked"] {
+            let (head, spans) = head_of(&[("transfer-encoding", bad.to_vec())]);
+            assert!(header_map(&head, &spans, WireError::Head).is_err());
+            let (head, spans) = head_of(&[("x-other", bad.to_vec())]);
+            assert!(header_map(&head, &spans, WireError::Head).is_err());
+        }
     }
 
     #[test]
@@ -211,6 +269,32 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_noted_coding_agrees_with_reading_the_map(
+            values in prop::collection::vec(
+                prop::collection::vec(
+                    prop::sample::select(&b"chunked, \tgzipCHUNK\x80"[..]),
+                    0..14,
+                ),
+                1..4,
+            ),
+        ) {
+            let mut map = HeaderMap::new();
+            for v in &values {
+                map.append(header::TRANSFER_ENCODING, HeaderValue::from_bytes(v).unwrap());
+            }
+            let by_the_map = crate::list_tokens(&map, header::TRANSFER_ENCODING)
+                .rfind(|c| !c.is_empty())
+                .is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+            let fields: Vec<(&str, Vec<u8>)> =
+                values.into_iter().map(|v| ("transfer-encoding", v)).collect();
+            let (head, spans) = head_of(&fields);
+            let (kept, noted) = header_map(&head, &spans, WireError::Head).unwrap();
+            prop_assert!(kept.is_empty());
+            prop_assert_ne!(noted.coding, Coding::Absent);
+            prop_assert_eq!(noted.coding == Coding::Chunked, by_the_map);
+        }
+
         #[test]
         fn the_noted_length_agrees_with_reading_the_map(
             values in prop::collection::vec(
