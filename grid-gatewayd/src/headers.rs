@@ -71,14 +71,23 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// A copy of `h` without `Host`, for a client that sets the upstream's authority itself.
+pub fn without_host(h: &HeaderMap) -> HeaderMap {
+    let mut h = h.clone();
+    h.remove(header::HOST);
+    h
+}
+
 /// Names [`strip_hop_by_hop`] holds on the stack before it needs the heap.
 const DOOMED_INLINE: usize = 8;
 
 /// Prepares a client's request headers for the upstream: hop-by-hop and routing headers
-/// removed, `Host` dropped so the client sets the upstream's authority.
+/// removed. `Host` is left to the writer of the request, which puts the site's authority
+/// in its place: a site's own pool writes its own `Host` and skips the client's (no
+/// removal, which hashed the name, on every request), and the TLS client's copy drops
+/// it (`without_host`).
 pub fn sanitize_request(h: &mut HeaderMap) {
     strip_hop_by_hop(h);
-    h.remove(header::HOST);
     let spoofable: Vec<HeaderName> = h
         .keys()
         .filter(|k| k.as_str().starts_with(ROUTING_HEADER_PREFIX))
@@ -172,8 +181,11 @@ mod tests {
         );
         h.insert("x-gridiron", HeaderValue::from_static("kept"));
         sanitize_request(&mut h);
-        assert_eq!(h.len(), 2);
+        assert_eq!(h.len(), 3);
         assert!(h.contains_key(header::CONTENT_TYPE));
         assert!(h.contains_key("x-gridiron"));
+        let h = without_host(&h);
+        assert_eq!(h.len(), 2);
+        assert!(!h.contains_key(header::HOST));
     }
 }

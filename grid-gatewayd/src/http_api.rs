@@ -484,7 +484,7 @@ impl Api {
                 let mut out = Request::new(Full::new(body.clone()));
                 *out.method_mut() = parts.method.clone();
                 *out.uri_mut() = uri.clone();
-                *out.headers_mut() = parts.headers.clone();
+                *out.headers_mut() = crate::headers::without_host(&parts.headers);
                 self.inner
                     .client
                     .request(out)

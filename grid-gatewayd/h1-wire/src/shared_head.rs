@@ -156,21 +156,24 @@ pub(crate) fn header_map(
         if name == header::CONTENT_LENGTH {
             noted.length = noted.length.add(&head[v0..v1]);
         } else if name == header::TRANSFER_ENCODING {
-            noted.coding = match last_coding(&head[v0..v1]) {
-                Some(last) if last.eq_ignore_ascii_case(b"chunked") => Coding::Chunked,
-                Some(_) => Coding::Other,
-                // A field that lists nothing leaves the last coding as it was.
-                None if noted.coding == Coding::Absent => Coding::Other,
-                None => noted.coding,
+            let value = &head[v0..v1];
+            // Nearly every one says just `chunked`: known without splitting the list.
+            noted.coding = if value.eq_ignore_ascii_case(b"chunked") {
+                Coding::Chunked
+            } else {
+                // Still refused as the map refuses any other field's value (a control
+                // byte other than a tab, or DEL), without building the value.
+                if value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
+                    return Err(malformed("failed to parse header value".into()));
+                }
+                match last_coding(value) {
+                    Some(last) if last.eq_ignore_ascii_case(b"chunked") => Coding::Chunked,
+                    Some(_) => Coding::Other,
+                    // A field that lists nothing leaves the last coding as it was.
+                    None if noted.coding == Coding::Absent => Coding::Other,
+                    None => noted.coding,
+                }
             };
-            // Still refused as the map refuses any other field's value (a control byte
-            // other than a tab, or DEL), without building the value.
-            if head[v0..v1]
-                .iter()
-                .any(|&b| (b < b' ' && b != b'\t') || b == 0x7f)
-            {
-                return Err(malformed("failed to parse header value".into()));
-            }
             continue;
         } else if name == header::CONNECTION {
             noted.connection = true;
