@@ -271,16 +271,21 @@ mod tests {
         );
     }
 
+    /// `fields` values of up to 14 bytes drawn from `alphabet`.
+    fn field_values(
+        alphabet: &'static [u8],
+        fields: std::ops::Range<usize>,
+    ) -> impl Strategy<Value = Vec<Vec<u8>>> {
+        prop::collection::vec(
+            prop::collection::vec(prop::sample::select(alphabet), 0..14),
+            fields,
+        )
+    }
+
     proptest! {
         #[test]
         fn the_noted_coding_agrees_with_reading_the_map(
-            values in prop::collection::vec(
-                prop::collection::vec(
-                    prop::sample::select(&b"chunked, \tgzipCHUNK\x80"[..]),
-                    0..14,
-                ),
-                1..4,
-            ),
+            values in field_values(b"chunked, \tgzipCHUNK\x80", 1..4),
         ) {
             let mut map = HeaderMap::new();
             for v in &values {
@@ -300,13 +305,7 @@ mod tests {
 
         #[test]
         fn the_noted_length_agrees_with_reading_the_map(
-            values in prop::collection::vec(
-                prop::collection::vec(
-                    prop::sample::select(&b"0123456789, \ta+\x80\xff"[..]),
-                    0..12,
-                ),
-                0..4,
-            ),
+            values in field_values(b"0123456789, \ta+\x80\xff", 0..4),
         ) {
             let fields: Vec<(&str, Vec<u8>)> = values
                 .into_iter()
