@@ -30,6 +30,23 @@ struct Read {
     body: Vec<u8>,
 }
 
+/// Whether the request head `taken` has a `Transfer-Encoding` field and a
+/// `Content-Length` one, read by httparse alone.
+fn fields_of(taken: &[u8]) -> (bool, bool) {
+    let mut fields = [httparse::EMPTY_HEADER; grid_h1_wire::MAX_REQUEST_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    assert!(
+        matches!(req.parse(taken), Ok(httparse::Status::Complete(_))),
+        "a head the parser took is not a whole head"
+    );
+    let has = |name: &str| {
+        req.headers
+            .iter()
+            .any(|f| f.name.eq_ignore_ascii_case(name))
+    };
+    (has("transfer-encoding"), has("content-length"))
+}
+
 /// Every request in `wire` fed `step` bytes at a time, until one cannot be read.
 fn requests(wire: &[u8], step: usize) -> Vec<Read> {
     let mut buf = BytesMut::new();
@@ -38,14 +55,14 @@ fn requests(wire: &[u8], step: usize) -> Vec<Read> {
     // Every turn takes input bytes, a head or body bytes, or ends: bounded by the input.
     let mut turns = 0;
     'requests: loop {
-        let head = loop {
+        let (head, taken) = loop {
             turns += 1;
             assert!(turns <= 8 * (wire.len() + 8), "the reader did not finish");
             let before = buf.clone();
             match parse_request(&mut buf) {
                 Ok(Some(head)) => {
                     assert!(before.len() - buf.len() <= MAX_REQUEST_HEAD_BYTES);
-                    break head;
+                    break (head, before[..before.len() - buf.len()].to_vec());
                 }
                 Ok(None) => {
                     assert_eq!(buf, before, "a partial head was consumed");
@@ -64,9 +81,16 @@ fn requests(wire: &[u8], step: usize) -> Vec<Read> {
             }
         };
         assert_ne!(head.framing, Framing::UntilClose);
-        let te = head.headers.contains_key(header::TRANSFER_ENCODING);
-        assert!(!(te && head.headers.contains_key(header::CONTENT_LENGTH)));
+        // The map does not keep `Transfer-Encoding` (its coding is decoded): which fields
+        // the head had is read from its bytes.
+        assert!(!head.headers.contains_key(header::TRANSFER_ENCODING));
+        let (te, cl) = fields_of(&taken);
+        assert!(
+            !(te && cl),
+            "transfer-encoding and content-length accepted together"
+        );
         assert!(!(te && head.version == Version::HTTP_10));
+        assert!(!te || head.framing == Framing::Chunked);
         let mut decoder = BodyDecoder::new(head.framing);
         let mut body = Vec::new();
         let ended = loop {
