@@ -267,9 +267,10 @@ impl ScoreMetrics {
     }
 
     /// Counts one decision `snapshot` made (`None`: the model has none), on the series
-    /// [`ScoreMetrics::resolve`] found for it: no lock, no hash, no allocation. A
-    /// snapshot these metrics did not resolve is counted as [`ScoreMetrics::record`]
-    /// counts.
+    /// [`ScoreMetrics::resolve`] found for it: no lock, no hash, no allocation. The
+    /// counters are those of the metrics that resolved the snapshot (the refresher's, in
+    /// a daemon: one set per process); a snapshot never resolved is counted as
+    /// [`ScoreMetrics::record`] counts.
     pub fn record_in(&self, snapshot: Option<&RouteSnapshot>, decision: &Decision<'_>) {
         let counter = match (snapshot, decision) {
             (_, Decision::UnknownModel) => Some(&self.unknown_model),
