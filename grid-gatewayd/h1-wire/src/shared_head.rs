@@ -85,11 +85,7 @@ impl Length {
     /// equal to what came before; a byte that is not visible ASCII or a tab makes the
     /// whole unusable.
     pub(crate) fn add(self, value: &[u8]) -> Self {
-        if self == Self::Unusable
-            || !value
-                .iter()
-                .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-        {
+        if self == Self::Unusable || !is_text(value) {
             return Self::Unusable;
         }
         let mut length = self;
@@ -121,13 +117,18 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// Whether `value` is visible ASCII and tabs only: what `HeaderValue::to_str` accepts,
+/// and so what the list fields were read as before they were noted here.
+fn is_text(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+}
+
 /// The last non-empty coding a `Transfer-Encoding` `value` lists, trimmed, if any (a
 /// value that is not visible ASCII lists none).
 fn last_coding(value: &[u8]) -> Option<&[u8]> {
-    if !value
-        .iter()
-        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-    {
+    if !is_text(value) {
         return None;
     }
     value
