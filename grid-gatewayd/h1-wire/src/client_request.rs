@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 use bytes::BytesMut;
 use http::{HeaderMap, Method, Uri, Version, header};
 
-use crate::{Framing, WireError, content_length, list_tokens, shared_head};
+use crate::{Framing, WireError, list_tokens, shared_head};
 
 /// The longest request head read from a client (hyper's server buffered about 400 KiB
 /// before refusing; an OpenAI-style request head is a few hundred bytes).
@@ -146,10 +146,12 @@ fn request_framing(version: Version, noted: shared_head::Noted) -> Result<Framin
         }
         return Ok(Framing::Chunked);
     }
-    match content_length(noted.length) {
-        Ok(None | Some(0)) => Ok(Framing::Empty),
-        Ok(Some(n)) => Ok(Framing::Length(n)),
-        Err(_) => Err(WireError::RequestFraming("an unusable content-length")),
+    match noted.length {
+        shared_head::Length::Absent | shared_head::Length::Is(0) => Ok(Framing::Empty),
+        shared_head::Length::Is(n) => Ok(Framing::Length(n)),
+        shared_head::Length::Unusable => {
+            Err(WireError::RequestFraming("an unusable content-length"))
+        }
     }
 }
 

@@ -229,19 +229,10 @@ fn framing(
             (Framing::UntilClose, false)
         });
     }
-    Ok(match content_length(noted.length)? {
-        Some(0) => (Framing::Empty, true),
-        Some(n) => (Framing::Length(n), true),
-        None => (Framing::UntilClose, false),
-    })
-}
-
-/// The one length every `Content-Length` field says (a comma list of equal lengths is
-/// one length), `None` when there is no such field.
-fn content_length(length: shared_head::Length) -> Result<Option<u64>, WireError> {
-    match length {
-        shared_head::Length::Absent => Ok(None),
-        shared_head::Length::Is(n) => Ok(Some(n)),
+    match noted.length {
+        shared_head::Length::Is(0) => Ok((Framing::Empty, true)),
+        shared_head::Length::Is(n) => Ok((Framing::Length(n), true)),
+        shared_head::Length::Absent => Ok((Framing::UntilClose, false)),
         shared_head::Length::Unusable => Err(WireError::ContentLength),
     }
 }
