@@ -56,15 +56,17 @@ pub(crate) struct Evidence<'a> {
 /// Reads the site's flow-control headers (strictly, refusals counted), records them and
 /// the answer's outcome (a 5xx is a serving failure) in `upstream`'s live slot, removes
 /// every `x-llm-d-flow-*` header, and sets the grid's `x-llm-d-flow-band-headroom-requests`
-/// (when `grid_headroom` has a fresh value) and `x-grid-site`. What the client sees is the
+/// (when `grid_headroom` has a fresh value) and `x-grid-site` (to `site_header`, the
+/// site's name as [`crate::headers::site_value`] makes it). What the client sees is the
 /// grid's advice, not one site's. No lock; allocates only when a site sent flow headers to
-/// strip.
+/// strip; reads the clock only when the answer said something about room.
 pub(crate) fn take_live_evidence(
     evidence: Evidence<'_>,
     upstream: &Upstream,
     status: StatusCode,
     headers: &mut impl AnswerHeaders,
     grid_headroom: Option<u64>,
+    site_header: Option<HeaderValue>,
 ) -> live::FlowObservation {
     let mut flow = live::FlowHeaders::new();
     let mut strip: Vec<String> = Vec::new();
@@ -83,7 +85,9 @@ pub(crate) fn take_live_evidence(
         evidence.metrics.flow_refused.get_or_create(&labels).inc();
     }
     let slot = upstream.live();
-    slot.record_room(crate::clock::now_unix_ms(), &observation);
+    if observation.has_room_signal() {
+        slot.record_room(crate::clock::now_unix_ms(), &observation);
+    }
     // Only an answer that says something about room or serving wakes a refresh; a plain
     // answer is counted at the next one.
     if status.is_server_error() || observation.has_room_signal() {
@@ -107,7 +111,7 @@ pub(crate) fn take_live_evidence(
             HeaderValue::from(h),
         );
     }
-    if let Ok(v) = HeaderValue::from_str(&upstream.site) {
+    if let Some(v) = site_header {
         headers.set(SITE_HEADER, v);
     }
     observation

@@ -454,7 +454,14 @@ impl ExtProc {
             metrics: &self.inner.metrics,
             live_refresh: &self.inner.live_refresh,
         };
-        let observation = take_live_evidence(evidence, upstream, status, &mut head, grid_headroom);
+        let observation = take_live_evidence(
+            evidence,
+            upstream,
+            status,
+            &mut head,
+            grid_headroom,
+            crate::headers::site_value(&upstream.site),
+        );
         if status.is_success() {
             AnswerHead {
                 sent,

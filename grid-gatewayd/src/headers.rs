@@ -7,13 +7,19 @@
 //! `x-grid-` request header is stripped before forwarding.
 
 use arrayvec::ArrayVec;
-use http::{HeaderMap, HeaderName, header};
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 /// Prefix of the headers only the gateway may set.
 pub const ROUTING_HEADER_PREFIX: &str = "x-grid-";
 
 /// The header naming the site that served a request, added to every proxied response.
 pub const SITE_HEADER: HeaderName = HeaderName::from_static("x-grid-site");
+
+/// `site` as the value of [`SITE_HEADER`], when it can be one (a configured name always
+/// can: names are checked when the configuration is read).
+pub(crate) fn site_value(site: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(site).ok()
+}
 
 const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,

@@ -37,7 +37,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
 use prometheus_client::registry::Registry;
 
 use crate::answer_evidence::{Evidence, take_live_evidence};
@@ -47,6 +47,7 @@ use crate::coalesce_body::Coalesce;
 use crate::headers::{sanitize_request, strip_hop_by_hop};
 use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
+use crate::request_body::{BodyFailure, read_whole};
 use crate::request_metrics::{
     RequestMetrics, RetryLabels, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
 };
@@ -247,10 +248,8 @@ impl Refusal {
 }
 
 /// The request body's `model` (a single-pass scan, `grid_score::model_field`), or 400.
-pub(crate) fn model_of(body: &[u8]) -> Result<String, Refusal> {
-    find_model(body)
-        .map(std::borrow::Cow::into_owned)
-        .map_err(|e| Refusal::new(ApiErrorKind::BadRequest, e.to_string()))
+pub(crate) fn model_of(body: &[u8]) -> Result<std::borrow::Cow<'_, str>, Refusal> {
+    find_model(body).map_err(|e| Refusal::new(ApiErrorKind::BadRequest, e.to_string()))
 }
 
 /// Where one request goes, and the grid's headroom for its model to tell the client.
@@ -368,28 +367,24 @@ impl Api {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let limit = self.inner.body_limit;
-        let declared = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
+        // A declared length is the body's size hint (both servers read it into the body
+        // when they framed it): refused before a byte of it is read.
+        if req.body().size_hint().lower() > limit as u64 {
             return too_large(limit);
         }
         let (mut parts, body) = req.into_parts();
         let bound = self.inner.body_timeout;
-        let Ok(collected) = tokio::time::timeout(bound, Limited::new(body, limit).collect()).await
-        else {
-            return api_error(
-                ApiErrorKind::BodyTimeout,
-                &format!("the request body did not arrive within {bound:?}"),
-                None,
-            );
-        };
-        let body = match collected {
-            Ok(c) => c.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(limit),
-            Err(e) => {
+        let body = match read_whole(body, limit, bound).await {
+            Ok(body) => body,
+            Err(BodyFailure::TooLarge) => return too_large(limit),
+            Err(BodyFailure::TimedOut) => {
+                return api_error(
+                    ApiErrorKind::BodyTimeout,
+                    &format!("the request body did not arrive within {bound:?}"),
+                    None,
+                );
+            }
+            Err(BodyFailure::Read(e)) => {
                 return api_error(
                     ApiErrorKind::BadRequest,
                     &format!("reading the request body: {e}"),
@@ -494,6 +489,7 @@ impl Api {
             }
         };
         let site_slot = slot.permit;
+        let site_header = slot.header;
         let Ok(answered) = tokio::time::timeout(waits.headers, exchange).await else {
             // Dropping the exchange drops its connection (HTTP/1.1) or resets its stream
             // (HTTP/2): the site's late answer goes nowhere.
@@ -525,6 +521,7 @@ impl Api {
                     rparts.status,
                     &mut rparts.headers,
                     grid_headroom,
+                    site_header,
                 );
                 let head = AnswerHead {
                     queue_ms: observation.queue_ms,

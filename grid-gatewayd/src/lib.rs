@@ -43,6 +43,7 @@ mod http2_streams;
 mod http_api;
 mod idle_body;
 pub mod poller;
+mod request_body;
 mod request_metrics;
 pub mod request_rng;
 pub mod server;

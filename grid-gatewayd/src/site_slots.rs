@@ -21,22 +21,27 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::headers::site_value;
 use crate::site_pool::SitePool;
 
-/// One site's slots and its idle connections in the clear, found by one lookup.
+/// One site's slots, its idle connections in the clear and its `x-grid-site` value,
+/// found by one lookup.
 #[derive(Debug, Clone)]
 struct Site {
     slots: Arc<Semaphore>,
     pool: Arc<SitePool>,
+    header: Option<HeaderValue>,
 }
 
 impl Site {
-    fn new(per_site: usize) -> Self {
+    fn new(name: &str, per_site: usize) -> Self {
         Self {
             slots: Arc::new(Semaphore::new(per_site)),
             pool: Arc::default(),
+            header: site_value(name),
         }
     }
 }
@@ -49,13 +54,16 @@ pub(crate) struct SiteSlots {
 }
 
 /// What a request holds toward its site: one of its slots (none for a site that is not
-/// configured) and its pool of connections in the clear.
+/// configured), its pool of connections in the clear and the answer's `x-grid-site`.
 #[derive(Debug)]
 pub(crate) struct Slot {
     /// Held until the answer ends (or is cut).
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The site's pool (none for a site that is not configured).
     pub(crate) pool: Option<Arc<SitePool>>,
+    /// The site's name as a header value, made once per site rather than validated and
+    /// copied per answer (none for a name that cannot be one).
+    pub(crate) header: Option<HeaderValue>,
 }
 
 /// Why no slot was taken.
@@ -69,7 +77,7 @@ impl SiteSlots {
         Self {
             sites: sites
                 .into_iter()
-                .map(|s| (Arc::from(s), Site::new(per_site)))
+                .map(|s| (Arc::from(s), Site::new(s, per_site)))
                 .collect(),
         }
     }
@@ -87,7 +95,7 @@ impl SiteSlots {
                 .into_iter()
                 .map(|s| {
                     let kept = previous.sites.get(s).cloned();
-                    (Arc::from(s), kept.unwrap_or_else(|| Site::new(per_site)))
+                    (Arc::from(s), kept.unwrap_or_else(|| Site::new(s, per_site)))
                 })
                 .collect(),
         }
@@ -100,19 +108,23 @@ impl SiteSlots {
             return Ok(Slot {
                 permit: None,
                 pool: None,
+                header: site_value(site),
             });
         };
         let pool = Some(Arc::clone(&entry.pool));
+        let header = entry.header.clone();
         if let Ok(permit) = Arc::clone(&entry.slots).try_acquire_owned() {
             return Ok(Slot {
                 permit: Some(permit),
                 pool,
+                header,
             });
         }
         match tokio::time::timeout(wait, Arc::clone(&entry.slots).acquire_owned()).await {
             Ok(Ok(permit)) => Ok(Slot {
                 permit: Some(permit),
                 pool,
+                header,
             }),
             // The semaphore is never closed; a timeout is the only real outcome here.
             Ok(Err(_)) | Err(_) => Err(SiteFull),
@@ -143,6 +155,24 @@ mod tests {
             waiting.await.unwrap().permit.is_some(),
             "a freed slot is taken"
         );
+    }
+
+    #[tokio::test]
+    async fn a_slot_carries_its_sites_name_as_a_header_value_made_once_per_site() {
+        let wait = Duration::from_millis(20);
+        let slots = SiteSlots::new(["site-a"], 2);
+        let first = slots.acquire("site-a", wait).await.unwrap();
+        let second = slots.acquire("site-a", wait).await.unwrap();
+        let (first, second) = (first.header.unwrap(), second.header.unwrap());
+        assert_eq!(first, "site-a");
+        assert_eq!(
+            first.as_bytes().as_ptr(),
+            second.as_bytes().as_ptr(),
+            "both answers share the one value, not a copy each"
+        );
+        let unconfigured = slots.acquire("other", wait).await.unwrap();
+        assert_eq!(unconfigured.header.unwrap(), "other");
+        assert!(site_value("bad\nname").is_none());
     }
 
     #[tokio::test]
