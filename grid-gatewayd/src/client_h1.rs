@@ -37,7 +37,7 @@ use grid_h1_wire::{
     AnswerFraming, BodyDecoder, ConnectionField, Decoded, Framing, LAST_CHUNK, RequestHead,
     WireError, encode_answer_head, encode_chunk, parse_request,
 };
-use http::{Method, Request, Response, StatusCode, Version, header};
+use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -479,16 +479,13 @@ async fn write_answer(
     let no_body = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
+    // The body's own length, never the head's `Content-Length`: a site's chunked answer
+    // may carry one that frames nothing (its body is as long as its chunks say), and
+    // every body that is framed by a length knows it.
     let known = if body.is_end_stream() {
         Some(0)
     } else {
-        body.size_hint().exact().or_else(|| {
-            parts
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-        })
+        body.size_hint().exact()
     };
     let framing = match known {
         _ if no_body => AnswerFraming::None,

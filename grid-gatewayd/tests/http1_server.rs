@@ -130,6 +130,65 @@ async fn a_chunked_request_body_reaches_the_site_whole() {
     gw.shutdown().await;
 }
 
+/// A site that answers every request on its first connection with `answer`, as bytes,
+/// after reading the request's head and its `content-length` body.
+async fn raw_site(answer: &'static [u8]) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the gateway closed before its request's head");
+            got.extend_from_slice(&buf[..n]);
+        };
+        let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while got.len() < head_end + length {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the gateway closed before its request's body");
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(answer).await.unwrap();
+        // Held open: the answer's end is its last chunk, not the close.
+        let _ = tokio::time::timeout(WITHIN, s.read(&mut buf)).await;
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn a_chunked_answer_with_a_stray_content_length_reaches_the_client_whole_and_chunked() {
+    // The chunks frame the answer (RFC 9112 section 6.3); the length frames nothing and
+    // must not be what the client is told.
+    let (url, site) = raw_site(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\
+          content-length: 3\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", url))]).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(post(&chat("m", "hi"), "connection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let text = read_to_close(&mut s).await;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(head.contains("transfer-encoding: chunked"), "{text}");
+    assert!(!head.contains("content-length"), "{text}");
+    assert_eq!(body, "b\r\nhello world\r\n0\r\n\r\n", "{text}");
+    gw.shutdown().await;
+    site.abort();
+}
+
 #[tokio::test]
 async fn a_client_waiting_for_100_continue_gets_it_before_it_sends_its_body() {
     let up = FakeModel::start("a").await;
