@@ -116,16 +116,63 @@ impl Proxy {
         std::mem::take(&mut self.children)
     }
 
-    /// Every thread of every process of this proxy (a master's workers included): their
-    /// CPU time so far, in nanoseconds.
-    pub fn cpu_ns(&self) -> u64 {
+    /// Every process of this proxy, a master's workers included.
+    #[must_use]
+    pub fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.children.iter().map(Child::id).collect();
         let mut i = 0;
         while i < pids.len() {
             pids.extend(children_of(pids[i]));
             i += 1;
         }
-        pids.iter().map(|p| process_cpu_ns(*p)).sum()
+        pids
+    }
+
+    /// Every thread of every process of this proxy (a master's workers included): their
+    /// CPU time so far, in nanoseconds.
+    pub fn cpu_ns(&self) -> u64 {
+        self.pids().iter().map(|p| process_cpu_ns(*p)).sum()
+    }
+}
+
+/// Where the comparison's processes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pinning {
+    /// Wherever the scheduler puts them: the proxy shares every core with the generator
+    /// and the upstream, and is charged for being moved and preempted.
+    Shared,
+    /// Every proxy on CPU `proxies` (only one is driven at a time), and this process,
+    /// its upstream, its operator and the generators on CPU `rest`: the proxy has a core
+    /// to itself, as each of the three does in turn.
+    Apart {
+        /// The proxies' CPU.
+        proxies: usize,
+        /// Everyone else's.
+        rest: usize,
+    },
+}
+
+impl Pinning {
+    /// Proxies on CPU 0, everything else on CPU 1.
+    pub const TWO_CORES: Self = Self::Apart {
+        proxies: 0,
+        rest: 1,
+    };
+}
+
+/// Moves every thread of `pid` to `cpu` (`taskset -a -p`); threads they start inherit it.
+fn pin_tree(pid: u32, cpu: usize) -> Result<(), Error> {
+    let status = Command::new("taskset")
+        .args(["-a", "-c", "-p", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| failed(format!("taskset: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(failed(format!(
+            "taskset could not pin {pid} to CPU {cpu}: {status}"
+        )))
     }
 }
 
@@ -683,7 +730,17 @@ impl Lineup {
     /// # Errors
     ///
     /// A proxy that cannot be started or does not answer within [`READY_LIMIT`].
-    pub async fn start(gatewayd: &Path, envoy: &Path, workers: usize) -> Result<Self, Error> {
+    pub async fn start(
+        gatewayd: &Path,
+        envoy: &Path,
+        workers: usize,
+        pinning: Pinning,
+    ) -> Result<Self, Error> {
+        if let Pinning::Apart { rest, .. } = pinning {
+            // Before anything starts: the upstream, the operator and the generators this
+            // process starts inherit it.
+            pin_tree(std::process::id(), rest)?;
+        }
         let dir = tempfile::tempdir()?;
         let fed = Fed::start().await?;
         let base = fed.upstream.base_url();
@@ -704,6 +761,14 @@ impl Lineup {
             if let Err(e) = wait_ready(&p.url, client, READY_LIMIT).await {
                 let said = std::fs::read_to_string(&p.log).unwrap_or_default();
                 return Err(failed(format!("{}: {e}; it logged: {said}", p.name)));
+            }
+        }
+        if let Pinning::Apart { proxies, .. } = pinning {
+            // Once each answers: an nginx master has forked its workers by then.
+            for p in [&lineup.nginx.0, &lineup.envoy.0, &lineup.grid] {
+                for pid in p.pids() {
+                    pin_tree(pid, proxies)?;
+                }
             }
         }
         Ok(lineup)

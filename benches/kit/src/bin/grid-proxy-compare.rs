@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use grid_kit::proxy_compare::{
-    Client, Lineup, Measured, Profiled, callgrind_per_answer, sibling_binary,
+    Client, Lineup, Measured, Pinning, Profiled, callgrind_per_answer, sibling_binary,
 };
 
 /// Flags of the comparison.
@@ -47,6 +47,11 @@ struct Args {
     /// Only the cases with this body (`plain` or `sse`); both when absent.
     #[arg(long, value_parser = ["plain", "sse"])]
     body: Option<String>,
+    /// Every proxy on CPU 0 and everything else (this process, its upstream and
+    /// operator, wrk and h2load) on CPU 1, with `taskset`: the proxy measured has a core
+    /// to itself rather than being preempted by the generator. One worker only.
+    #[arg(long)]
+    pin: bool,
 }
 
 impl Args {
@@ -105,10 +110,34 @@ async fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let lineup = Lineup::start(&sibling_binary("grid-gatewayd"), &args.envoy, args.workers).await?;
+    let pinning = if args.pin {
+        anyhow::ensure!(
+            args.workers == 1,
+            "--pin gives the proxies one core: one worker"
+        );
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        anyhow::ensure!(cores >= 2, "--pin needs two CPUs; this machine has {cores}");
+        Pinning::TWO_CORES
+    } else {
+        Pinning::Shared
+    };
+    let lineup = Lineup::start(
+        &sibling_binary("grid-gatewayd"),
+        &args.envoy,
+        args.workers,
+        pinning,
+    )
+    .await?;
     println!(
-        "{} worker(s) per proxy, {} connections, {} s per run; each cell: answers/s / proxy CPU us per answer / p50 us / p99 us\n",
-        args.workers, args.connections, args.seconds
+        "{} worker(s) per proxy, {} connections, {} s per run{}; each cell: answers/s / proxy CPU us per answer / p50 us / p99 us\n",
+        args.workers,
+        args.connections,
+        args.seconds,
+        if args.pin {
+            ", proxies pinned to CPU 0 and the rest to CPU 1"
+        } else {
+            ""
+        }
     );
     println!(
         "| client | body | nginx | Envoy | grid | CPU grid/nginx | CPU grid/Envoy | rps grid/nginx | rps grid/Envoy |"
