@@ -52,7 +52,10 @@ impl IdleReport {
 pub(crate) struct IdleBody<B> {
     inner: B,
     idle: Duration,
-    timer: Pin<Box<Sleep>>,
+    /// Made the first time the site has nothing ready, and reset after that: most
+    /// answers (every plain one whose body came with its head) never wait, and a timer
+    /// made for each of them read the clock, cloned the runtime's handle and allocated.
+    timer: Option<Pin<Box<Sleep>>>,
     /// The timer runs for the current wait.
     armed: bool,
     /// Taken when the timeout is reported (at most once).
@@ -64,7 +67,7 @@ impl<B> IdleBody<B> {
         Self {
             inner,
             idle,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            timer: None,
             armed: false,
             report: Some(report),
         }
@@ -94,12 +97,21 @@ where
         }
         // Armed only once the site has nothing ready: a frame already there costs no
         // clock read and no timer-wheel update, and most of a fast stream's frames are.
-        if !this.armed {
-            let deadline = tokio::time::Instant::now() + this.idle;
-            this.timer.as_mut().reset(deadline);
-            this.armed = true;
-        }
-        if this.timer.as_mut().poll(cx).is_ready() {
+        let timer = match (&mut this.timer, this.armed) {
+            (Some(timer), true) => timer,
+            (timer, _) => {
+                let deadline = tokio::time::Instant::now() + this.idle;
+                this.armed = true;
+                match timer {
+                    Some(timer) => {
+                        timer.as_mut().reset(deadline);
+                        timer
+                    }
+                    None => timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+                }
+            }
+        };
+        if timer.as_mut().poll(cx).is_ready() {
             if let Some(report) = this.report.take() {
                 report.send();
             }
@@ -151,6 +163,48 @@ mod tests {
         };
         assert_eq!(metrics.upstream_timeouts.get_or_create(&labels).get(), 1);
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn an_answer_whose_frames_are_all_ready_never_makes_a_timer() {
+        let (metrics, slot) = (RequestMetrics::default(), Arc::new(LiveSlot::new()));
+        let inner = http_body_util::Full::new(Bytes::from_static(b"whole"));
+        let mut body = IdleBody::new(inner, Duration::from_millis(100), report(&metrics, &slot));
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "whole");
+        assert!(body.frame().await.is_none());
+        assert!(body.timer.is_none(), "no wait, so no timer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_made_for_one_wait_is_reset_for_the_next_and_bounds_it_whole() {
+        let (metrics, slot) = (RequestMetrics::default(), Arc::new(LiveSlot::new()));
+        let idle = Duration::from_millis(100);
+        let (mut tx, inner) =
+            http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
+        let mut body = IdleBody::new(inner, idle, report(&metrics, &slot));
+        let sender = tokio::spawn(async move {
+            // The first wait is within the bound: it makes the timer.
+            tokio::time::sleep(idle.saturating_sub(Duration::from_millis(1))).await;
+            tx.send_data(Bytes::from_static(b"a")).await.unwrap();
+            // Then silence: the second wait reuses that timer, from its own start.
+            tokio::time::sleep(idle * 10).await;
+            drop(tx);
+        });
+        assert_eq!(
+            body.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "a"
+        );
+        assert!(body.timer.is_some());
+        let second_wait = tokio::time::Instant::now();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(err.is::<UpstreamIdle>(), "{err}");
+        assert_eq!(
+            second_wait.elapsed(),
+            idle,
+            "a whole bound from the second wait"
+        );
+        sender.abort();
     }
 
     #[tokio::test]
