@@ -193,6 +193,24 @@ pub fn random_epoch() -> Result<Epoch, Error> {
     })
 }
 
+/// Sets `grid_gateway_model_shedding` and `grid_gateway_model_routable` of every model of
+/// `view` to what `view` says.
+fn mirror_gauges(metrics: &PollMetrics, view: &RoutingView) {
+    for m in view.catalog().models() {
+        let labels = ModelLabels {
+            model: m.name.to_string(),
+        };
+        metrics
+            .shedding
+            .get_or_create(&labels)
+            .set(i64::from(view.is_shedding(&m.name)));
+        metrics
+            .routable
+            .get_or_create(&labels)
+            .set(i64::from(view.is_routable(&m.name)));
+    }
+}
+
 impl Poller {
     /// A poller publishing into `published`.
     #[allow(clippy::too_many_arguments)]
@@ -206,6 +224,10 @@ impl Poller {
         metrics: PollMetrics,
         live_refresh: std::sync::Arc<tokio::sync::Notify>,
     ) -> Self {
+        // The view published before the first poll is already being routed on: its
+        // per-model gauges exist from the start, not only once a poll has ended (which
+        // an operator that does not answer holds off for a whole poll timeout).
+        mirror_gauges(&metrics, &published.load());
         Self {
             config,
             client,
@@ -256,7 +278,17 @@ impl Poller {
                     self.publish_view(refreshed.view);
                 }
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
-                _ = tick.tick() => self.cycle(&done_tx).await,
+                _ = tick.tick() => {
+                    // A poll in flight is given up when the gateway stops (the cycle's
+                    // one wait is the fetch, before any state changes): shutdown and a
+                    // reload do not wait a poll timeout for an operator that does not
+                    // answer.
+                    tokio::select! {
+                        biased;
+                        () = until_stopped(&mut stop) => break,
+                        () = self.cycle(&done_tx) => {}
+                    }
+                }
                 () = live.notified() => {
                     // An answer carried live evidence: fold it in now, not at the next
                     // poll, as grid-score's refresher allows (at most once per
@@ -360,19 +392,7 @@ impl Poller {
 
     /// Mirrors `view`'s per-model state into gauges and publishes it.
     fn publish_view(&mut self, view: RoutingView) {
-        for m in view.catalog().models() {
-            let labels = ModelLabels {
-                model: m.name.to_string(),
-            };
-            self.metrics
-                .shedding
-                .get_or_create(&labels)
-                .set(i64::from(view.is_shedding(&m.name)));
-            self.metrics
-                .routable
-                .get_or_create(&labels)
-                .set(i64::from(view.is_routable(&m.name)));
-        }
+        mirror_gauges(&self.metrics, &view);
         self.published.store(std::sync::Arc::new(view));
     }
 

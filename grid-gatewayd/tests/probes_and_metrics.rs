@@ -61,3 +61,42 @@ async fn healthz_is_200_and_readyz_503_while_no_poll_has_succeeded() {
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn per_model_gauges_are_there_before_the_first_poll_ends() {
+    let up = FakeModel::start("a").await;
+    // An operator that takes connections and never answers: the first poll is still
+    // waiting when /metrics is read, until its connect bound (`connectTimeoutMs`, 2 s by
+    // default) gives up on the handshake. A closed port fails at once, which raced the
+    // read.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let operator = format!("https://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            open.push(s);
+        }
+    });
+    let gw = start_gateway(
+        |c| c.operator.url = operator,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    let c = http1_client();
+    let a = send(&c, grid_kit::gateway_harness::get(&gw.url("/metrics"))).await;
+    let text = String::from_utf8(a.body.to_vec()).unwrap();
+    assert!(
+        text.contains("grid_gateway_polls_total{result=\"timeout\"} 0"),
+        "no poll has ended yet: {text}"
+    );
+    assert!(
+        text.contains("grid_gateway_model_shedding{model=\"m\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("grid_gateway_model_routable{model=\"m\"} 1"),
+        "{text}"
+    );
+    gw.shutdown().await;
+    held.abort();
+}

@@ -440,3 +440,24 @@ async fn a_slow_feedback_post_overlapping_polls_shares_the_one_operator_connecti
     assert_eq!(grid.operator.connections(), 1);
     grid.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_gives_up_a_poll_the_operator_holds_rather_than_wait_out_its_timeout() {
+    // The longest poll timeout the configuration takes (60 s), far past the shutdown
+    // bound below (10 s): before the fix the stop waited for the poll in flight to time
+    // out.
+    let grid = Grid::start(|c| c.operator.poll_timeout_ms = 60_000, true).await;
+    grid.measured().await;
+    grid.operator.set_relay_delay(Duration::from_secs(600));
+    let asked = grid.operator.polls();
+    let start = tokio::time::Instant::now();
+    while grid.operator.polls() == asked {
+        assert!(
+            start.elapsed() < ONE_POLL_WITH_MARGIN,
+            "no poll reached the operator"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A poll is now held by the operator.
+    grid.shutdown().await;
+}

@@ -96,6 +96,8 @@ struct State {
     connections: u64,
     /// How long each feedback POST is held before it is answered.
     ingest_delay: std::time::Duration,
+    /// How long each relay GET is held before it is answered.
+    relay_delay: std::time::Duration,
 }
 
 /// A fake operator: serves a relay body built from the loads the test sets, over mTLS, and records feedback POSTs.
@@ -160,7 +162,7 @@ impl FakeOperator {
             .insert(site.to_owned(), load);
     }
 
-    /// Relay requests answered so far.
+    /// Relay requests received so far (each answered once the relay delay has passed).
     pub fn polls(&self) -> u64 {
         self.state.lock().unwrap().polls
     }
@@ -175,6 +177,12 @@ impl FakeOperator {
         self.state.lock().unwrap().ingest_delay = delay;
     }
 
+    /// Holds every later relay GET for `delay` before answering it (an operator that
+    /// stalls mid-poll).
+    pub fn set_relay_delay(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().relay_delay = delay;
+    }
+
     /// Every feedback report received.
     pub fn feedback(&self) -> Vec<FeedbackSeen> {
         self.state.lock().unwrap().feedback.clone()
@@ -185,14 +193,21 @@ async fn handle(
     state: Arc<Mutex<State>>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let now = grid_gatewayd::clock::now_unix_ms();
-    let date =
-        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(now));
     match (req.method().as_str(), req.uri().path()) {
         ("GET", "/v1/site/signals") => {
-            let body = {
+            let delay = {
                 let mut st = state.lock().unwrap();
                 st.polls += 1;
+                st.relay_delay
+            };
+            tokio::time::sleep(delay).await;
+            // Stamped when answered, as a real operator's relay is.
+            let now = grid_gatewayd::clock::now_unix_ms();
+            let date = httpdate::fmt_http_date(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(now),
+            );
+            let body = {
+                let mut st = state.lock().unwrap();
                 st.sequence += 1;
                 relay(&st.sites, st.epoch, st.sequence, now)
             };
