@@ -756,6 +756,30 @@ impl Config {
 
     /// The `...TimeoutSeconds` bounds on upstream and client waits, and the header bound
     /// above the connect bound.
+    /// The operator's cadence and budgets, as the file's reader bounds them: a typed
+    /// configuration (an embedder's, a test's) is held to the same bounds.
+    fn validate_operator_waits(&self) -> Result<(), Error> {
+        let o = &self.operator;
+        check_range(
+            "operator.pollIntervalSeconds",
+            o.poll_interval_ms,
+            MIN_POLL_INTERVAL_MS,
+            MAX_POLL_INTERVAL_MS,
+        )?;
+        check_range(
+            "operator.pollTimeoutSeconds",
+            o.poll_timeout_ms,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_EXCHANGE_TIMEOUT_MS,
+        )?;
+        check_range(
+            "operator.feedbackTimeoutSeconds",
+            o.feedback_timeout_ms,
+            MIN_EXCHANGE_TIMEOUT_MS,
+            MAX_FEEDBACK_TIMEOUT_MS,
+        )
+    }
+
     fn validate_waits(&self) -> Result<(), Error> {
         for (field, v, max_ms) in [
             (
@@ -833,6 +857,7 @@ impl Config {
             MAX_EXCHANGE_TIMEOUT_MS,
         )?;
         self.validate_waits()?;
+        self.validate_operator_waits()?;
         check_range(
             "maxConnections",
             self.max_connections as u64,
@@ -1049,6 +1074,46 @@ mod tests {
         .with_model("m", [Candidate::new("a", "p", "http://127.0.0.1:8000")]);
         let parsed = Config::from_toml_str(MINIMAL).unwrap();
         assert_eq!(format!("{typed:?}"), format!("{parsed:?}"));
+    }
+
+    #[test]
+    fn a_typed_config_is_held_to_the_operator_bounds_the_file_has() {
+        let base = Config::from_toml_str(MINIMAL).unwrap();
+        let field = |tune: &dyn Fn(&mut OperatorConfig)| {
+            let mut c = base.clone();
+            tune(&mut c.operator);
+            match c.validate() {
+                Ok(()) => String::new(),
+                Err(Error::ConfigField { field, .. }) => field,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        for (name, set, lo, hi) in [
+            (
+                "operator.pollIntervalSeconds",
+                (|o: &mut OperatorConfig, v| o.poll_interval_ms = v)
+                    as fn(&mut OperatorConfig, u64),
+                MIN_POLL_INTERVAL_MS,
+                MAX_POLL_INTERVAL_MS,
+            ),
+            (
+                "operator.pollTimeoutSeconds",
+                |o, v| o.poll_timeout_ms = v,
+                MIN_EXCHANGE_TIMEOUT_MS,
+                MAX_EXCHANGE_TIMEOUT_MS,
+            ),
+            (
+                "operator.feedbackTimeoutSeconds",
+                |o, v| o.feedback_timeout_ms = v,
+                MIN_EXCHANGE_TIMEOUT_MS,
+                MAX_FEEDBACK_TIMEOUT_MS,
+            ),
+        ] {
+            assert_eq!(field(&|o| set(o, lo)), "", "{name} at {lo}");
+            assert_eq!(field(&|o| set(o, hi)), "", "{name} at {hi}");
+            assert_eq!(field(&|o| set(o, lo - 1)), name, "{name} under");
+            assert_eq!(field(&|o| set(o, hi + 1)), name, "{name} over");
+        }
     }
 
     #[test]
