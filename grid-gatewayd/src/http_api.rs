@@ -463,6 +463,9 @@ impl Api {
         }
         .map_err(|e| Failed::Path(format!("request path: {e}")))?;
         let sent = crate::clock::monotonic();
+        // The answer head's bound, from sending: a site in the clear keeps it on its
+        // connection's timer (`head_deadline`), the hyper-util client on one of its own.
+        let head_by = tokio::time::Instant::now() + waits.headers;
         let exchange = async {
             if let Some(pool) = pool {
                 let out = Outgoing {
@@ -471,37 +474,32 @@ impl Api {
                     headers: &parts.headers,
                     body,
                 };
-                pool.send(&self.inner.plain, upstream.authority(), out)
+                pool.send(&self.inner.plain, upstream.authority(), out, head_by)
                     .await
                     .map(|r| r.map(SiteBody::Pooled))
-                    .map_err(SiteFailure::Pooled)
+                    .map_err(|e| {
+                        if e.is_head_timeout() {
+                            SiteFailure::HeadTimedOut
+                        } else {
+                            SiteFailure::Pooled(e)
+                        }
+                    })
             } else {
                 let mut out = Request::new(Full::new(body.clone()));
                 *out.method_mut() = parts.method.clone();
                 *out.uri_mut() = uri.clone();
                 *out.headers_mut() = crate::headers::without_host(&parts.headers);
-                self.inner
-                    .client
-                    .request(out)
-                    .await
-                    .map(|r| r.map(SiteBody::Client))
-                    .map_err(SiteFailure::Client)
+                match tokio::time::timeout_at(head_by, self.inner.client.request(out)).await {
+                    Ok(answered) => answered
+                        .map(|r| r.map(SiteBody::Client))
+                        .map_err(SiteFailure::Client),
+                    Err(_) => Err(SiteFailure::HeadTimedOut),
+                }
             }
         };
         let site_slot = slot.permit;
         let site_header = slot.header;
-        let Ok(answered) = tokio::time::timeout(waits.headers, exchange).await else {
-            // Dropping the exchange drops its connection (HTTP/1.1) or resets its stream
-            // (HTTP/2): the site's late answer goes nowhere.
-            self.serving_failure(upstream);
-            self.inner
-                .metrics
-                .timed_out(&upstream.site, TimeoutPhase::Headers);
-            self.count_failure(upstream, UpstreamFailure::Request);
-            tracing::warn!(site = %upstream.site, bound = ?waits.headers, "upstream sent no answer head in time");
-            return Err(Failed::HeadersTimedOut);
-        };
-        match answered {
+        match exchange.await {
             Ok(resp) => {
                 let (mut rparts, rbody) = resp.into_parts();
                 let inline = matches!(rbody, SiteBody::Pooled(_));
@@ -562,6 +560,17 @@ impl Api {
         let (error, is_connect): (&(dyn std::error::Error + 'static), bool) = match e {
             SiteFailure::Client(e) => (e, e.is_connect()),
             SiteFailure::Pooled(e) => (e, e.is_connect()),
+            SiteFailure::HeadTimedOut => {
+                // The exchange was dropped with its connection (HTTP/1.1) or its stream
+                // was reset (HTTP/2): the site's late answer goes nowhere.
+                self.inner
+                    .metrics
+                    .timed_out(&upstream.site, TimeoutPhase::Headers);
+                self.count_failure(upstream, UpstreamFailure::Request);
+                let bound = self.inner.waits.headers;
+                tracing::warn!(site = %upstream.site, ?bound, "upstream sent no answer head in time");
+                return Failed::HeadersTimedOut;
+            }
         };
         let unacknowledged = !is_connect && crate::upstream::is_unacknowledged(error);
         let connect = is_connect || unacknowledged;
@@ -640,6 +649,8 @@ impl Api {
 enum SiteFailure {
     Client(hyper_util::client::legacy::Error),
     Pooled(SiteError),
+    /// No answer head by the deadline, from either.
+    HeadTimedOut,
 }
 
 /// Why one upstream attempt failed.

@@ -38,6 +38,7 @@ mod connection_watch;
 pub mod driver;
 mod error;
 pub mod ext_proc;
+mod head_deadline;
 pub mod headers;
 mod http2_streams;
 mod http_api;

@@ -54,6 +54,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
+use crate::head_deadline::{HeadTimedOut, HeadTimer};
 use crate::idle_body::BoxError;
 use crate::upstream::PlainConnect;
 pub(crate) use crate::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
@@ -75,12 +76,13 @@ pub(crate) const READ_RESERVE: usize = 8 * 1024;
 /// answer.
 pub(crate) const READ_MIN_ROOM: usize = 1024;
 
-/// One connection: its socket, what was read from it and not yet taken, and the
-/// authority it was opened to.
+/// One connection: its socket, what was read from it and not yet taken, the authority
+/// it was opened to, and the timer that bounds its answers' heads.
 struct Conn {
     io: TcpStream,
     read: BytesMut,
     authority: Arc<str>,
+    head_timer: HeadTimer,
 }
 
 impl Conn {
@@ -128,6 +130,9 @@ pub(crate) enum WireFailure {
     /// The site closed the connection before its answer's head.
     #[error("the site closed the connection before answering")]
     ClosedBeforeHead,
+    /// No answer head by the request's deadline (`upstreamHeadersTimeoutSeconds`).
+    #[error(transparent)]
+    HeadTimedOut(#[from] HeadTimedOut),
 }
 
 /// Why a request to a site in the clear failed.
@@ -157,6 +162,17 @@ impl SiteError {
     /// Whether nothing was sent (the request may go elsewhere).
     pub(crate) fn is_connect(&self) -> bool {
         matches!(self, Self::Connect { .. })
+    }
+
+    /// Whether the site sent no answer head by the request's deadline.
+    pub(crate) fn is_head_timeout(&self) -> bool {
+        matches!(
+            self,
+            Self::Exchange {
+                source: WireFailure::HeadTimedOut(_),
+                ..
+            }
+        )
     }
 }
 
@@ -195,13 +211,15 @@ impl SitePool {
     }
 
     /// Sends `out` to `authority` on an idle connection or a new one opened by
-    /// `connector`; the answer's body reads the connection and returns it here when it
-    /// ends.
+    /// `connector`, and reads the answer's head by `deadline` (the connect has its own,
+    /// shorter bound); the answer's body reads the connection and returns it here when
+    /// it ends.
     pub(crate) async fn send(
         self: &Arc<Self>,
         connector: &PlainConnect,
         authority: &str,
         out: Outgoing<'_>,
+        deadline: tokio::time::Instant,
     ) -> Result<Response<PooledBody>, SiteError> {
         let mut head = BytesMut::new();
         h1_wire::encode_request(
@@ -225,7 +243,7 @@ impl SitePool {
                 Some(conn) => conn,
                 None => connect(connector, authority).await?,
             };
-            match exchange(conn, &head, out.body, out.method).await {
+            match exchange(conn, &head, out.body, out.method, deadline).await {
                 Ok((answer, conn)) => return Ok(self.answer(answer, conn)),
                 Err(Failed::Unwritten(_)) if sent_again(reused, attempts) => {}
                 Err(Failed::Unwritten(e) | Failed::After(e)) => {
@@ -315,6 +333,7 @@ async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, Site
         io: io.into_inner(),
         read: BytesMut::new(),
         authority: Arc::from(authority),
+        head_timer: HeadTimer::default(),
     })
 }
 
@@ -327,13 +346,35 @@ enum Failed {
 }
 
 /// Writes the request (`head`, then `body`) on `conn` and reads until the answer's final
-/// head (interim 1xx answers skipped, at most [`MAX_INTERIM_ANSWERS`]).
+/// head (interim 1xx answers skipped, at most [`MAX_INTERIM_ANSWERS`]), by `deadline`
+/// on the connection's own timer.
 async fn exchange(
     mut conn: Conn,
     head: &[u8],
     body: &[u8],
     method: &Method,
+    deadline: tokio::time::Instant,
 ) -> Result<(AnswerHead, Conn), Failed> {
+    let mut timer = std::mem::take(&mut conn.head_timer);
+    let outcome = timer
+        .within(deadline, exchange_unbounded(&mut conn, head, body, method))
+        .await;
+    conn.head_timer = timer;
+    match outcome {
+        Ok(Ok(answer)) => Ok((answer, conn)),
+        Ok(Err(failed)) => Err(failed),
+        // Whatever of the request left, the connection is dropped with it.
+        Err(timed_out) => Err(Failed::After(timed_out.into())),
+    }
+}
+
+/// [`exchange`] without its deadline.
+async fn exchange_unbounded(
+    conn: &mut Conn,
+    head: &[u8],
+    body: &[u8],
+    method: &Method,
+) -> Result<AnswerHead, Failed> {
     // One vectored write where the socket takes it all (tokio's `write_all_buf`); what
     // is left unwritten says whether any of the request left.
     let mut request = bytes::Buf::chain(head, body);
@@ -349,7 +390,7 @@ async fn exchange(
     let mut interim = 0;
     loop {
         match h1_wire::parse_head(&mut conn.read, method).map_err(|e| Failed::After(e.into()))? {
-            Parsed::Head(_, answer) => return Ok((answer, conn)),
+            Parsed::Head(_, answer) => return Ok(answer),
             Parsed::Interim(_) => {
                 interim += 1;
                 if interim > MAX_INTERIM_ANSWERS {
@@ -529,12 +570,15 @@ mod tests {
         Hangup,
         /// Two chunks of a chunked body, then the connection closed.
         ChunkedCut,
+        /// `ok` to the first request, then nothing to any later one, the connection kept
+        /// open.
+        AnswersOnce,
     }
 
     impl Site {
         fn answer(self) -> &'static [u8] {
             match self {
-                Self::KeepAlive | Self::CloseAfterOne => {
+                Self::KeepAlive | Self::CloseAfterOne | Self::AnswersOnce => {
                     b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
                 }
                 Self::Truncated => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789",
@@ -571,6 +615,7 @@ mod tests {
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 4096];
                     let mut seen = Vec::new();
+                    let mut answered = 0;
                     while let Ok(n) = s.read(&mut buf).await {
                         if n == 0 {
                             return;
@@ -578,7 +623,12 @@ mod tests {
                         seen.extend_from_slice(&buf[..n]);
                         while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                             seen.drain(..end + 4);
-                            if s.write_all(kind.answer()).await.is_err() || kind.closes() {
+                            let answer = match kind {
+                                Site::AnswersOnce if answered > 0 => &b""[..],
+                                _ => kind.answer(),
+                            };
+                            answered += 1;
+                            if s.write_all(answer).await.is_err() || kind.closes() {
                                 return;
                             }
                             match kind {
@@ -606,11 +656,12 @@ mod tests {
     }
 
     /// A `GET /v1/models` to `authority` through `pool`, its connections opened by
-    /// `connector`.
-    async fn send_via(
+    /// `connector`, its answer's head due within `bound`.
+    async fn send_within(
         pool: &Arc<SitePool>,
         connector: &PlainConnect,
         authority: &str,
+        bound: Duration,
     ) -> Result<Response<PooledBody>, SiteError> {
         let (headers, body) = (HeaderMap::new(), Bytes::new());
         let get = Outgoing {
@@ -619,9 +670,18 @@ mod tests {
             headers: &headers,
             body: &body,
         };
-        tokio::time::timeout(WAIT, pool.send(connector, authority, get))
+        let deadline = tokio::time::Instant::now() + bound;
+        tokio::time::timeout(WAIT * 2, pool.send(connector, authority, get, deadline))
             .await
             .unwrap()
+    }
+
+    async fn send_via(
+        pool: &Arc<SitePool>,
+        connector: &PlainConnect,
+        authority: &str,
+    ) -> Result<Response<PooledBody>, SiteError> {
+        send_within(pool, connector, authority, WAIT).await
     }
 
     async fn send(
@@ -823,6 +883,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reused_connection_whose_site_sends_no_head_fails_at_the_deadline_and_is_dropped() {
+        let (authority, accepted) = site(Site::AnswersOnce).await;
+        let pool = Arc::new(SitePool::default());
+        assert_eq!(fetch(&pool, &authority).await, "ok");
+        assert_eq!(pool.idle_count(), 1);
+        let bound = Duration::from_millis(200);
+        let started = tokio::time::Instant::now();
+        let Err(e) = send_within(&pool, &connector(), &authority, bound).await else {
+            panic!("the site never answers a second request");
+        };
+        assert!(started.elapsed() >= bound, "not before the deadline");
+        assert!(e.is_head_timeout(), "{e}");
+        assert!(!e.is_connect(), "{e}");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "on the pooled connection"
+        );
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "a connection that timed out is not kept"
+        );
+    }
+
+    #[tokio::test]
     async fn a_request_on_a_connection_that_is_gone_is_handed_back_unwritten() {
         let (authority, _) = site(Site::KeepAlive).await;
         let mut conn = connect(&connector(), &authority).await.unwrap();
@@ -832,6 +918,7 @@ mod tests {
             b"GET / HTTP/1.1\r\nhost: s\r\n\r\n",
             b"",
             &Method::GET,
+            tokio::time::Instant::now() + WAIT,
         )
         .await;
         assert!(
@@ -883,11 +970,15 @@ mod tests {
         let request = b"GET / HTTP/1.1\r\nhost: s\r\n\r\n";
         let authority = site_with_interim(MAX_INTERIM_ANSWERS).await;
         let conn = connect(&connector(), &authority).await.unwrap();
-        let (head, _) = exchange(conn, request, b"", &Method::GET).await.unwrap();
+        let by = tokio::time::Instant::now() + WAIT;
+        let (head, _) = exchange(conn, request, b"", &Method::GET, by)
+            .await
+            .unwrap();
         assert_eq!(head.status, http::StatusCode::OK);
         let authority = site_with_interim(MAX_INTERIM_ANSWERS + 1).await;
         let conn = connect(&connector(), &authority).await.unwrap();
-        let got = exchange(conn, request, b"", &Method::GET).await;
+        let by = tokio::time::Instant::now() + WAIT;
+        let got = exchange(conn, request, b"", &Method::GET, by).await;
         assert!(
             matches!(
                 got,
