@@ -90,13 +90,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn work_that_never_ends_times_out_at_its_deadline() {
-        let mut timer = HeadTimer::default();
-        let started = Instant::now();
-        let out = timer
-            .within(started + BOUND, std::future::pending::<()>())
-            .await;
-        assert_eq!(out, Err(HeadTimedOut));
-        assert_eq!(started.elapsed(), BOUND);
+        unanswered_times_out_a_bound_after_its_start(&mut HeadTimer::default()).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -112,62 +106,45 @@ mod tests {
         assert_eq!(out, Ok("head"));
     }
 
+    /// A request given `bound` that waits a little (so the timer is made and set for
+    /// its deadline) and is answered.
+    async fn answered_after_a_wait(timer: &mut HeadTimer, bound: Duration) {
+        let waits = tokio::time::sleep(Duration::from_millis(10));
+        assert_eq!(timer.within(Instant::now() + bound, waits).await, Ok(()));
+    }
+
+    /// A request never answered times out a whole [`BOUND`] after its own start.
+    async fn unanswered_times_out_a_bound_after_its_start(timer: &mut HeadTimer) {
+        let start = Instant::now();
+        let out = timer
+            .within(start + BOUND, std::future::pending::<()>())
+            .await;
+        assert_eq!(out, Err(HeadTimedOut));
+        assert_eq!(start.elapsed(), BOUND);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_timer_set_for_an_earlier_request_bounds_the_next_from_its_own_start() {
         let mut timer = HeadTimer::default();
-        // The first request waits a little (the timer is made, set for its deadline)
-        // and is answered.
-        let first = Instant::now();
-        let out = timer
-            .within(first + BOUND, tokio::time::sleep(Duration::from_millis(10)))
-            .await;
-        assert_eq!(out, Ok(()));
-        // The next, sent before the first one's deadline, is never answered: it times
-        // out a whole bound after its own start, not at the first one's deadline.
+        answered_after_a_wait(&mut timer, BOUND).await;
+        // Sent before the first one's deadline: not cut at it.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let second = Instant::now();
-        let out = timer
-            .within(second + BOUND, std::future::pending::<()>())
-            .await;
-        assert_eq!(out, Err(HeadTimedOut));
-        assert_eq!(second.elapsed(), BOUND);
+        unanswered_times_out_a_bound_after_its_start(&mut timer).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_timer_that_fired_while_the_connection_was_idle_does_not_cut_the_next_request() {
         let mut timer = HeadTimer::default();
-        let out = timer
-            .within(
-                Instant::now() + BOUND,
-                tokio::time::sleep(Duration::from_millis(10)),
-            )
-            .await;
-        assert_eq!(out, Ok(()));
+        answered_after_a_wait(&mut timer, BOUND).await;
         // Idle past the first deadline: the timer has fired with nobody waiting.
         tokio::time::sleep(BOUND * 3).await;
-        let second = Instant::now();
-        let out = timer
-            .within(second + BOUND, std::future::pending::<()>())
-            .await;
-        assert_eq!(out, Err(HeadTimedOut));
-        assert_eq!(second.elapsed(), BOUND);
+        unanswered_times_out_a_bound_after_its_start(&mut timer).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_shorter_bound_than_the_timer_is_set_for_is_kept() {
         let mut timer = HeadTimer::default();
-        let out = timer
-            .within(
-                Instant::now() + BOUND * 10,
-                tokio::time::sleep(Duration::from_millis(10)),
-            )
-            .await;
-        assert_eq!(out, Ok(()));
-        let second = Instant::now();
-        let out = timer
-            .within(second + BOUND, std::future::pending::<()>())
-            .await;
-        assert_eq!(out, Err(HeadTimedOut));
-        assert_eq!(second.elapsed(), BOUND);
+        answered_after_a_wait(&mut timer, BOUND * 10).await;
+        unanswered_times_out_a_bound_after_its_start(&mut timer).await;
     }
 }
