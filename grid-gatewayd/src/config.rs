@@ -754,8 +754,6 @@ impl Config {
         Ok(config)
     }
 
-    /// The `...TimeoutSeconds` bounds on upstream and client waits, and the header bound
-    /// above the connect bound.
     /// The operator's cadence and budgets, as the file's reader bounds them: a typed
     /// configuration (an embedder's, a test's) is held to the same bounds.
     fn validate_operator_waits(&self) -> Result<(), Error> {
@@ -780,6 +778,8 @@ impl Config {
         )
     }
 
+    /// The `...TimeoutSeconds` bounds on upstream and client waits, and the header bound
+    /// above the connect bound.
     fn validate_waits(&self) -> Result<(), Error> {
         for (field, v, max_ms) in [
             (
