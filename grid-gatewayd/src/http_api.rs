@@ -464,7 +464,7 @@ impl Api {
         .map_err(|e| Failed::Path(format!("request path: {e}")))?;
         let sent = crate::clock::monotonic();
         // The answer head's bound, from sending: a site in the clear keeps it on its
-        // connection's timer (`head_deadline`), the hyper-util client on one of its own.
+        // connection's timer (`deadline_timer`), the hyper-util client on one of its own.
         let head_by = tokio::time::Instant::now() + waits.headers;
         let exchange = async {
             if let Some(pool) = pool {

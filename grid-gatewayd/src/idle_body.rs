@@ -17,8 +17,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use grid_score::live::LiveSlot;
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::Sleep;
+use tokio::time::Instant;
 
+use crate::deadline_timer::DeadlineTimer;
 use crate::request_metrics::{RequestMetrics, TimeoutPhase};
 
 /// A boxed body error.
@@ -52,12 +53,12 @@ impl IdleReport {
 pub(crate) struct IdleBody<B> {
     inner: B,
     idle: Duration,
-    /// Made the first time the site has nothing ready, and reset after that: most
-    /// answers (every plain one whose body came with its head) never wait, and a timer
-    /// made for each of them read the clock, cloned the runtime's handle and allocated.
-    timer: Option<Pin<Box<Sleep>>>,
-    /// The timer runs for the current wait.
-    armed: bool,
+    /// Made the first time the site has nothing ready: most answers (every plain one
+    /// whose body came with its head) never wait, and a timer made for each of them read
+    /// the clock, cloned the runtime's handle and allocated.
+    timer: DeadlineTimer,
+    /// When the current wait ends in a timeout (none while the site is not awaited).
+    deadline: Option<Instant>,
     /// Taken when the timeout is reported (at most once).
     report: Option<IdleReport>,
 }
@@ -67,8 +68,8 @@ impl<B> IdleBody<B> {
         Self {
             inner,
             idle,
-            timer: None,
-            armed: false,
+            timer: DeadlineTimer::default(),
+            deadline: None,
             report: Some(report),
         }
     }
@@ -92,26 +93,15 @@ where
             return Poll::Ready(None);
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            this.armed = false;
+            this.deadline = None;
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        // Armed only once the site has nothing ready: a frame already there costs no
-        // clock read and no timer-wheel update, and most of a fast stream's frames are.
-        let timer = match (&mut this.timer, this.armed) {
-            (Some(timer), true) => timer,
-            (timer, _) => {
-                let deadline = tokio::time::Instant::now() + this.idle;
-                this.armed = true;
-                match timer {
-                    Some(timer) => {
-                        timer.as_mut().reset(deadline);
-                        timer
-                    }
-                    None => timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
-                }
-            }
-        };
-        if timer.as_mut().poll(cx).is_ready() {
+        // A wait starts only once the site has nothing ready: a frame already there costs
+        // no clock read and no timer, and most of a fast stream's frames are.
+        let deadline = *this
+            .deadline
+            .get_or_insert_with(|| Instant::now() + this.idle);
+        if this.timer.poll_passed(cx, deadline).is_ready() {
             if let Some(report) = this.report.take() {
                 report.send();
             }
@@ -173,7 +163,7 @@ mod tests {
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap(), "whole");
         assert!(body.frame().await.is_none());
-        assert!(body.timer.is_none(), "no wait, so no timer");
+        assert!(!body.timer.is_made(), "no wait, so no timer");
     }
 
     #[tokio::test(start_paused = true)]
@@ -195,8 +185,8 @@ mod tests {
             body.frame().await.unwrap().unwrap().into_data().unwrap(),
             "a"
         );
-        assert!(body.timer.is_some());
-        let second_wait = tokio::time::Instant::now();
+        assert!(body.timer.is_made());
+        let second_wait = Instant::now();
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.is::<UpstreamIdle>(), "{err}");
         assert_eq!(

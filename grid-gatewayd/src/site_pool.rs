@@ -54,7 +54,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use crate::head_deadline::{HeadTimedOut, HeadTimer};
+use crate::deadline_timer::DeadlineTimer;
 use crate::idle_body::BoxError;
 use crate::upstream::PlainConnect;
 pub(crate) use crate::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
@@ -82,7 +82,7 @@ struct Conn {
     io: TcpStream,
     read: BytesMut,
     authority: Arc<str>,
-    head_timer: HeadTimer,
+    head_timer: DeadlineTimer,
 }
 
 impl Conn {
@@ -131,8 +131,8 @@ pub(crate) enum WireFailure {
     #[error("the site closed the connection before answering")]
     ClosedBeforeHead,
     /// No answer head by the request's deadline (`upstreamHeadersTimeoutSeconds`).
-    #[error(transparent)]
-    HeadTimedOut(#[from] HeadTimedOut),
+    #[error("the site sent no answer head in time")]
+    HeadTimedOut,
 }
 
 /// Why a request to a site in the clear failed.
@@ -169,7 +169,7 @@ impl SiteError {
         matches!(
             self,
             Self::Exchange {
-                source: WireFailure::HeadTimedOut(_),
+                source: WireFailure::HeadTimedOut,
                 ..
             }
         )
@@ -333,7 +333,7 @@ async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, Site
         io: io.into_inner(),
         read: BytesMut::new(),
         authority: Arc::from(authority),
-        head_timer: HeadTimer::default(),
+        head_timer: DeadlineTimer::default(),
     })
 }
 
@@ -364,7 +364,7 @@ async fn exchange(
         Ok(Ok(answer)) => Ok((answer, conn)),
         Ok(Err(failed)) => Err(failed),
         // Whatever of the request left, the connection is dropped with it.
-        Err(timed_out) => Err(Failed::After(timed_out.into())),
+        Err(_passed) => Err(Failed::After(WireFailure::HeadTimedOut)),
     }
 }
 
