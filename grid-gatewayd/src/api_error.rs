@@ -27,6 +27,9 @@ pub enum ApiErrorKind {
     BodyTimeout,
     /// 429: the model is shedding (every healthy site full).
     Shedding,
+    /// 429: the request's connection already holds its share of the chosen site's slots
+    /// (`site_slots::SITE_SHARE_DIVISOR`).
+    ConnectionShare,
     /// 503: every candidate of the model is excluded.
     Unavailable,
     /// 502: the chosen site failed before any byte of its answer was sent.
@@ -45,7 +48,7 @@ impl ApiErrorKind {
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::Shedding => StatusCode::TOO_MANY_REQUESTS,
+            Self::Shedding | Self::ConnectionShare => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamFailed => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -62,7 +65,7 @@ impl ApiErrorKind {
             | Self::BodyTooLarge
             | Self::HeadTooLarge
             | Self::BodyTimeout => "invalid_request_error",
-            Self::Shedding => "rate_limit_error",
+            Self::Shedding | Self::ConnectionShare => "rate_limit_error",
             Self::Unavailable | Self::UpstreamFailed | Self::UpstreamTimeout => "server_error",
         }
     }
@@ -78,6 +81,7 @@ impl ApiErrorKind {
             Self::HeadTooLarge => "head_too_large",
             Self::BodyTimeout => "body_timeout",
             Self::Shedding => "shedding",
+            Self::ConnectionShare => "connection_share",
             Self::Unavailable => "unavailable",
             Self::UpstreamFailed => "upstream_failed",
             Self::UpstreamTimeout => "upstream_timeout",

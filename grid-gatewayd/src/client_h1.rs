@@ -31,6 +31,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use grid_h1_wire::{
@@ -45,8 +46,11 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{oneshot, watch};
 
 use crate::api_error::ApiErrorKind;
+use crate::client_write_bound::write_all_within;
 use crate::connection_watch::{Activity, InFlight};
-use crate::http_api::{Api, ResponseBody};
+use crate::deadline_timer::DeadlineTimer;
+use crate::http_api::{Api, ResponseBody, Target};
+use crate::server::Limits;
 use crate::server::{LINGER, LINGER_MAX_BYTES};
 
 /// Room reserved in the read buffer when it runs low.
@@ -211,13 +215,24 @@ struct Writer {
     half: OwnedWriteHalf,
     out: BytesMut,
     date: DateCache,
+    /// `clientWriteTimeoutSeconds`: how long a write may make no progress.
+    bound: Duration,
+    /// The bound's timer, made the first time a write has to wait.
+    timer: DeadlineTimer,
 }
 
 impl Writer {
+    /// Writes what is gathered; fails with `ClientStalled` past the write bound.
     async fn flush(&mut self) -> std::io::Result<()> {
-        let written = self.half.write_all(&self.out).await;
+        let written =
+            write_all_within(&mut self.half, &self.out, self.bound, &mut self.timer).await;
         self.out.clear();
         written
+    }
+
+    /// Writes `bytes` alone, under the same bound.
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        write_all_within(&mut self.half, bytes, self.bound, &mut self.timer).await
     }
 }
 
@@ -225,20 +240,19 @@ impl Writer {
 /// HTTP/2) are `read`, until the client closes, a request asks to close, or `drain` is
 /// set (an idle connection closes at once, a busy one after its answer). `drained`
 /// resolves when it is set (`server::drained`: one future for the connection's life).
+/// A write that makes no progress for `write_bound` ends the connection with
+/// `ClientStalled` (`client_write_bound`).
 pub(crate) async fn serve(
     stream: TcpStream,
     read: BytesMut,
     api: Api,
     activity: Arc<Activity>,
+    write_bound: Duration,
     (drain, mut drained): (watch::Receiver<bool>, impl Future<Output = ()> + Unpin),
 ) -> std::io::Result<()> {
     let (half, write) = stream.into_split();
     let mut reader = Reader { half, buf: read };
-    let mut writer = Writer {
-        half: write,
-        out: BytesMut::with_capacity(READ_RESERVE),
-        date: DateCache::new(),
-    };
+    let mut writer = Writer::new(write, write_bound);
     loop {
         let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drained).await? else {
             return Ok(());
@@ -254,6 +268,68 @@ pub(crate) async fn serve(
             }
         }
     }
+}
+
+impl Writer {
+    fn new(half: OwnedWriteHalf, bound: Duration) -> Self {
+        Self {
+            half,
+            out: BytesMut::with_capacity(READ_RESERVE),
+            date: DateCache::new(),
+            bound,
+            timer: DeadlineTimer::default(),
+        }
+    }
+}
+
+/// Answers one probe (`GET` of `/metrics`, `/healthz` or `/readyz`) on a connection
+/// taken past the connection cap (`server::RESERVED_PROBE_CONNECTIONS`), then closes it:
+/// `false` when it was anything else (not read within the header bound, not a probe, not
+/// HTTP/1.1), which is closed unanswered as the cap closes any connection.
+pub(crate) async fn answer_probe(stream: TcpStream, api: Api, limits: Limits) -> bool {
+    let (half, write) = stream.into_split();
+    let mut reader = Reader {
+        half,
+        buf: BytesMut::new(),
+    };
+    let read = tokio::time::timeout(limits.header_timeout, async {
+        loop {
+            match parse_request(&mut reader.buf) {
+                Ok(Some(head)) => return Some(head),
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            if !matches!(reader.fill().await, Ok(n) if n > 0) {
+                return None;
+            }
+        }
+    })
+    .await;
+    let Ok(Some(head)) = read else {
+        return false;
+    };
+    let probe = matches!(
+        crate::http_api::classify(&head.method, head.uri.path()),
+        Ok(Target::Metrics | Target::Healthz | Target::Readyz)
+    );
+    if !probe || head.framing != Framing::Empty {
+        return false;
+    }
+    let version = head.version;
+    let mut req = Request::new(ClientBody::empty());
+    *req.method_mut() = head.method;
+    *req.uri_mut() = head.uri;
+    *req.version_mut() = version;
+    *req.headers_mut() = head.headers;
+    let resp = api.handle(req, None).await;
+    let mut writer = Writer::new(write, limits.write_timeout);
+    if write_answer(resp, false, version, false, &mut writer, None)
+        .await
+        .is_ok()
+    {
+        let _ = writer.half.shutdown().await;
+    }
+    true
 }
 
 /// Reads and drops what the client still sends, for at most [`LINGER`] and
@@ -353,7 +429,7 @@ async fn exchange(
         (ClientBody::empty(), Some(reader), None)
     } else {
         if expects_continue && reader.buf.is_empty() {
-            writer.half.write_all(CONTINUE).await?;
+            writer.send(CONTINUE).await?;
         }
         let (tx, rx) = oneshot::channel();
         let reading = Reading {
@@ -372,7 +448,7 @@ async fn exchange(
     *req.uri_mut() = uri;
     *req.version_mut() = version;
     *req.headers_mut() = headers;
-    let handled = api.handle(req);
+    let handled = api.handle(req, None);
     tokio::pin!(handled);
     let resp = loop {
         let wake = tokio::select! {

@@ -95,6 +95,13 @@ pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// the largest accepted body crosses a slow link in seconds; a client that trickles its
 /// body holds a connection, a request slot and a buffer, so past this it gets 408.
 pub const DEFAULT_CLIENT_BODY_TIMEOUT_MS: u64 = 30_000;
+/// Default bound on a write to a client that makes no progress
+/// (`clientWriteTimeoutSeconds`): a client reading a stream takes each event as it comes,
+/// and even a congested mobile link drains a socket buffer in seconds; a client that
+/// stops reading (its receive window shut, or an HTTP/2 stream held at a zero window)
+/// would otherwise hold its answer, the site's generation behind it and one of the
+/// site's slots for as long as it likes. Past it the exchange ends and the slot is freed.
+pub const DEFAULT_CLIENT_WRITE_TIMEOUT_MS: u64 = 30_000;
 /// Longest accepted client header, body or idle bound.
 pub const MAX_CLIENT_TIMEOUT_MS: u64 = 3_600_000;
 /// Default Retry-After, in seconds, on a 503 (every candidate excluded): grid-score's
@@ -161,6 +168,10 @@ pub struct Config {
     /// Time a client has to deliver a proxied request's whole body once its head arrived
     /// (`clientBodyTimeoutSeconds`); past it the client gets 408.
     pub client_body_timeout_ms: u64,
+    /// Time a write to a client may make no progress before the exchange is ended
+    /// (`clientWriteTimeoutSeconds`): the HTTP/1.1 connection is closed, the HTTP/2 stream
+    /// reset; either way the site's answer is cancelled and its slot freed.
+    pub client_write_timeout_ms: u64,
     /// The local operator whose relay feeds routing.
     pub operator: OperatorConfig,
     /// The gateway's own identity and trust anchors, for the operator and remote sites.
@@ -288,6 +299,7 @@ struct Waits {
     client_header: Option<f64>,
     client_idle: Option<f64>,
     client_body: Option<f64>,
+    client_write: Option<f64>,
 }
 
 /// The file as written: camelCase keys, durations in seconds.
@@ -307,6 +319,7 @@ struct RawConfig {
     client_header_timeout_seconds: Option<f64>,
     client_idle_timeout_seconds: Option<f64>,
     client_body_timeout_seconds: Option<f64>,
+    client_write_timeout_seconds: Option<f64>,
     operator: RawOperator,
     tls: TlsFiles,
     trust: Option<RawTrust>,
@@ -442,6 +455,7 @@ impl Config {
             client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             client_body_timeout_ms: DEFAULT_CLIENT_BODY_TIMEOUT_MS,
+            client_write_timeout_ms: DEFAULT_CLIENT_WRITE_TIMEOUT_MS,
             operator,
             tls,
             trust: OperatorTrust::Ca,
@@ -648,6 +662,7 @@ impl Config {
             client_header: raw.client_header_timeout_seconds,
             client_idle: raw.client_idle_timeout_seconds,
             client_body: raw.client_body_timeout_seconds,
+            client_write: raw.client_write_timeout_seconds,
         })?;
         if let Some(n) = raw.max_connections_per_site {
             config.max_connections_per_site = usize::try_from(n).unwrap_or(usize::MAX);
@@ -684,7 +699,7 @@ impl Config {
             .fold(config, |c, m| c.with_model(m.name, m.candidates)))
     }
 
-    /// The five `...TimeoutSeconds` bounds on upstream and client waits, where the file
+    /// The six `...TimeoutSeconds` bounds on upstream and client waits, where the file
     /// gives them.
     fn set_waits(&mut self, waits: Waits) -> Result<(), Error> {
         let Waits {
@@ -693,6 +708,7 @@ impl Config {
             client_header,
             client_idle,
             client_body,
+            client_write,
         } = waits;
         for (field, seconds, max_ms, slot) in [
             (
@@ -724,6 +740,12 @@ impl Config {
                 client_body,
                 MAX_CLIENT_TIMEOUT_MS,
                 &mut self.client_body_timeout_ms,
+            ),
+            (
+                "clientWriteTimeoutSeconds",
+                client_write,
+                MAX_CLIENT_TIMEOUT_MS,
+                &mut self.client_write_timeout_ms,
             ),
         ] {
             if let Some(v) = ms(field, seconds, MIN_EXCHANGE_TIMEOUT_MS, max_ms)? {
@@ -805,6 +827,11 @@ impl Config {
             (
                 "clientBodyTimeoutSeconds",
                 self.client_body_timeout_ms,
+                MAX_CLIENT_TIMEOUT_MS,
+            ),
+            (
+                "clientWriteTimeoutSeconds",
+                self.client_write_timeout_ms,
                 MAX_CLIENT_TIMEOUT_MS,
             ),
         ] {
@@ -1327,6 +1354,7 @@ mod tests {
             ("clientHeaderTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
             ("clientIdleTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
             ("clientBodyTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
+            ("clientWriteTimeoutSeconds", MAX_CLIENT_TIMEOUT_MS, ""),
             (
                 "connectTimeoutSeconds",
                 MAX_EXCHANGE_TIMEOUT_MS,
@@ -1371,6 +1399,7 @@ mod tests {
         assert_eq!(c.upstream_idle_timeout_ms, 30_000);
         assert_eq!(c.client_header_timeout_ms, 10_000);
         assert_eq!(c.client_idle_timeout_ms, 60_000);
+        assert_eq!(c.client_write_timeout_ms, 30_000);
         assert_eq!(c.max_connections, 10_000);
         let text = MINIMAL.replace("[operator]", "upstreamIdleTimeoutSeconds = 0.3\n[operator]");
         assert_eq!(

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Response;
 
+use crate::client_write_bound::StreamProgress;
 use crate::http_api::ResponseBody;
 use crate::server::{Closed, Limits};
 
@@ -119,9 +120,21 @@ impl InFlight {
         Self(Arc::clone(activity))
     }
 
-    /// The answer, its body holding the guard (not boxed again: hyper takes it as is).
-    pub(crate) fn hold(self, resp: Response<ResponseBody>) -> Response<Guarded> {
-        resp.map(|body| Guarded { body, _guard: self })
+    /// The answer, its body holding the guard (not boxed again: hyper takes it as is) and
+    /// reporting each of its polls to `progress` (an HTTP/2 stream's, `client_write_bound`).
+    pub(crate) fn hold(
+        self,
+        resp: Response<ResponseBody>,
+        progress: Option<Arc<StreamProgress>>,
+    ) -> Response<Guarded> {
+        if let Some(p) = &progress {
+            p.answering();
+        }
+        resp.map(|body| Guarded {
+            body,
+            progress,
+            _guard: self,
+        })
     }
 }
 
@@ -134,6 +147,8 @@ impl Drop for InFlight {
 /// An answer body that ends its request's [`InFlight`] when dropped.
 pub(crate) struct Guarded {
     body: ResponseBody,
+    /// Told whether each poll gave a frame: whether the stream waits on its client.
+    progress: Option<Arc<StreamProgress>>,
     _guard: InFlight,
 }
 
@@ -145,7 +160,11 @@ impl http_body::Body for Guarded {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let Some(p) = &self.progress {
+            p.polled(polled.is_ready());
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -165,6 +184,7 @@ mod tests {
         max_connections: 1,
         header_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(60),
+        write_timeout: Duration::from_secs(30),
     };
 
     #[test]

@@ -24,7 +24,7 @@ use crate::ext_proc::{self, ExtProc, ExtProcMetrics};
 use crate::http_api::{Api, Inner};
 use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
-use crate::site_slots::SiteSlots;
+use crate::site_slots::{SiteSlots, SlotsInUse};
 use crate::upstream::Published;
 use crate::{Error, poller, server, upstream};
 use grid_score::catalog::ModelSpec;
@@ -334,6 +334,11 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         signals.sites_tls().clone(),
         Duration::from_millis(config.connect_timeout_ms),
     );
+    let site_slots = Arc::new(ArcSwap::from_pointee(SiteSlots::new(
+        configured_sites(&config),
+        config.max_connections_per_site,
+    )));
+    registry.register_collector(Box::new(SlotsInUse(Arc::clone(&site_slots))));
     let registry = Arc::new(registry);
     let published = Arc::clone(signals.published());
     let handles = signals.handles().clone();
@@ -348,10 +353,6 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         addr: config.listen,
         source,
     })?;
-    let site_slots = Arc::new(ArcSwap::from_pointee(SiteSlots::new(
-        configured_sites(&config),
-        config.max_connections_per_site,
-    )));
     let ext_proc_listener =
         bind_ext_proc(&config, &signals, request_metrics.clone(), ext_proc_metrics).await?;
     let api = Api::new(Inner {
@@ -385,6 +386,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         max_connections: config.max_connections,
         header_timeout: Duration::from_millis(config.client_header_timeout_ms),
         idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
+        write_timeout: Duration::from_millis(config.client_write_timeout_ms),
     };
     let server = tokio::spawn(server::serve(
         listener,

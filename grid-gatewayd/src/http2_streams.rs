@@ -13,25 +13,41 @@
 //! A stream lives until hyper's future for it ends (answer sent, or the stream reset);
 //! when the connection itself ends, whatever is left of its streams is dropped with it,
 //! which cancels their work on the sites as a client leaving an HTTP/1.1 connection does.
+//! A stream its client stops taking its answer from ends earlier, at the write bound
+//! (`client_write_bound::Watched`, which wraps each stream's future here).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
+use crate::client_write_bound::{StreamProgress, Watched};
 use crate::when_woken::WhenWoken;
 
 /// One stream's future, as hyper hands it over.
 type StreamFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The executor given to hyper's HTTP/2 server for one connection: it queues each new
-/// stream for [`Served`] to poll.
+/// stream for [`Served`] to poll, wrapped in the write bound when it has one.
 #[derive(Clone, Default)]
 pub(crate) struct StreamQueue {
-    queued: Arc<Mutex<Vec<StreamFuture>>>,
+    queued: Arc<Mutex<Queued>>,
+    /// The write bound (`clientWriteTimeoutSeconds`) and where a stream cut at it is
+    /// counted.
+    bound: Option<(Duration, Counter)>,
+}
+
+/// Streams handed over and not yet polled, and the progress of the stream to come.
+#[derive(Default)]
+struct Queued {
+    streams: Vec<StreamFuture>,
+    next: Option<Arc<StreamProgress>>,
 }
 
 impl std::fmt::Debug for StreamQueue {
@@ -45,12 +61,40 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, stream: F) {
-        self.lock().push(Box::pin(stream));
+        let mut queued = self.lock();
+        let watched = queued.next.take().zip(self.bound.as_ref());
+        let stream: StreamFuture = match watched {
+            Some((progress, (bound, reset))) => {
+                Box::pin(Watched::new(stream, progress, *bound, reset.clone()))
+            }
+            None => Box::pin(stream),
+        };
+        queued.streams.push(stream);
     }
 }
 
 impl StreamQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<StreamFuture>> {
+    /// A queue whose streams are each ended once their client has taken nothing of their
+    /// answer for `bound`, counted on `reset`.
+    pub(crate) fn bounded(bound: Duration, reset: Counter) -> Self {
+        Self {
+            queued: Arc::default(),
+            bound: Some((bound, reset)),
+        }
+    }
+
+    /// The progress the answer of the stream hyper is handing over reports to, called by
+    /// the service as it takes the stream's request. hyper hands each new stream to the
+    /// service and then, at once, its future to the executor (`execute`), which takes
+    /// this: one stream at a time, on the connection's task.
+    pub(crate) fn progress_of_next(&self) -> Option<Arc<StreamProgress>> {
+        self.bound.as_ref()?;
+        let progress = Arc::new(StreamProgress::default());
+        self.lock().next = Some(Arc::clone(&progress));
+        Some(progress)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
         // A panic while pushing leaves a valid Vec: the queue is still usable.
         self.queued.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -89,7 +133,7 @@ impl<C: Future> Served<C> {
     /// Streams in flight: queued by the connection or being polled.
     #[cfg(test)]
     fn streams(&self) -> usize {
-        self.running.len() + self.queue.lock().len()
+        self.running.len() + self.queue.lock().streams.len()
     }
 
     /// Polls every stream that is ready, those queued since the last call first.
@@ -97,7 +141,7 @@ impl<C: Future> Served<C> {
         loop {
             {
                 let mut queued = self.queue.lock();
-                for stream in queued.drain(..) {
+                for stream in queued.streams.drain(..) {
                     self.running.push(stream);
                 }
             }

@@ -52,7 +52,7 @@ use crate::request_metrics::{
     RequestMetrics, RetryLabels, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
-use crate::site_slots::{SiteFull, SiteSlots};
+use crate::site_slots::{ConnectionShare, NoSlot, SiteSlots};
 use grid_daemon::{exposition, probe};
 use grid_score::Decision;
 use grid_score::catalog::Upstream;
@@ -318,7 +318,13 @@ impl Api {
     }
 
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
-    pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    /// `share` is what the request's connection holds of each site's slots (HTTP/2; an
+    /// HTTP/1.1 connection carries one request at a time and passes none).
+    pub(crate) async fn handle<B>(
+        &self,
+        req: Request<B>,
+        share: Option<&Arc<ConnectionShare>>,
+    ) -> Response<ResponseBody>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -326,7 +332,7 @@ impl Api {
         let target = classify(req.method(), req.uri().path());
         let proxied = matches!(target, Ok(Target::Proxied));
         let resp = match target {
-            Ok(Target::Proxied) => self.proxy(req).await,
+            Ok(Target::Proxied) => self.proxy(req, share).await,
             Ok(Target::Models) => {
                 let mut r = Response::new(full(models_body(&self.inner.routes.load())));
                 r.headers_mut().insert(
@@ -361,7 +367,11 @@ impl Api {
         r
     }
 
-    async fn proxy<B>(&self, req: Request<B>) -> Response<ResponseBody>
+    async fn proxy<B>(
+        &self,
+        req: Request<B>,
+        share: Option<&Arc<ConnectionShare>>,
+    ) -> Response<ResponseBody>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -414,7 +424,14 @@ impl Api {
         let mut retried = false;
         loop {
             match self
-                .send_to(upstream, &parts, &path_and_query, &body, grid_headroom)
+                .send_to(
+                    upstream,
+                    share,
+                    &parts,
+                    &path_and_query,
+                    &body,
+                    grid_headroom,
+                )
                 .await
             {
                 Ok(resp) => return resp,
@@ -434,6 +451,15 @@ impl Api {
                     retried = true;
                 }
                 Err(Failed::HeadersTimedOut) => return upstream_timed_out(&model),
+                Err(Failed::ShareUsed) => {
+                    return api_error(
+                        ApiErrorKind::ConnectionShare,
+                        &format!(
+                            "this connection already has its share of the requests in flight to the site chosen for {model:?}"
+                        ),
+                        None,
+                    );
+                }
                 Err(_) => return upstream_failed(&model),
             }
         }
@@ -446,13 +472,14 @@ impl Api {
     async fn send_to(
         &self,
         upstream: &Upstream,
+        share: Option<&Arc<ConnectionShare>>,
         parts: &http::request::Parts,
         path_and_query: &http::uri::PathAndQuery,
         body: &Bytes,
         grid_headroom: Option<u64>,
     ) -> Result<Response<ResponseBody>, Failed> {
         let waits = self.inner.waits;
-        let slot = self.site_slot(upstream).await?;
+        let slot = self.site_slot(upstream, share).await?;
         // A site in the clear goes over its own pool, driven from this task; TLS sites
         // over the hyper-util client.
         let pool = slot.pool.as_ref().filter(|_| upstream.scheme() == "http");
@@ -497,7 +524,7 @@ impl Api {
                 }
             }
         };
-        let site_slot = slot.permit;
+        let site_slot = Slot::held(slot.permit, slot.share);
         let site_header = slot.header;
         match exchange.await {
             Ok(resp) => {
@@ -599,21 +626,30 @@ impl Api {
 }
 
 impl Api {
-    /// One of `upstream`'s slots (`maxConnectionsPerSite`), held until the answer ends.
-    async fn site_slot(&self, upstream: &Upstream) -> Result<Slot, Failed> {
+    /// One of `upstream`'s slots (`maxConnectionsPerSite`), held until the answer ends,
+    /// within the share of them `share` (the request's connection) may hold.
+    async fn site_slot(
+        &self,
+        upstream: &Upstream,
+        share: Option<&Arc<ConnectionShare>>,
+    ) -> Result<Slot, Failed> {
         let bound = self.inner.waits.slot;
         // A clone of the map's Arc, not a guard: the wait below may outlive a reload.
         self.inner
             .site_slots
             .load_full()
-            .acquire(&upstream.site, bound)
+            .acquire(&upstream.site, bound, share)
             .await
-            .map_err(|SiteFull| {
-                // Nothing was sent: failed over as a failed connect, never counted against
-                // the site in routing (the congestion is this gateway's).
-                self.count_failure(upstream, UpstreamFailure::SiteFull);
-                tracing::warn!(site = %upstream.site, ?bound, "every slot of the site stayed taken");
-                Failed::Connect
+            .map_err(|no| match no {
+                NoSlot::SiteFull => {
+                    // Nothing was sent: failed over as a failed connect, never counted
+                    // against the site in routing (the congestion is this gateway's).
+                    self.count_failure(upstream, UpstreamFailure::SiteFull);
+                    tracing::warn!(site = %upstream.site, ?bound, "every slot of the site stayed taken");
+                    Failed::Connect
+                }
+                // The client's own excess: answered as such, not spread to other sites.
+                NoSlot::ShareUsed => Failed::ShareUsed,
             })
     }
 
@@ -663,6 +699,8 @@ enum Failed {
     Exchange,
     /// No answer head within `upstreamHeadersTimeoutSeconds` (the request was sent).
     HeadersTimedOut,
+    /// The request's connection already holds its share of the site's slots.
+    ShareUsed,
 }
 
 /// `body` with its ready frames handed on together ([`Coalesce`]): without yielding for

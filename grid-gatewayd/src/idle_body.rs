@@ -37,7 +37,7 @@ pub(crate) struct IdleReport {
     pub(crate) slot: Arc<LiveSlot>,
     pub(crate) live_refresh: Arc<tokio::sync::Notify>,
     /// The site slot the answer holds until it ends (or is cut): `maxConnectionsPerSite`.
-    pub(crate) _site_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub(crate) _site_slot: crate::site_slots::Held,
 }
 
 impl IdleReport {
@@ -129,7 +129,7 @@ mod tests {
             metrics: metrics.clone(),
             site: "a".into(),
             slot: Arc::clone(slot),
-            _site_slot: None,
+            _site_slot: crate::site_slots::Slot::held(None, None),
             live_refresh: Arc::new(tokio::sync::Notify::new()),
         }
     }

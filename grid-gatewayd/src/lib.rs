@@ -31,6 +31,7 @@ mod answer_evidence;
 mod answer_timing;
 pub mod api_error;
 mod client_h1;
+mod client_write_bound;
 pub mod clock;
 pub mod coalesce_body;
 pub mod config;

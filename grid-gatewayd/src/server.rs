@@ -21,7 +21,15 @@
 //!
 //! The watchdog bounds HTTP/1.1 and HTTP/2 alike and also the reading of the first
 //! bytes that tell them apart, which has no bound of its own. A request in flight is
-//! bounded by the upstream bounds (`http_api`), not here.
+//! bounded by the upstream bounds (`http_api`) and, once its answer is being written, by
+//! the write bound (`clientWriteTimeoutSeconds`, `client_write_bound`): an HTTP/1.1
+//! connection whose client takes nothing for that long is closed
+//! (`write_timeout`), an HTTP/2 stream reset (`grid_gateway_streams_reset_total`).
+//!
+//! # No client holds a site alone
+//!
+//! An HTTP/2 connection carries at most [`HTTP2_MAX_CONCURRENT_STREAMS`] requests at once
+//! and at most its share of each site's slots (`site_slots::SITE_SHARE_DIVISOR`).
 //!
 //! # A cap below the descriptor limit
 //!
@@ -30,6 +38,11 @@
 //! upstream and operator sockets need. Accept errors (`EMFILE` when the process is out of
 //! descriptors anyway) back off exponentially from [`ACCEPT_BACKOFF_MIN`] to
 //! [`ACCEPT_BACKOFF_MAX`] and are logged at most once per [`ACCEPT_ERROR_LOG_INTERVAL`].
+//!
+//! Past the cap, [`RESERVED_PROBE_CONNECTIONS`] more are taken for one probe each
+//! (`GET /metrics`, `/healthz`, `/readyz` over HTTP/1.1, answered and closed), so a
+//! gateway flooded with connections can still be scraped and probed; any other request on
+//! them is closed unanswered and counted as `limit`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,11 +65,15 @@ use tokio::net::TcpListener;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 
+use crate::client_write_bound::is_client_stalled;
 use crate::connection_watch::{Activity, InFlight, watchdog};
 use crate::http_api::Api;
 use crate::http2_streams::{Served, StreamQueue};
 use crate::idle_body::BoxError;
+use crate::site_slots::ConnectionShare;
 use crate::when_woken::WhenWoken;
+
+pub use crate::site_slots::{SITE_SHARE_DIVISOR, site_share};
 
 /// How long draining waits for open requests (streams included) before closing anyway.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -93,6 +110,16 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// logged), so a listener out of descriptors does not flood the log.
 pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// Most requests one HTTP/2 client connection carries at once (its
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`; h2 refuses a stream past it). With the default
+/// `maxConnectionsPerSite` it equals one connection's share of a site's slots.
+pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 128;
+
+/// Connections taken past `maxConnections` for one probe each (`GET /metrics`,
+/// `/healthz`, `/readyz` over HTTP/1.1): a scrape or a kubelet probe still gets through a
+/// flood of connections.
+pub const RESERVED_PROBE_CONNECTIONS: usize = 4;
+
 grid_signals::label_values! {
     /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,7 +139,23 @@ grid_signals::label_values! {
         HeaderTimeout = "header_timeout",
         /// No request in flight for `clientIdleTimeoutSeconds`.
         IdleTimeout = "idle_timeout",
+        /// An HTTP/1.1 client took nothing of its answer for `clientWriteTimeoutSeconds`.
+        WriteTimeout = "write_timeout",
     }
+}
+
+grid_signals::label_values! {
+    /// Why the gateway reset a client's HTTP/2 stream (`grid_gateway_streams_reset_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum StreamReset {
+        /// The client took nothing of the stream's answer for `clientWriteTimeoutSeconds`.
+        WriteTimeout = "write_timeout",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StreamResetLabels {
+    reason: StreamReset,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -130,6 +173,7 @@ struct ClosedLabels {
 pub(crate) struct ListenerMetrics {
     refused: Family<RefusalLabels, Counter>,
     closed: Family<ClosedLabels, Counter>,
+    reset: Family<StreamResetLabels, Counter>,
     open: Gauge,
 }
 
@@ -145,6 +189,11 @@ impl ListenerMetrics {
         for reason in Closed::ALL {
             m.closed.get_or_create(&ClosedLabels { reason }).inc_by(0);
         }
+        for reason in StreamReset::ALL {
+            m.reset
+                .get_or_create(&StreamResetLabels { reason })
+                .inc_by(0);
+        }
         registry.register(
             "grid_gateway_connections_refused",
             "Client connections not served, by reason (limit, accept_error)",
@@ -152,8 +201,13 @@ impl ListenerMetrics {
         );
         registry.register(
             "grid_gateway_connections_closed",
-            "Client connections the gateway closed, by reason (header_timeout, idle_timeout)",
+            "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout)",
             m.closed.clone(),
+        );
+        registry.register(
+            "grid_gateway_streams_reset",
+            "Client HTTP/2 streams the gateway reset, by reason (write_timeout)",
+            m.reset.clone(),
         );
         registry.register(
             "grid_gateway_connections_open",
@@ -170,6 +224,13 @@ impl ListenerMetrics {
     fn closed(&self, reason: Closed) {
         self.closed.get_or_create(&ClosedLabels { reason }).inc();
     }
+
+    /// The counter of streams reset for `reason`, found once per connection.
+    fn reset(&self, reason: StreamReset) -> Counter {
+        self.reset
+            .get_or_create(&StreamResetLabels { reason })
+            .clone()
+    }
 }
 
 /// The listener's bounds, from the configuration.
@@ -181,6 +242,8 @@ pub(crate) struct Limits {
     pub(crate) header_timeout: Duration,
     /// `clientIdleTimeoutSeconds`.
     pub(crate) idle_timeout: Duration,
+    /// `clientWriteTimeoutSeconds`.
+    pub(crate) write_timeout: Duration,
 }
 
 /// The first bytes of an HTTP/2 connection with prior knowledge (RFC 9113 section 3.4).
@@ -198,6 +261,7 @@ pub(crate) async fn serve(
     // u32 is what `acquire_many` takes; the configured cap is far below it.
     let cap = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let slots = Arc::new(Semaphore::new(cap as usize));
+    let probes = Arc::new(Semaphore::new(RESERVED_PROBE_CONNECTIONS));
     let (draining, drain) = watch::channel(false);
     let mut backoff = AcceptBackoff::default();
     tokio::pin!(shutdown);
@@ -223,6 +287,16 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            if let Ok(probe) = Arc::clone(&probes).try_acquire_owned() {
+                let (api, metrics) = (api.clone(), metrics.clone());
+                tokio::spawn(async move {
+                    let _probe = probe;
+                    if !crate::client_h1::answer_probe(stream, api, limits).await {
+                        metrics.refused(Refusal::Limit);
+                    }
+                });
+                continue;
+            }
             // Closed at once: the cap is what keeps descriptors for real work.
             metrics.refused(Refusal::Limit);
             drop(stream);
@@ -291,12 +365,19 @@ impl Connection {
                 read,
                 self.api,
                 activity,
+                self.limits.write_timeout,
                 (self.drain.clone(), drained),
             );
             return tokio::select! {
                 // The connection first: it is what most wake-ups are for.
                 biased;
-                served = served => served.map_err(Into::into),
+                served = served => match served {
+                    Err(e) if is_client_stalled(&e) => {
+                        self.metrics.closed(Closed::WriteTimeout);
+                        Ok(())
+                    }
+                    served => served.map_err(Into::into),
+                },
                 reason = &mut watch => {
                     // The watchdog fires only with no request in flight: nothing is cut.
                     self.metrics.closed(reason);
@@ -304,14 +385,22 @@ impl Connection {
                 }
             };
         }
+        // The connection's own queue: its streams are polled with it, by this task, each
+        // ended at the write bound.
+        let queue = StreamQueue::bounded(
+            self.limits.write_timeout,
+            self.metrics.reset(StreamReset::WriteTimeout),
+        );
         let service = {
-            let (api, activity) = (self.api, Arc::clone(&activity));
+            let (api, activity, queue) = (self.api, Arc::clone(&activity), queue.clone());
+            let share = Arc::new(ConnectionShare::default());
             service_fn(move |req| {
-                let api = api.clone();
+                let (api, share) = (api.clone(), Arc::clone(&share));
+                let progress = queue.progress_of_next();
                 let guard = InFlight::start(&activity);
                 async move {
-                    let resp = api.handle(req).await;
-                    Ok::<_, std::convert::Infallible>(guard.hold(resp))
+                    let resp = api.handle(req, Some(&share)).await;
+                    Ok::<_, std::convert::Infallible>(guard.hold(resp, progress))
                 }
             })
         };
@@ -319,10 +408,9 @@ impl Connection {
             prefix: read.freeze(),
             io: stream,
         });
-        // The connection's own queue: its streams are polled with it, by this task.
-        let queue = StreamQueue::default();
         let mut h2 = http2::Builder::new(queue.clone());
         h2.timer(TokioTimer::new())
+            .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS)
             .keep_alive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
             .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
         let mut served = Served::new(h2.serve_connection(io, service), queue);

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +50,16 @@ pub enum Behaviour {
     StallBody,
     /// Streams the first SSE event, then nothing for [`HANG`] (for `stream: true`).
     StallStream,
+    /// Answers a streamed request (`stream: true`) with an endless stream of
+    /// [`FLOOD_EVENT_BYTES`] SSE events, as fast as they are taken, until the gateway drops
+    /// the answer (or [`HANG`] passes): what fills the socket buffers of a client that
+    /// stopped reading. Each such answer counts in [`FakeModel::open_answers`] while it is
+    /// being sent. Plain requests are answered as usual.
+    Flood,
 }
+
+/// Bytes of one event of a [`Behaviour::Flood`] answer.
+pub const FLOOD_EVENT_BYTES: usize = 16 * 1024;
 
 /// A fake model server on 127.0.0.1 that records what it was sent.
 pub struct FakeModel {
@@ -60,6 +70,7 @@ pub struct FakeModel {
     seen: Arc<Mutex<Vec<Seen>>>,
     extra: Extra,
     behaviour: Arc<Mutex<Behaviour>>,
+    open: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -97,8 +108,9 @@ impl FakeModel {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let extra: Extra = Arc::default();
         let behaviour = Arc::new(Mutex::new(Behaviour::default()));
+        let open = Arc::new(AtomicUsize::new(0));
         let (name2, seen2, extra2) = (name.to_owned(), Arc::clone(&seen), Arc::clone(&extra));
-        let behaviour2 = Arc::clone(&behaviour);
+        let (behaviour2, open2) = (Arc::clone(&behaviour), Arc::clone(&open));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -106,14 +118,16 @@ impl FakeModel {
                 };
                 let (name, seen, extra) = (name2.clone(), Arc::clone(&seen2), Arc::clone(&extra2));
                 let behaviour = Arc::clone(&behaviour2);
+                let open = Arc::clone(&open2);
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let (seen, extra) = (Arc::clone(&seen), Arc::clone(&extra));
                         let name = name.clone();
                         let behaviour = *behaviour.lock().unwrap();
+                        let open = Arc::clone(&open);
                         async move {
-                            let mut resp = handle(name, seen, behaviour, req).await?;
+                            let mut resp = handle(name, seen, behaviour, open, req).await?;
                             for (k, v) in extra.lock().unwrap().iter() {
                                 resp.headers_mut().append(
                                     http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
@@ -144,8 +158,14 @@ impl FakeModel {
             seen,
             extra,
             behaviour,
+            open,
             task,
         }
+    }
+
+    /// [`Behaviour::Flood`] answers still being sent: those the gateway has not dropped.
+    pub fn open_answers(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
     }
 
     /// Every request from now on is answered as `behaviour` says.
@@ -199,6 +219,7 @@ async fn handle(
     name: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     behaviour: Behaviour,
+    open: Arc<AtomicUsize>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
@@ -220,8 +241,9 @@ async fn handle(
         Behaviour::HangBeforeHead => tokio::time::sleep(HANG).await,
         Behaviour::StallBody => return Ok(stalled_body()),
         Behaviour::StallStream if v["stream"] == true => return Ok(sse(name, model, 1)),
+        Behaviour::Flood if v["stream"] == true => return Ok(flood(open)),
         // A plain request to a stalling stream server is answered as usual.
-        Behaviour::Answer | Behaviour::StallStream => {}
+        Behaviour::Answer | Behaviour::StallStream | Behaviour::Flood => {}
     }
     let resp = match path.as_str() {
         "/v1/chat/completions" if v["stream"] == true => sse(name, model, SSE_EVENTS),
@@ -257,6 +279,28 @@ async fn handle(
     Ok(resp)
 }
 
+/// An endless SSE answer ([`Behaviour::Flood`]), counted in `open` until the gateway
+/// drops it.
+fn flood(open: Arc<AtomicUsize>) -> Response<Body> {
+    let (mut tx, body) = http_body_util::channel::Channel::<Bytes, Infallible>::new(1);
+    open.fetch_add(1, Ordering::SeqCst);
+    tokio::spawn(async move {
+        let mut event = b"data: ".to_vec();
+        event.resize(FLOOD_EVENT_BYTES - 2, b'x');
+        event.extend_from_slice(b"\n\n");
+        let event = Bytes::from(event);
+        let _ = tokio::time::timeout(HANG, async {
+            while tx.send(Frame::data(event.clone())).await.is_ok() {}
+        })
+        .await;
+        open.fetch_sub(1, Ordering::SeqCst);
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body.boxed())
+        .unwrap()
+}
+
 /// A plain JSON answer whose head and first half arrive, then nothing for [`HANG`].
 fn stalled_body() -> Response<Body> {
     let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[]}"#;
@@ -280,7 +324,7 @@ fn stalled_body() -> Response<Body> {
 pub struct SilentListener {
     /// Where it listens.
     pub addr: SocketAddr,
-    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -295,14 +339,14 @@ impl SilentListener {
     pub async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&accepted);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                counter.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
                     tokio::time::sleep(HANG).await;
                     drop(stream);
@@ -328,7 +372,7 @@ impl SilentListener {
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+        self.accepted.load(Ordering::Relaxed)
     }
 }
 

@@ -44,6 +44,10 @@ const MAX_TRIES: usize = 2;
 struct GridProxy {
     balancer: Arc<LoadBalancer<GridSelection>>,
     routes: Published,
+    /// The gateway's `clientWriteTimeoutSeconds`: a client that takes nothing of its answer
+    /// for this long has its request ended (Pingora's own downstream write timeout, reset
+    /// by every write), which drops the site's answer.
+    write_timeout: Duration,
 }
 
 #[async_trait]
@@ -57,6 +61,7 @@ impl ProxyHttp for GridProxy {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         session.set_read_timeout(Some(BODY_TIMEOUT));
+        session.set_write_timeout(Some(self.write_timeout));
         session.enable_retry_buffering();
         while session.read_request_body().await?.is_some() {}
         if session.retry_buffer_truncated() {
@@ -143,6 +148,7 @@ fn main() -> anyhow::Result<()> {
         GridProxy {
             balancer: balancer.task(),
             routes,
+            write_timeout: Duration::from_millis(config.client_write_timeout_ms),
         },
     );
     proxy.add_tcp(&config.listen.to_string());
