@@ -284,15 +284,16 @@ impl Writer {
 
 /// Answers one probe (`GET` of `/metrics`, `/healthz` or `/readyz`) on a connection
 /// taken past the connection cap (`server::RESERVED_PROBE_CONNECTIONS`), then closes it:
-/// `false` when it was anything else (not read within the header bound, not a probe, not
-/// HTTP/1.1), which is closed unanswered as the cap closes any connection.
+/// `false` when it was anything else (no head within `server::PROBE_HEAD_TIMEOUT`, not a
+/// probe, not HTTP/1.1), which is closed unanswered as the cap closes any connection.
 pub(crate) async fn answer_probe(stream: TcpStream, api: Api, limits: Limits) -> bool {
     let (half, write) = stream.into_split();
     let mut reader = Reader {
         half,
         buf: BytesMut::new(),
     };
-    let read = tokio::time::timeout(limits.header_timeout, async {
+    let bound = limits.header_timeout.min(crate::server::PROBE_HEAD_TIMEOUT);
+    let read = tokio::time::timeout(bound, async {
         loop {
             match parse_request(&mut reader.buf) {
                 Ok(Some(head)) => return Some(head),

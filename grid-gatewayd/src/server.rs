@@ -40,9 +40,10 @@
 //! [`ACCEPT_BACKOFF_MAX`] and are logged at most once per [`ACCEPT_ERROR_LOG_INTERVAL`].
 //!
 //! Past the cap, [`RESERVED_PROBE_CONNECTIONS`] more are taken for one probe each
-//! (`GET /metrics`, `/healthz`, `/readyz` over HTTP/1.1, answered and closed), so a
-//! gateway flooded with connections can still be scraped and probed; any other request on
-//! them is closed unanswered and counted as `limit`.
+//! (`GET /metrics`, `/healthz`, `/readyz` over HTTP/1.1, its head within
+//! [`PROBE_HEAD_TIMEOUT`], answered and closed), so a gateway flooded with connections can
+//! still be scraped and probed; anything else on them is closed unanswered and counted as
+//! `limit`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -119,6 +120,11 @@ pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 128;
 /// `/healthz`, `/readyz` over HTTP/1.1): a scrape or a kubelet probe still gets through a
 /// flood of connections.
 pub const RESERVED_PROBE_CONNECTIONS: usize = 4;
+
+/// How long a reserved probe connection has to deliver its request head (at most
+/// `clientHeaderTimeoutSeconds`): a scraper or a kubelet sends its request at once, and a
+/// silent connection gives its reserved place back within this.
+pub const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(1);
 
 grid_signals::label_values! {
     /// Why a client connection was not served (`grid_gateway_connections_refused_total`).

@@ -240,3 +240,74 @@ async fn a_client_that_trickles_its_body_gets_408_after_the_body_bound() {
     assert!(up.seen().is_empty());
     gw.shutdown().await;
 }
+
+/// Sends `GET path` on a new connection and reads until the gateway closes it: the whole
+/// answer, or nothing when it closed without one.
+async fn probe_once(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let _ = tcp
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: gateway\r\n\r\n").as_bytes())
+        .await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(WITHIN, tcp.read_to_end(&mut got)).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn a_gateway_at_its_connection_cap_still_answers_probes_on_its_reserved_connections() {
+    use grid_gatewayd::server::RESERVED_PROBE_CONNECTIONS;
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let resp = send.send_request(models_request()).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        open.push(send);
+    }
+    // Every regular connection is taken: a scrape and the probes still get through.
+    let metrics = probe_once(gw.addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("grid_gateway_connections_open 2"),
+        "{metrics}"
+    );
+    for path in ["/healthz", "/readyz"] {
+        let answer = probe_once(gw.addr, path).await;
+        assert!(answer.starts_with("HTTP/1.1 "), "{path}: {answer}");
+    }
+    // Anything else on a reserved connection is closed unanswered.
+    assert_eq!(probe_once(gw.addr, "/v1/models").await, "");
+    // With every reserved connection held by a client that sends nothing, one more is
+    // closed at once even for a probe.
+    let mut silent = Vec::new();
+    for _ in 0..RESERVED_PROBE_CONNECTIONS {
+        let mut tcp = TcpStream::connect(gw.addr).await.unwrap();
+        tcp.write_all(b"GET /metr").await.unwrap();
+        silent.push(tcp);
+    }
+    assert_eq!(
+        probe_once(gw.addr, "/metrics").await,
+        "",
+        "past the reserve"
+    );
+    // A silent reserved connection gives its place back within its head bound.
+    for tcp in &mut silent {
+        assert!(closed_by_gateway(tcp).await);
+    }
+    let metrics = probe_once(gw.addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        series(
+            &metrics,
+            r#"grid_gateway_connections_refused_total{reason="limit"}"#
+        ) >= 2 + RESERVED_PROBE_CONNECTIONS as u64,
+        "{metrics}"
+    );
+    drop(open);
+    gw.shutdown().await;
+}
