@@ -847,32 +847,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_connect_that_outlasts_its_bound_fails_as_a_connect_timeout() {
-        // A listener that never accepts, with the smallest backlog: once its queue is
-        // full, the kernel ignores further handshakes, and a connect waits.
-        let socket = socket2::Socket::new(
-            socket2::Domain::IPV4,
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )
-        .unwrap();
-        socket
-            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket.listen(0).unwrap();
-        let authority = socket
-            .local_addr()
-            .unwrap()
-            .as_socket()
-            .unwrap()
-            .to_string();
         let bound = Duration::from_millis(200);
-        let mut held = Vec::new();
-        for _ in 0..8 {
-            match tokio::time::timeout(bound, TcpStream::connect(&authority)).await {
-                Ok(Ok(s)) => held.push(s),
-                _ => break,
-            }
-        }
+        let (authority, _held) = crate::upstream::tests::stalled_listener(bound).await;
         let pool = Arc::new(SitePool::default());
         let slow = crate::upstream::plain_connector(bound);
         let Err(e) = send_via(&pool, &slow, &authority).await else {

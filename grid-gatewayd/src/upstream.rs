@@ -179,13 +179,18 @@ pub fn is_unacknowledged(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The client for serving sites: `http://` base URLs go in the clear (the local site),
 /// `https://` ones over TLS with the gateway's certificate, HTTP/2 when the site offers it.
+/// As for [`plain_connector`], only the whole bound runs: the TCP connector's own timeout
+/// would race it and end a stalled connect as a plain I/O error, not counted as a connect
+/// timeout.
 pub fn site_client(tls: ClientConfig, connect_timeout: Duration) -> HttpClient {
+    let mut http = http_connector(connect_timeout);
+    http.set_connect_timeout(None);
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(http_connector(connect_timeout));
+        .wrap_connector(http);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(MAX_IDLE_PER_SITE)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
@@ -226,4 +231,69 @@ pub fn operator_client(
         .pool_max_idle_per_host(1)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .build(BoundedConnect::new(connector, connect_timeout))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A listener that never accepts, with the smallest backlog, its queue filled: the
+    /// kernel ignores further handshakes, so a connect to it waits. The connections that
+    /// filled it are held with it.
+    pub(crate) async fn stalled_listener(
+        bound: Duration,
+    ) -> (String, (socket2::Socket, Vec<tokio::net::TcpStream>)) {
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .unwrap();
+        socket
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(0).unwrap();
+        let authority = socket
+            .local_addr()
+            .unwrap()
+            .as_socket()
+            .unwrap()
+            .to_string();
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            match tokio::time::timeout(bound, tokio::net::TcpStream::connect(&authority)).await {
+                Ok(Ok(s)) => held.push(s),
+                _ => break,
+            }
+        }
+        (authority, (socket, held))
+    }
+
+    #[tokio::test]
+    async fn every_stalled_tcp_connect_toward_a_tls_site_counts_as_a_connect_timeout() {
+        let bound = Duration::from_millis(200);
+        let (authority, _held) = stalled_listener(bound).await;
+        let tls = ClientConfig::builder_with_provider(grid_daemon::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let client = site_client(tls, bound);
+        let uri: Uri = format!("https://{authority}/v1/chat/completions")
+            .parse()
+            .unwrap();
+        let attempts = (0..8).map(|_| {
+            let mut req = http::Request::new(Full::new(Bytes::new()));
+            *req.uri_mut() = uri.clone();
+            client.request(req)
+        });
+        for failed in futures::future::join_all(attempts).await {
+            let e = failed.expect_err("connected past a full backlog");
+            assert!(e.is_connect(), "{e}");
+            assert!(
+                is_connect_timeout(&e),
+                "not counted as a connect timeout: {e:?}"
+            );
+        }
+    }
 }
