@@ -147,6 +147,8 @@ grid_signals::label_values! {
         IdleTimeout = "idle_timeout",
         /// An HTTP/1.1 client took nothing of its answer for `clientWriteTimeoutSeconds`.
         WriteTimeout = "write_timeout",
+        /// An HTTP/2 client left a ping unanswered for [`HTTP2_KEEP_ALIVE_TIMEOUT`].
+        PingTimeout = "ping_timeout",
     }
 }
 
@@ -207,7 +209,7 @@ impl ListenerMetrics {
         );
         registry.register(
             "grid_gateway_connections_closed",
-            "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout)",
+            "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout, ping_timeout)",
             m.closed.clone(),
         );
         registry.register(
@@ -331,7 +333,9 @@ pub(crate) async fn serve(
         .await
         .is_err()
     {
-        tracing::warn!("drain timed out; closing remaining connections");
+        // Logged, not counted: the process is about to exit, and nothing scrapes it again.
+        let left = (cap as usize).saturating_sub(slots.available_permits());
+        tracing::warn!(left, "drain timed out; closing remaining connections");
     }
 }
 
@@ -434,6 +438,11 @@ impl Connection {
             }
         };
         match ended {
+            // hyper's keep-alive: a ping the client left unanswered.
+            Some(Err(e)) if e.is_timeout() => {
+                self.metrics.closed(Closed::PingTimeout);
+                Ok(())
+            }
             Some(Err(e)) => Err(e.into()),
             _ => Ok(()),
         }
