@@ -68,9 +68,16 @@ use crate::upstream::{HttpClient, PlainConnect};
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
 
 /// A probe's answer ([`grid_daemon::probe`]); the gateway is ready once a poll of the
-/// operator has fed routing (it has a routing view built from signals).
-fn probe(ready: bool) -> Response<ResponseBody> {
-    let (status, text) = probe::answer(ready, "no poll of the operator has succeeded yet");
+/// operator has fed routing (it has a routing view built from signals). Not ready, it
+/// says why the last poll failed, when one did.
+fn probe(ready: bool, last_failure: Option<String>) -> Response<ResponseBody> {
+    let why_not = match last_failure {
+        Some(cause) => {
+            format!("no poll of the operator has succeeded yet; the last failed: {cause}")
+        }
+        None => "no poll of the operator has succeeded yet".to_owned(),
+    };
+    let (status, text) = probe::answer(ready, &why_not);
     let mut r = Response::new(full(text));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -342,8 +349,14 @@ impl Api {
                 r
             }
             Ok(Target::Metrics) => self.metrics(&req),
-            Ok(Target::Healthz) => probe(true),
-            Ok(Target::Readyz) => probe(self.inner.poll.polls(PollResult::Ok) > 0),
+            Ok(Target::Healthz) => probe(true, None),
+            Ok(Target::Readyz) => {
+                let ready = self.inner.poll.polls(PollResult::Ok) > 0;
+                probe(
+                    ready,
+                    (!ready).then(|| self.inner.poll.last_failure()).flatten(),
+                )
+            }
             Err(refusal) => refusal.into_response(),
         };
         // Every answer `proxy` gives that is not its own refusal came from a site: known

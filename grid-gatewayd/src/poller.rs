@@ -68,12 +68,15 @@ struct ModelLabels {
     model: String,
 }
 
-/// The poll loop's metric handles.
+/// The poll loop's metric handles, and why its last poll failed.
 #[derive(Clone, Debug, Default)]
 pub struct PollMetrics {
     polls: Family<ResultLabels, Counter>,
     shedding: Family<ModelLabels, Gauge>,
     routable: Family<ModelLabels, Gauge>,
+    /// What the last poll's failure said (`/readyz` and the log say it too); none once a
+    /// poll succeeded. Read only by `/readyz`, never on the request path.
+    last_failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl PollMetrics {
@@ -106,6 +109,89 @@ impl PollMetrics {
     pub fn polls(&self, result: PollResult) -> u64 {
         self.polls.get_or_create(&ResultLabels { result }).get()
     }
+
+    /// Why the last poll failed, when it did.
+    pub fn last_failure(&self) -> Option<String> {
+        self.failure_slot().clone()
+    }
+
+    fn failure_slot(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The rustls error `e` is, or wraps in I/O errors (whose `source` skips what they wrap).
+fn rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut e = e;
+    loop {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        e = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)?;
+    }
+}
+
+/// A name as rustls lists it (`DnsName("a.example")`), without its kind.
+fn bare_name(listed: &str) -> &str {
+    listed
+        .split_once("(\"")
+        .and_then(|(_, rest)| rest.strip_suffix("\")"))
+        .unwrap_or(listed)
+}
+
+/// What a failed exchange with the operator says about its cause, for a person: an
+/// operator certificate naming another name than `operator.identity` is said in those
+/// words (both names), anything else is the error's chain of causes.
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let causes = || std::iter::successors(Some(error), |e| e.source());
+    for e in causes() {
+        if let Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForNameContext {
+                expected,
+                presented,
+            },
+        )) = rustls_error(e)
+        {
+            let presented = if presented.is_empty() {
+                "no name".to_owned()
+            } else {
+                presented
+                    .iter()
+                    .map(|n| bare_name(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return format!(
+                "the operator's certificate names {presented}, but operator.identity expects {:?}",
+                expected.to_str()
+            );
+        }
+    }
+    let mut text = String::new();
+    for e in causes() {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            let inner = inner.to_string();
+            if !text.contains(&inner) {
+                text.push_str(": ");
+                text.push_str(&inner);
+            }
+        }
+    }
+    text
 }
 
 /// How the loop talks to its operator.
@@ -373,6 +459,7 @@ impl Poller {
             Some(tracing::Level::WARN) => tracing::warn!(
                 %operator,
                 result = result.as_str(),
+                cause = self.metrics.last_failure().unwrap_or_default(),
                 "operator poll failed; every site ranks as unmeasured until one succeeds"
             ),
             Some(tracing::Level::INFO) => tracing::info!(%operator, "operator polls succeed again"),
@@ -438,12 +525,28 @@ impl Poller {
             .map_err(|_| PollResult::Transport)?;
         let attempt = async {
             let resp = self.client.request(req).await.map_err(|e| {
-                tracing::debug!(error = %e, "operator unreachable");
+                let cause = describe(&e);
+                tracing::debug!(%cause, "operator unreachable");
+                *self.metrics.failure_slot() = Some(cause);
                 Failed::from(ScrapeFailure::Connect)
             })?;
             read_response(resp).await
         };
-        match within(self.config.poll_timeout, attempt).await {
+        let fetched = within(self.config.poll_timeout, attempt).await;
+        let mut failure = self.metrics.failure_slot();
+        match &fetched {
+            Ok(_) => *failure = None,
+            // A refused exchange said why above; the others say it here.
+            Err(f) if f.class != ScrapeFailure::Connect => {
+                *failure = Some(match f.status {
+                    Some(status) => format!("the operator answered {status}"),
+                    None => f.class.as_str().replace('_', " "),
+                });
+            }
+            Err(_) => {}
+        }
+        drop(failure);
+        match fetched {
             Ok(fetched) => Ok((Some(fetched.body), fetched.date_ms)),
             Err(Failed {
                 class: ScrapeFailure::BodyCap,

@@ -408,6 +408,30 @@ async fn readyz_answers_200_once_a_poll_of_the_operator_fed_routing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_operator_identity_is_named_beside_the_name_the_certificate_carries() {
+    // The operator's certificate is for operator.a.grid; the gateway was told another name.
+    let grid = Grid::start(|c| c.operator.identity = "operator.b.grid".into(), true).await;
+    let url = format!("http://{}/readyz", grid.gw().local_addr());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let a = send(&http1_client(), grid_kit::gateway_harness::get(&url)).await;
+        assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", a.body);
+        let body = String::from_utf8_lossy(&a.body).into_owned();
+        if body.contains("the last failed") {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        body.contains("operator.a.grid") && body.contains("\"operator.b.grid\""),
+        "{body}"
+    );
+    assert!(body.contains("operator.identity"), "{body}");
+    grid.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_feedback_post_overlapping_polls_shares_the_one_operator_connection() {
     let grid = Grid::start(|_| {}, true).await;
     grid.measured().await;

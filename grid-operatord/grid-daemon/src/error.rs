@@ -24,6 +24,15 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The private key is not the certificate's: both files named, since either may be
+    /// the wrong one.
+    #[error("the private key in {key} does not match the certificate in {cert}")]
+    KeyMismatch {
+        /// The certificate chain's file.
+        cert: PathBuf,
+        /// The key's file.
+        key: PathBuf,
+    },
     /// rustls refused a configuration (key does not match the certificate, unusable CA).
     #[error("TLS configuration ({context}): {source}")]
     Tls {

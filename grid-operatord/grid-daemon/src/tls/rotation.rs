@@ -77,6 +77,7 @@ impl CertSlot {
             material.chain.clone(),
             material.key.clone_key(),
             &provider(),
+            files.as_ref(),
         )?;
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(certified),
@@ -115,7 +116,7 @@ impl CertSlot {
             context: "renewed certificate",
             source,
         })?;
-        let certified = certified(chain, key, &provider())?;
+        let certified = certified(chain, key, &provider(), self.files.as_ref())?;
         if let Some(trust) = trust {
             trust.rotate_local(to).map_err(|peer| Error::TlsMaterial {
                 path: cert.clone(),
@@ -127,20 +128,27 @@ impl CertSlot {
     }
 }
 
+/// The pair as rustls presents it, its key proven to be the leaf's. A mismatch read from
+/// `files` (certificate, key) names both.
 fn certified(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     provider: &CryptoProvider,
+    files: Option<&(PathBuf, PathBuf)>,
 ) -> Result<CertifiedKey, Error> {
-    let certified = CertifiedKey::from_der(chain, key, provider).map_err(|source| Error::Tls {
-        context: "certificate and key",
-        source,
-    })?;
+    let refused = |source: rustls::Error| match (&source, files) {
+        (rustls::Error::InconsistentKeys(_), Some((cert, key))) => Error::KeyMismatch {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => Error::Tls {
+            context: "certificate and key",
+            source,
+        },
+    };
+    let certified = CertifiedKey::from_der(chain, key, provider).map_err(refused)?;
     // from_der lets an unknown consistency pass; a renewal must prove its key matches.
-    certified.keys_match().map_err(|source| Error::Tls {
-        context: "certificate and key",
-        source,
-    })?;
+    certified.keys_match().map_err(refused)?;
     Ok(certified)
 }
 
@@ -296,6 +304,39 @@ mod tests {
 
     fn fp(cert: &SiteCert) -> Fingerprint {
         Fingerprint::of_der(&cert.cert)
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused_naming_both_files() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let (site, other) = (ca.site("grid.test", "a"), ca.site("grid.test", "b"));
+        let (cert, _) = site.write(dir.path(), "site");
+        let (_, key) = other.write(dir.path(), "other");
+        let wrong = TlsMaterial {
+            key: other.key(),
+            ..material(&site)
+        };
+        let e = CertSlot::new(&wrong, &cert, &key).unwrap_err();
+        assert!(
+            matches!(&e, Error::KeyMismatch { cert: c, key: k } if *c == cert && *k == key),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains(&*cert.to_string_lossy()) && text.contains(&*key.to_string_lossy()),
+            "{text}"
+        );
+        // A renewal whose key is another's names both files too, and keeps the old pair.
+        let slot = slot(dir.path(), &site);
+        let renewed = ca.site("grid.test", "a");
+        let (c, k) = renewed.write(dir.path(), "site");
+        std::fs::copy(&key, &k).unwrap();
+        let e = slot.reload(None, UnixTime::now()).unwrap_err();
+        assert!(
+            matches!(&e, Error::KeyMismatch { cert: ec, key: ek } if *ec == c && *ek == k),
+            "{e:?}"
+        );
+        assert_eq!(Fingerprint::of_der(&slot.leaf()), fp(&site));
     }
 
     #[test]
