@@ -292,17 +292,19 @@ mod tests {
             "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
             "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: -1\r\n\r\n",
             "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 1 2\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 3, 3\r\n\r\n",
         ] {
             assert!(
                 matches!(parse(text.as_bytes()).0, Err(WireError::RequestFraming(_))),
                 "{text:?}"
             );
         }
-        let h = head("POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 3, 3\r\n\r\n");
+        let h =
+            head("POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n");
         assert_eq!(
             h.framing,
             Framing::Length(3),
-            "equal repeats are one length"
+            "equal repeats in separate fields are one length"
         );
     }
 
