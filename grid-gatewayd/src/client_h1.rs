@@ -289,6 +289,7 @@ async fn next_head(
             Err(e) => {
                 let kind = match e {
                     WireError::RequestHeadTooLarge => ApiErrorKind::HeadTooLarge,
+                    WireError::RequestCoding => ApiErrorKind::NotImplemented,
                     _ => ApiErrorKind::BadRequest,
                 };
                 let resp = api.refuse_head(kind, &e.to_string());
