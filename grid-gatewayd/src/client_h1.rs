@@ -11,7 +11,8 @@
 //! - keep-alive by the version and `Connection`, pipelined requests answered in order;
 //! - a request body read from the connection only as the API asks for it (through
 //!   [`ClientBody`], which holds the connection's read side until the body ends), with
-//!   `100 Continue` sent first when the client waits for it; a body the API did not read
+//!   `100 Continue` sent first when the client waits for it and the API admits its head
+//!   (`Api::admit`: otherwise the refusal goes instead); a body the API did not read
 //!   to its end closes the connection after the answer, since its remainder would be
 //!   read as the next request;
 //! - a client that closes its side while its answer is awaited or streamed ends the
@@ -354,6 +355,19 @@ async fn exchange(
         (ClientBody::empty(), Some(reader), None)
     } else {
         if expects_continue && reader.buf.is_empty() {
+            // The head is judged before the body is asked for (`Api::admit`): a request
+            // the API refuses by its head alone gets that answer instead of the 100, and
+            // its unread body closes the connection after it.
+            let declared_len = match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            };
+            if let Some(refused) = api.refuse_by_head(&method, uri.path(), declared_len) {
+                let kept =
+                    write_answer(refused, false, version, is_head, writer, Some(reader)).await?;
+                drop(guard);
+                return Ok(kept);
+            }
             writer.half.write_all(CONTINUE).await?;
         }
         let (tx, rx) = oneshot::channel();

@@ -317,13 +317,48 @@ impl Api {
         api_error(kind, message, None)
     }
 
+    /// Where a request is answered, judged by its head alone: its route ([`classify`]:
+    /// 404, 405) and, for a proxied one, the body length it declares (413 above
+    /// `bodyLimitBytes`, before a byte of the body is read). The one judgment of a head,
+    /// made by [`Api::handle`] and by the HTTP/1.1 server before it sends `100 Continue`,
+    /// so a client waiting to send its body is refused instead of invited to send it.
+    pub(crate) fn admit(
+        &self,
+        method: &Method,
+        path: &str,
+        declared_len: u64,
+    ) -> Result<Target, Refusal> {
+        let target = classify(method, path)?;
+        let limit = self.inner.body_limit;
+        if target == Target::Proxied && declared_len > limit as u64 {
+            return Err(Refusal::too_large(limit));
+        }
+        Ok(target)
+    }
+
+    /// The answer refusing a request by its head alone ([`Api::admit`]), counted as its
+    /// outcome; `None` when the head is admitted.
+    pub(crate) fn refuse_by_head(
+        &self,
+        method: &Method,
+        path: &str,
+        declared_len: u64,
+    ) -> Option<Response<ResponseBody>> {
+        let refusal = self.admit(method, path, declared_len).err()?;
+        self.inner.metrics.outcome(refusal.kind.as_str());
+        Some(refusal.into_response())
+    }
+
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
     pub(crate) async fn handle<B>(&self, req: Request<B>) -> Response<ResponseBody>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let target = classify(req.method(), req.uri().path());
+        // A declared length is the body's size hint (both servers read it into the body
+        // when they framed it).
+        let declared_len = req.body().size_hint().lower();
+        let target = self.admit(req.method(), req.uri().path(), declared_len);
         let proxied = matches!(target, Ok(Target::Proxied));
         let resp = match target {
             Ok(Target::Proxied) => self.proxy(req).await,
@@ -366,12 +401,9 @@ impl Api {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        // A declared length above the limit was refused by `admit`, before a byte of the
+        // body was read; one that is not declared is bounded as it is read.
         let limit = self.inner.body_limit;
-        // A declared length is the body's size hint (both servers read it into the body
-        // when they framed it): refused before a byte of it is read.
-        if req.body().size_hint().lower() > limit as u64 {
-            return too_large(limit);
-        }
         let (mut parts, body) = req.into_parts();
         let bound = self.inner.body_timeout;
         let body = match read_whole(body, limit, bound).await {

@@ -439,3 +439,57 @@ async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_on_a_request_refused_by_its_head_gets_the_refusal() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| c.body_limit_bytes = 1024,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    for (head, status) in [
+        (
+            "POST /v1/nothing-here HTTP/1.1\r\nhost: g\r\ncontent-length: 10\r\n",
+            "404 Not Found",
+        ),
+        (
+            "PUT /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 10\r\n",
+            "405 Method Not Allowed",
+        ),
+        (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 1025\r\n",
+            "413 Payload Too Large",
+        ),
+    ] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(format!("{head}expect: 100-continue\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let text = read_to_close(&mut s).await;
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+            "{head:?}: {text}"
+        );
+        assert!(!text.contains("100 Continue"), "{text}");
+        assert!(
+            text.contains("connection: close\r\n"),
+            "its body was not read: {text}"
+        );
+    }
+    // A body at the limit is still asked for.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 1024\r\n\
+          expect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read_until(&mut s, "\r\n\r\n").await,
+        "HTTP/1.1 100 Continue\r\n\r\n"
+    );
+    drop(s);
+    assert!(up.seen().is_empty());
+    gw.shutdown().await;
+}
