@@ -241,7 +241,8 @@ pub(crate) async fn serve(
         date: DateCache::new(),
     };
     loop {
-        let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drained).await? else {
+        let Some(head) = next_head(&mut reader, &mut writer, &api, &activity, &mut drained).await?
+        else {
             return Ok(());
         };
         match exchange(head, reader, &mut writer, &api, &activity, &drain).await? {
@@ -276,13 +277,17 @@ async fn linger(reader: &mut Reader) {
 
 /// The next request head, `None` when the connection is to end (the client closed
 /// between requests, the head could not be read and was answered, or draining began
-/// with nothing read: `drained` resolved, and is not polled again).
+/// with nothing read: `drained` resolved, and is not polled again). A head that is not
+/// whole at its first look is told to `activity`, once: from its first bytes it is held
+/// to the header bound, not the idle one.
 async fn next_head(
     reader: &mut Reader,
     writer: &mut Writer,
     api: &Api,
+    activity: &Activity,
     drained: &mut (impl Future<Output = ()> + Unpin),
 ) -> std::io::Result<Option<RequestHead>> {
+    let mut begun = false;
     loop {
         match parse_request(&mut reader.buf) {
             Ok(Some(head)) => return Ok(Some(head)),
@@ -301,6 +306,10 @@ async fn next_head(
             }
         }
         let idle = reader.buf.is_empty();
+        if !idle && !begun {
+            begun = true;
+            activity.head_started(crate::clock::monotonic());
+        }
         tokio::select! {
             biased;
             n = reader.fill() => if n? == 0 {
