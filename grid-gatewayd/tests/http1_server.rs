@@ -441,6 +441,54 @@ async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the
 }
 
 #[tokio::test]
+async fn a_site_answer_coded_other_than_chunked_alone_is_a_failed_exchange() {
+    let (url, site) = raw_site(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+          transfer-encoding: gzip, chunked\r\n\r\n2\r\n\x1f\x8b\r\n0\r\n\r\n",
+    )
+    .await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", url))]).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(post(&chat("m", "hi"), "connection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{text}");
+    assert!(text.contains("\"code\":\"upstream_failed\""), "{text}");
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            r#"grid_gateway_upstream_failures_total{site="a",reason="request"}"#
+        ),
+        1,
+        "{metrics}"
+    );
+    gw.shutdown().await;
+    site.abort();
+}
+
+#[tokio::test]
+async fn a_site_answer_whose_first_chunk_has_a_nul_in_its_extension_is_a_failed_exchange() {
+    let (url, site) = raw_site(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
+          5;x=\x00\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", url))]).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(post(&chat("m", "hi"), "connection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let text = read_to_close(&mut s).await;
+    // Found with the head, before any of the answer was sent: a 502, not a 200 cut.
+    assert!(text.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{text}");
+    assert!(!text.contains("hello"), "{text}");
+    gw.shutdown().await;
+    site.abort();
+}
+
+#[tokio::test]
 async fn a_client_waiting_for_100_continue_on_a_request_refused_by_its_head_gets_the_refusal() {
     let up = FakeModel::start("a").await;
     let gw = start_gateway(
