@@ -441,6 +441,50 @@ async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the
 }
 
 #[tokio::test]
+async fn an_http_1_1_request_without_host_or_with_two_is_refused_and_http_1_0_needs_none() {
+    let gw = start_gateway(|_| {}, &[("m", one("a", "http://127.0.0.1:9".into()))]).await;
+    for wire in [
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nhost: g\r\nhost: h\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(wire.as_bytes()).await.unwrap();
+        let text = read_to_close(&mut s).await;
+        assert!(
+            text.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{wire:?}: {text}"
+        );
+        assert!(text.contains("\"code\":\"invalid_request\""), "{text}");
+    }
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_body_with_a_bare_lf_in_a_chunk_extension_is_refused_with_400() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
+    let body = chat("m", "x");
+    // Read by a parser that ends the chunk line at the LF, the extension is a chunk of
+    // its own: the two would disagree on where the body ends.
+    let wire = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked\r\n\r\n\
+         {:x};a\nb\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(wire.as_bytes()).await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    assert!(text.contains("control byte"), "{text}");
+    assert!(up.seen().is_empty(), "nothing reached the site");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_site_answer_coded_other_than_chunked_alone_is_a_failed_exchange() {
     let (url, site) = raw_site(
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
