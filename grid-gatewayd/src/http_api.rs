@@ -522,6 +522,12 @@ impl Api {
                 *out.uri_mut() = uri.clone();
                 *out.headers_mut() = crate::headers::without_host(&parts.headers);
                 match tokio::time::timeout_at(head_by, self.inner.client.request(out)).await {
+                    // hyper's client decodes the chunks and keeps the field: an answer
+                    // coded otherwise too cannot be forwarded as framed (the pool's codec
+                    // refuses it by the same rule).
+                    Ok(Ok(r)) if grid_h1_wire::coded_other_than_chunked(r.headers()) => {
+                        Err(SiteFailure::Coded)
+                    }
                     Ok(answered) => answered
                         .map(|r| r.map(SiteBody::Client))
                         .map_err(SiteFailure::Client),
@@ -592,6 +598,7 @@ impl Api {
         let (error, is_connect): (&(dyn std::error::Error + 'static), bool) = match e {
             SiteFailure::Client(e) => (e, e.is_connect()),
             SiteFailure::Pooled(e) => (e, e.is_connect()),
+            SiteFailure::Coded => (&CODED, false),
             SiteFailure::HeadTimedOut => {
                 // The exchange was dropped with its connection (HTTP/1.1) or its stream
                 // was reset (HTTP/2): the site's late answer goes nowhere.
@@ -683,7 +690,12 @@ enum SiteFailure {
     Pooled(SiteError),
     /// No answer head by the deadline, from either.
     HeadTimedOut,
+    /// An answer with a transfer coding other than `chunked` alone, from hyper's client.
+    Coded,
 }
+
+/// What a [`SiteFailure::Coded`] answer is.
+static CODED: grid_h1_wire::WireError = grid_h1_wire::WireError::AnswerCoding;
 
 /// Why one upstream attempt failed.
 enum Failed {

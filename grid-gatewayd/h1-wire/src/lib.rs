@@ -277,6 +277,20 @@ fn framing(
     }
 }
 
+/// Whether an answer's `headers` name a transfer coding other than `chunked` alone: the
+/// rule [`parse_head`] refuses an answer by ([`WireError::AnswerCoding`]), for an answer
+/// another HTTP/1.1 client read (hyper's, which decodes the chunks and keeps the field).
+#[must_use]
+pub fn coded_other_than_chunked(headers: &HeaderMap) -> bool {
+    let coding = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .fold(shared_head::Coding::Absent, |coding, value| {
+            coding.add(value.as_bytes())
+        });
+    coding != shared_head::Coding::Absent && !coding.is_chunked_only()
+}
+
 /// Whether the site said it closes the connection after this answer.
 fn asks_close(headers: &HeaderMap) -> bool {
     list_tokens(headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case("close"))
@@ -1137,6 +1151,27 @@ mod tests {
             &mut out,
         );
         assert_eq!(&out[..], b"GET /v1/models HTTP/1.1\r\nhost: s\r\n\r\n");
+    }
+
+    #[test]
+    fn a_map_is_coded_other_than_chunked_by_the_rule_an_answer_head_is_refused_by() {
+        let map = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::TRANSFER_ENCODING, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(!coded_other_than_chunked(&HeaderMap::new()));
+        assert!(!coded_other_than_chunked(&map(&["chunked"])));
+        for other in [
+            &["gzip, chunked"][..],
+            &["gzip", "chunked"],
+            &["identity"],
+            &["chunked,"],
+        ] {
+            assert!(coded_other_than_chunked(&map(other)), "{other:?}");
+        }
     }
 
     #[test]

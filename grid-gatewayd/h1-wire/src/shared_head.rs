@@ -79,7 +79,7 @@ pub(crate) enum Coding {
 
 impl Coding {
     /// Adds one field's `value` (free of control bytes: checked by the caller).
-    fn add(self, value: &[u8]) -> Self {
+    pub(crate) fn add(self, value: &[u8]) -> Self {
         let before = match self {
             Self::Absent => 0,
             Self::Listed { codings, .. } => codings,
