@@ -23,6 +23,8 @@ pub enum ApiErrorKind {
     BodyTooLarge,
     /// 431: the HTTP/1.1 request head is larger than the gateway reads.
     HeadTooLarge,
+    /// 501: the HTTP/1.1 request body has a transfer coding other than `chunked` alone.
+    NotImplemented,
     /// 408: the body did not arrive whole within `clientBodyTimeoutSeconds`.
     BodyTimeout,
     /// 429: the model is shedding (every healthy site full).
@@ -47,6 +49,7 @@ impl ApiErrorKind {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::NotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Shedding | Self::ConnectionShare => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -64,6 +67,7 @@ impl ApiErrorKind {
             | Self::MethodNotAllowed
             | Self::BodyTooLarge
             | Self::HeadTooLarge
+            | Self::NotImplemented
             | Self::BodyTimeout => "invalid_request_error",
             Self::Shedding | Self::ConnectionShare => "rate_limit_error",
             Self::Unavailable | Self::UpstreamFailed | Self::UpstreamTimeout => "server_error",
@@ -79,6 +83,7 @@ impl ApiErrorKind {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::BodyTooLarge => "body_too_large",
             Self::HeadTooLarge => "head_too_large",
+            Self::NotImplemented => "not_implemented",
             Self::BodyTimeout => "body_timeout",
             Self::Shedding => "shedding",
             Self::ConnectionShare => "connection_share",

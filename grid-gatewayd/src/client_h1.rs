@@ -11,7 +11,8 @@
 //! - keep-alive by the version and `Connection`, pipelined requests answered in order;
 //! - a request body read from the connection only as the API asks for it (through
 //!   [`ClientBody`], which holds the connection's read side until the body ends), with
-//!   `100 Continue` sent first when the client waits for it; a body the API did not read
+//!   `100 Continue` sent first when the client waits for it and the API admits its head
+//!   (`Api::admit`: otherwise the refusal goes instead); a body the API did not read
 //!   to its end closes the connection after the answer, since its remainder would be
 //!   read as the next request;
 //! - a client that closes its side while its answer is awaited or streamed ends the
@@ -254,7 +255,8 @@ pub(crate) async fn serve(
     let mut reader = Reader { half, buf: read };
     let mut writer = Writer::new(write, write_bound);
     loop {
-        let Some(head) = next_head(&mut reader, &mut writer, &api, &mut drained).await? else {
+        let Some(head) = next_head(&mut reader, &mut writer, &api, &activity, &mut drained).await?
+        else {
             return Ok(());
         };
         match exchange(head, reader, &mut writer, &api, &activity, &drain).await? {
@@ -352,13 +354,17 @@ async fn linger(reader: &mut Reader) {
 
 /// The next request head, `None` when the connection is to end (the client closed
 /// between requests, the head could not be read and was answered, or draining began
-/// with nothing read: `drained` resolved, and is not polled again).
+/// with nothing read: `drained` resolved, and is not polled again). A head that is not
+/// whole at its first look is told to `activity`, once: from its first bytes it is held
+/// to the header bound, not the idle one.
 async fn next_head(
     reader: &mut Reader,
     writer: &mut Writer,
     api: &Api,
+    activity: &Activity,
     drained: &mut (impl Future<Output = ()> + Unpin),
 ) -> std::io::Result<Option<RequestHead>> {
+    let mut begun = false;
     loop {
         match parse_request(&mut reader.buf) {
             Ok(Some(head)) => return Ok(Some(head)),
@@ -366,6 +372,7 @@ async fn next_head(
             Err(e) => {
                 let kind = match e {
                     WireError::RequestHeadTooLarge => ApiErrorKind::HeadTooLarge,
+                    WireError::RequestCoding => ApiErrorKind::NotImplemented,
                     _ => ApiErrorKind::BadRequest,
                 };
                 let resp = api.refuse_head(kind, &e.to_string());
@@ -376,6 +383,10 @@ async fn next_head(
             }
         }
         let idle = reader.buf.is_empty();
+        if !idle && !begun {
+            begun = true;
+            activity.head_started(crate::clock::monotonic());
+        }
         tokio::select! {
             biased;
             n = reader.fill() => if n? == 0 {
@@ -430,6 +441,19 @@ async fn exchange(
         (ClientBody::empty(), Some(reader), None)
     } else {
         if expects_continue && reader.buf.is_empty() {
+            // The head is judged before the body is asked for (`Api::admit`): a request
+            // the API refuses by its head alone gets that answer instead of the 100, and
+            // its unread body closes the connection after it.
+            let declared_len = match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            };
+            if let Some(refused) = api.refuse_by_head(&method, uri.path(), declared_len) {
+                let kept =
+                    write_answer(refused, false, version, is_head, writer, Some(reader)).await?;
+                drop(guard);
+                return Ok(kept);
+            }
             writer.send(CONTINUE).await?;
         }
         let (tx, rx) = oneshot::channel();

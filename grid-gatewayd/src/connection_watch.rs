@@ -1,17 +1,20 @@
-//! What a connection's watchdog knows: whether a request is in flight on it, and since
-//! when it has had none.
+//! What a connection's watchdog knows: whether a request is in flight on it, since when
+//! it has had none, and since when a request head has been arriving.
 //!
 //! A request counts from its head until its answer body is dropped, sent or not. The
 //! count is two atomics the requests touch and the watchdog reads; nothing wakes the
 //! watchdog when they change. Its timer is set for the earliest the connection could be
 //! due, and when it fires it looks again: a connection that served a request in the
 //! meantime is not due, and the timer is set again. A request's answer that ends at `t`
-//! makes the connection due at `t + idle`, never earlier, so the next look is at the
-//! connection's bound as it stands or one idle bound from now, whichever comes first
-//! (a busy connection, or one still waiting for its first head under a longer header
-//! bound, is looked at once per idle bound), and no close comes late. That keeps the
-//! request path at an atomic add and a subtraction, where a channel to the watchdog cost
-//! two notifications and a timer-wheel update per request.
+//! makes the connection due at `t + idle`, never earlier, and a head that begins to
+//! arrive at `h` (after the connection's first request) makes it due at `h + header`,
+//! never earlier; so the next look is at the connection's bound as it stands or the
+//! shorter of the two bounds from now, whichever comes first (a busy connection, or one
+//! still waiting for its first head under a longer header bound, is looked at once per
+//! that bound), and no close comes late. That keeps the request path at an atomic add
+//! and a subtraction, where a channel to the watchdog cost two notifications and a
+//! timer-wheel update per request; a later head read whole in one read (nearly every
+//! one) costs nothing more, and one that arrives in pieces one atomic store.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,6 +38,10 @@ pub(crate) struct Activity {
     served: AtomicBool,
     /// When a request last ended, in nanoseconds after `opened` (0: none has).
     idle_since_ns: AtomicU64,
+    /// When the last head that did not arrive whole in one read began to arrive, in
+    /// nanoseconds after `opened` (0: none has). It bounds the connection only while it
+    /// is later than `idle_since_ns`: the head of no request that has since ended.
+    head_since_ns: AtomicU64,
 }
 
 /// What the watchdog does after a look.
@@ -54,7 +61,20 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             served: AtomicBool::new(false),
             idle_since_ns: AtomicU64::new(0),
+            head_since_ns: AtomicU64::new(0),
         })
+    }
+
+    /// Nanoseconds from `opened` to `now` (0 for a `now` before it).
+    fn since_opened(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.opened).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A request head began to arrive at `now` and is not whole yet: from here it is held
+    /// to the header bound, not to the idle bound (HTTP/1.1, after the first request).
+    pub(crate) fn head_started(&self, now: Instant) {
+        self.head_since_ns
+            .store(self.since_opened(now), Ordering::Relaxed);
     }
 
     /// A request's head arrived.
@@ -65,8 +85,7 @@ impl Activity {
 
     /// A request's answer ended at `now`.
     fn end(&self, now: Instant) {
-        let ns = u64::try_from(now.saturating_duration_since(self.opened).as_nanos())
-            .unwrap_or(u64::MAX);
+        let ns = self.since_opened(now);
         self.idle_since_ns.fetch_max(ns, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::Release);
     }
@@ -79,13 +98,25 @@ impl Activity {
         if !self.served.load(Ordering::Relaxed) {
             return Some((self.opened + limits.header_timeout, Closed::HeaderTimeout));
         }
-        let since = self.opened + Duration::from_nanos(self.idle_since_ns.load(Ordering::Relaxed));
-        Some((since + limits.idle_timeout, Closed::IdleTimeout))
+        let idle_ns = self.idle_since_ns.load(Ordering::Relaxed);
+        let idle_due = self.opened + Duration::from_nanos(idle_ns) + limits.idle_timeout;
+        let head_ns = self.head_since_ns.load(Ordering::Relaxed);
+        if head_ns > idle_ns {
+            // A head has been arriving since the last answer ended: a client slow to send
+            // it is held to the header bound, as on a new connection.
+            let head_due = self.opened + Duration::from_nanos(head_ns) + limits.header_timeout;
+            if head_due < idle_due {
+                return Some((head_due, Closed::HeaderTimeout));
+            }
+        }
+        Some((idle_due, Closed::IdleTimeout))
     }
 
     /// The watchdog's look at `now`: close, or when to look next (see the module docs).
     pub(crate) fn look(&self, now: Instant, limits: Limits) -> Look {
-        let soonest = now + limits.idle_timeout;
+        // A request ending or a head beginning after this look can make the connection
+        // due no sooner than one of the two bounds from now.
+        let soonest = now + limits.idle_timeout.min(limits.header_timeout);
         match self.deadline(limits) {
             Some((due, reason)) if due <= now => Look::Close(reason),
             Some((due, _)) => Look::Again(due.min(soonest)),
@@ -241,13 +272,18 @@ mod tests {
 
     #[test]
     fn a_connection_that_served_since_the_timer_was_set_is_not_closed_at_the_old_bound() {
+        // Looks once per idle bound (the header bound no shorter).
+        let limits = Limits {
+            header_timeout: LIMITS.idle_timeout,
+            ..LIMITS
+        };
         let t0 = crate::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         a.end(t0 + Duration::from_secs(1));
-        let first = t0 + Duration::from_secs(1) + LIMITS.idle_timeout;
+        let first = t0 + Duration::from_secs(1) + limits.idle_timeout;
         assert_eq!(
-            a.look(t0 + Duration::from_secs(2), LIMITS),
+            a.look(t0 + Duration::from_secs(2), limits),
             Look::Again(first)
         );
         // Another request comes and goes before the timer fires.
@@ -255,11 +291,11 @@ mod tests {
         let later = t0 + Duration::from_secs(30);
         a.end(later);
         assert_eq!(
-            a.look(first, LIMITS),
-            Look::Again(later + LIMITS.idle_timeout)
+            a.look(first, limits),
+            Look::Again(later + limits.idle_timeout)
         );
         assert_eq!(
-            a.look(later + LIMITS.idle_timeout, LIMITS),
+            a.look(later + limits.idle_timeout, limits),
             Look::Close(Closed::IdleTimeout)
         );
     }
@@ -274,13 +310,52 @@ mod tests {
             panic!("a busy connection is closed");
         };
         // The earliest the connection can be due is its answer's end (after `look`) plus
-        // the idle bound: the next look comes no later.
-        assert_eq!(next, look + LIMITS.idle_timeout);
+        // the idle bound, or a next head's first byte after that plus the (shorter)
+        // header bound: the next look comes no later.
+        assert_eq!(next, look + LIMITS.header_timeout);
         a.end(look + Duration::from_millis(1));
+        let ended = look + Duration::from_millis(1);
         assert_eq!(
             a.look(next, LIMITS),
-            Look::Again(look + Duration::from_millis(1) + LIMITS.idle_timeout)
+            Look::Again((ended + LIMITS.idle_timeout).min(next + LIMITS.header_timeout))
         );
+    }
+
+    #[test]
+    fn a_head_begun_after_an_answer_is_due_by_the_header_bound_from_its_first_byte() {
+        let t0 = crate::clock::monotonic();
+        let a = Activity::new(t0);
+        a.start();
+        let ended = t0 + Duration::from_secs(1);
+        a.end(ended);
+        let begun = ended + Duration::from_secs(20);
+        a.head_started(begun);
+        let due = begun + LIMITS.header_timeout;
+        assert_eq!(a.deadline(LIMITS), Some((due, Closed::HeaderTimeout)));
+        assert_eq!(
+            a.look(due.checked_sub(Duration::from_nanos(1)).unwrap(), LIMITS),
+            Look::Again(due)
+        );
+        assert_eq!(a.look(due, LIMITS), Look::Close(Closed::HeaderTimeout));
+        // Once its request has come and gone, that head bounds the connection no more.
+        a.start();
+        let later = begun + Duration::from_secs(1);
+        a.end(later);
+        assert_eq!(
+            a.deadline(LIMITS),
+            Some((later + LIMITS.idle_timeout, Closed::IdleTimeout))
+        );
+    }
+
+    #[test]
+    fn a_head_begun_just_before_the_idle_bound_closes_at_the_idle_bound() {
+        let t0 = crate::clock::monotonic();
+        let a = Activity::new(t0);
+        a.start();
+        a.end(t0);
+        let idle_due = t0 + LIMITS.idle_timeout;
+        a.head_started(t0 + LIMITS.idle_timeout.saturating_sub(Duration::from_secs(1)));
+        assert_eq!(a.deadline(LIMITS), Some((idle_due, Closed::IdleTimeout)));
     }
 
     #[test]

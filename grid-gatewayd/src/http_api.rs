@@ -324,6 +324,38 @@ impl Api {
         api_error(kind, message, None)
     }
 
+    /// Where a request is answered, judged by its head alone: its route ([`classify`]:
+    /// 404, 405) and, for a proxied one, the body length it declares (413 above
+    /// `bodyLimitBytes`, before a byte of the body is read). The one judgment of a head,
+    /// made by [`Api::handle`] and by the HTTP/1.1 server before it sends `100 Continue`,
+    /// so a client waiting to send its body is refused instead of invited to send it.
+    pub(crate) fn admit(
+        &self,
+        method: &Method,
+        path: &str,
+        declared_len: u64,
+    ) -> Result<Target, Refusal> {
+        let target = classify(method, path)?;
+        let limit = self.inner.body_limit;
+        if target == Target::Proxied && declared_len > limit as u64 {
+            return Err(Refusal::too_large(limit));
+        }
+        Ok(target)
+    }
+
+    /// The answer refusing a request by its head alone ([`Api::admit`]), counted as its
+    /// outcome; `None` when the head is admitted.
+    pub(crate) fn refuse_by_head(
+        &self,
+        method: &Method,
+        path: &str,
+        declared_len: u64,
+    ) -> Option<Response<ResponseBody>> {
+        let refusal = self.admit(method, path, declared_len).err()?;
+        self.inner.metrics.outcome(refusal.kind.as_str());
+        Some(refusal.into_response())
+    }
+
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
     /// `share` is what the request's connection holds of each site's slots (HTTP/2; an
     /// HTTP/1.1 connection carries one request at a time and passes none).
@@ -336,7 +368,10 @@ impl Api {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let target = classify(req.method(), req.uri().path());
+        // A declared length is the body's size hint (both servers read it into the body
+        // when they framed it).
+        let declared_len = req.body().size_hint().lower();
+        let target = self.admit(req.method(), req.uri().path(), declared_len);
         let proxied = matches!(target, Ok(Target::Proxied));
         let resp = match target {
             Ok(Target::Proxied) => self.proxy(req, share).await,
@@ -389,12 +424,9 @@ impl Api {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        // A declared length above the limit was refused by `admit`, before a byte of the
+        // body was read; one that is not declared is bounded as it is read.
         let limit = self.inner.body_limit;
-        // A declared length is the body's size hint (both servers read it into the body
-        // when they framed it): refused before a byte of it is read.
-        if req.body().size_hint().lower() > limit as u64 {
-            return too_large(limit);
-        }
         let (mut parts, body) = req.into_parts();
         let bound = self.inner.body_timeout;
         let body = match read_whole(body, limit, bound).await {
@@ -530,6 +562,12 @@ impl Api {
                 *out.uri_mut() = uri.clone();
                 *out.headers_mut() = crate::headers::without_host(&parts.headers);
                 match tokio::time::timeout_at(head_by, self.inner.client.request(out)).await {
+                    // hyper's client decodes the chunks and keeps the field: an answer
+                    // coded otherwise too cannot be forwarded as framed (the pool's codec
+                    // refuses it by the same rule).
+                    Ok(Ok(r)) if grid_h1_wire::coded_other_than_chunked(r.headers()) => {
+                        Err(SiteFailure::Coded)
+                    }
                     Ok(answered) => answered
                         .map(|r| r.map(SiteBody::Client))
                         .map_err(SiteFailure::Client),
@@ -600,6 +638,7 @@ impl Api {
         let (error, is_connect): (&(dyn std::error::Error + 'static), bool) = match e {
             SiteFailure::Client(e) => (e, e.is_connect()),
             SiteFailure::Pooled(e) => (e, e.is_connect()),
+            SiteFailure::Coded => (&CODED, false),
             SiteFailure::HeadTimedOut => {
                 // The exchange was dropped with its connection (HTTP/1.1) or its stream
                 // was reset (HTTP/2): the site's late answer goes nowhere.
@@ -700,7 +739,12 @@ enum SiteFailure {
     Pooled(SiteError),
     /// No answer head by the deadline, from either.
     HeadTimedOut,
+    /// An answer with a transfer coding other than `chunked` alone, from hyper's client.
+    Coded,
 }
+
+/// What a [`SiteFailure::Coded`] answer is.
+static CODED: grid_h1_wire::WireError = grid_h1_wire::WireError::AnswerCoding;
 
 /// Why one upstream attempt failed.
 enum Failed {

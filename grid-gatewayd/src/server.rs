@@ -14,8 +14,8 @@
 //!   `clientHeaderTimeoutSeconds` (a client that connects and sends nothing, or sends
 //!   its head byte by byte, is closed);
 //! - a connection with no request in flight is closed after `clientIdleTimeoutSeconds`
-//!   (an idle keep-alive HTTP/1.1 connection, or an HTTP/2 one with no stream open;
-//!   for HTTP/1.1 that also bounds a slow head on a kept-alive connection);
+//!   (an idle keep-alive HTTP/1.1 connection, or an HTTP/2 one with no stream open);
+//!   a later HTTP/1.1 head is held to `clientHeaderTimeoutSeconds` from its first bytes;
 //! - an HTTP/2 peer that stops answering pings is dropped after
 //!   [`HTTP2_KEEP_ALIVE_INTERVAL`] plus [`HTTP2_KEEP_ALIVE_TIMEOUT`].
 //!

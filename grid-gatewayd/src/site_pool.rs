@@ -244,7 +244,12 @@ impl SitePool {
                 None => connect(connector, authority).await?,
             };
             match exchange(conn, &head, out.body, out.method, deadline).await {
-                Ok((answer, conn)) => return Ok(self.answer(answer, conn)),
+                Ok((answer, conn)) => {
+                    return self.answer(answer, conn).map_err(|e| SiteError::Exchange {
+                        authority: Arc::from(authority),
+                        source: e.into(),
+                    });
+                }
                 Err(Failed::Unwritten(_)) if sent_again(reused, attempts) => {}
                 Err(Failed::Unwritten(e) | Failed::After(e)) => {
                     return Err(SiteError::Exchange {
@@ -257,18 +262,32 @@ impl SitePool {
     }
 
     /// The answer to hand on: its head, and a body that reads `conn`.
-    fn answer(self: &Arc<Self>, head: AnswerHead, conn: Conn) -> Response<PooledBody> {
-        let body = PooledBody {
+    ///
+    /// # Errors
+    ///
+    /// A chunked body malformed in the bytes that came with the head: the exchange
+    /// fails (a 502, since nothing of the answer was sent yet) rather than the answer
+    /// being begun and then cut.
+    fn answer(
+        self: &Arc<Self>,
+        head: AnswerHead,
+        conn: Conn,
+    ) -> Result<Response<PooledBody>, WireError> {
+        let mut body = PooledBody {
             decoder: BodyDecoder::new(head.framing),
+            first: None,
             reusable: head.reusable,
             conn: Some(conn),
             home: Some(Arc::clone(self)),
         };
+        if head.framing == h1_wire::Framing::Chunked {
+            body.decode_first()?;
+        }
         let mut resp = Response::new(body);
         *resp.status_mut() = head.status;
         *resp.version_mut() = Version::HTTP_11;
         *resp.headers_mut() = head.headers;
-        resp
+        Ok(resp)
     }
 
     /// The most recent idle connection to `authority` that is still open and quiet.
@@ -412,6 +431,8 @@ async fn exchange_unbounded(
 /// and hands back to its site's pool when it ends.
 pub(crate) struct PooledBody {
     decoder: BodyDecoder,
+    /// Data decoded with the head (a chunked body's first frame), handed on first.
+    first: Option<Bytes>,
     /// The answer allows the connection to carry another request.
     reusable: bool,
     conn: Option<Conn>,
@@ -419,6 +440,25 @@ pub(crate) struct PooledBody {
 }
 
 impl PooledBody {
+    /// Decodes the chunks that came in the same reads as the head, and whatever follows
+    /// them there (the next chunk line, the trailers), keeping the data for the first
+    /// frame: an error in those bytes is found before any of the answer is sent on.
+    fn decode_first(&mut self) -> Result<(), WireError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        if conn.read.is_empty() {
+            return Ok(());
+        }
+        if let Decoded::Data(data) = self.decoder.decode(&mut conn.read)? {
+            self.first = Some(data);
+            // The decoder stops after the data it gathered: at bytes still to come, at
+            // the end, or at an error, which is the exchange's too.
+            self.decoder.decode(&mut conn.read)?;
+        }
+        Ok(())
+    }
+
     fn finish(&mut self) {
         let Some(conn) = self.conn.take() else {
             return;
@@ -447,6 +487,9 @@ impl Body for PooledBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(data) = this.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
         loop {
             let Some(conn) = this.conn.as_mut() else {
                 // Ended, failed, or cut: nothing more.
@@ -477,10 +520,15 @@ impl Body for PooledBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.decoder.is_done() || self.conn.is_none()
+        self.first.is_none() && (self.decoder.is_done() || self.conn.is_none())
     }
 
     fn size_hint(&self) -> SizeHint {
+        // A chunked body with its first frame decoded stays of unknown size: it is
+        // framed toward the client as it came, chunk by chunk.
+        if self.first.is_some() {
+            return SizeHint::default();
+        }
         self.decoder
             .remaining()
             .map_or_else(SizeHint::default, SizeHint::with_exact)

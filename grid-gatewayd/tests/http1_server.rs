@@ -404,3 +404,184 @@ async fn a_client_still_sending_a_refused_body_reads_its_413_and_the_linger_ends
     assert!(ended.is_ok(), "the gateway read the refused body for ever");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the_connection_closed()
+{
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
+    let wire = "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\n\
+                transfer-encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n\
+                GET /metrics HTTP/1.1\r\nhost: g\r\n\r\n";
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(wire.as_bytes()).await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(
+        text.starts_with("HTTP/1.1 501 Not Implemented\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("\"code\":\"not_implemented\""), "{text}");
+    assert!(text.contains("connection: close\r\n"), "{text}");
+    assert_eq!(
+        text.matches("HTTP/1.1 ").count(),
+        1,
+        "nothing after: {text}"
+    );
+    assert!(up.seen().is_empty(), "nothing reached the site");
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            r#"grid_gateway_requests_total{outcome="not_implemented"}"#
+        ),
+        1,
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_http_1_1_request_without_host_or_with_two_is_refused_and_http_1_0_needs_none() {
+    let gw = start_gateway(|_| {}, &[("m", one("a", "http://127.0.0.1:9".into()))]).await;
+    for wire in [
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nhost: g\r\nhost: h\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(wire.as_bytes()).await.unwrap();
+        let text = read_to_close(&mut s).await;
+        assert!(
+            text.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{wire:?}: {text}"
+        );
+        assert!(text.contains("\"code\":\"invalid_request\""), "{text}");
+    }
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_body_with_a_bare_lf_in_a_chunk_extension_is_refused_with_400() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
+    let body = chat("m", "x");
+    // Read by a parser that ends the chunk line at the LF, the extension is a chunk of
+    // its own: the two would disagree on where the body ends.
+    let wire = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked\r\n\r\n\
+         {:x};a\nb\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(wire.as_bytes()).await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    assert!(text.contains("control byte"), "{text}");
+    assert!(up.seen().is_empty(), "nothing reached the site");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_site_answer_coded_other_than_chunked_alone_is_a_failed_exchange() {
+    let (url, site) = raw_site(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+          transfer-encoding: gzip, chunked\r\n\r\n2\r\n\x1f\x8b\r\n0\r\n\r\n",
+    )
+    .await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", url))]).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(post(&chat("m", "hi"), "connection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(text.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{text}");
+    assert!(text.contains("\"code\":\"upstream_failed\""), "{text}");
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        series(
+            &metrics,
+            r#"grid_gateway_upstream_failures_total{site="a",reason="request"}"#
+        ),
+        1,
+        "{metrics}"
+    );
+    gw.shutdown().await;
+    site.abort();
+}
+
+#[tokio::test]
+async fn a_site_answer_whose_first_chunk_has_a_nul_in_its_extension_is_a_failed_exchange() {
+    let (url, site) = raw_site(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
+          5;x=\x00\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", url))]).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(post(&chat("m", "hi"), "connection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let text = read_to_close(&mut s).await;
+    // Found with the head, before any of the answer was sent: a 502, not a 200 cut.
+    assert!(text.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{text}");
+    assert!(!text.contains("hello"), "{text}");
+    gw.shutdown().await;
+    site.abort();
+}
+
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_on_a_request_refused_by_its_head_gets_the_refusal() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| c.body_limit_bytes = 1024,
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    for (head, status) in [
+        (
+            "POST /v1/nothing-here HTTP/1.1\r\nhost: g\r\ncontent-length: 10\r\n",
+            "404 Not Found",
+        ),
+        (
+            "PUT /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 10\r\n",
+            "405 Method Not Allowed",
+        ),
+        (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 1025\r\n",
+            "413 Payload Too Large",
+        ),
+    ] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(format!("{head}expect: 100-continue\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let text = read_to_close(&mut s).await;
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+            "{head:?}: {text}"
+        );
+        assert!(!text.contains("100 Continue"), "{text}");
+        assert!(
+            text.contains("connection: close\r\n"),
+            "its body was not read: {text}"
+        );
+    }
+    // A body at the limit is still asked for.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 1024\r\n\
+          expect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read_until(&mut s, "\r\n\r\n").await,
+        "HTTP/1.1 100 Continue\r\n\r\n"
+    );
+    drop(s);
+    assert!(up.seen().is_empty());
+    gw.shutdown().await;
+}

@@ -311,3 +311,52 @@ async fn a_gateway_at_its_connection_cap_still_answers_probes_on_its_reserved_co
     drop(open);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_slow_second_head_on_a_kept_alive_connection_is_held_to_the_header_bound() {
+    let gw = start_gateway(
+        |c| {
+            c.client_header_timeout_ms = BOUND_MS;
+            // Far past the test: only the header bound can close the connection in time.
+            c.client_idle_timeout_ms = 600_000;
+        },
+        &[("m", one("a", "http://127.0.0.1:9".into()))],
+    )
+    .await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: g\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(WITHIN, s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed before the first answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    // The second head begins and never ends.
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: g\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert!(
+        closed_by_gateway(&mut s).await,
+        "a head trickled on a kept-alive connection held it past the header bound"
+    );
+    // The gateway saw the head begin a little before `started`.
+    assert!(started.elapsed() >= Duration::from_millis(BOUND_MS - 50));
+    let text = gw.metrics().await;
+    assert_eq!(
+        series(
+            &text,
+            r#"grid_gateway_connections_closed_total{reason="header_timeout"}"#
+        ),
+        1,
+        "{text}"
+    );
+    gw.shutdown().await;
+}

@@ -4,9 +4,12 @@
 //! server did), and its body framing is decided here once, by RFC 9112 section 6.3 as it
 //! binds a server: `Transfer-Encoding` must end in `chunked` and may not come with a
 //! `Content-Length` or in HTTP/1.0 (each a way to smuggle a second request past a proxy,
-//! so each is refused with 400 and the connection closed); differing `Content-Length`s
-//! are refused; a request with neither has no body. The body itself is read with the
-//! same [`BodyDecoder`](crate::BodyDecoder) a site's answer is.
+//! so each is refused with 400 and the connection closed); a body chunked after other
+//! codings is refused as not implemented (501: the gateway decodes `chunked` alone);
+//! differing `Content-Length`s are refused; a request with neither has no body. An
+//! HTTP/1.1 request without `Host`, or any request with two, is refused (RFC 9112
+//! section 3.2: a server must answer 400). The body itself is read with the same
+//! [`BodyDecoder`](crate::BodyDecoder) a site's answer is.
 
 use std::mem::MaybeUninit;
 
@@ -52,7 +55,9 @@ pub struct RequestHead {
 /// use bytes::BytesMut;
 /// use grid_h1_wire::{Framing, parse_request};
 ///
-/// let mut buf = BytesMut::from(&b"POST /v1/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}"[..]);
+/// let mut buf = BytesMut::from(
+///     &b"POST /v1/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 2\r\n\r\n{}"[..],
+/// );
 /// let head = parse_request(&mut buf).unwrap().expect("a whole head");
 /// assert_eq!(head.framing, Framing::Length(2));
 /// assert_eq!(&buf[..], b"{}", "the body stays in the buffer");
@@ -60,10 +65,11 @@ pub struct RequestHead {
 ///
 /// # Errors
 ///
-/// A head that is malformed ([`WireError::RequestHead`]), larger than
-/// [`MAX_REQUEST_HEAD_BYTES`] or with more than [`MAX_REQUEST_HEADERS`] fields
-/// ([`WireError::RequestHeadTooLarge`]), or whose body framing is ambiguous
-/// ([`WireError::RequestFraming`]).
+/// A head that is malformed or has no `Host` (HTTP/1.1) or two
+/// ([`WireError::RequestHead`]), larger than [`MAX_REQUEST_HEAD_BYTES`] or with more
+/// than [`MAX_REQUEST_HEADERS`] fields ([`WireError::RequestHeadTooLarge`]), whose body
+/// framing is ambiguous ([`WireError::RequestFraming`]), or whose body is chunked after
+/// other codings ([`WireError::RequestCoding`]).
 pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireError> {
     let mut spans = shared_head::Fields::<MAX_REQUEST_HEADERS>::new();
     let (len, method, target, version) = {
@@ -100,6 +106,16 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, WireErro
     let uri = Uri::from_maybe_shared(head.slice(target.0..target.1))
         .map_err(|e| WireError::RequestHead(e.to_string()))?;
     let (headers, noted) = shared_head::header_map(&head, &spans, WireError::RequestHead)?;
+    // RFC 9112 section 3.2: a server answers 400 to an HTTP/1.1 request without `Host`
+    // and to any with more than one (two hosts are two readings of where it goes).
+    if noted.hosts > 1 {
+        return Err(WireError::RequestHead("more than one host field".into()));
+    }
+    if noted.hosts == 0 && version == Version::HTTP_11 {
+        return Err(WireError::RequestHead(
+            "no host field in an HTTP/1.1 request".into(),
+        ));
+    }
     let framing = request_framing(version, noted)?;
     let says = |token: &str| {
         noted.connection
@@ -139,10 +155,15 @@ fn request_framing(version: Version, noted: shared_head::Noted) -> Result<Framin
                 "both transfer-encoding and content-length",
             ));
         }
-        if noted.coding != shared_head::Coding::Chunked {
+        if !noted.coding.ends_in_chunked() {
             return Err(WireError::RequestFraming(
                 "a transfer-encoding that does not end in chunked",
             ));
+        }
+        // Framed by its chunks, but coded otherwise too: decoding the chunks alone would
+        // forward a body whose other codings are lost (RFC 9112 section 6.1's 501).
+        if !noted.coding.is_chunked_only() {
+            return Err(WireError::RequestCoding);
         }
         return Ok(Framing::Chunked);
     }
@@ -180,7 +201,7 @@ mod tests {
 
     #[test]
     fn the_head_is_taken_off_the_buffer_and_what_follows_left_in_it() {
-        let mut buf = BytesMut::from(&b"GET /a HTTP/1.1\r\nx-v: 1\r\n\r\nGET /b"[..]);
+        let mut buf = BytesMut::from(&b"GET /a HTTP/1.1\r\nhost: g\r\nx-v: 1\r\n\r\nGET /b"[..]);
         let h = parse_request(&mut buf).unwrap().unwrap();
         assert_eq!(
             (h.uri.path(), h.headers["x-v"].as_bytes()),
@@ -207,54 +228,99 @@ mod tests {
     #[test]
     fn a_request_with_neither_length_nor_coding_has_no_body() {
         assert_eq!(
-            head("GET /v1/models HTTP/1.1\r\n\r\n").framing,
+            head("GET /v1/models HTTP/1.1\r\nhost: g\r\n\r\n").framing,
             Framing::Empty
         );
         assert_eq!(
-            head("POST / HTTP/1.1\r\ncontent-length: 0\r\n\r\n").framing,
+            head("POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 0\r\n\r\n").framing,
             Framing::Empty
         );
     }
 
     #[test]
     fn a_chunked_request_is_framed_as_chunked() {
-        let h = head("POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n");
+        let h = head("POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: Chunked\r\n\r\n");
         assert_eq!(h.framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn a_body_chunked_after_other_codings_is_refused_as_not_implemented() {
+        for codings in [
+            "transfer-encoding: gzip, chunked\r\n",
+            "transfer-encoding: identity, chunked\r\n",
+            "transfer-encoding: x-unknown\r\ntransfer-encoding: chunked\r\n",
+            "transfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n",
+        ] {
+            let text = format!("POST / HTTP/1.1\r\nhost: g\r\n{codings}\r\n");
+            assert_eq!(
+                parse(text.as_bytes()).0.unwrap_err(),
+                WireError::RequestCoding,
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_http_1_1_request_without_host_or_any_with_two_is_refused_and_http_1_0_needs_none() {
+        for bad in [
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+            b"GET http://g/ HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: a\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.0\r\nhost: a\r\nhost: b\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse(bad).0, Err(WireError::RequestHead(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            head("GET /healthz HTTP/1.0\r\n\r\n").version,
+            Version::HTTP_10
+        );
     }
 
     #[test]
     fn ambiguous_framing_is_refused_as_a_smuggling_vector() {
         for text in [
-            "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
-            "POST / HTTP/1.1\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: identity\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked,\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ntransfer-encoding: chunked\r\ntransfer-encoding: \r\n\r\n",
             "POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
-            "POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
-            "POST / HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
-            "POST / HTTP/1.1\r\ncontent-length: 1 2\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: -1\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 1 2\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 3, 3\r\n\r\n",
         ] {
             assert!(
                 matches!(parse(text.as_bytes()).0, Err(WireError::RequestFraming(_))),
                 "{text:?}"
             );
         }
-        let h = head("POST / HTTP/1.1\r\ncontent-length: 3, 3\r\n\r\n");
+        let h =
+            head("POST / HTTP/1.1\r\nhost: g\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n");
         assert_eq!(
             h.framing,
             Framing::Length(3),
-            "equal repeats are one length"
+            "equal repeats in separate fields are one length"
         );
     }
 
     #[test]
     fn keep_alive_follows_the_version_and_the_connection_field() {
-        assert!(!head("GET / HTTP/1.1\r\nconnection: keep-alive, close\r\n\r\n").keep_alive);
+        assert!(
+            !head("GET / HTTP/1.1\r\nhost: g\r\nconnection: keep-alive, close\r\n\r\n").keep_alive
+        );
         assert!(!head("GET / HTTP/1.0\r\n\r\n").keep_alive);
         assert!(head("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n").keep_alive);
     }
 
     #[test]
     fn expect_100_continue_is_seen_on_http_1_1_only() {
-        let text = "POST / HTTP/1.1\r\nexpect: 100-Continue\r\ncontent-length: 1\r\n\r\n";
+        let text =
+            "POST / HTTP/1.1\r\nhost: g\r\nexpect: 100-Continue\r\ncontent-length: 1\r\n\r\n";
         assert!(head(text).expects_continue);
         let text = "POST / HTTP/1.0\r\nexpect: 100-continue\r\ncontent-length: 1\r\n\r\n";
         assert!(!head(text).expects_continue);
@@ -262,7 +328,7 @@ mod tests {
 
     #[test]
     fn empty_lines_before_the_request_line_are_skipped() {
-        let text = "\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n";
+        let text = "\r\n\r\nGET /healthz HTTP/1.1\r\nhost: g\r\n\r\n";
         assert_eq!(head(text).uri.path(), "/healthz");
     }
 
@@ -290,7 +356,7 @@ mod tests {
     #[test]
     fn a_head_at_the_size_limit_is_read_and_one_past_it_refused() {
         let filler = |total: usize| {
-            let start = "GET / HTTP/1.1\r\nx-fill: ";
+            let start = "GET / HTTP/1.1\r\nhost: g\r\nx-fill: ";
             let end = "\r\n\r\n";
             format!(
                 "{start}{}{end}",
@@ -322,8 +388,9 @@ mod tests {
     #[test]
     fn a_head_with_the_most_fields_is_read_and_one_more_refused() {
         let with = |n: usize| {
-            let mut t = String::from("GET / HTTP/1.1\r\n");
-            for i in 0..n {
+            // `Host` is one of the `n` fields.
+            let mut t = String::from("GET / HTTP/1.1\r\nhost: g\r\n");
+            for i in 1..n {
                 let _ = write!(t, "x-{i}: v\r\n");
             }
             t + "\r\n"
@@ -353,7 +420,7 @@ mod tests {
             len in 0u64..10_000,
             cut in 0usize..60,
         ) {
-            let text = format!("POST /v1/completions HTTP/1.1\r\ncontent-length: {len}\r\n\r\n");
+            let text = format!("POST /v1/completions HTTP/1.1\r\nhost: g\r\ncontent-length: {len}\r\n\r\n");
             let cut = cut.min(text.len() - 1);
             prop_assert!(matches!(parse(&text.as_bytes()[..cut]), (Ok(None), 0)));
             let framing = match parse(text.as_bytes()) {

@@ -27,13 +27,21 @@
 //! hyper's client connection did this through two channels (the request to its
 //! dispatcher, the head back) and a one-frame body channel per chunk; for a streamed
 //! answer that hand-over was most of the gateway's work (`docs/benchmarks.md`). What it
-//! checked is checked here too, and every size is bounded: a head of at most
+//! checked is checked here too, never more loosely (the `h1_request` and `h1_answer` fuzz
+//! targets hold both to the same bytes), and every size is bounded: a head of at most
 //! [`MAX_ANSWER_HEAD_BYTES`] with at most [`MAX_ANSWER_HEADERS`] fields, a chunk-size
-//! line of at most [`MAX_CHUNK_LINE_BYTES`], trailers of at most [`MAX_TRAILER_BYTES`]
-//! (read and dropped: the gateway forwards none). Framing follows RFC 9112 section 6.3:
-//! no body for 1xx, 204 and 304; `Transfer-Encoding` ending in `chunked` wins over a
-//! `Content-Length` (and the connection is not reused after such an answer); any other
-//! `Transfer-Encoding` reads until close; differing `Content-Length`s are refused.
+//! line of at most [`MAX_CHUNK_LINE_BYTES`], at most [`MAX_CHUNK_EXTENSION_BYTES`] of
+//! chunk extensions per body, trailers of at most [`MAX_TRAILER_BYTES`] in at most
+//! [`MAX_TRAILER_FIELDS`] fields (read and dropped: the gateway forwards none). A chunk
+//! extension or a trailer with a control byte (a bare CR or LF, NUL; a tab only where
+//! RFC 9112 allows whitespace), or a trailer line that is not a `name: value` field, is
+//! refused: two readers that split such a line differently disagree on where the body
+//! ends. Framing follows RFC 9112 section 6.3: no body for 1xx, 204 and 304;
+//! `Transfer-Encoding: chunked` wins over a `Content-Length` (and the connection is not
+//! reused after such an answer); an answer with any other coding, or with
+//! `Transfer-Encoding` in HTTP/1.0, is refused (the gateway re-frames every body, so a
+//! coding it does not decode would reach the client lost); differing `Content-Length`s
+//! are refused.
 
 pub mod client_answer;
 pub mod client_request;
@@ -54,8 +62,16 @@ pub const MAX_ANSWER_HEAD_BYTES: usize = 64 * 1024;
 pub const MAX_ANSWER_HEADERS: usize = 100;
 /// The longest chunk-size line, extensions included.
 pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
-/// The most trailer bytes after the last chunk.
-pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// The most bytes of chunk extensions in one body, each counted from its `;` to the end
+/// of its line: hyper's 16 KiB (which it counts without the `;`, so it reads at least as
+/// much).
+pub const MAX_CHUNK_EXTENSION_BYTES: usize = 16 * 1024;
+/// The most bytes of a trailer section: its field lines and the empty line that ends it,
+/// line ends included. hyper refuses a section on reaching 16 KiB, so the most it reads is
+/// one byte less; the gateway reads no more than hyper would.
+pub const MAX_TRAILER_BYTES: usize = 16 * 1024 - 1;
+/// The most trailer fields (hyper's, the same as its most header fields).
+pub const MAX_TRAILER_FIELDS: usize = 100;
 /// The most interim (1xx) answers before the final one.
 pub const MAX_INTERIM_ANSWERS: usize = 8;
 
@@ -85,9 +101,25 @@ pub enum WireError {
     /// A chunk's data is not followed by CRLF.
     #[error("a chunked body has a chunk without its CRLF")]
     ChunkEnd,
-    /// The trailers are longer than [`MAX_TRAILER_BYTES`].
+    /// A chunk extension has a control byte (a bare CR or LF, NUL, DEL; a tab is
+    /// whitespace there).
+    #[error("a chunked body has a chunk extension with a control byte")]
+    ChunkExtension,
+    /// The body's chunk extensions are longer than [`MAX_CHUNK_EXTENSION_BYTES`].
+    #[error("a chunked body has more chunk extensions than the gateway reads")]
+    ChunkExtensionsTooLarge,
+    /// A trailer line is not a `name: value` field (a name that is not a token, no colon,
+    /// whitespace before it, a line folded onto the one before, a control byte).
+    #[error("a chunked body has a trailer that is not a field")]
+    Trailer,
+    /// The trailers are longer than [`MAX_TRAILER_BYTES`] or more than
+    /// [`MAX_TRAILER_FIELDS`].
     #[error("a chunked body has more trailers than the gateway reads")]
     TrailersTooLarge,
+    /// A site's answer has a transfer coding other than `chunked` alone, or any in
+    /// HTTP/1.0: the gateway would forward its body with the coding lost.
+    #[error("the site's answer has a transfer coding the gateway does not decode")]
+    AnswerCoding,
     /// The connection ended before the body did.
     #[error("the connection closed before the body's end")]
     Truncated,
@@ -102,6 +134,11 @@ pub enum WireError {
     /// A client's request frames its body ambiguously (RFC 9112 section 6.3).
     #[error("the request's body framing cannot be trusted: {0}")]
     RequestFraming(&'static str),
+    /// A client's request body is chunked after other transfer codings (`gzip, chunked`,
+    /// `identity, chunked`, `chunked` twice): RFC 9112 section 6.1's 501, since the
+    /// gateway decodes `chunked` alone and would forward the body with its coding lost.
+    #[error("the request's transfer coding is not implemented: only chunked is")]
+    RequestCoding,
 }
 
 /// How an answer's body ends.
@@ -192,7 +229,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
     }
     let head = buf.split_to(len).freeze();
     let (headers, noted) = shared_head::header_map(&head, &spans, WireError::Head)?;
-    let (framing, sure) = framing(status, method, noted)?;
+    let (framing, sure) = framing(status, method, http11, noted)?;
     let reusable = http11
         && sure
         && framing != Framing::UntilClose
@@ -213,6 +250,7 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireErr
 fn framing(
     status: StatusCode,
     method: &Method,
+    http11: bool,
     noted: shared_head::Noted,
 ) -> Result<(Framing, bool), WireError> {
     if *method == Method::HEAD
@@ -222,12 +260,14 @@ fn framing(
         return Ok((Framing::Empty, true));
     }
     if noted.coding != shared_head::Coding::Absent {
+        // Any coding but `chunked` alone would reach the client undone (the gateway
+        // re-frames the body and drops the field), and HTTP/1.0 has no transfer codings
+        // (RFC 9112 section 6.1: such framing is faulty).
+        if !http11 || !noted.coding.is_chunked_only() {
+            return Err(WireError::AnswerCoding);
+        }
         let sure = noted.length == shared_head::Length::Absent;
-        return Ok(if noted.coding == shared_head::Coding::Chunked {
-            (Framing::Chunked, sure)
-        } else {
-            (Framing::UntilClose, false)
-        });
+        return Ok((Framing::Chunked, sure));
     }
     match noted.length {
         shared_head::Length::Is(0) => Ok((Framing::Empty, true)),
@@ -235,6 +275,20 @@ fn framing(
         shared_head::Length::Absent => Ok((Framing::UntilClose, false)),
         shared_head::Length::Unusable => Err(WireError::ContentLength),
     }
+}
+
+/// Whether an answer's `headers` name a transfer coding other than `chunked` alone: the
+/// rule [`parse_head`] refuses an answer by ([`WireError::AnswerCoding`]), for an answer
+/// another HTTP/1.1 client read (hyper's, which decodes the chunks and keeps the field).
+#[must_use]
+pub fn coded_other_than_chunked(headers: &HeaderMap) -> bool {
+    let coding = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .fold(shared_head::Coding::Absent, |coding, value| {
+            coding.add(value.as_bytes())
+        });
+    coding != shared_head::Coding::Absent && !coding.is_chunked_only()
 }
 
 /// Whether the site said it closes the connection after this answer.
@@ -255,9 +309,11 @@ pub fn list_tokens(headers: &HeaderMap, name: HeaderName) -> impl DoubleEndedIte
 }
 
 /// Writes a request head for `body_len` bytes of body into `out`: `headers` as given
-/// (hop-by-hop and `Host` already removed by the proxy), then `Host` and the body's own
-/// `Content-Length` (a client's `Content-Length` is not forwarded: the body was read
-/// whole, and its length is what is sent).
+/// (hop-by-hop ones already removed by the proxy), then `Host` and the body's own
+/// `Content-Length`. The framing and `Host` fields are this encoder's own whatever the
+/// caller left in `headers`: a client's `Content-Length`, `Transfer-Encoding` or `Host`
+/// is never written, since the body is sent whole and framed by its length, and a
+/// second framing field would let the site read a different body than the one routed.
 pub fn encode_request(
     method: &Method,
     target: &str,
@@ -278,7 +334,7 @@ pub fn encode_request(
     out.put_slice(host.as_bytes());
     out.put_slice(b"\r\n");
     for (n, v) in headers {
-        if n == header::CONTENT_LENGTH || n == header::HOST {
+        if n == header::CONTENT_LENGTH || n == header::HOST || n == header::TRANSFER_ENCODING {
             continue;
         }
         out.put_slice(n.as_str().as_bytes());
@@ -336,14 +392,16 @@ enum Chunk {
     Data(u64),
     /// After a chunk's data, at its CRLF.
     DataEnd,
-    /// After the last chunk, at the trailers, this many bytes of them read so far.
-    Trailers(usize),
+    /// After the last chunk, at the trailers: the bytes and fields of them read so far.
+    Trailers(usize, usize),
 }
 
 /// Frames an answer's body out of the connection's read buffer.
 #[derive(Debug)]
 pub struct BodyDecoder {
     state: State,
+    /// Bytes of chunk extensions read so far (at most [`MAX_CHUNK_EXTENSION_BYTES`]).
+    extensions: usize,
 }
 
 #[derive(Debug)]
@@ -364,7 +422,10 @@ impl BodyDecoder {
             Framing::Chunked => State::Chunked(Chunk::Size),
             Framing::UntilClose => State::UntilClose,
         };
-        Self { state }
+        Self {
+            state,
+            extensions: 0,
+        }
     }
 
     /// Whether the body has ended.
@@ -413,7 +474,11 @@ impl BodyDecoder {
     /// comes at the call after the data; so does an error found after some data, which
     /// leaves the decoder at the malformed part.
     fn decode_chunks(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
-        let State::Chunked(chunk) = &mut self.state else {
+        let Self {
+            state: State::Chunked(chunk),
+            extensions,
+        } = self
+        else {
             return Ok(Decoded::More);
         };
         // Gathered data lies in buf[start..end]; bytes up to `pos` are read.
@@ -427,13 +492,17 @@ impl BodyDecoder {
                         Ok(None) => break Ok(()),
                         Err(e) => break Err(e),
                     };
-                    let size = match chunk_size(&buf[pos..pos + line]) {
-                        Ok(size) => size,
+                    let (size, extension) = match chunk_size(&buf[pos..pos + line]) {
+                        Ok(read) => read,
                         Err(e) => break Err(e),
                     };
+                    *extensions += extension;
+                    if *extensions > MAX_CHUNK_EXTENSION_BYTES {
+                        break Err(WireError::ChunkExtensionsTooLarge);
+                    }
                     pos += line + 2;
                     *chunk = if size == 0 {
-                        Chunk::Trailers(0)
+                        Chunk::Trailers(0, 0)
                     } else {
                         Chunk::Data(size)
                     };
@@ -470,21 +539,29 @@ impl BodyDecoder {
                     pos += 2;
                     *chunk = Chunk::Size;
                 }
-                Chunk::Trailers(_) if end > start => break Ok(()),
-                Chunk::Trailers(seen) => {
-                    // A trailer line and its CRLF must fit in what is left.
-                    let room = MAX_TRAILER_BYTES.saturating_sub(seen).saturating_sub(2);
+                Chunk::Trailers(..) if end > start => break Ok(()),
+                Chunk::Trailers(seen, fields) => {
+                    // A line and its CRLF must fit in what is left (`seen` leaves room for
+                    // the empty line's CRLF at least: each field line below keeps it).
+                    let room = MAX_TRAILER_BYTES - seen - 2;
                     let line = match line_end(&buf[pos..], room) {
                         Ok(Some(line)) => line,
                         Ok(None) => break Ok(()),
                         Err(_) => break Err(WireError::TrailersTooLarge),
                     };
-                    pos += line + 2;
                     if line == 0 {
+                        pos += 2;
                         done = true;
                         break Ok(());
                     }
-                    *chunk = Chunk::Trailers(seen + line + 2);
+                    if fields == MAX_TRAILER_FIELDS || seen + line + 4 > MAX_TRAILER_BYTES {
+                        break Err(WireError::TrailersTooLarge);
+                    }
+                    if !is_field_line(&buf[pos..pos + line]) {
+                        break Err(WireError::Trailer);
+                    }
+                    pos += line + 2;
+                    *chunk = Chunk::Trailers(seen + line + 2, fields + 1);
                 }
             }
         };
@@ -531,9 +608,10 @@ fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, WireError> {
     }
 }
 
-/// The size of a chunk-size line: hexadecimal digits, then optional extensions after `;`
-/// (ignored), with optional whitespace before them.
-fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
+/// The size of a chunk-size line and the bytes of its extension: hexadecimal digits,
+/// then optional whitespace, then optional extensions from a `;` to the line's end,
+/// which are ignored but may carry no control byte (a tab is whitespace there).
+fn chunk_size(line: &[u8]) -> Result<(u64, usize), WireError> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
@@ -542,14 +620,38 @@ fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
         return Err(WireError::ChunkSize);
     }
     let rest = &line[digits..];
-    let ext = rest.iter().position(|b| !matches!(b, b' ' | b'\t'));
-    if let Some(at) = ext
-        && rest[at] != b';'
-    {
-        return Err(WireError::ChunkSize);
-    }
+    let extension = match rest.iter().position(|b| !matches!(b, b' ' | b'\t')) {
+        None => 0,
+        Some(at) if rest[at] == b';' => {
+            let extension = &rest[at..];
+            if extension.iter().any(|&b| shared_head::is_control(b)) {
+                return Err(WireError::ChunkExtension);
+            }
+            extension.len()
+        }
+        Some(_) => return Err(WireError::ChunkSize),
+    };
     let text = std::str::from_utf8(&line[..digits]).map_err(|_| WireError::ChunkSize)?;
-    u64::from_str_radix(text, 16).map_err(|_| WireError::ChunkSize)
+    let size = u64::from_str_radix(text, 16).map_err(|_| WireError::ChunkSize)?;
+    Ok((size, extension))
+}
+
+/// Whether a trailer `line` (without its CRLF) is a field, RFC 9112 section 5: a token,
+/// a colon right after it, then a value of visible bytes, spaces and tabs. A line that
+/// starts with whitespace (a fold, obsolete and refused as in a head) has no token first.
+fn is_field_line(line: &[u8]) -> bool {
+    let name = line
+        .iter()
+        .position(|&b| !is_token(b))
+        .unwrap_or(line.len());
+    name > 0
+        && line.get(name) == Some(&b':')
+        && !line[name + 1..].iter().any(|&b| shared_head::is_control(b))
+}
+
+/// Whether `b` is a token character (RFC 9110 section 5.6.2's `tchar`).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -679,14 +781,55 @@ mod tests {
         let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n");
         assert_eq!(h.framing, Framing::Chunked);
         assert!(!h.reusable);
-        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n");
-        assert_eq!(h.framing, Framing::UntilClose);
-        assert!(!h.reusable);
     }
 
     #[test]
-    fn differing_or_malformed_lengths_are_refused_and_equal_repeats_accepted() {
-        for bad in ["1, 2", "-1", "abc", "", "1 2", "99999999999999999999999"] {
+    fn an_answer_coded_other_than_chunked_alone_or_coded_in_http_1_0_is_refused() {
+        for (version, codings) in [
+            ("1.1", "transfer-encoding: gzip\r\n"),
+            ("1.1", "transfer-encoding: gzip, chunked\r\n"),
+            ("1.1", "transfer-encoding: identity\r\n"),
+            ("1.1", "transfer-encoding: chunked, x-unknown\r\n"),
+            (
+                "1.1",
+                "transfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n",
+            ),
+            ("1.1", "transfer-encoding: chunked,\r\n"),
+            ("1.0", "transfer-encoding: chunked\r\n"),
+        ] {
+            let text = format!("HTTP/{version} 200 OK\r\n{codings}\r\n");
+            assert_eq!(
+                parse(text.as_bytes(), &Method::POST).unwrap_err(),
+                WireError::AnswerCoding,
+                "{text:?}"
+            );
+        }
+        // An answer with no body has no coding to lose.
+        let text = "HTTP/1.1 204 No Content\r\ntransfer-encoding: gzip\r\n\r\n";
+        assert!(matches!(
+            parse(text.as_bytes(), &Method::POST),
+            Ok(Parsed::Head(
+                _,
+                AnswerHead {
+                    framing: Framing::Empty,
+                    ..
+                }
+            ))
+        ));
+    }
+
+    #[test]
+    fn differing_malformed_or_listed_lengths_are_refused_and_equal_repeats_accepted() {
+        for bad in [
+            "1, 2",
+            "4, 4",
+            "+4",
+            "-1",
+            "abc",
+            "",
+            "1 2",
+            "99999999999999999999999",
+        ] {
             let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
             assert_eq!(
                 parse(text.as_bytes(), &Method::POST).unwrap_err(),
@@ -694,7 +837,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\ncontent-length: 4\r\n\r\n");
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 4\r\n\r\n");
         assert_eq!(h.framing, Framing::Length(4));
     }
 
@@ -796,11 +939,12 @@ mod tests {
     }
 
     #[test]
-    fn trailers_up_to_the_limit_are_read_and_past_it_refused() {
+    fn a_trailer_section_at_the_limit_is_read_and_one_byte_longer_refused() {
         let with = |len: usize| {
-            // One trailer line of `len - 2` bytes plus its CRLF.
-            format!("0\r\nx: {}\r\n\r\n", "t".repeat(len - 5))
+            // One field line (`x: t...` and its CRLF) and the empty line: `len` bytes.
+            format!("0\r\nx: {}\r\n\r\n", "t".repeat(len - 7))
         };
+        assert_eq!(with(MAX_TRAILER_BYTES).len(), 3 + MAX_TRAILER_BYTES);
         assert!(decode_all(Framing::Chunked, with(MAX_TRAILER_BYTES).as_bytes(), 100).is_ok());
         assert_eq!(
             decode_all(
@@ -810,6 +954,103 @@ mod tests {
             )
             .unwrap_err(),
             WireError::TrailersTooLarge
+        );
+    }
+
+    #[test]
+    fn the_most_trailer_fields_are_read_and_one_more_refused() {
+        let with = |n: usize| format!("0\r\n{}\r\n", "t: 1\r\n".repeat(n));
+        assert!(decode_all(Framing::Chunked, with(MAX_TRAILER_FIELDS).as_bytes(), 9).is_ok());
+        assert_eq!(
+            decode_all(Framing::Chunked, with(MAX_TRAILER_FIELDS + 1).as_bytes(), 9).unwrap_err(),
+            WireError::TrailersTooLarge
+        );
+    }
+
+    #[test]
+    fn a_trailer_that_is_not_a_name_value_field_is_refused() {
+        for bad in [
+            &b"no colon"[..],
+            b": no name",
+            b"x : space before the colon",
+            b" folded: onto the line before",
+            b"\tfolded: by a tab",
+            b"x: a bare\nLF",
+            b"x: a bare\rCR",
+            b"x: a \x00 NUL",
+            b"x: a \x7f DEL",
+            b"x\x01: a control byte in the name",
+            b"x(y): not a token",
+        ] {
+            let mut wire = b"1\r\na\r\n0\r\nok: 1\r\n".to_vec();
+            wire.extend_from_slice(bad);
+            wire.extend_from_slice(b"\r\n\r\n");
+            let (body, ended) = match decode_all(Framing::Chunked, &wire, 64) {
+                Ok(read) => (read.0, Ok(())),
+                Err(e) => (Vec::new(), Err(e)),
+            };
+            assert_eq!(
+                ended,
+                Err(WireError::Trailer),
+                "{:?} {body:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Whitespace around the value, a tab in it, bytes past ASCII: a field.
+        let good = b"0\r\nx-a:\tv 1 \r\nx-b:\r\nx-c: caf\xc3\xa9\r\n\r\n";
+        assert!(decode_all(Framing::Chunked, good, 5).is_ok());
+    }
+
+    #[test]
+    fn a_chunk_extension_with_a_control_byte_is_refused_and_one_with_a_tab_read() {
+        for bad in [
+            &b"5;a\nb\r\nhello\r\n0\r\n\r\n"[..],
+            b"5;a\rb\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\x00\r\nhello\r\n0\r\n\r\n",
+            b"5;\x7f\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0;\x1b\r\n\r\n",
+        ] {
+            let mut d = BodyDecoder::new(Framing::Chunked);
+            let mut buf = BytesMut::from(bad);
+            let got = loop {
+                match d.decode(&mut buf) {
+                    Ok(Decoded::Data(_)) => {}
+                    other => break other,
+                }
+            };
+            assert_eq!(
+                got,
+                Err(WireError::ChunkExtension),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let (body, _) = decode_all(
+            Framing::Chunked,
+            b"5 ;\ta = \"q\t\xff\" ;b\r\nhello\r\n0\r\n\r\n",
+            3,
+        )
+        .unwrap();
+        assert_eq!(body, b"hello");
+    }
+
+    #[test]
+    fn chunk_extensions_up_to_the_limit_are_read_and_one_byte_more_refused() {
+        // 32 chunks with 512 bytes of extension each, `;` included: 16 KiB in all.
+        let with = |extra: usize| {
+            let mut wire = String::new();
+            for i in 0..32 {
+                let len = 511 + if i == 0 { extra } else { 0 };
+                let _ = write!(wire, "1;{}\r\nx\r\n", "e".repeat(len));
+            }
+            wire + "0\r\n\r\n"
+        };
+        assert_eq!(32 * 512, MAX_CHUNK_EXTENSION_BYTES);
+        let (body, _) = decode_all(Framing::Chunked, with(0).as_bytes(), 700).unwrap();
+        assert_eq!(body.len(), 32);
+        assert_eq!(
+            decode_all(Framing::Chunked, with(1).as_bytes(), 700).unwrap_err(),
+            WireError::ChunkExtensionsTooLarge
         );
     }
 
@@ -910,6 +1151,43 @@ mod tests {
             &mut out,
         );
         assert_eq!(&out[..], b"GET /v1/models HTTP/1.1\r\nhost: s\r\n\r\n");
+    }
+
+    #[test]
+    fn a_map_is_coded_other_than_chunked_by_the_rule_an_answer_head_is_refused_by() {
+        let map = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(header::TRANSFER_ENCODING, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(!coded_other_than_chunked(&HeaderMap::new()));
+        assert!(!coded_other_than_chunked(&map(&["chunked"])));
+        for other in [
+            &["gzip, chunked"][..],
+            &["gzip", "chunked"],
+            &["identity"],
+            &["chunked,"],
+        ] {
+            assert!(coded_other_than_chunked(&map(other)), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_head_never_carries_the_callers_transfer_encoding() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::HOST, HeaderValue::from_static("client"));
+        let mut out = BytesMut::new();
+        encode_request(&Method::POST, "/", "site", &h, 2, &mut out);
+        assert_eq!(
+            &out[..],
+            b"POST / HTTP/1.1\r\nhost: site\r\ncontent-length: 2\r\n\r\n"
+        );
     }
 
     proptest! {

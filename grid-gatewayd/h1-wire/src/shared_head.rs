@@ -53,18 +53,78 @@ pub(crate) struct Noted {
     pub(crate) expect: bool,
     /// What every `Content-Length` field says together.
     pub(crate) length: Length,
+    /// How many `Host` fields there are (saturating).
+    pub(crate) hosts: u8,
 }
 
 /// What a head's `Transfer-Encoding` fields say together.
+///
+/// Read as hyper reads it and no more loosely: the coding that frames the body is the
+/// last member of the last field (an empty member after a comma counts, so `chunked,`
+/// does not end in chunked), and the gateway decodes only `chunked` alone. Two readers of
+/// one head that disagree on where its body ends are how a request is smuggled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Coding {
     /// No such field.
     #[default]
     Absent,
-    /// The last coding they list is `chunked`.
-    Chunked,
-    /// Present, but the last coding they list (if any) is not `chunked`.
-    Other,
+    /// Present.
+    Listed {
+        /// Codings listed over every field (empty members not counted), saturating.
+        codings: u8,
+        /// The last field's last member is `chunked`.
+        chunked_last: bool,
+    },
+}
+
+impl Coding {
+    /// Adds one field's `value` (free of control bytes: checked by the caller).
+    pub(crate) fn add(self, value: &[u8]) -> Self {
+        let before = match self {
+            Self::Absent => 0,
+            Self::Listed { codings, .. } => codings,
+        };
+        // Nearly every one says just `chunked`: known without splitting the list.
+        let (codings, chunked_last) = if value.eq_ignore_ascii_case(b"chunked") {
+            (1, true)
+        } else if !is_text(value) {
+            // Not a list of tokens: a coding the gateway cannot name, nor decode.
+            (1, false)
+        } else {
+            let mut codings = 0u8;
+            let mut last: &[u8] = b"";
+            for member in value.split(|&b| b == b',') {
+                last = member.trim_ascii();
+                codings = codings.saturating_add(u8::from(!last.is_empty()));
+            }
+            (codings, last.eq_ignore_ascii_case(b"chunked"))
+        };
+        Self::Listed {
+            codings: before.saturating_add(codings),
+            chunked_last,
+        }
+    }
+
+    /// The body's coding is `chunked` and nothing else: the one coding the gateway
+    /// decodes.
+    pub(crate) fn is_chunked_only(self) -> bool {
+        self == Self::Listed {
+            codings: 1,
+            chunked_last: true,
+        }
+    }
+
+    /// The last coding applied is `chunked`: the body is framed by its chunks (RFC 9112
+    /// section 6.3), whatever other codings came before.
+    pub(crate) fn ends_in_chunked(self) -> bool {
+        matches!(
+            self,
+            Self::Listed {
+                chunked_last: true,
+                ..
+            }
+        )
+    }
 }
 
 /// What a head's `Content-Length` fields say together.
@@ -80,26 +140,17 @@ pub(crate) enum Length {
 }
 
 impl Length {
-    /// Adds one field's `value`: a comma list of lengths (RFC 9110 section 8.6 lets a
-    /// recipient take a list of equal lengths as one), each trimmed, all digits, all
-    /// equal to what came before; a byte that is not visible ASCII or a tab makes the
-    /// whole unusable.
+    /// Adds one field's `value`: one decimal length, digits only (no sign, no
+    /// whitespace, no list), equal to any length before it. Equal repeats in separate
+    /// fields are one length (RFC 9110 section 8.6); a list in one field, which that
+    /// section lets a recipient either merge or refuse, is refused, as hyper's server
+    /// refuses it: two readers must never frame one body two ways.
     pub(crate) fn add(self, value: &[u8]) -> Self {
-        if self == Self::Unusable || !is_text(value) {
-            return Self::Unusable;
+        match (self, decimal(value)) {
+            (Self::Unusable, _) | (_, None) => Self::Unusable,
+            (Self::Is(l), Some(n)) if l != n => Self::Unusable,
+            (_, Some(n)) => Self::Is(n),
         }
-        let mut length = self;
-        for part in value.split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            let Some(n) = decimal(part) else {
-                return Self::Unusable;
-            };
-            length = match length {
-                Self::Is(l) if l != n => return Self::Unusable,
-                _ => Self::Is(n),
-            };
-        }
-        length
     }
 }
 
@@ -117,24 +168,18 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// Whether `b` is a control byte a field may not carry: below a space except a tab, or
+/// DEL (RFC 9110 section 5.5).
+pub(crate) fn is_control(b: u8) -> bool {
+    (b < b' ' && b != b'\t') || b == 0x7f
+}
+
 /// Whether `value` is visible ASCII and tabs only: what `HeaderValue::to_str` accepts,
 /// and so what the list fields were read as before they were noted here.
 fn is_text(value: &[u8]) -> bool {
     value
         .iter()
         .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-}
-
-/// The last non-empty coding a `Transfer-Encoding` `value` lists, trimmed, if any (a
-/// value that is not visible ASCII lists none).
-fn last_coding(value: &[u8]) -> Option<&[u8]> {
-    if !is_text(value) {
-        return None;
-    }
-    value
-        .split(|&b| b == b',')
-        .map(<[u8]>::trim_ascii)
-        .rfind(|c| !c.is_empty())
 }
 
 /// The header map of `head`, its values pointing into it, and what its framing fields
@@ -158,28 +203,19 @@ pub(crate) fn header_map(
             noted.length = noted.length.add(&head[v0..v1]);
         } else if name == header::TRANSFER_ENCODING {
             let value = &head[v0..v1];
-            // Nearly every one says just `chunked`: known without splitting the list.
-            noted.coding = if value.eq_ignore_ascii_case(b"chunked") {
-                Coding::Chunked
-            } else {
-                // Still refused as the map refuses any other field's value (a control
-                // byte other than a tab, or DEL), without building the value.
-                if value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
-                    return Err(malformed("failed to parse header value".into()));
-                }
-                match last_coding(value) {
-                    Some(last) if last.eq_ignore_ascii_case(b"chunked") => Coding::Chunked,
-                    Some(_) => Coding::Other,
-                    // A field that lists nothing leaves the last coding as it was.
-                    None if noted.coding == Coding::Absent => Coding::Other,
-                    None => noted.coding,
-                }
-            };
+            // Refused as the map refuses any other field's value (a control byte other
+            // than a tab, or DEL), without building the value.
+            if value.iter().any(|&b| is_control(b)) {
+                return Err(malformed("failed to parse header value".into()));
+            }
+            noted.coding = noted.coding.add(value);
             continue;
         } else if name == header::CONNECTION {
             noted.connection = true;
         } else if name == header::EXPECT {
             noted.expect = true;
+        } else if name == header::HOST {
+            noted.hosts = noted.hosts.saturating_add(1);
         }
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|e| malformed(e.to_string()))?;
@@ -193,27 +229,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The rule as it read the map before the fields were noted while building it: the
-    /// reference the noting must agree with.
+    /// The rule read from the map, as hyper's server reads it: the reference the noting
+    /// must agree with.
     fn by_the_map(headers: &HeaderMap) -> Length {
         let mut length = Length::Absent;
         for v in headers.get_all(header::CONTENT_LENGTH) {
-            let Ok(text) = v.to_str() else {
-                return Length::Unusable;
+            // hyper's server: each field one number, all digits.
+            let text = v.as_bytes();
+            let n = if !text.is_empty() && text.iter().all(u8::is_ascii_digit) {
+                std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok())
+            } else {
+                None
             };
-            for part in text.split(',') {
-                let part = part.trim();
-                let n = if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-                    part.parse::<u64>().ok()
-                } else {
-                    None
-                };
-                length = match (n, length) {
-                    (None, _) => return Length::Unusable,
-                    (Some(n), Length::Is(l)) if l != n => return Length::Unusable,
-                    (Some(n), _) => Length::Is(n),
-                };
-            }
+            length = match (n, length) {
+                (None, _) => return Length::Unusable,
+                (Some(n), Length::Is(l)) if l != n => return Length::Unusable,
+                (Some(n), _) => Length::Is(n),
+            };
         }
         length
     }
@@ -242,12 +276,55 @@ mod tests {
         let (map, noted) = header_map(&head, &spans, WireError::Head).unwrap();
         assert_eq!(map.len(), 2, "transfer-encoding is read, not kept: {map:?}");
         assert!(noted.connection && !noted.expect);
-        assert_eq!(noted.coding, Coding::Chunked);
+        assert!(noted.coding.is_chunked_only());
         assert_eq!(noted.length, Length::Absent);
+        assert_eq!(noted.hosts, 0);
         let (head, spans) = head_of(&[("expect", b"100-continue".to_vec())]);
         let (_, noted) = header_map(&head, &spans, WireError::Head).unwrap();
         assert!(noted.expect && !noted.connection);
         assert_eq!(noted.coding, Coding::Absent);
+        let (head, spans) = head_of(&[("Host", b"a".to_vec()), ("host", b"b".to_vec())]);
+        let (map, noted) = header_map(&head, &spans, WireError::Head).unwrap();
+        assert_eq!(noted.hosts, 2, "each host field is counted: {map:?}");
+    }
+
+    #[test]
+    fn only_chunked_alone_is_chunked_only_and_the_last_member_of_the_last_field_frames() {
+        let coding = |values: &[&[u8]]| {
+            values
+                .iter()
+                .fold(Coding::Absent, |coding, value| coding.add(value))
+        };
+        for only in [
+            &[&b"chunked"[..]][..],
+            &[b"CHUNKED"],
+            &[b" chunked "],
+            &[b", chunked"],
+            &[b"", b"chunked"],
+        ] {
+            assert!(coding(only).is_chunked_only(), "{only:?}");
+        }
+        // Framed by chunks, but with codings the gateway does not decode.
+        for others in [
+            &[&b"gzip, chunked"[..]][..],
+            &[b"gzip", b"chunked"],
+            &[b"chunked", b"chunked"],
+            &[b"identity,chunked"],
+        ] {
+            let c = coding(others);
+            assert!(c.ends_in_chunked() && !c.is_chunked_only(), "{others:?}");
+        }
+        // Not ending in chunked, as hyper reads it: an empty last member or field counts.
+        for not in [
+            &[&b"chunked,"[..]][..],
+            &[b"chunked", b""],
+            &[b"chunked, gzip"],
+            &[b"identity"],
+            &[b""],
+            &[b"chunked\x80"],
+        ] {
+            assert!(!coding(not).ends_in_chunked(), "{not:?}");
+        }
     }
 
     #[test]
@@ -285,23 +362,41 @@ mod tests {
 
     proptest! {
         #[test]
-        fn the_noted_coding_agrees_with_reading_the_map(
+        fn the_noted_coding_agrees_with_reading_the_map_as_hyper_frames_it(
             values in field_values(b"chunked, \tgzipCHUNK\x80", 1..4),
         ) {
             let mut map = HeaderMap::new();
             for v in &values {
                 map.append(header::TRANSFER_ENCODING, HeaderValue::from_bytes(v).unwrap());
             }
-            let by_the_map = crate::list_tokens(&map, header::TRANSFER_ENCODING)
-                .rfind(|c| !c.is_empty())
-                .is_some_and(|c| c.eq_ignore_ascii_case("chunked"));
+            // hyper's rule (`is_chunked`): the last field's last member, empty or not.
+            let chunked_last = map
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .next_back()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+            // Chunked alone: every member of every field, empty ones dropped, is one
+            // `chunked`, and a field that is not text names some other coding.
+            let mut members = Vec::new();
+            for v in map.get_all(header::TRANSFER_ENCODING) {
+                match v.to_str() {
+                    Ok(text) => members.extend(
+                        text.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_ascii_lowercase),
+                    ),
+                    Err(_) => members.push("?".to_owned()),
+                }
+            }
+            let only = chunked_last && members == ["chunked"];
             let fields: Vec<(&str, Vec<u8>)> =
                 values.into_iter().map(|v| ("transfer-encoding", v)).collect();
             let (head, spans) = head_of(&fields);
             let (kept, noted) = header_map(&head, &spans, WireError::Head).unwrap();
             prop_assert!(kept.is_empty());
             prop_assert_ne!(noted.coding, Coding::Absent);
-            prop_assert_eq!(noted.coding == Coding::Chunked, by_the_map);
+            prop_assert_eq!(noted.coding.ends_in_chunked(), chunked_last);
+            prop_assert_eq!(noted.coding.is_chunked_only(), only);
         }
 
         #[test]
