@@ -406,27 +406,32 @@ async fn a_client_still_sending_a_refused_body_reads_its_413_and_the_linger_ends
 }
 
 #[tokio::test]
-async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the_connection_closed()
-{
+async fn a_request_with_any_transfer_coding_but_chunked_alone_is_refused_with_501_and_the_connection_closed()
+ {
     let up = FakeModel::start("a").await;
     let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
-    let wire = "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\n\
-                transfer-encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n\
-                GET /metrics HTTP/1.1\r\nhost: g\r\n\r\n";
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(wire.as_bytes()).await.unwrap();
-    let text = read_to_close(&mut s).await;
-    assert!(
-        text.starts_with("HTTP/1.1 501 Not Implemented\r\n"),
-        "{text}"
-    );
-    assert!(text.contains("\"code\":\"not_implemented\""), "{text}");
-    assert!(text.contains("connection: close\r\n"), "{text}");
-    assert_eq!(
-        text.matches("HTTP/1.1 ").count(),
-        1,
-        "nothing after: {text}"
-    );
+    let codings = ["gzip, chunked", "gzip", "identity", "chunked, gzip"];
+    for coding in codings {
+        let wire = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\n\
+             transfer-encoding: {coding}\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n\
+             GET /metrics HTTP/1.1\r\nhost: g\r\n\r\n"
+        );
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(wire.as_bytes()).await.unwrap();
+        let text = read_to_close(&mut s).await;
+        assert!(
+            text.starts_with("HTTP/1.1 501 Not Implemented\r\n"),
+            "{coding}: {text}"
+        );
+        assert!(text.contains("\"code\":\"not_implemented\""), "{text}");
+        assert!(text.contains("connection: close\r\n"), "{text}");
+        assert_eq!(
+            text.matches("HTTP/1.1 ").count(),
+            1,
+            "nothing after: {text}"
+        );
+    }
     assert!(up.seen().is_empty(), "nothing reached the site");
     let metrics = gw.metrics().await;
     assert_eq!(
@@ -434,7 +439,7 @@ async fn a_request_body_chunked_after_another_coding_is_refused_with_501_and_the
             &metrics,
             r#"grid_gateway_requests_total{outcome="not_implemented"}"#
         ),
-        1,
+        codings.len() as u64,
         "{metrics}"
     );
     gw.shutdown().await;
