@@ -221,6 +221,20 @@ pub async fn start_with(
     let epoch = started.epoch;
 
     let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
+    if config.transport == TransportMode::Gossip {
+        // Under gossip this site's batches reach others through any member, so each
+        // carries this site's signature; a receiver refuses an unsigned one.
+        let signer = tls::SiteSigner::new(Arc::clone(&certificate));
+        if !signer.can_sign() {
+            tracing::error!(
+                cert = %config.tls.cert.display(),
+                "the site certificate cannot sign batches (an unsupported key, or a chain of \
+                 more than 3 certificates or one over 4096 bytes): every member will refuse \
+                 this site's batches"
+            );
+        }
+        crate::signals::lock(&signals).set_signer(Arc::new(signer));
+    }
     let metrics = OperatorMetrics::register(&mut registry, signals.clone(), clock.clone());
     report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;

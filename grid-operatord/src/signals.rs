@@ -207,8 +207,9 @@ impl SignalsService {
     }
 
     /// Gossip mode: the `(site, provider)` batches a peer that heard of their versions
-    /// asks for (`?site=..&provider=..`, repeated), each whole, those this site holds; 404
-    /// when it holds none of them.
+    /// asks for (`?site=..&provider=..`, repeated), each whole with its origin's signature
+    /// and signing chain, those this site holds and the 1 MiB body cap allows; 404 when it
+    /// holds none of them.
     fn serve_batch(&self, caller: Option<&Identity>, query: Option<&str>) -> Response<Full<Bytes>> {
         if !matches!(caller, Some(Identity::Peer(_))) {
             return self.refuse(Refusal::Forbidden);
@@ -219,18 +220,10 @@ impl SignalsService {
         let now = self.clock.wall_ms();
         let reference_ms = reference(now);
         let mut body = Vec::new();
-        let held = {
-            let signals = lock(&self.signals);
-            registers
-                .iter()
-                .filter(|(site, provider)| {
-                    signals
-                        .all()
-                        .encode_one(site, provider, now, reference_ms, &mut body)
-                        .is_some()
-                })
-                .count()
-        };
+        let held = lock(&self.signals)
+            .all()
+            .encode_pulled(&registers, now, reference_ms, &mut body)
+            .len();
         if held == 0 {
             return empty(StatusCode::NOT_FOUND);
         }

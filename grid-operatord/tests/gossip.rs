@@ -14,6 +14,7 @@ use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::gossip::{FetchKind, FetchOutcome};
 use grid_operatord::peers::PollOutcome;
 use grid_operatord::state::{FileStateStore, StateStore};
+use grid_signals::store::DropReason;
 
 /// A peer URL nothing answers at (port 1 on loopback).
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
@@ -139,6 +140,14 @@ async fn an_absent_mode_gossips_and_a_batch_too_large_for_a_datagram_reaches_a_s
         async move { seq(&relay_of(grid, a, op_a).await) > first }
     })
     .await;
+    // c's batches reached a through b signed by c, and a believed every one: a relay
+    // passes a signature on whole.
+    for op in [&op_a, &op_b] {
+        assert_eq!(op.metrics.ingest.dropped(DropReason::Signature), 0);
+    }
+    // The relay a's gateway reads carries no signature lines: the gateway, reading its
+    // own operator, needs none.
+    assert!(!relay_of(&grid, &a, &op_a).await.contains("# grid_"));
     drop((op_b, op_c));
 }
 

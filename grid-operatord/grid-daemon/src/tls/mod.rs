@@ -13,6 +13,7 @@
 mod fingerprint;
 mod identity;
 mod rotation;
+mod signing;
 mod verify;
 
 use std::path::Path;
@@ -26,6 +27,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
 pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
+pub use signing::{SIGNING_SCHEMES, SiteSigner, TrustCheck};
 
 use crate::Error;
 
