@@ -66,5 +66,8 @@ fuzz_target!(|data: &[u8]| {
     );
     let lines = data.split(|&b| b == b'\n').count() as u64;
     let counted = report.dropped.total() + report.rows_stored + report.batches_stored;
-    assert!(counted <= lines + 1, "{counted} counted in {lines} lines: {report:?}");
+    assert!(
+        counted <= lines + 1,
+        "{counted} counted in {lines} lines: {report:?}"
+    );
 });
