@@ -97,6 +97,8 @@ pub struct Running {
     pub membership: tokio::sync::watch::Receiver<crate::membership::View>,
     /// The membership series.
     pub membership_metrics: grid_membership::MembershipMetrics,
+    /// Members refused for running another signal transport mode.
+    pub mode_mismatch: crate::membership::ModeMismatch,
     state: Arc<dyn StateStore>,
     /// Held for the whole of every fence write, the blocking part included: an aborted
     /// periodic write still in flight finishes before the final one starts, so the final
@@ -285,6 +287,7 @@ pub async fn start_with(
     });
 
     let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
+    let mode_mismatch = crate::membership::ModeMismatch::register(&mut registry, config.transport);
     let gossiping = config.transport == TransportMode::Gossip;
     let gossip = gossiping.then(|| {
         crate::gossip::Gossip::new(
@@ -302,6 +305,7 @@ pub async fn start_with(
         (
             membership_metrics.clone(),
             options.membership_faults.clone(),
+            mode_mismatch.clone(),
         ),
         gossip,
         &mut tasks,
@@ -375,6 +379,7 @@ pub async fn start_with(
         live,
         membership: view,
         membership_metrics,
+        mode_mismatch,
         state,
         fence_writes,
         tasks,
@@ -393,9 +398,10 @@ fn start_membership(
         &Arc<tls::Trust>,
         tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
     ),
-    (metrics, faults): (
+    (metrics, faults, modes): (
         grid_membership::MembershipMetrics,
         Option<Arc<crate::membership::LinkFaults>>,
+        crate::membership::ModeMismatch,
     ),
     gossip: Option<crate::gossip::Gossip>,
     tasks: &mut JoinSet<Result<(), Error>>,
@@ -430,7 +436,7 @@ fn start_membership(
         (Arc::clone(certificate), trust.clone()),
         metrics,
         gossip,
-        faults,
+        (faults, modes),
     )
     .map_err(|e| Error::ConfigField {
         field: "listen.advertise".into(),

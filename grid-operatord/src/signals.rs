@@ -91,6 +91,9 @@ grid_signals::label_values! {
         SessionBusy = "session_busy",
         /// A gossip batch pull whose query is not one site and one provider (400).
         GossipQuery = "gossip_query",
+        /// A membership session from a member declaring another signal transport mode
+        /// than this site's (409; the answer says this site's).
+        SessionMode = "session_mode",
     }
 }
 
@@ -102,6 +105,7 @@ impl Refusal {
             Self::Method => StatusCode::METHOD_NOT_ALLOWED,
             Self::SessionBody | Self::GossipQuery => StatusCode::BAD_REQUEST,
             Self::SessionBusy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::SessionMode => StatusCode::CONFLICT,
         }
     }
 }
@@ -309,6 +313,17 @@ impl SignalsService {
             Err(SessionRefusal::Body) => self.refuse(Refusal::SessionBody),
             Err(SessionRefusal::Identity) => self.refuse(Refusal::SessionIdentity),
             Err(SessionRefusal::Busy) => self.refuse(Refusal::SessionBusy),
+            Err(SessionRefusal::Mode) => {
+                let mut r = self.refuse(Refusal::SessionMode);
+                if let Some(own) = endpoint.hello() {
+                    *r.body_mut() = Full::new(own);
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        header::HeaderValue::from_static("application/json"),
+                    );
+                }
+                r
+            }
         }
     }
 
