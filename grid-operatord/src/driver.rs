@@ -288,6 +288,7 @@ pub async fn start_with(
 
     let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
     let mode_mismatch = crate::membership::ModeMismatch::register(&mut registry, config.transport);
+    tasks.spawn(state_mode_agreement(mode_mismatch.clone(), state.clone()));
     let gossiping = config.transport == TransportMode::Gossip;
     let gossip = gossiping.then(|| {
         crate::gossip::Gossip::new(
@@ -521,6 +522,39 @@ async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persist
         feedback,
         fences,
     })
+}
+
+/// How often the members refused for another signal transport mode are compared with
+/// what the state store last stated (controller mode: a `GridNetwork` condition).
+pub const MODE_AGREEMENT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// States the mode agreement through the state store whenever the members in mismatch
+/// change (and once at start); a failed write is logged and tried again at the next
+/// check, and never stops the operator.
+async fn state_mode_agreement(
+    modes: crate::membership::ModeMismatch,
+    state: Arc<dyn StateStore>,
+) -> Result<(), Error> {
+    let mut stated: Option<Vec<String>> = None;
+    let mut tick = tokio::time::interval(MODE_AGREEMENT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = modes.peers();
+        if stated.as_ref() == Some(&now) {
+            continue;
+        }
+        let (store, own, peers) = (state.clone(), modes.own(), now.clone());
+        match tokio::task::spawn_blocking(move || store.store_mode_agreement(own, &peers)).await {
+            Ok(Ok(())) => stated = Some(now),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed")
+            }
+        }
+    }
 }
 
 /// Builds the poller of one peer: a client presenting this site's certificate that
