@@ -711,8 +711,17 @@ async fn watch_mode(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut changes = Changes::default();
     let mut listed = Twice::default();
+    // The CA bundle is followed by its bytes: a Secret update rewrites it in place, with
+    // the same path and maybe the same modification time.
+    let mut ca_in_force = ca_digest(&running).await;
+    let mut ca_read = ca_in_force;
     loop {
         ticker.tick().await;
+        let ca_now = ca_digest(&running).await;
+        let ca_changed = ca_now.is_some() && ca_now != ca_in_force;
+        // Taken over once two checks in a row read the same new bytes (not half written).
+        let ca_steady = ca_changed && ca_now == ca_read;
+        ca_read = ca_now;
         let (a, b) = (source.clone(), source.clone());
         let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
             Ok(Ok(mode)) if mode != transport.as_str() => Some(Error::ModeChanged {
@@ -736,6 +745,7 @@ async fn watch_mode(
         let seen = match (seen, &loaded) {
             (Some(change), _) => Some(change),
             (None, _) if transport == TransportMode::Gossip => None,
+            (None, _) if ca_changed => Some(Error::TrustChanged { field: "tls.ca" }),
             (None, Some(config)) => running
                 .trust_differs(config)
                 .map(|field| Error::TrustChanged { field }),
@@ -744,16 +754,36 @@ async fn watch_mode(
         if let Some(change) = changes.observe(seen) {
             return Err(change);
         }
+        if ca_steady && transport == TransportMode::Gossip {
+            match live.reload_ca(&running) {
+                Ok(()) => ca_in_force = ca_now,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the CA bundle changed in place but cannot be applied; keeping the running trust");
+                }
+            }
+        }
         let next = loaded.filter(|c| running.takes_over_live(c));
         if let Some(next) = listed.observe(next) {
             match live.apply(&running, &next) {
-                Ok(()) => running = next,
+                Ok(()) => {
+                    running = next;
+                    ca_in_force = ca_digest(&running).await;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the changed configuration cannot be applied; keeping the running one");
                 }
             }
         }
     }
+}
+
+/// The SHA-256 of the CA bundle `config` names, when it names one that reads.
+async fn ca_digest(config: &Config) -> Option<[u8; 32]> {
+    let path = config.tls.ca.clone()?;
+    tokio::task::spawn_blocking(move || tls::content_digest(&path).ok())
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A value acted on once two checks in a row read it (see [`Changes`]).

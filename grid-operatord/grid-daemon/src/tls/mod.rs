@@ -10,6 +10,7 @@
 //! server verified by chain and name (an `https` EPP, a remote site, an operator reached
 //! by CA and name).
 
+mod ca;
 mod fingerprint;
 mod identity;
 mod rotation;
@@ -24,6 +25,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use ca::{CaBundle, content_digest, webpki_client_following};
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
 pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
