@@ -178,3 +178,147 @@ pub fn webpki_client_following(
         None => builder.with_no_client_auth(),
     })
 }
+
+/// Re-reads `bundle` every `every` until the task is dropped; a change is in force for
+/// every client following the bundle ([`webpki_client_following`]) and, in SPIFFE mode,
+/// for `trust`. Each change is logged at info; a changed file that does not read (half
+/// written, not PEM) at error once, the roots in force kept.
+pub async fn watch_ca(
+    bundle: Arc<CaBundle>,
+    trust: Option<Arc<super::Trust>>,
+    every: std::time::Duration,
+) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut refused: Option<String> = None;
+    loop {
+        ticker.tick().await;
+        let b = Arc::clone(&bundle);
+        let failure = match tokio::task::spawn_blocking(move || b.reload()).await {
+            Ok(Ok(None)) => None,
+            Ok(Ok(Some(roots))) => {
+                let replaced = trust
+                    .as_ref()
+                    .map_or(Ok(()), |t| t.replace_roots((*roots).clone()));
+                match replaced {
+                    Ok(()) => {
+                        tracing::info!(path = %bundle.path.display(), "the CA bundle changed; in force from the next handshake");
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if failure.is_some() && failure != refused {
+            tracing::error!(
+                error = failure.as_deref().unwrap_or_default(),
+                "the changed CA bundle was refused; the previous roots stay in force"
+            );
+        }
+        refused = failure;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use grid_kit::pki::Ca;
+
+    use super::*;
+
+    fn rewrite_keeping_mtime(path: &Path, text: &str) {
+        let before = std::fs::metadata(path).unwrap().modified().unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file.set_modified(before).unwrap();
+    }
+
+    /// Whether a client following `bundle` completes a handshake with a server
+    /// presenting `cert` for `localhost`.
+    async fn accepts(bundle: &Arc<CaBundle>, cert: &grid_kit::pki::SiteCert) -> bool {
+        let server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.clone()], cert.key())
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = tokio_rustls::TlsAcceptor::from(Arc::new(server))
+                .accept(tcp)
+                .await;
+        });
+        let client = webpki_client_following(Arc::clone(bundle), None, "test").unwrap();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let ok = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(name, tcp)
+            .await
+            .is_ok();
+        let _ = served.await;
+        ok
+    }
+
+    #[tokio::test]
+    async fn a_client_following_a_bundle_accepts_a_server_of_the_new_ca_once_the_bundle_is_rewritten_in_place()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let (old, new) = (Ca::new("old"), Ca::new("new"));
+        std::fs::write(&path, old.pem()).unwrap();
+        let bundle = CaBundle::load(&path).unwrap();
+        let server = new.site("grid.test", "a");
+        assert!(!accepts(&bundle, &server).await);
+        rewrite_keeping_mtime(&path, &format!("{}{}", old.pem(), new.pem()));
+        assert!(bundle.reload().unwrap().is_some());
+        assert!(accepts(&bundle, &server).await);
+        assert!(accepts(&bundle, &old.site("grid.test", "a")).await);
+    }
+
+    #[test]
+    fn a_spiffe_trust_takes_new_roots_and_a_pin_trust_has_none_to_take() {
+        let (old, new) = (Ca::new("old"), Ca::new("new"));
+        let mut roots = RootCertStore::empty();
+        roots.add(old.cert()).unwrap();
+        let trust = super::super::Trust::spiffe("a", "grid.test", roots);
+        let mut next = RootCertStore::empty();
+        next.add(new.cert()).unwrap();
+        trust.replace_roots(next).unwrap();
+        let super::super::identity::TrustKind::Spiffe { roots, domain, .. } = &*trust.kind() else {
+            panic!("still SPIFFE")
+        };
+        assert_eq!((roots.len(), domain.as_str()), (1, "grid.test"));
+        let own = old.site("grid.test", "a");
+        let pin = super::super::Trust::pin("a", &own.cert, std::iter::empty()).unwrap();
+        pin.replace_roots(RootCertStore::empty()).unwrap();
+        assert!(pin.is_pin());
+    }
+
+    #[test]
+    fn a_bundle_rewritten_in_place_with_its_mtime_kept_is_noticed_by_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let (old, new) = (Ca::new("old"), Ca::new("new"));
+        std::fs::write(&path, old.pem()).unwrap();
+        let bundle = CaBundle::load(&path).unwrap();
+        assert!(bundle.reload().unwrap().is_none());
+        rewrite_keeping_mtime(&path, &new.pem());
+        let roots = bundle.reload().unwrap().expect("noticed");
+        assert_eq!(roots.len(), 1);
+        assert!(Arc::ptr_eq(&roots, &bundle.roots()));
+        assert!(bundle.reload().unwrap().is_none(), "noticed once");
+        // A half-written file keeps the roots in force and is read again next time.
+        rewrite_keeping_mtime(&path, "-----BEGIN CERT");
+        assert!(bundle.reload().is_err());
+        assert!(Arc::ptr_eq(&roots, &bundle.roots()));
+    }
+}

@@ -25,7 +25,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-pub use ca::{CaBundle, content_digest, webpki_client_following};
+pub use ca::{CaBundle, content_digest, watch_ca, webpki_client_following};
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
 pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
