@@ -318,9 +318,9 @@ pub async fn start_with(
         let pollers = peers.map(&poller).collect::<Result<Vec<_>, _>>()?;
         let adopt: crate::peers::Adopt =
             Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
-        let peer_view = view.clone();
+        let (peer_view, polls) = (view.clone(), metrics.polls.clone());
         tasks.spawn(async move {
-            crate::peers::run_peer_set(pollers, adopt, peer_view).await;
+            crate::peers::run_peer_set(pollers, adopt, peer_view, polls).await;
             Ok(())
         });
     }
@@ -574,6 +574,7 @@ fn peer_poller(
     let (clock, interval) = (clock.clone(), config.peer_poll_interval);
     move |peer| {
         Ok(PeerPoller {
+            fallback: None,
             tls: tls::client_config_presenting(
                 Arc::clone(&certificate),
                 trust.clone(),
