@@ -548,10 +548,10 @@ async fn state_mode_agreement(
         match tokio::task::spawn_blocking(move || store.store_mode_agreement(own, &peers)).await {
             Ok(Ok(())) => stated = Some(now),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "stating the signal transport mode agreement failed")
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed");
             }
             Err(e) => {
-                tracing::warn!(error = %e, "stating the signal transport mode agreement failed")
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed");
             }
         }
     }

@@ -127,7 +127,7 @@ async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_
     // grid's trust, so the peers list is where membership starts, not who may join.
     let op_b = start(&b, &[], &[]).await;
     let seed = [("b", signals_url(op_b.signals_addr))];
-    let _op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
+    let op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
     let op_a = start(&a, &seed, &[]).await;
     // a polls c, which it was never told of.
     relays_within(&grid, (&a, &op_a), "c", 30).await;
@@ -139,7 +139,7 @@ async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_
     assert_eq!(op_a.membership_metrics.members(StateLabel::Alive), 2);
     // c, which no configuration names, has no other address once declared down: it is
     // not polled, and that is counted.
-    drop(_op_c);
+    drop(op_c);
     let view = op_a.membership.clone();
     eventually("a declares c down", 30, || {
         let v = view.borrow().clone();

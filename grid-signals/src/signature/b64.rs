@@ -49,7 +49,7 @@ fn value(c: u8) -> Option<u32> {
 /// four characters, padding only at the end, the bits padding leaves unused zero);
 /// checked without decoding.
 pub(crate) fn decoded_len(text: &[u8]) -> Option<usize> {
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let pad = text.iter().rev().take_while(|&&c| c == b'=').count();

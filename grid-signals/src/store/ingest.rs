@@ -167,13 +167,21 @@ impl<'a> BatchSink<'a> for Admit<'_, '_> {
     }
 }
 
+/// A chain line as decoded.
+#[derive(Clone)]
+enum Decoded {
+    Chain(SigningChain),
+    /// Not a chain within the bounds, or no chain line defined that index.
+    Unusable,
+}
+
 /// What one body's signatures have been found to be: its chains decoded, and which
 /// site each was checked for, so a chain several batches share is decoded and judged
 /// once per body.
 #[derive(Default)]
 struct Verified {
-    /// By chain index: `None` not decoded yet, `Some(None)` undecodable.
-    chains: Vec<Option<Option<SigningChain>>>,
+    /// By chain index: `None` until first needed.
+    chains: Vec<Option<Decoded>>,
     /// (chain index, site, whether the trust binds the chain to the site).
     vouched: Vec<(usize, String, bool)>,
     message: Vec<u8>,
@@ -194,18 +202,17 @@ impl Verified {
         }
         let chain = self.chain(&signed)?;
         let site = &*batch.meta.site;
-        let vouched = match self
+        let known = self
             .vouched
             .iter()
-            .find(|(i, s, _)| *i == signed.chain_index && s == site)
-        {
-            Some(&(_, _, vouched)) => vouched,
-            None => {
-                let vouched = check.vouches(site, &chain, now_ms);
-                self.vouched
-                    .push((signed.chain_index, site.to_owned(), vouched));
-                vouched
-            }
+            .find(|(i, s, _)| *i == signed.chain_index && s == site);
+        let vouched = if let Some(&(_, _, vouched)) = known {
+            vouched
+        } else {
+            let vouched = check.vouches(site, &chain, now_ms);
+            self.vouched
+                .push((signed.chain_index, site.to_owned(), vouched));
+            vouched
         };
         if !vouched {
             return None;
@@ -224,9 +231,16 @@ impl Verified {
         if self.chains.len() <= index {
             self.chains.resize(index + 1, None);
         }
-        self.chains[index]
-            .get_or_insert_with(|| signed.chain.and_then(SignatureLine::decode_chain))
-            .clone()
+        let decoded = self.chains[index].get_or_insert_with(|| {
+            signed
+                .chain
+                .and_then(SignatureLine::decode_chain)
+                .map_or(Decoded::Unusable, Decoded::Chain)
+        });
+        match decoded {
+            Decoded::Chain(chain) => Some(chain.clone()),
+            Decoded::Unusable => None,
+        }
     }
 }
 

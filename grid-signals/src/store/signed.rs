@@ -457,7 +457,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(label, value, age))| {
                     let labels = vec![("k".to_owned(), format!("{label}"))];
-                    Row::new(&format!("m{i}"), labels, value, T0.saturating_add_signed(age)).unwrap()
+                    Row::new(format!("m{i}"), labels, value, T0.saturating_add_signed(age)).unwrap()
                 })
                 .collect();
             let meta = super::super::fixture::meta("b", "m", "u", Fence::new(T0, 1), rows.len() as u64, T0);

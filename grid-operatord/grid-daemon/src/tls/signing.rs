@@ -164,10 +164,7 @@ mod tests {
 
     /// Now, for certificates rcgen minted valid from today.
     fn now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
+        UnixTime::now().as_secs() * 1000
     }
 
     fn signer(cert: &SiteCert) -> SiteSigner {
