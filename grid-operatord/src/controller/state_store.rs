@@ -330,6 +330,11 @@ impl StateStore for KubeStateStore {
         let operation = "writing the GridNetwork status (SignalTransportAgreed)";
         let mut network = self.read_network()?;
         let mut status = network.status.clone().unwrap_or_default();
+        // Absent means agreed: a healthy grid never writes it (nor races the feedback
+        // writes for the status); a stale False from an earlier process is cleared.
+        if mismatched.is_empty() && !status.conditions.iter().any(|c| c.type_ == MODE_AGREED) {
+            return Ok(());
+        }
         let Some(conditions) = conditions::apply(
             &status.conditions,
             &mode_agreed(own, mismatched),
