@@ -1123,7 +1123,10 @@ async fn members_refused_for_another_mode_are_stated_on_the_grid_network_and_so_
     };
     // Absent means agreed: a healthy grid never writes it.
     state(&[]).await.unwrap().unwrap();
-    assert_eq!((mode_agreed(&fake), fake.writes_to("prod/status")), (None, 0));
+    assert_eq!(
+        (mode_agreed(&fake), fake.writes_to("prod/status")),
+        (None, 0)
+    );
     state(&["b", "c"]).await.unwrap().unwrap();
     let c = mode_agreed(&fake).expect("stated");
     assert_eq!(
