@@ -140,6 +140,8 @@ pub struct Signals {
     /// the operator client's.
     sites_tls: rustls::ClientConfig,
     operator_trust: Option<Arc<Trust>>,
+    /// `tls.ca`, followed by its bytes.
+    ca: Option<Arc<grid_daemon::tls::CaBundle>>,
     cert_reloads: ReloadMetrics,
     published: Published,
     live_refresh: Arc<tokio::sync::Notify>,
@@ -163,6 +165,8 @@ pub struct PollerTask {
     stop: watch::Sender<bool>,
     task: JoinHandle<Reporter>,
     certificates: JoinHandle<()>,
+    /// The CA bundle's checks, when `tls.ca` is set.
+    ca: Option<JoinHandle<()>>,
 }
 
 impl PollerTask {
@@ -188,6 +192,9 @@ impl PollerTask {
     /// can be handed to a successor).
     pub async fn stop(self) -> Option<Reporter> {
         self.certificates.abort();
+        if let Some(ca) = &self.ca {
+            ca.abort();
+        }
         let _ = self.stop.send(true);
         self.task.await.ok()
     }
@@ -200,9 +207,10 @@ impl Signals {
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
         let material = crate::trust::material(config)?;
         let certificate = crate::trust::certificate(config, &material)?;
+        let ca = crate::trust::ca_bundle(config)?;
         let (operator_tls, operator_trust) =
-            crate::trust::operator_tls(config, &material, &certificate)?;
-        let sites_tls = crate::trust::sites_tls(&material, &certificate)?;
+            crate::trust::operator_tls(config, &material, ca.as_ref(), &certificate)?;
+        let sites_tls = crate::trust::sites_tls(&material, ca.as_ref(), &certificate)?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let operator_name =
             ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
@@ -262,6 +270,7 @@ impl Signals {
             certificate,
             sites_tls,
             operator_trust,
+            ca,
             cert_reloads,
             published,
             live_refresh,
@@ -308,6 +317,13 @@ impl Signals {
     /// up: a gateway polls only while serving.
     pub fn spawn(self) -> PollerTask {
         let (stop, stopped) = watch::channel(false);
+        let ca = self.ca.map(|bundle| {
+            tokio::spawn(grid_daemon::tls::watch_ca(
+                bundle,
+                self.operator_trust.clone(),
+                grid_daemon::tls::CERT_CHECK_INTERVAL,
+            ))
+        });
         let certificates = tokio::spawn(grid_daemon::tls::watch(
             self.certificate,
             self.operator_trust,
@@ -319,6 +335,7 @@ impl Signals {
             stop,
             task: tokio::spawn(self.poller.run(stopped)),
             certificates,
+            ca,
         }
     }
 }

@@ -11,7 +11,8 @@
 use std::sync::Arc;
 
 use grid_daemon::tls::{
-    CertSlot, Identity, TlsMaterial, Trust, client_config_presenting, webpki_client_presenting,
+    CaBundle, CertSlot, Identity, TlsMaterial, Trust, client_config_presenting,
+    webpki_client_following, webpki_client_presenting,
 };
 use rustls::ClientConfig;
 
@@ -27,6 +28,13 @@ pub fn material(config: &Config) -> Result<TlsMaterial, Error> {
     )?)
 }
 
+/// The CA bundle `tls.ca` names, followed by its bytes: every client verifying by it
+/// (toward the operator in CA and SPIFFE modes, toward remote sites) uses the roots it
+/// holds at each handshake, so a bundle rewritten in place applies without a restart.
+pub fn ca_bundle(config: &Config) -> Result<Option<Arc<CaBundle>>, Error> {
+    Ok(config.tls.ca.as_deref().map(CaBundle::load).transpose()?)
+}
+
 /// The site's certificate as every client of this gateway presents it: one slot, so a
 /// renewal reaches the operator and the remote sites at once.
 pub fn certificate(config: &Config, material: &TlsMaterial) -> Result<Arc<CertSlot>, Error> {
@@ -39,6 +47,7 @@ pub fn certificate(config: &Config, material: &TlsMaterial) -> Result<Arc<CertSl
 pub fn operator_tls(
     config: &Config,
     material: &TlsMaterial,
+    bundle: Option<&Arc<CaBundle>>,
     slot: &Arc<CertSlot>,
 ) -> Result<(ClientConfig, Option<Arc<Trust>>), Error> {
     let local = |trust: Trust| -> Result<(ClientConfig, Option<Arc<Trust>>), Error> {
@@ -52,7 +61,16 @@ pub fn operator_tls(
     };
     match &config.trust {
         OperatorTrust::Ca => Ok((
-            webpki_client_presenting(material.roots.clone(), Some(Arc::clone(slot)), "operator")?,
+            match bundle {
+                Some(bundle) => {
+                    webpki_client_following(Arc::clone(bundle), Some(Arc::clone(slot)), "operator")?
+                }
+                None => webpki_client_presenting(
+                    material.roots.clone(),
+                    Some(Arc::clone(slot)),
+                    "operator",
+                )?,
+            },
             None,
         )),
         OperatorTrust::Pin => local(
@@ -66,18 +84,24 @@ pub fn operator_tls(
         OperatorTrust::Spiffe { trust_domain } => local(Trust::spiffe(
             &config.site,
             trust_domain,
-            material.roots.clone(),
+            bundle.map_or_else(|| material.roots.clone(), |b| (*b.roots()).clone()),
         )),
     }
 }
 
-/// The client configuration toward remote sites: the CA and the base URL's host.
-pub fn sites_tls(material: &TlsMaterial, slot: &Arc<CertSlot>) -> Result<ClientConfig, Error> {
-    Ok(webpki_client_presenting(
-        material.roots.clone(),
-        Some(Arc::clone(slot)),
-        "sites",
-    )?)
+/// The client configuration toward remote sites: the CA (followed by its bytes) and the
+/// base URL's host.
+pub fn sites_tls(
+    material: &TlsMaterial,
+    bundle: Option<&Arc<CaBundle>>,
+    slot: &Arc<CertSlot>,
+) -> Result<ClientConfig, Error> {
+    Ok(match bundle {
+        Some(bundle) => {
+            webpki_client_following(Arc::clone(bundle), Some(Arc::clone(slot)), "sites")?
+        }
+        None => webpki_client_presenting(material.roots.clone(), Some(Arc::clone(slot)), "sites")?,
+    })
 }
 
 #[cfg(test)]

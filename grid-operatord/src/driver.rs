@@ -97,6 +97,8 @@ pub struct Running {
     pub membership: tokio::sync::watch::Receiver<crate::membership::View>,
     /// The membership series.
     pub membership_metrics: grid_membership::MembershipMetrics,
+    /// Members refused for running another signal transport mode.
+    pub mode_mismatch: crate::membership::ModeMismatch,
     state: Arc<dyn StateStore>,
     /// Held for the whole of every fence write, the blocking part included: an aborted
     /// periodic write still in flight finishes before the final one starts, so the final
@@ -221,6 +223,20 @@ pub async fn start_with(
     let epoch = started.epoch;
 
     let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
+    if config.transport == TransportMode::Gossip {
+        // Under gossip this site's batches reach others through any member, so each
+        // carries this site's signature; a receiver refuses an unsigned one.
+        let signer = tls::SiteSigner::new(Arc::clone(&certificate));
+        if !signer.can_sign() {
+            tracing::error!(
+                cert = %config.tls.cert.display(),
+                "the site certificate cannot sign batches (an unsupported key, or a chain of \
+                 more than 3 certificates or one over 4096 bytes): every member will refuse \
+                 this site's batches"
+            );
+        }
+        crate::signals::lock(&signals).set_signer(Arc::new(signer));
+    }
     let metrics = OperatorMetrics::register(&mut registry, signals.clone(), clock.clone());
     report_epoch(&started, &metrics);
     let receiver = restore_receiver(restored, now, &metrics, &config)?;
@@ -271,6 +287,8 @@ pub async fn start_with(
     });
 
     let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
+    let mode_mismatch = crate::membership::ModeMismatch::register(&mut registry, config.transport);
+    tasks.spawn(state_mode_agreement(mode_mismatch.clone(), state.clone()));
     let gossiping = config.transport == TransportMode::Gossip;
     let gossip = gossiping.then(|| {
         crate::gossip::Gossip::new(
@@ -288,6 +306,7 @@ pub async fn start_with(
         (
             membership_metrics.clone(),
             options.membership_faults.clone(),
+            mode_mismatch.clone(),
         ),
         gossip,
         &mut tasks,
@@ -299,9 +318,9 @@ pub async fn start_with(
         let pollers = peers.map(&poller).collect::<Result<Vec<_>, _>>()?;
         let adopt: crate::peers::Adopt =
             Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
-        let peer_view = view.clone();
+        let (peer_view, polls) = (view.clone(), metrics.polls.clone());
         tasks.spawn(async move {
-            crate::peers::run_peer_set(pollers, adopt, peer_view).await;
+            crate::peers::run_peer_set(pollers, adopt, peer_view, polls).await;
             Ok(())
         });
     }
@@ -361,6 +380,7 @@ pub async fn start_with(
         live,
         membership: view,
         membership_metrics,
+        mode_mismatch,
         state,
         fence_writes,
         tasks,
@@ -379,9 +399,10 @@ fn start_membership(
         &Arc<tls::Trust>,
         tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
     ),
-    (metrics, faults): (
+    (metrics, faults, modes): (
         grid_membership::MembershipMetrics,
         Option<Arc<crate::membership::LinkFaults>>,
+        crate::membership::ModeMismatch,
     ),
     gossip: Option<crate::gossip::Gossip>,
     tasks: &mut JoinSet<Result<(), Error>>,
@@ -416,7 +437,7 @@ fn start_membership(
         (Arc::clone(certificate), trust.clone()),
         metrics,
         gossip,
-        faults,
+        (faults, modes),
     )
     .map_err(|e| Error::ConfigField {
         field: "listen.advertise".into(),
@@ -503,6 +524,39 @@ async fn load_persisted(state: &Arc<dyn StateStore>, now: u64) -> Result<Persist
     })
 }
 
+/// How often the members refused for another signal transport mode are compared with
+/// what the state store last stated (controller mode: a `GridNetwork` condition).
+pub const MODE_AGREEMENT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// States the mode agreement through the state store whenever the members in mismatch
+/// change (and once at start); a failed write is logged and tried again at the next
+/// check, and never stops the operator.
+async fn state_mode_agreement(
+    modes: crate::membership::ModeMismatch,
+    state: Arc<dyn StateStore>,
+) -> Result<(), Error> {
+    let mut stated: Option<Vec<String>> = None;
+    let mut tick = tokio::time::interval(MODE_AGREEMENT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = modes.peers();
+        if stated.as_ref() == Some(&now) {
+            continue;
+        }
+        let (store, own, peers) = (state.clone(), modes.own(), now.clone());
+        match tokio::task::spawn_blocking(move || store.store_mode_agreement(own, &peers)).await {
+            Ok(Ok(())) => stated = Some(now),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "stating the signal transport mode agreement failed");
+            }
+        }
+    }
+}
+
 /// Builds the poller of one peer: a client presenting this site's certificate that
 /// accepts only that peer, under the trust in force at each handshake.
 fn peer_poller(
@@ -520,6 +574,7 @@ fn peer_poller(
     let (clock, interval) = (clock.clone(), config.peer_poll_interval);
     move |peer| {
         Ok(PeerPoller {
+            fallback: None,
             tls: tls::client_config_presenting(
                 Arc::clone(&certificate),
                 trust.clone(),
@@ -657,8 +712,17 @@ async fn watch_mode(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut changes = Changes::default();
     let mut listed = Twice::default();
+    // The CA bundle is followed by its bytes: a Secret update rewrites it in place, with
+    // the same path and maybe the same modification time.
+    let mut ca_in_force = ca_digest(&running).await;
+    let mut ca_read = ca_in_force;
     loop {
         ticker.tick().await;
+        let ca_now = ca_digest(&running).await;
+        let ca_changed = ca_now.is_some() && ca_now != ca_in_force;
+        // Taken over once two checks in a row read the same new bytes (not half written).
+        let ca_steady = ca_changed && ca_now == ca_read;
+        ca_read = ca_now;
         let (a, b) = (source.clone(), source.clone());
         let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
             Ok(Ok(mode)) if mode != transport.as_str() => Some(Error::ModeChanged {
@@ -682,6 +746,7 @@ async fn watch_mode(
         let seen = match (seen, &loaded) {
             (Some(change), _) => Some(change),
             (None, _) if transport == TransportMode::Gossip => None,
+            (None, _) if ca_changed => Some(Error::TrustChanged { field: "tls.ca" }),
             (None, Some(config)) => running
                 .trust_differs(config)
                 .map(|field| Error::TrustChanged { field }),
@@ -690,16 +755,36 @@ async fn watch_mode(
         if let Some(change) = changes.observe(seen) {
             return Err(change);
         }
+        if ca_steady && transport == TransportMode::Gossip {
+            match live.reload_ca(&running) {
+                Ok(()) => ca_in_force = ca_now,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the CA bundle changed in place but cannot be applied; keeping the running trust");
+                }
+            }
+        }
         let next = loaded.filter(|c| running.takes_over_live(c));
         if let Some(next) = listed.observe(next) {
             match live.apply(&running, &next) {
-                Ok(()) => running = next,
+                Ok(()) => {
+                    running = next;
+                    ca_in_force = ca_digest(&running).await;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the changed configuration cannot be applied; keeping the running one");
                 }
             }
         }
     }
+}
+
+/// The SHA-256 of the CA bundle `config` names, when it names one that reads.
+async fn ca_digest(config: &Config) -> Option<[u8; 32]> {
+    let path = config.tls.ca.clone()?;
+    tokio::task::spawn_blocking(move || tls::content_digest(&path).ok())
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A value acted on once two checks in a row read it (see [`Changes`]).

@@ -161,6 +161,8 @@ pub(crate) struct Gossip {
     pub(crate) clock: Clock,
     pub(crate) certificate: Arc<CertSlot>,
     pub(crate) trust: Arc<Trust>,
+    /// Verifies each pulled batch's signature under the trust in force.
+    check: Arc<tls::TrustCheck>,
     announced: HashMap<(String, String), Fence>,
     /// What is pulled, from whom, how many at once (grid-membership's one rule).
     pulls: Pulls,
@@ -183,6 +185,7 @@ impl Gossip {
             metrics,
             clock,
             certificate,
+            check: Arc::new(tls::TrustCheck::new(Arc::clone(&trust))),
             trust,
             announced: HashMap::new(),
             done: mpsc::channel(MAX_PULLS_IN_FLIGHT * 2),
@@ -264,11 +267,12 @@ impl Gossip {
             batch_query(&pull.versions)
         );
         let (tls, done) = (self.client(&pull.from), self.done.0.clone());
-        let (signals, ingest, metrics, clock) = (
+        let (signals, ingest, metrics, clock, check) = (
             self.signals.clone(),
             self.ingest.clone(),
             self.metrics.clone(),
             self.clock.clone(),
+            Arc::clone(&self.check),
         );
         tokio::spawn(async move {
             let outcome = match (url.parse(), tls) {
@@ -286,6 +290,7 @@ impl Gossip {
                                 clock.wall_ms(),
                                 SiteInput::PulledBody {
                                     registers: &registers,
+                                    check: &*check,
                                     body: &f.body,
                                     date_ms,
                                 },

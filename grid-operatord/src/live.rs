@@ -32,6 +32,30 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// Puts in force the CA bundle `running` names as it reads now (rewritten in place,
+    /// same path): the trust rebuilt from it (it names the SPIFFE roots) and every
+    /// provider's scraper (an `https` EPP without its own `caFile` verifies with it).
+    ///
+    /// # Errors
+    ///
+    /// As [`Live::apply`]; nothing changes then.
+    pub(crate) fn reload_ca(&self, running: &Config) -> Result<(), Error> {
+        let material = crate::trust::material(&running.tls)?;
+        let providers = scraped(running, &material)?;
+        let trust = crate::trust::trust_from_config(running, &material)?;
+        self.trust
+            .replace(trust)
+            .map_err(|reason| Error::ConfigField {
+                field: "tls.ca".into(),
+                reason,
+            })?;
+        self.providers.send_replace(providers);
+        tracing::info!(
+            "the CA bundle changed in place; in force from the next handshake, in the same epoch"
+        );
+        Ok(())
+    }
+
     /// Puts `next` in force where it differs from `running`; the caller has checked
     /// [`Config::takes_over_live`].
     ///

@@ -103,11 +103,101 @@ pub struct View {
     pub down: BTreeSet<String>,
 }
 
+/// A session body: the sender's identity and the signal transport mode it runs. The
+/// mode is a field beside the identity's, so an older operator reads the body as the
+/// identity alone and sends none (then nothing is known of its mode and nothing is
+/// refused for it).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Hello {
+    #[serde(flatten)]
+    member: Member,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mode: Option<String>,
+}
+
+/// Which members run another signal transport mode than this site: one grid runs one
+/// mode, and a member of another is refused at its session exchange, logged once, and
+/// counted in `grid_operator_membership_mode_mismatch` (members in that state now).
+#[derive(Clone, Debug)]
+pub struct ModeMismatch {
+    own: &'static str,
+    peers: Arc<std::sync::Mutex<BTreeSet<String>>>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl ModeMismatch {
+    /// Registers the gauge, at 0, for a site running `own`.
+    pub fn register(
+        registry: &mut prometheus_client::registry::Registry,
+        own: crate::config::TransportMode,
+    ) -> Self {
+        let m = Self {
+            own: own.as_str(),
+            peers: Arc::default(),
+            gauge: prometheus_client::metrics::gauge::Gauge::default(),
+        };
+        registry.register(
+            "grid_operator_membership_mode_mismatch",
+            "Members whose session exchange declared another signal transport mode than this site's (refused)",
+            m.gauge.clone(),
+        );
+        m
+    }
+
+    /// The mode this site runs.
+    pub fn own(&self) -> &'static str {
+        self.own
+    }
+
+    /// The members in mismatch now, by site.
+    pub fn peers(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes what `site` declared (`None`: an older operator that says nothing) and
+    /// whether its session may be agreed. The first mismatch of a site is logged, and so
+    /// is its end.
+    fn agrees(&self, site: &str, theirs: Option<&str>) -> bool {
+        let mut peers = self.lock();
+        let agrees = theirs.is_none_or(|m| m == self.own);
+        if agrees {
+            if peers.remove(site) {
+                tracing::info!(peer = %site, mode = self.own, "member now runs this site's signal transport mode");
+            }
+        } else if peers.insert(site.to_owned()) {
+            tracing::warn!(
+                peer = %site,
+                ours = self.own,
+                theirs = theirs.unwrap_or_default(),
+                "member runs another signal transport mode: its session is refused (one grid runs one mode)"
+            );
+        }
+        self.gauge.set(peers.len() as i64);
+        agrees
+    }
+
+    fn hello(&self, member: &Member) -> Option<Bytes> {
+        serde_json::to_vec(&Hello {
+            member: member.clone(),
+            mode: Some(self.own.to_owned()),
+        })
+        .ok()
+        .map(Bytes::from)
+    }
+}
+
 /// The listener's half of the exchange.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     own: Member,
     accepted: mpsc::Sender<(Member, [u8; SESSION_MATERIAL_BYTES])>,
+    modes: ModeMismatch,
 }
 
 /// Why the listener refused an exchange.
@@ -120,6 +210,9 @@ pub enum SessionRefusal {
     Identity,
     /// The driver's queue is full.
     Busy,
+    /// The caller runs another signal transport mode: the body of the refusal
+    /// ([`Endpoint::hello`]) says which this site runs.
+    Mode,
 }
 
 impl Endpoint {
@@ -134,19 +227,26 @@ impl Endpoint {
         let (Some(peer), Some(material)) = (peer, material) else {
             return Err(SessionRefusal::Identity);
         };
-        let member: Member = serde_json::from_slice(body).map_err(|_| SessionRefusal::Body)?;
+        let hello: Hello = serde_json::from_slice(body).map_err(|_| SessionRefusal::Body)?;
+        let member = hello.member;
         if member.check().is_err() {
             return Err(SessionRefusal::Body);
         }
         if member.site != peer {
             return Err(SessionRefusal::Identity);
         }
+        if !self.modes.agrees(&member.site, hello.mode.as_deref()) {
+            return Err(SessionRefusal::Mode);
+        }
         self.accepted
             .try_send((member, material.0))
             .map_err(|_| SessionRefusal::Busy)?;
-        serde_json::to_vec(&self.own)
-            .map(Bytes::from)
-            .map_err(|_| SessionRefusal::Body)
+        self.hello().ok_or(SessionRefusal::Body)
+    }
+
+    /// This site's session body: its identity and its mode.
+    pub fn hello(&self) -> Option<Bytes> {
+        self.modes.hello(&self.own)
     }
 }
 
@@ -179,6 +279,7 @@ pub struct Driver {
     rng: SmallRng,
     faults: Option<Arc<LinkFaults>>,
     port: u16,
+    modes: ModeMismatch,
 }
 
 impl std::fmt::Debug for Driver {
@@ -213,7 +314,7 @@ pub(crate) fn start(
     (certificate, trust): (Arc<CertSlot>, Arc<Trust>),
     metrics: MembershipMetrics,
     gossip: Option<crate::gossip::Gossip>,
-    faults: Option<Arc<LinkFaults>>,
+    (faults, modes): (Option<Arc<LinkFaults>>, ModeMismatch),
 ) -> Result<Started, grid_membership::Error> {
     let port = own.gossip_port;
     let membership = Membership::new(
@@ -239,8 +340,13 @@ pub(crate) fn start(
             rng: SmallRng::from_os_rng(),
             faults,
             port,
+            modes: modes.clone(),
         },
-        endpoint: Endpoint { own, accepted: tx },
+        endpoint: Endpoint {
+            own,
+            accepted: tx,
+            modes,
+        },
         view,
     })
 }
@@ -358,9 +464,10 @@ impl Driver {
             Identity::Peer(site.clone()),
         );
         let results = self.results.0.clone();
+        let modes = self.modes.clone();
         tokio::spawn(async move {
             let outcome = match tls {
-                Ok(tls) => agree(tls, &host, port, &own, &site).await,
+                Ok(tls) => agree(tls, &host, port, &own, &site, &modes).await,
                 Err(_) => None,
             };
             let message = if let Some((member, material)) = outcome {
@@ -484,12 +591,19 @@ async fn agree(
     port: u16,
     own: &Member,
     site: &str,
+    modes: &ModeMismatch,
 ) -> Option<(Member, [u8; SESSION_MATERIAL_BYTES])> {
-    tokio::time::timeout(SESSION_EXCHANGE_TIMEOUT, initiate(tls, host, port, own))
-        .await
-        .ok()
-        .flatten()
-        .filter(|(m, _)| m.site == site)
+    let (hello, material) = tokio::time::timeout(
+        SESSION_EXCHANGE_TIMEOUT,
+        initiate(tls, host, port, own, modes),
+    )
+    .await
+    .ok()
+    .flatten()
+    .filter(|(h, _)| h.member.site == site)?;
+    // Refused (409) or agreed, the answer says the responder's mode.
+    let agreed = modes.agrees(site, hello.mode.as_deref());
+    Some((hello.member, material?)).filter(|_| agreed)
 }
 
 /// The initiator's exchange: mutual TLS to the member's signals listener, the POST, the
@@ -499,7 +613,8 @@ async fn initiate(
     host: &str,
     port: u16,
     own: &Member,
-) -> Option<(Member, [u8; SESSION_MATERIAL_BYTES])> {
+    modes: &ModeMismatch,
+) -> Option<(Hello, Option<[u8; SESSION_MATERIAL_BYTES]>)> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let tcp = tokio::net::TcpStream::connect((bare, port)).await.ok()?;
     let name = ServerName::try_from(bare.to_owned())
@@ -513,14 +628,15 @@ async fn initiate(
         .await
         .ok()?;
     let conn = tokio::spawn(conn);
-    let body = serde_json::to_vec(own).ok()?;
+    let body = modes.hello(own)?;
     let request = http::Request::post(SESSION_PATH)
         .header(http::header::HOST, format!("{host}:{port}"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(body))
         .ok()?;
     let response = sender.send_request(request).await.ok()?;
-    let answered = if response.status() == http::StatusCode::OK {
+    let status = response.status();
+    let answered = if status == http::StatusCode::OK || status == http::StatusCode::CONFLICT {
         Limited::new(response.into_body(), MAX_SESSION_BODY_BYTES)
             .collect()
             .await
@@ -530,15 +646,34 @@ async fn initiate(
         None
     };
     conn.abort();
-    let member: Member = serde_json::from_slice(&answered?).ok()?;
-    member.check().ok()?;
-    Some((member, material.0))
+    let hello: Hello = serde_json::from_slice(&answered?).ok()?;
+    hello.member.check().ok()?;
+    // A refusal for the mode agrees no session, but says the responder's mode.
+    let material = (status == http::StatusCode::OK).then_some(material.0);
+    Some((hello, material))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use grid_kit::operator_harness::{DOMAIN, Grid};
+
+    #[test]
+    fn a_member_of_another_mode_is_refused_and_counted_until_it_declares_this_one() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let modes = ModeMismatch::register(&mut registry, crate::config::TransportMode::Poll);
+        assert!(!modes.agrees("b", Some("gossip")));
+        assert!(!modes.agrees("b", Some("gossip")), "refused every time");
+        assert!(!modes.agrees("c", Some("gossip")));
+        assert_eq!(modes.gauge.get(), 2);
+        // An older operator that declares nothing is not refused for it.
+        assert!(modes.agrees("d", None));
+        assert!(modes.agrees("b", Some("poll")));
+        assert_eq!(
+            (modes.peers(), modes.gauge.get()),
+            (vec!["c".to_owned()], 1)
+        );
+    }
 
     /// A client presenting site `a`'s certificate that accepts only site `peer`.
     fn client_for(peer: &str) -> Arc<rustls::ClientConfig> {
@@ -587,10 +722,14 @@ mod tests {
             gossip_port: 1,
             incarnation: 1,
         };
+        let modes = ModeMismatch::register(
+            &mut prometheus_client::registry::Registry::default(),
+            crate::config::TransportMode::Gossip,
+        );
         let started = tokio::time::Instant::now();
         let agreed = tokio::time::timeout(
             SESSION_EXCHANGE_TIMEOUT * 3,
-            agree(client_for("b"), "127.0.0.1", port, &own, "b"),
+            agree(client_for("b"), "127.0.0.1", port, &own, "b", &modes),
         )
         .await
         .expect("the exchange ended on its own bound");

@@ -55,10 +55,49 @@ struct PollLabels {
     outcome: &'static str,
 }
 
-/// `grid_operator_peer_polls_total{peer,outcome}`.
+grid_signals::label_values! {
+    /// Which address of a peer answered a poll: the closed `target` label set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum PollTarget {
+        /// The host and signals port its membership identity advertises.
+        Advertised = "advertised",
+        /// The URL its configuration gives.
+        Configured = "configured",
+    }
+}
+
+grid_signals::label_values! {
+    /// Why a member is not polled: the closed `reason` label set of
+    /// `grid_operator_peer_polls_skipped_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum SkipReason {
+        /// A member no configured peer names (so with no configured URL to try) was
+        /// declared down: it is polled again once it is live.
+        MemberDown = "member_down",
+        /// A live member this site cannot verify (no client for it could be built).
+        Unverifiable = "unverifiable",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabels {
+    peer: String,
+    target: PollTarget,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkipLabels {
+    reason: SkipReason,
+}
+
+/// `grid_operator_peer_polls_total{peer,outcome}`,
+/// `grid_operator_peer_poll_answers_total{peer,target}` and
+/// `grid_operator_peer_polls_skipped_total{reason}`.
 #[derive(Clone, Debug, Default)]
 pub struct PollMetrics {
     polls: Family<PollLabels, Counter>,
+    answers: Family<AnswerLabels, Counter>,
+    skipped: Family<SkipLabels, Counter>,
 }
 
 impl PollMetrics {
@@ -70,7 +109,39 @@ impl PollMetrics {
             "Peer polls by peer and outcome (ok, a failure class, or no_date)",
             m.polls.clone(),
         );
+        registry.register(
+            "grid_operator_peer_poll_answers",
+            "Peer polls answered, by peer and the address that answered (advertised or configured)",
+            m.answers.clone(),
+        );
+        for reason in SkipReason::ALL {
+            let _ = m.skipped.get_or_create(&SkipLabels { reason });
+        }
+        registry.register(
+            "grid_operator_peer_polls_skipped",
+            "Members not polled, by reason, counted when the decision is made",
+            m.skipped.clone(),
+        );
         m
+    }
+
+    /// Polls of `peer` that `target` answered.
+    pub fn answered(&self, peer: &str, target: PollTarget) -> u64 {
+        self.answers
+            .get_or_create(&AnswerLabels {
+                peer: peer.to_owned(),
+                target,
+            })
+            .get()
+    }
+
+    /// Members not polled for `reason`.
+    pub fn skipped(&self, reason: SkipReason) -> u64 {
+        self.skipped.get_or_create(&SkipLabels { reason }).get()
+    }
+
+    fn skip(&self, reason: SkipReason) {
+        self.skipped.get_or_create(&SkipLabels { reason }).inc();
     }
 
     fn record(&self, peer: &str, outcome: PollOutcome) {
@@ -102,8 +173,12 @@ pub fn retry_backoff(attempt: u32, rng: &mut impl Rng) -> Duration {
 /// One peer's poller.
 #[derive(Clone, Debug)]
 pub struct PeerPoller {
-    /// The peer.
+    /// The peer (its URL: where it is polled first).
     pub peer: PeerConfig,
+    /// Where it is polled when its URL does not answer: the configured URL, while it is
+    /// polled at the host membership advertises for it and that differs. An advertised
+    /// host is tried, not trusted blindly: a member can gossip a wrong one.
+    pub fallback: Option<http::Uri>,
     /// mTLS client configuration accepting only this peer's certificate.
     pub tls: Arc<ClientConfig>,
     /// Where bodies go.
@@ -133,42 +208,67 @@ impl PeerPoller {
         }
     }
 
-    /// One poll with its bounded, jittered retries; retries stop when another attempt
-    /// could not finish within the poll interval.
+    /// One poll with its bounded, jittered retries; each attempt tries the peer's URL,
+    /// then its fallback when that failed; retries stop when another attempt could not
+    /// finish within the poll interval.
     pub async fn poll_once(&self, rng: &mut impl Rng) -> PollOutcome {
-        let target = FetchTarget::new(
-            self.peer.url.clone(),
-            self.peer.timeout,
-            Some(self.tls.clone()),
-        );
+        let primary = if self.fallback.is_some() {
+            PollTarget::Advertised
+        } else {
+            PollTarget::Configured
+        };
+        let mut targets = vec![(
+            FetchTarget::new(
+                self.peer.url.clone(),
+                self.peer.timeout,
+                Some(self.tls.clone()),
+            ),
+            primary,
+        )];
+        if let Some(url) = self.fallback.clone() {
+            targets.push((
+                FetchTarget::new(url, self.peer.timeout, Some(self.tls.clone())),
+                PollTarget::Configured,
+            ));
+        }
         let started = clock::monotonic();
         let mut last = ScrapeFailure::Connect;
         for attempt in 0..MAX_POLL_ATTEMPTS {
-            match fetch(&target).await {
-                Ok(fetched) => {
-                    let Some(date_ms) = fetched.date_ms else {
-                        self.metrics.record(&self.peer.name, PollOutcome::NoDate);
-                        return PollOutcome::NoDate;
-                    };
-                    // Counted before the rows become visible, so whoever sees them also
-                    // sees the poll that brought them.
-                    self.metrics.record(&self.peer.name, PollOutcome::Ok);
-                    ingest_peer_body(
-                        &self.signals,
-                        &self.ingest,
-                        self.clock.wall_ms(),
-                        grid_signals::site::SiteInput::PeerBody {
-                            peer: &self.peer.name,
-                            body: &fetched.body,
-                            date_ms,
-                        },
-                    );
-                    return PollOutcome::Ok;
+            for (target, kind) in &targets {
+                match fetch(target).await {
+                    Ok(fetched) => {
+                        let Some(date_ms) = fetched.date_ms else {
+                            self.metrics.record(&self.peer.name, PollOutcome::NoDate);
+                            return PollOutcome::NoDate;
+                        };
+                        // Counted before the rows become visible, so whoever sees them
+                        // also sees the poll that brought them.
+                        self.metrics.record(&self.peer.name, PollOutcome::Ok);
+                        self.metrics
+                            .answers
+                            .get_or_create(&AnswerLabels {
+                                peer: self.peer.name.clone(),
+                                target: *kind,
+                            })
+                            .inc();
+                        ingest_peer_body(
+                            &self.signals,
+                            &self.ingest,
+                            self.clock.wall_ms(),
+                            grid_signals::site::SiteInput::PeerBody {
+                                peer: &self.peer.name,
+                                body: &fetched.body,
+                                date_ms,
+                            },
+                        );
+                        return PollOutcome::Ok;
+                    }
+                    Err(failure) => last = failure.class,
                 }
-                Err(failure) => last = failure.class,
             }
             let backoff = retry_backoff(attempt, rng);
-            let retry_fits = started.elapsed() + backoff + self.peer.timeout <= self.interval;
+            let retry_fits = started.elapsed() + backoff + self.peer.timeout * targets.len() as u32
+                <= self.interval;
             if attempt + 1 == MAX_POLL_ATTEMPTS || !retry_fits {
                 break;
             }
@@ -186,44 +286,68 @@ impl PeerPoller {
 /// one; in pin mode only pinned sites can join at all.
 pub type Adopt = Arc<dyn Fn(&str, http::Uri) -> Option<PeerPoller> + Send + Sync>;
 
-/// Runs one poller per live member, where membership says it is: polls exactly the live
-/// members, and the configured peers membership has not heard of yet.
+/// Where one member is polled: first `url`, then `fallback` when that fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Polled {
+    name: String,
+    url: http::Uri,
+    fallback: Option<http::Uri>,
+}
+
+/// Runs one poller per member to poll, where membership says it is: every configured
+/// peer, and every live member no configured peer names.
 ///
-/// A configured peer is polled at its configured URL until membership reports it live,
-/// then at its SWIM-advertised host and signals port ([`grid_membership::Member::signals_url`]);
-/// a live member no configured peer names is polled there too, through `adopt`. A member
-/// declared down is not polled until it is live again, and its rows age out as any
-/// unpolled peer's do.
+/// Membership never makes a configured peer unmeasured: while it is live it is polled at
+/// its SWIM-advertised host and signals port ([`grid_membership::Member::signals_url`])
+/// and, when that fails, at its configured URL; while SWIM reads it as down (UDP lost on
+/// the path while its TCP signals endpoint answers) or has not heard of it, at its
+/// configured URL. `grid_operator_peer_poll_answers_total{peer,target}` counts which
+/// answered. A live member no configured peer names is polled at its advertised address
+/// through `adopt`; once declared down it has no other address to try and is not polled
+/// until it is live again (counted `member_down` in
+/// `grid_operator_peer_polls_skipped_total`), its rows ageing out.
 pub async fn run_peer_set(
     pollers: Vec<PeerPoller>,
     adopt: Adopt,
     mut view: tokio::sync::watch::Receiver<crate::membership::View>,
+    metrics: PollMetrics,
 ) {
     // Owned here, so aborting this task aborts every poller it started.
     let mut tasks = tokio::task::JoinSet::new();
-    let mut running: std::collections::HashMap<String, (http::Uri, tokio::task::AbortHandle)> =
+    let mut running: std::collections::HashMap<String, (Polled, tokio::task::AbortHandle)> =
         std::collections::HashMap::new();
+    let mut skipped: std::collections::HashSet<String> = std::collections::HashSet::new();
     loop {
         while tasks.try_join_next().is_some() {}
-        let desired = polled(&pollers, &view.borrow_and_update());
-        running.retain(|name, (url, task)| {
-            let keep = desired.iter().any(|(n, u)| n == name && u == url);
+        let (desired, down) = polled(&pollers, &view.borrow_and_update());
+        for name in down {
+            if skipped.insert(name.clone()) {
+                tracing::debug!(peer = %name, "member declared down: not polled until it is live again");
+                metrics.skip(SkipReason::MemberDown);
+            }
+        }
+        running.retain(|name, (was, task)| {
+            let keep = desired.iter().any(|p| p.name == *name && p == was);
             if !keep {
                 task.abort();
             }
             keep
         });
-        for (name, url) in desired {
-            if running.contains_key(&name) {
+        for target in desired {
+            skipped.remove(&target.name);
+            if running.contains_key(&target.name) {
                 continue;
             }
-            let configured = pollers.iter().find(|p| p.peer.name == name).cloned();
-            let Some(mut poller) = configured.or_else(|| adopt(&name, url.clone())) else {
+            let configured = pollers.iter().find(|p| p.peer.name == target.name).cloned();
+            let Some(mut poller) = configured.or_else(|| adopt(&target.name, target.url.clone()))
+            else {
+                metrics.skip(SkipReason::Unverifiable);
                 continue;
             };
-            poller.peer.url = url.clone();
-            tracing::debug!(peer = %name, %url, "polling peer");
-            running.insert(name, (url, tasks.spawn(poller.run())));
+            poller.peer.url = target.url.clone();
+            poller.fallback.clone_from(&target.fallback);
+            tracing::debug!(peer = %target.name, url = %target.url, "polling peer");
+            running.insert(target.name.clone(), (target, tasks.spawn(poller.run())));
         }
         if view.changed().await.is_err() {
             // Membership ended (or never ran): the pollers keep going as they are.
@@ -232,23 +356,47 @@ pub async fn run_peer_set(
     }
 }
 
-/// Who is polled, and where, under `view`: every live member at its advertised URL, and
-/// each configured peer membership has neither live nor down at its configured one.
-fn polled(pollers: &[PeerPoller], view: &crate::membership::View) -> Vec<(String, http::Uri)> {
-    let configured = pollers.iter().filter_map(|p| {
-        let name = &p.peer.name;
-        match view.live.get(name) {
-            Some(member) => member.signals_url().parse().ok().map(|u| (name.clone(), u)),
-            None if view.down.contains(name) => None,
-            None => Some((name.clone(), p.peer.url.clone())),
+/// Who is polled, and where, under `view` (see [`run_peer_set`]); and the members not
+/// polled because they were declared down with no configured URL.
+fn polled(pollers: &[PeerPoller], view: &crate::membership::View) -> (Vec<Polled>, Vec<String>) {
+    let configured = pollers.iter().map(|p| {
+        let name = p.peer.name.clone();
+        let advertised = view
+            .live
+            .get(&name)
+            .and_then(|m| m.signals_url().parse::<http::Uri>().ok());
+        match advertised {
+            Some(url) if url != p.peer.url => Polled {
+                name,
+                url,
+                fallback: Some(p.peer.url.clone()),
+            },
+            _ => Polled {
+                name,
+                url: p.peer.url.clone(),
+                fallback: None,
+            },
         }
     });
+    let is_configured = |site: &str| pollers.iter().any(|p| p.peer.name == site);
     let adopted = view
         .live
         .values()
-        .filter(|m| !pollers.iter().any(|p| p.peer.name == m.site))
-        .filter_map(|m| Some((m.site.clone(), m.signals_url().parse().ok()?)));
-    configured.chain(adopted).collect()
+        .filter(|m| !is_configured(&m.site))
+        .filter_map(|m| {
+            Some(Polled {
+                name: m.site.clone(),
+                url: m.signals_url().parse().ok()?,
+                fallback: None,
+            })
+        });
+    let down = view
+        .down
+        .iter()
+        .filter(|site| !is_configured(site))
+        .cloned()
+        .collect();
+    (configured.chain(adopted).collect(), down)
 }
 
 #[cfg(test)]
@@ -326,7 +474,55 @@ mod tests {
             metrics: PollMetrics::default(),
             ingest: IngestMetrics::default(),
             interval,
+            fallback: None,
         }
+    }
+
+    fn member(site: &str, host: &str, port: u16) -> grid_membership::Member {
+        grid_membership::Member {
+            site: site.into(),
+            host: host.into(),
+            signals_port: port,
+            gossip_port: port,
+            incarnation: 1,
+        }
+    }
+
+    #[test]
+    fn membership_never_leaves_a_configured_peer_unpolled_and_an_advertised_host_is_only_tried_first()
+     {
+        let p = poller("127.0.0.1:9".parse().unwrap(), Duration::from_secs(1));
+        let configured = p.peer.url.clone();
+        let pollers = vec![p];
+        let mut view = crate::membership::View::default();
+        // Not heard of: the configured URL alone.
+        let (polled_now, down) = polled(&pollers, &view);
+        assert_eq!(polled_now[0].url, configured);
+        assert_eq!((polled_now[0].fallback.as_ref(), down.len()), (None, 0));
+        // Live elsewhere: there first, then the configured URL.
+        view.live.insert("b".into(), member("b", "10.1.1.1", 4000));
+        let (polled_now, _) = polled(&pollers, &view);
+        assert_eq!(
+            polled_now[0].url.to_string(),
+            "https://10.1.1.1:4000/v1/site/signals"
+        );
+        assert_eq!(polled_now[0].fallback.as_ref(), Some(&configured));
+        // Live where configured: no fallback to try.
+        view.live.insert("b".into(), member("b", "127.0.0.1", 9));
+        assert_eq!(polled(&pollers, &view).0[0].fallback, None);
+        // Declared down: still polled, at the configured URL.
+        view.live.clear();
+        view.down.insert("b".into());
+        let (polled_now, down) = polled(&pollers, &view);
+        assert_eq!((polled_now.len(), &polled_now[0].url), (1, &configured));
+        assert!(down.is_empty());
+        // A member no configuration names: polled while live, skipped once down.
+        view.live.insert("c".into(), member("c", "10.1.1.2", 4000));
+        assert_eq!(polled(&pollers, &view).0.len(), 2);
+        view.live.remove("c");
+        view.down.insert("c".into());
+        let (polled_now, down) = polled(&pollers, &view);
+        assert_eq!((polled_now.len(), down), (1, vec!["c".to_owned()]));
     }
 
     #[tokio::test]

@@ -91,6 +91,9 @@ grid_signals::label_values! {
         SessionBusy = "session_busy",
         /// A gossip batch pull whose query is not one site and one provider (400).
         GossipQuery = "gossip_query",
+        /// A membership session from a member declaring another signal transport mode
+        /// than this site's (409; the answer says this site's).
+        SessionMode = "session_mode",
     }
 }
 
@@ -102,6 +105,7 @@ impl Refusal {
             Self::Method => StatusCode::METHOD_NOT_ALLOWED,
             Self::SessionBody | Self::GossipQuery => StatusCode::BAD_REQUEST,
             Self::SessionBusy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::SessionMode => StatusCode::CONFLICT,
         }
     }
 }
@@ -207,8 +211,9 @@ impl SignalsService {
     }
 
     /// Gossip mode: the `(site, provider)` batches a peer that heard of their versions
-    /// asks for (`?site=..&provider=..`, repeated), each whole, those this site holds; 404
-    /// when it holds none of them.
+    /// asks for (`?site=..&provider=..`, repeated), each whole with its origin's signature
+    /// and signing chain, those this site holds and the 1 MiB body cap allows; 404 when it
+    /// holds none of them.
     fn serve_batch(&self, caller: Option<&Identity>, query: Option<&str>) -> Response<Full<Bytes>> {
         if !matches!(caller, Some(Identity::Peer(_))) {
             return self.refuse(Refusal::Forbidden);
@@ -219,18 +224,10 @@ impl SignalsService {
         let now = self.clock.wall_ms();
         let reference_ms = reference(now);
         let mut body = Vec::new();
-        let held = {
-            let signals = lock(&self.signals);
-            registers
-                .iter()
-                .filter(|(site, provider)| {
-                    signals
-                        .all()
-                        .encode_one(site, provider, now, reference_ms, &mut body)
-                        .is_some()
-                })
-                .count()
-        };
+        let held = lock(&self.signals)
+            .all()
+            .encode_pulled(&registers, now, reference_ms, &mut body)
+            .len();
         if held == 0 {
             return empty(StatusCode::NOT_FOUND);
         }
@@ -316,6 +313,17 @@ impl SignalsService {
             Err(SessionRefusal::Body) => self.refuse(Refusal::SessionBody),
             Err(SessionRefusal::Identity) => self.refuse(Refusal::SessionIdentity),
             Err(SessionRefusal::Busy) => self.refuse(Refusal::SessionBusy),
+            Err(SessionRefusal::Mode) => {
+                let mut r = self.refuse(Refusal::SessionMode);
+                if let Some(own) = endpoint.hello() {
+                    *r.body_mut() = Full::new(own);
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        header::HeaderValue::from_static("application/json"),
+                    );
+                }
+                r
+            }
         }
     }
 

@@ -37,6 +37,14 @@ pub trait StateStore: Send + Sync {
     fn load_fences(&self) -> Result<Option<FenceSet>, Error>;
     /// Persists the batch fences durably before returning.
     fn store_fences(&self, fences: &FenceSet) -> Result<(), Error>;
+    /// States whether every member met runs this site's signal transport mode `own`:
+    /// `mismatched` names those refused at join for declaring another. A store with
+    /// nowhere to state it (the state directory) does nothing; the log line and
+    /// `grid_operator_membership_mode_mismatch` say it in every mode.
+    fn store_mode_agreement(&self, own: &str, mismatched: &[String]) -> Result<(), Error> {
+        let _ = (own, mismatched);
+        Ok(())
+    }
 }
 
 /// The publisher epoch a start chose, and whether the persisted mark forced a clamp.

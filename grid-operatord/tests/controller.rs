@@ -1093,3 +1093,61 @@ async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network
     );
     again.stop().await.unwrap();
 }
+
+fn mode_agreed(fake: &FakeKube) -> Option<Value> {
+    let n = fake.get("gridnetworks", NS, "prod")?;
+    n["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "SignalTransportAgreed")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_refused_for_another_mode_are_stated_on_the_grid_network_and_so_is_their_end() {
+    let fake = FakeKube::start().await;
+    fake.create("gridnetworks", NS, network("gossip"));
+    let store = Arc::new(KubeStateStore::new(
+        client(&fake).await,
+        NS,
+        "a",
+        "prod",
+        ControllerMetrics::new(),
+    ));
+    let state = |peers: &[&str]| {
+        let (store, peers) = (
+            store.clone(),
+            peers.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(),
+        );
+        tokio::task::spawn_blocking(move || store.store_mode_agreement("gossip", &peers))
+    };
+    // Absent means agreed: a healthy grid never writes it.
+    state(&[]).await.unwrap().unwrap();
+    assert_eq!(
+        (mode_agreed(&fake), fake.writes_to("prod/status")),
+        (None, 0)
+    );
+    state(&["b", "c"]).await.unwrap().unwrap();
+    let c = mode_agreed(&fake).expect("stated");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some("ModeMismatch"))
+    );
+    assert!(
+        c["message"].as_str().unwrap().ends_with("(gossip): b, c"),
+        "{c}"
+    );
+    let writes = fake.writes_to("prod/status");
+    state(&["b", "c"]).await.unwrap().unwrap();
+    assert_eq!(
+        fake.writes_to("prod/status"),
+        writes,
+        "unchanged: not written again"
+    );
+    state(&[]).await.unwrap().unwrap();
+    let c = mode_agreed(&fake).unwrap();
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("True"), Some("ModesAgree"))
+    );
+}

@@ -14,6 +14,7 @@ use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::gossip::{FetchKind, FetchOutcome};
 use grid_operatord::peers::PollOutcome;
 use grid_operatord::state::{FileStateStore, StateStore};
+use grid_signals::store::DropReason;
 
 /// A peer URL nothing answers at (port 1 on loopback).
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
@@ -139,6 +140,14 @@ async fn an_absent_mode_gossips_and_a_batch_too_large_for_a_datagram_reaches_a_s
         async move { seq(&relay_of(grid, a, op_a).await) > first }
     })
     .await;
+    // c's batches reached a through b signed by c, and a believed every one: a relay
+    // passes a signature on whole.
+    for op in [&op_a, &op_b] {
+        assert_eq!(op.metrics.ingest.dropped(DropReason::Signature), 0);
+    }
+    // The relay a's gateway reads carries no signature lines: the gateway, reading its
+    // own operator, needs none.
+    assert!(!relay_of(&grid, &a, &op_a).await.contains("# grid_"));
     drop((op_b, op_c));
 }
 
@@ -377,4 +386,40 @@ async fn batches_and_digests_are_served_to_peers_only_under_gossip_and_bad_queri
         404
     );
     assert_eq!(status_of(&polling, peer_of_c, DIGEST_PATH).await, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_site_and_a_gossip_site_refuse_each_other_at_join_and_both_report_the_mismatch() {
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    // b polls (the harness's default), a gossips; a has b as its seed.
+    let op_b = start(&b, b.config(&[("a", NOWHERE.into())], &[])).await;
+    let op_a = start(
+        &a,
+        gossip_config(&a, &[("b", signals_url(op_b.signals_addr))], &[]),
+    )
+    .await;
+    eventually("both sides report the other's mode", 15, || {
+        let (op_a, op_b) = (&op_a, &op_b);
+        async move { op_a.mode_mismatch.peers() == ["b"] && op_b.mode_mismatch.peers() == ["a"] }
+    })
+    .await;
+    assert_eq!(
+        (op_a.mode_mismatch.own(), op_b.mode_mismatch.own()),
+        ("gossip", "poll")
+    );
+    assert!(
+        op_b.metrics
+            .refusals
+            .count(grid_operatord::signals::Refusal::SessionMode)
+            >= 1
+    );
+    let text = grid_kit::operator_harness::get_metrics(op_a.metrics_addr).await;
+    assert!(
+        text.contains("grid_operator_membership_mode_mismatch 1"),
+        "{text}"
+    );
+    // Refused at join: neither is a member of the other's view.
+    assert!(!op_a.membership.borrow().live.contains_key("b"));
+    assert!(!op_b.membership.borrow().live.contains_key("a"));
 }

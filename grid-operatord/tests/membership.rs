@@ -11,9 +11,10 @@ use grid_kit::operator_harness::{
     Grid, ProviderSpec, Site, epp_body, eventually, get_signals, post, signals_url,
 };
 use grid_membership::{Member, Refusal as DatagramRefusal, StateLabel};
+use grid_operatord::driver::Options;
 use grid_operatord::driver::Running;
 use grid_operatord::membership::SESSION_PATH;
-use grid_operatord::peers::PollOutcome;
+use grid_operatord::peers::{PollOutcome, PollTarget, SkipReason};
 use grid_operatord::signals::Refusal;
 use grid_signals::epp::ScrapeFailure;
 
@@ -64,7 +65,7 @@ async fn post_session(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_and_not_once_it_is_down()
+async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_and_at_that_url_once_it_is_down()
  {
     let grid = Grid::new();
     let (a, b, c) = (grid.site("a"), grid.site("b"), grid.site("c"));
@@ -101,15 +102,19 @@ async fn a_peer_configured_at_a_dead_url_is_polled_where_membership_says_it_is_a
     })
     .await;
     assert!(op_a.membership_metrics.suspicions() >= 1);
-    // A poll may have been in flight at the moment; after that, none.
+    // Membership never makes a configured peer unmeasured: once down, c is polled at
+    // its configured URL (dead here), so polls go on and none answers.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_down = polls_of(&op_a, "c");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
+    let (after_down, ok) = (
         polls_of(&op_a, "c"),
-        after_down,
-        "a down member is still polled"
+        op_a.metrics.polls.count("c", PollOutcome::Ok),
     );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        polls_of(&op_a, "c") > after_down,
+        "a down configured peer is still polled"
+    );
+    assert_eq!(op_a.metrics.polls.count("c", PollOutcome::Ok), ok);
     drop(op_b);
 }
 
@@ -122,7 +127,7 @@ async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_
     // grid's trust, so the peers list is where membership starts, not who may join.
     let op_b = start(&b, &[], &[]).await;
     let seed = [("b", signals_url(op_b.signals_addr))];
-    let _op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
+    let op_c = start(&c, &seed, &[ProviderSpec::of("qwen", &epp_c)]).await;
     let op_a = start(&a, &seed, &[]).await;
     // a polls c, which it was never told of.
     relays_within(&grid, (&a, &op_a), "c", 30).await;
@@ -132,6 +137,175 @@ async fn a_site_no_configuration_names_joins_through_a_seed_and_is_polled_where_
         "the seed polls who joined through it"
     );
     assert_eq!(op_a.membership_metrics.members(StateLabel::Alive), 2);
+    // c, which no configuration names, has no other address once declared down: it is
+    // not polled, and that is counted.
+    drop(op_c);
+    let view = op_a.membership.clone();
+    eventually("a declares c down", 30, || {
+        let v = view.borrow().clone();
+        async move { v.down.contains("c") }
+    })
+    .await;
+    eventually("the skip is counted", 5, || async {
+        op_a.metrics.polls.skipped(SkipReason::MemberDown) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_down = polls_of(&op_a, "c");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(polls_of(&op_a, "c"), after_down);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_advertised_host_does_not_answer_is_measured_at_its_configured_url_and_counted()
+ {
+    use grid_operatord::peers::{PeerPoller, PollMetrics};
+    use rand::SeedableRng;
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    let epp_b = FakeEpp::start(Behaviour::Body(epp_body(5, 1.0))).await;
+    let op_b = start(
+        &b,
+        &[("a", NOWHERE.into())],
+        &[ProviderSpec::of("qwen", &epp_b)],
+    )
+    .await;
+    let op_a = start(&a, &[], &[]).await;
+    let gateway_b = grid.client(&b.cert, "b", "b");
+    eventually("b publishes", 10, || async {
+        let body = get_signals(op_b.signals_addr, gateway_b.clone())
+            .await
+            .unwrap()
+            .body;
+        !body.is_empty()
+    })
+    .await;
+    // What a member may gossip as b's host: an address where nothing of b listens.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut peer = grid_operatord::config::PeerConfig::new(
+        "b",
+        format!("https://{dead}/v1/site/signals").parse().unwrap(),
+        Vec::new(),
+    );
+    peer.timeout = Duration::from_secs(1);
+    let poller = PeerPoller {
+        peer,
+        fallback: Some(signals_url(op_b.signals_addr).parse().unwrap()),
+        tls: grid.client(&a.cert, "a", "b"),
+        signals: op_a.signals.clone(),
+        metrics: PollMetrics::default(),
+        ingest: grid_signals::store::IngestMetrics::default(),
+        interval: Duration::from_secs(5),
+        clock: grid_operatord::clock::Clock::system(),
+    };
+    let outcome = poller
+        .poll_once(&mut rand::rngs::SmallRng::seed_from_u64(1))
+        .await;
+    assert_eq!(outcome, PollOutcome::Ok);
+    assert_eq!(
+        (
+            poller.metrics.answered("b", PollTarget::Advertised),
+            poller.metrics.answered("b", PollTarget::Configured)
+        ),
+        (0, 1)
+    );
+    assert!(
+        grid_operatord::signals::lock(&op_a.signals)
+            .all()
+            .entry("b", "qwen")
+            .is_some(),
+        "b is measured"
+    );
+}
+
+/// Adds a policy rule dropping every UDP datagram the namespace `ns` sends (SWIM's
+/// transport), leaving TCP alone; the rule goes with the namespace.
+fn drop_udp_from(ns: &grid_kit::netns::Netns) {
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns.name(),
+            "ip",
+            "rule",
+            "add",
+            "pref",
+            "10",
+            "ipproto",
+            "udp",
+            "blackhole",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_swim_reads_as_down_while_its_signals_endpoint_answers_is_still_polled() {
+    let ns = match grid_kit::netns::Netns::create() {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("skipped: no network namespace can be made here ({e})");
+            return;
+        }
+    };
+    let grid = Grid::new();
+    let (a, b) = (grid.site("a"), grid.site("b"));
+    // b lives in the namespace, behind a veth pair; a outside, on the pair's outer end.
+    let mut b_config = b.config(&[("a", NOWHERE.into())], &[]);
+    b_config.listen.signals = std::net::SocketAddr::new(ns.ns_addr().into(), 0);
+    b_config.listen.metrics = std::net::SocketAddr::new(ns.ns_addr().into(), 0);
+    let state: Arc<dyn grid_operatord::state::StateStore> =
+        Arc::new(grid_operatord::state::FileStateStore::open(b.state_dir()).unwrap());
+    let op_b = ns
+        .handle()
+        .spawn(grid_operatord::driver::start(
+            b_config,
+            None,
+            state,
+            Options::default(),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let b_url = format!("https://{}/v1/site/signals", op_b.signals_addr);
+    let mut a_config = a.config(&[("b", b_url)], &[]);
+    a_config.listen.signals = std::net::SocketAddr::new(ns.host_addr().into(), 0);
+    let state: Arc<dyn grid_operatord::state::StateStore> =
+        Arc::new(grid_operatord::state::FileStateStore::open(a.state_dir()).unwrap());
+    let op_a = grid_operatord::driver::start(a_config, None, state, Options::default())
+        .await
+        .unwrap();
+    let view = op_a.membership.clone();
+    eventually("a sees b live", 20, || {
+        let v = view.borrow().clone();
+        async move { v.live.contains_key("b") }
+    })
+    .await;
+    // SWIM's datagrams from b are lost from now on; its TCP listener still answers.
+    drop_udp_from(&ns);
+    eventually("a declares b down", 30, || {
+        let v = view.borrow().clone();
+        async move { v.down.contains("b") && !v.live.contains_key("b") }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_down = op_a.metrics.polls.count("b", PollOutcome::Ok);
+    eventually("b is still polled, at its configured URL", 10, || async {
+        op_a.metrics.polls.count("b", PollOutcome::Ok) > after_down
+    })
+    .await;
+    assert!(op_a.metrics.polls.answered("b", PollTarget::Configured) > 0);
+    drop(op_a);
+    drop(op_b);
+    drop(ns);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1123,3 +1123,80 @@ async fn every_relay_body_served_is_counted_by_who_asked() {
         "{m}"
     );
 }
+
+/// Rewrites `path` in place with `text` (the same inode, as a Secret update's writer
+/// may), then sets its modification time back to what it was: the change is in the
+/// bytes only.
+fn rewrite_keeping_mtime(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    let before = std::fs::metadata(path).unwrap().modified().unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file.set_modified(before).unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(path).unwrap().modified().unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gossip_a_ca_bundle_rewritten_in_place_is_in_force_at_the_next_handshake() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    let gossip = |text: String| text.replace("mode = \"poll\"", "mode = \"gossip\"");
+    std::fs::write(&path, gossip(a.config_text(&[], &[]))).unwrap();
+    let mut running = watching(&a, &path).await;
+    // c's certificate comes from a CA a does not trust yet.
+    let next_ca = grid_kit::pki::Ca::new("next-ca");
+    let c = next_ca.site(grid_kit::operator_harness::DOMAIN, "c");
+    let as_c = || grid.client(&c, "c", "a");
+    assert!(get_signals(running.signals_addr, as_c()).await.is_err());
+    // The Secret's update: the bundle now holds both CAs, same path, same mtime.
+    rewrite_keeping_mtime(
+        &a.dir.path().join("ca.crt"),
+        &format!("{}{}", grid.ca.pem(), next_ca.pem()),
+    );
+    eventually("c, under the new CA, is accepted", 10, || async {
+        get_signals(running.signals_addr, as_c()).await.is_ok()
+    })
+    .await;
+    assert!(
+        get_signals(running.signals_addr, grid.client(&a.cert, "a", "a"))
+            .await
+            .is_ok(),
+        "the old CA's certificates still pass"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), running.wait())
+            .await
+            .is_err(),
+        "a gossiping operator takes a CA change over live"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_poll_a_ca_bundle_rewritten_in_place_stops_the_operator_like_a_declared_ca_change() {
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let path = a.dir.path().join("operator.toml");
+    std::fs::write(&path, a.config_text(&[], &[])).unwrap();
+    let mut running = watching(&a, &path).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), running.wait())
+            .await
+            .is_err()
+    );
+    let next_ca = grid_kit::pki::Ca::new("next-ca");
+    rewrite_keeping_mtime(
+        &a.dir.path().join("ca.crt"),
+        &format!("{}{}", grid.ca.pem(), next_ca.pem()),
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), running.wait())
+        .await
+        .expect("the operator stops for its supervisor to restart it");
+    let err = ended.unwrap_err().to_string();
+    assert!(err.contains("`tls.ca`"), "{err}");
+}

@@ -41,4 +41,12 @@ pub enum Error {
         /// Which rule it broke.
         rule: crate::batch::BatchRule,
     },
+    /// A batch signature or signing-chain comment line breaks its rules
+    /// (`crate::signature::parse_signature_line`).
+    #[error("signature line field `{field}` breaks its rule")]
+    Signature {
+        /// The field at fault (`index`, `scheme`, `signature`, `cert`, `certs`, `fields`,
+        /// `line`).
+        field: &'static str,
+    },
 }

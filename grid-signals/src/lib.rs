@@ -32,6 +32,7 @@ pub mod epp;
 mod error;
 pub mod exposition;
 mod labels;
+pub mod signature;
 pub mod site;
 pub mod store;
 

@@ -187,6 +187,34 @@ impl KubeStateStore {
     }
 }
 
+/// The `GridNetwork` condition type saying whether every member met runs this site's
+/// signal transport mode.
+pub const MODE_AGREED: &str = "SignalTransportAgreed";
+
+/// The `SignalTransportAgreed` condition for `mismatched` members (sorted site names).
+fn mode_agreed(own: &str, mismatched: &[String]) -> Stated {
+    if mismatched.is_empty() {
+        Stated {
+            kind: MODE_AGREED,
+            status: "True",
+            reason: "ModesAgree",
+            message: format!("every member met runs signalTransport.mode {own}"),
+            transition: None,
+        }
+    } else {
+        Stated {
+            kind: MODE_AGREED,
+            status: "False",
+            reason: "ModeMismatch",
+            message: format!(
+                "refused at join for running another signalTransport.mode than this site's ({own}): {}",
+                mismatched.join(", ")
+            ),
+            transition: None,
+        }
+    }
+}
+
 /// The `GatewayAgesRejected` condition the receiver's state states.
 fn ages_rejected(state: &ReceiverState) -> Stated {
     let c = &state.condition;
@@ -289,6 +317,40 @@ impl StateStore for KubeStateStore {
                     ))
                 }
             }
+            Answer::Conflict => Err(Error::KubeConflict { operation }),
+            Answer::NotFound => Err(failed(operation, "the GridNetwork is gone".into())),
+            Answer::Failed(m) => Err(failed(operation, m)),
+        }
+    }
+
+    /// One attempt: a fresh read, the condition applied (nothing written when it already
+    /// says so), the status written with that read's resourceVersion; a 409 is
+    /// [`Error::KubeConflict`], and the caller tries again at its next check.
+    fn store_mode_agreement(&self, own: &str, mismatched: &[String]) -> Result<(), Error> {
+        let operation = "writing the GridNetwork status (SignalTransportAgreed)";
+        let mut network = self.read_network()?;
+        let mut status = network.status.clone().unwrap_or_default();
+        // Absent means agreed: a healthy grid never writes it (nor races the feedback
+        // writes for the status); a stale False from an earlier process is cleared.
+        if mismatched.is_empty() && !status.conditions.iter().any(|c| c.type_ == MODE_AGREED) {
+            return Ok(());
+        }
+        let Some(conditions) = conditions::apply(
+            &status.conditions,
+            &mode_agreed(own, mismatched),
+            network.metadata.generation,
+            conditions::time_of_ms(crate::clock::wall_ms()),
+        ) else {
+            return Ok(());
+        };
+        status.conditions = conditions;
+        network.status = Some(status);
+        match self.run(bounded(self.networks.replace_status(
+            &self.network,
+            &PostParams::default(),
+            &network,
+        ))) {
+            Answer::Ok(_) => Ok(()),
             Answer::Conflict => Err(Error::KubeConflict { operation }),
             Answer::NotFound => Err(failed(operation, "the GridNetwork is gone".into())),
             Answer::Failed(m) => Err(failed(operation, m)),

@@ -57,6 +57,7 @@ impl Batch {
             rows: &rows,
             lines_refused: self.lines_refused,
             raw: None,
+            signature: None,
         }
         .digest()
     }

@@ -238,6 +238,8 @@ pub(crate) struct BatchView<'v, 'a> {
     /// The batch's bytes, from its metadata line's name to just past its last row's
     /// line, when it was read from a body and closed by its row count.
     pub(crate) raw: Option<&'a [u8]>,
+    /// The signature line that preceded its metadata line, if any (not yet verified).
+    pub(crate) signature: Option<crate::signature::SignatureRef<'a>>,
 }
 
 impl BatchView<'_, '_> {
@@ -285,6 +287,25 @@ impl BatchView<'_, '_> {
         }
         h.write_u64(self.lines_refused as u64);
         h.finish()
+    }
+
+    /// Appends the bytes its signature covers (`crate::signature::write_message`).
+    pub(crate) fn write_message(&self, out: &mut Vec<u8>) {
+        let meta = self.meta;
+        crate::signature::write_message_parts(
+            out,
+            (&meta.site, &meta.provider, &meta.uid),
+            [meta.fence.epoch, meta.fence.sequence, meta.generation],
+            meta.stamp_ms,
+            self.rows.iter().map(|r| {
+                (
+                    r.name,
+                    r.labels.iter().map(|(n, v)| (*n, &**v)),
+                    r.value,
+                    r.stamp_ms,
+                )
+            }),
+        );
     }
 
     /// The owned batch (for callers that keep batches).

@@ -37,12 +37,14 @@
 mod publisher;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 pub use publisher::{Observed, ProviderSpec, Publisher};
 
 use crate::Error;
 use crate::batch::{Fence, FenceSet};
 use crate::epp::{Readiness, ScrapeFailure};
+use crate::signature::{BatchSigner, SignatureCheck};
 use crate::store::{
     FenceImport, IngestReport, RelayBudget, RelayReport, Sender, Store, StoreConfig,
 };
@@ -95,6 +97,9 @@ pub enum SiteInput<'a> {
     PulledBody {
         /// The `(site, provider)` registers asked for.
         registers: &'a [(&'a str, &'a str)],
+        /// Verifies each batch's signature under the trust in force: the member's own
+        /// identity vouches for none of them (see [`Sender::Pulled`]).
+        check: &'a dyn SignatureCheck,
         /// The relay body.
         body: &'a [u8],
         /// The member's `Date`: the reference its ages are relative to.
@@ -165,6 +170,8 @@ pub struct Site {
     own: Store,
     all: Store,
     outputs: VecDeque<SiteOutput>,
+    /// Signs each of this site's publications as it is stored, for gossip pulls.
+    signer: Option<Arc<dyn BatchSigner>>,
 }
 
 impl Site {
@@ -178,6 +185,7 @@ impl Site {
             publishers: Vec::with_capacity(providers.len()),
             retired_sequence: 1,
             outputs: VecDeque::new(),
+            signer: None,
         };
         site.publishers = providers.iter().map(|p| site.publisher(p, now)).collect();
         site
@@ -261,14 +269,32 @@ impl Site {
         });
     }
 
-    /// Puts one of this site's batches in both stores; what its own store refused.
+    /// Signs every publication of this site from now on with `signer` (the gossip
+    /// mode's batches travel through other members, so each carries its origin's
+    /// signature); the publications held now are signed at once.
+    pub fn set_signer(&mut self, signer: Arc<dyn BatchSigner>) {
+        let providers: Vec<String> = self.providers().map(str::to_owned).collect();
+        for provider in providers {
+            self.all
+                .sign_held(&self.config.site, &provider, signer.as_ref());
+        }
+        self.signer = Some(signer);
+    }
+
+    /// Puts one of this site's batches in both stores, signing what `all` holds of it
+    /// when a signer is set; what its own store refused.
     fn store_own(&mut self, batch: crate::batch::Batch, now: u64) -> IngestReport {
         let mut report = IngestReport::default();
+        let provider = batch.meta.provider().to_owned();
         self.own
             .ingest_batch(batch.clone(), Sender::Own, now, now, &mut report);
         let mut ignored = IngestReport::default();
         self.all
             .ingest_batch(batch, Sender::Own, now, now, &mut ignored);
+        if let Some(signer) = &self.signer {
+            self.all
+                .sign_held(&self.config.site, &provider, signer.as_ref());
+        }
         report
     }
 
@@ -303,12 +329,13 @@ impl Site {
             }
             SiteInput::PulledBody {
                 registers,
+                check,
                 body,
                 date_ms,
             } => {
-                let report = self
-                    .all
-                    .ingest(body, Sender::Pulled { registers }, date_ms, now);
+                let report =
+                    self.all
+                        .ingest(body, Sender::Pulled { registers, check }, date_ms, now);
                 self.outputs.push_back(SiteOutput::PeerIngested { report });
             }
             SiteInput::Expire => {

@@ -10,6 +10,7 @@ use crate::batch::{
     SAMPLES_LABEL, SEQUENCE_LABEL, SITE_LABEL, UID_LABEL, generation_from_value, parse_decimal_u64,
 };
 use crate::exposition::{LabelValue, Line, Sample, lines};
+use crate::signature::{SignatureLine, SignatureRef, parse_signature_line};
 
 /// Parses `body` leniently and hands every batch it holds to `on_batch`, complete or not,
 /// in body order; lines that belong to no batch or break the line rules are counted in
@@ -53,6 +54,65 @@ struct Open<'a> {
     /// Offset of its metadata line's name in the body.
     start: usize,
     lines_refused: usize,
+    signature: Option<SignatureRef<'a>>,
+}
+
+/// The signature lines read so far in one body: the chains defined (by index) and the
+/// signature waiting for the next metadata line.
+#[derive(Default)]
+struct Signatures<'a> {
+    chains: Vec<Option<&'a str>>,
+    pending: Option<SignatureRef<'a>>,
+}
+
+impl<'a> Signatures<'a> {
+    /// Reads a comment: a signature or chain line is kept (a malformed one, a chain index
+    /// defined twice and a signature that another replaces before any metadata line are
+    /// each one `signature` drop); any other comment is nothing.
+    fn comment(&mut self, text: &'a str, drops: &mut DropCounts) {
+        match parse_signature_line(text) {
+            None => {}
+            Some(Err(_)) => drops.add(DropReason::Signature, 1),
+            Some(Ok(SignatureLine::Chain { index, certs })) => {
+                if self.chains.len() <= index {
+                    self.chains.resize(index + 1, None);
+                }
+                let slot = &mut self.chains[index];
+                if slot.is_some() {
+                    drops.add(DropReason::Signature, 1);
+                } else {
+                    *slot = Some(certs);
+                }
+            }
+            Some(Ok(SignatureLine::Signature {
+                chain,
+                scheme,
+                signature,
+            })) => {
+                let replaced = self.pending.replace(SignatureRef {
+                    chain_index: chain,
+                    chain: self.chains.get(chain).copied().flatten(),
+                    scheme,
+                    signature,
+                });
+                if replaced.is_some() {
+                    drops.add(DropReason::Signature, 1);
+                }
+            }
+        }
+    }
+
+    /// The signature of the batch whose metadata line was just read.
+    fn take(&mut self) -> Option<SignatureRef<'a>> {
+        self.pending.take()
+    }
+
+    /// The body ended: a signature no metadata line followed is one `signature` drop.
+    fn end(&mut self, drops: &mut DropCounts) {
+        if self.pending.take().is_some() {
+            drops.add(DropReason::Signature, 1);
+        }
+    }
 }
 
 /// Groups the lines of `body` into batches by the rules of [`decode_batches`], handing
@@ -61,9 +121,14 @@ struct Open<'a> {
 pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl BatchSink<'a>) {
     let mut rows = Rows::default();
     let mut open: Option<Open<'a>> = None;
+    let mut signatures = Signatures::default();
     let mut iter = lines(body);
     while let Some(line) = iter.next() {
         match line {
+            Ok(Line::Comment(text)) => {
+                signatures.comment(text, drops);
+                continue;
+            }
             Err(_) => {
                 drops.add(DropReason::Parse, 1);
                 if let Some(batch) = open.as_mut() {
@@ -72,6 +137,7 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
             }
             Ok(Line::Sample(sample)) if sample.name == METADATA_NAME => {
                 close(open.take(), &rows, None, sink);
+                let signature = signatures.take();
                 match meta_from_sample(&sample) {
                     Ok(meta) => {
                         let start = body.offset(sample.name.as_bytes());
@@ -84,9 +150,15 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
                             meta,
                             start,
                             lines_refused: 0,
+                            signature,
                         });
                     }
-                    Err(rule) => drops.add(reason_for(rule, DropReason::Metadata), 1),
+                    Err(rule) => {
+                        drops.add(reason_for(rule, DropReason::Metadata), 1);
+                        if signature.is_some() {
+                            drops.add(DropReason::Signature, 1);
+                        }
+                    }
                 }
             }
             Ok(Line::Sample(sample)) => {
@@ -136,6 +208,7 @@ pub(crate) fn group<'a>(body: &'a [u8], drops: &mut DropCounts, sink: &mut impl 
         }
     }
     close(open, &rows, None, sink);
+    signatures.end(drops);
 }
 
 /// Hands a batch that closed to the sink.
@@ -151,6 +224,7 @@ fn close<'a>(
             rows,
             lines_refused: batch.lines_refused,
             raw,
+            signature: batch.signature,
         });
     }
 }

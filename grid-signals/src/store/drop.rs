@@ -29,6 +29,10 @@ crate::label_values! {
         Unbatched = "unbatched",
         /// A row inside a whole batch that breaks the row rules (no timestamp, NaN, bad name).
         Malformed = "malformed",
+        /// A pulled batch whose signature is missing, malformed or does not verify against
+        /// a certificate the declared trust binds to its site (the whole batch), or a
+        /// signature or chain comment line that breaks its rules or belongs to no batch.
+        Signature = "signature",
     }
 }
 

@@ -9,9 +9,12 @@ use super::{
 };
 use crate::batch::{Admission, Batch, BatchView, Fence, MetaRef, OrderGate, Rows, epoch_too_far};
 use crate::exposition::MAX_EXPOSITION_BYTES;
+use crate::signature::{
+    BatchSignature, SignatureCheck, SignatureLine, SignatureRef, SigningChain, decode_base64,
+};
 
 /// Who sent a body, as verified by the transport (mTLS identity), not as claimed by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Sender<'a> {
     /// A peer operator of site `site`: only batches for its own site are accepted.
     Peer {
@@ -20,10 +23,15 @@ pub enum Sender<'a> {
     },
     /// A gossip member answering a pull: only batches of the `(site, provider)`
     /// registers asked for are accepted, whichever site's they are, since a member serves
-    /// every batch it holds and announced.
+    /// every batch it holds and announced; and each only when it is whole and its
+    /// signature verifies, through `check`, against a certificate the trust binds to the
+    /// batch's own site. The member's TLS identity names the relay, not the publisher,
+    /// so it vouches for nothing the batch says.
     Pulled {
         /// The registers asked for.
         registers: &'a [(&'a str, &'a str)],
+        /// The trust's signature check.
+        check: &'a dyn SignatureCheck,
     },
     /// The local operator (its relay to its gateway): every site is accepted, since it
     /// relays what it polled.
@@ -99,7 +107,7 @@ impl Arrival<'_> {
             Sender::Peer { site } if *meta.site != *site => {
                 return Some(DropReason::SiteMismatch);
             }
-            Sender::Pulled { registers }
+            Sender::Pulled { registers, .. }
                 if !registers
                     .iter()
                     .any(|(s, p)| *s == &*meta.site && *p == &*meta.provider) =>
@@ -109,7 +117,8 @@ impl Arrival<'_> {
             _ => {}
         }
         (!plausible(meta.stamp_ms, self.reference_ms)
-            || (self.sender != Sender::Own && epoch_too_far(meta.fence.epoch, self.now_ms)))
+            || (!matches!(self.sender, Sender::Own)
+                && epoch_too_far(meta.fence.epoch, self.now_ms)))
         .then_some(DropReason::Skew)
     }
 
@@ -128,6 +137,7 @@ struct Admit<'s, 'r> {
     store: &'s mut Store,
     arrival: Arrival<'r>,
     report: &'s mut IngestReport,
+    signatures: Verified,
 }
 
 impl<'a> BatchSink<'a> for Admit<'_, '_> {
@@ -137,7 +147,100 @@ impl<'a> BatchSink<'a> for Admit<'_, '_> {
     }
 
     fn closed(&mut self, batch: &BatchView<'_, 'a>) {
-        self.store.admit(batch, self.arrival, self.report);
+        let signature = match self.arrival.sender {
+            Sender::Pulled { check, .. } if self.arrival.refusal(batch.meta).is_none() => {
+                let verified = self.signatures.verify(batch, check, self.arrival.now_ms);
+                if verified.is_none() {
+                    // Refused before any fence is judged: a batch no one vouches for
+                    // moves nothing.
+                    self.report
+                        .dropped
+                        .add(DropReason::Signature, batch.lines());
+                    return;
+                }
+                verified
+            }
+            _ => None,
+        };
+        self.store
+            .admit(batch, self.arrival, self.report, signature);
+    }
+}
+
+/// A chain line as decoded.
+#[derive(Clone)]
+enum Decoded {
+    Chain(SigningChain),
+    /// Not a chain within the bounds, or no chain line defined that index.
+    Unusable,
+}
+
+/// What one body's signatures have been found to be: its chains decoded, and which
+/// site each was checked for, so a chain several batches share is decoded and judged
+/// once per body.
+#[derive(Default)]
+struct Verified {
+    /// By chain index: `None` until first needed.
+    chains: Vec<Option<Decoded>>,
+    /// (chain index, site, whether the trust binds the chain to the site).
+    vouched: Vec<(usize, String, bool)>,
+    message: Vec<u8>,
+}
+
+impl Verified {
+    /// The batch's signature, when it is whole and its signature verifies against a
+    /// chain `check` binds to its site.
+    fn verify(
+        &mut self,
+        batch: &BatchView<'_, '_>,
+        check: &dyn SignatureCheck,
+        now_ms: u64,
+    ) -> Option<BatchSignature> {
+        let signed = batch.signature?;
+        if !batch.is_complete() {
+            return None;
+        }
+        let chain = self.chain(&signed)?;
+        let site = &*batch.meta.site;
+        let known = self
+            .vouched
+            .iter()
+            .find(|(i, s, _)| *i == signed.chain_index && s == site);
+        let vouched = if let Some(&(_, _, vouched)) = known {
+            vouched
+        } else {
+            let vouched = check.vouches(site, &chain, now_ms);
+            self.vouched
+                .push((signed.chain_index, site.to_owned(), vouched));
+            vouched
+        };
+        if !vouched {
+            return None;
+        }
+        let signature = decode_base64(signed.signature.as_bytes())?;
+        self.message.clear();
+        batch.write_message(&mut self.message);
+        if !check.verifies(&chain, signed.scheme, &self.message, &signature) {
+            return None;
+        }
+        BatchSignature::new(signed.scheme, signature, chain)
+    }
+
+    fn chain(&mut self, signed: &SignatureRef<'_>) -> Option<SigningChain> {
+        let index = signed.chain_index;
+        if self.chains.len() <= index {
+            self.chains.resize(index + 1, None);
+        }
+        let decoded = self.chains[index].get_or_insert_with(|| {
+            signed
+                .chain
+                .and_then(SignatureLine::decode_chain)
+                .map_or(Decoded::Unusable, Decoded::Chain)
+        });
+        match decoded {
+            Decoded::Chain(chain) => Some(chain.clone()),
+            Decoded::Unusable => None,
+        }
     }
 }
 
@@ -182,6 +285,7 @@ impl Store {
                 store: self,
                 arrival,
                 report: &mut report,
+                signatures: Verified::default(),
             },
         );
         report.dropped.merge(&drops);
@@ -191,7 +295,8 @@ impl Store {
     /// Admits one decoded batch from `sender`, whose body was dated `reference_ms`,
     /// at receiver wall-clock `now_ms`; counts into `report`.
     ///
-    /// In order: a peer's batch for another site is `site_mismatch`; an implausible
+    /// In order: a peer's batch for another site is `site_mismatch`; a pulled batch
+    /// (which as an owned batch carries no signature) is `signature`; an implausible
     /// metadata stamp or an epoch more than [`crate::batch::MAX_EPOCH_LEAD_MS`] ahead is
     /// `skew` (no fence retained); a new provider over the caps is `cap`; then the fence
     /// decides (`delayed`, an idempotent repeat, or advance). An advancing batch moves the
@@ -219,13 +324,18 @@ impl Store {
             rows: &rows,
             lines_refused: batch.lines_refused,
             raw: None,
+            signature: None,
         };
         let arrival = Arrival {
             sender,
             reference_ms,
             now_ms,
         };
-        self.admit(&view, arrival, report);
+        if matches!(sender, Sender::Pulled { .. }) && arrival.refusal(&meta).is_none() {
+            report.dropped.add(DropReason::Signature, view.lines());
+            return;
+        }
+        self.admit(&view, arrival, report, None);
     }
 
     /// Judges a batch whose metadata was just read, from its bytes alone, when they
@@ -256,12 +366,14 @@ impl Store {
         Some(held.len)
     }
 
-    /// Judges one batch and applies the verdict (see [`Self::ingest_batch`]).
+    /// Judges one batch and applies the verdict (see [`Self::ingest_batch`]); a
+    /// complete batch stored whole keeps `signature` (already verified) for the relay.
     fn admit(
         &mut self,
         batch: &BatchView<'_, '_>,
         arrival: Arrival<'_>,
         report: &mut IngestReport,
+        signature: Option<BatchSignature>,
     ) {
         let Arrival {
             reference_ms,
@@ -360,6 +472,8 @@ impl Store {
             held.push(row.name, row.labels, row.value, stamp_ms);
         }
         held.set_meta(meta, meta_stamp);
+        // The signature covers every row: with one left out, it no longer holds.
+        held.set_signature(signature.filter(|_| held.lines() - 1 == meta.samples));
         report.rows_stored += held.lines() - 1;
         entry.publication = Some(held);
         if let Some(event) = reset {
@@ -391,14 +505,26 @@ mod tests {
 
     #[test]
     fn a_pulled_body_admits_the_registers_asked_for_of_any_site_and_nothing_else() {
+        use crate::signature::fake::{Check, Signer, chain};
+        let mut member = store();
+        for (site, provider, q) in [("b", "m", 1.0), ("c", "m", 2.0), ("c", "n", 3.0)] {
+            admit(
+                &mut member,
+                batch(site, provider, f(1), &[("q", q)], T0),
+                T0,
+            );
+            member.sign_held(site, provider, &Signer(chain(site, 0)));
+        }
+        let mut text = Vec::new();
+        let all = [("b", "m"), ("c", "m"), ("c", "n")];
+        member.encode_pulled(&all, T0, T0, &mut text);
         let mut s = store();
-        let text = body(&[
-            batch("b", "m", f(1), &[("q", 1.0)], T0),
-            batch("c", "m", f(1), &[("q", 2.0)], T0),
-            batch("c", "n", f(1), &[("q", 3.0)], T0),
-        ]);
         let asked = [("b", "m"), ("c", "m")];
-        let r = s.ingest(&text, Sender::Pulled { registers: &asked }, T0, T0);
+        let sender = Sender::Pulled {
+            registers: &asked,
+            check: &Check { valid: 1 },
+        };
+        let r = s.ingest(&text, sender, T0, T0);
         assert_eq!(r.batches_stored, 2);
         assert_eq!(r.dropped.get(DropReason::SiteMismatch), 2);
         assert!(s.entry("c", "m").is_some());

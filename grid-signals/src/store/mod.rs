@@ -55,6 +55,7 @@ mod learning;
 mod metrics;
 mod publication;
 mod relay;
+mod signed;
 mod window;
 
 use std::collections::BTreeMap;

@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use crate::batch::{BatchMeta, LabelRef, MetaRef, Rows, write_batch};
+use crate::signature::{BatchSignature, write_message};
 
 /// A provider's last complete publication, with the rows the store kept of it (stamps
 /// in store clock), as the relay writes it back.
@@ -18,6 +19,10 @@ pub(crate) struct Publication {
     rows: Vec<HeldRow>,
     /// (name, value) spans in `text`, rows' labels back to back.
     labels: Vec<(Range<usize>, Range<usize>)>,
+    /// Its origin's signature over exactly these rows (verified when it was pulled, or
+    /// made by this site), which the relay writes with it; `None` when unsigned or when
+    /// the store kept fewer rows than were signed.
+    signature: Option<BatchSignature>,
 }
 
 /// One row: spans of its name in the text and of its labels in the label list.
@@ -48,6 +53,7 @@ impl Publication {
             text: String::with_capacity(text),
             rows: Vec::with_capacity(rows.len()),
             labels: Vec::with_capacity(labels),
+            signature: None,
         }
     }
 
@@ -56,6 +62,46 @@ impl Publication {
         self.text.clear();
         self.rows.clear();
         self.labels.clear();
+        self.signature = None;
+    }
+
+    /// Keeps `signature` with it (see the field).
+    pub(crate) fn set_signature(&mut self, signature: Option<BatchSignature>) {
+        self.signature = signature;
+    }
+
+    /// The signature kept with it.
+    pub(crate) fn signature(&self) -> Option<&BatchSignature> {
+        self.signature.as_ref()
+    }
+
+    /// Appends the bytes a signature of it covers ([`write_message`]).
+    pub(crate) fn write_message(&self, out: &mut Vec<u8>) {
+        write_message(out, &self.meta, self.row_parts());
+    }
+
+    /// Every row as (name, extra labels, value, stamp in store clock).
+    fn row_parts(
+        &self,
+    ) -> impl ExactSizeIterator<
+        Item = (
+            &str,
+            impl ExactSizeIterator<Item = (&str, &str)> + '_,
+            f64,
+            u64,
+        ),
+    > + '_ {
+        self.rows.iter().map(|row| {
+            let labels = self.labels[row.labels.clone()]
+                .iter()
+                .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]));
+            (
+                &self.text[row.name.clone()],
+                labels,
+                row.value,
+                row.stamp_ms,
+            )
+        })
     }
 
     /// Adds a row (extra labels sorted by name, stamp in store clock).
@@ -94,18 +140,7 @@ impl Publication {
     /// Appends it as exposition, stamps moved by `shift_ms` (see
     /// [`crate::batch::Batch::write_shifted`]): the same bytes the equal batch writes.
     pub(crate) fn write_shifted(&self, out: &mut Vec<u8>, shift_ms: i64) {
-        let rows = self.rows.iter().map(|row| {
-            let labels = self.labels[row.labels.clone()]
-                .iter()
-                .map(|(n, v)| (&self.text[n.clone()], &self.text[v.clone()]));
-            (
-                &self.text[row.name.clone()],
-                labels,
-                row.value,
-                row.stamp_ms,
-            )
-        });
-        write_batch(out, &self.meta, rows, shift_ms);
+        write_batch(out, &self.meta, self.row_parts(), shift_ms);
     }
 
     /// The row of series `metric` with exactly the extra labels `labels` (any order),

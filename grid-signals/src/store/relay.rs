@@ -92,32 +92,6 @@ impl Store {
         report
     }
 
-    /// Writes one provider's held batch, whole, ages relative to `reference_ms`, and
-    /// returns its fence; `None` (nothing written) when none is held or it outlived the
-    /// TTL. What a gossip pull of one version answers with.
-    pub fn encode_one(
-        &self,
-        site: &str,
-        provider: &str,
-        now_ms: u64,
-        reference_ms: u64,
-        out: &mut Vec<u8>,
-    ) -> Option<crate::batch::Fence> {
-        let publication = self.entry(site, provider)?.publication.as_ref()?;
-        if publication
-            .meta()
-            .stamp_ms()
-            .saturating_add(self.config.ttl_ms)
-            < now_ms
-        {
-            return None;
-        }
-        let shift = (i128::from(reference_ms) - i128::from(now_ms))
-            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-        publication.write_shifted(out, shift);
-        Some(publication.meta().fence())
-    }
-
     /// The fence of the batch held for one provider, outlived or not (what a newer
     /// version is compared with before it is pulled).
     pub fn fence_of(&self, site: &str, provider: &str) -> Option<crate::batch::Fence> {
@@ -173,8 +147,8 @@ mod tests {
         );
         let mut out = Vec::new();
         assert_eq!(
-            s.encode_one("b", "m", T0, T0, &mut out),
-            Some(Fence::new(T0, 3))
+            s.encode_pulled(&[("b", "m"), ("b", "x")], T0, T0, &mut out),
+            [Fence::new(T0, 3)]
         );
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(
@@ -195,7 +169,10 @@ mod tests {
         assert_eq!(s.fence_of("b", "n"), Some(Fence::new(T0, 5)));
         assert_eq!(s.fence_of("b", "o"), None);
         let late = T0 + s.config().ttl_ms + 1;
-        assert_eq!(s.encode_one("b", "m", late, late, &mut Vec::new()), None);
+        assert!(
+            s.encode_pulled(&[("b", "m")], late, late, &mut Vec::new())
+                .is_empty()
+        );
         assert_eq!(s.held_fences(late).count(), 0);
     }
 

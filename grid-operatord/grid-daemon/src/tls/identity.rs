@@ -176,6 +176,19 @@ impl Trust {
         Ok(())
     }
 
+    /// In SPIFFE mode, puts `roots` in force as the CA (a bundle rewritten in place),
+    /// keeping the domain; pin mode has no CA to change.
+    ///
+    /// # Errors
+    ///
+    /// `roots` cannot verify client certificates; the map in force is kept.
+    pub fn replace_roots(&self, roots: RootCertStore) -> Result<(), String> {
+        let TrustKind::Spiffe { domain, .. } = &*self.kind() else {
+            return Ok(());
+        };
+        self.replace(Self::spiffe(&self.site, domain, roots))
+    }
+
     /// This site's name.
     pub fn site(&self) -> &str {
         &self.site

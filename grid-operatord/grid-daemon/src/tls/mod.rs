@@ -10,9 +10,11 @@
 //! server verified by chain and name (an `https` EPP, a remote site, an operator reached
 //! by CA and name).
 
+mod ca;
 mod fingerprint;
 mod identity;
 mod rotation;
+mod signing;
 mod verify;
 
 use std::path::Path;
@@ -23,9 +25,11 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use ca::{CaBundle, content_digest, watch_ca, webpki_client_following};
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
 pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
+pub use signing::{SIGNING_SCHEMES, SiteSigner, TrustCheck};
 
 use crate::Error;
 

@@ -85,6 +85,11 @@ impl CertSlot {
         }))
     }
 
+    /// The chain and key presented now.
+    pub fn certified(&self) -> Arc<CertifiedKey> {
+        self.current.load_full()
+    }
+
     /// The leaf presented now.
     pub fn leaf(&self) -> CertificateDer<'static> {
         self.current.load().cert[0].clone()
