@@ -264,7 +264,8 @@ impl Signals {
         // A few pending reloads at most: each replaces the whole model list, so only the
         // newest matters and a sender waits rather than queueing more.
         let (reloads, reloaded) = mpsc::channel(RELOAD_QUEUE);
-        let poller = poller.with_reloads(reloaded);
+        let prober = upstream::site_client(sites_tls.clone(), connect_timeout);
+        let poller = poller.with_reloads(reloaded).with_prober(prober);
         Ok(Self {
             reloads,
             certificate,

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::Error;
 use crate::clock;
-use grid_score::refresh::Refresher;
+use grid_score::refresh::{Refresher, RoutingEvent};
 use grid_score::routing::RoutingView;
 
 use crate::upstream::HttpClient;
@@ -68,12 +68,39 @@ struct ModelLabels {
     model: String,
 }
 
+grid_signals::label_values! {
+    /// How one probe of a site ejected for failing ended (the `result` of
+    /// `grid_gateway_site_probes_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum ProbeResult {
+        /// The site answered (any status below 500): it is back in selection.
+        Answered = "answered",
+        /// It failed: refused, reset, a 5xx, or nothing within [`PROBE_TIMEOUT`].
+        Failed = "failed",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProbeLabels {
+    result: ProbeResult,
+}
+
+/// The path a site ejected for failing is probed at (under its base URL's prefix): the
+/// `OpenAI` list of models, which every `OpenAI`-compatible server answers, costs no
+/// generation and reaches the same server a request would.
+pub const PROBE_PATH: &str = "/v1/models";
+
+/// How long one probe may take, connect to answer head.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The poll loop's metric handles, and why its last poll failed.
 #[derive(Clone, Debug, Default)]
 pub struct PollMetrics {
     polls: Family<ResultLabels, Counter>,
     shedding: Family<ModelLabels, Gauge>,
     routable: Family<ModelLabels, Gauge>,
+    without_signals: Family<ModelLabels, Gauge>,
+    probes: Family<ProbeLabels, Counter>,
     /// What the last poll's failure said (`/readyz` and the log say it too); none once a
     /// poll succeeded. Read only by `/readyz`, never on the request path.
     last_failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
@@ -101,6 +128,19 @@ impl PollMetrics {
             "grid_gateway_model_routable",
             "1 while the model has at least one candidate not excluded",
             m.routable.clone(),
+        );
+        registry.register(
+            "grid_gateway_model_without_signals",
+            "1 while no candidate of the model has a fresh signal and it is routed by learned capacity alone",
+            m.without_signals.clone(),
+        );
+        for result in ProbeResult::ALL {
+            m.probes.get_or_create(&ProbeLabels { result }).inc_by(0);
+        }
+        registry.register(
+            "grid_gateway_site_probes",
+            "Probes of sites ejected for failing, by result (answered, failed)",
+            m.probes.clone(),
         );
         m
     }
@@ -233,6 +273,8 @@ pub struct Poller {
     last_result: Option<PollResult>,
     /// Reloaded model lists (SIGHUP), applied between polls.
     reloads: Option<mpsc::Receiver<Vec<grid_score::catalog::ModelSpec>>>,
+    /// The client sites ejected for failing are probed with, when they are.
+    prober: Option<HttpClient>,
 }
 
 impl std::fmt::Debug for Poller {
@@ -294,6 +336,54 @@ fn mirror_gauges(metrics: &PollMetrics, view: &RoutingView) {
             .routable
             .get_or_create(&labels)
             .set(i64::from(view.is_routable(&m.name)));
+        let blind = view
+            .table()
+            .get(&m.name)
+            .is_some_and(|s| s.path() == Some(grid_score::Path::Fallback));
+        metrics
+            .without_signals
+            .get_or_create(&labels)
+            .set(i64::from(blind));
+    }
+}
+
+/// Logs each change a refresh reports, once: at warn when a model or a site is lost, at
+/// info when it is back.
+fn log_events(events: &[RoutingEvent]) {
+    for event in events {
+        match event {
+            RoutingEvent::Ejected {
+                key,
+                reason,
+                until_ms,
+            } => tracing::warn!(
+                site = %key.site,
+                provider = %key.provider,
+                reason = reason.as_str(),
+                for_ms = until_ms.saturating_sub(clock::now_unix_ms()),
+                "site ejected for failing; probing it until it answers"
+            ),
+            RoutingEvent::Rejoined { key, by_probe } => tracing::info!(
+                site = %key.site,
+                provider = %key.provider,
+                by_probe,
+                "site back in selection"
+            ),
+            RoutingEvent::Unroutable { model } => tracing::warn!(
+                %model,
+                "every site of the model is out; it answers 503 until one is back"
+            ),
+            RoutingEvent::Routable { model } => {
+                tracing::info!(%model, "the model routes again");
+            }
+            RoutingEvent::WithoutSignals { model } => tracing::warn!(
+                %model,
+                "no site of the model has a fresh signal; routing by learned capacity until one returns"
+            ),
+            RoutingEvent::SignalsBack { model } => {
+                tracing::info!(%model, "signals are back; routing by load again");
+            }
+        }
     }
 }
 
@@ -326,7 +416,16 @@ impl Poller {
             live_refresh,
             last_result: None,
             reloads: None,
+            prober: None,
         }
+    }
+
+    /// Probes sites ejected for failing with `client` (a site client: TLS sites need the
+    /// gateway's certificate); without one, an ejection ends only when its time runs out.
+    #[must_use]
+    pub fn with_prober(mut self, client: HttpClient) -> Self {
+        self.prober = Some(client);
+        self
     }
 
     /// Takes reloaded model lists from `reloads`: each replaces the catalog between two
@@ -353,6 +452,10 @@ impl Poller {
         let (done_tx, mut done_rx) = mpsc::channel::<(ExchangeId, Delivery)>(4);
         let live = std::sync::Arc::clone(&self.live_refresh);
         let mut reloads = self.reloads.take();
+        let mut probe_tick = tokio::time::interval(Duration::from_millis(
+            grid_score::live::PROBE_INTERVAL_MS / 2,
+        ));
+        probe_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -361,7 +464,7 @@ impl Poller {
                     self.refresher.replace_models(&models);
                     let refreshed = self.refresher.refresh(clock::now_unix_ms());
                     tracing::info!(models = models.len(), "model configuration reloaded; learned state of kept candidates carried over");
-                    self.publish_view(refreshed.view);
+                    self.apply(refreshed);
                 }
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
                 _ = tick.tick() => {
@@ -384,10 +487,11 @@ impl Poller {
                     if let Some(wait) = self.refresher.live_wait_ms(clock::now_unix_ms()) {
                         tokio::time::sleep(Duration::from_millis(wait)).await;
                     }
-                    if let Some(view) = self.refresher.refresh_live(clock::now_unix_ms()) {
-                        self.publish_view(view);
+                    if let Some(refreshed) = self.refresher.refresh_live(clock::now_unix_ms()) {
+                        self.apply(refreshed);
                     }
                 }
+                _ = probe_tick.tick() => self.probe_ejected(),
             }
         }
         self.reporter
@@ -474,7 +578,53 @@ impl Poller {
         for e in &refreshed.refused {
             tracing::debug!(error = %e, "reading refused");
         }
+        self.apply(refreshed);
+    }
+
+    /// Logs what a refresh changed and publishes its view.
+    fn apply(&mut self, refreshed: grid_score::refresh::Refreshed) {
+        log_events(&refreshed.events);
         self.publish_view(refreshed.view);
+    }
+
+    /// Probes every site ejected for failing whose probe is due, each on its own task
+    /// bounded by [`PROBE_TIMEOUT`]: an answer (any status below 500) is recorded in the
+    /// site's live slot, and the refresh it wakes brings the site back.
+    fn probe_ejected(&mut self) {
+        let Some(client) = &self.prober else {
+            return;
+        };
+        for upstream in self.refresher.probes_due(clock::now_unix_ms()) {
+            let Ok(uri) = crate::upstream::uri_for(
+                &upstream,
+                &http::uri::PathAndQuery::from_static(PROBE_PATH),
+            ) else {
+                continue;
+            };
+            let mut req = Request::new(Full::new(Bytes::new()));
+            *req.uri_mut() = uri;
+            let (client, metrics, live) = (
+                client.clone(),
+                self.metrics.clone(),
+                std::sync::Arc::clone(&self.live_refresh),
+            );
+            tokio::spawn(async move {
+                let answered = matches!(
+                    tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await,
+                    Ok(Ok(resp)) if !resp.status().is_server_error()
+                );
+                let result = if answered {
+                    ProbeResult::Answered
+                } else {
+                    ProbeResult::Failed
+                };
+                metrics.probes.get_or_create(&ProbeLabels { result }).inc();
+                upstream.live().record_probe(answered);
+                if answered {
+                    live.notify_one();
+                }
+            });
+        }
     }
 
     /// Mirrors `view`'s per-model state into gauges and publishes it.

@@ -5,6 +5,7 @@
 //! does. Stamps are the store's (receiver clock, ms since the Unix epoch), so `now_ms`
 //! here is the same clock the store was fed.
 
+use grid_signals::epp::{READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
 use grid_signals::store::{Entry, Learning, Store, StoreEvent};
 
 use crate::error::Error;
@@ -70,8 +71,20 @@ pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
             .map(|r| r.value)
     };
     let ready_endpoints = value(READY_ENDPOINTS).map(|n| n.max(0.0).round() as u32);
+    let ready = value(READY).map(|v| v >= 0.5);
+    // The verdict's reason, from the same instant: one the operator reached without
+    // reading the EPP is no evidence about the site.
+    let verdict_unread = ready == Some(false)
+        && entry.series(READY_REASON).any(|series| {
+            series.latest().is_some_and(|r| r.stamp_ms == stamp_ms)
+                && series
+                    .label(READY_REASON_LABEL)
+                    .and_then(ReadyReasonLabel::parse)
+                    .is_some_and(ReadyReasonLabel::is_unread)
+        });
     let mut reading = Reading {
-        ready: value(READY).map(|v| v >= 0.5),
+        ready,
+        verdict_unread,
         ready_endpoints,
         kv_mean: value(KV_MEAN),
         kv_spread: value(KV_SPREAD),
@@ -160,7 +173,7 @@ mod tests {
     use crate::config::ScoreConfig;
     use crate::rng::SplitMix64;
     use crate::scorer::Routes;
-    use crate::select::Decision;
+    use crate::select::{Decision, Outcome, Path};
     use crate::snapshot::{Candidate, CandidateState, RouteTable};
 
     const T0: u64 = 1_700_000_000_000;
@@ -175,9 +188,14 @@ mod tests {
     ) {
         let rows: Vec<Row> = rows
             .iter()
-            .map(|&(name, endpoint, value)| {
-                let labels = endpoint
-                    .map(|e| vec![("model_server_endpoint".to_string(), e.to_string())])
+            .map(|&(name, label, value)| {
+                let key = if name == READY_REASON {
+                    READY_REASON_LABEL
+                } else {
+                    "model_server_endpoint"
+                };
+                let labels = label
+                    .map(|e| vec![(key.to_string(), e.to_string())])
                     .unwrap_or_default();
                 Row::new(name, labels, value, stamp).unwrap()
             })
@@ -393,6 +411,66 @@ mod tests {
             (share - 0.5).abs() <= 0.1,
             "a's share {share}, capacity share 0.5"
         );
+    }
+
+    /// Two sites serving `m`, both measured at `T0`, then only a verdict of 0 from each
+    /// operator every second for a minute, with `reason`: what a scrape outage (or a real
+    /// outage) of every EPP publishes. The decisions of that minute, as outcome and path.
+    fn every_site_not_ready_for(reason: &str) -> Vec<(Outcome, Option<Path>)> {
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        let routes = Routes::new().with(
+            "m",
+            vec![CandidateKey::new("a", "p"), CandidateKey::new("b", "p")],
+        );
+        for site in ["a", "b"] {
+            admit(&mut store, site, "u1", 1, T0, &pool(1.0, 0.0, 0));
+        }
+        sync(&mut scorer, &mut store, T0);
+        let mut rng = SplitMix64::new(7);
+        let mut decisions = Vec::new();
+        for k in 1..=60u64 {
+            let t = T0 + k * 1_000;
+            for site in ["a", "b"] {
+                let verdict = [(READY, None, 0.0), (READY_REASON, Some(reason), 1.0)];
+                admit(&mut store, site, "u1", 1 + k, t, &verdict);
+            }
+            sync(&mut scorer, &mut store, t);
+            let table = scorer.refresh(t, &routes);
+            let decision = table.pick("m", &mut rng);
+            decisions.push((decision.outcome(), decision.path()));
+        }
+        decisions
+    }
+
+    #[test]
+    fn a_not_ready_verdict_the_operator_reached_without_reading_the_epp_never_makes_503() {
+        // Every EPP silent while the operators run and the model servers serve: the
+        // verdict is 0 for a failed scrape, which is no evidence about the sites.
+        for reason in ["scrape_timeout", "scrape_connect", "no_recent_scrape"] {
+            let decisions = every_site_not_ready_for(reason);
+            assert!(
+                decisions.iter().all(|(o, _)| *o == Outcome::Routed),
+                "{reason}: {decisions:?}"
+            );
+            // Once the last loads aged out, nothing is measured: by capacity, as the
+            // fallback path, which the gateway counts and logs as routing without signals.
+            assert_eq!(
+                decisions.last(),
+                Some(&(Outcome::Routed, Some(Path::Fallback)))
+            );
+        }
+    }
+
+    #[test]
+    fn a_not_ready_verdict_the_epp_showed_still_makes_the_model_unavailable() {
+        for reason in ["no_ready_endpoints", "unavailable", "recovery_unconfirmed"] {
+            let decisions = every_site_not_ready_for(reason);
+            assert!(
+                decisions.iter().all(|(o, _)| *o == Outcome::Unavailable),
+                "{reason}: {decisions:?}"
+            );
+        }
     }
 
     #[test]

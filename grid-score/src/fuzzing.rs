@@ -13,7 +13,8 @@
 //!   unless a later reading said ready or the veto is older than the freshness window,
 //!   and a model with any healthy candidate is never Unavailable;
 //! - when a candidate has headroom, the pick goes to a candidate with headroom, and never
-//!   to an unmeasured one while one is measured;
+//!   to an unmeasured one while a measured one has room (an unmeasured site is tried only
+//!   once every measured site is full, by capacity);
 //! - an unconfigured model is always `UnknownModel`.
 
 use std::collections::HashSet;
@@ -183,6 +184,8 @@ fn decode_reading(b: &mut Bytes<'_>, clock_ms: u64) -> Option<Reading> {
         kv_spread,
         flow_held,
         ready,
+        // `ready = 0` reached without reading the EPP (a verdict that excludes nothing).
+        verdict_unread: more & 0b11 == 3,
         ready_endpoints,
         units,
         learning_allowed: !bit(flags, 5),
@@ -296,10 +299,12 @@ pub fn run_steps(steps: &[Step], shedding: bool) -> Result<RunStats, Violation> 
                     Ok(_) if newer => {
                         let s = usize::from(*site);
                         last_stamp[s] = Some(reading.stamp_ms);
-                        if reading.ready == Some(false) || reading.ready_endpoints == Some(0) {
+                        // A verdict reached without reading the EPP is none at all.
+                        let ready = reading.ready.filter(|_| !reading.verdict_unread);
+                        if ready == Some(false) || reading.ready_endpoints == Some(0) {
                             veto_at[s] = Some(reading.stamp_ms);
                         } else if reading.ready_endpoints.is_some()
-                            || reading.ready == Some(true)
+                            || ready == Some(true)
                             || veto_at[s].is_some_and(|at| {
                                 reading.stamp_ms.saturating_sub(at) > fresh_for_ms
                             })
@@ -382,7 +387,10 @@ fn check_pick(
                 .candidates()
                 .iter()
                 .any(|c| c.state() != CandidateState::Unmeasured);
-            if any_measured && candidate.state() == CandidateState::Unmeasured {
+            if any_measured
+                && candidate.state() == CandidateState::Unmeasured
+                && snap.path() != Some(Path::ByCapacity)
+            {
                 return fail(format!(
                     "picked unmeasured {:?} while one was measured",
                     candidate.key()

@@ -18,6 +18,9 @@ grid_signals::label_values! {
         /// The per-unit series stopped while the ready-endpoint count kept stamping: the EPP
         /// lost its endpoints' metrics, so the averages it still stamps are frozen.
         UnitSeriesStopped = "unit_series_stopped",
+        /// Its exchanges failed (in a row, or most of the recent ones): ejected until a
+        /// probe answers or its ejection runs out (`live::outlier`).
+        Ejected = "ejected",
     }
 }
 
@@ -168,22 +171,40 @@ impl Learner {
     }
 
     fn verdict(&self, r: &Reading) -> Verdict {
-        if r.ready == Some(false) {
+        // A verdict the operator reached without reading the EPP is its monitoring
+        // failing, not the site: no verdict at all.
+        let ready = r.ready.filter(|_| !r.verdict_unread);
+        if ready == Some(false) {
             Verdict::Out(ExcludeReason::NotReady)
         } else if r.ready_endpoints == Some(0) {
             Verdict::Out(ExcludeReason::NoReadyEndpoints)
         } else if r.ready_endpoints.is_some() && self.had_units && r.units.is_none() {
             Verdict::Out(ExcludeReason::UnitSeriesStopped)
-        } else if r.ready_endpoints.is_some() || r.ready == Some(true) {
+        } else if r.ready_endpoints.is_some() || ready == Some(true) {
             Verdict::Ready
         } else {
             Verdict::Unknown
         }
     }
 
-    /// Folds in what the responses said since the last refresh.
-    pub(crate) fn observe_live(&mut self, evidence: &LiveEvidence, now_ms: u64) {
-        self.live.observe(evidence, now_ms);
+    /// Folds in what the responses said since the last refresh; says when that ejected
+    /// the candidate for failing or brought it back.
+    pub(crate) fn observe_live(
+        &mut self,
+        evidence: &LiveEvidence,
+        now_ms: u64,
+    ) -> Option<crate::live::OutlierChange> {
+        self.live.observe(evidence, now_ms)
+    }
+
+    /// Since when the candidate is ejected for failing, while it is.
+    pub(crate) fn ejected_since(&self) -> Option<u64> {
+        self.live.ejected_since()
+    }
+
+    /// Whether a probe of the candidate, ejected for failing, is due at `now_ms`.
+    pub(crate) fn probe_due(&mut self, now_ms: u64) -> bool {
+        self.live.probe_due(now_ms)
     }
 
     /// A revision changed: forget bounds, load and congestion history. The last stamp,

@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::error::RejectReason;
+use crate::learner::ExcludeReason;
+use crate::live::EjectReason;
 use crate::reading::CandidateKey;
 use crate::select::{Decision, Outcome};
 use crate::snapshot::{Plan, RouteSnapshot, RouteTable, UNMEASURED};
@@ -42,6 +44,13 @@ struct DecisionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: RejectReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EjectionLabels {
+    site: Arc<str>,
+    provider: Arc<str>,
+    reason: EjectReason,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -79,6 +88,8 @@ pub struct ScoreMetrics {
     turnover: Family<CandidateLabels, FloatGauge>,
     decisions: Family<DecisionLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
+    ejected: Family<CandidateLabels, Gauge>,
+    ejections: Family<EjectionLabels, Counter>,
     /// Candidates given values by the last publish, so ones that vanish read NaN rather
     /// than their last value forever. Touched only by `publish`, off the request path.
     published: Arc<Mutex<HashSet<CandidateKey>>>,
@@ -102,6 +113,8 @@ impl ScoreMetrics {
             turnover: Family::default(),
             decisions: Family::default(),
             rejected: Family::default(),
+            ejected: Family::default(),
+            ejections: Family::default(),
             published: Arc::default(),
             no_site: Arc::from(""),
             unknown_model: Counter::default(),
@@ -156,6 +169,16 @@ impl ScoreMetrics {
             "Readings refused before learning, by reason",
             this.rejected.clone(),
         );
+        r.register(
+            "ejected",
+            "1 while the site/provider is out of selection for failing (probed until it answers), else 0",
+            this.ejected.clone(),
+        );
+        r.register(
+            "ejections",
+            "Times a site/provider was taken out of selection for failing, by reason (consecutive, ratio)",
+            this.ejections.clone(),
+        );
         for reason in RejectReason::ALL {
             // Pre-create so every reason reads 0 rather than being absent.
             let _ = this.rejected.get_or_create(&ReasonLabels { reason });
@@ -200,6 +223,17 @@ impl ScoreMetrics {
                 self.set_gone(&e.key);
                 now_published.insert(e.key.clone());
             }
+            for c in snapshot.candidates() {
+                self.ejected
+                    .get_or_create(&CandidateLabels::from(c.key()))
+                    .set(0);
+            }
+            for e in snapshot.excluded() {
+                let out = e.reason == ExcludeReason::Ejected;
+                self.ejected
+                    .get_or_create(&CandidateLabels::from(&e.key))
+                    .set(i64::from(out));
+            }
         }
         let mut published = self
             .published
@@ -209,6 +243,17 @@ impl ScoreMetrics {
             self.set_gone(gone);
         }
         *published = now_published;
+    }
+
+    /// Counts one ejection of `key` for `reason`.
+    pub fn ejection(&self, key: &CandidateKey, reason: EjectReason) {
+        self.ejections
+            .get_or_create(&EjectionLabels {
+                site: key.site.clone(),
+                provider: key.provider.clone(),
+                reason,
+            })
+            .inc();
     }
 
     fn set_gone(&self, key: &CandidateKey) {

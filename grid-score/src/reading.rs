@@ -80,8 +80,14 @@ impl EppPool {
 pub struct Reading {
     /// When the values were observed, ms since the Unix epoch.
     pub stamp_ms: u64,
-    /// `grid_provider_ready`: `Some(false)` excludes; `None` (unknown) never does.
+    /// `grid_provider_ready`: `Some(false)` excludes, unless [`Reading::verdict_unread`];
+    /// `None` (unknown) never does.
     pub ready: Option<bool>,
+    /// The `grid_provider_ready 0` came with a reason that says the operator could not
+    /// read the EPP (`grid_provider_ready_reason`, `ReadyReasonLabel::is_unread`): no
+    /// signal, not a site known to be down. It neither excludes nor clears, and the
+    /// candidate turns unmeasured as its last load ages out.
+    pub verdict_unread: bool,
     /// `llm_d_epp_ready_endpoints`: `Some(0)` excludes.
     pub ready_endpoints: Option<u32>,
     /// Requests on the site as the gateway concludes them (see [`EppPool::in_flight`]).

@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use grid_signals::store::{IngestReport, Sender, Store, StoreConfig};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Upstream};
 use crate::config::ScoreConfig;
 use crate::error::Error;
 use crate::from_store;
+use crate::live::{EjectReason, OutlierChange};
 use crate::metrics::ScoreMetrics;
+use crate::reading::CandidateKey;
 use crate::routing::RoutingView;
 use crate::scorer::{Routes, Scorer};
 
@@ -26,7 +28,8 @@ use crate::scorer::{Routes, Scorer};
 /// long of the answer that said so.
 pub const LIVE_REFRESH_MIN_INTERVAL_MS: u64 = 50;
 
-/// One refresh's result: the view to publish and the readings the scorer refused.
+/// One refresh's result: the view to publish, the readings the scorer refused and what
+/// changed about routing.
 #[derive(Debug)]
 pub struct Refreshed {
     /// The view to publish.
@@ -34,6 +37,66 @@ pub struct Refreshed {
     /// Readings refused by the scorer in this refresh (counted on [`ScoreMetrics`] when
     /// the refresher has them).
     pub refused: Vec<Error>,
+    /// What changed about routing since the refresh before (none at the first): each
+    /// happens once per change, for the daemon to log and the simulator to count.
+    pub events: Vec<RoutingEvent>,
+}
+
+/// A change in how a model or a candidate is routed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoutingEvent {
+    /// A candidate was ejected for failing (counted on [`ScoreMetrics`]).
+    Ejected {
+        /// The candidate.
+        key: CandidateKey,
+        /// Why.
+        reason: EjectReason,
+        /// When its ejection ends unless a probe answers first.
+        until_ms: u64,
+    },
+    /// An ejected candidate is back in selection.
+    Rejoined {
+        /// The candidate.
+        key: CandidateKey,
+        /// A probe answered, rather than its ejection running out.
+        by_probe: bool,
+    },
+    /// Every candidate of the model is out: it answers 503.
+    Unroutable {
+        /// The model.
+        model: Arc<str>,
+    },
+    /// The model routes again.
+    Routable {
+        /// The model.
+        model: Arc<str>,
+    },
+    /// No candidate of the model has a signal (every one unmeasured): it is routed by
+    /// learned capacity alone, as Envoy's panic threshold does.
+    WithoutSignals {
+        /// The model.
+        model: Arc<str>,
+    },
+    /// A signal is back for the model: it is routed by load again.
+    SignalsBack {
+        /// The model.
+        model: Arc<str>,
+    },
+}
+
+/// What the events compare between two refreshes: per model, whether it routes and
+/// whether it routes without any signal.
+type ModelStates = std::collections::HashMap<Arc<str>, (bool, bool), crate::FastBuild>;
+
+fn model_states(table: &crate::snapshot::RouteTable) -> ModelStates {
+    table
+        .iter()
+        .map(|s| {
+            let routable = !s.candidates().is_empty();
+            let blind = s.path() == Some(crate::Path::Fallback);
+            (Arc::clone(s.model()), (routable, blind))
+        })
+        .collect()
 }
 
 /// Store plus scorer for one gateway's configured candidates.
@@ -46,6 +109,8 @@ pub struct Refresher {
     metrics: Option<ScoreMetrics>,
     last_live_ms: Option<u64>,
     live_pending: bool,
+    /// The models' states at the last refresh; none before the first.
+    models: Option<ModelStates>,
 }
 
 impl Refresher {
@@ -65,6 +130,7 @@ impl Refresher {
             metrics,
             last_live_ms: None,
             live_pending: false,
+            models: None,
         }
     }
 
@@ -107,20 +173,76 @@ impl Refresher {
                 }
             }
         }
+        let (view, events) = self.build(now_ms);
         Refreshed {
-            view: self.build(now_ms),
+            view,
             refused: synced.refused,
+            events,
         }
     }
 
-    fn build(&mut self, now_ms: u64) -> RoutingView {
-        self.scorer.feed_live(self.catalog.live(), now_ms);
+    fn build(&mut self, now_ms: u64) -> (RoutingView, Vec<RoutingEvent>) {
+        let (changes, _) = self.scorer.feed_live(self.catalog.live(), now_ms);
+        let mut events = Vec::new();
+        for (key, change) in changes {
+            events.push(match change {
+                OutlierChange::Ejected { reason, until_ms } => {
+                    if let Some(m) = &self.metrics {
+                        m.ejection(&key, reason);
+                    }
+                    RoutingEvent::Ejected {
+                        key,
+                        reason,
+                        until_ms,
+                    }
+                }
+                OutlierChange::Rejoined { by_probe } => RoutingEvent::Rejoined { key, by_probe },
+            });
+        }
         let mut table = self.scorer.refresh(now_ms, &self.routes);
         if let Some(m) = &self.metrics {
             m.resolve(&mut table);
             m.publish(&table);
         }
-        RoutingView::new(Arc::clone(&self.catalog), table)
+        let models = model_states(&table);
+        if let Some(before) = &self.models {
+            for (model, &(routable, blind)) in &models {
+                let (was_routable, was_blind) = before.get(model).copied().unwrap_or((true, false));
+                let model = || Arc::clone(model);
+                if was_routable && !routable {
+                    events.push(RoutingEvent::Unroutable { model: model() });
+                } else if !was_routable && routable {
+                    events.push(RoutingEvent::Routable { model: model() });
+                }
+                if !was_blind && blind {
+                    events.push(RoutingEvent::WithoutSignals { model: model() });
+                } else if was_blind && !blind {
+                    events.push(RoutingEvent::SignalsBack { model: model() });
+                }
+            }
+        }
+        self.models = Some(models);
+        (RoutingView::new(Arc::clone(&self.catalog), table), events)
+    }
+
+    /// The candidates ejected for failing whose probe is due at `now_ms`, with where
+    /// they are served (for each model naming them, once per candidate): the daemon
+    /// probes each and records what it found in the candidate's live slot
+    /// ([`crate::live::LiveSlot::record_probe`]).
+    pub fn probes_due(&mut self, now_ms: u64) -> Vec<Upstream> {
+        let due = self.scorer.probes_due(now_ms);
+        let mut found: Vec<Upstream> = Vec::new();
+        for key in due {
+            let upstream = self.catalog.models().iter().find_map(|m| {
+                m.upstreams
+                    .iter()
+                    .find(|u| u.site == key.site && u.provider == key.provider)
+            });
+            if let Some(u) = upstream {
+                found.push(u.clone());
+            }
+        }
+        found
     }
 
     /// An answer said something new about room or serving (a flow-control room signal,
@@ -143,13 +265,18 @@ impl Refresher {
     /// The off-cycle refresh, when one is wanted and due: the live slots folded in and a
     /// new table built from what the scorer already holds (the store only changes at a
     /// poll, whose own refresh reads it).
-    pub fn refresh_live(&mut self, now_ms: u64) -> Option<RoutingView> {
+    pub fn refresh_live(&mut self, now_ms: u64) -> Option<Refreshed> {
         if self.live_wait_ms(now_ms) != Some(0) {
             return None;
         }
         self.last_live_ms = Some(now_ms);
         self.live_pending = false;
-        Some(self.build(now_ms))
+        let (view, events) = self.build(now_ms);
+        Some(Refreshed {
+            view,
+            refused: Vec::new(),
+            events,
+        })
     }
 }
 
@@ -204,5 +331,129 @@ mod tests {
         r.wake_live();
         let _ = r.refresh(1_010);
         assert_eq!(r.live_wait_ms(1_010), Some(40));
+    }
+
+    /// A refresher of model `m` served at sites `sites` (provider `p` each).
+    fn refresher_of(sites: &[&str]) -> Refresher {
+        let candidates = sites
+            .iter()
+            .map(|site| CandidateSpec {
+                site: (*site).into(),
+                provider: "p".into(),
+                scheme: "http".into(),
+                authority: format!("{site}.example"),
+                prefix: String::new(),
+            })
+            .collect();
+        let catalog = Catalog::new(&[ModelSpec {
+            name: "m".into(),
+            candidates,
+        }]);
+        Refresher::new(
+            Arc::new(catalog),
+            ScoreConfig::default(),
+            StoreConfig::default(),
+            None,
+        )
+    }
+
+    fn slot<'r>(r: &'r Refresher, site: &str) -> &'r crate::live::LiveSlot {
+        r.catalog()
+            .live()
+            .slot(&CandidateKey::new(site, "p"))
+            .unwrap()
+    }
+
+    fn excluded(view: &RoutingView) -> Vec<String> {
+        view.table()
+            .get("m")
+            .unwrap()
+            .excluded()
+            .iter()
+            .map(|e| format!("{}:{}", e.key.site, e.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_site_failing_in_a_row_is_ejected_probed_and_back_once_a_probe_answers() {
+        use crate::live::{CONSECUTIVE_FAILURES, PROBE_INTERVAL_MS};
+        let mut r = refresher_of(&["a", "b"]);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        let refreshed = r.refresh_live_now(t0 + 10);
+        assert_eq!(excluded(&refreshed.view), ["a:ejected"]);
+        assert!(matches!(
+            refreshed.events.as_slice(),
+            [RoutingEvent::Ejected { key, reason: EjectReason::Consecutive, .. }] if &*key.site == "a"
+        ));
+        // Probed every interval while out, never before.
+        assert!(r.probes_due(t0 + 10 + PROBE_INTERVAL_MS - 1).is_empty());
+        let due = r.probes_due(t0 + 10 + PROBE_INTERVAL_MS);
+        assert_eq!(due.len(), 1);
+        assert_eq!(&*due[0].site, "a");
+        assert!(r.probes_due(t0 + 10 + PROBE_INTERVAL_MS).is_empty());
+        // A failed probe keeps it out; an answered one brings it back at the next refresh.
+        slot(&r, "a").record_probe(false);
+        let still = r.refresh_live_now(t0 + 3_000);
+        assert_eq!(excluded(&still.view), ["a:ejected"]);
+        slot(&r, "a").record_probe(true);
+        let back = r.refresh_live_now(t0 + 4_000);
+        assert!(excluded(&back.view).is_empty());
+        assert!(matches!(
+            back.events.as_slice(),
+            [RoutingEvent::Rejoined { by_probe: true, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_model_never_has_more_than_its_share_of_sites_ejected() {
+        use crate::live::CONSECUTIVE_FAILURES;
+        let mut r = refresher_of(&["a", "b"]);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        r.refresh_live_now(t0 + 10);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "b").record_failure();
+        }
+        let both = r.refresh_live_now(t0 + 20);
+        // Both failing: the first ejected stays out, the other stays in, weighted down.
+        assert_eq!(excluded(&both.view), ["a:ejected"]);
+        assert!(both.view.is_routable("m"));
+    }
+
+    #[test]
+    fn a_lone_failing_site_stays_in_and_the_first_refresh_reports_no_change() {
+        use crate::live::CONSECUTIVE_FAILURES;
+        let mut r = refresher_of(&["a"]);
+        let t0 = 1_000_000;
+        assert!(
+            r.refresh(t0).events.is_empty(),
+            "nothing said at the first refresh"
+        );
+        // Nothing measured yet: without signals all along, so no change to report.
+        assert!(r.refresh(t0 + 1_000).events.is_empty());
+        // The one site fails: with one candidate, ejecting it would leave nothing, so it
+        // stays in (weighted down) and the model stays routable.
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        let refreshed = r.refresh_live_now(t0 + 2_000);
+        assert!(refreshed.view.is_routable("m"));
+        assert!(excluded(&refreshed.view).is_empty());
+    }
+
+    impl Refresher {
+        /// An off-cycle refresh at `now_ms`, woken and due whatever came before.
+        fn refresh_live_now(&mut self, now_ms: u64) -> Refreshed {
+            self.wake_live();
+            self.last_live_ms = None;
+            self.refresh_live(now_ms).unwrap()
+        }
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::config::ScoreConfig;
 use crate::error::Error;
 use crate::hash::FastMap;
-use crate::learner::{Learner, LearnerView, Observed};
-use crate::live::{LiveBoard, LiveEvidence};
+use crate::learner::{ExcludeReason, Learner, LearnerView, Observed};
+use crate::live::{LiveBoard, LiveEvidence, OutlierChange};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
 use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable, Signal};
@@ -129,13 +129,14 @@ impl Scorer {
     }
 
     /// Folds in what a candidate's responses said since the last drain of its slot
-    /// (see [`crate::live`]), at `now_ms`. Refused only at the candidate cap.
+    /// (see [`crate::live`]), at `now_ms`: whether that ejected it for failing or brought
+    /// it back. Refused only at the candidate cap.
     pub fn observe_live(
         &mut self,
         key: &CandidateKey,
         evidence: &LiveEvidence,
         now_ms: u64,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<OutlierChange>, Error> {
         if !self.learners.contains_key(key) && self.learners.len() >= MAX_CANDIDATES {
             return Err(Error::CandidateCap {
                 limit: MAX_CANDIDATES,
@@ -143,19 +144,40 @@ impl Scorer {
                 provider: key.provider.clone(),
             });
         }
-        self.learners
+        Ok(self
+            .learners
             .entry(key.clone())
             .or_default()
-            .observe_live(evidence, now_ms);
-        Ok(())
+            .observe_live(evidence, now_ms))
     }
 
     /// Drains every slot of `board` into the scorer at `now_ms` (the refresh's live
-    /// half; call it before [`Scorer::refresh`]). Returns the refusals (candidate cap).
-    pub fn feed_live(&mut self, board: &LiveBoard, now_ms: u64) -> Vec<Error> {
-        board
-            .iter()
-            .filter_map(|(key, slot)| self.observe_live(key, &slot.drain(), now_ms).err())
+    /// half; call it before [`Scorer::refresh`]): the candidates ejected for failing or
+    /// brought back, and the refusals (candidate cap).
+    pub fn feed_live(
+        &mut self,
+        board: &LiveBoard,
+        now_ms: u64,
+    ) -> (Vec<(CandidateKey, OutlierChange)>, Vec<Error>) {
+        let mut changes = Vec::new();
+        let mut refused = Vec::new();
+        for (key, slot) in board.iter() {
+            match self.observe_live(key, &slot.drain(), now_ms) {
+                Ok(Some(change)) => changes.push((key.clone(), change)),
+                Ok(None) => {}
+                Err(e) => refused.push(e),
+            }
+        }
+        (changes, refused)
+    }
+
+    /// The candidates ejected for failing whose probe is due at `now_ms` (each is then
+    /// due again a [`crate::live::PROBE_INTERVAL_MS`] later): the daemon probes each and
+    /// records the outcome in its live slot ([`crate::live::LiveSlot::record_probe`]).
+    pub fn probes_due(&mut self, now_ms: u64) -> Vec<CandidateKey> {
+        self.learners
+            .iter_mut()
+            .filter_map(|(key, learner)| learner.probe_due(now_ms).then(|| key.clone()))
             .collect()
     }
 
@@ -191,6 +213,20 @@ impl Scorer {
         RouteTable::from_snapshots(snapshots)
     }
 
+    /// The candidates of one model that are out for failing: those ejected, the
+    /// longest-ejected first, up to [`crate::live::max_ejected`] of the model's; the
+    /// others stay in (weighted down by their failures), so a problem every site shares
+    /// cannot take the model out.
+    fn ejected_of<'k>(&self, keys: &'k [CandidateKey]) -> Vec<&'k CandidateKey> {
+        let mut out: Vec<(u64, &CandidateKey)> = keys
+            .iter()
+            .filter_map(|k| Some((self.learners.get(k)?.ejected_since()?, k)))
+            .collect();
+        out.sort_by_key(|&(since, _)| since);
+        out.truncate(crate::live::max_ejected(keys.len()));
+        out.into_iter().map(|(_, k)| k).collect()
+    }
+
     fn view(&self, now_ms: u64, key: &CandidateKey) -> LearnerView {
         self.learners.get(key).map_or_else(
             || Learner::default().view(now_ms, self.config.fresh_for_ms),
@@ -203,9 +239,13 @@ impl Scorer {
         let mut excluded = Vec::new();
         let shedding_on = self.config.shedding.enabled;
         let mut saturation = Vec::with_capacity(if shedding_on { keys.len() } else { 0 });
+        let ejected = self.ejected_of(keys);
         for key in keys {
             let v = self.view(now_ms, key);
-            if let Some(reason) = v.excluded {
+            let reason = v
+                .excluded
+                .or_else(|| ejected.contains(&key).then_some(ExcludeReason::Ejected));
+            if let Some(reason) = reason {
                 excluded.push(Excluded {
                     key: key.clone(),
                     reason,
@@ -592,7 +632,7 @@ mod tests {
         };
         board.slot(&key("a")).unwrap().record_room(1_100, &calm);
         board.slot(&key("b")).unwrap().record_room(1_100, &calm);
-        assert!(s.feed_live(&board, 1_200).is_empty());
+        assert!(s.feed_live(&board, 1_200).1.is_empty());
         let before = s.refresh(1_200, &r);
         assert!((share_of_a(&before) - 0.5).abs() < 0.05);
         assert_eq!(before.get("m").unwrap().grid_headroom(), Some(40));
@@ -621,19 +661,20 @@ mod tests {
         }
         let board = LiveBoard::new(&[key("a"), key("b")]);
         let a = board.slot(&key("a")).unwrap();
-        for _ in 0..5 {
+        // One short of an ejection: weighted down, not out.
+        for _ in 0..crate::live::CONSECUTIVE_FAILURES - 1 {
             a.record_failure();
         }
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
         let weight = |t: &RouteTable, site: &str| at(t, site).live_factor();
-        assert!((weight(&t, "a") - 1.0 / 6.0).abs() < 1e-9);
+        assert!((weight(&t, "a") - 1.0 / 5.0).abs() < 1e-9);
         assert!((weight(&t, "b") - 1.0).abs() < 1e-12);
         a.record_answer();
         s.feed_live(&board, 1_000);
         let t = s.refresh(1_000, &r);
         assert!(
-            (weight(&t, "a") - 1.0 / 3.5).abs() < 1e-9,
+            (weight(&t, "a") - 1.0 / 3.0).abs() < 1e-9,
             "halved by an answer"
         );
     }

@@ -298,22 +298,25 @@ mod tests {
     }
 
     #[test]
-    fn a_measured_site_is_preferred_to_an_unmeasured_one_even_when_full() {
+    fn an_unmeasured_site_is_tried_by_capacity_once_every_measured_site_is_full() {
+        // A full site with 80 waiting on 10 slots beside one without a signal: the
+        // unknown site is tried (as if it held nothing waiting) rather than piling more on
+        // the full one; a full site keeps its own, smaller, by-capacity share.
         let full = Candidate::measured(CandidateKey::new("f", "p"), 10.0, 9.0, 9.0, 80.0, true);
         let s = RouteSnapshot::new(
             "m",
             vec![
                 full,
-                Candidate::unmeasured(CandidateKey::new("u", "p"), 100.0),
+                Candidate::unmeasured(CandidateKey::new("u", "p"), 10.0),
             ],
             vec![],
             REFUSE,
         );
         assert_eq!(s.path(), Some(Path::ByCapacity));
-        let mut rng = SplitMix64::new(5);
-        for _ in 0..200 {
-            assert_eq!(picked_site(s.pick(&mut rng)), "f");
-        }
+        let got = shares(&s, 20_000, 5);
+        // Weights: 10 x (10/90)^2 against 10.
+        let want = 1.0 / (1.0 + (10.0f64 / 90.0).powi(2));
+        assert!((got["u"] - want).abs() < 0.02, "{got:?}");
     }
 
     #[test]

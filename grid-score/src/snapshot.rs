@@ -506,7 +506,15 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
         .sum();
     let by_capacity = |c: &Candidate| by_capacity_weight(c, default_turnover_ms);
     match with_headroom.as_slice() {
-        [] => Plan::ByCapacity(Pool::new(measured, candidates, by_capacity)),
+        // Every measured site is full: a site without a signal (a frozen remote operator,
+        // an EPP gone silent) is tried too, by its capacity as if it held nothing waiting,
+        // before work piles up further on the full ones or the model sheds. It is least
+        // preferred only while some site has room.
+        [] => Plan::ByCapacity(Pool::new(
+            members(candidates, |_| true),
+            candidates,
+            by_capacity,
+        )),
         _ if room.is_finite() && room < serving => {
             let spread = room / serving;
             let capacity_total: f64 = measured
@@ -651,6 +659,42 @@ mod tests {
             Some(Path::Fallback)
         );
         assert_eq!(path(vec![]), None);
+    }
+
+    #[test]
+    fn a_site_without_a_signal_takes_the_overflow_only_once_every_measured_site_is_full() {
+        let unknown = || Candidate::unmeasured(CandidateKey::new("remote", "p"), 8.0);
+        let share_of_remote = |s: &RouteSnapshot| {
+            let mut rng = crate::rng::SplitMix64::new(3);
+            let picks = 4_000;
+            let hits = (0..picks)
+                .filter(|_| {
+                    matches!(s.pick(&mut rng), crate::Decision::Route { candidate, .. }
+                        if &*candidate.key().site == "remote")
+                })
+                .count();
+            hits as f64 / f64::from(picks)
+        };
+        // The local site drowns: 25 times its capacity, most of it waiting.
+        let drowning = Candidate::measured(
+            CandidateKey::new("local", "p"),
+            8.0,
+            25.0,
+            25.0,
+            192.0,
+            true,
+        );
+        let s = RouteSnapshot::new("m", vec![drowning, unknown()], vec![], REFUSE);
+        assert_eq!(s.path(), Some(crate::Path::ByCapacity));
+        assert!(share_of_remote(&s) > 0.9, "{}", share_of_remote(&s));
+        // While the local site has room, the unknown one gets nothing.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![cand("local", 8.0, 0.2), unknown()],
+            vec![],
+            REFUSE,
+        );
+        assert!(share_of_remote(&s) < f64::EPSILON);
     }
 
     #[test]

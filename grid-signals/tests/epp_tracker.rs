@@ -648,3 +648,47 @@ fn a_full_batch_carries_contract_then_raw_series_with_site_and_provider_labels()
         "every value was observed by the latest scrape"
     );
 }
+
+#[test]
+fn a_not_ready_verdict_is_published_with_its_reason_so_an_unread_epp_is_told_from_a_down_one() {
+    use grid_signals::epp::{READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
+    let reason = |h: &Harness| {
+        let batch = h.batch();
+        let rows: Vec<_> = batch.iter().filter(|s| s.name == READY_REASON).collect();
+        assert!(rows.len() <= 1, "one reason per batch: {rows:?}");
+        rows.first().map(|s| {
+            assert!((s.value - 1.0).abs() < f64::EPSILON);
+            let ready = batch
+                .iter()
+                .find(|r| r.name == "grid_provider_ready")
+                .unwrap();
+            assert_eq!(s.stamp_ms, ready.stamp_ms, "stamped with the verdict");
+            let label = s
+                .labels
+                .iter()
+                .find(|(k, _)| *k == READY_REASON_LABEL)
+                .unwrap();
+            ReadyReasonLabel::parse(&label.1).unwrap()
+        })
+    };
+    // Ready: no reason row.
+    let mut h = Harness::new();
+    h.scrape(&ready(2.0));
+    assert_eq!(reason(&h), None);
+    // The EPP showed it down: the reason is evidence.
+    h.scrape(&ready(0.0));
+    h.scrape(&ready(0.0));
+    let shown = reason(&h).unwrap();
+    assert_eq!(shown, ReadyReasonLabel::NoReadyEndpoints);
+    assert!(!shown.is_unread());
+    // Scrapes time out past the stale window: the operator could not read the EPP.
+    let mut h = Harness::new();
+    h.scrape(&ready(2.0));
+    for _ in 0..30 {
+        h.fail(ScrapeFailure::Timeout);
+    }
+    assert_eq!(h.verdict().0, NotReady);
+    let unread = reason(&h).unwrap();
+    assert_eq!(unread, ReadyReasonLabel::ScrapeTimeout);
+    assert!(unread.is_unread());
+}

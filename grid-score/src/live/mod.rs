@@ -17,6 +17,7 @@
 //! request path writes without a lock and the refresh reads off it.
 
 mod headers;
+mod outlier;
 mod slot;
 mod state;
 mod turnover;
@@ -26,9 +27,15 @@ pub use headers::{
     FlowHeaders, FlowObservation, FlowRefusals, HEADROOM_HEADER, HEADROOM_HEADER_PROVISIONAL,
     MAX_HEADROOM_REQUESTS, MAX_QUEUE_DURATION_MS, QUEUE_DURATION_HEADER, is_flow_header,
 };
+pub use outlier::{
+    BASE_EJECTION_MS, CONSECUTIVE_FAILURES, EJECT_FAILURE_RATIO, EJECTION_MEMORY_MS, EjectReason,
+    MAX_EJECTED_SHARE, MAX_EJECTION_MS, MIN_RATIO_EXCHANGES, OutlierChange, PROBE_INTERVAL_MS,
+    RATIO_HALF_LIFE_MS, max_ejected,
+};
 pub use slot::{LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
 pub use state::{
-    FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
+    DEFAULT_FULL_HOLD_MS, FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS,
+    MAX_FAILURE_SCORE, MAX_FULL_HOLD_MS,
 };
 pub(crate) use state::{LiveState, LiveView};
 pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};

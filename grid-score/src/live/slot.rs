@@ -49,6 +49,13 @@ pub struct LiveEvidence {
     /// Sum of the logarithms of their time to first byte less their flow-control wait
     /// (ms), fixed point as `served_log`.
     pub first_byte_log: u64,
+    /// Exchanges failed in a row, as of the drain (not cleared: an answer ends it).
+    pub streak: u32,
+    /// Probes of the site (while it was ejected) answered since the last drain.
+    pub probes_answered: u32,
+    /// Until when the site said it is full (a 429's Retry-After), ms since the Unix
+    /// epoch; 0 when it never did (not cleared: its time says what it is worth).
+    pub full_until_ms: u64,
 }
 
 /// Fraction bits of the fixed-point logarithms a slot sums.
@@ -64,6 +71,9 @@ pub struct LiveSlot {
     served_log: AtomicU64,
     first_bytes: AtomicU32,
     first_byte_log: AtomicU64,
+    streak: AtomicU32,
+    probes_answered: AtomicU32,
+    full_until: AtomicU64,
 }
 
 impl LiveSlot {
@@ -91,11 +101,35 @@ impl LiveSlot {
     /// Request path: the site answered (any status below 500).
     pub fn record_answer(&self) {
         self.answers.fetch_add(1, Ordering::Relaxed);
+        self.streak.store(0, Ordering::Relaxed);
     }
 
     /// Request path: the exchange failed (reset, timeout) or the site answered 5xx.
     pub fn record_failure(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
+        self.streak.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request path: the site refused a request because it is full (a 429) at `now_ms`,
+    /// for `hold_ms` (its Retry-After, bounded by [`super::MAX_FULL_HOLD_MS`]; without one,
+    /// [`super::DEFAULT_FULL_HOLD_MS`]). A site that answers is not failing: the streak
+    /// ends as for any answer.
+    pub fn record_full(&self, now_ms: u64, hold_ms: Option<u64>) {
+        let hold = hold_ms
+            .unwrap_or(super::DEFAULT_FULL_HOLD_MS)
+            .min(super::MAX_FULL_HOLD_MS);
+        self.full_until
+            .fetch_max(now_ms.saturating_add(hold), Ordering::Relaxed);
+        self.record_answer();
+    }
+
+    /// A probe of the ejected site (the daemon's, off the request path) answered
+    /// (`answered`), or failed.
+    pub fn record_probe(&self, answered: bool) {
+        if answered {
+            self.probes_answered.fetch_add(1, Ordering::Relaxed);
+            self.streak.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Request path: an answer held its slot `held_ms` (a streamed answer from its first
@@ -134,6 +168,9 @@ impl LiveSlot {
             served_log: self.served_log.swap(0, Ordering::Relaxed),
             first_bytes: self.first_bytes.swap(0, Ordering::Relaxed),
             first_byte_log: self.first_byte_log.swap(0, Ordering::Relaxed),
+            streak: self.streak.load(Ordering::Relaxed),
+            probes_answered: self.probes_answered.swap(0, Ordering::Relaxed),
+            full_until_ms: self.full_until.load(Ordering::Relaxed),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! reading of a remote site is up to six seconds old; the snapshot reads it in place of
 //! an older reading's load (`docs/routing.md`, "Live room").
 
+use super::outlier::{Outlier, OutlierChange};
 use super::slot::{LiveEvidence, LiveRoom};
 use super::turnover::Turnover;
 
@@ -39,6 +40,15 @@ pub const FAILURE_HALF_LIFE_MS: u64 = 10_000;
 /// seventeenth) so it still gets the odd request that shows its recovery.
 pub const MAX_FAILURE_SCORE: f64 = 16.0;
 
+/// How long a site that answered 429 without a Retry-After is read as full: a second,
+/// the order of a request's turnover; each 429 renews it.
+pub const DEFAULT_FULL_HOLD_MS: u64 = 1_000;
+
+/// The longest a site's 429 keeps it read as full, whatever Retry-After it states: past
+/// this its polled readings and its next answers speak for it again (a site's clock or
+/// its Retry-After policy cannot keep it out of selection for long).
+pub const MAX_FULL_HOLD_MS: u64 = 30_000;
+
 /// The live state of one candidate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LiveState {
@@ -47,6 +57,9 @@ pub(crate) struct LiveState {
     failures: f64,
     failures_at: u64,
     turnover: Turnover,
+    /// Until when its own 429 said it is full.
+    full_until: u64,
+    outlier: Outlier,
 }
 
 /// What the snapshot reads of it at one instant.
@@ -66,8 +79,9 @@ pub(crate) struct LiveView {
 }
 
 impl LiveState {
-    /// Folds in what a slot held at `now_ms`.
-    pub(crate) fn observe(&mut self, e: &LiveEvidence, now_ms: u64) {
+    /// Folds in what a slot held at `now_ms`; says when that ejected the candidate for
+    /// failing or brought it back.
+    pub(crate) fn observe(&mut self, e: &LiveEvidence, now_ms: u64) -> Option<OutlierChange> {
         if let Some(room) = e.room
             && self.room.is_none_or(|r| room.stamp_ms > r.stamp_ms)
         {
@@ -87,6 +101,18 @@ impl LiveState {
         };
         self.failures_at = now_ms.max(self.failures_at);
         self.turnover.observe(e, now_ms);
+        self.full_until = self.full_until.max(e.full_until_ms);
+        self.outlier.observe(e, now_ms)
+    }
+
+    /// Since when it is ejected for failing, while it is.
+    pub(crate) fn ejected_since(&self) -> Option<u64> {
+        self.outlier.ejected_since()
+    }
+
+    /// Whether a probe of the ejected candidate is due at `now_ms` (scheduling the next).
+    pub(crate) fn probe_due(&mut self, now_ms: u64) -> bool {
+        self.outlier.probe_due(now_ms)
     }
 
     fn failures_now(&self, now_ms: u64) -> f64 {
@@ -112,6 +138,11 @@ impl LiveState {
             if age <= LIVE_ROOM_FRESH_MS {
                 headroom = room.headroom.or(room.saturated.then_some(0));
             }
+        }
+        if now_ms < self.full_until {
+            // It said so itself (a 429): full until its Retry-After, whatever else says.
+            factor = 0.0;
+            headroom = Some(0);
         }
         LiveView {
             factor: if factor.is_finite() {

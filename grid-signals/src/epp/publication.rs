@@ -13,6 +13,13 @@ use super::reading::ScrapeReading;
 
 /// `grid_provider_ready`: 1 ready, 0 not ready; absent when unknown.
 pub const READY: &str = "grid_provider_ready";
+/// `grid_provider_ready_reason{reason}`: 1, beside a `grid_provider_ready 0`, with the
+/// verdict's reason ([`super::readiness::ReadyReasonLabel`]) and stamp, so a reader can
+/// tell a provider the EPP showed down from one the operator could not read
+/// ([`super::readiness::ReadyReasonLabel::is_unread`]).
+pub const READY_REASON: &str = "grid_provider_ready_reason";
+/// The label of [`READY_REASON`].
+pub const READY_REASON_LABEL: &str = "reason";
 /// `grid_provider_ready_endpoints`: the EPP's ready-endpoint count for the pool.
 pub const READY_ENDPOINTS: &str = "grid_provider_ready_endpoints";
 /// `grid_provider_in_flight_requests`: see [`super::in_flight::operator_in_flight`].
@@ -107,6 +114,14 @@ pub fn publication(input: &PublicationInput<'_>) -> Vec<PublishedSample> {
         ReadyStatus::Unknown => None,
     };
     batch.push(READY, ready, input.readiness.stamp_ms, None);
+    if input.readiness.status == ReadyStatus::NotReady {
+        batch.push(
+            READY_REASON,
+            Some(1.0),
+            input.readiness.stamp_ms,
+            Some((READY_REASON_LABEL, input.readiness.reason.label().as_str())),
+        );
+    }
     if let Some((at, reading)) = input.held {
         batch.push(READY_ENDPOINTS, reading.ready_endpoints, at, None);
         batch.push(

@@ -192,6 +192,36 @@ crate::label_values! {
     }
 }
 
+impl ReadyReasonLabel {
+    /// Whether a verdict of this reason says the EPP was not read (a failed scrape, or no
+    /// scrape within the stale window) rather than anything the EPP said. Such a "not
+    /// ready" is the operator's monitoring failing, not evidence about the model servers:
+    /// a reader takes it as no signal (unmeasured), never as a site known to be down, so a
+    /// monitoring outage cannot become a serving outage. Every other "not ready" reason
+    /// (zero ready endpoints confirmed, a recovery not yet confirmed, Unavailable) is
+    /// evidence.
+    pub fn is_unread(self) -> bool {
+        matches!(
+            self,
+            Self::ScrapeTimeout
+                | Self::ScrapeUnauthorized
+                | Self::ScrapeTls
+                | Self::ScrapeDns
+                | Self::ScrapeConnect
+                | Self::ScrapeHttp
+                | Self::ScrapeBodyCap
+                | Self::ScrapeParse
+                | Self::NoRecentScrape
+                | Self::NoScrapeYet
+        )
+    }
+
+    /// The label whose text is `text`, if any.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == text)
+    }
+}
+
 impl ReadyReason {
     /// The reason's metric label (snake case of [`Self::as_str`]).
     pub fn label(self) -> ReadyReasonLabel {
@@ -216,6 +246,12 @@ impl ReadyReason {
             Self::NoScrapeYet => ReadyReasonLabel::NoScrapeYet,
             Self::NoReadySeries => ReadyReasonLabel::NoReadySeries,
         }
+    }
+
+    /// Whether the verdict says the EPP was not read (a failed scrape, or none within the
+    /// stale window) rather than what the EPP said: see [`ReadyReasonLabel::is_unread`].
+    pub fn is_unread(self) -> bool {
+        self.label().is_unread()
     }
 
     /// The failed scrape's class, for a reason that names one.

@@ -338,8 +338,8 @@ impl SignalPath {
                 self.refresher.wake_live();
             }
         }
-        if let Some(view) = self.refresher.refresh_live(EPOCH_MS + t_ms) {
-            self.view = view;
+        if let Some(refreshed) = self.refresher.refresh_live(EPOCH_MS + t_ms) {
+            self.view = refreshed.view;
         }
     }
 
