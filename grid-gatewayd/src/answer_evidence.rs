@@ -16,6 +16,25 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use crate::headers::SITE_HEADER;
 use crate::request_metrics::{FlowRefusalLabels, RequestMetrics, SiteLabels};
 
+/// A `Retry-After` value (RFC 9110 section 10.2.3: delay seconds, or an HTTP date) as
+/// milliseconds from `now`; `None` when it is neither.
+pub(crate) fn retry_after_ms(value: &[u8], now: std::time::SystemTime) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        // Past u64's seconds, as far off as can be said (the hold is bounded anyway).
+        return Some(
+            text.parse::<u64>()
+                .unwrap_or(u64::MAX)
+                .saturating_mul(1_000),
+        );
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(now)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    )
+}
+
 /// An answer head as a proxy holds it: read in order, headers removed by name, set.
 pub(crate) trait AnswerHeaders {
     /// Calls `f` with every header's (lowercase) name and raw value, in order, repeated
@@ -90,10 +109,28 @@ pub(crate) fn take_live_evidence(
     }
     // Only an answer that says something about room or serving wakes a refresh; a plain
     // answer is counted at the next one.
-    if status.is_server_error() || observation.has_room_signal() {
+    let full = status == StatusCode::TOO_MANY_REQUESTS;
+    if status.is_server_error() || full || observation.has_room_signal() {
         evidence.live_refresh.notify_one();
     }
-    if status.is_server_error() {
+    if full {
+        // The site says it is full: read so for its Retry-After (bounded), as a full band.
+        let now = crate::clock::now_wall();
+        let mut hold_ms = None;
+        headers.each(&mut |name, value| {
+            if name == "retry-after" {
+                hold_ms = hold_ms.or_else(|| retry_after_ms(value, now));
+            }
+        });
+        slot.record_full(crate::clock::now_unix_ms(), hold_ms);
+        evidence
+            .metrics
+            .full_answers
+            .get_or_create(&SiteLabels {
+                site: upstream.site.to_string(),
+            })
+            .inc();
+    } else if status.is_server_error() {
         slot.record_failure();
         evidence
             .metrics
@@ -115,4 +152,28 @@ pub(crate) fn take_live_evidence(
         headers.set(SITE_HEADER, v);
     }
     observation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_retry_after_is_read_as_seconds_or_a_date_and_anything_else_is_none() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after_ms(b"5", now), Some(5_000));
+        assert_eq!(retry_after_ms(b" 0 ", now), Some(0));
+        assert_eq!(
+            retry_after_ms(b"99999999999999999999999", now),
+            Some(u64::MAX)
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(retry_after_ms(later.as_bytes(), now), Some(7_000));
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(7));
+        assert_eq!(retry_after_ms(earlier.as_bytes(), now), Some(0));
+        for bad in [&b""[..], b"-5", b"5s", b"soon", b"\xff"] {
+            assert_eq!(retry_after_ms(bad, now), None, "{bad:?}");
+        }
+    }
 }

@@ -49,7 +49,7 @@ use crate::idle_body::{BoxError, IdleBody, IdleReport};
 use crate::poller::{PollMetrics, PollResult};
 use crate::request_body::{BodyFailure, read_whole};
 use crate::request_metrics::{
-    RequestMetrics, RetryLabels, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
+    RequestMetrics, RetryLabels, RetrySkipped, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
 };
 use crate::request_rng::ThreadRng;
 use crate::site_slots::{ConnectionShare, NoSlot, SiteSlots};
@@ -57,6 +57,7 @@ use grid_daemon::{exposition, probe};
 use grid_score::Decision;
 use grid_score::catalog::Upstream;
 use grid_score::model_field::find_model;
+use grid_score::retry::{AttemptEnd, RetryBudget, RetryCause, goes_elsewhere};
 use grid_score::routing::{RETRY_PATH, Route, RoutingView};
 
 use crate::site_pool::{Outgoing, SiteBody, SiteError};
@@ -67,17 +68,12 @@ use crate::upstream::{HttpClient, PlainConnect};
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
 
-/// A probe's answer ([`grid_daemon::probe`]); the gateway is ready once a poll of the
-/// operator has fed routing (it has a routing view built from signals). Not ready, it
-/// says why the last poll failed, when one did.
-fn probe(ready: bool, last_failure: Option<String>) -> Response<ResponseBody> {
-    let why_not = match last_failure {
-        Some(cause) => {
-            format!("no poll of the operator has succeeded yet; the last failed: {cause}")
-        }
-        None => "no poll of the operator has succeeded yet".to_owned(),
-    };
-    let (status, text) = probe::answer(ready, &why_not);
+/// A probe's answer ([`grid_daemon::probe`]): `/healthz` is `ok` while the process
+/// serves; `/readyz` says whether this gateway can serve and, beside it, what the grid
+/// lets it route (`readiness`).
+fn probe(ready: bool, readiness: &str) -> Response<ResponseBody> {
+    let (status, mut text) = probe::answer(ready, "no poll of the operator has been attempted yet");
+    text.push_str(readiness);
     let mut r = Response::new(full(text));
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -123,6 +119,8 @@ pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     /// Read by `/readyz`.
     pub(crate) poll: PollMetrics,
+    /// The retries refused requests may still take (`grid_score::retry`).
+    pub(crate) retry_budget: RetryBudget,
 }
 
 /// The bounds on waiting for a site's answer.
@@ -384,13 +382,14 @@ impl Api {
                 r
             }
             Ok(Target::Metrics) => self.metrics(&req),
-            Ok(Target::Healthz) => probe(true, None),
+            Ok(Target::Healthz) => probe(true, ""),
             Ok(Target::Readyz) => {
-                let ready = self.inner.poll.polls(PollResult::Ok) > 0;
-                probe(
-                    ready,
-                    (!ready).then(|| self.inner.poll.last_failure()).flatten(),
-                )
+                // Ready once the listener serves, the configuration loaded and a poll was
+                // attempted, whatever it found.
+                let ready = PollResult::ALL
+                    .into_iter()
+                    .any(|r| self.inner.poll.polls(r) > 0);
+                probe(ready, &self.readiness())
             }
             Err(refusal) => refusal.into_response(),
         };
@@ -403,6 +402,36 @@ impl Api {
         };
         self.inner.metrics.outcome(outcome);
         resp
+    }
+
+    /// What `/readyz` says beside the gateway's own readiness: whether its polls succeed
+    /// (why the last failed, when it did) and what each model can be routed to. Reported,
+    /// never folded into the status: a readiness probe failing every gateway at once when
+    /// the signals are lost would turn a monitoring outage into a total one.
+    fn readiness(&self) -> String {
+        use std::fmt::Write as _;
+        let mut text = String::new();
+        let _ = match self.inner.poll.last_failure() {
+            Some(cause) => writeln!(text, "operator: the last poll failed: {cause}"),
+            None if self.inner.poll.polls(PollResult::Ok) > 0 => {
+                writeln!(text, "operator: polls succeed")
+            }
+            None => writeln!(text, "operator: no poll has ended yet"),
+        };
+        let view = self.inner.routes.load();
+        for m in view.catalog().models() {
+            let state = match view.table().get(&m.name) {
+                Some(s) if s.candidates().is_empty() => "unroutable: every site is out",
+                Some(s) if s.path() == Some(grid_score::Path::Fallback) => {
+                    "routed without signals, by capacity"
+                }
+                Some(_) if view.is_shedding(&m.name) => "shedding: every site is full",
+                Some(_) => "routed by load",
+                None => "not in the routing table",
+            };
+            let _ = writeln!(text, "model {}: {state}", m.name);
+        }
+        text
     }
 
     /// The exposition negotiated as the operator's is: `OpenMetrics` when `Accept` names
@@ -468,7 +497,7 @@ impl Api {
         };
         let mut retried = false;
         loop {
-            match self
+            let attempt = self
                 .send_to(
                     upstream,
                     share,
@@ -477,25 +506,28 @@ impl Api {
                     &body,
                     grid_headroom,
                 )
-                .await
-            {
-                Ok(resp) => return resp,
+                .await;
+            let end = match attempt {
+                Ok(resp) => {
+                    // A site's own refusal (503, 429) goes elsewhere when it can; what
+                    // cannot is passed on as the site said it.
+                    let refused = goes_elsewhere(AttemptEnd::Answered(resp.status().as_u16()));
+                    match refused.filter(|_| !retried) {
+                        Some(cause) => match self.retry_target(&view, &model, upstream, cause) {
+                            Some(next) => {
+                                drop(resp);
+                                upstream = next;
+                                retried = true;
+                                continue;
+                            }
+                            None => return resp,
+                        },
+                        None => return resp,
+                    }
+                }
                 Err(Failed::Path(message)) => {
                     return api_error(ApiErrorKind::BadRequest, &message, None);
                 }
-                Err(Failed::Connect) if !retried => {
-                    let Some(next) = view.retry_target(&model, &upstream.site) else {
-                        return upstream_failed(&model);
-                    };
-                    let labels = RetryLabels {
-                        site: next.site.to_string(),
-                    };
-                    self.inner.metrics.retries.get_or_create(&labels).inc();
-                    tracing::debug!(site = %next.site, path = RETRY_PATH, "retrying on another site");
-                    upstream = next;
-                    retried = true;
-                }
-                Err(Failed::HeadersTimedOut) => return upstream_timed_out(&model),
                 Err(Failed::ShareUsed) => {
                     return api_error(
                         ApiErrorKind::ConnectionShare,
@@ -505,9 +537,55 @@ impl Api {
                         None,
                     );
                 }
-                Err(_) => return upstream_failed(&model),
+                Err(Failed::Connect) => AttemptEnd::NotSent,
+                Err(Failed::Exchange) => AttemptEnd::ResetBeforeAnswer,
+                Err(Failed::HeadersTimedOut) => AttemptEnd::NoAnswerInTime,
+            };
+            if !retried
+                && let Some(cause) = goes_elsewhere(end)
+                && let Some(next) = self.retry_target(&view, &model, upstream, cause)
+            {
+                upstream = next;
+                retried = true;
+                continue;
             }
+            return match end {
+                AttemptEnd::NoAnswerInTime => upstream_timed_out(&model),
+                _ => upstream_failed(&model),
+            };
         }
+    }
+
+    /// Where a request `failed` refused for `cause` goes next: the least-loaded routable
+    /// site of `model` other than the one that refused it, when the retry budget allows
+    /// one (`grid_score::retry`). Counted either way.
+    fn retry_target<'v>(
+        &self,
+        view: &'v RoutingView,
+        model: &str,
+        failed: &Upstream,
+        cause: RetryCause,
+    ) -> Option<&'v Upstream> {
+        let metrics = &self.inner.metrics;
+        let Some(next) = view.retry_target(model, &failed.site) else {
+            metrics.retry_skipped(RetrySkipped::NoOtherSite);
+            return None;
+        };
+        if !self
+            .inner
+            .retry_budget
+            .try_retry(crate::clock::now_unix_ms(), metrics.requests_total())
+        {
+            metrics.retry_skipped(RetrySkipped::Budget);
+            return None;
+        }
+        let labels = RetryLabels {
+            site: next.site.to_string(),
+            cause,
+        };
+        metrics.retries.get_or_create(&labels).inc();
+        tracing::debug!(site = %next.site, path = RETRY_PATH, cause = cause.as_str(), "retrying on another site");
+        Some(next)
     }
 
     /// One attempt at one upstream: the answer streamed back with `x-grid-site`, or why

@@ -13,12 +13,31 @@ pub(crate) struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
-/// `{site}`: the site a request was sent to on its second attempt, after the first site
-/// refused the connection.
+/// `{site, cause}`: the site a request was sent to on its second attempt, and why the
+/// first refused it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RetryLabels {
     /// The site tried second.
     pub site: String,
+    /// Why the first site refused it.
+    pub cause: grid_score::retry::RetryCause,
+}
+
+grid_signals::label_values! {
+    /// Why a request a site refused before any work was not sent elsewhere (the `reason`
+    /// of `grid_gateway_retries_skipped_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub(crate) enum RetrySkipped {
+        /// The retry budget was spent (`grid_score::retry::RETRY_BUDGET_RATIO`).
+        Budget = "budget",
+        /// The model has no routable site but the one that refused it.
+        NoOtherSite = "no_other_site",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkippedLabels {
+    reason: RetrySkipped,
 }
 
 grid_signals::label_values! {
@@ -113,6 +132,11 @@ pub(crate) struct RequestMetrics {
     /// `grid_gateway_upstream_error_answers_total{site}`: 5xx answers, fed to routing as
     /// serving failures.
     pub error_answers: Family<SiteLabels, Counter>,
+    /// `grid_gateway_upstream_full_answers_total{site}`: 429 answers, read as the site full
+    /// for its Retry-After.
+    pub full_answers: Family<SiteLabels, Counter>,
+    /// `grid_gateway_retries_skipped_total{reason}`.
+    skipped: Family<SkippedLabels, Counter>,
 }
 
 impl Default for RequestMetrics {
@@ -129,6 +153,8 @@ impl Default for RequestMetrics {
             upstream_timeouts: Family::default(),
             flow_refused: Family::default(),
             error_answers: Family::default(),
+            full_answers: Family::default(),
+            skipped: Family::default(),
         }
     }
 }
@@ -144,8 +170,21 @@ impl RequestMetrics {
         );
         registry.register(
             "grid_gateway_retries",
-            "Requests sent to a second site after the first refused the connection",
+            "Requests sent to a second site after the first refused them before any work, by the site tried and why (connect, unavailable, full, reset)",
             m.retries.clone(),
+        );
+        for reason in RetrySkipped::ALL {
+            m.skipped.get_or_create(&SkippedLabels { reason }).inc_by(0);
+        }
+        registry.register(
+            "grid_gateway_retries_skipped",
+            "Requests a site refused before any work that were not sent elsewhere, by reason (budget, no_other_site)",
+            m.skipped.clone(),
+        );
+        registry.register(
+            "grid_gateway_upstream_full_answers",
+            "Answers with a 429 status from a site, read as the site full for its Retry-After",
+            m.full_answers.clone(),
         );
         registry.register(
             "grid_gateway_upstream_failures",
@@ -178,6 +217,16 @@ impl RequestMetrics {
                 phase,
             })
             .inc();
+    }
+
+    /// Counts one refused request not sent elsewhere.
+    pub(crate) fn retry_skipped(&self, reason: RetrySkipped) {
+        self.skipped.get_or_create(&SkippedLabels { reason }).inc();
+    }
+
+    /// Requests answered from a site so far: what the retry budget is a share of.
+    pub(crate) fn requests_total(&self) -> u64 {
+        self.proxied.get()
     }
 
     /// Counts one answered request.

@@ -50,15 +50,40 @@ async fn metrics_asked_for_openmetrics_are_openmetrics() {
 }
 
 #[tokio::test]
-async fn healthz_is_200_and_readyz_503_while_no_poll_has_succeeded() {
+async fn readyz_is_200_once_a_poll_was_attempted_and_reports_a_failing_operator_beside_it() {
     let up = FakeModel::start("a").await;
-    // The harness's operator URL is a closed port: no poll ever succeeds.
+    // The harness's operator URL is a closed port: no poll ever succeeds. The gateway
+    // still serves (by capacity, without signals), so it is ready: a readiness probe that
+    // failed with the signals would take every gateway out at once.
     let gw = start_gateway(|_| {}, &[("m", one("a", up.base_url()))]).await;
     let c = http1_client();
     let health = send(&c, grid_kit::gateway_harness::get(&gw.url("/healthz"))).await;
     assert_eq!(health.status, StatusCode::OK);
-    let ready = send(&c, grid_kit::gateway_harness::get(&gw.url("/readyz"))).await;
-    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let body = loop {
+        let ready = send(&c, grid_kit::gateway_harness::get(&gw.url("/readyz"))).await;
+        let body = String::from_utf8_lossy(&ready.body).into_owned();
+        if ready.status == StatusCode::OK {
+            break body;
+        }
+        assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(
+            body.contains("no poll of the operator has been attempted"),
+            "{body}"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(body.starts_with("ok\n"), "{body}");
+    assert!(body.contains("operator: the last poll failed"), "{body}");
+    assert!(body.contains("model m: routed without signals"), "{body}");
+    // And it routes.
+    let a = send(
+        &c,
+        grid_kit::gateway_harness::post(&gw.url("/v1/chat/completions"), r#"{"model":"m"}"#),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
     gw.shutdown().await;
 }
 

@@ -115,6 +115,7 @@ mod metrics;
 pub mod model_field;
 mod reading;
 pub mod refresh;
+pub mod retry;
 mod rho;
 mod rng;
 pub mod routing;
