@@ -111,7 +111,9 @@ impl RetryBudget {
         {
             w.samples.pop_front();
         }
-        let &(start, requests_then, retries_then) = w.samples.front().expect("one pushed");
+        let Some(&(start, requests_then, retries_then)) = w.samples.front() else {
+            return false;
+        };
         // The current second counts whole: a budget of ten a second gives ten at once.
         let span_s = (now_ms.saturating_sub(start) + SAMPLE_EVERY_MS) as f64 / 1_000.0;
         let allowed = RETRY_BUDGET_RATIO * requests_total.saturating_sub(requests_then) as f64
