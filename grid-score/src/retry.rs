@@ -186,7 +186,7 @@ mod tests {
                 granted += usize::from(b.try_retry(now, requests));
             }
         }
-        let share = granted as f64 / (wanted as f64 * 2.0);
+        let share = granted as f64 / (f64::from(wanted) * 2.0);
         let most = RETRY_BUDGET_RATIO + MIN_RETRIES_PER_SECOND / rate as f64;
         assert!(share <= most + 0.01, "{share}");
         assert!(share >= RETRY_BUDGET_RATIO * 0.9, "{share}");
