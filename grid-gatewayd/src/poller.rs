@@ -73,9 +73,11 @@ grid_signals::label_values! {
     /// `grid_gateway_site_probes_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ProbeResult {
-        /// The site answered (any status below 500): it is back in selection.
+        /// The site answered the list of models (2xx): it is back in selection.
         Answered = "answered",
-        /// It failed: refused, reset, a 5xx, or nothing within [`PROBE_TIMEOUT`].
+        /// It failed: refused, reset, any other status, or nothing within
+        /// [`PROBE_TIMEOUT`]. A 404 (a server that does not list its models) fails too:
+        /// such a site comes back when its ejection runs out.
         Failed = "failed",
     }
 }
@@ -588,7 +590,7 @@ impl Poller {
     }
 
     /// Probes every site ejected for failing whose probe is due, each on its own task
-    /// bounded by [`PROBE_TIMEOUT`]: an answer (any status below 500) is recorded in the
+    /// bounded by [`PROBE_TIMEOUT`]: an answer (2xx) is recorded in the
     /// site's live slot, and the refresh it wakes brings the site back.
     fn probe_ejected(&mut self) {
         let Some(client) = &self.prober else {
@@ -611,7 +613,7 @@ impl Poller {
             tokio::spawn(async move {
                 let answered = matches!(
                     tokio::time::timeout(PROBE_TIMEOUT, client.request(req)).await,
-                    Ok(Ok(resp)) if !resp.status().is_server_error()
+                    Ok(Ok(resp)) if resp.status().is_success()
                 );
                 let result = if answered {
                     ProbeResult::Answered

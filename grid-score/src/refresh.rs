@@ -448,6 +448,71 @@ mod tests {
         assert!(excluded(&refreshed.view).is_empty());
     }
 
+    /// A relay body with one batch of site `site`'s pool series at `stamp`, sequence
+    /// `seq`: ready `ready`, two endpoints, one request running on each.
+    fn relay(site: &str, seq: u64, stamp: u64, ready: f64) -> Vec<u8> {
+        use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
+        let rows: Vec<Row> = [
+            (from_store::READY, ready),
+            (from_store::READY_ENDPOINTS, 2.0),
+            (from_store::RUNNING_AVG, 1.0),
+            (from_store::QUEUE_AVG, 0.0),
+        ]
+        .into_iter()
+        .map(|(name, value)| Row::new(name, vec![], value, stamp).unwrap())
+        .collect();
+        let meta = BatchMeta::new(
+            site,
+            "p",
+            "u1",
+            Fence::new(1_000, seq),
+            rows.len() as u64,
+            1,
+            stamp,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        Batch::new(meta, rows).write(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_model_that_loses_every_signal_or_every_site_says_so_once_and_again_when_back() {
+        let fresh = ScoreConfig::default().fresh_for_ms;
+        let mut r = refresher_of(&["a"]);
+        let t0 = 1_700_000_000_000;
+        r.ingest(&relay("a", 1, t0, 1.0), t0, t0);
+        assert!(
+            r.refresh(t0).events.is_empty(),
+            "the first refresh reports nothing"
+        );
+        // The site's readings age out: no signal left.
+        let blind = r.refresh(t0 + fresh + 1);
+        assert_eq!(
+            blind.events,
+            [RoutingEvent::WithoutSignals { model: "m".into() }]
+        );
+        assert!(r.refresh(t0 + fresh + 2).events.is_empty(), "once");
+        // A reading returns, then says the site is not ready, then ready again.
+        let t1 = t0 + fresh + 3;
+        r.ingest(&relay("a", 2, t1, 1.0), t1, t1);
+        assert_eq!(
+            r.refresh(t1).events,
+            [RoutingEvent::SignalsBack { model: "m".into() }]
+        );
+        r.ingest(&relay("a", 3, t1 + 1, 0.0), t1 + 1, t1 + 1);
+        assert_eq!(
+            r.refresh(t1 + 1).events,
+            [RoutingEvent::Unroutable { model: "m".into() }]
+        );
+        assert!(r.refresh(t1 + 2).events.is_empty(), "once");
+        r.ingest(&relay("a", 4, t1 + 3, 1.0), t1 + 3, t1 + 3);
+        assert_eq!(
+            r.refresh(t1 + 3).events,
+            [RoutingEvent::Routable { model: "m".into() }]
+        );
+    }
+
     impl Refresher {
         /// An off-cycle refresh at `now_ms`, woken and due whatever came before.
         fn refresh_live_now(&mut self, now_ms: u64) -> Refreshed {

@@ -284,6 +284,21 @@ struct Shared {
     spoof_flow_headers: bool,
     /// What `/metrics` answers instead of the live exposition, while set.
     epp_fault: Mutex<Option<EppFault>>,
+    /// What every API request is answered with instead of being served, while set.
+    answer_fault: Mutex<Option<AnswerFault>>,
+    /// API requests answered by `answer_fault`.
+    faulted_answers: AtomicU64,
+}
+
+/// What a failing model server answers to every API request (`POST` completions and
+/// `GET /v1/models`) at once instead of serving it, while its EPP's `/metrics` stays live
+/// and healthy: a site that fails fast where the signals say nothing is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerFault {
+    /// The status every request gets (500, 503, 429...).
+    pub status: u16,
+    /// A `Retry-After` in seconds with it, when set.
+    pub retry_after_s: Option<u64>,
 }
 
 /// What a faulty EPP answers on `/metrics` instead of the live exposition: the cases the
@@ -441,6 +456,16 @@ impl SimSiteControl {
         *self.shared.epp_fault.lock() = fault;
     }
 
+    /// Makes every API request get `fault` at once (`None`: served again).
+    pub fn set_answer_fault(&self, fault: Option<AnswerFault>) {
+        *self.shared.answer_fault.lock() = fault;
+    }
+
+    /// API requests answered by an [`AnswerFault`] so far.
+    pub fn faulted_answers(&self) -> u64 {
+        self.shared.faulted_answers.load(Ordering::Relaxed)
+    }
+
     /// The state now.
     pub fn stats(&self) -> SiteStats {
         self.shared.with_model(|m| SiteStats {
@@ -516,6 +541,8 @@ impl SimSite {
             model_name: config.identity.model,
             spoof_flow_headers: config.spoof_flow_headers,
             epp_fault: Mutex::new(None),
+            answer_fault: Mutex::new(None),
+            faulted_answers: AtomicU64::new(0),
         });
         let task = tokio::spawn({
             let shared = Arc::clone(&shared);
@@ -640,6 +667,22 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<SimB
 async fn route(shared: Arc<Shared>, request: Request<Incoming>) -> Response<SimBody> {
     let path = request.uri().path();
     let api = Api::from_path(path);
+    let fault = *shared.answer_fault.lock();
+    if let Some(fault) = fault.filter(|_| path != "/metrics") {
+        shared.faulted_answers.fetch_add(1, Ordering::Relaxed);
+        let status =
+            StatusCode::from_u16(fault.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = json_response(
+            status,
+            &openai::error_body("site_fault", "server_error", fault.status),
+        );
+        if let Some(s) = fault.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        return response;
+    }
     match (request.method(), path, api) {
         (&Method::GET, "/metrics", _) => {
             let fault = shared.epp_fault.lock().clone();
