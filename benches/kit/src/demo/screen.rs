@@ -44,7 +44,8 @@ What the columns mean (the plain line's key in brackets):
                 EXCLUDED r  out of selection, r says why: no_ready_endpoints (the EPP
                             reads zero ready endpoints), not_ready (its provider reads
                             not ready), unit_series_stopped (its per-endpoint series
-                            stopped)
+                            stopped), ejected (its answers kept failing; probed until
+                            it answers)
                 absent      not in the gateway's view
   rho         the load the gateway reads, smoothed: in-flight over learned capacity
               (or KV pressure); above 1 means work waits [rho=]
