@@ -218,21 +218,43 @@ mod tests {
     /// Just under the bound.
     const ALMOST: Duration = Duration::from_millis(29_999);
 
-    /// A writer that takes `take` bytes per write while `open`, and refuses otherwise.
-    struct Gate {
-        open: bool,
+    /// A client as the writes see it: it takes `take` bytes per write, each after `gap`
+    /// (none: at once), or nothing at all (`take` 0).
+    struct Client {
         take: usize,
+        gap: Option<Duration>,
+        next: Option<Pin<Box<tokio::time::Sleep>>>,
         got: Vec<u8>,
     }
 
-    impl AsyncWrite for Gate {
+    impl Client {
+        fn taking(take: usize, gap: Option<Duration>) -> Self {
+            Self {
+                take,
+                gap,
+                next: None,
+                got: Vec::new(),
+            }
+        }
+    }
+
+    impl AsyncWrite for Client {
         fn poll_write(
             mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            cx: &mut Context<'_>,
             buf: &[u8],
         ) -> Poll<std::io::Result<usize>> {
-            if !self.open {
+            if self.take == 0 {
                 return Poll::Pending;
+            }
+            if let Some(gap) = self.gap {
+                let sleep = self
+                    .next
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.next = None;
             }
             let n = buf.len().min(self.take);
             self.got.extend_from_slice(&buf[..n]);
@@ -250,29 +272,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_that_goes_through_makes_no_timer() {
-        let mut gate = Gate {
-            open: true,
-            take: 3,
-            got: Vec::new(),
-        };
+        let mut client = Client::taking(3, None);
         let mut timer = DeadlineTimer::default();
-        write_all_within(&mut gate, b"hello world", BOUND, &mut timer)
+        write_all_within(&mut client, b"hello world", BOUND, &mut timer)
             .await
             .unwrap();
-        assert_eq!(gate.got, b"hello world");
+        assert_eq!(client.got, b"hello world");
         assert!(!timer.is_made(), "no wait, no timer");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_client_that_takes_nothing_is_cut_at_the_bound_and_not_before() {
-        let mut gate = Gate {
-            open: false,
-            take: 3,
-            got: Vec::new(),
-        };
+        let mut client = Client::taking(0, None);
         let mut timer = DeadlineTimer::default();
         let start = Instant::now();
-        let e = write_all_within(&mut gate, b"hello", BOUND, &mut timer)
+        let e = write_all_within(&mut client, b"hello", BOUND, &mut timer)
             .await
             .unwrap_err();
         assert!(is_client_stalled(&e), "{e}");
@@ -282,70 +296,28 @@ mod tests {
         assert!(!is_client_stalled(&std::io::ErrorKind::TimedOut.into()));
     }
 
-    /// A writer that takes one byte each time `ticks` says so, with `gap` between.
-    struct Trickle {
-        gap: Duration,
-        next: Option<Pin<Box<tokio::time::Sleep>>>,
-        got: usize,
-    }
-
-    impl AsyncWrite for Trickle {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            _: &[u8],
-        ) -> Poll<std::io::Result<usize>> {
-            let gap = self.gap;
-            let sleep = self
-                .next
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
-            if sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.next = None;
-            self.got += 1;
-            Poll::Ready(Ok(1))
-        }
-
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_slow_client_that_keeps_taking_bytes_is_never_cut() {
         // Each byte takes just under the bound; the whole write takes many bounds.
-        let mut slow = Trickle {
-            gap: ALMOST,
-            next: None,
-            got: 0,
-        };
+        let mut slow = Client::taking(1, Some(ALMOST));
         let mut timer = DeadlineTimer::default();
         let start = Instant::now();
         write_all_within(&mut slow, &[0; 5], BOUND, &mut timer)
             .await
             .unwrap();
-        assert_eq!(slow.got, 5);
+        assert_eq!(slow.got.len(), 5);
         assert!(start.elapsed() > BOUND * 4);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_client_slower_than_the_bound_is_cut_at_its_first_long_pause() {
-        let mut slow = Trickle {
-            gap: BOUND + Duration::from_millis(1),
-            next: None,
-            got: 0,
-        };
+        let mut slow = Client::taking(1, Some(BOUND + Duration::from_millis(1)));
         let mut timer = DeadlineTimer::default();
         let e = write_all_within(&mut slow, &[0; 5], BOUND, &mut timer)
             .await
             .unwrap_err();
         assert!(is_client_stalled(&e));
-        assert_eq!(slow.got, 0);
+        assert!(slow.got.is_empty());
     }
 
     /// A stream future that stays pending, standing for hyper's while it waits.

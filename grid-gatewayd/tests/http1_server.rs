@@ -48,6 +48,25 @@ async fn read_to_close(stream: &mut TcpStream) -> String {
     }
 }
 
+/// Sends `wire` on a new connection and reads until the gateway closes it: exactly one
+/// answer, with status line `status` (what followed it in `wire` was never served). The
+/// whole answer is returned.
+async fn one_answer_then_close(addr: std::net::SocketAddr, wire: &str, status: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(wire.as_bytes()).await.unwrap();
+    let text = read_to_close(&mut s).await;
+    assert!(
+        text.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("HTTP/1.1 ").count(),
+        1,
+        "nothing after the one answer: {text}"
+    );
+    text
+}
+
 /// Reads from `stream` until `want` has arrived; what arrived.
 async fn read_until(stream: &mut TcpStream, want: &str) -> String {
     let mut all = Vec::new();
@@ -233,16 +252,8 @@ async fn a_request_that_frames_its_body_two_ways_is_refused_and_the_connection_c
         "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-length: 4\r\n\
          transfer-encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
     );
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(wire.as_bytes()).await.unwrap();
-    let text = read_to_close(&mut s).await;
-    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    let text = one_answer_then_close(gw.addr, &wire, "400 Bad Request").await;
     assert!(text.contains("\"code\":\"invalid_request\""), "{text}");
-    assert_eq!(
-        text.matches("HTTP/1.1 ").count(),
-        1,
-        "nothing after: {text}"
-    );
     assert!(up.seen().is_empty(), "nothing reached the site");
     let metrics = gw.metrics().await;
     assert_eq!(
@@ -309,16 +320,8 @@ async fn a_body_the_api_does_not_read_closes_the_connection_so_it_is_never_read_
         "GET /healthz HTTP/1.1\r\nhost: g\r\ncontent-length: {}\r\n\r\n{hidden}",
         hidden.len()
     );
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(wire.as_bytes()).await.unwrap();
-    let text = read_to_close(&mut s).await;
-    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    let text = one_answer_then_close(gw.addr, &wire, "200 OK").await;
     assert!(text.contains("connection: close\r\n"), "{text}");
-    assert_eq!(
-        text.matches("HTTP/1.1 ").count(),
-        1,
-        "the body was not served: {text}"
-    );
     gw.shutdown().await;
 }
 
@@ -417,20 +420,12 @@ async fn a_request_with_any_transfer_coding_but_chunked_alone_is_refused_with_50
              transfer-encoding: {coding}\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n\
              GET /metrics HTTP/1.1\r\nhost: g\r\n\r\n"
         );
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(wire.as_bytes()).await.unwrap();
-        let text = read_to_close(&mut s).await;
+        let text = one_answer_then_close(gw.addr, &wire, "501 Not Implemented").await;
         assert!(
-            text.starts_with("HTTP/1.1 501 Not Implemented\r\n"),
+            text.contains("\"code\":\"not_implemented\""),
             "{coding}: {text}"
         );
-        assert!(text.contains("\"code\":\"not_implemented\""), "{text}");
         assert!(text.contains("connection: close\r\n"), "{text}");
-        assert_eq!(
-            text.matches("HTTP/1.1 ").count(),
-            1,
-            "nothing after: {text}"
-        );
     }
     assert!(up.seen().is_empty(), "nothing reached the site");
     let metrics = gw.metrics().await;

@@ -115,13 +115,14 @@ fn models_request() -> http::Request<http_body_util::Empty<Bytes>> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn connections_past_the_cap_are_closed_at_once_and_counted_while_open_ones_keep_working() {
-    let up = FakeModel::start("a").await;
-    let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
+/// `n` kept-alive HTTP/1.1 connections to `addr`, each having been served a request.
+async fn open_served(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> Vec<hyper::client::conn::http1::SendRequest<http_body_util::Empty<Bytes>>> {
     let mut open = Vec::new();
-    for _ in 0..2 {
-        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+    for _ in 0..n {
+        let tcp = TcpStream::connect(addr).await.unwrap();
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await
             .unwrap();
@@ -131,6 +132,14 @@ async fn connections_past_the_cap_are_closed_at_once_and_counted_while_open_ones
         resp.into_body().collect().await.unwrap();
         open.push(send);
     }
+    open
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once_and_counted_while_open_ones_keep_working() {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
+    let mut open = open_served(gw.addr, 2).await;
     let mut extra = TcpStream::connect(gw.addr).await.unwrap();
     assert!(
         closed_by_gateway(&mut extra).await,
@@ -258,17 +267,7 @@ async fn a_gateway_at_its_connection_cap_still_answers_probes_on_its_reserved_co
     use grid_gatewayd::server::RESERVED_PROBE_CONNECTIONS;
     let up = FakeModel::start("a").await;
     let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
-    let mut open = Vec::new();
-    for _ in 0..2 {
-        let tcp = TcpStream::connect(gw.addr).await.unwrap();
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let resp = send.send_request(models_request()).await.unwrap();
-        resp.into_body().collect().await.unwrap();
-        open.push(send);
-    }
+    let open = open_served(gw.addr, 2).await;
     // Every regular connection is taken: a scrape and the probes still get through.
     let metrics = probe_once(gw.addr, "/metrics").await;
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");

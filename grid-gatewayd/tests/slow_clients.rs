@@ -77,6 +77,20 @@ async fn non_reader(addr: SocketAddr) -> TcpStream {
     stream
 }
 
+/// Waits until the gateway has dropped every answer the site was sending (the site's
+/// work cancelled), at most [`SLACK`].
+async fn all_answers_dropped(site: &FakeModel) {
+    let deadline = Instant::now() + SLACK;
+    while site.open_answers() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} answers still sent",
+            site.open_answers()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An ordinary request to the attacked site, answered whole.
 async fn ordinary(gw: &Harness) {
     let a = send(&http1_client(), post(&gw.url("/v1/chat/completions"), CHAT)).await;
@@ -130,16 +144,7 @@ async fn fifty_http1_clients_that_stop_reading_are_cut_at_the_write_bound_and_fr
         "not before the bound"
     );
     assert_eq!(in_use(&text), 0, "every slot freed");
-    // The site's answers were cancelled: the gateway dropped each one.
-    let deadline = Instant::now() + SLACK;
-    while site.open_answers() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{} answers still sent",
-            site.open_answers()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_answers_dropped(&site).await;
     ordinary(&gw).await;
     drop(attackers);
     gw.shutdown().await;
@@ -238,15 +243,7 @@ async fn six_http2_connections_of_zero_window_streams_hold_a_bounded_share_until
     }
     assert_eq!(statuses[&200], CONNECTIONS * share);
     assert_eq!(statuses[&429], CONNECTIONS * (STREAMS - share));
-    let deadline = Instant::now() + SLACK;
-    while site.open_answers() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{} answers still sent",
-            site.open_answers()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_answers_dropped(&site).await;
     ordinary(&gw).await;
     drop(connections);
     gw.shutdown().await;

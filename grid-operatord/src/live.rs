@@ -42,18 +42,23 @@ impl Live {
     pub(crate) fn reload_ca(&self, running: &Config) -> Result<(), Error> {
         let material = crate::trust::material(&running.tls)?;
         let providers = scraped(running, &material)?;
-        let trust = crate::trust::trust_from_config(running, &material)?;
-        self.trust
-            .replace(trust)
-            .map_err(|reason| Error::ConfigField {
-                field: "tls.ca".into(),
-                reason,
-            })?;
+        self.replace_trust(crate::trust::trust_from_config(running, &material)?)?;
         self.providers.send_replace(providers);
         tracing::info!(
             "the CA bundle changed in place; in force from the next handshake, in the same epoch"
         );
         Ok(())
+    }
+
+    /// Puts `trust` in force for the next handshake (refused, as `tls.ca`, when it cannot
+    /// take over from the one in force).
+    fn replace_trust(&self, trust: Trust) -> Result<(), Error> {
+        self.trust
+            .replace(trust)
+            .map_err(|reason| Error::ConfigField {
+                field: "tls.ca".into(),
+                reason,
+            })
     }
 
     /// Puts `next` in force where it differs from `running`; the caller has checked
@@ -73,12 +78,7 @@ impl Live {
             .map(|_| crate::trust::trust_from_config(next, &material))
             .transpose()?;
         if let Some(trust) = trust {
-            self.trust
-                .replace(trust)
-                .map_err(|reason| Error::ConfigField {
-                    field: "tls.ca".into(),
-                    reason,
-                })?;
+            self.replace_trust(trust)?;
             self.seeds.send_replace(seeds_of(next));
             tracing::info!(
                 peers = next.peers.len(),

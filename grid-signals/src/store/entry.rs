@@ -205,12 +205,16 @@ impl Entry {
     /// the newest publication no longer carries is `None` at once, so an exporter built
     /// on this never shows a value the store no longer holds.
     pub fn published(&self, metric: &str, labels: &[(&str, &str)], now_ms: u64) -> Option<Reading> {
-        let publication = self.publication.as_ref()?;
-        if publication.meta().stamp_ms().saturating_add(self.ttl_ms) < now_ms {
-            return None;
-        }
-        let (value, stamp_ms) = publication.find(metric, labels)?;
+        let (value, stamp_ms) = self.held_publication(now_ms)?.find(metric, labels)?;
         Some(Reading { value, stamp_ms })
+    }
+
+    /// The provider's last complete publication while it is at most one TTL old at
+    /// `now_ms`: what the relay carries, and what a member serves when pulled.
+    pub(crate) fn held_publication(&self, now_ms: u64) -> Option<&Publication> {
+        self.publication
+            .as_ref()
+            .filter(|p| p.meta().stamp_ms().saturating_add(self.ttl_ms) >= now_ms)
     }
 
     /// The newest stamp of any reading held.

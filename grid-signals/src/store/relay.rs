@@ -64,17 +64,9 @@ impl Store {
         let mut report = RelayReport::default();
         let mut scratch = Vec::new();
         for entry in self.entries() {
-            let Some(publication) = &entry.publication else {
+            let Some(publication) = entry.held_publication(now_ms) else {
                 continue;
             };
-            if publication
-                .meta()
-                .stamp_ms()
-                .saturating_add(self.config.ttl_ms)
-                < now_ms
-            {
-                continue;
-            }
             scratch.clear();
             publication.write_shifted(&mut scratch, shift);
             let lines = publication.lines();

@@ -85,18 +85,10 @@ impl Store {
         for (site, provider) in registers {
             let Some(publication) = self
                 .entry(site, provider)
-                .and_then(|e| e.publication.as_ref())
+                .and_then(|e| e.held_publication(now_ms))
             else {
                 continue;
             };
-            if publication
-                .meta()
-                .stamp_ms()
-                .saturating_add(self.config.ttl_ms)
-                < now_ms
-            {
-                continue;
-            }
             scratch.clear();
             let before = chains.0.len();
             if let Some(signature) = publication.signature() {
