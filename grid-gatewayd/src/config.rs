@@ -73,6 +73,14 @@ pub const MAX_UPSTREAM_TIMEOUT_MS: u64 = 3_600_000;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Largest accepted `maxConnections`.
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
+/// Default listen backlog of the API listener (`listenBacklog`): connections the kernel
+/// completes and queues before the gateway accepts them. Thousands of clients opening
+/// streams at once (a batch job, a reconnect after a restart) overflowed the old 128 and
+/// had their SYNs dropped and retried for seconds; nginx asks for this much. The kernel
+/// caps it at `net.core.somaxconn` (4096 by default on current Linux).
+pub const DEFAULT_LISTEN_BACKLOG: u32 = 4_096;
+/// Largest accepted `listenBacklog` (the kernel's own ceiling for `somaxconn`).
+pub const MAX_LISTEN_BACKLOG: u32 = 65_535;
 /// Default cap on requests in flight to one site (`maxConnectionsPerSite`), each one
 /// upstream connection over HTTP/1.1: far above what a site serves at once (its EPP
 /// queues the rest), so only a runaway burst meets it, and it keeps one site from taking
@@ -156,6 +164,9 @@ pub struct Config {
     pub upstream_idle_timeout_ms: u64,
     /// Most client connections open at once (`maxConnections`); more are closed at accept.
     pub max_connections: usize,
+    /// The API listener's backlog (`listenBacklog`), capped by the kernel's
+    /// `net.core.somaxconn`.
+    pub listen_backlog: u32,
     /// Most requests in flight to one site (`maxConnectionsPerSite`); one more waits up
     /// to the connect bound for a slot, then fails over as a failed connect does.
     pub max_connections_per_site: usize,
@@ -316,6 +327,7 @@ struct RawConfig {
     upstream_idle_timeout_seconds: Option<f64>,
     max_connections: Option<u64>,
     max_connections_per_site: Option<u64>,
+    listen_backlog: Option<u64>,
     client_header_timeout_seconds: Option<f64>,
     client_idle_timeout_seconds: Option<f64>,
     client_body_timeout_seconds: Option<f64>,
@@ -451,6 +463,7 @@ impl Config {
             upstream_headers_timeout_ms: DEFAULT_UPSTREAM_HEADERS_TIMEOUT_MS,
             upstream_idle_timeout_ms: DEFAULT_UPSTREAM_IDLE_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            listen_backlog: DEFAULT_LISTEN_BACKLOG,
             max_connections_per_site: DEFAULT_MAX_CONNECTIONS_PER_SITE,
             client_header_timeout_ms: DEFAULT_CLIENT_HEADER_TIMEOUT_MS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
@@ -669,6 +682,9 @@ impl Config {
         }
         if let Some(n) = raw.max_connections {
             config.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = raw.listen_backlog {
+            config.listen_backlog = u32::try_from(n).unwrap_or(u32::MAX);
         }
         config.trust = trust_of(raw.trust)?;
         config.availability.shedding = Shedding {
@@ -896,6 +912,12 @@ impl Config {
             self.max_connections_per_site as u64,
             1,
             MAX_MAX_CONNECTIONS_PER_SITE as u64,
+        )?;
+        check_range(
+            "listenBacklog",
+            u64::from(self.listen_backlog),
+            1,
+            u64::from(MAX_LISTEN_BACKLOG),
         )?;
         self.operator.validate()?;
         let needs_ca = match &self.trust {
@@ -1484,6 +1506,22 @@ mod tests {
         assert_eq!(
             refused_field(&with(MAX_MAX_CONNECTIONS + 1)),
             "maxConnections"
+        );
+    }
+
+    #[test]
+    fn the_listen_backlog_defaults_high_and_is_bounded_at_both_ends() {
+        assert_eq!(
+            Config::from_toml_str(MINIMAL).unwrap().listen_backlog,
+            DEFAULT_LISTEN_BACKLOG
+        );
+        let with = |n: u64| MINIMAL.replace("listen =", &format!("listenBacklog = {n}\nlisten ="));
+        assert_eq!(Config::from_toml_str(&with(1)).unwrap().listen_backlog, 1);
+        assert!(Config::from_toml_str(&with(u64::from(MAX_LISTEN_BACKLOG))).is_ok());
+        assert_eq!(refused_field(&with(0)), "listenBacklog");
+        assert_eq!(
+            refused_field(&with(u64::from(MAX_LISTEN_BACKLOG) + 1)),
+            "listenBacklog"
         );
     }
 

@@ -361,9 +361,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     let published = Arc::clone(signals.published());
     let handles = signals.handles().clone();
 
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Bind {
+    let listener =
+        bind_with_backlog(config.listen, config.listen_backlog).map_err(|source| Error::Bind {
             addr: config.listen,
             source,
         })?;
@@ -428,6 +427,18 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         server,
         site_slots,
     })
+}
+
+/// A listener on `addr` with `backlog` (the kernel caps it at `net.core.somaxconn`), with
+/// `SO_REUSEADDR` as tokio's own `bind` sets it.
+fn bind_with_backlog(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// Binds `extProcListen`, when set, and builds the processor over the gateway's routing

@@ -359,3 +359,42 @@ async fn a_slow_second_head_on_a_kept_alive_connection_is_held_to_the_header_bou
     );
     gw.shutdown().await;
 }
+
+/// The backlog the kernel keeps for the listening socket on `port` (`ss`'s Send-Q of a
+/// listening socket), from iproute2 as installed by `.ci/install`.
+fn listen_backlog_of(port: u16) -> u32 {
+    let out = std::process::Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss from iproute2");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no listener on {port}: {text}"));
+    // State Recv-Q Send-Q Local Peer: Send-Q is the backlog of a listening socket.
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn the_api_listener_asks_the_kernel_for_the_configured_backlog() {
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let gw = start_gateway(
+        |c| c.listen_backlog = 7,
+        &[("m", one("a", "http://127.0.0.1:9".into()))],
+    )
+    .await;
+    assert_eq!(listen_backlog_of(gw.addr.port()), 7);
+    gw.shutdown().await;
+    let gw = start_gateway(|_| {}, &[("m", one("a", "http://127.0.0.1:9".into()))]).await;
+    assert_eq!(
+        listen_backlog_of(gw.addr.port()),
+        grid_gatewayd::config::DEFAULT_LISTEN_BACKLOG.min(somaxconn),
+        "the default, as far as the kernel allows"
+    );
+    gw.shutdown().await;
+}

@@ -63,7 +63,10 @@ async fn a_request_on_a_pooled_connection_into_a_partition_fails_over_within_the
     }
     let text = gw.metrics().await;
     assert!(
-        series(&text, r#"grid_gateway_retries_total{site="b",cause="connect"}"#) >= 1,
+        series(
+            &text,
+            r#"grid_gateway_retries_total{site="b",cause="connect"}"#
+        ) >= 1,
         "{text}"
     );
     gw.shutdown().await;

@@ -237,7 +237,10 @@ async fn a_hung_tls_handshake_is_bounded_by_the_connect_timeout_and_retried_else
         "{text}"
     );
     assert!(
-        series(&text, r#"grid_gateway_retries_total{site="b",cause="connect"}"#) >= 1,
+        series(
+            &text,
+            r#"grid_gateway_retries_total{site="b",cause="connect"}"#
+        ) >= 1,
         "{text}"
     );
     gw.shutdown().await;
