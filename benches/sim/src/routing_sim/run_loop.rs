@@ -613,8 +613,8 @@ impl World<'_> {
         let f = r.flight;
         let g = f.gateway;
         let counted = f.client_ms >= self.config.warmup_ms;
-        let refusal = goes_elsewhere(r.end).is_some();
-        if refusal && f.attempt == 1 {
+        let elsewhere = goes_elsewhere(r.end).is_some();
+        if elsewhere && f.attempt == 1 {
             let target = match f.retry {
                 RetryPlan::Snapshot(target) => target,
                 RetryPlan::OwnChoice => {
@@ -655,25 +655,26 @@ impl World<'_> {
                 }
             }
         }
-        let status = match r.end {
-            AttemptEnd::Answered(status) => Some(status),
-            AttemptEnd::NotSent | AttemptEnd::ResetBeforeAnswer | AttemptEnd::NoAnswerInTime => {
-                None
+        // What the client is told, judged by its status whatever the retry rule said.
+        let refused = match r.end {
+            AttemptEnd::Answered(status)
+                if status == FULL_STATUS || status == UNAVAILABLE_STATUS =>
+            {
+                Some(status)
             }
+            AttemptEnd::Answered(_)
+            | AttemptEnd::NotSent
+            | AttemptEnd::ResetBeforeAnswer
+            | AttemptEnd::NoAnswerInTime => None,
         };
-        self.client_failure(
-            Some(r.site),
-            f.client_ms,
-            r.at_ms,
-            status.filter(|_| refusal),
-            false,
-        );
+        self.client_failure(Some(r.site), f.client_ms, r.at_ms, refused, false);
     }
 
     /// A request that reached its gateway at `client_ms` is answered to its client with
     /// a failure at `at_ms`, the last site it tried being `site` (none: the gateway
-    /// refused it itself). `refusal`: the status when it was refused before any work (a
-    /// 503, a 429); `served`: its answer had begun.
+    /// refused it itself). `refusal`: the status when the client is told it was refused
+    /// (a 503 or a 429, the gateway's own or a site's passed on); `served`: its answer had
+    /// begun.
     fn client_failure(
         &mut self,
         site: Option<usize>,
