@@ -159,7 +159,11 @@ fn every_scenario_file_under_benches_scenarios_parses() {
         names,
         [
             "blip.toml",
+            "epp-silent.toml",
+            "fail-fast.toml",
             "five-sites-long.toml",
+            "flapping-remote.toml",
+            "frozen-remote.toml",
             "multi-gateway.toml",
             "standard.toml"
         ]

@@ -110,10 +110,13 @@ fn main() -> anyhow::Result<()> {
             println!("seed {}:", level.config.seed);
         }
         print!("{}", report::table(all));
+        print!("{}", report::failure_lines(all));
         print!("{}", report::target_lines(all));
     }
     println!();
     print!("{}", report::p99_by_seed(&runs));
+    println!();
+    print!("{}", report::failures_by_seed(&runs));
 
     write_outputs(&out, &runs)
 }
@@ -167,6 +170,33 @@ fn print_header(
             first.sites[b.site].name,
             b.from_ms / 1_000,
             b.until_ms / 1_000
+        );
+    }
+    for f in &first.fail_fast {
+        println!(
+            "fail fast: {} answers {}{} from {} s to {} s",
+            first.sites[f.site].name,
+            f.status,
+            f.retry_after_ms
+                .map_or_else(String::new, |ms| format!(" (Retry-After {} s)", ms / 1_000)),
+            f.from_ms / 1_000,
+            f.until_ms / 1_000
+        );
+    }
+    for e in &first.epp_silent {
+        println!(
+            "EPP silent: {} from {} s to {} s",
+            first.sites[e.site].name,
+            e.from_ms / 1_000,
+            e.until_ms / 1_000
+        );
+    }
+    for e in &first.operator_frozen {
+        println!(
+            "operator frozen: {} from {} s to {} s",
+            first.sites[e.site].name,
+            e.from_ms / 1_000,
+            e.until_ms / 1_000
         );
     }
     println!("bursts: {:?}", first.bursts);

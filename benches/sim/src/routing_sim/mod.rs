@@ -7,8 +7,14 @@
 //! the signals), and a request reaches its site half a WAN round trip after it is
 //! routed. Signals reach each gateway only through [`signals::SignalPath`]: the real
 //! exposition parser, EPP tracker, batches, stores and scorer, at the real cadences.
-//! Sites degrade or lose every endpoint for a while, as the scenario says
-//! ([`scenario`]: files under `benches/scenarios/`).
+//! Sites degrade, lose every endpoint, fail fast, or lose their signals for a while
+//! (an EPP gone silent, an operator frozen), as the scenario says ([`scenario`]: files
+//! under `benches/scenarios/`).
+//!
+//! Every gateway retries as grid's gateway does, whatever its policy: a request a site
+//! refused before any work goes once to another site within a retry budget
+//! (`grid_score::retry`); what is not retried is a client-visible failure. Grid's own
+//! gateway also probes the sites it ejected for failing (`Refresher::probes_due`).
 //!
 //! Policies compared: ours (grid-score's table and pick), round-robin, capacity-weighted
 //! random, least-queue on the polled signals (a queue-only cross-site scorer), Prequal
@@ -92,6 +98,47 @@ pub struct Blip {
     pub until_ms: u64,
 }
 
+/// A stretch of time a site spends in some state (its EPP silent, its operator frozen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Episode {
+    /// Which site (index into the sites).
+    pub site: usize,
+    /// Start (virtual ms).
+    pub from_ms: u64,
+    /// End (virtual ms), not included.
+    pub until_ms: u64,
+}
+
+impl Episode {
+    /// Whether it holds site `site` at virtual `t_ms`.
+    pub fn covers(&self, site: usize, t_ms: u64) -> bool {
+        self.site == site && (self.from_ms..self.until_ms).contains(&t_ms)
+    }
+}
+
+/// A site that answers every request at once with one status (its model servers fail
+/// fast) while its EPP, seeing nothing run, looks healthy and idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailFast {
+    /// Which site (index into the sites).
+    pub site: usize,
+    /// The status of every answer: 429, or a 5xx.
+    pub status: u16,
+    /// The `Retry-After` it states (ms, whole seconds), when it states one.
+    pub retry_after_ms: Option<u64>,
+    /// Start (virtual ms).
+    pub from_ms: u64,
+    /// End (virtual ms), not included.
+    pub until_ms: u64,
+}
+
+impl FailFast {
+    /// Whether it holds site `site` at virtual `t_ms`.
+    pub fn covers(&self, site: usize, t_ms: u64) -> bool {
+        self.site == site && (self.from_ms..self.until_ms).contains(&t_ms)
+    }
+}
+
 /// A whole scenario.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
@@ -117,6 +164,16 @@ pub struct SimConfig {
     pub degrade: Vec<Degrade>,
     /// Zero-endpoint episodes; the first is followed by the statistics when no degrade is.
     pub blips: Vec<Blip>,
+    /// Sites answering every request at once with one status.
+    pub fail_fast: Vec<FailFast>,
+    /// Sites whose EPP stops answering its operator's scrapes (each scrape fails as a
+    /// timeout) while its model servers keep serving: the operator's own stale rule
+    /// decides what it publishes.
+    pub epp_silent: Vec<Episode>,
+    /// Sites whose operator is frozen: it neither scrapes nor answers a peer's or its
+    /// gateway's poll, so the site's signals stop reaching every gateway (a gateway at
+    /// that site fails its polls); the site itself serves.
+    pub operator_frozen: Vec<Episode>,
     /// The sites' EPP flow control; `None` (the standard scenario) is flow control off.
     pub flow_control: Option<FlowControl>,
     /// Fixes the arrivals and every policy's random draws.
@@ -197,6 +254,9 @@ impl SimConfig {
                 until_ms: duration_ms * 2 / 3 / 1_000 * 1_000,
             }],
             blips: Vec::new(),
+            fail_fast: Vec::new(),
+            epp_silent: Vec::new(),
+            operator_frozen: Vec::new(),
             flow_control: Some(STANDARD_FLOW_CONTROL),
             seed,
         }
@@ -241,9 +301,15 @@ impl SimConfig {
         }
     }
 
+    /// The fail-fast episode holding site `site` at virtual `t_ms`, if one does.
+    pub fn fail_fast_at(&self, site: usize, t_ms: u64) -> Option<&FailFast> {
+        self.fail_fast.iter().find(|f| f.covers(site, t_ms))
+    }
+
     /// The episode the statistics follow: the first degrade, the site's fair share being
-    /// its share of the effective capacity while degraded; else the first blip, where the
-    /// fair share is nothing.
+    /// its share of the effective capacity while degraded; else the first blip or
+    /// fail-fast episode, where the fair share is nothing; else the first frozen operator
+    /// or silent EPP, whose site still serves its share of the slots.
     pub fn degrade_window(&self) -> DegradeWindow {
         if let Some(d) = self.degrade.first() {
             let slow = self.sites[d.site].slots() as f64 / d.factor;
@@ -261,6 +327,22 @@ impl SimConfig {
                 from_ms: b.from_ms,
                 until_ms: b.until_ms,
                 fair_share: 0.0,
+            };
+        }
+        if let Some(f) = self.fail_fast.first() {
+            return DegradeWindow {
+                site: f.site,
+                from_ms: f.from_ms,
+                until_ms: f.until_ms,
+                fair_share: 0.0,
+            };
+        }
+        if let Some(e) = self.operator_frozen.first().or(self.epp_silent.first()) {
+            return DegradeWindow {
+                site: e.site,
+                from_ms: e.from_ms,
+                until_ms: e.until_ms,
+                fair_share: self.sites[e.site].slots() as f64 / self.slots() as f64,
             };
         }
         DegradeWindow {
@@ -287,7 +369,8 @@ pub struct PolicyResult {
     pub arrived: u64,
     /// Requests that completed.
     pub completed: u64,
-    /// Requests that failed (refused or dropped by a site whose endpoints went away).
+    /// Requests answered to their client with a failure: refused and not retried (or
+    /// refused again when retried), or cut after their answer began.
     pub failed: u64,
 }
 

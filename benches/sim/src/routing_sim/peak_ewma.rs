@@ -125,18 +125,26 @@ impl PeakEwmaP2c {
         }
     }
 
-    /// Two distinct sites drawn uniformly, the cheaper one (the first on a tie).
-    pub fn choose(&mut self, now: u64) -> usize {
+    /// Two distinct sites drawn uniformly, the cheaper one (the first on a tie); never
+    /// `except` (a retry leaves the site that refused it out).
+    pub fn choose(&mut self, now: u64, except: Option<usize>) -> usize {
         self.catch_up(now);
-        let n = self.sites.len() as u64;
-        if n < 2 {
-            return 0;
+        let n = self.sites.len();
+        // The sites it may draw, as draws in 0..m mapped past `except`.
+        let m = n - usize::from(except.is_some_and(|x| x < n));
+        let site = |i: usize| match except {
+            Some(x) if i >= x => i + 1,
+            _ => i,
+        };
+        if m < 2 {
+            return site(0);
         }
-        let a = self.rng.below(n) as usize;
-        let mut b = self.rng.below(n - 1) as usize;
+        let a = self.rng.below(m as u64) as usize;
+        let mut b = self.rng.below(m as u64 - 1) as usize;
         if b >= a {
             b += 1;
         }
+        let (a, b) = (site(a), site(b));
         let (ca, cb) = (self.sites[a].cost(now), self.sites[b].cost(now));
         if cb < ca { b } else { a }
     }
@@ -169,7 +177,7 @@ mod tests {
             p.sent(0);
         }
         for _ in 0..20 {
-            assert_eq!(p.choose(0), 1, "site 0 has five pending");
+            assert_eq!(p.choose(0, None), 1, "site 0 has five pending");
         }
         // Its requests end a round trip later, and five go to site 1: site 0 wins.
         for _ in 0..5 {
@@ -177,7 +185,14 @@ mod tests {
             p.sent(1);
         }
         for _ in 0..20 {
-            assert_eq!(p.choose(10), 0, "site 1 has five pending");
+            assert_eq!(p.choose(10, None), 0, "site 1 has five pending");
+        }
+        for _ in 0..20 {
+            assert_eq!(
+                p.choose(10, Some(0)),
+                1,
+                "a retry from site 0: the only other"
+            );
         }
     }
 }

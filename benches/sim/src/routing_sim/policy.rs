@@ -2,10 +2,10 @@
 
 use grid_score::{Decision, SplitMix64};
 
-use super::SimConfig;
 use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
-use super::signals::{MODEL, SignalPath};
+use super::signals::{FULL_STATUS, MODEL, SignalPath, UNAVAILABLE_STATUS};
+use super::{FailFast, SimConfig};
 use crate::sim_rng::SimRng;
 use crate::site_model::SiteModel;
 
@@ -73,6 +73,25 @@ const ROUTER_STREAM: u64 = 100;
 /// The seed offset of grid-score's pick generator.
 const PICK_SEED: u64 = 0x5eed;
 
+/// Where one arrival goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// To this site; `placed` is false when the policy could not place it and it went by
+    /// capacity (or uniformly, for an empty probe pool) instead.
+    Site {
+        /// The site.
+        site: usize,
+        /// Whether the policy placed it itself.
+        placed: bool,
+    },
+    /// The gateway answers it itself with `status` (grid's table: every candidate
+    /// excluded, 503; or the model shedding, 429): a client-visible refusal.
+    Refuse {
+        /// 503 or 429.
+        status: u16,
+    },
+}
+
 /// One gateway's routing state under one policy.
 #[derive(Debug)]
 pub struct Router {
@@ -85,6 +104,8 @@ pub struct Router {
     slots: Vec<f64>,
     names: Vec<String>,
     mean_service_ms: f64,
+    /// What the oracle knows besides the sites' state: which of them fail fast, when.
+    fail_fast: Vec<FailFast>,
     peak: Option<PeakEwmaP2c>,
     prequal: Option<Prequal>,
 }
@@ -106,6 +127,7 @@ impl Router {
             slots: config.sites.iter().map(|s| s.slots() as f64).collect(),
             names: config.sites.iter().map(|s| s.name.clone()).collect(),
             mean_service_ms: config.service.mean_ms(),
+            fail_fast: config.fail_fast.clone(),
             peak: (policy == Policy::P2cPeakEwma)
                 .then(|| PeakEwmaP2c::new(&rtts, SimRng::fork(config.seed, stream + 1))),
             prequal: (policy == Policy::Prequal)
@@ -143,10 +165,8 @@ impl Router {
         }
     }
 
-    /// The site for the arrival at `now`, and whether the policy placed it itself
-    /// (`false`: it could not, and the request went by capacity, or uniformly for an
-    /// empty probe pool, instead). `signals` is this gateway's view, present for the
-    /// policies that [read it](Policy::reads_signals).
+    /// Where the arrival at `now` goes. `signals` is this gateway's view, present for
+    /// the policies that [read it](Policy::reads_signals).
     ///
     /// # Panics
     ///
@@ -158,9 +178,9 @@ impl Router {
         now: u64,
         sites: &[SiteModel],
         signals: Option<&SignalPath>,
-    ) -> (usize, bool) {
+    ) -> Choice {
         let signals = || signals.expect("policies that read signals are given them");
-        match self.policy {
+        let (site, placed) = match self.policy {
             Policy::Ours => match signals().table().pick(MODEL, &mut self.pick_rng) {
                 Decision::Route { candidate, .. } => {
                     let site = candidate.site();
@@ -171,8 +191,15 @@ impl Router {
                         .expect("the table only holds configured sites");
                     (index, true)
                 }
-                Decision::Shed { .. } | Decision::Unavailable { .. } | Decision::UnknownModel => {
-                    (self.by_capacity(), false)
+                Decision::Shed { .. } => {
+                    return Choice::Refuse {
+                        status: FULL_STATUS,
+                    };
+                }
+                Decision::Unavailable { .. } | Decision::UnknownModel => {
+                    return Choice::Refuse {
+                        status: UNAVAILABLE_STATUS,
+                    };
                 }
             },
             Policy::RoundRobin => {
@@ -180,55 +207,120 @@ impl Router {
                 self.next += 1;
                 (i, true)
             }
-            Policy::CapacityWeighted => (self.by_capacity(), true),
-            Policy::LeastQueue => self.least_queue(sites.len(), signals()),
+            Policy::CapacityWeighted => (self.by_capacity(None), true),
+            Policy::LeastQueue => self.least_queue(sites.len(), signals(), None),
             Policy::Prequal => self
                 .prequal
                 .as_mut()
                 .expect("a Prequal router has its pool")
-                .choose(now),
+                .choose(now, None),
             Policy::P2cPeakEwma => (
                 self.peak
                     .as_mut()
                     .expect("a peak-EWMA router has its costs")
-                    .choose(now),
+                    .choose(now, None),
                 true,
             ),
-            Policy::Oracle => (self.oracle(sites), true),
-        }
+            Policy::Oracle => (self.oracle(now, sites, None), true),
+        };
+        Choice::Site { site, placed }
     }
 
-    fn by_capacity(&mut self) -> usize {
-        let total: f64 = self.slots.iter().sum();
+    /// Where a request that site `failed` refused goes once, by this policy's own rule
+    /// among the other sites (grid's gateway reads its routing view's
+    /// `retry_target`); `None` when there is no other site.
+    ///
+    /// # Panics
+    ///
+    /// As [`Self::choose`].
+    pub fn retry_target(
+        &mut self,
+        now: u64,
+        sites: &[SiteModel],
+        signals: Option<&SignalPath>,
+        failed: usize,
+    ) -> Option<usize> {
+        let n = sites.len();
+        if n < 2 {
+            return None;
+        }
+        let signals = || signals.expect("policies that read signals are given them");
+        Some(match self.policy {
+            Policy::Ours => return signals().retry_target(failed),
+            // The site after the one that refused it; the turn of first attempts goes on.
+            Policy::RoundRobin => (failed + 1) % n,
+            Policy::CapacityWeighted => self.by_capacity(Some(failed)),
+            Policy::LeastQueue => self.least_queue(n, signals(), Some(failed)).0,
+            Policy::Prequal => {
+                self.prequal
+                    .as_mut()
+                    .expect("a Prequal router has its pool")
+                    .choose(now, Some(failed))
+                    .0
+            }
+            Policy::P2cPeakEwma => self
+                .peak
+                .as_mut()
+                .expect("a peak-EWMA router has its costs")
+                .choose(now, Some(failed)),
+            Policy::Oracle => self.oracle(now, sites, Some(failed)),
+        })
+    }
+
+    /// A site drawn by configured slots, never `except`.
+    fn by_capacity(&mut self, except: Option<usize>) -> usize {
+        let weight = |i: usize, w: f64| if Some(i) == except { 0.0 } else { w };
+        let total: f64 = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| weight(i, w))
+            .sum();
         let mut x = self.rng.unit() * total;
-        for (i, w) in self.slots.iter().enumerate() {
-            if x < *w {
+        let mut last = 0;
+        for (i, &w) in self.slots.iter().enumerate() {
+            let w = weight(i, w);
+            if w <= 0.0 {
+                continue;
+            }
+            if x < w {
                 return i;
             }
             x -= w;
+            last = i;
         }
-        self.slots.len() - 1
+        last
     }
 
-    fn least_queue(&mut self, n: usize, signals: &SignalPath) -> (usize, bool) {
+    fn least_queue(
+        &mut self,
+        n: usize,
+        signals: &SignalPath,
+        except: Option<usize>,
+    ) -> (usize, bool) {
         let queue = |i: usize| {
             signals
                 .reading(i)
                 .filter(|r| r.ready_endpoints != Some(0) && r.ready != Some(false))
                 .and_then(|r| r.queue_depth.map(|q| q + r.flow_held.unwrap_or(0.0)))
         };
-        let best = (0..n).filter_map(queue).fold(f64::INFINITY, f64::min);
+        let eligible = || (0..n).filter(|&i| Some(i) != except);
+        let best = eligible().filter_map(queue).fold(f64::INFINITY, f64::min);
         if best.is_infinite() {
-            return (self.by_capacity(), false);
+            return (self.by_capacity(except), false);
         }
-        let tied: Vec<usize> = (0..n).filter(|&i| queue(i) == Some(best)).collect();
+        let tied: Vec<usize> = eligible().filter(|&i| queue(i) == Some(best)).collect();
         (tied[self.rng.below(tied.len() as u64) as usize], true)
     }
 
-    fn oracle(&self, sites: &[SiteModel]) -> usize {
-        let key = |s: &SiteModel| {
+    /// The site with the shortest expected queueing delay at `now` (ties: the shortest
+    /// response), never `except`; a site without an endpoint or failing fast serves
+    /// nothing.
+    fn oracle(&self, now: u64, sites: &[SiteModel], except: Option<usize>) -> usize {
+        let key = |i: usize| {
+            let s = &sites[i];
             let c = s.capacity() as f64;
-            if c == 0.0 {
+            if c == 0.0 || self.fail_fast.iter().any(|f| f.covers(i, now)) {
                 return (f64::INFINITY, f64::INFINITY);
             }
             let n = (s.running() + s.waiting()) as f64;
@@ -238,9 +330,10 @@ impl Router {
                 (n + 1.0) * per_slot_ms,
             )
         };
-        let mut best = 0;
-        for i in 1..sites.len() {
-            let (a, b) = (key(&sites[i]), key(&sites[best]));
+        let mut eligible = (0..sites.len()).filter(|&i| Some(i) != except);
+        let mut best = eligible.next().unwrap_or(0);
+        for i in eligible {
+            let (a, b) = (key(i), key(best));
             if a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)).is_lt() {
                 best = i;
             }
@@ -286,7 +379,18 @@ mod tests {
         // Slots 8, 16, 32, 64: every site full except one free slot on the 16-slot site.
         let (config, sites, signals) = world(&[20, 15, 40, 70]);
         let mut router = Router::new(Policy::Oracle, &config, 0);
-        assert_eq!(router.choose(0, &sites, Some(&signals)), (1, true));
+        assert_eq!(
+            router.choose(0, &sites, Some(&signals)),
+            Choice::Site {
+                site: 1,
+                placed: true
+            }
+        );
+        assert_eq!(
+            router.retry_target(0, &sites, Some(&signals), 1),
+            Some(3),
+            "elsewhere: the shortest wait per slot"
+        );
     }
 
     #[test]
@@ -294,7 +398,13 @@ mod tests {
         // Waiting per slot: 8/8, 8/16, 8/32, 8/64: the 64-slot site drains first.
         let (config, sites, signals) = world(&[16, 24, 40, 72]);
         let mut router = Router::new(Policy::Oracle, &config, 0);
-        assert_eq!(router.choose(0, &sites, Some(&signals)), (3, true));
+        assert_eq!(
+            router.choose(0, &sites, Some(&signals)),
+            Choice::Site {
+                site: 3,
+                placed: true
+            }
+        );
     }
 
     #[test]
@@ -302,8 +412,37 @@ mod tests {
         let (config, sites, signals) = world(&[0, 0, 0, 0]);
         let mut router = Router::new(Policy::LeastQueue, &config, 0);
         assert!(
-            !router.choose(0, &sites, Some(&signals)).1,
+            matches!(
+                router.choose(0, &sites, Some(&signals)),
+                Choice::Site { placed: false, .. }
+            ),
             "no reading: not placed by itself"
         );
+    }
+
+    #[test]
+    fn a_retry_never_goes_back_to_the_site_that_refused_it_under_any_policy() {
+        let (config, sites, signals) = world(&[0, 0, 0, 0]);
+        for policy in Policy::ALL {
+            let mut router = Router::new(policy, &config, 0);
+            for failed in 0..sites.len() {
+                for now in 0..50 {
+                    let target = router.retry_target(now, &sites, Some(&signals), failed);
+                    if policy == Policy::Ours {
+                        // Nothing polled yet: every candidate unmeasured, none excluded.
+                        assert!(target.is_some(), "{policy:?}");
+                    }
+                    assert_ne!(target, Some(failed), "{policy:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_one_site_there_is_nowhere_to_retry() {
+        let (mut config, sites, signals) = world(&[0]);
+        config.sites.truncate(1);
+        let mut router = Router::new(Policy::CapacityWeighted, &config, 0);
+        assert_eq!(router.retry_target(0, &sites[..1], Some(&signals), 0), None);
     }
 }

@@ -145,35 +145,45 @@ impl Prequal {
         });
     }
 
-    /// The site for a query at `now`, and whether a probe decided it (`false`: the pool
-    /// was empty and the draw was uniform).
-    pub fn choose(&mut self, now: u64) -> (usize, bool) {
+    /// The site for a query at `now`, never `except` (a retry leaves the site that
+    /// refused it out), and whether a probe decided it (`false`: no probe in the pool was
+    /// of another site, and the draw was uniform).
+    pub fn choose(&mut self, now: u64, except: Option<usize>) -> (usize, bool) {
         self.catch_up(now);
-        if self.pool.is_empty() {
-            return (self.rng.below(self.sites as u64) as usize, false);
+        let eligible: Vec<usize> = (0..self.pool.len())
+            .filter(|&i| Some(self.pool[i].reading.site) != except)
+            .collect();
+        if eligible.is_empty() {
+            let site = match except {
+                None => self.rng.below(self.sites as u64) as usize,
+                Some(x) => {
+                    let i = self.rng.below(self.sites.saturating_sub(1).max(1) as u64) as usize;
+                    if i >= x { i + 1 } else { i }
+                }
+            };
+            return (site, false);
         }
-        let mut rifs: Vec<f64> = self.pool.iter().map(|p| p.reading.rif_per_slot).collect();
+        let mut rifs: Vec<f64> = eligible
+            .iter()
+            .map(|&i| self.pool[i].reading.rif_per_slot)
+            .collect();
         rifs.sort_by(f64::total_cmp);
         let rank = ((HOT_QUANTILE * rifs.len() as f64).ceil() as usize).clamp(1, rifs.len());
         let threshold = rifs[rank - 1];
-        let cold = self
-            .pool
+        let reading = |i: usize| self.pool[i].reading;
+        let cold = eligible
             .iter()
-            .enumerate()
-            .filter(|(_, p)| p.reading.rif_per_slot <= threshold)
-            .min_by(|a, b| a.1.reading.latency_ms.total_cmp(&b.1.reading.latency_ms));
+            .copied()
+            .filter(|&i| reading(i).rif_per_slot <= threshold)
+            .min_by(|&a, &b| reading(a).latency_ms.total_cmp(&reading(b).latency_ms));
         let lowest_rif = || {
-            self.pool
+            eligible
                 .iter()
-                .enumerate()
-                .min_by(|a, b| {
-                    a.1.reading
-                        .rif_per_slot
-                        .total_cmp(&b.1.reading.rif_per_slot)
-                })
-                .map_or(0, |(i, _)| i)
+                .copied()
+                .min_by(|&a, &b| reading(a).rif_per_slot.total_cmp(&reading(b).rif_per_slot))
+                .unwrap_or(0)
         };
-        let best = cold.map_or_else(lowest_rif, |(i, _)| i);
+        let best = cold.unwrap_or_else(lowest_rif);
         self.pool[best].uses += 1;
         (self.pool[best].reading.site, true)
     }
@@ -200,18 +210,23 @@ mod tests {
             p.land(10, reading(site, 0.5, 100.0 + site as f64));
         }
         p.land(10, reading(7, 3.0, 1.0));
-        assert_eq!(p.choose(10), (0, true));
+        assert_eq!(p.choose(10, None), (0, true));
+        assert_eq!(
+            p.choose(10, Some(0)),
+            (1, true),
+            "a retry: the next best elsewhere"
+        );
     }
 
     #[test]
     fn probes_land_a_round_trip_later_and_leave_when_old_or_used_up() {
         let mut p = Prequal::new(4, SimRng::new(2));
         p.land(80, reading(3, 0.1, 10.0));
-        assert!(!p.choose(79).1, "not landed yet: a uniform draw");
-        assert_eq!(p.choose(80), (3, true));
-        assert_eq!(p.choose(81), (3, true));
-        assert!(!p.choose(82).1, "used {PROBE_MAX_USES} times: gone");
+        assert!(!p.choose(79, None).1, "not landed yet: a uniform draw");
+        assert_eq!(p.choose(80, None), (3, true));
+        assert_eq!(p.choose(81, None), (3, true));
+        assert!(!p.choose(82, None).1, "used {PROBE_MAX_USES} times: gone");
         p.land(100, reading(2, 0.1, 10.0));
-        assert!(!p.choose(PROBE_MAX_AGE_MS + 1).1, "too old: gone");
+        assert!(!p.choose(PROBE_MAX_AGE_MS + 1, None).1, "too old: gone");
     }
 }

@@ -48,7 +48,7 @@ pub fn table(all: &[LoadResults]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}  shares per site",
+        "{:>5} {:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>7} {:>6}  shares per site",
         "load",
         "policy",
         "requests",
@@ -62,7 +62,10 @@ pub fn table(all: &[LoadResults]) -> String {
         "deg_post",
         "leave_s",
         "halve_s",
-        "failed"
+        "failed",
+        "ref_room",
+        "retries",
+        "retry%"
     );
     for level in all {
         for r in &level.results {
@@ -70,7 +73,7 @@ pub fn table(all: &[LoadResults]) -> String {
             let shares: Vec<String> = s.site_shares.iter().map(|x| format!("{x:.2}")).collect();
             let _ = writeln!(
                 out,
-                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>8} {:>7} {:>6}  {}",
+                "{:>4.0}% {:<18} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>8} {:>7} {:>6} {:>8} {:>7} {:>5.1}%  {}",
                 level.config.load * 100.0,
                 r.policy.as_str(),
                 s.requests,
@@ -89,7 +92,108 @@ pub fn table(all: &[LoadResults]) -> String {
                     .halve_s
                     .map_or_else(|| "never".to_owned(), |v| v.to_string()),
                 s.failed,
+                s.refused_room,
+                s.retries,
+                s.retry_share * 100.0,
                 shares.join(" ")
+            );
+        }
+    }
+    out
+}
+
+/// What grid's gateway did about failing sites and lost signals, per load (the refresh's
+/// routing events and its probes), and the retries every policy's gateway made.
+pub fn failure_lines(all: &[LoadResults]) -> String {
+    let mut out = String::new();
+    for level in all {
+        let Some(ours) = level.get(Policy::Ours) else {
+            continue;
+        };
+        let c = ours.signals;
+        let _ = writeln!(
+            out,
+            "{:.0}% ours: ejected {} (back by probe {}, by time {}), probes {} (answered {}), \
+             without signals {}x, unroutable {}x, scrapes failed {}, gateway polls failed {}",
+            level.config.load * 100.0,
+            c.ejections,
+            c.rejoined_by_probe,
+            c.rejoined_by_time,
+            c.probes,
+            c.probes_answered,
+            c.without_signals,
+            c.unroutable,
+            c.failed_scrapes,
+            c.failed_gateway_polls,
+        );
+        let skipped: Vec<String> = level
+            .results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}/{}",
+                    r.policy.as_str(),
+                    r.record.retries_skipped_budget,
+                    r.record.retries_skipped_no_site
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:.0}% refusals not retried (budget/no other site): {}",
+            level.config.load * 100.0,
+            skipped.join(", ")
+        );
+        let room: Vec<String> = level
+            .results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}/{}",
+                    r.policy.as_str(),
+                    r.record.refused_room - r.record.refused_room_full,
+                    r.record.refused_room_full
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:.0}% refused while another site had room (503/429): {}",
+            level.config.load * 100.0,
+            room.join(", ")
+        );
+    }
+    out
+}
+
+/// The failure table across seeds (Markdown), at the load closest to [`RATIO_LOAD`]:
+/// per seed and policy the p99 queueing delay and end-to-end, client-visible failures,
+/// refusals answered while another site had room, and the retries' share of requests.
+pub fn failures_by_seed(runs: &[Vec<LoadResults>]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| seed | load | policy | p99 | p99 e2e | failed | refused while another site had room | retries | retry share |"
+    );
+    let _ = writeln!(out, "|{}", " --- |".repeat(9));
+    for levels in runs {
+        let Some(level) = ratio_level(levels) else {
+            continue;
+        };
+        for r in &level.results {
+            let s = &r.summary;
+            let _ = writeln!(
+                out,
+                "| {} | {:.0}% | {} | {} | {} | {} | {} | {} | {:.1}% |",
+                level.config.seed,
+                level.config.load * 100.0,
+                r.policy.as_str(),
+                seconds(s.p99_ms),
+                seconds(s.p99_e2e_ms),
+                s.failed,
+                s.refused_room,
+                s.retries,
+                s.retry_share * 100.0
             );
         }
     }
@@ -226,7 +330,7 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
         .map(|l| l.config.sites.clone())
         .unwrap_or_default();
     let mut out = String::from(
-        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,degraded_share_before,degraded_share_during,degraded_share_after,leave_s,halve_s",
+        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,refused_room,refused_by_gateway,retries,retries_skipped_budget,retries_skipped_no_site,retry_share,degraded_share_before,degraded_share_during,degraded_share_after,leave_s,halve_s",
     );
     for s in &sites {
         let _ = write!(out, ",share_{}", s.name);
@@ -237,7 +341,7 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
             let s = &r.summary;
             let _ = write!(
                 out,
-                "{},{},{},{},{:.1},{},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{},{}",
+                "{},{},{},{},{:.1},{},{},{},{},{:.4},{},{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{},{}",
                 level.config.seed,
                 level.config.load,
                 r.policy.as_str(),
@@ -250,6 +354,12 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
                 s.full_share,
                 s.unplaced,
                 s.failed,
+                s.refused_room,
+                r.record.refused_by_gateway,
+                s.retries,
+                r.record.retries_skipped_budget,
+                r.record.retries_skipped_no_site,
+                s.retry_share,
                 s.degrade.share_before,
                 s.degrade.share_during,
                 s.degrade.share_after,

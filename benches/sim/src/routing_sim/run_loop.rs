@@ -2,34 +2,84 @@
 //! signals per gateway, requests and probes crossing the WAN.
 //!
 //! Events at the same instant run in a fixed order: scheduled episodes (degrade, blip),
-//! signal instants, requests reaching their site, probes reaching theirs, arrivals at
-//! the gateways. With zero round trips a request reaches its site at the instant it is
-//! routed, exactly as in the single-gateway simulator before round trips existed.
+//! signal instants, requests reaching their site, Prequal's probes reaching theirs,
+//! refusals reaching their gateway, grid's probes of ejected sites reaching theirs,
+//! arrivals at the gateways. With zero round trips a request reaches its site at the
+//! instant it is routed, exactly as in the single-gateway simulator before round trips
+//! existed.
+//!
+//! # What a site answers, and what the gateway does with it
+//!
+//! Every gateway follows grid's gateway, whatever its policy picks: a site's answer
+//! reaches it half a round trip after it leaves the site, and an attempt that ended
+//! before any answer began goes once to another site when `grid_score::retry`'s
+//! [`goes_elsewhere`] says so and the gateway's [`RetryBudget`] allows it; otherwise it
+//! is the client's failure. What the simulated sites answer, as the loopback kit's
+//! simulated site does:
+//!
+//! | the site | answer | goes elsewhere |
+//! | --- | --- | --- |
+//! | band full (flow control) | 429 `rejected-saturated` | yes |
+//! | no endpoint up at arrival, or the last went away while it was held | 503 | yes |
+//! | its endpoint went away before a streamed answer began, or during a plain one | 503 | yes |
+//! | its endpoint went away during a streamed answer | the stream is cut | no: the client saw it begin |
+//! | failing fast | its episode's status (and Retry-After) | 503 and 429: yes; a 5xx else: no |
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::arrivals::Arrival;
-use super::policy::{Policy, Router};
+use super::policy::{Choice, Policy, Router};
 use super::prequal::ProbeReading;
-use super::signals::Heard;
-use super::signals::{SignalCounts, SignalPath};
-use super::stats::{RunRecord, Summary};
+use super::signals::{
+    EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SignalCounts,
+    SignalFaults, SignalPath, UNAVAILABLE_STATUS,
+};
+use super::stats::{RunRecord, Summary, bump};
 use super::{PolicyResult, SimConfig};
 use crate::site_model::{
     BandConfig, FailReason, Refusal, RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel,
 };
 use grid_score::live::{DropReason, FlowObservation};
+use grid_score::retry::{AttemptEnd, RetryBudget, goes_elsewhere};
+
+/// How long grid's gateway waits for a probe of an ejected site to answer (its
+/// `poller::PROBE_TIMEOUT`): a site further than this round trip away never answers one.
+pub const PROBE_TIMEOUT_MS: u64 = 2_000;
+
+/// Whether a probe of a site is answered: the site serves (an endpoint up, not failing
+/// fast) and its answer is back within [`PROBE_TIMEOUT_MS`].
+pub fn probe_answered(serves: bool, rtt_ms: u64) -> bool {
+    serves && rtt_ms <= PROBE_TIMEOUT_MS
+}
+
+/// Where a refused request goes once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum RetryPlan {
+    /// Grid's gateway: the target its routing view named when the request was routed
+    /// (the view a request loads once and keeps), `None` when it named none.
+    Snapshot(Option<usize>),
+    /// The other policies: their own choice among the other sites when the refusal
+    /// reaches the gateway.
+    OwnChoice,
+}
 
 /// What the run knows of a request between its routing and its end.
 #[derive(Clone, Copy, Debug)]
 struct Flight {
     gateway: usize,
+    /// When the request reached its gateway.
+    client_ms: u64,
+    /// When this attempt left the gateway.
     sent_ms: u64,
     started_ms: Option<u64>,
     first_token_ms: Option<u64>,
     arrived_ms: u64,
     streaming: bool,
+    service_ms: u64,
+    /// 1, or 2 for the retry.
+    attempt: u8,
+    retry: RetryPlan,
 }
 
 /// A request on its way to a site.
@@ -39,12 +89,44 @@ struct Transit {
     seq: u64,
     site: usize,
     gateway: usize,
+    client_ms: u64,
     sent_ms: u64,
     service_ms: u64,
     streaming: bool,
+    attempt: u8,
+    retry: RetryPlan,
 }
 
-/// A probe on its way to a site.
+/// An attempt that ended before any answer began, on its way back to its gateway.
+#[derive(Clone, Copy, Debug)]
+struct Return {
+    /// When it reaches the gateway.
+    at_ms: u64,
+    seq: u64,
+    /// The site that ended it.
+    site: usize,
+    flight: Flight,
+    end: AttemptEnd,
+}
+
+impl PartialEq for Return {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_ms, self.seq) == (other.at_ms, other.seq)
+    }
+}
+impl Eq for Return {}
+impl PartialOrd for Return {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Return {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_ms, self.seq).cmp(&(other.at_ms, other.seq))
+    }
+}
+
+/// A probe on its way to a site (Prequal's, or grid's probe of an ejected site).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Probe {
     at_ms: u64,
@@ -123,6 +205,7 @@ impl SiteLatency {
 /// The whole world of one policy.
 struct World<'a> {
     config: &'a SimConfig,
+    policy: Policy,
     sites: Vec<SiteModel>,
     latency: Vec<SiteLatency>,
     flights: Vec<HashMap<RequestId, Flight>>,
@@ -132,6 +215,14 @@ struct World<'a> {
     failed: u64,
     transits: BinaryHeap<Reverse<Transit>>,
     probes: BinaryHeap<Reverse<Probe>>,
+    /// Attempts refused before any answer began, on their way back to their gateway.
+    returns: BinaryHeap<Reverse<Return>>,
+    /// Grid's probes of ejected sites on their way to the site.
+    health: BinaryHeap<Reverse<Probe>>,
+    /// Each gateway's retry budget.
+    budgets: Vec<RetryBudget>,
+    /// Requests each gateway has sent on so far (the count its budget reads).
+    taken: Vec<u64>,
     targets: Vec<usize>,
     seq: u64,
     /// What answers told their gateways, for the policies that read answers (ours):
@@ -155,20 +246,51 @@ impl World<'_> {
         }
     }
 
+    /// Whether site `s` serves at `t_ms`: an endpoint up and not failing fast.
+    fn serves(&self, s: usize, t_ms: u64) -> bool {
+        self.sites[s].capacity() > 0 && self.config.fail_fast_at(s, t_ms).is_none()
+    }
+
+    /// Whether some site other than `except` serves at `t_ms` and has a free slot or
+    /// room in its flow-control band, in the simulator's truth.
+    fn room_elsewhere(&self, except: Option<usize>, t_ms: u64) -> bool {
+        (0..self.sites.len()).any(|s| {
+            let site = &self.sites[s];
+            Some(s) != except
+                && self.serves(s, t_ms)
+                && (site.running() < site.capacity()
+                    || site
+                        .band_snapshot(0)
+                        .and_then(|b| b.headroom())
+                        .is_some_and(|h| h > 0))
+        })
+    }
+
     /// Routes arrival `a` at its gateway (with `view`, that gateway's signals, for the
     /// policies that read them): the request and any probes set off across the WAN.
     fn route(&mut self, a: Arrival, view: Option<&SignalPath>) {
         let config = self.config;
         let g = a.gateway;
-        let (site, placed) = self.routers[g].choose(a.at_ms, &self.sites, view);
+        let counted = a.at_ms >= config.warmup_ms;
+        self.record.arrival(a.at_ms);
+        let (site, placed) = match self.routers[g].choose(a.at_ms, &self.sites, view) {
+            Choice::Site { site, placed } => (site, placed),
+            Choice::Refuse { status } => {
+                if counted {
+                    self.record.refused_by_gateway += 1;
+                }
+                self.client_failure(None, a.at_ms, a.at_ms, Some(status), false);
+                return;
+            }
+        };
         let s = &self.sites[site];
         let full = s.running() + s.waiting() >= s.capacity();
-        let counted = a.at_ms >= config.warmup_ms;
         self.record.route(a.at_ms, site, counted, full);
         if !placed && counted {
             self.record.unplaced += 1;
         }
         self.routers[g].sent(site);
+        self.taken[g] += 1;
         self.routers[g].probe_targets(&mut self.targets);
         for &target in &self.targets {
             self.seq += 1;
@@ -180,20 +302,32 @@ impl World<'_> {
                 sent_ms: a.at_ms,
             }));
         }
+        let retry = if self.policy == Policy::Ours {
+            RetryPlan::Snapshot(view.and_then(|v| v.retry_target(site)))
+        } else {
+            RetryPlan::OwnChoice
+        };
         self.seq += 1;
-        let transit = Transit {
+        self.send(Transit {
             at_ms: a.at_ms + config.rtt_ms(g, site) / 2,
             seq: self.seq,
             site,
             gateway: g,
+            client_ms: a.at_ms,
             sent_ms: a.at_ms,
             service_ms: a.service_ms,
             streaming: a.streaming,
-        };
-        if transit.at_ms == a.at_ms {
-            self.deliver(transit);
+            attempt: 1,
+            retry,
+        });
+    }
+
+    /// Sets request `t` off to its site: there at once without a round trip.
+    fn send(&mut self, t: Transit) {
+        if t.at_ms == t.sent_ms {
+            self.deliver(t);
         } else {
-            self.transits.push(Reverse(transit));
+            self.transits.push(Reverse(t));
         }
     }
 
@@ -207,6 +341,77 @@ impl World<'_> {
         self.routers[p.gateway].land(back, reading);
     }
 
+    /// Grid's gateway probes site `site`, ejected for failing, at `t_ms`.
+    fn send_health_probe(&mut self, gateway: usize, site: usize, t_ms: u64) {
+        self.seq += 1;
+        self.health.push(Reverse(Probe {
+            at_ms: t_ms + self.config.rtt_ms(gateway, site) / 2,
+            seq: self.seq,
+            site,
+            gateway,
+            sent_ms: t_ms,
+        }));
+    }
+
+    /// A probe of an ejected site reaches it: answered when the site serves, back at its
+    /// gateway a round trip after it was sent (or failed at the probe's bound).
+    fn health_probe(&mut self, p: Probe) {
+        let rtt = self.config.rtt_ms(p.gateway, p.site);
+        let answered = probe_answered(self.serves(p.site, p.at_ms), rtt);
+        let back = p.sent_ms + rtt.min(PROBE_TIMEOUT_MS);
+        self.tell(p.gateway, back, p.site, Heard::Probe { answered });
+    }
+
+    /// When the next request, probe or refusal in flight arrives where it goes.
+    fn next_in_flight(&self) -> Option<u64> {
+        earliest(&[
+            self.transits.peek().map(|t| t.0.at_ms),
+            self.probes.peek().map(|p| p.0.at_ms),
+            self.returns.peek().map(|r| r.0.at_ms),
+            self.health.peek().map(|p| p.0.at_ms),
+        ])
+    }
+
+    /// Handles the first thing in flight due by `horizon`, in the order the run loop
+    /// states for one instant; false when nothing is due. `signals`: every gateway's view,
+    /// for the policies that read it.
+    fn in_flight_event(&mut self, horizon: u64, signals: &[SignalPath]) -> bool {
+        if let Some(Reverse(t)) = self
+            .transits
+            .peek()
+            .copied()
+            .filter(|t| t.0.at_ms <= horizon)
+        {
+            self.transits.pop();
+            self.advance(t.at_ms);
+            self.deliver(t);
+        } else if let Some(Reverse(p)) =
+            self.probes.peek().copied().filter(|p| p.0.at_ms <= horizon)
+        {
+            self.probes.pop();
+            self.advance(p.at_ms);
+            self.probe(p);
+        } else if let Some(Reverse(r)) = self
+            .returns
+            .peek()
+            .copied()
+            .filter(|r| r.0.at_ms <= horizon)
+        {
+            self.returns.pop();
+            self.advance(r.at_ms);
+            self.returned(r, signals.get(r.flight.gateway));
+        } else if let Some(Reverse(p)) =
+            self.health.peek().copied().filter(|p| p.0.at_ms <= horizon)
+        {
+            self.health.pop();
+            self.advance(p.at_ms);
+            self.health_probe(p);
+        } else {
+            return false;
+        }
+        true
+    }
+
     fn advance(&mut self, t_ms: u64) {
         for site in &mut self.sites {
             site.advance(t_ms);
@@ -215,7 +420,6 @@ impl World<'_> {
     }
 
     /// Drains every site's events into the record and the gateways' observations.
-    #[allow(clippy::too_many_lines)] // one match over every event kind, read top to bottom
     fn collect(&mut self) {
         let warmup = self.config.warmup_ms;
         for s in 0..self.sites.len() {
@@ -235,69 +439,85 @@ impl World<'_> {
                         f.first_token_ms = Some(first_token_at);
                         let f = *f;
                         let half = self.config.rtt_ms(f.gateway, s) / 2;
+                        if !f.streaming {
+                            // A plain answer is judged when it ends: its site may still
+                            // fail it before any byte of it leaves.
+                            continue;
+                        }
                         // Measured by when the gateway received it, as the routing
                         // counts are.
-                        if f.sent_ms >= warmup {
-                            self.record.delays_ms.push(at - arrived_at);
-                            self.record
-                                .e2e_ms
-                                .push(at - arrived_at + self.config.rtt_ms(f.gateway, s));
+                        if f.client_ms >= warmup {
+                            self.record_delay(s, &f, at);
                         }
-                        if f.streaming {
-                            let seen = first_token_at + half;
-                            // The flow-control wait is on the answer's header when the
-                            // site runs flow control; otherwise it is inside the time.
-                            if self.config.flow_control.is_some() {
-                                let queued = at - arrived_at;
-                                self.tell(
-                                    f.gateway,
-                                    seen,
-                                    s,
-                                    Heard::FirstByte {
-                                        ms: (seen - f.sent_ms).saturating_sub(queued),
-                                    },
-                                );
-                            }
-                            self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
-                            // A streamed answer's head goes out when it takes a slot.
-                            let flow = flow_now(&self.sites[s]);
+                        let seen = first_token_at + half;
+                        // The flow-control wait is on the answer's header when the site
+                        // runs flow control; otherwise it is inside the time.
+                        if self.config.flow_control.is_some() {
+                            let queued = at - arrived_at;
                             self.tell(
                                 f.gateway,
-                                at + half,
+                                seen,
                                 s,
-                                Heard::Answer {
-                                    flow,
-                                    server_error: false,
+                                Heard::FirstByte {
+                                    ms: (seen - f.sent_ms).saturating_sub(queued),
                                 },
                             );
                         }
+                        self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
+                        // A streamed answer's head goes out when it takes a slot.
+                        let flow = flow_now(&self.sites[s]);
+                        self.tell(
+                            f.gateway,
+                            at + half,
+                            s,
+                            Heard::Answer {
+                                flow,
+                                status: 200,
+                                retry_after_ms: None,
+                            },
+                        );
                     }
                     SiteEvent::Finished { id, at } => self.finished(s, id, at),
                     SiteEvent::Failed { id, at, reason } => {
                         let Some(f) = self.flights[s].remove(&id) else {
                             continue;
                         };
-                        // Endpoints gone: 503 `rejected-no-endpoints`; a TTL expiry is a
-                        // 429 `rejected-ttl-expired`, an answer, not a serving failure.
-                        let answer = if reason == FailReason::TtlExpired {
-                            Heard::Answer {
-                                flow: FlowObservation {
+                        match reason {
+                            // Flow control held it past its TTL: 429 `rejected-ttl-expired`.
+                            FailReason::TtlExpired => {
+                                let flow = FlowObservation {
                                     dropped: Some(DropReason::RejectedTtlExpired),
                                     ..FlowObservation::default()
-                                },
-                                server_error: false,
+                                };
+                                self.refused(s, f, at, FULL_STATUS, flow);
                             }
-                        } else {
-                            Heard::Answer {
-                                flow: FlowObservation::default(),
-                                server_error: true,
-                            }
-                        };
-                        self.fail(s, f, at, answer);
+                            // A streamed answer already begun is cut: the client saw it.
+                            _ if f.streaming && f.started_ms.is_some() => self.cut(s, f, at),
+                            // Endpoints gone before any answer began: 503.
+                            _ => self.refused(
+                                s,
+                                f,
+                                at,
+                                UNAVAILABLE_STATUS,
+                                FlowObservation::default(),
+                            ),
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// Records the delay of request `f`, served at site `s` from `started_ms`: its wait
+    /// there, plus what refusals before cost it (arrival at the gateway to this attempt
+    /// leaving).
+    fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64) {
+        let refused_for = f.sent_ms - f.client_ms;
+        let waited = started_ms - f.arrived_ms + refused_for;
+        self.record.delays_ms.push(waited);
+        self.record
+            .e2e_ms
+            .push(waited + self.config.rtt_ms(f.gateway, s));
     }
 
     /// Request `id` completed at site `s` at `at`: counted, its gateway hears the answer
@@ -309,6 +529,9 @@ impl World<'_> {
         };
         if let Some(started) = f.started_ms {
             self.latency[s].observe(at, at - started);
+            if !f.streaming && f.client_ms >= self.config.warmup_ms {
+                self.record_delay(s, &f, started);
+            }
         }
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
         let sample = (!f.streaming).then(|| seen - f.sent_ms);
@@ -336,37 +559,170 @@ impl World<'_> {
                 s,
                 Heard::Answer {
                     flow,
-                    server_error: false,
+                    status: 200,
+                    retry_after_ms: None,
                 },
             );
         }
     }
 
-    /// A request that failed at site `s` at `at_ms`: counted, and its gateway hears of it
-    /// half a round trip later (its quick answer is a latency sample).
-    fn fail(&mut self, s: usize, f: Flight, at_ms: u64, answer: Heard) {
-        self.failed += 1;
-        if f.sent_ms >= self.config.warmup_ms {
-            self.record.failed += 1;
-            if f.started_ms.is_none() {
-                self.record.unserved += 1;
-            }
-        }
+    /// Site `s` answered attempt `f` at `at_ms` with `status` before any work began (or,
+    /// failing fast, instead of any): its gateway hears the answer half a round trip
+    /// later (a quick answer is a latency sample too) and decides there whether it goes
+    /// elsewhere.
+    fn refused(&mut self, s: usize, f: Flight, at_ms: u64, status: u16, flow: FlowObservation) {
+        let retry_after_ms = self
+            .config
+            .fail_fast_at(s, at_ms)
+            .and_then(|ff| ff.retry_after_ms)
+            .filter(|_| status == FULL_STATUS);
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
-        self.tell(f.gateway, seen, s, answer);
+        self.tell(
+            f.gateway,
+            seen,
+            s,
+            Heard::Answer {
+                flow,
+                status,
+                retry_after_ms,
+            },
+        );
+        self.seq += 1;
+        self.returns.push(Reverse(Return {
+            at_ms: seen,
+            seq: self.seq,
+            site: s,
+            flight: f,
+            end: AttemptEnd::Answered(status),
+        }));
+    }
+
+    /// Site `s` cut request `f`'s streamed answer at `at_ms`: the client saw it begin, so
+    /// it fails there, half a round trip later.
+    fn cut(&mut self, s: usize, f: Flight, at_ms: u64) {
+        let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
+        self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        self.tell(f.gateway, seen, s, Heard::Failed);
+        self.client_failure(Some(s), f.client_ms, seen, None, true);
+    }
+
+    /// A refusal reaches its gateway at `r.at_ms`: sent once to another site when the
+    /// rule and the budget allow, else answered to the client.
+    fn returned(&mut self, r: Return, view: Option<&SignalPath>) {
+        let f = r.flight;
+        let g = f.gateway;
+        let counted = f.client_ms >= self.config.warmup_ms;
+        let elsewhere = goes_elsewhere(r.end).is_some();
+        if elsewhere && f.attempt == 1 {
+            let target = match f.retry {
+                RetryPlan::Snapshot(target) => target,
+                RetryPlan::OwnChoice => {
+                    self.routers[g].retry_target(r.at_ms, &self.sites, view, r.site)
+                }
+            };
+            match target {
+                None => {
+                    if counted {
+                        self.record.retries_skipped_no_site += 1;
+                    }
+                }
+                Some(next) if self.budgets[g].try_retry(EPOCH_MS + r.at_ms, self.taken[g]) => {
+                    if counted {
+                        self.record.retries += 1;
+                    }
+                    bump(&mut self.record.retries_per_second, r.at_ms);
+                    self.routers[g].sent(next);
+                    self.seq += 1;
+                    self.send(Transit {
+                        at_ms: r.at_ms + self.config.rtt_ms(g, next) / 2,
+                        seq: self.seq,
+                        site: next,
+                        gateway: g,
+                        client_ms: f.client_ms,
+                        sent_ms: r.at_ms,
+                        service_ms: f.service_ms,
+                        streaming: f.streaming,
+                        attempt: 2,
+                        retry: f.retry,
+                    });
+                    return;
+                }
+                Some(_) => {
+                    if counted {
+                        self.record.retries_skipped_budget += 1;
+                    }
+                }
+            }
+        }
+        // What the client is told, judged by its status whatever the retry rule said.
+        let refused = match r.end {
+            AttemptEnd::Answered(status)
+                if status == FULL_STATUS || status == UNAVAILABLE_STATUS =>
+            {
+                Some(status)
+            }
+            AttemptEnd::Answered(_)
+            | AttemptEnd::NotSent
+            | AttemptEnd::ResetBeforeAnswer
+            | AttemptEnd::NoAnswerInTime => None,
+        };
+        self.client_failure(Some(r.site), f.client_ms, r.at_ms, refused, false);
+    }
+
+    /// A request that reached its gateway at `client_ms` is answered to its client with
+    /// a failure at `at_ms`, the last site it tried being `site` (none: the gateway
+    /// refused it itself). `refusal`: the status when the client is told it was refused
+    /// (a 503 or a 429, the gateway's own or a site's passed on); `served`: its answer had
+    /// begun.
+    fn client_failure(
+        &mut self,
+        site: Option<usize>,
+        client_ms: u64,
+        at_ms: u64,
+        refusal: Option<u16>,
+        served: bool,
+    ) {
+        self.failed += 1;
+        bump(&mut self.record.failed_per_second, client_ms);
+        if client_ms < self.config.warmup_ms {
+            return;
+        }
+        self.record.failed += 1;
+        if !served {
+            self.record.unserved += 1;
+        }
+        if let Some(status) = refusal
+            && self.room_elsewhere(site, at_ms)
+        {
+            self.record.refused_room += 1;
+            if status == FULL_STATUS {
+                self.record.refused_room_full += 1;
+            }
+        }
     }
 
     /// Request `t` reaches its site.
     fn deliver(&mut self, t: Transit) {
         let flight = Flight {
             gateway: t.gateway,
+            client_ms: t.client_ms,
             sent_ms: t.sent_ms,
             started_ms: None,
             first_token_ms: None,
             arrived_ms: t.at_ms,
             streaming: t.streaming,
+            service_ms: t.service_ms,
+            attempt: t.attempt,
+            retry: t.retry,
         };
+        if let Some(ff) = self.config.fail_fast_at(t.site, t.at_ms) {
+            // Answered at once; nothing reaches the model servers, so the EPP sees an
+            // idle, healthy pool.
+            let status = ff.status;
+            self.refused(t.site, flight, t.at_ms, status, FlowObservation::default());
+            return;
+        }
         match self.sites[t.site].arrive(
             t.at_ms,
             RequestSpec {
@@ -378,21 +734,21 @@ impl World<'_> {
                 self.flights[t.site].insert(id, flight);
                 self.collect();
             }
-            Err(refusal) => {
-                let answer = match refusal {
-                    Refusal::Saturated => Heard::Answer {
-                        flow: FlowObservation {
-                            dropped: Some(DropReason::RejectedSaturated),
-                            ..FlowObservation::default()
-                        },
-                        server_error: false,
-                    },
-                    Refusal::NoReadyEndpoint => Heard::Answer {
-                        flow: FlowObservation::default(),
-                        server_error: true,
-                    },
+            Err(Refusal::Saturated) => {
+                let flow = FlowObservation {
+                    dropped: Some(DropReason::RejectedSaturated),
+                    ..FlowObservation::default()
                 };
-                self.fail(t.site, flight, t.at_ms, answer);
+                self.refused(t.site, flight, t.at_ms, FULL_STATUS, flow);
+            }
+            Err(Refusal::NoReadyEndpoint) => {
+                self.refused(
+                    t.site,
+                    flight,
+                    t.at_ms,
+                    UNAVAILABLE_STATUS,
+                    FlowObservation::default(),
+                );
             }
         }
     }
@@ -441,11 +797,15 @@ impl<'a> World<'a> {
             })
             .collect();
         let names: Vec<String> = config.sites.iter().map(|s| s.name.clone()).collect();
+        let faults = SignalFaults {
+            epp_silent: config.epp_silent.clone(),
+            operator_frozen: config.operator_frozen.clone(),
+        };
         let signals: Vec<SignalPath> = if policy.reads_signals() {
             config
                 .gateways
                 .iter()
-                .map(|g| SignalPath::new(&names, g.site))
+                .map(|g| SignalPath::new(&names, g.site).with_faults(faults.clone()))
                 .collect()
         } else {
             Vec::new()
@@ -453,6 +813,7 @@ impl<'a> World<'a> {
         let seconds = (config.duration_ms / 1_000 + 1) as usize;
         let world = World {
             config,
+            policy,
             latency: vec![
                 SiteLatency {
                     service_ms: config.service.mean_ms(),
@@ -471,6 +832,12 @@ impl<'a> World<'a> {
             failed: 0,
             transits: BinaryHeap::new(),
             probes: BinaryHeap::new(),
+            returns: BinaryHeap::new(),
+            health: BinaryHeap::new(),
+            budgets: (0..config.gateways.len())
+                .map(|_| RetryBudget::new())
+                .collect(),
+            taken: vec![0; config.gateways.len()],
             targets: Vec::new(),
             seq: 0,
             heard: (policy == Policy::Ours).then(Vec::new),
@@ -495,11 +862,7 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
     // a bounded number of later ones, so the loop ends when arrivals run out.
     loop {
         let arrival = arrivals.get(next_arrival);
-        let Some(horizon) = earliest(&[
-            arrival.map(|a| a.at_ms),
-            world.transits.peek().map(|t| t.0.at_ms),
-            world.probes.peek().map(|p| p.0.at_ms),
-        ]) else {
+        let Some(horizon) = earliest(&[arrival.map(|a| a.at_ms), world.next_in_flight()]) else {
             break;
         };
         if let Some(&(at, step)) = steps.last().filter(|(at, _)| *at <= horizon) {
@@ -511,32 +874,20 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         }
         if !signals.is_empty() && next_signal <= horizon {
             world.advance(next_signal);
-            for path in &mut signals {
+            // The gateway's probe tick: every second, beside its poll.
+            let probe_tick = next_signal % LOCAL_CADENCE_MS == GATEWAY_POLL_PHASE_MS;
+            for (g, path) in signals.iter_mut().enumerate() {
                 path.at(next_signal, &world.sites);
+                if probe_tick {
+                    for site in path.probes_due(next_signal) {
+                        world.send_health_probe(g, site, next_signal);
+                    }
+                }
             }
             next_signal = SignalPath::next_instant_after(next_signal);
             continue;
         }
-        if let Some(Reverse(t)) = world
-            .transits
-            .peek()
-            .copied()
-            .filter(|t| t.0.at_ms <= horizon)
-        {
-            world.transits.pop();
-            world.advance(t.at_ms);
-            world.deliver(t);
-            continue;
-        }
-        if let Some(Reverse(p)) = world
-            .probes
-            .peek()
-            .copied()
-            .filter(|p| p.0.at_ms <= horizon)
-        {
-            world.probes.pop();
-            world.advance(p.at_ms);
-            world.probe(p);
+        if world.in_flight_event(horizon, &signals) {
             continue;
         }
         let Some(a) = arrival.copied() else {
@@ -552,21 +903,26 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
         }
         world.route(a, signals.get(a.gateway));
     }
-    // Drain: every admitted request starts and completes (endpoints taken away by an
-    // episode still running are back: nothing is left stranded).
-    while let Some(&(at, step)) = steps.last() {
-        world.advance(at);
-        apply(&mut world.sites, at, step);
-        world.collect();
-        steps.pop();
-    }
-    while let Some(t) = world
-        .sites
-        .iter()
-        .filter_map(SiteModel::next_deadline)
-        .min()
-    {
-        world.advance(t);
+    // Drain: every admitted request starts and completes or fails, and every refusal is
+    // retried or answered (endpoints taken away by an episode still running are back:
+    // nothing is left stranded).
+    while let Some(horizon) = earliest(&[
+        steps.last().map(|(at, _)| *at),
+        world
+            .sites
+            .iter()
+            .filter_map(SiteModel::next_deadline)
+            .min(),
+        world.next_in_flight(),
+    ]) {
+        if let Some(&(at, step)) = steps.last().filter(|(at, _)| *at <= horizon) {
+            world.advance(at);
+            apply(&mut world.sites, at, step);
+            world.collect();
+            steps.pop();
+        } else if !world.in_flight_event(horizon, &signals) {
+            world.advance(horizon);
+        }
     }
     let mut counts = SignalCounts::default();
     for path in &signals {
@@ -590,5 +946,18 @@ fn apply(sites: &mut [SiteModel], at: u64, step: Step) {
             .expect("scenario degrade factors are in range"),
         Step::TakeAll(site) => sites[site].take_all_endpoints(at),
         Step::RestoreAll(site) => sites[site].restore_all_endpoints(at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_is_answered_only_by_a_site_that_serves_within_the_probe_bound() {
+        assert!(probe_answered(true, 0));
+        assert!(probe_answered(true, PROBE_TIMEOUT_MS));
+        assert!(!probe_answered(true, PROBE_TIMEOUT_MS + 1));
+        assert!(!probe_answered(false, 0));
     }
 }

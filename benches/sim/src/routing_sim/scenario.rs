@@ -1,6 +1,6 @@
 //! Scenario files: a TOML description of sites, round trips, service times, gateways
-//! and their arrivals, bursts, degrade and blip schedules, loads and seeds, so anyone
-//! can run their own. The built-in scenarios are files in `benches/scenarios/`.
+//! and their arrivals, bursts, the episodes (degrades, blips, sites failing fast, EPPs
+//! gone silent, operators frozen), loads and seeds, so anyone can run their own. The built-in scenarios are files in `benches/scenarios/`.
 //!
 //! Unknown fields are refused (a misspelt field would otherwise silently fall back to a
 //! default), and every figure is checked against the site model's limits when read, so
@@ -11,9 +11,10 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use super::arrivals::Bursts;
+use super::signals::{FULL_STATUS, SERVER_ERRORS};
 use super::{
-    Blip, DEFAULT_WARMUP_S, Degrade, FlowControl, GatewaySpec, MAX_WARMUP_DIVISOR, SimConfig,
-    SiteSpec,
+    Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec,
+    MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
 };
 use crate::site_model::{
     MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
@@ -30,8 +31,11 @@ pub const MAX_RTT_MS: u64 = 5_000;
 pub const MAX_RUNS: usize = 32;
 /// The highest offered load (share of capacity): beyond it every queue only grows.
 pub const MAX_LOAD: f64 = 2.0;
-/// The most scheduled episodes (degrades plus blips).
+/// The most scheduled episodes, of every kind together.
 pub const MAX_EPISODES: usize = 64;
+/// The longest `Retry-After` a site failing fast may state (s): an hour. The gateway
+/// holds a site full for at most `grid_score::live::MAX_FULL_HOLD_MS` whatever it says.
+pub const MAX_RETRY_AFTER_S: u64 = 3_600;
 /// The most band capacity per slot a scenario gives its sites: 64 requests held behind
 /// every slot is already hours of queue at the default service time.
 pub const MAX_BAND_CAPACITY_PER_SLOT: f64 = 64.0;
@@ -94,6 +98,15 @@ pub struct ScenarioFile {
     /// Zero-endpoint episodes.
     #[serde(default)]
     pub blips: Vec<BlipFile>,
+    /// Sites answering every request at once with one status.
+    #[serde(default)]
+    pub fail_fast: Vec<FailFastFile>,
+    /// Sites whose EPP stops answering its operator's scrapes.
+    #[serde(default)]
+    pub epp_silent: Vec<EpisodeFile>,
+    /// Sites whose operator is frozen.
+    #[serde(default)]
+    pub operator_frozen: Vec<EpisodeFile>,
     /// Every site's EPP flow control (absent: off).
     #[serde(default)]
     pub flow_control: Option<FlowControlFile>,
@@ -190,6 +203,49 @@ pub struct BlipFile {
     pub from_s: u64,
     /// Endpoints back (s).
     pub until_s: u64,
+}
+
+/// A site in some state for a while (`[[epp_silent]]`, `[[operator_frozen]]`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EpisodeFile {
+    /// Which site.
+    pub site: String,
+    /// Start (s).
+    pub from_s: u64,
+    /// End (s).
+    pub until_s: u64,
+}
+
+/// A site answering every request at once with one status (`[[fail_fast]]`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FailFastFile {
+    /// Which site.
+    pub site: String,
+    /// The status: [`FULL_STATUS`] (429), or one of [`SERVER_ERRORS`] (a 5xx).
+    pub status: u16,
+    /// The `Retry-After` its 429s state (s); only with status 429.
+    #[serde(default)]
+    pub retry_after_s: Option<u64>,
+    /// Start (s).
+    pub from_s: u64,
+    /// End (s).
+    pub until_s: u64,
+}
+
+/// Checks an episode's times: it ends after it starts, and within [`MAX_DURATION_S`].
+fn check_times(field: &'static str, from_s: u64, until_s: u64) -> Result<(), ScenarioError> {
+    if until_s <= from_s {
+        return invalid(
+            field,
+            format!("until_s ({until_s}) must be after from_s ({from_s})"),
+        );
+    }
+    if until_s > MAX_DURATION_S {
+        return invalid(field, format!("until_s must be at most {MAX_DURATION_S}"));
+    }
+    Ok(())
 }
 
 /// A checked scenario: builds one [`SimConfig`] per load and seed.
@@ -345,8 +401,16 @@ impl Scenario {
                 })
             }
         };
-        if f.degrade.len() + f.blips.len() > MAX_EPISODES {
-            return invalid("degrade", format!("at most {MAX_EPISODES} episodes"));
+        let episodes = f.degrade.len()
+            + f.blips.len()
+            + f.fail_fast.len()
+            + f.epp_silent.len()
+            + f.operator_frozen.len();
+        if episodes > MAX_EPISODES {
+            return invalid(
+                "degrade",
+                format!("at most {MAX_EPISODES} episodes of every kind together, not {episodes}"),
+            );
         }
         let mut degrade = Vec::with_capacity(f.degrade.len());
         for d in &f.degrade {
@@ -356,9 +420,7 @@ impl Scenario {
                     format!("must be {MIN_DEGRADE_FACTOR}..={MAX_DEGRADE_FACTOR}"),
                 );
             }
-            if d.until_s <= d.from_s {
-                return invalid("degrade.until_s", "must be after from_s");
-            }
+            check_times("degrade.until_s", d.from_s, d.until_s)?;
             degrade.push(Degrade {
                 site: index("degrade.site", &d.site)?,
                 factor: d.factor,
@@ -368,15 +430,86 @@ impl Scenario {
         }
         let mut blips = Vec::with_capacity(f.blips.len());
         for b in &f.blips {
-            if b.until_s <= b.from_s {
-                return invalid("blips.until_s", "must be after from_s");
-            }
+            check_times("blips.until_s", b.from_s, b.until_s)?;
             blips.push(Blip {
                 site: index("blips.site", &b.site)?,
                 from_ms: b.from_s * 1_000,
                 until_ms: b.until_s * 1_000,
             });
         }
+        let mut fail_fast: Vec<FailFast> = Vec::with_capacity(f.fail_fast.len());
+        for e in &f.fail_fast {
+            check_times("fail_fast.until_s", e.from_s, e.until_s)?;
+            let site = index("fail_fast.site", &e.site)?;
+            if e.status != FULL_STATUS && !SERVER_ERRORS.contains(&e.status) {
+                return invalid(
+                    "fail_fast.status",
+                    format!(
+                        "{}: must be {FULL_STATUS} or {}..={}",
+                        e.status,
+                        SERVER_ERRORS.start(),
+                        SERVER_ERRORS.end()
+                    ),
+                );
+            }
+            if let Some(r) = e.retry_after_s {
+                if e.status != FULL_STATUS {
+                    return invalid(
+                        "fail_fast.retry_after_s",
+                        format!("only a {FULL_STATUS} states one, not a {}", e.status),
+                    );
+                }
+                if r > MAX_RETRY_AFTER_S {
+                    return invalid(
+                        "fail_fast.retry_after_s",
+                        format!("must be at most {MAX_RETRY_AFTER_S}"),
+                    );
+                }
+            }
+            let (from_ms, until_ms) = (e.from_s * 1_000, e.until_s * 1_000);
+            if let Some(other) = fail_fast
+                .iter()
+                .find(|o| o.site == site && o.from_ms < until_ms && from_ms < o.until_ms)
+            {
+                return invalid(
+                    "fail_fast.from_s",
+                    format!(
+                        "{}: overlaps the episode from {} s to {} s (one status at a time)",
+                        e.site,
+                        other.from_ms / 1_000,
+                        other.until_ms / 1_000
+                    ),
+                );
+            }
+            fail_fast.push(FailFast {
+                site,
+                status: e.status,
+                retry_after_ms: e.retry_after_s.map(|r| r * 1_000),
+                from_ms,
+                until_ms,
+            });
+        }
+        let episodes = |field_site: &'static str,
+                        field_until: &'static str,
+                        list: &[EpisodeFile]|
+         -> Result<Vec<Episode>, ScenarioError> {
+            list.iter()
+                .map(|e| {
+                    check_times(field_until, e.from_s, e.until_s)?;
+                    Ok(Episode {
+                        site: index(field_site, &e.site)?,
+                        from_ms: e.from_s * 1_000,
+                        until_ms: e.until_s * 1_000,
+                    })
+                })
+                .collect()
+        };
+        let epp_silent = episodes("epp_silent.site", "epp_silent.until_s", &f.epp_silent)?;
+        let operator_frozen = episodes(
+            "operator_frozen.site",
+            "operator_frozen.until_s",
+            &f.operator_frozen,
+        )?;
         let flow_control = match f.flow_control {
             None => None,
             Some(fc) => {
@@ -428,6 +561,9 @@ impl Scenario {
             warmup_ms: (f.warmup_s * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
             degrade,
             blips,
+            fail_fast,
+            epp_silent,
+            operator_frozen,
             flow_control,
             seed: f.seeds[0],
         };
@@ -438,5 +574,150 @@ impl Scenario {
             template,
             warmup_s: f.warmup_s,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two sites, one gateway, nothing scheduled; `episodes` appended.
+    fn with(episodes: &str) -> Result<Scenario, ScenarioError> {
+        let text = format!(
+            r#"
+description = "t"
+duration_s = 60
+loads = [0.5]
+seeds = [1]
+streaming_share = 0.5
+[service]
+median_ms = 1000.0
+sigma = 0.5
+prefill_share = 0.1
+output_tokens = 10
+[[sites]]
+name = "a"
+endpoints = 1
+slots_per_endpoint = 8
+[[sites]]
+name = "b"
+endpoints = 1
+slots_per_endpoint = 8
+[[gateways]]
+site = "a"
+share = 1.0
+{episodes}
+"#
+        );
+        Scenario::parse(&text)
+    }
+
+    fn fail_fast(status: u16, retry_after_s: Option<u64>) -> String {
+        let retry = retry_after_s.map_or_else(String::new, |r| format!("retry_after_s = {r}\n"));
+        format!(
+            "[[fail_fast]]\nsite = \"b\"\nstatus = {status}\n{retry}from_s = 10\nuntil_s = 20\n"
+        )
+    }
+
+    fn refused(result: Result<Scenario, ScenarioError>, field: &str) {
+        match result {
+            Err(e) => assert!(e.to_string().contains(field), "{e}"),
+            Ok(_) => panic!("accepted; {field} should refuse it"),
+        }
+    }
+
+    #[test]
+    fn a_site_fails_fast_with_429_or_a_5xx_and_nothing_else() {
+        for ok in [
+            FULL_STATUS,
+            *SERVER_ERRORS.start(),
+            503,
+            *SERVER_ERRORS.end(),
+        ] {
+            let s = with(&fail_fast(ok, None)).unwrap();
+            assert_eq!(s.config(0.5, 1).fail_fast[0].status, ok);
+        }
+        for bad in [
+            FULL_STATUS - 1,
+            FULL_STATUS + 1,
+            SERVER_ERRORS.start() - 1,
+            SERVER_ERRORS.end() + 1,
+            200,
+        ] {
+            refused(with(&fail_fast(bad, None)), "fail_fast.status");
+        }
+    }
+
+    #[test]
+    fn only_a_429_states_a_retry_after_and_at_most_the_longest() {
+        let s = with(&fail_fast(FULL_STATUS, Some(MAX_RETRY_AFTER_S))).unwrap();
+        assert_eq!(
+            s.config(0.5, 1).fail_fast[0].retry_after_ms,
+            Some(MAX_RETRY_AFTER_S * 1_000)
+        );
+        refused(
+            with(&fail_fast(FULL_STATUS, Some(MAX_RETRY_AFTER_S + 1))),
+            "fail_fast.retry_after_s",
+        );
+        refused(with(&fail_fast(503, Some(5))), "fail_fast.retry_after_s");
+    }
+
+    #[test]
+    fn two_fail_fast_episodes_of_one_site_may_touch_but_not_overlap() {
+        let later = |from: u64| {
+            format!("[[fail_fast]]\nsite = \"b\"\nstatus = 500\nfrom_s = {from}\nuntil_s = 30\n")
+        };
+        let touching = format!("{}{}", fail_fast(503, None), later(20));
+        assert_eq!(with(&touching).unwrap().config(0.5, 1).fail_fast.len(), 2);
+        let overlapping = format!("{}{}", fail_fast(503, None), later(19));
+        refused(with(&overlapping), "fail_fast.from_s");
+        // Another site may fail at the same time.
+        let other = format!(
+            "{}[[fail_fast]]\nsite = \"a\"\nstatus = 500\nfrom_s = 10\nuntil_s = 20\n",
+            fail_fast(503, None)
+        );
+        assert!(with(&other).is_ok());
+    }
+
+    #[test]
+    fn an_episode_ends_after_it_starts_and_within_the_longest_run() {
+        let silent = |from: u64, until: u64| {
+            format!("[[epp_silent]]\nsite = \"a\"\nfrom_s = {from}\nuntil_s = {until}\n")
+        };
+        let s = with(&silent(0, MAX_DURATION_S)).unwrap();
+        assert_eq!(
+            s.config(0.5, 1).epp_silent,
+            [Episode {
+                site: 0,
+                from_ms: 0,
+                until_ms: MAX_DURATION_S * 1_000
+            }]
+        );
+        refused(with(&silent(0, MAX_DURATION_S + 1)), "epp_silent.until_s");
+        refused(with(&silent(10, 10)), "epp_silent.until_s");
+        let frozen = "[[operator_frozen]]\nsite = \"c\"\nfrom_s = 1\nuntil_s = 2\n";
+        refused(with(frozen), "operator_frozen.site");
+        let blip = "[[blips]]\nsite = \"b\"\nfrom_s = 5\nuntil_s = 4\n";
+        refused(with(blip), "blips.until_s");
+    }
+
+    #[test]
+    fn every_kind_of_episode_counts_towards_the_most_a_scenario_schedules() {
+        let episode = |i: usize| {
+            let kind = ["epp_silent", "operator_frozen", "blips"][i % 3];
+            format!(
+                "[[{kind}]]\nsite = \"b\"\nfrom_s = {i}\nuntil_s = {}\n",
+                i + 1
+            )
+        };
+        let most: String = (0..MAX_EPISODES).map(episode).collect();
+        let s = with(&most).unwrap();
+        let c = s.config(0.5, 1);
+        assert_eq!(
+            c.epp_silent.len() + c.operator_frozen.len() + c.blips.len(),
+            MAX_EPISODES
+        );
+        let one_more = format!("{most}{}", fail_fast(500, None));
+        refused(with(&one_more), "at most");
     }
 }

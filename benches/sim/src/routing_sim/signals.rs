@@ -9,22 +9,29 @@
 //!                       --Refresher::refresh--> RoutingView (grid_score::refresh, as
 //!                       grid-gatewayd runs it)
 //! each answer:          live slot --Refresher::refresh_live (off-cycle, rate-limited)
+//! every 1 s:            Refresher::probes_due --> probes of the ejected sites; each
+//!                       answer --LiveSlot::record_probe--> live slot
 //! ```
 //!
 //! The home site is the gateway's own: its operator scrapes it itself; the others are
 //! remote and reach the home operator only through its 5 s peer poll.
+//!
+//! Faults on the path ([`SignalFaults`]): an EPP gone silent fails its operator's scrapes
+//! (a timeout each), and the operator's own stale rule decides what it publishes; a
+//! frozen operator neither scrapes nor answers a poll, so its site's signals stop.
 
 use std::sync::Arc;
 
 use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
 use grid_score::live::FlowObservation;
-use grid_score::refresh::Refresher;
+use grid_score::refresh::{Refresher, RoutingEvent};
 use grid_score::routing::RoutingView;
 use grid_score::{CandidateKey, Reading, RouteTable, ScoreConfig, from_store};
-use grid_signals::epp::PoolSelector;
+use grid_signals::epp::{PoolSelector, ScrapeFailure};
 use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
 use grid_signals::store::{RelayBudget, StoreConfig};
 
+use super::Episode;
 use crate::fake_epp::{EppIdentity, FakeEpp};
 use crate::site_model::SiteModel;
 
@@ -39,6 +46,12 @@ pub const MODEL: &str = "llama";
 /// The wall clock at virtual time 0 (ms since the Unix epoch): the pure crates take
 /// wall-clock stamps.
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
+/// The status of an answer saying its site (or the grid) is full.
+pub const FULL_STATUS: u16 = 429;
+/// The status of an answer saying its site (or every site) cannot serve now.
+pub const UNAVAILABLE_STATUS: u16 = 503;
+/// The statuses of a site's serving failures.
+pub const SERVER_ERRORS: std::ops::RangeInclusive<u16> = 500..=599;
 
 /// One site's operator: its EPP and the operator's own site machine (grid-signals'
 /// [`Site`], as the operator daemon runs it).
@@ -64,6 +77,24 @@ pub struct SignalCounts {
     pub dropped: u64,
     /// Readings the scorer refused.
     pub refused_readings: u64,
+    /// Scrapes that failed (an EPP gone silent).
+    pub failed_scrapes: u64,
+    /// Gateway polls that failed (its own operator frozen); each still refreshed.
+    pub failed_gateway_polls: u64,
+    /// Candidates ejected for failing (`RoutingEvent::Ejected`).
+    pub ejections: u64,
+    /// Ejected candidates back because a probe answered.
+    pub rejoined_by_probe: u64,
+    /// Ejected candidates back because their ejection ran out.
+    pub rejoined_by_time: u64,
+    /// Times the model became unroutable (every candidate out: 503).
+    pub unroutable: u64,
+    /// Times the model started routing without any signal (by capacity alone).
+    pub without_signals: u64,
+    /// Probes of ejected sites sent.
+    pub probes: u64,
+    /// Of those, answered.
+    pub probes_answered: u64,
 }
 
 impl SignalCounts {
@@ -75,6 +106,50 @@ impl SignalCounts {
         self.gateway_polls += other.gateway_polls;
         self.dropped += other.dropped;
         self.refused_readings += other.refused_readings;
+        self.failed_scrapes += other.failed_scrapes;
+        self.failed_gateway_polls += other.failed_gateway_polls;
+        self.ejections += other.ejections;
+        self.rejoined_by_probe += other.rejoined_by_probe;
+        self.rejoined_by_time += other.rejoined_by_time;
+        self.unroutable += other.unroutable;
+        self.without_signals += other.without_signals;
+        self.probes += other.probes;
+        self.probes_answered += other.probes_answered;
+    }
+
+    /// Counts what a refresh said changed.
+    fn events(&mut self, events: &[RoutingEvent]) {
+        for e in events {
+            match e {
+                RoutingEvent::Ejected { .. } => self.ejections += 1,
+                RoutingEvent::Rejoined { by_probe: true, .. } => self.rejoined_by_probe += 1,
+                RoutingEvent::Rejoined {
+                    by_probe: false, ..
+                } => self.rejoined_by_time += 1,
+                RoutingEvent::Unroutable { .. } => self.unroutable += 1,
+                RoutingEvent::WithoutSignals { .. } => self.without_signals += 1,
+                RoutingEvent::Routable { .. } | RoutingEvent::SignalsBack { .. } => {}
+            }
+        }
+    }
+}
+
+/// What goes wrong on the signal path, per site and time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SignalFaults {
+    /// EPPs that answer no scrape.
+    pub epp_silent: Vec<Episode>,
+    /// Operators that do nothing at all.
+    pub operator_frozen: Vec<Episode>,
+}
+
+impl SignalFaults {
+    fn silent(&self, site: usize, t_ms: u64) -> bool {
+        self.epp_silent.iter().any(|e| e.covers(site, t_ms))
+    }
+
+    fn frozen(&self, site: usize, t_ms: u64) -> bool {
+        self.operator_frozen.iter().any(|e| e.covers(site, t_ms))
     }
 }
 
@@ -90,21 +165,30 @@ pub struct SignalPath {
     body: Vec<u8>,
     /// What answers said, in the order they reach the gateway: (virtual ms, site).
     heard: Vec<(u64, usize, Heard)>,
+    faults: SignalFaults,
 }
 
 /// What one answer told the gateway about its site, as the gateway's request path reads
 /// it (`docs/gateway.md`, "Live room from the answers").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Heard {
-    /// An answer's head: its flow-control headers, and whether it was a 5xx.
+    /// An answer's head: its status, its flow-control headers and its `Retry-After`.
     Answer {
         /// The flow-control headers it carried.
         flow: FlowObservation,
-        /// 5xx: a serving failure.
-        server_error: bool,
+        /// Its status.
+        status: u16,
+        /// Its `Retry-After` (ms), when it stated one.
+        retry_after_ms: Option<u64>,
     },
-    /// The exchange failed (reset, refused connection).
+    /// The exchange failed (reset, refused connection, a stream cut).
     Failed,
+    /// A probe of the site, ejected for failing, answered with a list of models (a 2xx),
+    /// or did not.
+    Probe {
+        /// Whether it answered.
+        answered: bool,
+    },
     /// A streamed answer's first byte, `ms` after it went out (flow-control wait
     /// excluded).
     FirstByte {
@@ -127,6 +211,13 @@ impl std::fmt::Debug for SignalPath {
 }
 
 impl SignalPath {
+    /// The same path with `faults` on it.
+    #[must_use]
+    pub fn with_faults(mut self, faults: SignalFaults) -> Self {
+        self.faults = faults;
+        self
+    }
+
     /// A path for sites named `names`, site `home` being the gateway's own.
     pub fn new(names: &[String], home: usize) -> Self {
         let store = StoreConfig::default();
@@ -186,6 +277,7 @@ impl SignalPath {
         let view = refresher.refresh(EPOCH_MS).view;
         Self {
             heard: Vec::new(),
+            faults: SignalFaults::default(),
             readings: vec![None; names.len()],
             operators,
             home,
@@ -216,22 +308,31 @@ impl SignalPath {
             // Peers first: a peer poll reads what the peer scraped a second ago, on
             // average half a second staler than independent timers would.
             self.poll_peers(t_ms, now);
-            self.scrape_all(now, sites);
+            self.scrape_all(t_ms, now, sites);
         } else if t_ms % LOCAL_CADENCE_MS == GATEWAY_POLL_PHASE_MS {
-            self.gateway_poll(now);
+            self.gateway_poll(t_ms, now);
         }
     }
 
-    fn scrape_all(&mut self, now: u64, sites: &[SiteModel]) {
-        for (op, site) in self.operators.iter_mut().zip(sites) {
-            self.body.clear();
-            op.epp.render_into(site, &mut self.body);
+    fn scrape_all(&mut self, t_ms: u64, now: u64, sites: &[SiteModel]) {
+        for (i, (op, site)) in self.operators.iter_mut().zip(sites).enumerate() {
+            if self.faults.frozen(i, t_ms) {
+                continue;
+            }
             op.site.handle(now, SiteInput::Expire);
+            let outcome = if self.faults.silent(i, t_ms) {
+                self.counts.failed_scrapes += 1;
+                Err(ScrapeFailure::Timeout)
+            } else {
+                self.body.clear();
+                op.epp.render_into(site, &mut self.body);
+                Ok(self.body.as_slice())
+            };
             op.site.handle(
                 now,
                 SiteInput::Scraped {
                     provider: 0,
-                    outcome: Ok(&self.body),
+                    outcome,
                     latest_pass_ms: 0,
                 },
             );
@@ -240,8 +341,14 @@ impl SignalPath {
     }
 
     fn poll_peers(&mut self, t_ms: u64, now: u64) {
+        if self.faults.frozen(self.home, t_ms) {
+            return;
+        }
         for i in 0..self.operators.len() {
-            if i == self.home || t_ms % PEER_CADENCE_MS != self.operators[i].peer_phase_ms {
+            if i == self.home
+                || t_ms % PEER_CADENCE_MS != self.operators[i].peer_phase_ms
+                || self.faults.frozen(i, t_ms)
+            {
                 continue;
             }
             self.body.clear();
@@ -268,7 +375,14 @@ impl SignalPath {
         }
     }
 
-    fn gateway_poll(&mut self, now: u64) {
+    fn gateway_poll(&mut self, t_ms: u64, now: u64) {
+        if self.faults.frozen(self.home, t_ms) {
+            // The poll fails; the gateway refreshes anyway, as time passing is what ages a
+            // silent site into unmeasured.
+            self.counts.failed_gateway_polls += 1;
+            self.refresh(now);
+            return;
+        }
         self.body.clear();
         let home = &mut self.operators[self.home].site;
         home.handle(now, SiteInput::Expire);
@@ -311,15 +425,32 @@ impl SignalPath {
             };
             // As the gateway does, only an answer that says something new about room or
             // serving wakes a refresh; a plain answer is counted at the next one.
+            // What the gateway's request path records of an answer's head (grid-gatewayd's
+            // `answer_evidence`): its room signal; a 429 holds the site full for its
+            // Retry-After; a 5xx is a serving failure; anything else an answer.
             let wakes = match heard {
-                Heard::Answer { flow, server_error } => {
-                    slot.record_room(EPOCH_MS + at, &flow);
-                    if server_error {
+                Heard::Answer {
+                    flow,
+                    status,
+                    retry_after_ms,
+                } => {
+                    let now = EPOCH_MS + at;
+                    slot.record_room(now, &flow);
+                    let full = status == FULL_STATUS;
+                    let server_error = SERVER_ERRORS.contains(&status);
+                    if full {
+                        slot.record_full(now, retry_after_ms);
+                    } else if server_error {
                         slot.record_failure();
                     } else {
                         slot.record_answer();
                     }
-                    server_error || flow.has_room_signal()
+                    full || server_error || flow.has_room_signal()
+                }
+                Heard::Probe { answered } => {
+                    slot.record_probe(answered);
+                    self.counts.probes_answered += u64::from(answered);
+                    answered
                 }
                 Heard::Failed => {
                     slot.record_failure();
@@ -339,12 +470,34 @@ impl SignalPath {
             }
         }
         if let Some(refreshed) = self.refresher.refresh_live(EPOCH_MS + t_ms) {
+            self.counts.events(&refreshed.events);
             self.view = refreshed.view;
         }
     }
 
+    /// The sites ejected for failing whose probe is due at virtual `t_ms`
+    /// ([`Refresher::probes_due`]: each once per `grid_score::live::PROBE_INTERVAL_MS`), for
+    /// the caller to probe; each answer comes back as [`Heard::Probe`].
+    pub fn probes_due(&mut self, t_ms: u64) -> Vec<usize> {
+        let due = self.refresher.probes_due(EPOCH_MS + t_ms);
+        let sites: Vec<usize> = due
+            .iter()
+            .filter_map(|u| self.keys.iter().position(|k| k.site == u.site))
+            .collect();
+        self.counts.probes += sites.len() as u64;
+        sites
+    }
+
+    /// Where the gateway sends a request site `failed` refused, from the view in force
+    /// now (`RoutingView::retry_target`: the best-ranked routable candidate elsewhere).
+    pub fn retry_target(&self, failed: usize) -> Option<usize> {
+        let upstream = self.view.retry_target(MODEL, &self.keys[failed].site)?;
+        self.keys.iter().position(|k| k.site == upstream.site)
+    }
+
     fn refresh(&mut self, now: u64) {
         let refreshed = self.refresher.refresh(now);
+        self.counts.events(&refreshed.events);
         self.counts.refused_readings += refreshed.refused.len() as u64;
         for (i, key) in self.keys.iter().enumerate() {
             self.readings[i] = self

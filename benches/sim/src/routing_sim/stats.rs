@@ -1,5 +1,6 @@
 //! What one policy's run measured: queueing delays, how often it sent work to a site
-//! that was already full, and where its traffic went second by second.
+//! that was already full, where its traffic went second by second, what its clients saw
+//! fail and how much the gateway retried.
 
 /// One second of routing: requests sent to each site.
 pub type SecondCounts = Vec<u32>;
@@ -7,18 +8,41 @@ pub type SecondCounts = Vec<u32>;
 /// The raw record of one policy's run.
 #[derive(Clone, Debug, Default)]
 pub struct RunRecord {
-    /// Queueing delay (slot start minus arrival at the site) of every request that
-    /// arrived after the warm-up, in ms.
+    /// Queueing delay (slot start minus arrival at the site that served it) of every
+    /// request served that arrived after the warm-up, in ms; for a retried request, plus
+    /// what the refusal cost it (from its arrival at the gateway to the retry leaving).
     pub delays_ms: Vec<u64>,
     /// The same delays plus the round trip between the gateway and the site (the request
     /// travels half of it, the first bytes of the answer the other half), in ms.
     pub e2e_ms: Vec<u64>,
-    /// Requests after the warm-up that failed: refused by a site with no ready endpoint,
-    /// or dropped when its endpoints went away.
+    /// Requests after the warm-up answered to their client with a failure: refused and
+    /// not retried (or refused again when retried, or refused by the gateway itself), or
+    /// cut after their answer began.
     pub failed: u64,
-    /// Of those, requests that failed before taking a slot (refused, or dropped from a
-    /// queue): never served, so they rank after every delay in the percentiles.
+    /// Of those, requests never served (no first token): they rank after every delay in
+    /// the percentiles.
     pub unserved: u64,
+    /// Of the failures, refusals (a site's 503 or 429 passed on, a failed connect, the
+    /// gateway's own 503 or 429) answered at an instant when another site serving the
+    /// model had a free slot or room in its flow-control band, in the simulator's truth.
+    pub refused_room: u64,
+    /// Of those, 429s (a site's full band, or the gateway shedding).
+    pub refused_room_full: u64,
+    /// Requests after the warm-up sent to a second site after their first refused them.
+    pub retries: u64,
+    /// Refusals that would have gone elsewhere but the retry budget was spent.
+    pub retries_skipped_budget: u64,
+    /// Refusals that would have gone elsewhere but no other site was routable.
+    pub retries_skipped_no_site: u64,
+    /// Requests after the warm-up the gateway refused itself (grid's policy: every
+    /// candidate excluded, or shedding), never sent to a site.
+    pub refused_by_gateway: u64,
+    /// Requests per second of their arrival at a gateway, over the whole run.
+    pub arrivals_per_second: Vec<u32>,
+    /// Client-visible failures per second of their request's arrival, over the whole run.
+    pub failed_per_second: Vec<u32>,
+    /// Retries per second they were sent, over the whole run.
+    pub retries_per_second: Vec<u32>,
     /// Requests routed after the warm-up.
     pub routed: u64,
     /// Of those, sent to a site whose slots were all taken at that instant.
@@ -35,8 +59,66 @@ impl RunRecord {
     pub fn new(sites: usize, seconds: usize) -> Self {
         Self {
             per_second: vec![vec![0; sites]; seconds],
+            arrivals_per_second: vec![0; seconds],
+            failed_per_second: vec![0; seconds],
+            retries_per_second: vec![0; seconds],
             ..Self::default()
         }
+    }
+
+    /// Counts one arrival at a gateway at `at_ms`.
+    pub fn arrival(&mut self, at_ms: u64) {
+        bump(&mut self.arrivals_per_second, at_ms);
+    }
+
+    /// Measured client requests: those routed after the warm-up and those the gateway
+    /// refused itself.
+    pub fn client_requests(&self) -> u64 {
+        self.routed + self.refused_by_gateway
+    }
+
+    /// The share of requests arriving in `[from_ms, until_ms)` that failed, and how many
+    /// arrived.
+    pub fn failed_share(&self, from_ms: u64, until_ms: u64) -> (f64, u64) {
+        let range = seconds_of(from_ms, until_ms, self.arrivals_per_second.len());
+        let arrived: u64 = self.arrivals_per_second[range.clone()]
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum();
+        let failed: u64 = self.failed_per_second[range]
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum();
+        let share = if arrived == 0 {
+            0.0
+        } else {
+            failed as f64 / arrived as f64
+        };
+        (share, arrived)
+    }
+
+    /// Retries sent in `[from_ms, until_ms)` over the requests that arrived then.
+    pub fn retry_share(&self, from_ms: u64, until_ms: u64) -> f64 {
+        let range = seconds_of(from_ms, until_ms, self.arrivals_per_second.len());
+        let arrived: u64 = self.arrivals_per_second[range.clone()]
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum();
+        let retries: u64 = self.retries_per_second[range]
+            .iter()
+            .map(|&c| u64::from(c))
+            .sum();
+        if arrived == 0 {
+            0.0
+        } else {
+            retries as f64 / arrived as f64
+        }
+    }
+
+    /// The share of the requests routed in `[from_ms, until_ms)` that went to `site`.
+    pub fn site_share(&self, site: usize, from_ms: u64, until_ms: u64) -> f64 {
+        let range = seconds_of(from_ms, until_ms, self.per_second.len());
+        share(&self.per_second[range], site)
     }
 
     /// Counts one routing decision at `at_ms` to `site`.
@@ -51,6 +133,23 @@ impl RunRecord {
             }
         }
     }
+}
+
+/// Adds one to the count of the second holding `at_ms` (none past the run's end).
+pub(crate) fn bump(per_second: &mut [u32], at_ms: u64) {
+    if let Some(c) = usize::try_from(at_ms / 1_000)
+        .ok()
+        .and_then(|s| per_second.get_mut(s))
+    {
+        *c += 1;
+    }
+}
+
+/// The whole seconds from `from_ms` up to `until_ms`, within `len`.
+fn seconds_of(from_ms: u64, until_ms: u64, len: usize) -> std::ops::Range<usize> {
+    let at = |ms: u64| usize::try_from(ms / 1_000).unwrap_or(usize::MAX).min(len);
+    let (from, until) = (at(from_ms), at(until_ms));
+    from.min(until)..until
 }
 
 /// The `p`-th percentile (0..=100) of sorted values, nearest-rank; 0 when empty.
@@ -191,6 +290,14 @@ pub struct Summary {
     pub p99_e2e_ms: u64,
     /// Requests after the warm-up that failed (see [`RunRecord::failed`]).
     pub failed: u64,
+    /// Refusals answered while another site had room ([`RunRecord::refused_room`]).
+    pub refused_room: u64,
+    /// Retries ([`RunRecord::retries`]).
+    pub retries: u64,
+    /// Refusals not retried for the budget ([`RunRecord::retries_skipped_budget`]).
+    pub retries_skipped_budget: u64,
+    /// Retries over measured client requests: the retry budget's share.
+    pub retry_share: f64,
     /// Largest queueing delay (ms); [`UNSERVED`] when any request was never served.
     pub max_ms: u64,
     /// Share of requests sent to a site with every slot taken.
@@ -224,6 +331,14 @@ impl Summary {
             p99_ms: percentile_with_unserved(&delays, record.unserved, 99.0),
             p99_e2e_ms: percentile_with_unserved(&e2e, record.unserved, 99.0),
             failed: record.failed,
+            refused_room: record.refused_room,
+            retries: record.retries,
+            retries_skipped_budget: record.retries_skipped_budget,
+            retry_share: if record.client_requests() == 0 {
+                0.0
+            } else {
+                record.retries as f64 / record.client_requests() as f64
+            },
             max_ms: if record.unserved > 0 {
                 UNSERVED
             } else {
@@ -291,6 +406,25 @@ mod tests {
         // at half or below: (50 + 4 x 10) / 500 = 0.18.
         assert_eq!(r.halve_s, Some(7));
         assert!((r.share_during - (150.0 + 570.0) / 6_000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn shares_by_window_count_whole_seconds_and_stop_at_the_run_end() {
+        let mut r = RunRecord::new(2, 3);
+        for at in [0, 999, 1_000, 2_500, 3_000] {
+            r.arrival(at);
+        }
+        bump(&mut r.failed_per_second, 999);
+        bump(&mut r.retries_per_second, 1_000);
+        assert_eq!(
+            r.arrivals_per_second,
+            [2, 1, 1],
+            "past the end: not counted"
+        );
+        assert_eq!(r.failed_share(0, 1_000), (0.5, 2));
+        assert_eq!(r.failed_share(1_000, 9_000), (0.0, 2));
+        assert!((r.retry_share(0, 3_000) - 0.25).abs() < 1e-12);
+        assert_eq!(r.failed_share(5_000, 9_000), (0.0, 0), "an empty window");
     }
 
     #[test]
