@@ -57,6 +57,8 @@ pub struct Running {
     server: JoinHandle<()>,
     /// The request path's per-site caps, replaced by a model reload.
     site_slots: Arc<ArcSwap<SiteSlots>>,
+    /// Samples the request count into the retry budget every second.
+    sampler: JoinHandle<()>,
 }
 
 /// Every site `config`'s models name, each once per candidate naming it.
@@ -113,6 +115,7 @@ impl Running {
 
     /// Stops polling, then drains open requests and returns once the listener is closed.
     pub async fn shutdown(self) {
+        self.sampler.abort();
         let _ = self.poller.stop().await;
         let _ = self.stop.send(true);
         let _ = self.server.await;
@@ -372,6 +375,19 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     })?;
     let ext_proc_listener =
         bind_ext_proc(&config, &signals, request_metrics.clone(), ext_proc_metrics).await?;
+    // The retry budget learns how many requests each second saw off the request path.
+    let retry_budget = Arc::new(grid_score::retry::RetryBudget::new());
+    let sampler = {
+        let (budget, metrics) = (Arc::clone(&retry_budget), request_metrics.clone());
+        tokio::spawn(async move {
+            let every = Duration::from_millis(grid_score::retry::SAMPLE_EVERY_MS);
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                budget.sample(crate::clock::now_unix_ms(), metrics.requests_total());
+            }
+        })
+    };
     let api = Api::new(Inner {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
@@ -389,7 +405,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         },
         registry,
         poll: handles.poll.clone(),
-        retry_budget: grid_score::retry::RetryBudget::new(),
+        retry_budget: Arc::clone(&retry_budget),
     });
     let (stop, mut stopped) = watch::channel(false);
     let ext_proc = ext_proc_listener.map(|(bound, listener, processor)| {
@@ -426,6 +442,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         poller,
         server,
         site_slots,
+        sampler,
     })
 }
 

@@ -119,8 +119,9 @@ pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     /// Read by `/readyz`.
     pub(crate) poll: PollMetrics,
-    /// The retries refused requests may still take (`grid_score::retry`).
-    pub(crate) retry_budget: RetryBudget,
+    /// The retries refused requests may still take (`grid_score::retry`); sampled every
+    /// second by the driver's timer.
+    pub(crate) retry_budget: Arc<RetryBudget>,
 }
 
 /// The bounds on waiting for a site's answer.

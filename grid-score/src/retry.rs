@@ -32,7 +32,7 @@ pub const RETRY_BUDGET_WINDOW_MS: u64 = 10_000;
 pub const MIN_RETRIES_PER_SECOND: f64 = 10.0;
 
 /// How often the budget takes a sample of the counts (the window moves in these steps).
-const SAMPLE_EVERY_MS: u64 = 1_000;
+pub const SAMPLE_EVERY_MS: u64 = 1_000;
 
 grid_signals::label_values! {
     /// Why a request went to a second site (the `cause` of `grid_gateway_retries_total`).
@@ -89,28 +89,48 @@ struct Window {
     retries: u64,
 }
 
+impl Window {
+    /// Takes a sample (at most one per [`SAMPLE_EVERY_MS`]) and drops those the window no
+    /// longer needs: it starts at the newest sample at least its length old.
+    fn sample(&mut self, now_ms: u64, requests_total: u64) {
+        if self
+            .samples
+            .back()
+            .is_none_or(|&(at, ..)| now_ms >= at.saturating_add(SAMPLE_EVERY_MS))
+        {
+            self.samples
+                .push_back((now_ms, requests_total, self.retries));
+        }
+        while self.samples.len() > 1
+            && self.samples[1].0.saturating_add(RETRY_BUDGET_WINDOW_MS) <= now_ms
+        {
+            self.samples.pop_front();
+        }
+    }
+}
+
 impl RetryBudget {
     /// A budget with nothing spent.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Notes `requests_total` requests served so far (a count the caller keeps anyway,
+    /// never reset) at `now_ms`. Call it about once a [`SAMPLE_EVERY_MS`] off the request
+    /// path (the gateway does from a timer, the simulator as it routes): the window then
+    /// knows how many requests its span saw, so a gateway that has been busy may retry its
+    /// share at once, and one that was quiet does not count old requests as recent.
+    pub fn sample(&self, now_ms: u64, requests_total: u64) {
+        let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        w.sample(now_ms, requests_total);
+    }
+
     /// Whether one more retry fits at `now_ms`, with `requests_total` requests served so
-    /// far (a count the caller keeps anyway, never reset); counts it when it does.
+    /// far; counts it when it does.
     pub fn try_retry(&self, now_ms: u64, requests_total: u64) -> bool {
         let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        w.sample(now_ms, requests_total);
         let retries = w.retries;
-        if w.samples
-            .back()
-            .is_none_or(|&(at, ..)| now_ms >= at.saturating_add(SAMPLE_EVERY_MS))
-        {
-            w.samples.push_back((now_ms, requests_total, retries));
-        }
-        // The window starts at the newest sample at least its length old (or the oldest).
-        while w.samples.len() > 1 && w.samples[1].0.saturating_add(RETRY_BUDGET_WINDOW_MS) <= now_ms
-        {
-            w.samples.pop_front();
-        }
         let Some(&(start, requests_then, retries_then)) = w.samples.front() else {
             return false;
         };
@@ -203,5 +223,39 @@ mod tests {
         assert_eq!(more, MIN_RETRIES_PER_SECOND as usize / 2);
         // The requests of the next window bring retries back.
         assert!(b.try_retry(t + RETRY_BUDGET_WINDOW_MS + 1_000, 1_000));
+    }
+
+    #[test]
+    fn a_gateway_busy_before_its_first_refusal_may_retry_its_share_of_what_it_served() {
+        let b = RetryBudget::new();
+        let t = 1_000_000;
+        // A minute at 40 requests a second, noted every second, nothing refused.
+        for s in 0..60u64 {
+            b.sample(t + s * 1_000, s * 40);
+        }
+        let now = t + 60_000;
+        let granted = (0..200).filter(|_| b.try_retry(now, 60 * 40)).count();
+        // The last 10 s saw 400 requests: a fifth of them, and ten a second.
+        let want = RETRY_BUDGET_RATIO * 400.0 + MIN_RETRIES_PER_SECOND * 11.0;
+        assert_eq!(granted, want as usize);
+    }
+
+    #[test]
+    fn requests_long_before_a_quiet_spell_do_not_count_as_recent() {
+        let b = RetryBudget::new();
+        let t = 1_000_000;
+        for s in 0..10u64 {
+            b.sample(t + s * 1_000, s * 100);
+        }
+        // A minute with no request, noted every second.
+        for s in 10..70u64 {
+            b.sample(t + s * 1_000, 900);
+        }
+        let granted = (0..500).filter(|_| b.try_retry(t + 70_000, 900)).count();
+        assert_eq!(
+            granted,
+            (MIN_RETRIES_PER_SECOND * 11.0) as usize,
+            "only the floor"
+        );
     }
 }

@@ -104,15 +104,22 @@ impl RoutingView {
         }
     }
 
-    /// The least-loaded routable candidate of `model` at a site other than `failed_site`:
-    /// where a request goes once when its first site refused the connection.
+    /// Where a request goes once when its first site, `failed_site`, refused it: the
+    /// least-loaded routable candidate of `model` elsewhere that has headroom (a site
+    /// whose answers say it is full, by a full band or its own 429, has none), else the
+    /// least-loaded one elsewhere.
     pub fn retry_target(&self, model: &str, failed_site: &str) -> Option<&Upstream> {
         let entry = self.catalog.get(model)?;
         let snapshot = self.table.get(model)?;
-        snapshot
-            .candidates()
-            .iter()
-            .filter(|c| &**c.site() != failed_site)
+        let elsewhere = || {
+            snapshot
+                .candidates()
+                .iter()
+                .filter(|c| &**c.site() != failed_site)
+        };
+        elsewhere()
+            .filter(|c| c.headroom() > 0.0)
+            .chain(elsewhere())
             .find_map(|c| upstream_of(entry, c.key()))
     }
 
@@ -148,5 +155,40 @@ mod tests {
         assert_eq!(retry_after_s(1), 1);
         assert_eq!(retry_after_s(1000), 1);
         assert_eq!(retry_after_s(1001), 2);
+    }
+
+    #[test]
+    fn a_refused_request_goes_to_a_site_with_headroom_before_a_less_loaded_full_one() {
+        use crate::catalog::{CandidateSpec, ModelSpec};
+        use crate::reading::CandidateKey;
+        use crate::snapshot::{Candidate, Refusals, RouteSnapshot};
+        let spec = |site: &str| CandidateSpec {
+            site: site.into(),
+            provider: "p".into(),
+            scheme: "http".into(),
+            authority: format!("{site}.example"),
+            prefix: String::new(),
+        };
+        let catalog = Catalog::new(&[ModelSpec {
+            name: "m".into(),
+            candidates: vec![spec("a"), spec("full"), spec("room")],
+        }]);
+        let key = |site: &str| CandidateKey::new(site, "p");
+        // `full` reads less loaded, but its own answers say it is full (live factor 0).
+        let candidates = vec![
+            Candidate::measured(key("a"), 8.0, 0.5, 0.5, 0.0, false),
+            Candidate::measured(key("full"), 8.0, 0.1, 0.1, 0.0, false).with_live(0.0, Some(0)),
+            Candidate::measured(key("room"), 8.0, 0.6, 0.6, 0.0, false),
+        ];
+        let refusals = Refusals {
+            shed_retry_after_ms: None,
+            unavailable_retry_after_ms: 5_000,
+        };
+        let table =
+            RouteTable::from_snapshots([RouteSnapshot::new("m", candidates, vec![], refusals)]);
+        let view = RoutingView::new(Arc::new(catalog), table);
+        assert_eq!(&*view.retry_target("m", "a").unwrap().site, "room");
+        // With no site elsewhere that has headroom, the least loaded one elsewhere.
+        assert_eq!(&*view.retry_target("m", "room").unwrap().site, "a");
     }
 }

@@ -204,21 +204,3 @@ fn while_a_remote_site_flaps_grids_retries_stay_within_the_budget() {
     }
     misses.assert_none();
 }
-
-#[test]
-#[ignore = "a remote site back from zero ready endpoints stays excluded until the peer poll \
-            reads it ready, seconds after it serves again, while the other sites' bands fill"]
-fn a_flapping_remote_site_costs_grid_no_request_refused_while_another_site_has_room() {
-    let mut misses = Misses::default();
-    for (config, ours) in grid_runs(&scenario("flapping-remote.toml", 250)) {
-        let r = &ours.record;
-        misses.check(r.refused_room == 0, || {
-            format!(
-                "seed {}: {} refused while another site had room ({} of them 429s), {} not \
-                 retried for the budget",
-                config.seed, r.refused_room, r.refused_room_full, r.retries_skipped_budget
-            )
-        });
-    }
-    misses.assert_none();
-}

@@ -291,6 +291,8 @@ impl World<'_> {
         }
         self.routers[g].sent(site);
         self.taken[g] += 1;
+        // As the gateway's timer does, each second.
+        self.budgets[g].sample(EPOCH_MS + a.at_ms, self.taken[g]);
         self.routers[g].probe_targets(&mut self.targets);
         for &target in &self.targets {
             self.seq += 1;
