@@ -390,6 +390,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         },
         registry,
         poll: handles.poll.clone(),
+        site: config.site.as_str().into(),
         retry_budget: grid_score::retry::RetryBudget::new(),
     });
     let (stop, mut stopped) = watch::channel(false);
