@@ -122,12 +122,8 @@ async fn a_site_that_keeps_failing_is_shown_excluded_as_ejected_until_when_with_
     let g = {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            assert_eq!(
-                send(&c, post(&gw.url("/v1/chat/completions"), chat()))
-                    .await
-                    .status,
-                StatusCode::OK
-            );
+            // Answered by a, directly or retried there (or 502 past the retry budget).
+            let _ = send(&c, post(&gw.url("/v1/chat/completions"), chat())).await;
             let g = evidence(&gw, "").await;
             if at(&g, "b").excluded.is_some() {
                 break g;
