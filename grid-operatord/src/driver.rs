@@ -311,6 +311,7 @@ pub async fn start_with(
         gossip,
         &mut tasks,
     )?;
+    let membership_runs = endpoint.is_some();
     if !gossiping {
         // Under gossip nothing is polled: batches are pulled as their versions are heard.
         let peers = config.peers.iter().cloned();
@@ -319,8 +320,9 @@ pub async fn start_with(
         let adopt: crate::peers::Adopt =
             Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
         let (peer_view, polls) = (view.clone(), metrics.polls.clone());
+        let every = config.peer_poll_interval;
         tasks.spawn(async move {
-            crate::peers::run_peer_set(pollers, adopt, peer_view, polls).await;
+            crate::peers::run_peer_set(pollers, adopt, peer_view, polls, every).await;
             Ok(())
         });
     }
@@ -350,8 +352,22 @@ pub async fn start_with(
         Ok(())
     });
     let (served, scrapes) = (registry.clone(), metrics.scrapes.clone());
+    let evidence = Arc::new(crate::evidence::EvidenceSource {
+        site: config.site.clone(),
+        network: config.network.clone(),
+        mode: config.transport.as_str(),
+        epoch,
+        configured: config.peers.iter().map(|p| p.name.clone()).collect(),
+        verdicts: verdicts.clone(),
+        scrapes: metrics.scrapes.clone(),
+        signals: signals.clone(),
+        ledger: metrics.polls.ledger.clone(),
+        membership: membership_runs.then(|| view.clone()),
+        ages_rejected: metrics.ages_rejected.clone(),
+        clock: options.clock.clone(),
+    });
     tasks.spawn(async move {
-        metrics::serve(metrics_tcp, served, scrapes).await;
+        metrics::serve(metrics_tcp, served, scrapes, evidence).await;
         Ok(())
     });
     let fence_writes = Arc::new(tokio::sync::Mutex::new(()));

@@ -155,10 +155,13 @@ impl OperatorMetrics {
         registry.register_collector(Box::new(ProviderSeries { signals, clock }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
+        let polls = PollMetrics::register(registry);
+        let mut gossip = crate::gossip::GossipMetrics::register(registry);
+        gossip.ledger = polls.ledger.clone();
         Self {
             scrapes: ScrapeMetrics::register(registry),
-            polls: PollMetrics::register(registry),
-            gossip: crate::gossip::GossipMetrics::register(registry),
+            polls,
+            gossip,
             ingest,
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
@@ -179,10 +182,17 @@ fn answer(
     request: &Request<hyper::body::Incoming>,
     registry: &Registry,
     scrapes: &ScrapeMetrics,
+    evidence: &crate::evidence::EvidenceSource,
 ) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
     let path = request.uri().path();
-    let known = [METRICS_PATH, probe::HEALTHZ_PATH, probe::READYZ_PATH].contains(&path);
+    let known = [
+        METRICS_PATH,
+        probe::HEALTHZ_PATH,
+        probe::READYZ_PATH,
+        grid_daemon::evidence::ROUTING_PATH,
+    ]
+    .contains(&path);
     if !known {
         *r.status_mut() = StatusCode::NOT_FOUND;
         return r;
@@ -193,6 +203,10 @@ fn answer(
     }
     let (body, kind) = if path == METRICS_PATH {
         exposition::negotiate_for(registry, request.headers())
+    } else if path == grid_daemon::evidence::ROUTING_PATH {
+        let doc = evidence.document(evidence.clock.wall_ms());
+        let text = serde_json::to_string(&doc).unwrap_or_default();
+        (text, "application/json")
     } else {
         let ready = path == probe::HEALTHZ_PATH || scrapes.passes() > 0;
         let (status, text) = probe::answer(ready, "no complete scrape pass yet");
@@ -207,9 +221,14 @@ fn answer(
 
 const METRICS_PATH: &str = "/metrics";
 
-/// Serves `GET /metrics`, `/healthz` and `/readyz` (plain HTTP) until the task is
-/// dropped.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: ScrapeMetrics) {
+/// Serves `GET /metrics`, `/healthz`, `/readyz` and the routing evidence
+/// (`/v1/grid/routing`) over plain HTTP until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    scrapes: ScrapeMetrics,
+    evidence: Arc<crate::evidence::EvidenceSource>,
+) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -217,9 +236,10 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: Scra
         };
         let registry = registry.clone();
         let scrapes = scrapes.clone();
+        let evidence = Arc::clone(&evidence);
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let r = answer(&request, &registry, &scrapes);
+                let r = answer(&request, &registry, &scrapes, &evidence);
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
