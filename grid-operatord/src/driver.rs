@@ -376,6 +376,7 @@ pub async fn start_with(
         signals.clone(),
         persist,
         options.fence_persist,
+        metrics.fence_persist_failures.clone(),
     ));
     watch_declarations(
         &mut tasks,
@@ -650,6 +651,7 @@ async fn persist_fences(
     signals: SharedSignals,
     (state, writes): (Arc<dyn StateStore>, Arc<tokio::sync::Mutex<()>>),
     every: Duration,
+    failures: prometheus_client::metrics::counter::Counter,
 ) -> Result<(), Error> {
     let mut written = None;
     let mut ticker = tokio::time::interval(every);
@@ -669,8 +671,14 @@ async fn persist_fences(
         };
         match tokio::task::spawn_blocking(write).await {
             Ok(Ok(())) => written = Some(fences),
-            Ok(Err(e)) => tracing::warn!(error = %e, "persisting batch fences failed"),
-            Err(e) => tracing::warn!(error = %e, "persisting batch fences failed"),
+            Ok(Err(e)) => {
+                failures.inc();
+                tracing::warn!(error = %e, "persisting batch fences failed");
+            }
+            Err(e) => {
+                failures.inc();
+                tracing::warn!(error = %e, "persisting batch fences failed");
+            }
         }
     }
 }

@@ -122,6 +122,8 @@ pub struct OperatorMetrics {
     /// How far the persisted epoch mark was ahead of the clock at start when it forced
     /// the clamp, in seconds; 0 otherwise.
     pub epoch_mark_lead: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Periodic fence writes that failed: fences a restart would lose until one succeeds.
+    pub fence_persist_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl OperatorMetrics {
@@ -152,6 +154,12 @@ impl OperatorMetrics {
             "How far the persisted publisher-epoch mark was ahead of the clock at start when it forced the clamp; 0 otherwise",
             epoch_mark_lead.clone(),
         );
+        let fence_persist_failures = prometheus_client::metrics::counter::Counter::default();
+        registry.register(
+            "grid_operator_fence_persist_failures",
+            "Periodic writes of the batch fences to the state directory that failed; until one succeeds a restart loses the fence progress since the last write",
+            fence_persist_failures.clone(),
+        );
         registry.register_collector(Box::new(ProviderSeries { signals, clock }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
@@ -171,6 +179,7 @@ impl OperatorMetrics {
             epoch,
             epoch_clamped,
             epoch_mark_lead,
+            fence_persist_failures,
         }
     }
 }

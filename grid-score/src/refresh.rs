@@ -678,6 +678,42 @@ mod tests {
     }
 
     #[test]
+    fn the_exclusion_series_says_the_one_reason_a_candidate_is_out() {
+        use crate::live::CONSECUTIVE_FAILURES;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = ScoreMetrics::register(&mut registry);
+        let mut r = refresher_of(&["a", "b"]);
+        r.metrics = Some(metrics);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        r.refresh_live_now(t0 + 10);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = |site: &str, reason: &str| {
+            format!("score_excluded{{site=\"{site}\",provider=\"p\",reason=\"{reason}\"}}")
+        };
+        assert!(
+            text.contains(&format!("{} 1\n", line("a", "ejected"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 0\n", line("a", "not_ready"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 0\n", line("b", "ejected"))),
+            "{text}"
+        );
+        assert!(
+            text.contains("score_signal_age_seconds{site=\"a\",provider=\"p\"} NaN"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_ejected_candidate_says_since_when_and_until_when_it_is_out() {
         use crate::live::{BASE_EJECTION_MS, CONSECUTIVE_FAILURES};
         let mut r = refresher_of(&["a", "b"]);
