@@ -312,6 +312,9 @@ pub async fn start_with(
         &mut tasks,
     )?;
     let membership_runs = endpoint.is_some();
+    for peer in &config.peers {
+        metrics.polls.add_peer(&peer.name);
+    }
     if !gossiping {
         // Under gossip nothing is polled: batches are pulled as their versions are heard.
         let peers = config.peers.iter().cloned();

@@ -197,6 +197,17 @@ impl PollMetrics {
             .get()
     }
 
+    /// Creates `peer`'s skipped-poll series at 0 for every reason, so a dashboard and an
+    /// alert see them before the first skip (every configured peer at start).
+    pub fn add_peer(&self, peer: &str) {
+        for reason in SkipReason::ALL {
+            let _ = self.skipped.get_or_create(&SkipLabels {
+                peer: peer.to_owned(),
+                reason,
+            });
+        }
+    }
+
     /// Polls of `peer` not made for `reason`.
     pub fn skipped_of(&self, peer: &str, reason: SkipReason) -> u64 {
         self.skipped
