@@ -161,3 +161,86 @@ impl EvidenceSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use grid_signals::batch::{Fence, FenceRecord, FenceSet};
+    use grid_signals::site::{Site, SiteConfig};
+    use grid_signals::store::StoreConfig;
+
+    use super::*;
+
+    fn source(configured: Vec<String>) -> EvidenceSource {
+        let site = Site::new(
+            SiteConfig {
+                site: "a".into(),
+                epoch: 1,
+                scrape_interval_ms: 1_000,
+                store: StoreConfig::default(),
+            },
+            &[],
+            0,
+        );
+        EvidenceSource {
+            site: "a".into(),
+            network: "n".into(),
+            mode: "poll",
+            epoch: 1,
+            configured,
+            verdicts: tokio::sync::watch::channel(Vec::new()).1,
+            scrapes: ScrapeMetrics::default(),
+            signals: Arc::new(Mutex::new(site)),
+            ledger: PeerLedger::default(),
+            membership: None,
+            ages_rejected: Gauge::default(),
+            clock: crate::clock::Clock::system(),
+        }
+    }
+
+    #[test]
+    fn the_document_lists_at_most_max_peers_and_says_how_many_it_left_out() {
+        for (peers, left_out) in [(MAX_PEERS, 0), (MAX_PEERS + 1, 1)] {
+            let names: Vec<String> = (0..peers).map(|i| format!("p{i:04}")).collect();
+            let doc = source(names).document(1);
+            assert_eq!((doc.peers.len(), doc.peers_left_out), (MAX_PEERS, left_out));
+            assert!(
+                doc.peers
+                    .iter()
+                    .all(|p| p.configured && p.membership == "off")
+            );
+        }
+    }
+
+    #[test]
+    fn the_document_lists_every_fence_the_store_can_hold_own_first_and_the_store_refuses_more() {
+        // MAX_HELD is the store's own cap: a store at it is listed whole, and one more
+        // provider is refused by the store, never left out of the document.
+        for (held, refused) in [(MAX_HELD, 0), (MAX_HELD + 1, 1)] {
+            let s = source(Vec::new());
+            let mut records: Vec<FenceRecord> = (0..held - 1)
+                .map(|i| FenceRecord {
+                    site: format!("peer{i:04}"),
+                    provider: "p".into(),
+                    fence: Fence::new(1_000, 1),
+                })
+                .collect();
+            records.push(FenceRecord {
+                site: "a".into(),
+                provider: "own".into(),
+                fence: Fence::new(1_000, 7),
+            });
+            records.sort_by(|x, y| (&x.site, &x.provider).cmp(&(&y.site, &y.provider)));
+            let import = lock(&s.signals).import_fences(&FenceSet { records }, 2_000);
+            assert_eq!(
+                (import.applied, import.refused),
+                (MAX_HELD, refused),
+                "{import:?}"
+            );
+            let doc = s.document(2_000);
+            assert_eq!((doc.held.len(), doc.held_left_out), (MAX_HELD, 0));
+            assert_eq!((doc.held[0].site.as_str(), doc.held[0].sequence), ("a", 7));
+        }
+    }
+}

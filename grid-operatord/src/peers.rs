@@ -657,6 +657,27 @@ mod tests {
         assert_eq!((polled_now.len(), down), (1, vec!["c".to_owned()]));
     }
 
+    #[test]
+    fn the_peer_ledger_remembers_at_most_its_cap_and_keeps_updating_those_it_has() {
+        let ledger = PeerLedger::default();
+        for i in 0..=MAX_LEDGER_PEERS {
+            ledger.exchange(&format!("p{i:05}"), "poll", "ok", 1);
+        }
+        let names = ledger.snapshot();
+        assert_eq!(names.len(), MAX_LEDGER_PEERS);
+        assert!(
+            !names
+                .iter()
+                .any(|(n, _)| *n == format!("p{MAX_LEDGER_PEERS:05}"))
+        );
+        ledger.exchange("p00000", "poll", "timeout", 2);
+        let first = &ledger.snapshot()[0].1;
+        assert_eq!(
+            (first.last, first.last_ok_ms),
+            (Some(("poll", "timeout", 2)), Some(1))
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_member_declared_down_counts_one_skipped_poll_per_interval_by_name_until_it_is_back()
     {

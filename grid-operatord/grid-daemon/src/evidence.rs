@@ -21,8 +21,9 @@ pub const MAX_MODELS: usize = 8;
 /// The most peers one operator document lists (configured peers first, then members).
 pub const MAX_PEERS: usize = 256;
 
-/// The most providers' fences one operator document lists (its own first, then peers').
-pub const MAX_HELD: usize = 1_024;
+/// The most providers' fences one operator document lists (its own first, then peers'):
+/// every provider a store holds (`grid_signals::store::MAX_PROVIDERS`).
+pub const MAX_HELD: usize = grid_signals::store::MAX_PROVIDERS;
 
 /// The most characters of a failure's cause a document carries (longer ones are cut).
 pub const MAX_CAUSE_CHARS: usize = 1_024;
