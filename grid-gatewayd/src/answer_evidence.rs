@@ -123,6 +123,7 @@ pub(crate) fn take_live_evidence(
             }
         });
         slot.record_full(crate::clock::now_unix_ms(), hold_ms);
+        upstream.tally().refused();
         evidence
             .metrics
             .full_answers
@@ -132,6 +133,13 @@ pub(crate) fn take_live_evidence(
             .inc();
     } else if status.is_server_error() {
         slot.record_failure();
+        // A 503 is the site's refusal before any work (it is sent elsewhere); any other
+        // 5xx a failure of work it took.
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            upstream.tally().refused();
+        } else {
+            upstream.tally().failed();
+        }
         evidence
             .metrics
             .error_answers

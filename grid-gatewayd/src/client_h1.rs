@@ -313,7 +313,7 @@ pub(crate) async fn answer_probe(stream: TcpStream, api: Api, limits: Limits) ->
     };
     let probe = matches!(
         crate::http_api::classify(&head.method, head.uri.path()),
-        Ok(Target::Metrics | Target::Healthz | Target::Readyz)
+        Ok(Target::Metrics | Target::Healthz | Target::Readyz | Target::Routing)
     );
     if !probe || head.framing != Framing::Empty {
         return false;

@@ -348,6 +348,9 @@ impl Signals {
 pub async fn start(config: Config) -> Result<Running, Error> {
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::register(&mut registry);
+    for site in configured_sites(&config) {
+        request_metrics.add_site(site);
+    }
     let ext_proc_metrics = ExtProcMetrics::register(&mut registry);
     let listener_metrics = server::ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
@@ -405,6 +408,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         },
         registry,
         poll: handles.poll.clone(),
+        site: config.site.as_str().into(),
         retry_budget: Arc::clone(&retry_budget),
     });
     let (stop, mut stopped) = watch::channel(false);

@@ -360,7 +360,7 @@ impl ExtProc {
             }
             // The gateway's metrics and probes are its own listener's, not the API's that
             // Envoy fronts.
-            Ok(Target::Metrics | Target::Healthz | Target::Readyz) => (
+            Ok(Target::Metrics | Target::Healthz | Target::Readyz | Target::Routing) => (
                 Ok(self.refuse(&Refusal::new(
                     ApiErrorKind::UnknownRoute,
                     format!("no route {path}: served on the gateway's own listener"),

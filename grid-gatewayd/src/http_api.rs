@@ -117,8 +117,10 @@ pub(crate) struct Inner {
     pub(crate) score: grid_score::ScoreMetrics,
     /// What `/metrics` encodes; it already holds `metrics` and `score`.
     pub(crate) registry: Arc<Registry>,
-    /// Read by `/readyz`.
+    /// Read by `/readyz` and the routing evidence.
     pub(crate) poll: PollMetrics,
+    /// This gateway's site (`site`), named by the routing evidence.
+    pub(crate) site: Arc<str>,
     /// The retries refused requests may still take (`grid_score::retry`); sampled every
     /// second by the driver's timer.
     pub(crate) retry_budget: Arc<RetryBudget>,
@@ -173,6 +175,8 @@ pub(crate) enum Target {
     Healthz,
     /// `GET /readyz`.
     Readyz,
+    /// `GET /v1/grid/routing`: the routing evidence, beside `/metrics`.
+    Routing,
 }
 
 /// The [`Target`] of `method` on `path`, or the answer refusing it (405 on a known
@@ -193,6 +197,8 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Target, Refusal> {
         }
     } else if get && path == "/metrics" {
         Ok(Target::Metrics)
+    } else if get && path == grid_daemon::evidence::ROUTING_PATH {
+        Ok(Target::Routing)
     } else if get && path == probe::HEALTHZ_PATH {
         Ok(Target::Healthz)
     } else if get && path == probe::READYZ_PATH {
@@ -282,10 +288,13 @@ pub(crate) fn decide<'v>(
     score.record_in(snapshot, &decision);
     let grid_headroom = snapshot.and_then(grid_score::RouteSnapshot::grid_headroom);
     match view.route(model, &decision) {
-        Route::To { upstream, .. } => Ok(Routed {
-            upstream,
-            grid_headroom,
-        }),
+        Route::To { upstream, .. } => {
+            upstream.tally().picked();
+            Ok(Routed {
+                upstream,
+                grid_headroom,
+            })
+        }
         Route::UnknownModel => Err(Refusal::new(
             ApiErrorKind::NotFound,
             format!("model {model:?} is not served here"),
@@ -383,6 +392,7 @@ impl Api {
                 r
             }
             Ok(Target::Metrics) => self.metrics(&req),
+            Ok(Target::Routing) => self.routing(&req),
             Ok(Target::Healthz) => probe(true, ""),
             Ok(Target::Readyz) => {
                 // Ready once the listener serves, the configuration loaded and a poll was
@@ -433,6 +443,27 @@ impl Api {
             let _ = writeln!(text, "model {}: {state}", m.name);
         }
         text
+    }
+
+    /// The routing evidence (`GET /v1/grid/routing[?model=NAME]`): read off the view
+    /// requests read, encoded here, off the request path.
+    fn routing<B>(&self, req: &Request<B>) -> Response<ResponseBody> {
+        let only = crate::evidence::model_query(req.uri().query());
+        let view = self.inner.routes.load();
+        let doc = crate::evidence::document(
+            &self.inner.site,
+            &view,
+            &self.inner.poll,
+            only.as_deref(),
+            crate::clock::now_unix_ms(),
+        );
+        let body = serde_json::to_vec(&doc).unwrap_or_default();
+        let mut r = Response::new(full(body));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
     }
 
     /// The exposition negotiated as the operator's is: `OpenMetrics` when `Accept` names
@@ -585,6 +616,8 @@ impl Api {
             cause,
         };
         metrics.retries.get_or_create(&labels).inc();
+        failed.tally().retried_away();
+        next.tally().retried_here();
         tracing::debug!(site = %next.site, path = RETRY_PATH, cause = cause.as_str(), "retrying on another site");
         Some(next)
     }
@@ -796,6 +829,7 @@ impl Api {
     /// routing weighs the site down as it does for a 5xx.
     fn serving_failure(&self, upstream: &Upstream) {
         upstream.live().record_failure();
+        upstream.tally().failed();
         self.inner.live_refresh.notify_one();
     }
 

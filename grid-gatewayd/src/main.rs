@@ -10,20 +10,58 @@ use grid_gatewayd::Config;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Command line of the gateway.
+/// Command line of the gateway. Without a subcommand it runs from `--config`.
 #[derive(Debug, Parser)]
-#[command(version, about = "grid gateway")]
+#[command(version, about = "grid gateway", subcommand_negates_reqs = true)]
 struct Args {
     /// Gateway configuration file (TOML); see docs/gateway.md (docs/examples/gateway.toml
     /// is an example to copy and edit).
-    #[arg(long)]
-    config: std::path::PathBuf,
+    #[arg(long, required = true)]
+    config: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Prints a daemon's routing evidence (`GET /v1/grid/routing`) as a table: a
+    /// gateway's (why requests go where they go) or an operator's (what it concluded per
+    /// provider and peer). Colour only on a terminal.
+    Status {
+        /// The gateway's listener or the operator's metrics listener, `http://host:port`
+        /// (or the evidence URL itself, e.g. with `?model=NAME`).
+        #[arg(long)]
+        url: String,
+        /// Print the JSON document as served instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `status`: the table (or the document) on stdout; a failure on stderr, exit 1.
+async fn status(url: &str, json: bool) -> anyhow::Result<()> {
+    use std::io::{IsTerminal as _, Write as _};
+    let url = grid_gatewayd::status::evidence_url(url)?;
+    let body = grid_gatewayd::status::fetch(&url).await?;
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let text = grid_gatewayd::status::render(&url, &body, json, colour)?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    grid_daemon::logging::init();
     let args = Args::parse();
+    if let Some(Command::Status { url, json }) = args.command {
+        return status(&url, json).await;
+    }
+    grid_daemon::logging::init();
+    let Some(config_path) = args.config else {
+        anyhow::bail!("give --config FILE, or a subcommand; see --help");
+    };
+    let args = RunArgs {
+        config: config_path,
+    };
     let config =
         Config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     // Before the listener opens: a signal that arrives once the gateway serves must find
@@ -53,6 +91,11 @@ async fn main() -> anyhow::Result<()> {
     running.shutdown().await;
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// What running the gateway takes.
+struct RunArgs {
+    config: std::path::PathBuf,
 }
 
 /// SIGHUP: the models and candidates are re-read from `path` (the certificate too, by its

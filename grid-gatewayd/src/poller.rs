@@ -103,6 +103,8 @@ pub struct PollMetrics {
     routable: Family<ModelLabels, Gauge>,
     without_signals: Family<ModelLabels, Gauge>,
     probes: Family<ProbeLabels, Counter>,
+    /// 1 while the feedback reporter holds evidence the operator has not acknowledged.
+    feedback_pending: Gauge,
     /// What the last poll's failure said (`/readyz` and the log say it too); none once a
     /// poll succeeded. Read only by `/readyz`, never on the request path.
     last_failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
@@ -139,6 +141,11 @@ impl PollMetrics {
         for result in ProbeResult::ALL {
             m.probes.get_or_create(&ProbeLabels { result }).inc_by(0);
         }
+        registry.register(
+            "grid_gateway_feedback_evidence_pending",
+            "1 while the gateway holds rejected-age evidence its operator has not acknowledged yet (its feedback report is pending), else 0",
+            m.feedback_pending.clone(),
+        );
         registry.register(
             "grid_gateway_site_probes",
             "Probes of sites ejected for failing, by result (answered, failed)",
@@ -531,6 +538,7 @@ impl Poller {
         self.reporter.handle(mono, ReporterInput::Cycle(cycle));
         self.publish(now_ms);
         self.reporter.handle(mono, ReporterInput::Timeout);
+        self.mirror_pending();
 
         if let Some(tx) = self.reporter.poll_transmit(mono) {
             let req = self.feedback_request(&tx.report);
@@ -654,6 +662,14 @@ impl Poller {
         let mono = self.mono_ms();
         self.reporter
             .handle(mono, ReporterInput::Response { exchange, outcome });
+        self.mirror_pending();
+    }
+
+    /// Mirrors whether the reporter holds unacknowledged evidence into its gauge.
+    fn mirror_pending(&self) {
+        self.metrics
+            .feedback_pending
+            .set(i64::from(self.reporter.pending().is_some()));
     }
 
     fn feedback_request(&self, report: &grid_feedback::Report) -> Request<Full<Bytes>> {

@@ -160,6 +160,34 @@ impl Default for RequestMetrics {
 }
 
 impl RequestMetrics {
+    /// Creates `site`'s series at 0 (its retries by cause, failures by reason, timeouts
+    /// by phase, 429 and 5xx answers), so a dashboard and an alert see them before the
+    /// first incident. Called for every configured site at start and at each reload.
+    pub(crate) fn add_site(&self, site: &str) {
+        let s = || site.to_owned();
+        for cause in grid_score::retry::RetryCause::ALL {
+            self.retries
+                .get_or_create(&RetryLabels { site: s(), cause })
+                .inc_by(0);
+        }
+        for reason in UpstreamFailure::ALL {
+            self.upstream_failures
+                .get_or_create(&UpstreamFailureLabels { site: s(), reason })
+                .inc_by(0);
+        }
+        for phase in TimeoutPhase::ALL {
+            self.upstream_timeouts
+                .get_or_create(&TimeoutLabels { site: s(), phase })
+                .inc_by(0);
+        }
+        self.error_answers
+            .get_or_create(&SiteLabels { site: s() })
+            .inc_by(0);
+        self.full_answers
+            .get_or_create(&SiteLabels { site: s() })
+            .inc_by(0);
+    }
+
     /// Registers the handles under `grid_gateway_*`.
     pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self::default();

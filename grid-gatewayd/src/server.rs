@@ -40,7 +40,7 @@
 //! [`ACCEPT_BACKOFF_MAX`] and are logged at most once per [`ACCEPT_ERROR_LOG_INTERVAL`].
 //!
 //! Past the cap, [`RESERVED_PROBE_CONNECTIONS`] more are taken for one probe each
-//! (`GET /metrics`, `/healthz`, `/readyz` over HTTP/1.1, its head within
+//! (`GET /metrics`, `/v1/grid/routing`, `/healthz`, `/readyz` over HTTP/1.1, its head within
 //! [`PROBE_HEAD_TIMEOUT`], answered and closed), so a gateway flooded with connections can
 //! still be scraped and probed; anything else on them is closed unanswered and counted as
 //! `limit`.
@@ -117,8 +117,8 @@ pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 128;
 
 /// Connections taken past `maxConnections` for one probe each (`GET /metrics`,
-/// `/healthz`, `/readyz` over HTTP/1.1): a scrape or a kubelet probe still gets through a
-/// flood of connections.
+/// `/v1/grid/routing`, `/healthz`, `/readyz` over HTTP/1.1): a scrape, a status read or a
+/// kubelet probe still gets through a flood of connections.
 pub const RESERVED_PROBE_CONNECTIONS: usize = 4;
 
 /// How long a reserved probe connection has to deliver its request head (at most

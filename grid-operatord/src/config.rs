@@ -372,9 +372,28 @@ impl Config {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        let config = Self::from_raw(raw)?;
+        let mut config = Self::from_raw(raw)?;
+        if let Some(dir) = path.parent() {
+            config.resolve_relative_to(dir);
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// Reads every relative path of the configuration (`stateDir`, `tls.cert`, `tls.key`,
+    /// `tls.ca`, `providers[].caFile`) from `dir`, the configuration file's directory, as
+    /// the gateway reads its own: the file and what it names move together, whatever the
+    /// working directory.
+    pub fn resolve_relative_to(&mut self, dir: &Path) {
+        let paths = [&mut self.state_dir, &mut self.tls.cert, &mut self.tls.key]
+            .into_iter()
+            .chain(self.tls.ca.as_mut())
+            .chain(self.providers.iter_mut().filter_map(|p| p.ca_file.as_mut()));
+        for p in paths {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
     }
 
     /// A configuration with every default the file applies, with no peer and no provider

@@ -311,6 +311,10 @@ pub async fn start_with(
         gossip,
         &mut tasks,
     )?;
+    let membership_runs = endpoint.is_some();
+    for peer in &config.peers {
+        metrics.polls.add_peer(&peer.name);
+    }
     if !gossiping {
         // Under gossip nothing is polled: batches are pulled as their versions are heard.
         let peers = config.peers.iter().cloned();
@@ -319,8 +323,9 @@ pub async fn start_with(
         let adopt: crate::peers::Adopt =
             Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
         let (peer_view, polls) = (view.clone(), metrics.polls.clone());
+        let every = config.peer_poll_interval;
         tasks.spawn(async move {
-            crate::peers::run_peer_set(pollers, adopt, peer_view, polls).await;
+            crate::peers::run_peer_set(pollers, adopt, peer_view, polls, every).await;
             Ok(())
         });
     }
@@ -350,8 +355,22 @@ pub async fn start_with(
         Ok(())
     });
     let (served, scrapes) = (registry.clone(), metrics.scrapes.clone());
+    let evidence = Arc::new(crate::evidence::EvidenceSource {
+        site: config.site.clone(),
+        network: config.network.clone(),
+        mode: config.transport.as_str(),
+        epoch,
+        configured: config.peers.iter().map(|p| p.name.clone()).collect(),
+        verdicts: verdicts.clone(),
+        scrapes: metrics.scrapes.clone(),
+        signals: signals.clone(),
+        ledger: metrics.polls.ledger.clone(),
+        membership: membership_runs.then(|| view.clone()),
+        ages_rejected: metrics.ages_rejected.clone(),
+        clock: options.clock.clone(),
+    });
     tasks.spawn(async move {
-        metrics::serve(metrics_tcp, served, scrapes).await;
+        metrics::serve(metrics_tcp, served, scrapes, evidence).await;
         Ok(())
     });
     let fence_writes = Arc::new(tokio::sync::Mutex::new(()));
@@ -360,6 +379,7 @@ pub async fn start_with(
         signals.clone(),
         persist,
         options.fence_persist,
+        metrics.fence_persist_failures.clone(),
     ));
     watch_declarations(
         &mut tasks,
@@ -634,6 +654,7 @@ async fn persist_fences(
     signals: SharedSignals,
     (state, writes): (Arc<dyn StateStore>, Arc<tokio::sync::Mutex<()>>),
     every: Duration,
+    failures: prometheus_client::metrics::counter::Counter,
 ) -> Result<(), Error> {
     let mut written = None;
     let mut ticker = tokio::time::interval(every);
@@ -653,8 +674,14 @@ async fn persist_fences(
         };
         match tokio::task::spawn_blocking(write).await {
             Ok(Ok(())) => written = Some(fences),
-            Ok(Err(e)) => tracing::warn!(error = %e, "persisting batch fences failed"),
-            Err(e) => tracing::warn!(error = %e, "persisting batch fences failed"),
+            Ok(Err(e)) => {
+                failures.inc();
+                tracing::warn!(error = %e, "persisting batch fences failed");
+            }
+            Err(e) => {
+                failures.inc();
+                tracing::warn!(error = %e, "persisting batch fences failed");
+            }
         }
     }
 }

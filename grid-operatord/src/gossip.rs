@@ -97,6 +97,9 @@ struct FetchLabels {
 #[derive(Clone, Debug, Default)]
 pub struct GossipMetrics {
     fetches: Family<FetchLabels, Counter>,
+    /// Where each member's last pull or digest is noted for the routing evidence (the
+    /// peer pollers' ledger: one per operator).
+    pub ledger: crate::peers::PeerLedger,
 }
 
 impl GossipMetrics {
@@ -304,6 +307,9 @@ impl Gossip {
                 _ => FetchOutcome::Failed,
             };
             metrics.record(FetchKind::Batch, outcome);
+            metrics
+                .ledger
+                .exchange(&pull.from.site, "batch", outcome.as_str(), clock.wall_ms());
             let _ = done.send(Fetched::Pulled(pull.versions)).await;
         });
     }
@@ -315,29 +321,32 @@ impl Gossip {
             member.authority_host(),
             member.signals_port
         );
-        let (tls, done, metrics) = (
+        let (tls, done, metrics, clock) = (
             self.client(&member),
             self.done.0.clone(),
             self.metrics.clone(),
+            self.clock.clone(),
         );
         tokio::spawn(async move {
-            let (Ok(uri), Some(tls)) = (url.parse(), tls) else {
-                metrics.record(FetchKind::Digest, FetchOutcome::Failed);
-                return;
-            };
-            match fetch_from(uri, tls).await {
-                Ok(f) if f.body.len() > MAX_DIGEST_BYTES => {
-                    metrics.record(FetchKind::Digest, FetchOutcome::Malformed);
-                }
-                Ok(f) => match parse_digest(&f.body) {
-                    Some(versions) => {
-                        metrics.record(FetchKind::Digest, FetchOutcome::Ok);
-                        let _ = done.send(Fetched::Digest(member, versions)).await;
-                    }
-                    None => metrics.record(FetchKind::Digest, FetchOutcome::Malformed),
+            let site = member.site.clone();
+            let outcome = match (url.parse(), tls) {
+                (Ok(uri), Some(tls)) => match fetch_from(uri, tls).await {
+                    Ok(f) if f.body.len() > MAX_DIGEST_BYTES => FetchOutcome::Malformed,
+                    Ok(f) => match parse_digest(&f.body) {
+                        Some(versions) => {
+                            let _ = done.send(Fetched::Digest(member, versions)).await;
+                            FetchOutcome::Ok
+                        }
+                        None => FetchOutcome::Malformed,
+                    },
+                    Err(_) => FetchOutcome::Failed,
                 },
-                Err(_) => metrics.record(FetchKind::Digest, FetchOutcome::Failed),
-            }
+                _ => FetchOutcome::Failed,
+            };
+            metrics.record(FetchKind::Digest, outcome);
+            metrics
+                .ledger
+                .exchange(&site, "digest", outcome.as_str(), clock.wall_ms());
         });
     }
 

@@ -39,6 +39,7 @@ pub mod config;
 pub mod controller;
 pub mod driver;
 mod error;
+pub mod evidence;
 mod feedback;
 pub mod gossip;
 pub mod listener;

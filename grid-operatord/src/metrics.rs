@@ -122,6 +122,8 @@ pub struct OperatorMetrics {
     /// How far the persisted epoch mark was ahead of the clock at start when it forced
     /// the clamp, in seconds; 0 otherwise.
     pub epoch_mark_lead: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Periodic fence writes that failed: fences a restart would lose until one succeeds.
+    pub fence_persist_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl OperatorMetrics {
@@ -152,13 +154,22 @@ impl OperatorMetrics {
             "How far the persisted publisher-epoch mark was ahead of the clock at start when it forced the clamp; 0 otherwise",
             epoch_mark_lead.clone(),
         );
+        let fence_persist_failures = prometheus_client::metrics::counter::Counter::default();
+        registry.register(
+            "grid_operator_fence_persist_failures",
+            "Periodic writes of the batch fences to the state directory that failed; until one succeeds a restart loses the fence progress since the last write",
+            fence_persist_failures.clone(),
+        );
         registry.register_collector(Box::new(ProviderSeries { signals, clock }));
         let ingest = IngestMetrics::register(registry);
         ingest.register_relay(registry);
+        let polls = PollMetrics::register(registry);
+        let mut gossip = crate::gossip::GossipMetrics::register(registry);
+        gossip.ledger = polls.ledger.clone();
         Self {
             scrapes: ScrapeMetrics::register(registry),
-            polls: PollMetrics::register(registry),
-            gossip: crate::gossip::GossipMetrics::register(registry),
+            polls,
+            gossip,
             ingest,
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
@@ -168,6 +179,7 @@ impl OperatorMetrics {
             epoch,
             epoch_clamped,
             epoch_mark_lead,
+            fence_persist_failures,
         }
     }
 }
@@ -179,10 +191,17 @@ fn answer(
     request: &Request<hyper::body::Incoming>,
     registry: &Registry,
     scrapes: &ScrapeMetrics,
+    evidence: &crate::evidence::EvidenceSource,
 ) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
     let path = request.uri().path();
-    let known = [METRICS_PATH, probe::HEALTHZ_PATH, probe::READYZ_PATH].contains(&path);
+    let known = [
+        METRICS_PATH,
+        probe::HEALTHZ_PATH,
+        probe::READYZ_PATH,
+        grid_daemon::evidence::ROUTING_PATH,
+    ]
+    .contains(&path);
     if !known {
         *r.status_mut() = StatusCode::NOT_FOUND;
         return r;
@@ -193,6 +212,10 @@ fn answer(
     }
     let (body, kind) = if path == METRICS_PATH {
         exposition::negotiate_for(registry, request.headers())
+    } else if path == grid_daemon::evidence::ROUTING_PATH {
+        let doc = evidence.document(evidence.clock.wall_ms());
+        let text = serde_json::to_string(&doc).unwrap_or_default();
+        (text, "application/json")
     } else {
         let ready = path == probe::HEALTHZ_PATH || scrapes.passes() > 0;
         let (status, text) = probe::answer(ready, "no complete scrape pass yet");
@@ -207,9 +230,14 @@ fn answer(
 
 const METRICS_PATH: &str = "/metrics";
 
-/// Serves `GET /metrics`, `/healthz` and `/readyz` (plain HTTP) until the task is
-/// dropped.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: ScrapeMetrics) {
+/// Serves `GET /metrics`, `/healthz`, `/readyz` and the routing evidence
+/// (`/v1/grid/routing`) over plain HTTP until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    scrapes: ScrapeMetrics,
+    evidence: Arc<crate::evidence::EvidenceSource>,
+) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -217,9 +245,10 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: Scra
         };
         let registry = registry.clone();
         let scrapes = scrapes.clone();
+        let evidence = Arc::clone(&evidence);
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let r = answer(&request, &registry, &scrapes);
+                let r = answer(&request, &registry, &scrapes, &evidence);
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

@@ -87,7 +87,70 @@ struct AnswerLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SkipLabels {
+    peer: String,
     reason: SkipReason,
+}
+
+/// The most peers the ledger remembers: past it, a member first heard of is not
+/// recorded (the configured peers, recorded first, always are).
+pub const MAX_LEDGER_PEERS: usize = 1_024;
+
+/// What the operator last exchanged with each peer (a poll, a gossip pull or digest) and
+/// why it does not poll one now: what its routing evidence shows. Written by the pollers
+/// and the gossip tasks, read by `GET /v1/grid/routing`.
+#[derive(Clone, Debug, Default)]
+pub struct PeerLedger {
+    peers: Arc<std::sync::Mutex<std::collections::BTreeMap<String, PeerRecord>>>,
+}
+
+/// One peer's entry in the [`PeerLedger`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerRecord {
+    /// The last exchange: its kind (`poll`, `batch`, `digest`), result and when it ended.
+    pub last: Option<(&'static str, &'static str, u64)>,
+    /// When one last succeeded.
+    pub last_ok_ms: Option<u64>,
+    /// Why it is not polled now, while it is not.
+    pub skipped: Option<SkipReason>,
+}
+
+impl PeerLedger {
+    fn with(&self, peer: &str, f: impl FnOnce(&mut PeerRecord)) {
+        let mut peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(r) = peers.get_mut(peer) {
+            f(r);
+        } else if peers.len() < MAX_LEDGER_PEERS {
+            f(peers.entry(peer.to_owned()).or_default());
+        }
+    }
+
+    /// An exchange of `kind` with `peer` ended with `result` (`ok` or a failure) at `at_ms`.
+    pub fn exchange(&self, peer: &str, kind: &'static str, result: &'static str, at_ms: u64) {
+        self.with(peer, |r| {
+            r.last = Some((kind, result, at_ms));
+            if result == "ok" {
+                r.last_ok_ms = Some(at_ms);
+            }
+        });
+    }
+
+    /// `peer` is not polled now for `reason`, or (`None`) is polled again.
+    pub fn skipped(&self, peer: &str, reason: Option<SkipReason>) {
+        self.with(peer, |r| r.skipped = reason);
+    }
+
+    /// Every peer recorded, by name.
+    pub fn snapshot(&self) -> Vec<(String, PeerRecord)> {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 /// `grid_operator_peer_polls_total{peer,outcome}`,
@@ -98,6 +161,8 @@ pub struct PollMetrics {
     polls: Family<PollLabels, Counter>,
     answers: Family<AnswerLabels, Counter>,
     skipped: Family<SkipLabels, Counter>,
+    /// What the routing evidence shows of each peer.
+    pub ledger: PeerLedger,
 }
 
 impl PollMetrics {
@@ -114,12 +179,9 @@ impl PollMetrics {
             "Peer polls answered, by peer and the address that answered (advertised or configured)",
             m.answers.clone(),
         );
-        for reason in SkipReason::ALL {
-            let _ = m.skipped.get_or_create(&SkipLabels { reason });
-        }
         registry.register(
             "grid_operator_peer_polls_skipped",
-            "Members not polled, by reason, counted when the decision is made",
+            "Polls not made, by peer and reason: one per poll interval a member declared down (member_down) or unverifiable is not polled",
             m.skipped.clone(),
         );
         m
@@ -135,16 +197,52 @@ impl PollMetrics {
             .get()
     }
 
-    /// Members not polled for `reason`.
+    /// Creates `peer`'s skipped-poll series at 0 for every reason, so a dashboard and an
+    /// alert see them before the first skip (every configured peer at start).
+    pub fn add_peer(&self, peer: &str) {
+        for reason in SkipReason::ALL {
+            let _ = self.skipped.get_or_create(&SkipLabels {
+                peer: peer.to_owned(),
+                reason,
+            });
+        }
+    }
+
+    /// Polls of `peer` not made for `reason`.
+    pub fn skipped_of(&self, peer: &str, reason: SkipReason) -> u64 {
+        self.skipped
+            .get_or_create(&SkipLabels {
+                peer: peer.to_owned(),
+                reason,
+            })
+            .get()
+    }
+
+    /// Polls not made for `reason`, every peer's.
     pub fn skipped(&self, reason: SkipReason) -> u64 {
-        self.skipped.get_or_create(&SkipLabels { reason }).get()
+        self.ledger
+            .snapshot()
+            .iter()
+            .map(|(peer, _)| self.skipped_of(peer, reason))
+            .sum()
     }
 
-    fn skip(&self, reason: SkipReason) {
-        self.skipped.get_or_create(&SkipLabels { reason }).inc();
+    fn skip(&self, peer: &str, reason: SkipReason) {
+        self.ledger.skipped(peer, Some(reason));
+        self.skipped
+            .get_or_create(&SkipLabels {
+                peer: peer.to_owned(),
+                reason,
+            })
+            .inc();
     }
 
-    fn record(&self, peer: &str, outcome: PollOutcome) {
+    fn record(&self, peer: &str, outcome: PollOutcome, at_ms: u64) {
+        let result = match outcome {
+            PollOutcome::Ok => "ok",
+            other => other.as_str(),
+        };
+        self.ledger.exchange(peer, "poll", result, at_ms);
         self.polls
             .get_or_create(&PollLabels {
                 peer: peer.to_owned(),
@@ -238,12 +336,17 @@ impl PeerPoller {
                 match fetch(target).await {
                     Ok(fetched) => {
                         let Some(date_ms) = fetched.date_ms else {
-                            self.metrics.record(&self.peer.name, PollOutcome::NoDate);
+                            self.metrics.record(
+                                &self.peer.name,
+                                PollOutcome::NoDate,
+                                self.clock.wall_ms(),
+                            );
                             return PollOutcome::NoDate;
                         };
                         // Counted before the rows become visible, so whoever sees them
                         // also sees the poll that brought them.
-                        self.metrics.record(&self.peer.name, PollOutcome::Ok);
+                        self.metrics
+                            .record(&self.peer.name, PollOutcome::Ok, self.clock.wall_ms());
                         self.metrics
                             .answers
                             .get_or_create(&AnswerLabels {
@@ -275,7 +378,8 @@ impl PeerPoller {
             tokio::time::sleep(backoff).await;
         }
         let outcome = PollOutcome::Failed(last);
-        self.metrics.record(&self.peer.name, outcome);
+        self.metrics
+            .record(&self.peer.name, outcome, self.clock.wall_ms());
         outcome
     }
 }
@@ -304,28 +408,33 @@ struct Polled {
 /// configured URL. `grid_operator_peer_poll_answers_total{peer,target}` counts which
 /// answered. A live member no configured peer names is polled at its advertised address
 /// through `adopt`; once declared down it has no other address to try and is not polled
-/// until it is live again (counted `member_down` in
-/// `grid_operator_peer_polls_skipped_total`), its rows ageing out.
+/// until it is live again, its rows ageing out: every `interval` it is not polled counts
+/// one skipped poll (`member_down` in `grid_operator_peer_polls_skipped_total{peer}`), so
+/// the rate of skips reads as the polls it misses.
 pub async fn run_peer_set(
     pollers: Vec<PeerPoller>,
     adopt: Adopt,
     mut view: tokio::sync::watch::Receiver<crate::membership::View>,
     metrics: PollMetrics,
+    interval: Duration,
 ) {
     // Owned here, so aborting this task aborts every poller it started.
     let mut tasks = tokio::task::JoinSet::new();
     let mut running: std::collections::HashMap<String, (Polled, tokio::task::AbortHandle)> =
         std::collections::HashMap::new();
-    let mut skipped: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // Members not polled now, and why: each poll interval they stay so is a poll skipped.
+    let mut skipped: std::collections::BTreeMap<String, SkipReason> =
+        std::collections::BTreeMap::new();
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut following = true;
     loop {
         while tasks.try_join_next().is_some() {}
         let (desired, down) = polled(&pollers, &view.borrow_and_update());
-        for name in down {
-            if skipped.insert(name.clone()) {
-                tracing::debug!(peer = %name, "member declared down: not polled until it is live again");
-                metrics.skip(SkipReason::MemberDown);
-            }
-        }
+        let mut now_skipped: std::collections::BTreeMap<String, SkipReason> = down
+            .into_iter()
+            .map(|name| (name, SkipReason::MemberDown))
+            .collect();
         running.retain(|name, (was, task)| {
             let keep = desired.iter().any(|p| p.name == *name && p == was);
             if !keep {
@@ -334,14 +443,13 @@ pub async fn run_peer_set(
             keep
         });
         for target in desired {
-            skipped.remove(&target.name);
             if running.contains_key(&target.name) {
                 continue;
             }
             let configured = pollers.iter().find(|p| p.peer.name == target.name).cloned();
             let Some(mut poller) = configured.or_else(|| adopt(&target.name, target.url.clone()))
             else {
-                metrics.skip(SkipReason::Unverifiable);
+                now_skipped.insert(target.name.clone(), SkipReason::Unverifiable);
                 continue;
             };
             poller.peer.url = target.url.clone();
@@ -349,9 +457,33 @@ pub async fn run_peer_set(
             tracing::debug!(peer = %target.name, url = %target.url, "polling peer");
             running.insert(target.name.clone(), (target, tasks.spawn(poller.run())));
         }
-        if view.changed().await.is_err() {
-            // Membership ended (or never ran): the pollers keep going as they are.
-            std::future::pending::<()>().await;
+        // A member newly not polled counts its first skipped poll now, one more per
+        // interval while it stays so; one polled again is no longer skipped.
+        for (name, reason) in &now_skipped {
+            if skipped.get(name) != Some(reason) {
+                tracing::debug!(peer = %name, reason = reason.as_str(), "member not polled until that changes");
+                metrics.skip(name, *reason);
+            }
+        }
+        for name in skipped.keys().filter(|n| !now_skipped.contains_key(*n)) {
+            metrics.ledger.skipped(name, None);
+        }
+        skipped = now_skipped;
+        loop {
+            tokio::select! {
+                changed = view.changed(), if following => {
+                    // Membership ended (or never ran): the pollers keep going as they are.
+                    following = changed.is_ok();
+                    if following {
+                        break;
+                    }
+                }
+                _ = ticker.tick() => {
+                    for (name, reason) in &skipped {
+                        metrics.skip(name, *reason);
+                    }
+                }
+            }
         }
     }
 }
@@ -523,6 +655,62 @@ mod tests {
         view.down.insert("c".into());
         let (polled_now, down) = polled(&pollers, &view);
         assert_eq!((polled_now.len(), down), (1, vec!["c".to_owned()]));
+    }
+
+    #[test]
+    fn the_peer_ledger_remembers_at_most_its_cap_and_keeps_updating_those_it_has() {
+        let ledger = PeerLedger::default();
+        for i in 0..=MAX_LEDGER_PEERS {
+            ledger.exchange(&format!("p{i:05}"), "poll", "ok", 1);
+        }
+        let names = ledger.snapshot();
+        assert_eq!(names.len(), MAX_LEDGER_PEERS);
+        assert!(
+            !names
+                .iter()
+                .any(|(n, _)| *n == format!("p{MAX_LEDGER_PEERS:05}"))
+        );
+        ledger.exchange("p00000", "poll", "timeout", 2);
+        let first = &ledger.snapshot()[0].1;
+        assert_eq!(
+            (first.last, first.last_ok_ms),
+            (Some(("poll", "timeout", 2)), Some(1))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_declared_down_counts_one_skipped_poll_per_interval_by_name_until_it_is_back()
+    {
+        let mut view = crate::membership::View::default();
+        view.down.insert("c".into());
+        let (tx, rx) = tokio::sync::watch::channel(view);
+        let metrics = PollMetrics::default();
+        let adopt: Adopt = Arc::new(|_, _| None);
+        let interval = Duration::from_secs(1);
+        let task = tokio::spawn(run_peer_set(
+            Vec::new(),
+            adopt,
+            rx,
+            metrics.clone(),
+            interval,
+        ));
+        // Decided at once, then one more per interval it stays down.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(metrics.skipped_of("c", SkipReason::MemberDown), 1);
+        tokio::time::sleep(interval * 3).await;
+        assert_eq!(metrics.skipped_of("c", SkipReason::MemberDown), 4);
+        assert_eq!(metrics.skipped(SkipReason::MemberDown), 4);
+        let ledger = metrics.ledger.snapshot();
+        assert_eq!(ledger[0].1.skipped, Some(SkipReason::MemberDown));
+        // Live again (with no address this site can verify, here): no longer skipped as
+        // down, and the evidence says so.
+        tx.send_modify(|v| {
+            v.down.clear();
+        });
+        tokio::time::sleep(interval * 2).await;
+        assert_eq!(metrics.skipped_of("c", SkipReason::MemberDown), 4);
+        assert_eq!(metrics.ledger.snapshot()[0].1.skipped, None);
+        task.abort();
     }
 
     #[tokio::test]

@@ -52,6 +52,9 @@ pub struct ScrapeMetrics {
     passes: Counter,
     publish_failures: Counter,
     ready_reason: Family<ReadyReasonLabels, Gauge>,
+    /// Each provider's last scrape: its result (`ok` or the failure class) and when it
+    /// ended, for the routing evidence.
+    last: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (&'static str, u64)>>>,
 }
 
 impl ScrapeMetrics {
@@ -98,6 +101,15 @@ impl ScrapeMetrics {
     /// provider once.
     pub fn passes(&self) -> u64 {
         self.passes.get()
+    }
+
+    /// `provider`'s last scrape: its result and when it ended (ms since the Unix epoch).
+    pub fn last_scrape(&self, provider: &str) -> Option<(&'static str, u64)> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(provider)
+            .copied()
     }
 
     /// Scrapes of `provider` with `result` (`ok` or a failure class).
@@ -392,13 +404,25 @@ impl ScrapeLoop {
         match output {
             SiteOutput::Scraped { provider, observed } => {
                 let name = &self.providers[provider].config.name;
+                let result = observed.failure.map_or("ok", ScrapeFailure::as_str);
                 self.metrics
                     .scrapes
                     .get_or_create(&ScrapeLabels {
                         provider: name.clone(),
-                        result: observed.failure.map_or("ok", ScrapeFailure::as_str),
+                        result,
                     })
                     .inc();
+                {
+                    let mut last = self
+                        .metrics
+                        .last
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // One entry per provider configured (at most 256): a name not seen
+                    // before replaces nothing; removed providers' entries are dropped
+                    // at the next reconfiguration.
+                    last.insert(name.clone(), (result, self.clock.wall_ms()));
+                }
                 if observed.refused.total() > 0 {
                     self.metrics.count_refused(name, &observed.refused);
                     tracing::debug!(

@@ -103,14 +103,23 @@ struct EpochFile {
 }
 
 impl FileStateStore {
-    /// A store in `dir`, created (with parents) if missing.
+    /// A store in `dir`. Nothing is created here: a missing directory reads as empty
+    /// and is created (with parents) by the first write, which the driver makes only once
+    /// everything else of the configuration was checked (certificate, key, CA,
+    /// listeners), so a start that is refused leaves nothing behind. A path that exists
+    /// and is not a directory is refused.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, Error> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        Ok(Self { dir })
+        match std::fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => Err(Error::Io {
+                path: dir,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    "stateDir names something that is not a directory",
+                ),
+            }),
+            _ => Ok(Self { dir }),
+        }
     }
 
     fn read(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
@@ -123,6 +132,10 @@ impl FileStateStore {
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| Error::Io {
+            path: self.dir.clone(),
+            source,
+        })?;
         let path = self.dir.join(name);
         atomic_write(&path, bytes).map_err(|source| Error::Io { path, source })
     }

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::live::{LiveBoard, LiveSlot};
 use crate::reading::CandidateKey;
@@ -51,6 +52,88 @@ pub struct Upstream {
     /// Where the request path leaves what this candidate's responses said (shared by
     /// every model entry naming the same site and provider).
     live: Arc<LiveSlot>,
+    /// What this model's requests did here (this entry's own: one per model and
+    /// candidate), kept across a reload that keeps the candidate.
+    tally: Arc<Tally>,
+}
+
+/// What one model's requests did at one candidate: counted on the request path with
+/// relaxed atomic adds (no lock, no allocation), read by the refresh into the routing
+/// evidence's recent window. Cumulative; the refresher takes differences.
+#[derive(Debug, Default)]
+pub struct Tally {
+    picks: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    retried_away: AtomicU64,
+    retried_here: AtomicU64,
+}
+
+/// A [`Tally`] read at one instant, or the difference of two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TallyCounts {
+    /// First attempts routed here.
+    pub picks: u64,
+    /// Answers in which the site refused before doing any work (429 full, 503).
+    pub refused: u64,
+    /// Serving failures: any other 5xx, a reset, a timeout, a failed connect.
+    pub failed: u64,
+    /// Requests this site refused that were sent to another site.
+    pub retried_away: u64,
+    /// Requests another site refused that were sent here.
+    pub retried_here: u64,
+}
+
+impl TallyCounts {
+    /// What was counted after `base` (each count saturating at 0).
+    #[must_use]
+    pub fn since(self, base: Self) -> Self {
+        Self {
+            picks: self.picks.saturating_sub(base.picks),
+            refused: self.refused.saturating_sub(base.refused),
+            failed: self.failed.saturating_sub(base.failed),
+            retried_away: self.retried_away.saturating_sub(base.retried_away),
+            retried_here: self.retried_here.saturating_sub(base.retried_here),
+        }
+    }
+}
+
+impl Tally {
+    /// A request of the model was routed here first.
+    pub fn picked(&self) {
+        self.picks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The site refused a request before doing any work (a 429 or a 503).
+    pub fn refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An exchange with the site failed (another 5xx, a reset, a timeout, a connect).
+    pub fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request the site refused was sent to another site.
+    pub fn retried_away(&self) {
+        self.retried_away.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request another site refused was sent here.
+    pub fn retried_here(&self) {
+        self.retried_here.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn counts(&self) -> TallyCounts {
+        TallyCounts {
+            picks: self.picks.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried_away: self.retried_away.load(Ordering::Relaxed),
+            retried_here: self.retried_here.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Upstream {
@@ -63,6 +146,11 @@ impl Upstream {
     /// The same slot, shared: a streamed answer's body holds it until its end.
     pub fn live_shared(&self) -> Arc<LiveSlot> {
         self.live.clone()
+    }
+
+    /// What this model's requests did here (the routing evidence's recent counts).
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     /// `http` or `https`.
@@ -106,15 +194,35 @@ impl Catalog {
         Self::build(models, None)
     }
 
+    /// Every configured candidate's tally now, models in configuration order and each
+    /// model's candidates in theirs: what the refresher's recent window samples.
+    pub fn tallies(&self) -> Vec<TallyCounts> {
+        self.models
+            .iter()
+            .flat_map(|m| m.upstreams.iter().map(|u| u.tally.counts()))
+            .collect()
+    }
+
     /// The catalog of `models` for a reload of the configuration: every (site, provider)
     /// `previous` also names keeps its live slot, so answers still streaming record where
     /// the refresh reads, and a kept candidate keeps what its answers taught (turnover,
     /// first-byte speed, room). New candidates start fresh; dropped ones are forgotten.
     pub fn carrying_over(models: &[ModelSpec], previous: &Catalog) -> Self {
-        Self::build(models, Some(&previous.live))
+        Self::build(models, Some(previous))
     }
 
-    fn build(models: &[ModelSpec], previous: Option<&LiveBoard>) -> Self {
+    fn build(models: &[ModelSpec], previous_catalog: Option<&Catalog>) -> Self {
+        let previous = previous_catalog.map(|c| &c.live);
+        let kept_tally = |model: &str, site: &str, provider: &str| {
+            previous_catalog
+                .and_then(|c| c.get(model))
+                .and_then(|m| {
+                    m.upstreams
+                        .iter()
+                        .find(|u| &*u.site == site && &*u.provider == provider)
+                })
+                .map_or_else(Arc::default, |u| Arc::clone(&u.tally))
+        };
         let mut sites: HashMap<&str, Arc<str>> = HashMap::new();
         let keys: Vec<CandidateKey> = models
             .iter()
@@ -146,6 +254,7 @@ impl Catalog {
                         live: Arc::clone(live.slot(&key).unwrap_or_else(|| {
                             unreachable!("the board has a slot for every candidate")
                         })),
+                        tally: kept_tally(&m.name, &c.site, &c.provider),
                     }
                 })
                 .collect();

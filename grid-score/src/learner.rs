@@ -79,6 +79,12 @@ pub(crate) struct LearnerView {
     pub(crate) full_since: Option<u64>,
     pub(crate) last_full: Option<u64>,
     pub(crate) excluded: Option<ExcludeReason>,
+    /// The stamp of the reading that excluded it, while `excluded` holds.
+    pub(crate) excluded_at: Option<u64>,
+    /// The learned bounds as they stand: what it held without queueing (soft), what it
+    /// held at its limit (hard).
+    pub(crate) soft_bound: Option<f64>,
+    pub(crate) hard_bound: Option<f64>,
     pub(crate) live: crate::live::LiveView,
 }
 
@@ -233,6 +239,9 @@ impl Learner {
         } else {
             None
         };
+        let excluded = self
+            .excluded
+            .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms);
         LearnerView {
             capacity: self.bounds.capacity(now_ms),
             reach: self.bounds.reach(now_ms),
@@ -245,10 +254,10 @@ impl Learner {
             full: fresh && self.full,
             full_since: self.full_since.filter(|_| fresh),
             last_full: self.last_full,
-            excluded: self
-                .excluded
-                .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms)
-                .map(|(reason, _)| reason),
+            excluded: excluded.map(|(reason, _)| reason),
+            excluded_at: excluded.map(|(_, at)| at),
+            soft_bound: self.bounds.soft(now_ms),
+            hard_bound: self.bounds.hard(now_ms),
             live: self.live.view(now_ms),
         }
     }

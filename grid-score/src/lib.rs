@@ -145,6 +145,6 @@ pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
 pub use select::{Decision, Outcome, Path};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
-    Candidate, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS, Refusals,
-    RouteSnapshot, RouteTable, Signal, UNMEASURED,
+    Candidate, CandidateEvidence, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS,
+    Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };

@@ -47,6 +47,13 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExclusionLabels {
+    site: Arc<str>,
+    provider: Arc<str>,
+    reason: ExcludeReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EjectionLabels {
     site: Arc<str>,
     provider: Arc<str>,
@@ -90,6 +97,8 @@ pub struct ScoreMetrics {
     rejected: Family<ReasonLabels, Counter>,
     ejected: Family<CandidateLabels, Gauge>,
     ejections: Family<EjectionLabels, Counter>,
+    excluded: Family<ExclusionLabels, Gauge>,
+    signal_age: Family<CandidateLabels, FloatGauge>,
     /// Candidates given values by the last publish, so ones that vanish read NaN rather
     /// than their last value forever. Touched only by `publish`, off the request path.
     published: Arc<Mutex<HashSet<CandidateKey>>>,
@@ -115,6 +124,8 @@ impl ScoreMetrics {
             rejected: Family::default(),
             ejected: Family::default(),
             ejections: Family::default(),
+            excluded: Family::default(),
+            signal_age: Family::default(),
             published: Arc::default(),
             no_site: Arc::from(""),
             unknown_model: Counter::default(),
@@ -179,6 +190,16 @@ impl ScoreMetrics {
             "Times a site/provider was taken out of selection for failing, by reason (consecutive, ratio)",
             this.ejections.clone(),
         );
+        r.register(
+            "excluded",
+            "1 for the reason the site/provider is out of selection (not_ready, no_ready_endpoints, unit_series_stopped, ejected), 0 for every other reason",
+            this.excluded.clone(),
+        );
+        r.register(
+            "signal_age_seconds",
+            "Age of the site/provider's newest loaded reading at the last refresh (s); NaN before its first or once gone",
+            this.signal_age.clone(),
+        );
         for reason in RejectReason::ALL {
             // Pre-create so every reason reads 0 rather than being absent.
             let _ = this.rejected.get_or_create(&ReasonLabels { reason });
@@ -234,6 +255,21 @@ impl ScoreMetrics {
                     .get_or_create(&CandidateLabels::from(&e.key))
                     .set(i64::from(out));
             }
+            let now = snapshot.refreshed_at_ms();
+            let in_selection = snapshot
+                .candidates()
+                .iter()
+                .map(|c| (c.key(), None, c.evidence().load_stamp_ms));
+            let out = snapshot
+                .excluded()
+                .iter()
+                .map(|e| (&e.key, Some(e.reason), e.evidence.load_stamp_ms));
+            for (key, reason, stamp) in in_selection.chain(out) {
+                self.set_excluded(key, reason);
+                self.signal_age
+                    .get_or_create(&CandidateLabels::from(key))
+                    .set(stamp.map_or(f64::NAN, |s| now.saturating_sub(s) as f64 / 1_000.0));
+            }
         }
         let mut published = self
             .published
@@ -256,7 +292,24 @@ impl ScoreMetrics {
             .inc();
     }
 
+    /// Sets `key`'s exclusion series: 1 for `reason`, 0 for every other.
+    fn set_excluded(&self, key: &CandidateKey, reason: Option<ExcludeReason>) {
+        for r in ExcludeReason::ALL {
+            self.excluded
+                .get_or_create(&ExclusionLabels {
+                    site: key.site.clone(),
+                    provider: key.provider.clone(),
+                    reason: r,
+                })
+                .set(i64::from(reason == Some(r)));
+        }
+    }
+
     fn set_gone(&self, key: &CandidateKey) {
+        self.set_excluded(key, None);
+        self.signal_age
+            .get_or_create(&CandidateLabels::from(key))
+            .set(f64::NAN);
         let labels = CandidateLabels::from(key);
         for family in [
             &self.rho,

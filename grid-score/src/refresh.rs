@@ -28,6 +28,60 @@ use crate::scorer::{Routes, Scorer};
 /// long of the answer that said so.
 pub const LIVE_REFRESH_MIN_INTERVAL_MS: u64 = 50;
 
+/// How far back the routing evidence's recent counts reach (each candidate's picks,
+/// refusals, failures and retries: [`crate::RouteSnapshot::recent`]): a minute, long
+/// enough to read a share from at a request a second, short enough to show a change.
+pub const EVIDENCE_WINDOW_MS: u64 = 60_000;
+
+/// The least time between two samples the evidence window keeps: it holds at most
+/// [`EVIDENCE_WINDOW_MS`] / this + 2 samples, however often the refresh runs.
+pub const EVIDENCE_SAMPLE_MS: u64 = 1_000;
+
+/// Samples of every candidate's cumulative tallies, oldest first: the oldest is the last
+/// one at or before the window's start, so a difference with it spans the window.
+#[derive(Debug, Default)]
+struct EvidenceWindow {
+    samples: std::collections::VecDeque<(u64, Vec<crate::catalog::TallyCounts>)>,
+}
+
+impl EvidenceWindow {
+    /// Keeps `now` as a sample of `now_ms` (unless the newest is younger than
+    /// [`EVIDENCE_SAMPLE_MS`]) and drops what the window no longer needs; the sample to
+    /// take differences from and the span since it.
+    fn observe(
+        &mut self,
+        now_ms: u64,
+        now: Vec<crate::catalog::TallyCounts>,
+    ) -> (&[crate::catalog::TallyCounts], u64) {
+        let due = self
+            .samples
+            .back()
+            .is_none_or(|(at, _)| now_ms.saturating_sub(*at) >= EVIDENCE_SAMPLE_MS);
+        if due {
+            self.samples.push_back((now_ms, now));
+        }
+        let start = now_ms.saturating_sub(EVIDENCE_WINDOW_MS);
+        while self.samples.get(1).is_some_and(|(at, _)| *at <= start) {
+            self.samples.pop_front();
+        }
+        match self.samples.front() {
+            Some((at, base)) => (base, now_ms.saturating_sub(*at)),
+            None => (&[], 0),
+        }
+    }
+
+    /// Forgets every sample (the catalog changed shape).
+    fn clear(&mut self) {
+        self.samples.clear();
+    }
+
+    /// Samples held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+}
+
 /// One refresh's result: the view to publish, the readings the scorer refused and what
 /// changed about routing.
 #[derive(Debug)]
@@ -111,6 +165,8 @@ pub struct Refresher {
     live_pending: bool,
     /// The models' states at the last refresh; none before the first.
     models: Option<ModelStates>,
+    /// The tallies' samples the snapshots' recent counts are read against.
+    evidence: EvidenceWindow,
 }
 
 impl Refresher {
@@ -131,6 +187,7 @@ impl Refresher {
             last_live_ms: None,
             live_pending: false,
             models: None,
+            evidence: EvidenceWindow::default(),
         }
     }
 
@@ -153,6 +210,7 @@ impl Refresher {
         let catalog = Arc::new(Catalog::carrying_over(models, &self.catalog));
         self.routes = catalog.routes();
         self.catalog = catalog;
+        self.evidence.clear();
     }
 
     /// The catalog refreshed over.
@@ -200,6 +258,7 @@ impl Refresher {
             });
         }
         let mut table = self.scorer.refresh(now_ms, &self.routes);
+        self.attach_recent(now_ms, &mut table);
         if let Some(m) = &self.metrics {
             m.resolve(&mut table);
             m.publish(&table);
@@ -223,6 +282,32 @@ impl Refresher {
         }
         self.models = Some(models);
         (RoutingView::new(Arc::clone(&self.catalog), table), events)
+    }
+
+    /// Gives each snapshot its candidates' counts over the evidence window.
+    fn attach_recent(&mut self, now_ms: u64, table: &mut crate::snapshot::RouteTable) {
+        let now = self.catalog.tallies();
+        let current = now.clone();
+        let (base, span_ms) = self.evidence.observe(now_ms, now);
+        let mut at = 0;
+        for m in self.catalog.models() {
+            let counts = current.get(at..at + m.upstreams.len()).unwrap_or_default();
+            let bases = base.get(at..at + m.upstreams.len()).unwrap_or_default();
+            at += m.upstreams.len();
+            if let Some(snapshot) = table.get_mut(&m.name) {
+                snapshot.recent = m
+                    .upstreams
+                    .iter()
+                    .zip(counts)
+                    .enumerate()
+                    .map(|(i, (u, c))| {
+                        let key = CandidateKey::new(Arc::clone(&u.site), Arc::clone(&u.provider));
+                        (key, c.since(bases.get(i).copied().unwrap_or_default()))
+                    })
+                    .collect();
+                snapshot.recent_span_ms = span_ms;
+            }
+        }
     }
 
     /// The candidates ejected for failing whose probe is due at `now_ms`, with where
@@ -511,6 +596,142 @@ mod tests {
             r.refresh(t1 + 3).events,
             [RoutingEvent::Routable { model: "m".into() }]
         );
+    }
+
+    #[test]
+    fn the_evidence_window_keeps_one_sample_per_interval_and_spans_at_most_its_window() {
+        use crate::catalog::TallyCounts;
+        let mut w = EvidenceWindow::default();
+        let t0 = 1_000_000;
+        let counts = |picks| {
+            vec![TallyCounts {
+                picks,
+                ..TallyCounts::default()
+            }]
+        };
+        // Refreshed every 50 ms for five minutes: at most one sample per interval is kept,
+        // and never more than the window needs.
+        let mut t = t0;
+        let bound = (EVIDENCE_WINDOW_MS / EVIDENCE_SAMPLE_MS) as usize + 2;
+        while t <= t0 + 5 * EVIDENCE_WINDOW_MS {
+            let (_, span) = w.observe(t, counts(t - t0));
+            assert!(span <= EVIDENCE_WINDOW_MS + EVIDENCE_SAMPLE_MS, "{span}");
+            assert!(w.len() <= bound, "{} samples", w.len());
+            t += 50;
+        }
+        // Exactly a window after a sample, that sample is still the base; one past it, no.
+        let mut w = EvidenceWindow::default();
+        w.observe(t0, counts(0));
+        w.observe(t0 + EVIDENCE_SAMPLE_MS, counts(1));
+        let (base, span) = w.observe(t0 + EVIDENCE_WINDOW_MS, counts(2));
+        assert_eq!((base[0].picks, span), (0, EVIDENCE_WINDOW_MS));
+        let (base, span) = w.observe(t0 + EVIDENCE_WINDOW_MS + EVIDENCE_SAMPLE_MS, counts(3));
+        assert_eq!((base[0].picks, span), (1, EVIDENCE_WINDOW_MS));
+    }
+
+    #[test]
+    fn each_snapshot_counts_what_its_model_did_at_each_candidate_over_the_window() {
+        let mut r = refresher_of(&["a", "b"]);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        let m = r.catalog().get("m").unwrap();
+        for _ in 0..3 {
+            m.upstreams[0].tally().picked();
+        }
+        m.upstreams[0].tally().refused();
+        m.upstreams[0].tally().retried_away();
+        m.upstreams[1].tally().retried_here();
+        let view = r.refresh(t0 + 10_000).view;
+        let recent = view.table().get("m").unwrap().recent();
+        assert_eq!(recent.len(), 2);
+        assert_eq!(&*recent[0].0.site, "a");
+        assert_eq!(
+            (
+                recent[0].1.picks,
+                recent[0].1.refused,
+                recent[0].1.retried_away
+            ),
+            (3, 1, 1)
+        );
+        assert_eq!((recent[1].1.picks, recent[1].1.retried_here), (0, 1));
+        // Once the window has passed them, they are not recent any more.
+        let later = r
+            .refresh(t0 + 10_000 + EVIDENCE_WINDOW_MS + EVIDENCE_SAMPLE_MS)
+            .view;
+        assert_eq!(later.table().get("m").unwrap().recent()[0].1.picks, 0);
+        // A reload keeps a kept candidate's tally.
+        let kept = r.catalog().get("m").unwrap().upstreams[0].tally().counts();
+        r.replace_models(&[ModelSpec {
+            name: "m".into(),
+            candidates: vec![CandidateSpec {
+                site: "a".into(),
+                provider: "p".into(),
+                scheme: "http".into(),
+                authority: "a.example".into(),
+                prefix: String::new(),
+            }],
+        }]);
+        assert_eq!(
+            r.catalog().get("m").unwrap().upstreams[0].tally().counts(),
+            kept
+        );
+    }
+
+    #[test]
+    fn the_exclusion_series_says_the_one_reason_a_candidate_is_out() {
+        use crate::live::CONSECUTIVE_FAILURES;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = ScoreMetrics::register(&mut registry);
+        let mut r = refresher_of(&["a", "b"]);
+        r.metrics = Some(metrics);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        r.refresh_live_now(t0 + 10);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = |site: &str, reason: &str| {
+            format!("score_excluded{{site=\"{site}\",provider=\"p\",reason=\"{reason}\"}}")
+        };
+        assert!(
+            text.contains(&format!("{} 1\n", line("a", "ejected"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 0\n", line("a", "not_ready"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 0\n", line("b", "ejected"))),
+            "{text}"
+        );
+        assert!(
+            text.contains("score_signal_age_seconds{site=\"a\",provider=\"p\"} NaN"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_ejected_candidate_says_since_when_and_until_when_it_is_out() {
+        use crate::live::{BASE_EJECTION_MS, CONSECUTIVE_FAILURES};
+        let mut r = refresher_of(&["a", "b"]);
+        let t0 = 1_000_000;
+        r.refresh(t0);
+        for _ in 0..CONSECUTIVE_FAILURES {
+            slot(&r, "a").record_failure();
+        }
+        let view = r.refresh_live_now(t0 + 10).view;
+        let snapshot = view.table().get("m").unwrap();
+        let out = &snapshot.excluded()[0];
+        assert_eq!(out.reason, crate::ExcludeReason::Ejected);
+        assert_eq!(out.since_ms, Some(t0 + 10));
+        assert_eq!(out.until_ms, Some(t0 + 10 + BASE_EJECTION_MS));
+        assert!(out.evidence.failures > 0.0);
+        assert_eq!(snapshot.refreshed_at_ms(), t0 + 10);
+        // The one left takes every pick the plan makes.
+        assert_eq!(snapshot.plan_shares(), [1.0]);
     }
 
     impl Refresher {

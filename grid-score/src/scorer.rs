@@ -11,7 +11,9 @@ use crate::learner::{ExcludeReason, Learner, LearnerView, Observed};
 use crate::live::{LiveBoard, LiveEvidence, OutlierChange};
 use crate::reading::{CandidateKey, Reading};
 use crate::shed::{ShedState, SiteSaturation};
-use crate::snapshot::{Candidate, Excluded, Refusals, RouteSnapshot, RouteTable, Signal};
+use crate::snapshot::{
+    Candidate, CandidateEvidence, Excluded, Refusals, RouteSnapshot, RouteTable, Signal,
+};
 
 /// The most site/provider pairs one scorer tracks. A gateway routes a few hundred at
 /// most; the cap bounds memory when a misconfigured or hostile source invents keys, and
@@ -242,13 +244,31 @@ impl Scorer {
         let ejected = self.ejected_of(keys);
         for key in keys {
             let v = self.view(now_ms, key);
-            let reason = v
-                .excluded
-                .or_else(|| ejected.contains(&key).then_some(ExcludeReason::Ejected));
-            if let Some(reason) = reason {
+            let evidence = CandidateEvidence {
+                load_stamp_ms: v.load_stamp,
+                soft_bound: v.soft_bound,
+                hard_bound: v.hard_bound,
+                live_room: v.live.room,
+                failures: v.live.failures,
+                full_until_ms: v.live.full_until_ms,
+            };
+            let out = match v.excluded {
+                Some(reason) => Some((reason, v.excluded_at, None)),
+                None if ejected.contains(&key) => Some((
+                    ExcludeReason::Ejected,
+                    self.learners.get(key).and_then(Learner::ejected_since),
+                    v.live.ejected_until_ms,
+                )),
+                None => None,
+            };
+            if let Some((reason, since_ms, until_ms)) = out {
                 excluded.push(Excluded {
                     key: key.clone(),
                     reason,
+                    since_ms,
+                    until_ms,
+                    capacity: v.capacity,
+                    evidence,
                 });
                 continue;
             }
@@ -274,7 +294,8 @@ impl Scorer {
                     }
                     None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
                 }
-                .with_live(v.live.factor, v.live.headroom),
+                .with_live(v.live.factor, v.live.headroom)
+                .with_evidence(evidence),
             );
         }
         let shedding = self.shed.entry(model.clone()).or_default().step(
@@ -286,13 +307,15 @@ impl Scorer {
             shed_retry_after_ms: shedding.then_some(self.config.shedding.retry_after_ms),
             unavailable_retry_after_ms: self.config.unavailable_retry_after_ms,
         };
-        RouteSnapshot::build(
+        let mut snapshot = RouteSnapshot::build(
             model.clone(),
             candidates,
             excluded,
             refusals,
             self.config.turnover_ms,
-        )
+        );
+        snapshot.refreshed_at_ms = now_ms;
+        snapshot
     }
 }
 

@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::catalog::TallyCounts;
 use crate::learner::ExcludeReason;
+use crate::live::LiveRoom;
 use crate::reading::CandidateKey;
 
 /// The rho and score of a candidate with no fresh reading: infinitely loaded, so it sorts
@@ -47,6 +49,27 @@ pub struct Candidate {
     headroom: f64,
     live_factor: f64,
     live_headroom: Option<u64>,
+    evidence: CandidateEvidence,
+}
+
+/// What the refresh knew of a candidate beyond what selection reads: the routing
+/// evidence a gateway shows (`GET /v1/grid/routing`), computed at refresh and never read
+/// by a pick.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CandidateEvidence {
+    /// Stamp of its newest loaded reading (ms since the Unix epoch), fresh or not.
+    pub load_stamp_ms: Option<u64>,
+    /// What it held without queueing, as that bound stands now (it fades towards the
+    /// floor unless shown again).
+    pub soft_bound: Option<f64>,
+    /// What it held at its limit, as that bound stands now (it grows unless shown again).
+    pub hard_bound: Option<f64>,
+    /// The newest room signal its answers carried (flow-control headers), however old.
+    pub live_room: Option<LiveRoom>,
+    /// Its serving-failure score now (decaying; see `live`).
+    pub failures: f64,
+    /// Until when its own 429 holds it full, while it does.
+    pub full_until_ms: Option<u64>,
 }
 
 /// What a candidate's newest sample itself read, beyond its smoothed load: the inputs of
@@ -107,6 +130,7 @@ impl Candidate {
             headroom: 0.0,
             live_factor: 1.0,
             live_headroom: None,
+            evidence: CandidateEvidence::default(),
         }
     }
 
@@ -210,7 +234,21 @@ impl Candidate {
             headroom: 0.0,
             live_factor: 1.0,
             live_headroom: None,
+            evidence: CandidateEvidence::default(),
         }
+    }
+
+    /// Sets what the refresh knew of it beyond what selection reads (see
+    /// [`CandidateEvidence`]).
+    #[must_use]
+    pub fn with_evidence(mut self, evidence: CandidateEvidence) -> Self {
+        self.evidence = evidence;
+        self
+    }
+
+    /// What the refresh knew of it beyond what selection reads.
+    pub fn evidence(&self) -> &CandidateEvidence {
+        &self.evidence
     }
 
     /// Site and provider.
@@ -272,12 +310,21 @@ impl Candidate {
 }
 
 /// A candidate kept out of selection, with the reason (for status pages and metrics).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Excluded {
     /// Site and provider.
     pub key: CandidateKey,
     /// Why it is out.
     pub reason: ExcludeReason,
+    /// Since when: the stamp of the reading that said so, or when it was ejected.
+    pub since_ms: Option<u64>,
+    /// Until when at most: an ejection's end (a probe that answers ends it sooner); none
+    /// for a reading's verdict, which holds until a newer reading says otherwise.
+    pub until_ms: Option<u64>,
+    /// Its learned capacity (what it has shown it holds) as it stands.
+    pub capacity: f64,
+    /// What the refresh knew of it beyond that.
+    pub evidence: CandidateEvidence,
 }
 
 /// The least live factor a by-capacity weight is multiplied by: with every site out of
@@ -356,6 +403,13 @@ pub struct RouteSnapshot {
     excluded: Vec<Excluded>,
     grid_headroom: Option<u64>,
     pub(crate) plan: Plan,
+    /// When the refresh that built it ran (ms since the Unix epoch; 0 when built outside
+    /// a scorer).
+    pub(crate) refreshed_at_ms: u64,
+    /// Each configured candidate's tallies over the refresher's recent window, in
+    /// configuration order (empty outside a refresher), and that window's span.
+    pub(crate) recent: Vec<(CandidateKey, TallyCounts)>,
+    pub(crate) recent_span_ms: u64,
     /// Where [`crate::ScoreMetrics::record_in`] counts this snapshot's picks, resolved by
     /// [`crate::ScoreMetrics::resolve`] when the table is published; empty until then.
     pub(crate) counters: crate::metrics::DecisionCounters,
@@ -424,8 +478,61 @@ impl RouteSnapshot {
             excluded,
             grid_headroom,
             plan,
+            refreshed_at_ms: 0,
+            recent: Vec::new(),
+            recent_span_ms: 0,
             counters: crate::metrics::DecisionCounters::default(),
         }
+    }
+
+    /// When the refresh that built it ran (ms since the Unix epoch; 0 outside a scorer).
+    pub fn refreshed_at_ms(&self) -> u64 {
+        self.refreshed_at_ms
+    }
+
+    /// What each configured candidate's requests came to over the refresher's recent
+    /// window ([`crate::refresh::EVIDENCE_WINDOW_MS`]), in configuration order, excluded
+    /// candidates included; empty for a snapshot built outside a refresher.
+    pub fn recent(&self) -> &[(CandidateKey, TallyCounts)] {
+        &self.recent
+    }
+
+    /// How long the window of [`RouteSnapshot::recent`] spans (ms): up to
+    /// [`crate::refresh::EVIDENCE_WINDOW_MS`], less while the gateway is younger.
+    pub fn recent_span_ms(&self) -> u64 {
+        self.recent_span_ms
+    }
+
+    /// The probability that the next pick goes to each candidate (by its index in
+    /// [`RouteSnapshot::candidates`]), read off the plan the refresh decided: all zero
+    /// when the plan refuses (shedding, unavailable). Computed on demand, off the request
+    /// path.
+    pub fn plan_shares(&self) -> Vec<f64> {
+        let mut shares = vec![0.0; self.candidates.len()];
+        match &self.plan {
+            Plan::Unavailable { .. } | Plan::Shed { .. } => {}
+            Plan::Lone(i) => {
+                if let Some(s) = shares.get_mut(*i as usize) {
+                    *s = 1.0;
+                }
+            }
+            Plan::Spread(pool)
+            | Plan::Overflow(pool)
+            | Plan::ByCapacity(pool)
+            | Plan::Fallback(pool) => {
+                let total = pool.cumulative.last().copied().unwrap_or(0.0);
+                if total > 0.0 && total.is_finite() {
+                    let mut before = 0.0;
+                    for (&member, &upto) in pool.members.iter().zip(&pool.cumulative) {
+                        if let Some(s) = shares.get_mut(member as usize) {
+                            *s += (upto - before) / total;
+                        }
+                        before = upto;
+                    }
+                }
+            }
+        }
+        shares
     }
 
     /// The grid's room for this model as a site's router would state it: the sum of the
@@ -571,6 +678,11 @@ impl RouteTable {
     /// Every snapshot, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &RouteSnapshot> {
         self.models.values()
+    }
+
+    /// The snapshot of `model`, to attach what the refresher knows before publishing.
+    pub(crate) fn get_mut(&mut self, model: &str) -> Option<&mut RouteSnapshot> {
+        self.models.get_mut(model)
     }
 
     /// Every snapshot, to resolve its counters before the table is published.
@@ -741,6 +853,53 @@ mod tests {
             u.signal().rho_now,
             UNMEASURED,
             "unmeasured ignores a signal"
+        );
+    }
+
+    #[test]
+    fn plan_shares_are_the_pick_probabilities_and_sum_to_one_or_to_nothing_when_refusing() {
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                cand("a", 10.0, 0.1),
+                cand("b", 10.0, 0.5),
+                cand("c", 10.0, 0.9),
+            ],
+            vec![],
+            REFUSE,
+        );
+        let shares = s.plan_shares();
+        assert!(
+            (shares.iter().sum::<f64>() - 1.0).abs() < 1e-12,
+            "{shares:?}"
+        );
+        // Drawn empirically, each share is what the picks come to.
+        let mut rng = crate::rng::SplitMix64::new(9);
+        let mut hits = [0_u32; 3];
+        let picks = 20_000;
+        for _ in 0..picks {
+            if let crate::Decision::Route { index, .. } = s.pick(&mut rng) {
+                hits[index] += 1;
+            }
+        }
+        for (i, share) in shares.iter().enumerate() {
+            let seen = f64::from(hits[i]) / f64::from(picks);
+            assert!((seen - share).abs() < 0.02, "{i}: {seen} against {share}");
+        }
+        let shed = RouteSnapshot::new(
+            "m",
+            vec![cand("a", 10.0, 0.1)],
+            vec![],
+            Refusals {
+                shed_retry_after_ms: Some(1_000),
+                ..REFUSE
+            },
+        );
+        assert_eq!(shed.plan_shares(), [0.0]);
+        assert!(
+            RouteSnapshot::new("m", vec![], vec![], REFUSE)
+                .plan_shares()
+                .is_empty()
         );
     }
 

@@ -26,7 +26,20 @@ impl Daemon {
     ///
     /// When the binary cannot be started.
     pub fn spawn(binary: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(binary)
+        Self::spawn_in(binary, args, None)
+    }
+
+    /// [`Daemon::spawn`] in the working directory `cwd` (the test's own when `None`).
+    ///
+    /// # Panics
+    ///
+    /// When the binary cannot be started.
+    pub fn spawn_in(binary: &Path, args: &[&str], cwd: Option<&Path>) -> Self {
+        let mut command = Command::new(binary);
+        if let Some(dir) = cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

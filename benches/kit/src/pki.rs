@@ -129,6 +129,32 @@ impl Ca {
 
     /// A leaf for `names` (DNS names or IPs), usable as both TLS server and client.
     pub fn try_mint_for(&self, names: &[&str], m: &Mint<'_>) -> Result<SiteCert, rcgen::Error> {
+        self.try_mint_until(names, m, None)
+    }
+
+    /// A valid site certificate with the SPIFFE ID `spiffe://<domain>/site/<site>` whose
+    /// validity ends on the first of January of `year` (a certificate that expires soon,
+    /// or at a known time).
+    ///
+    /// # Panics
+    ///
+    /// When rcgen fails (a test failure).
+    pub fn site_until(&self, domain: &str, site: &str, year: i32) -> SiteCert {
+        let m = Mint {
+            spiffe: Some(format!("spiffe://{domain}/site/{site}")),
+            expired: false,
+            cn: site,
+        };
+        self.try_mint_until(&[LOOPBACK_NAME, "127.0.0.1"], &m, Some(year))
+            .expect("test certificate minted")
+    }
+
+    fn try_mint_until(
+        &self,
+        names: &[&str],
+        m: &Mint<'_>,
+        until_year: Option<i32>,
+    ) -> Result<SiteCert, rcgen::Error> {
         let mut params =
             CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
         params.distinguished_name.push(DnType::CommonName, m.cn);
@@ -144,6 +170,9 @@ impl Ca {
         if m.expired {
             params.not_before = date_time_ymd(2020, 1, 1);
             params.not_after = date_time_ymd(2021, 1, 1);
+        }
+        if let Some(year) = until_year {
+            params.not_after = date_time_ymd(year, 1, 1);
         }
         let key = KeyPair::generate()?;
         let issuer: &Issuer<'_, KeyPair> = &self.issuer;

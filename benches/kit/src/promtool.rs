@@ -43,3 +43,47 @@ pub fn check_metrics(text: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// Runs `promtool` with `args` in `dir`; `Err` carries its report when it fails.
+///
+/// # Panics
+///
+/// When promtool is not installed.
+pub fn run(dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("promtool is installed (bash .ci/install adds Debian's prometheus package)");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(report)
+    } else {
+        Err(format!(
+            "promtool {} ({}): {report}",
+            args.join(" "),
+            out.status
+        ))
+    }
+}
+
+/// `promtool check rules` on the rules file `path`.
+pub fn check_rules(path: &std::path::Path) -> Result<String, String> {
+    let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+    run(
+        dir,
+        &["check", "rules", file.as_deref().unwrap_or_default()],
+    )
+}
+
+/// `promtool test rules` on the test file `path` (its `rule_files` relative to it).
+pub fn test_rules(path: &std::path::Path) -> Result<String, String> {
+    let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+    run(dir, &["test", "rules", file.as_deref().unwrap_or_default()])
+}

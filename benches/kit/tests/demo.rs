@@ -65,6 +65,57 @@ async fn a_short_outage_run_shows_the_site_leave_and_rejoin_and_writes_its_plot(
     for label in ["a loses endpoints", "a restored"] {
         assert!(svg.contains(&format!(">\n{label}\n</text>")), "{label}");
     }
+    // Halfway through the outage, the gateway's routing evidence says why a is out.
+    let during = report
+        .evidence
+        .iter()
+        .find(|e| e.step == "a loses endpoints")
+        .unwrap_or_else(|| panic!("{:?}", report.evidence));
+    let a = during.document.models[0]
+        .candidates
+        .iter()
+        .find(|c| c.site == "a")
+        .unwrap();
+    let reason = a.excluded.as_ref().map(|x| x.reason.as_str());
+    assert!(
+        matches!(reason, Some("no_ready_endpoints" | "not_ready")),
+        "{during:#?}"
+    );
+    assert_eq!(a.standing, "excluded");
+    assert!(a.next_share.abs() < f64::EPSILON);
+    assert!(text.contains("routing evidence t="), "{text}");
+    assert!(text.contains("excluded: no_ready_endpoints") || text.contains("excluded: not_ready"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn halfway_through_the_degrade_step_the_evidence_keeps_b_in_selection_and_names_every_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = DemoConfig {
+        scenario: Scenario::Degrade,
+        ..config(dir.path(), 12)
+    };
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let mut out = Vec::new();
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        demo::run(&config, stopped, &mut out),
+    )
+    .await
+    .expect("the run ends by itself")
+    .expect("the run succeeds");
+    let during = report
+        .evidence
+        .iter()
+        .find(|e| e.step == "b degrades")
+        .unwrap_or_else(|| panic!("{:?}", report.evidence));
+    let model = &during.document.models[0];
+    let sites: Vec<&str> = model.candidates.iter().map(|c| c.site.as_str()).collect();
+    for site in ["a", "b", "c"] {
+        assert!(sites.contains(&site), "{model:#?}");
+    }
+    // A slower site is weighted down, not excluded: it answers.
+    let b = model.candidates.iter().find(|c| c.site == "b").unwrap();
+    assert!(b.excluded.is_none(), "{model:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,7 @@ pub mod cause;
 pub mod client;
 pub mod config;
 mod error;
+pub mod evidence;
 pub mod exposition;
 pub mod logging;
 pub mod probe;

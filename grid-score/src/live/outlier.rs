@@ -175,6 +175,11 @@ impl Outlier {
         self.ejected_until.map(|_| self.last_ejected_ms)
     }
 
+    /// Until when it is out, while it is.
+    pub(crate) fn ejected_until(&self) -> Option<u64> {
+        self.ejected_until
+    }
+
     /// Whether a probe is due at `now_ms`; when it is, the next one is scheduled a
     /// [`PROBE_INTERVAL_MS`] later.
     pub(crate) fn probe_due(&mut self, now_ms: u64) -> bool {

@@ -76,6 +76,13 @@ pub(crate) struct LiveView {
     /// What its band held at the newest room signal that was not "full" (requests
     /// waiting: the largest headroom seen less this one) and that signal's stamp.
     pub(crate) queue: Option<(f64, u64)>,
+    /// The newest room signal its answers carried, however old (its stamp says what it
+    /// is worth): what the routing evidence shows.
+    pub(crate) room: Option<LiveRoom>,
+    /// Until when its own 429 holds it full, while it does.
+    pub(crate) full_until_ms: Option<u64>,
+    /// Until when it is ejected for failing, while it is.
+    pub(crate) ejected_until_ms: Option<u64>,
 }
 
 impl LiveState {
@@ -154,6 +161,9 @@ impl LiveState {
             failures,
             turnover_ms: self.turnover.estimate(),
             queue,
+            room: self.room,
+            full_until_ms: (now_ms < self.full_until).then_some(self.full_until),
+            ejected_until_ms: self.outlier.ejected_until(),
         }
     }
 }

@@ -118,6 +118,42 @@ pub struct Report {
     pub unavailable: u64,
     /// Everything else that failed.
     pub failed: u64,
+    /// The gateway's routing evidence (`GET /v1/grid/routing`), read halfway through each
+    /// scripted fault (a site degraded or without endpoints, until it is restored).
+    pub evidence: Vec<StepEvidence>,
+}
+
+/// The gateway's routing evidence read during one scripted step.
+#[derive(Clone, Debug)]
+pub struct StepEvidence {
+    /// When it was read, in milliseconds since the load started.
+    pub at_ms: u64,
+    /// The step it was read during (its short label, e.g. `b degrades`).
+    pub step: String,
+    /// The document as served.
+    pub document: grid_daemon::evidence::GatewayRouting,
+}
+
+/// When to read the evidence: halfway between each step that takes a site down or slows
+/// it and the step that restores it, with the former's label.
+fn evidence_points(steps: &[scenario::Step]) -> Vec<(u64, String)> {
+    steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, step)| {
+            let site = match &step.action {
+                Action::Degrade { site, .. } | Action::DropAll { site } => *site,
+                _ => return None,
+            };
+            let restored = steps[i + 1..]
+                .iter()
+                .find(|s| s.action == Action::Restore { site })?;
+            Some((
+                step.at_ms + (restored.at_ms - step.at_ms) / 2,
+                step.action.label(),
+            ))
+        })
+        .collect()
 }
 
 /// The grid's nominal capacity in requests per second: every slot busy with requests of
@@ -202,6 +238,8 @@ struct Run<'a> {
     routed_total: Vec<f64>,
     /// Per sampled second, per site, the decisions routed during it.
     routed_per_second: Vec<Vec<f64>>,
+    /// The routing evidence read so far.
+    evidence: Vec<StepEvidence>,
 }
 
 impl Run<'_> {
@@ -276,6 +314,46 @@ impl Run<'_> {
                 "gateway stops shedding"
             };
             self.event(at_ms, text.to_owned(), out);
+        }
+    }
+
+    /// Reads the gateway's routing evidence during `step` (and, printing plain lines,
+    /// shows it as `grid-gatewayd status` does). A failed read is said and skipped.
+    async fn read_evidence(&mut self, at_ms: u64, step: String, out: &mut (dyn Write + Send)) {
+        let uri = format!(
+            "http://{}{}",
+            self.grid.gateway_addr(),
+            grid_daemon::evidence::ROUTING_PATH
+        );
+        let Ok(uri) = uri.parse() else { return };
+        let read = match self.metrics_client.get(&uri).await {
+            Ok((_, body)) => {
+                grid_daemon::evidence::Document::parse(&body).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match read {
+            Ok(grid_daemon::evidence::Document::Gateway(document)) => {
+                if !self.config.live {
+                    let table =
+                        grid_daemon::evidence::Document::Gateway(document.clone()).table(false);
+                    say(
+                        out,
+                        &format!(
+                            "routing evidence t={:.1}s, during \"{step}\" (grid-gatewayd status --url http://{}):\n{table}",
+                            at_ms as f64 / 1e3,
+                            self.grid.gateway_addr()
+                        ),
+                    );
+                }
+                self.evidence.push(StepEvidence {
+                    at_ms,
+                    step,
+                    document,
+                });
+            }
+            Ok(grid_daemon::evidence::Document::Operator(_)) => {}
+            Err(e) => say(out, &format!("routing evidence not read: {e}")),
         }
     }
 
@@ -423,6 +501,7 @@ pub async fn run(
         ),
         routed_total: vec![0.0; names.len()],
         routed_per_second: Vec::new(),
+        evidence: Vec::new(),
         config,
         classes,
         tally: Arc::new(Mutex::new(Tally::new(names.clone()))),
@@ -453,6 +532,7 @@ pub async fn run(
         plot: plot_data,
         events,
         names,
+        evidence,
         ..
     } = run;
     if tokio::time::timeout(STOP_WITHIN, grid.shutdown())
@@ -481,6 +561,7 @@ pub async fn run(
         shed: total.shed,
         unavailable: total.unavailable,
         failed: total.failed + total.not_sent + total.sites.iter().map(|s| s.failed).sum::<u64>(),
+        evidence,
     })
 }
 
@@ -506,6 +587,7 @@ async fn drive(
     ));
     let mut next = 0;
     let mut shown = 0;
+    let mut reads = evidence_points(&steps).into_iter().peekable();
     let mut ticker = tokio::time::interval(TICK);
     let interrupted = loop {
         tokio::select! {
@@ -521,6 +603,9 @@ async fn drive(
             next += 1;
         }
         run.transitions(now_ms, out);
+        if let Some((_, step)) = reads.next_if(|(at, _)| *at <= now_ms) {
+            run.read_evidence(now_ms, step, out).await;
+        }
         let second = (now_ms / 1_000) as usize;
         if second > shown {
             shown = second;

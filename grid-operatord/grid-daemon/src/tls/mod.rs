@@ -28,7 +28,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub use ca::{CaBundle, content_digest, watch_ca, webpki_client_following};
 pub use fingerprint::Fingerprint;
 pub use identity::{Identity, PinConflict, Trust};
-pub use rotation::{CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, watch};
+pub use rotation::{
+    CERT_CHECK_INTERVAL, CertSlot, Reload, ReloadMetrics, ReloadResult, not_after, watch,
+};
 pub use signing::{SIGNING_SCHEMES, SiteSigner, TrustCheck};
 
 use crate::Error;

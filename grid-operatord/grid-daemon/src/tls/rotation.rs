@@ -195,13 +195,23 @@ struct ReloadLabels {
     result: ReloadResult,
 }
 
-/// `<daemon>_certificate_reloads_total{result}`, registered under the caller's prefix.
+/// `<daemon>_certificate_reloads_total{result}` and
+/// `<daemon>_certificate_expiry_timestamp_seconds`, registered under the caller's prefix.
 #[derive(Clone, Debug, Default)]
 pub struct ReloadMetrics {
     reloads: prometheus_client::metrics::family::Family<
         ReloadLabels,
         prometheus_client::metrics::counter::Counter,
     >,
+    expiry: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// The end of `leaf`'s validity (`notAfter`), in seconds since the Unix epoch; none when
+/// it cannot be parsed.
+pub fn not_after(leaf: &CertificateDer<'_>) -> Option<i64> {
+    x509_parser::parse_x509_certificate(leaf.as_ref())
+        .ok()
+        .map(|(_, cert)| cert.validity().not_after.timestamp())
 }
 
 impl ReloadMetrics {
@@ -217,7 +227,24 @@ impl ReloadMetrics {
             "Certificate checks that found new files: rotated (presented from now on) or refused (the old pair kept)",
             m.reloads.clone(),
         );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the certificate presented now stops being valid (its notAfter), in seconds since the Unix epoch",
+            m.expiry.clone(),
+        );
         m
+    }
+
+    /// Sets the expiry gauge to `leaf`'s `notAfter` (the leaf presented now).
+    pub fn presenting(&self, leaf: &CertificateDer<'_>) {
+        if let Some(at) = not_after(leaf) {
+            self.expiry.set(at);
+        }
+    }
+
+    /// The expiry gauge: `notAfter` of the leaf presented, seconds since the Unix epoch.
+    pub fn expiry(&self) -> i64 {
+        self.expiry.get()
     }
 
     /// Checks that ended in `result`.
@@ -245,6 +272,7 @@ pub async fn watch(
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     // The same refused files are counted and logged once, not at every check.
     let mut refused: Option<String> = None;
+    metrics.presenting(&slot.leaf());
     loop {
         #[cfg(unix)]
         {
@@ -270,6 +298,7 @@ pub async fn watch(
             Ok(Ok(Reload::Unchanged)) => None,
             Ok(Ok(Reload::Rotated { from, to })) => {
                 metrics.inc(ReloadResult::Rotated);
+                metrics.presenting(&slot.leaf());
                 tracing::info!(%from, %to, "certificate rotated: new connections present the renewed pair");
                 None
             }
@@ -383,6 +412,33 @@ mod tests {
         std::fs::copy(other_key, dir.path().join("site.key")).unwrap();
         assert!(slot.reload(None, UnixTime::now()).is_err());
         assert_eq!(slot.leaf(), old.cert);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_expiry_gauge_reads_the_presented_leafs_not_after_and_follows_a_rotation() {
+        let (ca, dir) = (Ca::new("ca"), tempfile::tempdir().unwrap());
+        let (old, new) = (ca.site("grid.test", "a"), ca.site("grid.test", "a"));
+        let slot = slot(dir.path(), &old);
+        let metrics =
+            ReloadMetrics::register(&mut prometheus_client::registry::Registry::default());
+        let every = std::time::Duration::from_millis(50);
+        let task = tokio::spawn(watch(Arc::clone(&slot), None, every, metrics.clone()));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let at = not_after(&old.cert).unwrap();
+        assert!(at > 1_700_000_000, "{at}");
+        assert_eq!(metrics.expiry(), at);
+        // A renewal moves the gauge to its own notAfter.
+        let shorter = ca.site_until("grid.test", "a", 2099);
+        let _ = new;
+        shorter.write(dir.path(), "site");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while metrics.count(ReloadResult::Rotated) == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(every).await;
+        }
+        assert_eq!(metrics.count(ReloadResult::Rotated), 1);
+        assert_eq!(metrics.expiry(), 4_070_908_800, "2099-01-01T00:00:00Z");
+        assert_ne!(at, metrics.expiry());
+        task.abort();
     }
 
     #[test]
