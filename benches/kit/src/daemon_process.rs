@@ -26,8 +26,18 @@ impl Daemon {
     ///
     /// When the binary cannot be started.
     pub fn spawn(binary: &Path, args: &[&str]) -> Self {
+        Self::spawn_with_env(binary, args, &[])
+    }
+
+    /// [`Daemon::spawn`] with `env` added to its environment.
+    ///
+    /// # Panics
+    ///
+    /// When the binary cannot be started.
+    pub fn spawn_with_env(binary: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
         let mut child = Command::new(binary)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
