@@ -172,13 +172,22 @@ impl OperatorMetrics {
     }
 }
 
+/// What `/readyz` answers from.
+#[derive(Clone, Debug)]
+enum Readiness {
+    /// A running operator: ready once every provider was scraped once.
+    Scrapes(ScrapeMetrics),
+    /// A standby replica waiting for its site's Lease: alive, never ready.
+    Standby,
+}
+
 /// Answers one request of the plain-HTTP metrics listener: `/metrics` and the probes
 /// ([`grid_daemon::probe`]); the operator is ready once every provider was scraped once
-/// (a complete pass: the signals it serves are then this site's own).
+/// (a complete pass: the signals it serves are then this site's own), a standby never.
 fn answer(
     request: &Request<hyper::body::Incoming>,
     registry: &Registry,
-    scrapes: &ScrapeMetrics,
+    readiness: &Readiness,
 ) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
     let path = request.uri().path();
@@ -194,8 +203,11 @@ fn answer(
     let (body, kind) = if path == METRICS_PATH {
         exposition::negotiate_for(registry, request.headers())
     } else {
-        let ready = path == probe::HEALTHZ_PATH || scrapes.passes() > 0;
-        let (status, text) = probe::answer(ready, "no complete scrape pass yet");
+        let (ready, why_not) = match readiness {
+            Readiness::Scrapes(scrapes) => (scrapes.passes() > 0, "no complete scrape pass yet"),
+            Readiness::Standby => (false, "a standby: another replica holds the site's Lease"),
+        };
+        let (status, text) = probe::answer(path == probe::HEALTHZ_PATH || ready, why_not);
         *r.status_mut() = status;
         (text, probe::CONTENT_TYPE)
     };
@@ -210,16 +222,27 @@ const METRICS_PATH: &str = "/metrics";
 /// Serves `GET /metrics`, `/healthz` and `/readyz` (plain HTTP) until the task is
 /// dropped.
 pub async fn serve(listener: TcpListener, registry: Arc<Registry>, scrapes: ScrapeMetrics) {
+    serve_as(listener, registry, Readiness::Scrapes(scrapes)).await;
+}
+
+/// Serves a standby replica's metrics listener until the task is dropped: `/healthz`
+/// 200 (it is alive), `/readyz` 503 (it serves nothing until it holds the Lease), and
+/// `/metrics` with `registry`'s series.
+pub async fn serve_standby(listener: TcpListener, registry: Arc<Registry>) {
+    serve_as(listener, registry, Readiness::Standby).await;
+}
+
+async fn serve_as(listener: TcpListener, registry: Arc<Registry>, readiness: Readiness) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let registry = registry.clone();
-        let scrapes = scrapes.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let r = answer(&request, &registry, &scrapes);
+                let r = answer(&request, &registry, &readiness);
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

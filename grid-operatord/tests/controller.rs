@@ -91,10 +91,19 @@ impl Controller {
     }
 
     async fn start_with(k8s: &KubeTest, site: &Site, election: Option<run::Election>) -> Self {
+        Self::start_full(k8s, deployment(site), election, options()).await
+    }
+
+    async fn start_full(
+        k8s: &KubeTest,
+        deployment: Deployment,
+        election: Option<run::Election>,
+        options: Options,
+    ) -> Self {
         let client = client(k8s).await;
         let metrics = ControllerMetrics::new();
         let source = Arc::new(
-            KubeConfigSource::start(client.clone(), &k8s.ns, deployment(site), metrics.clone())
+            KubeConfigSource::start(client.clone(), &k8s.ns, deployment, metrics.clone())
                 .await
                 .unwrap(),
         );
@@ -107,7 +116,7 @@ impl Controller {
                 client,
                 namespace,
                 source,
-                options: options(),
+                options,
                 metrics: m,
                 election,
             };
@@ -1092,4 +1101,205 @@ async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network
         "no status change, no transition"
     );
     again.stop().await.unwrap();
+}
+
+/// A plain-HTTP GET of `path` at `addr`: the status code and the body, or why not.
+async fn probe(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let exchange = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let text = tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .map_err(|_| "no answer within 2 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("not HTTP: {text}"))?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    Ok((code, body))
+}
+
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_answers_alive_and_not_ready_until_it_holds_the_lease_then_ready_on_the_same_port()
+ {
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
+    one.driver(0).await;
+    let mut standby = deployment(&site);
+    standby.listen.metrics = free_addr();
+    let metrics = standby.listen.metrics;
+    let mut two = Controller::start_full(&k8s, standby, Some(election("two")), options()).await;
+    eventually("the standby answers its probes", 10, || async {
+        probe(metrics, "/healthz")
+            .await
+            .is_ok_and(|(c, _)| c == 200)
+    })
+    .await;
+    let (code, body) = probe(metrics, "/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("standby"), "{body}");
+    assert!(two.started.borrow().is_none(), "the standby started");
+    // The writer dies: the standby takes the Lease, and its driver binds the same port.
+    one.done.abort();
+    let second = two.driver(0).await;
+    assert_eq!(second.metrics_addr, metrics);
+    eventually("the new writer is ready", 10, || async {
+        probe(metrics, "/readyz").await.is_ok_and(|(c, _)| c == 200)
+    })
+    .await;
+    two.stop().await.unwrap();
+}
+
+/// Milliseconds since the Unix epoch of an RFC 3339 time the API server returned.
+fn ms_of(time: &Value) -> i64 {
+    time.as_str()
+        .unwrap()
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_millisecond()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_and_condition_times_are_read_from_the_operators_clock() {
+    let (k8s, _epp, _grid, site) = seeded().await;
+    // The operator's clock three days behind the host's.
+    let behind: i64 = 3 * 24 * 3_600_000;
+    let clock = grid_operatord::clock::Clock::system();
+    clock.step(-behind);
+    let options = Options {
+        clock: clock.clone(),
+        ..options()
+    };
+    let mut op =
+        Controller::start_full(&k8s, deployment(&site), Some(election("one")), options).await;
+    op.driver(0).await;
+    let ready = ready_reason(&k8s, "llama", "EndpointsReady").await;
+    let lease = k8s.get("leases", "grid-operator-a").await.unwrap();
+    let operator_now = i64::try_from(clock.wall_ms()).unwrap();
+    let hour = 3_600_000;
+    for (what, time) in [
+        ("Ready's lastTransitionTime", &ready["lastTransitionTime"]),
+        ("the Lease's renewTime", &lease["spec"]["renewTime"]),
+        ("the Lease's acquireTime", &lease["spec"]["acquireTime"]),
+    ] {
+        let t = ms_of(time);
+        assert!(
+            (operator_now - hour..=operator_now).contains(&t),
+            "{what} {time} is not on the operator's clock"
+        );
+    }
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_are_not_written_over_a_newer_process_of_the_site_without_an_election() {
+    use grid_signals::batch::{Fence, FenceRecord, FenceSet};
+    let k8s = KubeTest::start().await;
+    k8s.create("gridnetworks", network("poll")).await;
+    let client = client(&k8s).await;
+    let store = || {
+        Arc::new(KubeStateStore::new(
+            client.clone(),
+            &k8s.ns,
+            "a",
+            "prod",
+            ControllerMetrics::new(),
+        ))
+    };
+    let fences = |epoch: u64| FenceSet {
+        records: vec![FenceRecord {
+            site: "b".into(),
+            provider: "llama".into(),
+            fence: Fence::new(epoch, 1),
+        }],
+    };
+    let (old, new) = (store(), store());
+    let outcome = tokio::task::spawn_blocking(move || {
+        // The old process starts at mark 10; a newer one (no Lease between them) at 11.
+        old.load_epoch_hwm().unwrap();
+        old.store_epoch_hwm(10).unwrap();
+        new.load_epoch_hwm().unwrap();
+        new.store_epoch_hwm(11).unwrap();
+        new.store_fences(&fences(20)).unwrap();
+        // The old one's periodic write comes later: it must not land.
+        let late = old.store_fences(&fences(5));
+        (late.is_err(), new.load_fences().unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(outcome, (true, Some(fences(20))));
+}
+
+// One thread: every task of this test logs to the subscriber set for it alone.
+#[tokio::test(flavor = "current_thread")]
+async fn a_second_grid_network_of_the_same_mode_is_warned_of_once_not_at_every_check() {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let lines = lines.clone();
+        move || Capture(lines.clone())
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
+    op.driver(0).await;
+    let mut second = network("poll");
+    second["metadata"]["name"] = json!("staging");
+    k8s.create("gridnetworks", second).await;
+    let warned = || {
+        String::from_utf8_lossy(&lines.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("2 GridNetworks"))
+            .count()
+    };
+    // Many mode checks (every 200 ms here) later, it was said once by each reader.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let early = warned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        warned(),
+        early,
+        "{}",
+        String::from_utf8_lossy(&lines.lock().unwrap())
+    );
+    assert!(
+        (1..=2).contains(&early),
+        "{}",
+        String::from_utf8_lossy(&lines.lock().unwrap())
+    );
+    // Still serving: the same mode is no reason to restart.
+    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
+    op.stop().await.unwrap();
+}
+
+/// A log writer into a shared buffer.
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use grid_kit::kube_cluster::{Action, Fault, KubeTest, Target};
 use grid_operatord::Error;
+use grid_operatord::clock::Clock;
 use grid_operatord::config::ProviderConfig;
 use grid_operatord::controller::api::{self, API_CALL_TIMEOUT, ControllerMetrics, Operation};
 use grid_operatord::controller::ready::{READY_WRITE_ATTEMPTS, Written, write_one};
@@ -69,16 +70,19 @@ async fn a_ready_write_losing_one_race_fewer_than_the_attempts_lands_and_one_los
     let metrics = ControllerMetrics::new();
     let up = verdict(ReadyStatus::Ready, ReadyReason::EndpointsReady);
     conflicts(&k8s, "llama/status", u32::from(READY_WRITE_ATTEMPTS) - 1);
-    assert_eq!(write_one(&api, &config, up, &metrics).await, Written::Wrote);
+    assert_eq!(
+        write_one(&api, &config, up, &metrics, &Clock::system()).await,
+        Written::Wrote
+    );
     assert_eq!(metrics.failures(Operation::ReadyWrite), 0);
     assert_eq!(
-        write_one(&api, &config, up, &metrics).await,
+        write_one(&api, &config, up, &metrics, &Clock::system()).await,
         Written::Unchanged
     );
     let down = verdict(ReadyStatus::NotReady, ReadyReason::NoReadyEndpoints);
     conflicts(&k8s, "llama/status", u32::from(READY_WRITE_ATTEMPTS));
     assert_eq!(
-        write_one(&api, &config, down, &metrics).await,
+        write_one(&api, &config, down, &metrics, &Clock::system()).await,
         Written::Failed
     );
     assert_eq!(metrics.failures(Operation::ReadyWrite), 1);
@@ -98,7 +102,14 @@ async fn a_ready_verdict_is_never_written_onto_a_same_name_recreation() {
     .await;
     let up = verdict(ReadyStatus::Ready, ReadyReason::EndpointsReady);
     assert_eq!(
-        write_one(&api, &config, up, &ControllerMetrics::new()).await,
+        write_one(
+            &api,
+            &config,
+            up,
+            &ControllerMetrics::new(),
+            &Clock::system()
+        )
+        .await,
         Written::NotOurs
     );
     assert_eq!(k8s.writes_to("llama/status"), 0);
