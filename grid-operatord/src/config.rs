@@ -122,6 +122,11 @@ pub struct Config {
     /// advertises, so peers poll `https://{host}:{signals port}`. Absent, the signals
     /// listener's IP when it is a specific one; with neither, membership does not run.
     pub advertise_host: Option<String>,
+    /// The port peers reach this site's signals listener and its SWIM socket at (TCP and
+    /// UDP alike), when a Service in front of it maps another port to the one bound:
+    /// what its SWIM identity advertises. Absent, the bound signals port. The file mode
+    /// never sets it; the controller takes it from this site's own `GridSite`.
+    pub advertise_port: Option<u16>,
 }
 
 impl Config {
@@ -415,6 +420,7 @@ impl Config {
             peers: Vec::new(),
             providers: Vec::new(),
             advertise_host: None,
+            advertise_port: None,
         }
     }
 

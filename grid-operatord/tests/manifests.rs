@@ -55,7 +55,9 @@ fn the_crds_and_example_manifests_are_accepted_by_the_api_server_as_a_dry_run_an
         "rolebinding.rbac.authorization.k8s.io/grid-operator",
         "deployment.apps/grid-operator",
         "service/grid-operator-metrics",
+        "service/grid-operator-signals",
         "gridnetwork.grid.llm-d.io/prod",
+        "gridsite.grid.llm-d.io/a",
         "gridsite.grid.llm-d.io/b",
         "inferenceprovider.grid.llm-d.io/llama",
     ] {
@@ -270,4 +272,14 @@ fn the_example_custom_resources_translate_into_a_valid_config() {
     }
     let config = translate(&deployment(), &resources(&objects)).unwrap();
     assert_eq!((config.peers.len(), config.providers.len()), (1, 1));
+    assert_eq!(
+        config.transport,
+        grid_operatord::config::TransportMode::Gossip,
+        "no signalTransport: the default"
+    );
+    assert_eq!(
+        (config.advertise_host.as_deref(), config.advertise_port),
+        (Some("grid-a.example.com"), Some(9443)),
+        "where site a's own GridSite says peers reach it"
+    );
 }

@@ -100,6 +100,16 @@ pub fn translate(deployment: &Deployment, resources: &Resources) -> Result<Confi
         intervals.peer_poll_seconds,
         DEFAULT_PEER_POLL_INTERVAL,
     )?;
+    // This site's own GridSite says where peers reach it: its advertised host and port.
+    if let Some(own) = resources
+        .sites
+        .iter()
+        .find(|s| s.name_any() == deployment.site)
+    {
+        let (host, port) = advertised(own)?;
+        config.advertise_host = Some(host);
+        config.advertise_port = Some(port);
+    }
     let mut sites: Vec<&GridSite> = resources
         .sites
         .iter()
@@ -139,6 +149,20 @@ fn trust_of(network: &GridNetwork, at: &dyn Fn(&str) -> String) -> Result<TrustM
             reason: "required in `spiffe` mode".into(),
         }),
     }
+}
+
+/// Where peers reach `site`, from its `signalsEndpoint`: the host (an IPv6 address
+/// without its brackets) and the port (443 when the URL names none), which the signals
+/// listener (TCP) and the SWIM socket (UDP) share.
+fn advertised(site: &GridSite) -> Result<(String, u16), Error> {
+    let field = format!("GridSite/{}.spec.signalsEndpoint", site.name_any());
+    let url = parse_url(&field, &site.spec.signals_endpoint, &["https"])?;
+    let host = url.host().unwrap_or_default();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Ok((host.to_owned(), url.port_u16().unwrap_or(443)))
 }
 
 fn peer_of(site: &GridSite) -> Result<PeerConfig, Error> {
@@ -332,6 +356,26 @@ mod tests {
         assert_eq!(p.generation, 7);
         assert_eq!(p.pool.as_deref(), Some("llama-pool"));
         assert_eq!(p.stale_metrics, Some(std::time::Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn this_sites_own_grid_site_is_where_it_advertises_itself() {
+        let c = translate(&deployment(), &resources()).unwrap();
+        assert_eq!(
+            (c.advertise_host.as_deref(), c.advertise_port),
+            (Some("a.example"), Some(9443))
+        );
+        let mut r = resources();
+        r.sites[1].spec.signals_endpoint = "https://[fd00::a]/v1/site/signals".into();
+        let c = translate(&deployment(), &r).unwrap();
+        assert_eq!(
+            (c.advertise_host.as_deref(), c.advertise_port),
+            (Some("fd00::a"), Some(443)),
+            "an IPv6 host without brackets; https's port when none is named"
+        );
+        r.sites.remove(1);
+        let c = translate(&deployment(), &r).unwrap();
+        assert_eq!((c.advertise_host, c.advertise_port), (None, None));
     }
 
     #[test]
