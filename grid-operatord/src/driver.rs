@@ -249,10 +249,13 @@ pub async fn start_with(
     );
     let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
     let (seeds_tx, seeds) = tokio::sync::watch::channel(crate::live::seeds_of(&config));
+    let (catalog_tx, catalog) =
+        tokio::sync::watch::channel(crate::live::catalog_body(&config.catalog));
     let live = Live {
         providers: Arc::new(providers_tx),
         trust: Arc::clone(&trust),
         seeds: Arc::new(seeds_tx),
+        catalog: Arc::new(catalog_tx),
     };
     let scrape_loop = ScrapeLoop {
         verdicts: verdicts_tx,
@@ -324,6 +327,7 @@ pub async fn start_with(
             clock,
             membership: endpoint,
             gossip: gossiping,
+            catalog,
         }),
     };
     tasks.spawn(async move {

@@ -681,19 +681,27 @@ impl KubeTest {
             .as_str()
             .expect("a name")
             .to_owned();
-        let held = self
-            .get(plural, &name)
-            .await
-            .expect("the object to replace");
-        let mut object = Self::with_type(plural, object);
-        object["metadata"]["resourceVersion"] = held["metadata"]["resourceVersion"].clone();
         let mut path = self.path(plural, Some(&name));
         if status {
             path.push_str("/status");
         }
-        self.call(http::Method::PUT, &path, Some(&object))
-            .await
-            .unwrap_or_else(|e| panic!("replacing {plural}/{name}: {e}"))
+        let object = Self::with_type(plural, object);
+        // The operator may write the object between the read and the write (its status,
+        // say): a 409 is read again and retried, as an editor would.
+        for _ in 0..10 {
+            let held = self
+                .get(plural, &name)
+                .await
+                .expect("the object to replace");
+            let mut object = object.clone();
+            object["metadata"]["resourceVersion"] = held["metadata"]["resourceVersion"].clone();
+            match self.call(http::Method::PUT, &path, Some(&object)).await {
+                Ok(v) => return v,
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("replacing {plural}/{name}: {e}"),
+            }
+        }
+        panic!("replacing {plural}/{name}: 10 conflicts in a row");
     }
 
     /// Deletes the object and waits until it is gone.
