@@ -1146,13 +1146,16 @@ mod tests {
     fn the_kubernetes_examples_gateway_configuration_loads_and_follows_the_catalog() {
         let yaml = include_str!("../../docs/examples/kubernetes/gateway.yaml");
         // The ConfigMap's `gateway.toml: |` block, its indentation removed.
-        let block: String = yaml
+        let block = yaml
             .lines()
             .skip_while(|l| !l.trim_start().starts_with("gateway.toml: |"))
             .skip(1)
             .take_while(|l| l.is_empty() || l.starts_with("    "))
-            .map(|l| format!("{}\n", l.get(4..).unwrap_or_default()))
-            .collect();
+            .fold(String::new(), |mut text, l| {
+                text.push_str(l.get(4..).unwrap_or_default());
+                text.push('\n');
+                text
+            });
         let config = Config::from_toml_str(&block).unwrap();
         assert!(config.operator.catalog);
         assert!(config.models.is_empty());
