@@ -28,6 +28,7 @@ pub mod gateway_harness;
 pub mod gossip_scale;
 pub mod instant_upstream;
 pub mod kube_cluster;
+pub mod kube_grid;
 pub mod latency;
 pub mod load;
 pub mod local_grid;

@@ -103,6 +103,8 @@ pub struct Cluster {
     pub serving: (PathBuf, PathBuf),
     /// Where `kubectl` is.
     pub kubectl: PathBuf,
+    /// The network namespace it runs in (`None`: this one's loopback).
+    pub netns: Option<String>,
     /// How long the start took, to a ready `/readyz` with the CRDs established.
     pub started_in: Duration,
 }
@@ -122,39 +124,81 @@ pub fn cluster() -> Arc<Cluster> {
     }
 }
 
-/// Starts the processes from a thread that never ends, so that `--pdeathsig` (which
-/// follows the thread that started a process) kills them only when the test process
-/// exits.
+/// The process's shared cluster: its keeper is never dropped.
 fn start_keeper() -> Result<Arc<Cluster>, String> {
+    let (cluster, keeper) = start_kept(None)?;
+    std::mem::forget(keeper);
+    Ok(cluster)
+}
+
+/// Keeps a cluster's processes: dropping it kills them and waits for them.
+#[derive(Debug)]
+pub struct Keeper {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A cluster inside network namespace `netns` (made by the caller, e.g.
+/// [`crate::netns::Lan`]), on that namespace's loopback; it lives until the [`Keeper`]
+/// is dropped, which must happen before the namespace is removed.
+///
+/// # Errors
+///
+/// As [`cluster`] says: the peers are not built, or it is not ready in time.
+pub fn start_in(netns: &str) -> Result<(Arc<Cluster>, Keeper), String> {
+    start_kept(Some(netns.to_owned()))
+}
+
+/// Starts the processes from a thread of their own that waits until its keeper is
+/// dropped (then kills them), so that `--pdeathsig` (which follows the thread that
+/// started a process) kills them too if the test process dies first.
+fn start_kept(netns: Option<String>) -> Result<(Arc<Cluster>, Keeper), String> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
         .name("kube-cluster".into())
         .spawn(move || {
             let mut children = Vec::new();
-            let started = Cluster::start(&mut children);
+            let started = Cluster::start(&mut children, netns.as_deref());
             let ok = started.is_ok();
             let _ = tx.send(started);
-            if !ok {
-                for mut c in children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return;
+            if ok {
+                // Until the keeper is dropped (its sender with it).
+                let _ = stopped.recv();
             }
-            loop {
-                std::thread::park();
+            for mut c in children {
+                let _ = c.kill();
+                let _ = c.wait();
             }
         })
         .map_err(|e| e.to_string())?;
+    let keeper = Keeper {
+        stop: Some(stop),
+        thread: Some(thread),
+    };
     let cluster = rx
         .recv_timeout(START_DEADLINE + KUBECTL_DEADLINE)
         .map_err(|e| format!("no word from the starting thread: {e}"))??;
     eprintln!(
-        "kube_cluster: etcd and kube-apiserver at {} ready, CRDs established, in {} ms",
+        "kube_cluster: etcd and kube-apiserver at {}{} ready, CRDs established, in {} ms",
         cluster.addr,
+        cluster
+            .netns
+            .as_deref()
+            .map(|n| format!(" in {n}"))
+            .unwrap_or_default(),
         cluster.started_in.as_millis()
     );
-    Ok(cluster)
+    Ok((cluster, keeper))
 }
 
 /// Removes the data folders of earlier test processes that are gone.
@@ -177,15 +221,31 @@ fn sweep_stale(root: &Path) {
     }
 }
 
+/// `program` to run, inside `netns` when one is given.
+fn command_in(netns: Option<&str>, program: &Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 fn spawn(
     children: &mut Vec<Child>,
-    program: &Path,
+    (program, netns): (&Path, Option<&str>),
     args: &[String],
     log: &Path,
 ) -> Result<(), String> {
     let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
-    let child = Command::new("setpriv")
-        .args(["--pdeathsig", "KILL", "--"])
+    let mut command = Command::new("setpriv");
+    command.args(["--pdeathsig", "KILL", "--"]);
+    if let Some(ns) = netns {
+        command.args(["ip", "netns", "exec", ns]);
+    }
+    let child = command
         .arg(program)
         .args(args)
         .stdin(Stdio::null())
@@ -256,12 +316,16 @@ fn apiserver_args(f: &ApiserverFiles<'_>, etcd: u16, secure: u16) -> Vec<String>
 }
 
 impl Cluster {
-    fn start(children: &mut Vec<Child>) -> Result<Arc<Self>, String> {
+    fn start(children: &mut Vec<Child>, netns: Option<&str>) -> Result<Arc<Self>, String> {
+        static STARTS: AtomicU64 = AtomicU64::new(0);
         let began = Stopwatch::start();
         let peers = peers_dir()?;
         let root = std::env::temp_dir();
         sweep_stale(&root);
-        let dir = root.join(format!("grid-kube-{}", std::process::id()));
+        let n = STARTS.fetch_add(1, Ordering::Relaxed);
+        let dir = root
+            .join(format!("grid-kube-{}", std::process::id()))
+            .join(n.to_string());
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
@@ -294,7 +358,7 @@ impl Cluster {
         let (client, peer, secure) = (free_port(), free_port(), free_port());
         spawn(
             children,
-            &peers.join("etcd"),
+            (&peers.join("etcd"), netns),
             &etcd_args(&dir.join("etcd"), client, peer),
             &dir.join("etcd.log"),
         )?;
@@ -307,7 +371,7 @@ impl Cluster {
         };
         spawn(
             children,
-            &peers.join("kube-apiserver"),
+            (&peers.join("kube-apiserver"), netns),
             &apiserver_args(&files, client, secure),
             &dir.join("kube-apiserver.log"),
         )?;
@@ -325,6 +389,7 @@ impl Cluster {
             ca_file,
             serving,
             kubectl: peers.join("kubectl"),
+            netns: netns.map(str::to_owned),
             started_in: Duration::ZERO,
         };
         cluster.wait_ready(children, &began)?;
@@ -405,7 +470,7 @@ impl Cluster {
         args: &[&str],
         stdin: Option<&str>,
     ) -> Result<String, String> {
-        let mut child = Command::new(&self.kubectl)
+        let mut child = command_in(self.netns.as_deref(), &self.kubectl)
             .env("KUBECONFIG", kubeconfig)
             .args(args)
             .stdin(if stdin.is_some() {
