@@ -60,6 +60,52 @@ impl Ledger {
     }
 }
 
+/// The inspection commands of docs/kubernetes.md, in every cluster.
+fn inspect(grid: &KubeGrid) {
+    for s in &grid.sites {
+        let kubectl = |args: &[&str]| {
+            let mut all = vec!["-n", s.namespace.as_str()];
+            all.extend_from_slice(args);
+            s.cluster.kubectl(&all, None).unwrap()
+        };
+        let listed = kubectl(&["get", "gridnetworks,gridsites,inferenceproviders"]);
+        for name in [
+            "gridnetwork.grid.llm-d.io/prod",
+            "gridsite.grid.llm-d.io/c",
+            "inferenceprovider.grid.llm-d.io/llama",
+        ] {
+            assert!(listed.contains(name), "{name}: {listed}");
+        }
+        let conditions = kubectl(&[
+            "get",
+            "inferenceprovider",
+            "llama",
+            "-o",
+            "jsonpath={.status.conditions}",
+        ]);
+        assert!(conditions.contains("\"status\":\"True\""), "{conditions}");
+        let state = kubectl(&[
+            "get",
+            "configmap",
+            &format!("grid-site-{}", s.name),
+            "-o",
+            "yaml",
+        ]);
+        assert!(state.contains("publisherEpochHighWaterMark"), "{state}");
+        let lease = kubectl(&[
+            "get",
+            "lease",
+            &format!("grid-operator-{}", s.name),
+            "-o",
+            "yaml",
+        ]);
+        assert!(
+            lease.contains(&format!("holderIdentity: grid-operator-{}-1", s.name)),
+            "{lease}"
+        );
+    }
+}
+
 /// Traffic from the gateways of `sites`, all at once.
 async fn from_every_site(grid: &KubeGrid, sites: &[usize]) -> Vec<Traffic> {
     futures::future::join_all(
@@ -145,6 +191,7 @@ async fn three_clusters_form_a_grid_from_the_example_manifests_spread_traffic_by
     let formed = grid.wait_formed(Duration::from_secs(40)).await.unwrap();
     eprintln!("formed from the resources in {formed:?}");
     let mut ledger = Ledger::default();
+    inspect(&grid);
 
     // Traffic from each gateway spreads by capacity: c (8 slots) serves more than a (2).
     let traffic = from_every_site(&grid, &[0, 1, 2]).await;
