@@ -193,14 +193,23 @@ async fn three_clusters_form_a_grid_from_the_example_manifests_spread_traffic_by
     let mut ledger = Ledger::default();
     inspect(&grid);
 
-    // Traffic from each gateway spreads by capacity: c (8 slots) serves more than a (2).
+    // A first round lets every gateway learn the sites' capacities from their answers.
+    let warm = from_every_site(&grid, &[0, 1, 2]).await;
+    ledger.phase("formed, first round", &warm, &grid);
+    // Then traffic spreads by capacity: c (8 slots) serves more than a (2), and every
+    // gateway uses every site.
     let traffic = from_every_site(&grid, &[0, 1, 2]).await;
+    let by = |s: &str| -> u64 {
+        traffic
+            .iter()
+            .map(|t| t.answered.get(s).copied().unwrap_or(0))
+            .sum()
+    };
+    assert!(by("c") > by("a"), "by capacity: {traffic:?}");
     for t in &traffic {
-        let by = |s: &str| t.answered.get(s).copied().unwrap_or(0);
-        assert!(by("c") > by("a"), "by capacity: {t:?}");
         assert_eq!(t.answered.len(), 3, "every site serves: {t:?}");
     }
-    ledger.phase("formed", &traffic, &grid);
+    ledger.phase("formed, learned", &traffic, &grid);
 
     // Site b's operator killed: its Lease lapses, a new replica takes over, above the
     // dead one's mark; meanwhile nothing is lost.
