@@ -216,3 +216,38 @@ async fn a_start_waits_for_the_first_lists_at_most_its_limit() {
         began.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_or_429_is_not_retried_by_kubes_client_the_operation_fails_at_once() {
+    let (k8s, store) = site_store().await;
+    for code in [503, 429] {
+        k8s.inject(Fault {
+            target: Target::Path("configmaps/grid-site-a".into()),
+            times: 1,
+            action: Action::ServerError(code),
+        });
+        let asked = |k8s: &KubeTest| {
+            k8s.proxy
+                .log()
+                .iter()
+                .filter(|l| l.path.ends_with("configmaps/grid-site-a"))
+                .count()
+        };
+        let before = asked(&k8s);
+        let s = store.clone();
+        let began = tokio::time::Instant::now();
+        let answer = tokio::task::spawn_blocking(move || s.load_epoch_hwm())
+            .await
+            .unwrap();
+        assert!(
+            matches!(answer, Err(Error::Kube { .. })),
+            "{code}: {answer:?}"
+        );
+        assert_eq!(asked(&k8s) - before, 1, "{code}: asked once, not retried");
+        assert!(
+            began.elapsed() < API_CALL_TIMEOUT,
+            "{code}: failed at once, after {:?}",
+            began.elapsed()
+        );
+    }
+}
