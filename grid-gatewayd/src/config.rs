@@ -213,6 +213,10 @@ pub struct OperatorConfig {
     pub feedback_timeout_ms: u64,
     /// `x-grid-ingest-replica`: a diagnostic name of this gateway replica (a DNS label).
     pub replica: String,
+    /// The models and their candidates come from the operator's catalog
+    /// (`GET /v1/site/catalog`, the site's Kubernetes resources), followed at every poll
+    /// interval, instead of `models` (`catalog`).
+    pub catalog: bool,
 }
 
 /// PEM files of the gateway's TLS identity. Relative paths are read from the config
@@ -339,6 +343,14 @@ struct RawConfig {
     availability: RawAvailability,
     #[serde(default)]
     routing: RawRouting,
+    #[serde(default)]
+    models: Vec<RawModel>,
+}
+
+/// The body of the operator's `GET /v1/site/catalog`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCatalog {
     models: Vec<RawModel>,
 }
 
@@ -351,6 +363,7 @@ struct RawOperator {
     poll_timeout_seconds: Option<f64>,
     feedback_timeout_seconds: Option<f64>,
     replica: Option<String>,
+    catalog: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -504,6 +517,7 @@ impl OperatorConfig {
             poll_timeout_ms: DEFAULT_POLL_TIMEOUT_MS,
             feedback_timeout_ms: DEFAULT_FEEDBACK_TIMEOUT_MS,
             replica: DEFAULT_REPLICA.to_owned(),
+            catalog: false,
         }
     }
 }
@@ -610,6 +624,28 @@ fn field_err(field: impl Into<String>, reason: impl Into<String>) -> Error {
 
 impl Config {
     /// Parses and validates a TOML document. Relative TLS paths stay relative; see
+    /// This configuration with its models replaced by the operator's catalog `body`
+    /// (`{"models": [{"name", "candidates": [{"site", "provider", "baseUrl"}]}]}`),
+    /// validated as a file's `models` are (the same fields, bounds and messages).
+    ///
+    /// # Errors
+    ///
+    /// The body is not a catalog, or its models do not validate.
+    pub fn with_catalog(&self, body: &[u8]) -> Result<Self, Error> {
+        let raw: RawCatalog = serde_json::from_slice(body).map_err(|e| Error::ConfigField {
+            field: "operator catalog".into(),
+            reason: e.to_string(),
+        })?;
+        let mut next = self.clone();
+        next.models.clear();
+        let next = raw
+            .models
+            .into_iter()
+            .fold(next, |c, m| c.with_model(m.name, m.candidates));
+        next.validate()?;
+        Ok(next)
+    }
+
     /// [`Config::load`].
     pub fn from_toml_str(text: &str) -> Result<Self, Error> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| Error::ConfigSyntax {
@@ -652,6 +688,13 @@ impl Config {
         }
         if let Some(r) = o.replica {
             operator.replica = r;
+        }
+        operator.catalog = o.catalog.unwrap_or(false);
+        if operator.catalog && !raw.models.is_empty() {
+            return Err(field_err(
+                "models",
+                "the operator's catalog gives them (`operator.catalog = true`): list none",
+            ));
         }
         let mut config = Self::new(raw.site, raw.listen, operator, raw.tls);
         config.ext_proc_listen = raw.ext_proc_listen;
@@ -943,7 +986,7 @@ impl Config {
                 MAX_RETRY_AFTER_S,
             )?;
         }
-        if self.models.is_empty() {
+        if self.models.is_empty() && !self.operator.catalog {
             return Err(field_err("models", "must list at least one model"));
         }
         if self.models.len() > MAX_MODELS {
@@ -1077,6 +1120,68 @@ mod tests {
             Err(Error::ConfigSyntax { message }) => format!("syntax: {message}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn with_the_operators_catalog_the_file_lists_no_model_and_the_catalog_validates_as_a_file_would()
+     {
+        let head = MINIMAL.split("[[models]]").next().unwrap().to_owned();
+        let following = head.replace(
+            "identity = \"operator.a.example\"\n",
+            "identity = \"operator.a.example\"\n        catalog = true\n",
+        );
+        let config = Config::from_toml_str(&following).unwrap();
+        assert!(config.operator.catalog && config.models.is_empty());
+        // Without the catalog a file must list its models; with it, it lists none.
+        assert_eq!(refused_field(&head), "models");
+        let both = MINIMAL.replace(
+            "identity = \"operator.a.example\"\n",
+            "identity = \"operator.a.example\"\n        catalog = true\n",
+        );
+        assert_eq!(refused_field(&both), "models");
+        let catalog = br#"{"models": [{"name": "llama-3", "candidates": [
+            {"site": "a", "provider": "llama", "baseUrl": "http://10.0.0.1:8000"},
+            {"site": "b", "provider": "llama", "baseUrl": "https://b.example:8443"}]}]}"#;
+        let next = config.with_catalog(catalog).unwrap();
+        assert_eq!(next.models.len(), 1);
+        assert_eq!(next.models[0].candidates.len(), 2);
+        assert!(
+            config
+                .with_catalog(br#"{"models": []}"#)
+                .unwrap()
+                .models
+                .is_empty()
+        );
+        // The same checks as a file's models, naming the same fields.
+        let bad = br#"{"models": [{"name": "m", "candidates": [
+            {"site": "a", "provider": "p", "baseUrl": "ftp://x"}]}]}"#;
+        match config.with_catalog(bad) {
+            Err(Error::ConfigField { field, .. }) => {
+                assert_eq!(field, "models[0].candidates[0].baseUrl");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(config.with_catalog(b"not json").is_err());
+    }
+
+    #[test]
+    fn the_kubernetes_examples_gateway_configuration_loads_and_follows_the_catalog() {
+        let yaml = include_str!("../../docs/examples/kubernetes/gateway.yaml");
+        // The ConfigMap's `gateway.toml: |` block, its indentation removed.
+        let block = yaml
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("gateway.toml: |"))
+            .skip(1)
+            .take_while(|l| l.is_empty() || l.starts_with("    "))
+            .fold(String::new(), |mut text, l| {
+                text.push_str(l.get(4..).unwrap_or_default());
+                text.push('\n');
+                text
+            });
+        let config = Config::from_toml_str(&block).unwrap();
+        assert!(config.operator.catalog);
+        assert!(config.models.is_empty());
+        assert_eq!(config.trust, OperatorTrust::Pin);
     }
 
     #[test]

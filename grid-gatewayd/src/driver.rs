@@ -151,6 +151,8 @@ pub struct Signals {
     handles: Handles,
     score: ScoreMetrics,
     poller: Poller,
+    /// The operator client and its URL, for following its catalog.
+    operator: (upstream::HttpClient, http::Uri),
 }
 
 impl std::fmt::Debug for Signals {
@@ -249,6 +251,7 @@ impl Signals {
             handles.feedback.clone(),
         );
         let live_refresh = Arc::new(tokio::sync::Notify::new());
+        let catalog_client = (operator.clone(), operator_uri.clone());
         let poller = Poller::new(
             PollerConfig {
                 operator: operator_uri,
@@ -281,6 +284,7 @@ impl Signals {
             handles,
             score,
             poller,
+            operator: catalog_client,
         })
     }
 
@@ -436,7 +440,19 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         },
     ));
     tracing::info!(%local_addr, site = %config.site, "gateway serving");
+    let catalog_client = signals.operator.clone();
     let poller = signals.spawn();
+    if config.operator.catalog {
+        let follow = FollowCatalog {
+            client: catalog_client.0,
+            uri: catalog_client.1,
+            template: config.clone(),
+            reloads: poller.reloads.clone(),
+            site_slots: Arc::clone(&site_slots),
+        };
+        let stopped = stop.subscribe();
+        tokio::spawn(follow.run(stopped));
+    }
     Ok(Running {
         local_addr,
         ext_proc,
@@ -460,6 +476,87 @@ fn bind_with_backlog(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListe
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)
+}
+
+/// Path of the operator's catalog (`operator.catalog = true`).
+pub const CATALOG_PATH: &str = "/v1/site/catalog";
+
+/// Follows the operator's catalog: at every poll interval one `GET /v1/site/catalog`,
+/// bounded by the poll timeout; a body unlike the last one read replaces the models as a
+/// SIGHUP reload does (learned state of the candidates kept carried over, per-site caps
+/// following). A catalog that does not validate is refused whole, said once, and the
+/// models in force stay.
+struct FollowCatalog {
+    client: upstream::HttpClient,
+    uri: http::Uri,
+    template: Config,
+    reloads: mpsc::Sender<Vec<ModelSpec>>,
+    site_slots: Arc<ArcSwap<SiteSlots>>,
+}
+
+impl FollowCatalog {
+    async fn run(self, mut stop: watch::Receiver<bool>) {
+        let every = Duration::from_millis(self.template.operator.poll_interval_ms);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last: Option<Vec<u8>> = None;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+            }
+            let Some(body) = self.fetch().await else {
+                continue;
+            };
+            if last.as_ref() == Some(&body) {
+                continue;
+            }
+            match self.template.with_catalog(&body) {
+                Ok(next) => {
+                    if self.reloads.send(next.catalog_specs()).await.is_err() {
+                        return;
+                    }
+                    let slots = SiteSlots::carrying_over(
+                        configured_sites(&next),
+                        next.max_connections_per_site,
+                        &self.site_slots.load(),
+                    );
+                    self.site_slots.store(Arc::new(slots));
+                    tracing::info!(
+                        models = next.models.len(),
+                        "the operator's catalog changed; models reloaded"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the operator's catalog does not validate; keeping the models in force");
+                }
+            }
+            last = Some(body);
+        }
+    }
+
+    async fn fetch(&self) -> Option<Vec<u8>> {
+        let mut parts = self.uri.clone().into_parts();
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static(CATALOG_PATH));
+        let uri = http::Uri::from_parts(parts).ok()?;
+        let req = http::Request::get(uri)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .ok()?;
+        let budget = Duration::from_millis(self.template.operator.poll_timeout_ms);
+        let attempt = async {
+            let resp = self.client.request(req).await.map_err(|_| {
+                grid_daemon::client::Failed::from(grid_signals::epp::ScrapeFailure::Connect)
+            })?;
+            grid_daemon::client::read_response(resp).await
+        };
+        match grid_daemon::client::within(budget, attempt).await {
+            Ok(fetched) => Some(fetched.body),
+            Err(e) => {
+                tracing::debug!(class = e.class.as_str(), status = ?e.status, "fetching the operator's catalog failed");
+                None
+            }
+        }
+    }
 }
 
 /// Binds `extProcListen`, when set, and builds the processor over the gateway's routing

@@ -122,11 +122,42 @@ pub struct Config {
     /// advertises, so peers poll `https://{host}:{signals port}`. Absent, the signals
     /// listener's IP when it is a specific one; with neither, membership does not run.
     pub advertise_host: Option<String>,
+    /// The port peers reach this site's signals listener and its SWIM socket at (TCP and
+    /// UDP alike), when a Service in front of it maps another port to the one bound:
+    /// what its SWIM identity advertises. Absent, the bound signals port. The file mode
+    /// never sets it; the controller takes it from this site's own `GridSite`.
+    pub advertise_port: Option<u16>,
+    /// The models and their candidates this site's gateway routes, served to it at
+    /// `GET /v1/site/catalog` (controller mode: from the `InferenceProvider`s and
+    /// `GridSite`s; the file mode serves an empty one, its gateways keep their TOML).
+    pub catalog: Vec<CatalogModel>,
+}
+
+/// One model of the catalog and where it is served.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogModel {
+    /// The `model` clients send.
+    pub name: String,
+    /// Its candidates, sorted by (site, provider).
+    pub candidates: Vec<CatalogCandidate>,
+}
+
+/// One candidate of a [`CatalogModel`]: the gateway's `models[].candidates[]` shape.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogCandidate {
+    /// `grid_site`.
+    pub site: String,
+    /// `grid_provider`.
+    pub provider: String,
+    /// Where requests go.
+    pub base_url: String,
 }
 
 impl Config {
     /// Whether a running operator takes `next` over live, in the same epoch, in both the
-    /// file and the controller mode (`Running::reconfigure`): another provider list and,
+    /// file and the controller mode (`Running::reconfigure`): another catalog, another provider list and,
     /// under gossip, another trust (mode, CA bundle, peers: the seeds and pins), and
     /// nothing else. Under poll a trust change restarts the process (spec, seed 002);
     /// any other change restarts the driver.
@@ -134,6 +165,7 @@ impl Config {
         // `next` with the fields taken over live set to this configuration's.
         let mut kept = next.clone();
         kept.providers.clone_from(&self.providers);
+        kept.catalog.clone_from(&self.catalog);
         if self.transport == TransportMode::Gossip {
             kept.trust.clone_from(&self.trust);
             kept.tls.ca.clone_from(&self.tls.ca);
@@ -434,6 +466,8 @@ impl Config {
             peers: Vec::new(),
             providers: Vec::new(),
             advertise_host: None,
+            advertise_port: None,
+            catalog: Vec::new(),
         }
     }
 

@@ -265,10 +265,13 @@ pub async fn start_with(
     );
     let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
     let (seeds_tx, seeds) = tokio::sync::watch::channel(crate::live::seeds_of(&config));
+    let (catalog_tx, catalog) =
+        tokio::sync::watch::channel(crate::live::catalog_body(&config.catalog));
     let live = Live {
         providers: Arc::new(providers_tx),
         trust: Arc::clone(&trust),
         seeds: Arc::new(seeds_tx),
+        catalog: Arc::new(catalog_tx),
     };
     let scrape_loop = ScrapeLoop {
         verdicts: verdicts_tx,
@@ -348,6 +351,7 @@ pub async fn start_with(
             clock,
             membership: endpoint,
             gossip: gossiping,
+            catalog,
         }),
     };
     tasks.spawn(async move {
@@ -438,7 +442,9 @@ fn start_membership(
             return Err(Error::ConfigField {
                 field: "listen.advertise".into(),
                 reason: "gossip mode needs the host peers reach this site at: set \
-                         `listen.advertise` or bind `listen.signals` to a specific IP"
+                         `listen.advertise` (in controller mode: the `signalsEndpoint` of \
+                         the GridSite named after this site) or bind `listen.signals` to a \
+                         specific IP"
                     .into(),
             });
         }
@@ -472,8 +478,8 @@ fn start_membership(
 }
 
 /// This site's membership identity: the advertised host (or the signals listener's IP
-/// when it is a specific one), the signals port for both TCP and UDP, and the publisher
-/// epoch as the incarnation, which rises on every restart.
+/// when it is a specific one), the advertised port (or the signals port) for both TCP and
+/// UDP, and the publisher epoch as the incarnation, which rises on every restart.
 fn membership_identity(
     config: &Config,
     signals_addr: SocketAddr,
@@ -484,11 +490,12 @@ fn membership_identity(
         None if !signals_addr.ip().is_unspecified() => signals_addr.ip().to_string(),
         None => return None,
     };
+    let port = config.advertise_port.unwrap_or(signals_addr.port());
     Some(grid_membership::Member {
         site: config.site.clone(),
         host,
-        signals_port: signals_addr.port(),
-        gossip_port: signals_addr.port(),
+        signals_port: port,
+        gossip_port: port,
         incarnation: epoch,
     })
 }
@@ -743,6 +750,9 @@ async fn watch_mode(
     // the same path and maybe the same modification time.
     let mut ca_in_force = ca_digest(&running).await;
     let mut ca_read = ca_in_force;
+    // A declaration that cannot be read is said once, not at every check: it says so
+    // again only once it reads another way.
+    let mut unreadable: Option<String> = None;
     loop {
         ticker.tick().await;
         let ca_now = ca_digest(&running).await;
@@ -752,15 +762,22 @@ async fn watch_mode(
         ca_read = ca_now;
         let (a, b) = (source.clone(), source.clone());
         let seen = match tokio::task::spawn_blocking(move || a.declared_mode()).await {
-            Ok(Ok(mode)) if mode != transport.as_str() => Some(Error::ModeChanged {
-                running: transport.as_str(),
-                declared: mode,
-            }),
+            Ok(Ok(mode)) => {
+                unreadable = None;
+                (mode != transport.as_str()).then(|| Error::ModeChanged {
+                    running: transport.as_str(),
+                    declared: mode,
+                })
+            }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot re-read the declared mode");
+                let text = e.to_string();
+                if unreadable.as_ref() != Some(&text) {
+                    tracing::warn!(error = %text, "cannot re-read the declared mode");
+                    unreadable = Some(text);
+                }
                 None
             }
-            _ => None,
+            Err(_) => None,
         };
         // The file is read whole: one being edited fails validation and is read again at
         // the next check, never half applied.

@@ -29,6 +29,14 @@ pub(crate) struct Live {
     pub(crate) providers: Arc<watch::Sender<Vec<ScrapedProvider>>>,
     pub(crate) trust: Arc<Trust>,
     pub(crate) seeds: Arc<watch::Sender<Vec<Seed>>>,
+    /// The catalog served to the local gateway (`GET /v1/site/catalog`), as its body.
+    pub(crate) catalog: Arc<watch::Sender<bytes::Bytes>>,
+}
+
+/// The body of `GET /v1/site/catalog`: `{"models": [...]}` in the order given.
+pub(crate) fn catalog_body(catalog: &[crate::config::CatalogModel]) -> bytes::Bytes {
+    let body = serde_json::json!({ "models": catalog });
+    bytes::Bytes::from(body.to_string())
 }
 
 impl Live {
@@ -83,6 +91,13 @@ impl Live {
             tracing::info!(
                 peers = next.peers.len(),
                 "the trust changed; in force from the next handshake, in the same epoch"
+            );
+        }
+        if running.catalog != next.catalog {
+            self.catalog.send_replace(catalog_body(&next.catalog));
+            tracing::info!(
+                models = next.catalog.len(),
+                "the gateway's catalog changed; served from now on"
             );
         }
         if let Some(providers) = providers {

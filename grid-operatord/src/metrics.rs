@@ -184,14 +184,22 @@ impl OperatorMetrics {
     }
 }
 
+/// What the listener answers `/readyz` and the routing evidence from.
+#[derive(Clone)]
+enum Readiness {
+    /// A running operator: ready once every provider was scraped once; its evidence.
+    Scrapes(ScrapeMetrics, Arc<crate::evidence::EvidenceSource>),
+    /// A standby replica waiting for its site's Lease: alive, never ready, no evidence.
+    Standby,
+}
+
 /// Answers one request of the plain-HTTP metrics listener: `/metrics` and the probes
 /// ([`grid_daemon::probe`]); the operator is ready once every provider was scraped once
-/// (a complete pass: the signals it serves are then this site's own).
+/// (a complete pass: the signals it serves are then this site's own), a standby never.
 fn answer(
     request: &Request<hyper::body::Incoming>,
     registry: &Registry,
-    scrapes: &ScrapeMetrics,
-    evidence: &crate::evidence::EvidenceSource,
+    readiness: &Readiness,
 ) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
     let path = request.uri().path();
@@ -212,13 +220,19 @@ fn answer(
     }
     let (body, kind) = if path == METRICS_PATH {
         exposition::negotiate_for(registry, request.headers())
-    } else if path == grid_daemon::evidence::ROUTING_PATH {
+    } else if let (true, Readiness::Scrapes(_, evidence)) =
+        (path == grid_daemon::evidence::ROUTING_PATH, readiness)
+    {
         let doc = evidence.document(evidence.clock.wall_ms());
         let text = serde_json::to_string(&doc).unwrap_or_default();
         (text, "application/json")
     } else {
-        let ready = path == probe::HEALTHZ_PATH || scrapes.passes() > 0;
-        let (status, text) = probe::answer(ready, "no complete scrape pass yet");
+        // A standby's evidence path answers as its readiness does: it concludes nothing.
+        let (ready, why_not) = match readiness {
+            Readiness::Scrapes(scrapes, _) => (scrapes.passes() > 0, "no complete scrape pass yet"),
+            Readiness::Standby => (false, "a standby: another replica holds the site's Lease"),
+        };
+        let (status, text) = probe::answer(path == probe::HEALTHZ_PATH || ready, why_not);
         *r.status_mut() = status;
         (text, probe::CONTENT_TYPE)
     };
@@ -238,17 +252,27 @@ pub async fn serve(
     scrapes: ScrapeMetrics,
     evidence: Arc<crate::evidence::EvidenceSource>,
 ) {
+    serve_as(listener, registry, Readiness::Scrapes(scrapes, evidence)).await;
+}
+
+/// Serves a standby replica's metrics listener until the task is dropped: `/healthz`
+/// 200 (it is alive), `/readyz` 503 (it serves nothing until it holds the Lease), and
+/// `/metrics` with `registry`'s series.
+pub async fn serve_standby(listener: TcpListener, registry: Arc<Registry>) {
+    serve_as(listener, registry, Readiness::Standby).await;
+}
+
+async fn serve_as(listener: TcpListener, registry: Arc<Registry>, readiness: Readiness) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let registry = registry.clone();
-        let scrapes = scrapes.clone();
-        let evidence = Arc::clone(&evidence);
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let r = answer(&request, &registry, &scrapes, &evidence);
+                let r = answer(&request, &registry, &readiness);
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

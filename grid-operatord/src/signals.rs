@@ -164,7 +164,12 @@ pub struct SignalsService {
     pub membership: Option<crate::membership::Endpoint>,
     /// Gossip mode: peers may pull any batch held and its digest.
     pub gossip: bool,
+    /// The local gateway's catalog, as the body of `GET /v1/site/catalog`.
+    pub catalog: tokio::sync::watch::Receiver<Bytes>,
 }
+
+/// Path of the local gateway's catalog: its models and their candidates (JSON).
+pub const CATALOG_PATH: &str = "/v1/site/catalog";
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));
@@ -327,6 +332,24 @@ impl SignalsService {
         }
     }
 
+    /// The catalog, to this site's own gateway only: a peer's gateways follow their own
+    /// site's resources.
+    fn serve_catalog(&self, caller: Option<&Identity>) -> Response<Full<Bytes>> {
+        if caller != Some(&Identity::Local) {
+            return self.refuse(Refusal::Forbidden);
+        }
+        let mut r = Response::new(Full::new(self.catalog.borrow().clone()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        r.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        r
+    }
+
     async fn ingest(
         self,
         caller: Option<Identity>,
@@ -410,6 +433,10 @@ impl Handler for SignalsService {
             (crate::membership::SESSION_PATH, Method::POST) => {
                 Box::pin(self.clone().session(caller, request))
             }
+            (CATALOG_PATH, Method::GET) => {
+                let r = self.serve_catalog(caller.as_ref());
+                Box::pin(async move { r })
+            }
             (crate::gossip::BATCH_PATH, Method::GET) if self.gossip => {
                 let r = self.serve_batch(caller.as_ref(), request.uri().query());
                 Box::pin(async move { r })
@@ -418,7 +445,7 @@ impl Handler for SignalsService {
                 let r = self.serve_digest(caller.as_ref());
                 Box::pin(async move { r })
             }
-            (SIGNALS_PATH | INGEST_PATH | crate::membership::SESSION_PATH, _) => {
+            (SIGNALS_PATH | INGEST_PATH | CATALOG_PATH | crate::membership::SESSION_PATH, _) => {
                 let r = self.refuse(Refusal::Method);
                 Box::pin(async move { r })
             }

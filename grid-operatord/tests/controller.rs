@@ -1,12 +1,14 @@
-//! The operator in controller mode against the test kit's fake API server: resources in,
-//! the same driver as the file mode out, conditions and state written back the way the
-//! design texts say.
+//! The operator in controller mode against a real kube-apiserver and etcd
+//! (`grid_kit::kube_cluster`), running as the example RBAC's `ServiceAccount`: resources
+//! in, the same driver as the file mode out, conditions and state written back the way
+//! the design texts say. Faults the real server will not produce on demand come from the
+//! proxy in front of it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use grid_kit::epp_server::{Behaviour, FakeEpp};
-use grid_kit::fake_kube::{Action, FakeKube, Fault, Target};
+use grid_kit::kube_cluster::{Action, Fault, KubeTest, Target};
 use grid_kit::operator_harness::{
     Grid, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets, post_ingest,
 };
@@ -21,8 +23,6 @@ use grid_operatord::driver::Options;
 use grid_operatord::state::StateStore;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-
-const NS: &str = "grid";
 
 fn network(mode: &str) -> Value {
     json!({
@@ -65,8 +65,8 @@ fn deployment(site: &Site) -> Deployment {
     }
 }
 
-async fn client(fake: &FakeKube) -> kube::Client {
-    api::client(Some(&fake.url()), NS).await.unwrap()
+async fn client(k8s: &KubeTest) -> kube::Client {
+    api::client_from(k8s.operator_config().await, &k8s.ns).unwrap()
 }
 
 fn options() -> Options {
@@ -86,27 +86,37 @@ struct Controller {
 }
 
 impl Controller {
-    async fn start(fake: &FakeKube, site: &Site) -> Self {
-        Self::start_with(fake, site, None).await
+    async fn start(k8s: &KubeTest, site: &Site) -> Self {
+        Self::start_with(k8s, site, None).await
     }
 
-    async fn start_with(fake: &FakeKube, site: &Site, election: Option<run::Election>) -> Self {
-        let client = client(fake).await;
+    async fn start_with(k8s: &KubeTest, site: &Site, election: Option<run::Election>) -> Self {
+        Self::start_full(k8s, deployment(site), election, options()).await
+    }
+
+    async fn start_full(
+        k8s: &KubeTest,
+        deployment: Deployment,
+        election: Option<run::Election>,
+        options: Options,
+    ) -> Self {
+        let client = client(k8s).await;
         let metrics = ControllerMetrics::new();
         let source = Arc::new(
-            KubeConfigSource::start(client.clone(), NS, deployment(site), metrics.clone())
+            KubeConfigSource::start(client.clone(), &k8s.ns, deployment, metrics.clone())
                 .await
                 .unwrap(),
         );
         let (tx, started) = watch::channel(None);
         let (stop, stopped) = oneshot::channel::<()>();
         let m = metrics.clone();
+        let namespace = k8s.ns.clone();
         let done = tokio::spawn(async move {
             let setup = run::Setup {
                 client,
-                namespace: NS.into(),
+                namespace,
                 source,
-                options: options(),
+                options,
                 metrics: m,
                 election,
             };
@@ -167,8 +177,8 @@ impl Controller {
     }
 }
 
-fn ready_condition(fake: &FakeKube, name: &str) -> Option<Value> {
-    let p = fake.get("inferenceproviders", NS, name)?;
+async fn ready_condition(k8s: &KubeTest, name: &str) -> Option<Value> {
+    let p = k8s.get("inferenceproviders", name).await?;
     p["status"]["conditions"]
         .as_array()?
         .iter()
@@ -176,12 +186,14 @@ fn ready_condition(fake: &FakeKube, name: &str) -> Option<Value> {
         .cloned()
 }
 
-async fn ready_reason(fake: &FakeKube, name: &str, reason: &str) -> Value {
+async fn ready_reason(k8s: &KubeTest, name: &str, reason: &str) -> Value {
     eventually(&format!("Ready reason {reason}"), 15, || async {
-        ready_condition(fake, name).is_some_and(|c| c["reason"] == reason)
+        ready_condition(k8s, name)
+            .await
+            .is_some_and(|c| c["reason"] == reason)
     })
     .await;
-    ready_condition(fake, name).unwrap()
+    ready_condition(k8s, name).await.unwrap()
 }
 
 /// A `GridSite` named `b` at an address nothing answers: a peer trust change.
@@ -189,36 +201,28 @@ fn site_b() -> Value {
     json!({"metadata": {"name": "b"}, "spec": {"signalsEndpoint": "https://127.0.0.1:9/v1/site/signals"}})
 }
 
-async fn seeded() -> (FakeKube, FakeEpp, Grid, Site) {
+async fn seeded() -> (KubeTest, FakeEpp, Grid, Site) {
     seeded_with(network("poll")).await
 }
 
 /// [`seeded`] with `network` as the one `GridNetwork`.
-async fn seeded_with(network: Value) -> (FakeKube, FakeEpp, Grid, Site) {
-    let fake = FakeKube::start().await;
+async fn seeded_with(network: Value) -> (KubeTest, FakeEpp, Grid, Site) {
+    let k8s = KubeTest::start().await;
     let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
     let grid = Grid::new();
     let site = grid.site("a");
-    fake.create("gridnetworks", NS, network);
-    fake.create("inferenceproviders", NS, provider("llama", &epp));
-    (fake, epp, grid, site)
+    k8s.create("gridnetworks", network).await;
+    k8s.create("inferenceproviders", provider("llama", &epp))
+        .await;
+    (k8s, epp, grid, site)
 }
 
 /// Writes a status on provider `name` through the status subresource, as another
 /// controller might: its spec, and so its generation, stay as they are.
-fn status_only_update(fake: &FakeKube, name: &str) {
-    let mut with_status = fake.get("inferenceproviders", NS, name).unwrap();
+async fn status_only_update(k8s: &KubeTest, name: &str) {
+    let mut with_status = k8s.get("inferenceproviders", name).await.unwrap();
     with_status["status"] = json!({"observedGeneration": 1});
-    fake.with_store(|s| {
-        s.replace(
-            grid_kit::fake_kube::type_of("inferenceproviders"),
-            NS,
-            name,
-            with_status,
-            true,
-        )
-    })
-    .unwrap();
+    k8s.replace_status("inferenceproviders", with_status).await;
 }
 
 fn text(body: &[u8]) -> String {
@@ -227,12 +231,12 @@ fn text(body: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_scrapes_the_declared_provider_and_publishes_its_uid_and_generation() {
-    let (fake, _epp, grid, site) = seeded().await;
-    let uid = fake.get("inferenceproviders", NS, "llama").unwrap()["metadata"]["uid"]
+    let (k8s, _epp, grid, site) = seeded().await;
+    let uid = k8s.get("inferenceproviders", "llama").await.unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_owned();
-    let mut op = Controller::start(&fake, &site).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
     assert_eq!(d.config.providers[0].uid, uid);
     let gateway = grid.client(&site.cert, "a", "a");
@@ -254,26 +258,26 @@ async fn the_operator_scrapes_the_declared_provider_and_publishes_its_uid_and_ge
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_conditions_carry_each_verdicts_reason_and_are_not_rewritten_when_unchanged() {
-    let (fake, epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     op.driver(0).await;
-    let ready = ready_reason(&fake, "llama", "EndpointsReady").await;
+    let ready = ready_reason(&k8s, "llama", "EndpointsReady").await;
     assert_eq!(ready["status"], "True");
     assert_eq!(ready["observedGeneration"], 1);
     let first_transition = ready["lastTransitionTime"].clone();
     // Nothing changes: no more status writes.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let writes = fake.writes_to("inferenceproviders/llama/status");
+    let writes = k8s.writes_to("inferenceproviders/llama/status");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(fake.writes_to("inferenceproviders/llama/status"), writes);
+    assert_eq!(k8s.writes_to("inferenceproviders/llama/status"), writes);
     // A failed scrape, past the stale window: False, with the failure's class.
     epp.set(Behaviour::Status(500));
-    let failed = ready_reason(&fake, "llama", "ScrapeHttp").await;
+    let failed = ready_reason(&k8s, "llama", "ScrapeHttp").await;
     assert_eq!(failed["status"], "False");
     assert_ne!(failed["lastTransitionTime"], first_transition);
     // Back, confirmed over two scrapes.
     epp.set(Behaviour::Body(epp_body(2, 1.0)));
-    let back = ready_reason(&fake, "llama", "EndpointsReady").await;
+    let back = ready_reason(&k8s, "llama", "EndpointsReady").await;
     assert_eq!(back["status"], "True");
     // Our own status writes are status-only updates: the driver never restarted.
     assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
@@ -282,12 +286,12 @@ async fn ready_conditions_carry_each_verdicts_reason_and_are_not_rewritten_when_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid() {
-    let (fake, epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.driver(0).await;
     assert_eq!(first.config.providers[0].generation, 1);
     // A status-only update (as another controller might make) changes nothing.
-    status_only_update(&fake, "llama");
+    status_only_update(&k8s, "llama").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let now = op.started.borrow().clone().unwrap();
     assert_eq!((now.restarts, now.reconfigured), (0, 0));
@@ -295,17 +299,18 @@ async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid
     // the verdict follows.
     let mut spec = provider("llama", &epp);
     spec["spec"]["unavailable"] = json!(true);
-    fake.replace("inferenceproviders", NS, spec);
+    k8s.replace("inferenceproviders", spec).await;
     let second = op
         .configured(|d| d.config.providers[0].generation == 2)
         .await;
     assert_eq!((second.restarts, second.epoch), (0, first.epoch));
-    let unavailable = ready_reason(&fake, "llama", "Unavailable").await;
+    let unavailable = ready_reason(&k8s, "llama", "Unavailable").await;
     assert_eq!(unavailable["observedGeneration"], 2);
     // Deleted and created again under the same name: a new UID, generation 1.
     let old_uid = second.config.providers[0].uid.clone();
-    fake.delete("inferenceproviders", NS, "llama");
-    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    k8s.delete("inferenceproviders", "llama").await;
+    k8s.create("inferenceproviders", provider("llama", &epp))
+        .await;
     let third = op
         .configured(|d| d.config.providers.first().is_some_and(|p| p.uid != old_uid))
         .await;
@@ -314,42 +319,44 @@ async fn a_spec_change_publishes_the_new_generation_and_a_recreation_the_new_uid
     op.stop().await.unwrap();
 }
 
+/// The publisher-epoch high-water mark in site `a`'s `ConfigMap`.
+async fn mark(k8s: &KubeTest) -> u64 {
+    k8s.get("configmaps", "grid-site-a").await.unwrap()["data"]["publisherEpochHighWaterMark"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_high_water_mark_in_the_configmap_survives_an_operator_restart() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.driver(0).await;
-    let mark = |fake: &FakeKube| -> u64 {
-        fake.get("configmaps", NS, "grid-site-a").unwrap()["data"]["publisherEpochHighWaterMark"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    assert_eq!(mark(&fake), first.epoch);
+    assert_eq!(mark(&k8s).await, first.epoch);
     op.stop().await.unwrap();
     // A mark a minute ahead of the clock (a clock that stepped back across the restart):
     // the new process publishes above it.
     let ahead = grid_operatord::clock::wall_ms() + 60_000;
-    let mut cm = fake.get("configmaps", NS, "grid-site-a").unwrap();
+    let mut cm = k8s.get("configmaps", "grid-site-a").await.unwrap();
     cm["data"]["publisherEpochHighWaterMark"] = json!(ahead.to_string());
-    fake.replace("configmaps", NS, cm);
-    let mut again = Controller::start(&fake, &site).await;
+    k8s.replace("configmaps", cm).await;
+    let mut again = Controller::start(&k8s, &site).await;
     let second = again.driver(0).await;
     assert_eq!(second.epoch, ahead + 1);
-    assert_eq!(mark(&fake), ahead + 1);
+    assert_eq!(mark(&k8s).await, ahead + 1);
     again.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_operators_racing_from_the_same_mark_never_both_win() {
-    let fake = FakeKube::start().await;
-    fake.create("gridnetworks", NS, network("poll"));
-    let client = client(&fake).await;
+    let k8s = KubeTest::start().await;
+    k8s.create("gridnetworks", network("poll")).await;
+    let client = client(&k8s).await;
     let store = || {
         Arc::new(KubeStateStore::new(
             client.clone(),
-            NS,
+            &k8s.ns,
             "a",
             "prod",
             ControllerMetrics::new(),
@@ -398,8 +405,8 @@ fn events(metrics: &str, event: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn ages_rejected(fake: &FakeKube) -> Option<Value> {
-    let n = fake.get("gridnetworks", NS, "prod")?;
+async fn ages_rejected(k8s: &KubeTest) -> Option<Value> {
+    let n = k8s.get("gridnetworks", "prod").await?;
     n["status"]["conditions"]
         .as_array()?
         .iter()
@@ -409,10 +416,10 @@ fn ages_rejected(fake: &FakeKube) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_conflict_is_retried_with_a_fresh_read_and_the_report_acknowledged() {
-    let (fake, _epp, grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
-    fake.inject(Fault {
+    k8s.inject(Fault {
         target: Target::Writes("gridnetworks/prod/status".into()),
         times: 1,
         action: Action::Conflict,
@@ -421,10 +428,10 @@ async fn one_conflict_is_retried_with_a_fresh_read_and_the_report_acknowledged()
     let (status, headers) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
     assert_eq!(status, 204);
     assert_eq!(headers["x-grid-ingest-sequence"], "1");
-    let condition = ages_rejected(&fake).expect("written before the 204");
+    let condition = ages_rejected(&k8s).await.expect("written before the 204");
     assert_eq!(condition["status"], "True");
     assert_eq!(condition["reason"], "ReadingsRejected");
-    let network = fake.get("gridnetworks", NS, "prod").unwrap();
+    let network = k8s.get("gridnetworks", "prod").await.unwrap();
     assert_eq!(
         network["status"]["gatewayFeedback"]["reporters"]
             .as_array()
@@ -443,10 +450,10 @@ async fn one_conflict_is_retried_with_a_fresh_read_and_the_report_acknowledged()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_conflicts_exhaust_the_write_and_nothing_is_acknowledged() {
-    let (fake, _epp, grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
-    fake.inject(Fault {
+    k8s.inject(Fault {
         target: Target::Writes("gridnetworks/prod/status".into()),
         times: 3,
         action: Action::Conflict,
@@ -456,7 +463,7 @@ async fn three_conflicts_exhaust_the_write_and_nothing_is_acknowledged() {
     assert_ne!(status, 204);
     assert!(headers.get("x-grid-ingest-sequence").is_none());
     assert_eq!(headers["x-grid-ingest-refusal"], "conflict_exhausted");
-    assert!(ages_rejected(&fake).is_none(), "nothing was persisted");
+    assert!(ages_rejected(&k8s).await.is_none(), "nothing was persisted");
     let m = get_metrics(d.metrics_addr).await;
     assert_eq!(
         (events(&m, "conflict"), events(&m, "conflict_exhausted")),
@@ -464,7 +471,7 @@ async fn three_conflicts_exhaust_the_write_and_nothing_is_acknowledged() {
         "{m}"
     );
     // A slow API server past the budget is a write failure, not a hang.
-    fake.inject(Fault {
+    k8s.inject(Fault {
         target: Target::Path("gridnetworks/prod".into()),
         times: 1,
         action: Action::Delay(Duration::from_secs(6)),
@@ -478,11 +485,11 @@ async fn three_conflicts_exhaust_the_write_and_nothing_is_acknowledged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_than_one_grid_network_is_refused_at_start() {
-    let (fake, _epp, _grid, site) = seeded().await;
+    let (k8s, _epp, _grid, site) = seeded().await;
     let mut second = network("poll");
     second["metadata"]["name"] = json!("staging");
-    fake.create("gridnetworks", NS, second);
-    let op = Controller::start(&fake, &site).await;
+    k8s.create("gridnetworks", second).await;
+    let op = Controller::start(&k8s, &site).await;
     match op.ended().await {
         Err(Error::NetworkCount { count: 2, names }) => assert_eq!(names, ["prod", "staging"]),
         other => panic!("expected a refusal, got {other:?}"),
@@ -491,10 +498,10 @@ async fn more_than_one_grid_network_is_refused_at_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declared_mode_other_than_the_running_one_ends_the_operator() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     op.driver(0).await;
-    fake.replace("gridnetworks", NS, network("gossip"));
+    k8s.replace("gridnetworks", network("gossip")).await;
     match op.ended().await {
         Err(Error::ModeChanged {
             running: "poll",
@@ -506,10 +513,10 @@ async fn a_declared_mode_other_than_the_running_one_ends_the_operator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_trust_change_under_poll_ends_the_operator() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     op.driver(0).await;
-    fake.create("gridsites", NS, site_b());
+    k8s.create("gridsites", site_b()).await;
     match op.ended().await {
         Err(Error::TrustChanged { field: "peers" }) => {}
         other => panic!("expected a trust change, got {other:?}"),
@@ -524,10 +531,10 @@ async fn under_gossip_a_peer_trust_change_is_taken_over_live_in_the_same_epoch()
         .as_object_mut()
         .unwrap()
         .remove("signalTransport");
-    let (fake, _epp, _grid, site) = seeded_with(absent).await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, _grid, site) = seeded_with(absent).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.driver(0).await;
-    fake.create("gridsites", NS, site_b());
+    k8s.create("gridsites", site_b()).await;
     // The new trust (and seed) is in force in the running driver; nothing restarted.
     let now = op
         .configured(|d| d.config.peers.iter().any(|p| p.name == "b"))
@@ -545,10 +552,10 @@ async fn under_gossip_a_peer_trust_change_is_taken_over_live_in_the_same_epoch()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_that_goes_away_leaves_the_last_good_configuration_serving() {
-    let (fake, _epp, grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
-    fake.set_unavailable(true);
+    k8s.set_unavailable(true);
     let metrics = op.metrics.clone();
     eventually("the watch failures counted", 15, || {
         let m = metrics.clone();
@@ -563,7 +570,7 @@ async fn an_api_server_that_goes_away_leaves_the_last_good_configuration_serving
         m.contains("grid_operator_kube_failures_total{operation=\"watch\"}"),
         "{m}"
     );
-    fake.set_unavailable(false);
+    k8s.set_unavailable(false);
     assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
     op.stop().await.unwrap();
 }
@@ -578,19 +585,19 @@ fn election(identity: &str) -> run::Election {
     }
 }
 
-fn lease_holder(fake: &FakeKube) -> Option<String> {
-    fake.get("leases", NS, "grid-operator-a")?["spec"]["holderIdentity"]
+async fn lease_holder(k8s: &KubeTest) -> Option<String> {
+    k8s.get("leases", "grid-operator-a").await?["spec"]["holderIdentity"]
         .as_str()
         .map(str::to_owned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_the_writer_dies() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
     let first = one.driver(0).await;
-    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
-    let mut two = Controller::start_with(&fake, &site, Some(election("two"))).await;
+    assert_eq!(lease_holder(&k8s).await.as_deref(), Some("one"));
+    let mut two = Controller::start_with(&k8s, &site, Some(election("two"))).await;
     // Longer than the lease: the writer renews, so the standby never starts publishing.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(two.started.borrow().is_none(), "the standby started");
@@ -601,13 +608,13 @@ async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_
     let took = killed.elapsed();
     assert!(took < Duration::from_secs(3), "took over after {took:?}");
     assert!(second.epoch > first.epoch, "above the writer's mark");
-    assert_eq!(lease_holder(&fake).as_deref(), Some("two"));
+    assert_eq!(lease_holder(&k8s).await.as_deref(), Some("two"));
     let transitions =
-        fake.get("leases", NS, "grid-operator-a").unwrap()["spec"]["leaseTransitions"].clone();
+        k8s.get("leases", "grid-operator-a").await.unwrap()["spec"]["leaseTransitions"].clone();
     assert_eq!(transitions, 1);
     two.stop().await.unwrap();
     assert_eq!(
-        lease_holder(&fake),
+        lease_holder(&k8s).await,
         None,
         "a graceful stop gives the Lease up"
     );
@@ -615,10 +622,10 @@ async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_cannot_renew_for_a_whole_lease_duration_stops_publishing() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut one = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
     one.driver(0).await;
-    fake.set_unavailable(true);
+    k8s.set_unavailable(true);
     match one.ended().await {
         Err(Error::LeaseLost { lease }) => assert_eq!(lease, "grid-operator-a"),
         other => panic!("expected the lease lost, got {other:?}"),
@@ -643,10 +650,10 @@ async fn poll_resets(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_a_status_update() {
-    let (fake, epp, grid, site) = seeded().await;
+    let (k8s, epp, grid, site) = seeded().await;
     let gateway = grid.client(&site.cert, "a", "a");
     let mut store = grid_signals::store::Store::new(grid_signals::store::StoreConfig::default());
-    let mut op = Controller::start(&fake, &site).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.driver(0).await;
     let uid = first.config.providers[0].uid.clone();
     let mut resets = Vec::new();
@@ -659,7 +666,7 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     }
     assert_eq!(resets, [(uid.clone(), 1)], "the first lifetime");
     // A status-only update: the same revision keeps being published; nothing resets.
-    status_only_update(&fake, "llama");
+    status_only_update(&k8s, "llama").await;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(
@@ -670,7 +677,7 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     // A spec change: the next revision carries generation 2, and learning resets.
     let mut spec = provider("llama", &epp);
     spec["spec"]["pool"] = json!("pool");
-    fake.replace("inferenceproviders", NS, spec);
+    k8s.replace("inferenceproviders", spec).await;
     let second = op
         .configured(|d| d.config.providers[0].generation == 2)
         .await;
@@ -684,8 +691,9 @@ async fn a_gateway_resets_learning_on_a_spec_change_and_a_recreation_but_not_on_
     }
     assert!(after_change.contains(&(uid.clone(), 2)), "{after_change:?}");
     // A same-name recreation: a new UID, and learning resets again.
-    fake.delete("inferenceproviders", NS, "llama");
-    fake.create("inferenceproviders", NS, provider("llama", &epp));
+    k8s.delete("inferenceproviders", "llama").await;
+    k8s.create("inferenceproviders", provider("llama", &epp))
+        .await;
     let mut after_recreation = Vec::new();
     for _ in 0..200 {
         let restarts = op.started.borrow().as_ref().unwrap().restarts;
@@ -725,11 +733,12 @@ async fn poll_every_reset(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_change_of_one_provider_resets_only_that_providers_learning_in_the_same_epoch() {
-    let (fake, epp, grid, site) = seeded().await;
-    fake.create("inferenceproviders", NS, provider("mistral", &epp));
+    let (k8s, epp, grid, site) = seeded().await;
+    k8s.create("inferenceproviders", provider("mistral", &epp))
+        .await;
     let gateway = grid.client(&site.cert, "a", "a");
     let mut store = grid_signals::store::Store::new(grid_signals::store::StoreConfig::default());
-    let mut op = Controller::start(&fake, &site).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.configured(|d| d.config.providers.len() == 2).await;
     let mut resets = Vec::new();
     for _ in 0..100 {
@@ -751,7 +760,7 @@ async fn a_spec_change_of_one_provider_resets_only_that_providers_learning_in_th
     // Only mistral's spec changes.
     let mut spec = provider("mistral", &epp);
     spec["spec"]["pool"] = json!("pool");
-    fake.replace("inferenceproviders", NS, spec);
+    k8s.replace("inferenceproviders", spec).await;
     op.configured(|d| d.config.providers.iter().any(|p| p.generation == 2))
         .await;
     let mut after = Vec::new();
@@ -779,10 +788,11 @@ async fn a_spec_change_of_one_provider_resets_only_that_providers_learning_in_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_provider_reads_not_ready_at_the_gateway_at_once_and_is_no_longer_scraped() {
-    let (fake, epp, grid, site) = seeded().await;
-    fake.create("inferenceproviders", NS, provider("mistral", &epp));
+    let (k8s, epp, grid, site) = seeded().await;
+    k8s.create("inferenceproviders", provider("mistral", &epp))
+        .await;
     let gateway = grid.client(&site.cert, "a", "a");
-    let mut op = Controller::start(&fake, &site).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let first = op.configured(|d| d.config.providers.len() == 2).await;
     let ready_row = |body: &str, provider: &str| {
         body.lines()
@@ -802,7 +812,7 @@ async fn a_deleted_provider_reads_not_ready_at_the_gateway_at_once_and_is_no_lon
     // (the case a read right after the hand-over got wrong).
     *epp.behaviour.lock().unwrap() = Behaviour::Delay(Duration::from_millis(300), epp_body(2, 1.0));
     tokio::time::sleep(Duration::from_millis(350)).await;
-    fake.delete("inferenceproviders", NS, "mistral");
+    k8s.delete("inferenceproviders", "mistral").await;
     let mut in_force = op
         .configured(|d| d.config.providers.len() == 1)
         .await
@@ -851,21 +861,19 @@ async fn a_deleted_provider_reads_not_ready_at_the_gateway_at_once_and_is_no_lon
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zero_on_sigterm() {
     use grid_kit::daemon_process::Daemon;
-    let (fake, _epp, _grid, site) = seeded().await;
+    let (k8s, _epp, _grid, site) = seeded().await;
     let d = site.dir.path();
     let path = |f: &str| d.join(f).to_str().unwrap().to_owned();
-    let url = fake.url();
     let (cert, key, ca) = (path("site.crt"), path("site.key"), path("ca.crt"));
-    let mut op = Daemon::spawn(
+    // No --api-server: the client is the one KUBECONFIG names, the ServiceAccount's.
+    let mut op = Daemon::spawn_with_env(
         std::path::Path::new(env!("CARGO_BIN_EXE_grid-operatord")),
         &[
             "controller",
             "--namespace",
-            NS,
+            &k8s.ns,
             "--site",
             "a",
-            "--api-server",
-            &url,
             "--cert",
             &cert,
             "--key",
@@ -879,18 +887,19 @@ async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zer
             "--identity",
             "pod-0",
         ],
+        &[("KUBECONFIG", &k8s.operator_kubeconfig)],
     );
     op.wait_for_line("operator started", Duration::from_secs(20));
-    let ready = ready_reason(&fake, "llama", "EndpointsReady").await;
+    let ready = ready_reason(&k8s, "llama", "EndpointsReady").await;
     assert_eq!(ready["status"], "True");
-    assert!(fake.get("configmaps", NS, "grid-site-a").is_some());
-    assert_eq!(lease_holder(&fake).as_deref(), Some("pod-0"));
+    assert!(k8s.get("configmaps", "grid-site-a").await.is_some());
+    assert_eq!(lease_holder(&k8s).await.as_deref(), Some("pod-0"));
     op.signal("TERM");
     let status = op.wait_exit(Duration::from_secs(15)).expect("it exits");
     assert!(status.success(), "{status:?}\n{}", op.seen.join("\n"));
-    assert_eq!(lease_holder(&fake), None, "released at the stop");
+    assert_eq!(lease_holder(&k8s).await, None, "released at the stop");
     assert!(
-        fake.get("configmaps", NS, "grid-site-a").unwrap()["data"]["fences"]
+        k8s.get("configmaps", "grid-site-a").await.unwrap()["data"]["fences"]
             .as_str()
             .is_some_and(|f| f.contains("llama")),
         "fences persisted"
@@ -904,10 +913,10 @@ async fn the_binarys_controller_subcommand_runs_from_the_resources_and_exits_zer
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_status() {
-    let (fake, epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     op.driver(0).await;
-    ready_reason(&fake, "llama", "EndpointsReady").await;
+    ready_reason(&k8s, "llama", "EndpointsReady").await;
     let mut oversized = epp_body(2, 1.0);
     oversized.resize(grid_signals::exposition::MAX_EXPOSITION_BYTES + 1, b'\n');
     let cases: Vec<(Behaviour, &str, &str)> = vec![
@@ -923,13 +932,13 @@ async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_st
     ];
     for (behaviour, reason, status) in cases {
         epp.set(behaviour);
-        let c = ready_reason(&fake, "llama", reason).await;
+        let c = ready_reason(&k8s, "llama", reason).await;
         assert_eq!(c["status"], status, "{reason}");
         assert_eq!(c["observedGeneration"], 1, "{reason}");
     }
     epp.set(Behaviour::Body(epp_body(0, 0.0)));
     eventually("zero ready endpoints confirmed", 15, || async {
-        ready_condition(&fake, "llama").is_some_and(|c| {
+        ready_condition(&k8s, "llama").await.is_some_and(|c| {
             (c["reason"] == "NoReadyEndpoints" && c["status"] == "False")
                 || (c["reason"] == "EngineAnswering" && c["status"] == "True")
         })
@@ -940,23 +949,23 @@ async fn each_lasting_verdict_reaches_the_ready_condition_with_its_reason_and_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_for_a_mode_change_gives_the_lease_up_for_the_restarted_pod() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut op = Controller::start_with(&fake, &site, Some(election("one"))).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start_with(&k8s, &site, Some(election("one"))).await;
     op.driver(0).await;
-    assert_eq!(lease_holder(&fake).as_deref(), Some("one"));
-    fake.replace("gridnetworks", NS, network("gossip"));
+    assert_eq!(lease_holder(&k8s).await.as_deref(), Some("one"));
+    k8s.replace("gridnetworks", network("gossip")).await;
     assert!(matches!(op.ended().await, Err(Error::ModeChanged { .. })));
-    assert_eq!(lease_holder(&fake), None);
+    assert_eq!(lease_holder(&k8s).await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_the_operator() {
-    let (fake, _epp, _grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     op.driver(0).await;
     let mut second = network("gossip");
     second["metadata"]["name"] = json!("staging");
-    fake.create("gridnetworks", NS, second);
+    k8s.create("gridnetworks", second).await;
     match op.ended().await {
         Err(Error::ModeChanged {
             running: "poll",
@@ -968,7 +977,7 @@ async fn a_second_grid_network_created_after_the_start_with_another_mode_ends_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
-    let (fake, _epp, grid, site) = seeded_with(network("gossip")).await;
+    let (k8s, _epp, grid, site) = seeded_with(network("gossip")).await;
     let free = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -976,12 +985,12 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
             .unwrap()
     };
     let (signals, metrics) = (free(), free());
-    let client = client(&fake).await;
+    let client = client(&k8s).await;
     let mut deployment = deployment(&site);
     deployment.listen = Listen { signals, metrics };
     let m = ControllerMetrics::new();
     let source = Arc::new(
-        KubeConfigSource::start(client.clone(), NS, deployment, m.clone())
+        KubeConfigSource::start(client.clone(), &k8s.ns, deployment, m.clone())
             .await
             .unwrap(),
     );
@@ -989,7 +998,7 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
     let (stop, stopped) = oneshot::channel::<()>();
     let setup = run::Setup {
         client,
-        namespace: NS.into(),
+        namespace: k8s.ns.clone(),
         source,
         options: options(),
         metrics: m,
@@ -1016,7 +1025,7 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
     // Another scrape interval restarts the driver in-process.
     let mut slower = network("gossip");
     slower["spec"]["intervals"]["scrapeSeconds"] = json!(0.3);
-    fake.replace("gridnetworks", NS, slower);
+    k8s.replace("gridnetworks", slower).await;
     let second = wait(1).await;
     assert_eq!(
         (second.signals_addr, second.metrics_addr),
@@ -1030,8 +1039,8 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
-    let (fake, _epp, grid, site) = seeded().await;
-    let mut op = Controller::start(&fake, &site).await;
+    let (k8s, _epp, grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
     let gateway = grid.client(&site.cert, "a", "a");
     let report_of = |epoch: usize| {
@@ -1053,7 +1062,7 @@ async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
     assert_eq!(headers["x-grid-ingest-refusal"], "overflow");
     let m = get_metrics(d.metrics_addr).await;
     assert_eq!(events(&m, "overflow"), 1, "{m}");
-    let held = fake.get("gridnetworks", NS, "prod").unwrap();
+    let held = k8s.get("gridnetworks", "prod").await.unwrap();
     assert_eq!(
         held["status"]["gatewayFeedback"]["reporters"]
             .as_array()
@@ -1066,15 +1075,15 @@ async fn a_new_reporter_past_the_persisted_capacity_is_refused_as_overflow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network_status() {
-    let (fake, _epp, grid, site) = seeded().await;
+    let (k8s, _epp, grid, site) = seeded().await;
     let gateway = grid.client(&site.cert, "a", "a");
-    let mut op = Controller::start(&fake, &site).await;
+    let mut op = Controller::start(&k8s, &site).await;
     let d = op.driver(0).await;
     let (status, _) = post_ingest(d.signals_addr, gateway.clone(), &report(1, 3)).await;
     assert_eq!(status, 204);
-    let transition = ages_rejected(&fake).unwrap()["lastTransitionTime"].clone();
+    let transition = ages_rejected(&k8s).await.unwrap()["lastTransitionTime"].clone();
     op.stop().await.unwrap();
-    let mut again = Controller::start(&fake, &site).await;
+    let mut again = Controller::start(&k8s, &site).await;
     let d = again.driver(0).await;
     let m = get_metrics(d.metrics_addr).await;
     assert!(
@@ -1085,7 +1094,7 @@ async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network
     // The exact duplicate is idempotent against the restored evidence.
     let (status, _) = post_ingest(d.signals_addr, gateway, &report(1, 3)).await;
     assert_eq!(status, 204);
-    let condition = ages_rejected(&fake).unwrap();
+    let condition = ages_rejected(&k8s).await.unwrap();
     assert_eq!(condition["status"], "True");
     assert_eq!(
         condition["lastTransitionTime"], transition,
@@ -1094,8 +1103,8 @@ async fn unresolved_gateway_evidence_survives_an_operator_restart_in_the_network
     again.stop().await.unwrap();
 }
 
-fn mode_agreed(fake: &FakeKube) -> Option<Value> {
-    let n = fake.get("gridnetworks", NS, "prod")?;
+async fn mode_agreed(k8s: &KubeTest) -> Option<Value> {
+    let n = k8s.get("gridnetworks", "prod").await?;
     n["status"]["conditions"]
         .as_array()?
         .iter()
@@ -1105,11 +1114,11 @@ fn mode_agreed(fake: &FakeKube) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_refused_for_another_mode_are_stated_on_the_grid_network_and_so_is_their_end() {
-    let fake = FakeKube::start().await;
-    fake.create("gridnetworks", NS, network("gossip"));
+    let k8s = KubeTest::start().await;
+    k8s.create("gridnetworks", network("gossip")).await;
     let store = Arc::new(KubeStateStore::new(
-        client(&fake).await,
-        NS,
+        client(&k8s).await,
+        &k8s.ns,
         "a",
         "prod",
         ControllerMetrics::new(),
@@ -1124,11 +1133,14 @@ async fn members_refused_for_another_mode_are_stated_on_the_grid_network_and_so_
     // Absent means agreed: a healthy grid never writes it.
     state(&[]).await.unwrap().unwrap();
     assert_eq!(
-        (mode_agreed(&fake), fake.writes_to("prod/status")),
+        (
+            mode_agreed(&k8s).await,
+            k8s.writes_to("gridnetworks/prod/status")
+        ),
         (None, 0)
     );
     state(&["b", "c"]).await.unwrap().unwrap();
-    let c = mode_agreed(&fake).expect("stated");
+    let c = mode_agreed(&k8s).await.expect("stated");
     assert_eq!(
         (c["status"].as_str(), c["reason"].as_str()),
         (Some("False"), Some("ModeMismatch"))
@@ -1137,17 +1149,218 @@ async fn members_refused_for_another_mode_are_stated_on_the_grid_network_and_so_
         c["message"].as_str().unwrap().ends_with("(gossip): b, c"),
         "{c}"
     );
-    let writes = fake.writes_to("prod/status");
+    let writes = k8s.writes_to("gridnetworks/prod/status");
     state(&["b", "c"]).await.unwrap().unwrap();
     assert_eq!(
-        fake.writes_to("prod/status"),
+        k8s.writes_to("gridnetworks/prod/status"),
         writes,
         "unchanged: not written again"
     );
     state(&[]).await.unwrap().unwrap();
-    let c = mode_agreed(&fake).unwrap();
+    let c = mode_agreed(&k8s).await.unwrap();
     assert_eq!(
         (c["status"].as_str(), c["reason"].as_str()),
         (Some("True"), Some("ModesAgree"))
     );
+}
+
+/// A plain-HTTP GET of `path` at `addr`: the status code and the body, or why not.
+async fn probe(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let exchange = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let text = tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .map_err(|_| "no answer within 2 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("not HTTP: {text}"))?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    Ok((code, body))
+}
+
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_answers_alive_and_not_ready_until_it_holds_the_lease_then_ready_on_the_same_port()
+ {
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
+    one.driver(0).await;
+    let mut standby = deployment(&site);
+    standby.listen.metrics = free_addr();
+    let metrics = standby.listen.metrics;
+    let mut two = Controller::start_full(&k8s, standby, Some(election("two")), options()).await;
+    eventually("the standby answers its probes", 10, || async {
+        probe(metrics, "/healthz")
+            .await
+            .is_ok_and(|(c, _)| c == 200)
+    })
+    .await;
+    let (code, body) = probe(metrics, "/readyz").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("standby"), "{body}");
+    assert!(two.started.borrow().is_none(), "the standby started");
+    // The writer dies: the standby takes the Lease, and its driver binds the same port.
+    one.done.abort();
+    let second = two.driver(0).await;
+    assert_eq!(second.metrics_addr, metrics);
+    eventually("the new writer is ready", 10, || async {
+        probe(metrics, "/readyz").await.is_ok_and(|(c, _)| c == 200)
+    })
+    .await;
+    two.stop().await.unwrap();
+}
+
+/// Milliseconds since the Unix epoch of an RFC 3339 time the API server returned.
+fn ms_of(time: &Value) -> i64 {
+    time.as_str()
+        .unwrap()
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_millisecond()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_and_condition_times_are_read_from_the_operators_clock() {
+    let (k8s, _epp, _grid, site) = seeded().await;
+    // The operator's clock three days behind the host's.
+    let behind: i64 = 3 * 24 * 3_600_000;
+    let clock = grid_operatord::clock::Clock::system();
+    clock.step(-behind);
+    let options = Options {
+        clock: clock.clone(),
+        ..options()
+    };
+    let mut op =
+        Controller::start_full(&k8s, deployment(&site), Some(election("one")), options).await;
+    op.driver(0).await;
+    let ready = ready_reason(&k8s, "llama", "EndpointsReady").await;
+    let lease = k8s.get("leases", "grid-operator-a").await.unwrap();
+    let operator_now = i64::try_from(clock.wall_ms()).unwrap();
+    let hour = 3_600_000;
+    for (what, time) in [
+        ("Ready's lastTransitionTime", &ready["lastTransitionTime"]),
+        ("the Lease's renewTime", &lease["spec"]["renewTime"]),
+        ("the Lease's acquireTime", &lease["spec"]["acquireTime"]),
+    ] {
+        let t = ms_of(time);
+        assert!(
+            (operator_now - hour..=operator_now).contains(&t),
+            "{what} {time} is not on the operator's clock"
+        );
+    }
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_are_not_written_over_a_newer_process_of_the_site_without_an_election() {
+    use grid_signals::batch::{Fence, FenceRecord, FenceSet};
+    let k8s = KubeTest::start().await;
+    k8s.create("gridnetworks", network("poll")).await;
+    let client = client(&k8s).await;
+    let store = || {
+        Arc::new(KubeStateStore::new(
+            client.clone(),
+            &k8s.ns,
+            "a",
+            "prod",
+            ControllerMetrics::new(),
+        ))
+    };
+    let fences = |epoch: u64| FenceSet {
+        records: vec![FenceRecord {
+            site: "b".into(),
+            provider: "llama".into(),
+            fence: Fence::new(epoch, 1),
+        }],
+    };
+    let (old, new) = (store(), store());
+    let outcome = tokio::task::spawn_blocking(move || {
+        // The old process starts at mark 10; a newer one (no Lease between them) at 11.
+        old.load_epoch_hwm().unwrap();
+        old.store_epoch_hwm(10).unwrap();
+        new.load_epoch_hwm().unwrap();
+        new.store_epoch_hwm(11).unwrap();
+        new.store_fences(&fences(20)).unwrap();
+        // The old one's periodic write comes later: it must not land.
+        let late = old.store_fences(&fences(5));
+        (late.is_err(), new.load_fences().unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(outcome, (true, Some(fences(20))));
+}
+
+// One thread: every task of this test logs to the subscriber set for it alone.
+#[tokio::test(flavor = "current_thread")]
+async fn a_second_grid_network_of_the_same_mode_is_warned_of_once_not_at_every_check() {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let lines = lines.clone();
+        move || Capture(lines.clone())
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut op = Controller::start(&k8s, &site).await;
+    op.driver(0).await;
+    let mut second = network("poll");
+    second["metadata"]["name"] = json!("staging");
+    k8s.create("gridnetworks", second).await;
+    let warned = || {
+        String::from_utf8_lossy(&lines.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("2 GridNetworks"))
+            .count()
+    };
+    // Many mode checks (every 200 ms here) later, it was said once by each reader.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let early = warned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        warned(),
+        early,
+        "{}",
+        String::from_utf8_lossy(&lines.lock().unwrap())
+    );
+    assert!(
+        (1..=2).contains(&early),
+        "{}",
+        String::from_utf8_lossy(&lines.lock().unwrap())
+    );
+    // Still serving: the same mode is no reason to restart.
+    assert_eq!(op.started.borrow().as_ref().unwrap().restarts, 0);
+    op.stop().await.unwrap();
+}
+
+/// A log writer into a shared buffer.
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

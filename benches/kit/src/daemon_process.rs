@@ -26,7 +26,7 @@ impl Daemon {
     ///
     /// When the binary cannot be started.
     pub fn spawn(binary: &Path, args: &[&str]) -> Self {
-        Self::spawn_in(binary, args, None)
+        Self::spawn_with(binary, args, None, &[])
     }
 
     /// [`Daemon::spawn`] in the working directory `cwd` (the test's own when `None`).
@@ -35,12 +35,26 @@ impl Daemon {
     ///
     /// When the binary cannot be started.
     pub fn spawn_in(binary: &Path, args: &[&str], cwd: Option<&Path>) -> Self {
+        Self::spawn_with(binary, args, cwd, &[])
+    }
+
+    /// [`Daemon::spawn`] with `env` added to its environment.
+    ///
+    /// # Panics
+    ///
+    /// When the binary cannot be started.
+    pub fn spawn_with_env(binary: &Path, args: &[&str], env: &[(&str, &Path)]) -> Self {
+        Self::spawn_with(binary, args, None, env)
+    }
+
+    fn spawn_with(binary: &Path, args: &[&str], cwd: Option<&Path>, env: &[(&str, &Path)]) -> Self {
         let mut command = Command::new(binary);
         if let Some(dir) = cwd {
             command.current_dir(dir);
         }
         let mut child = command
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

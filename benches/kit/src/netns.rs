@@ -311,3 +311,154 @@ impl Netns {
         ])
     }
 }
+
+/// The address block of a [`Lan`]: it exists only on the LAN's own veth ends, inside
+/// its namespaces (a private range; never on this namespace's interfaces).
+pub const LAN_PREFIX: [u8; 3] = [10, 214, 0];
+
+/// Several namespaces on one switch: each site's namespace has one veth into a bridge
+/// in a switch namespace of its own, so every site reaches every other at
+/// `10.214.0.<i + 1>`, and nothing is reached from or routed to this namespace. Every
+/// namespace and link is removed on drop; the sites' runtimes stop first.
+#[derive(Debug)]
+pub struct Lan {
+    /// Each site: its namespace, address and runtime.
+    pub sites: Vec<LanSite>,
+    switch: String,
+}
+
+/// One namespace of a [`Lan`].
+#[derive(Debug)]
+pub struct LanSite {
+    /// The namespace's name (`ip netns exec <name> ...` runs a program in it).
+    pub name: String,
+    /// Its address on the LAN.
+    pub addr: Ipv4Addr,
+    /// Its port on the switch (the veth end in the switch namespace).
+    port: String,
+    runtime: Option<NsRuntime>,
+}
+
+impl LanSite {
+    /// A runtime whose threads live in the site's namespace.
+    ///
+    /// # Panics
+    ///
+    /// Never while the [`Lan`] lives.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.as_ref().expect("a running namespace").handle()
+    }
+}
+
+impl Lan {
+    /// `n` site namespaces (at most 250) on a bridge, each with its loopback up.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` fails (not root, no iproute2) or a runtime cannot start; whatever was
+    /// made is removed again.
+    pub fn create(n: usize) -> Result<Self, Error> {
+        if n > 250 {
+            return Err(Error::Request(format!(
+                "{n} sites: a LAN holds at most 250"
+            )));
+        }
+        sweep_stale_lans();
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{:x}{k:x}", std::process::id() % 0x10_0000);
+        let switch = format!("grid-lan-{}-{k}", std::process::id());
+        ip(&["netns", "add", &switch])?;
+        let mut lan = Self {
+            sites: Vec::with_capacity(n),
+            switch,
+        };
+        let sw = lan.switch.clone();
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        for i in 0..n {
+            let name = format!("{sw}-{i}");
+            ip(&["netns", "add", &name])?;
+            // Names are at most 15 bytes; both ends are made here and moved at once.
+            let (port, inside) = (format!("gl{tag}s{i}"), format!("gl{tag}n{i}"));
+            let addr = Ipv4Addr::new(LAN_PREFIX[0], LAN_PREFIX[1], LAN_PREFIX[2], (i + 1) as u8);
+            lan.sites.push(LanSite {
+                name: name.clone(),
+                addr,
+                port: port.clone(),
+                runtime: None,
+            });
+            ip(&[
+                "link", "add", &port, "type", "veth", "peer", "name", &inside,
+            ])?;
+            ip(&["link", "set", &port, "netns", &sw])?;
+            ip(&["link", "set", &inside, "netns", &name])?;
+            ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
+            ip(&["-n", &sw, "link", "set", &port, "up"])?;
+            ip(&[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                &inside,
+            ])?;
+            ip(&["-n", &name, "link", "set", &inside, "up"])?;
+            ip(&["-n", &name, "link", "set", "lo", "up"])?;
+            lan.sites[i].runtime = Some(runtime_in(&name, Some(NETNS_WORKERS))?);
+        }
+        Ok(lan)
+    }
+
+    /// Takes site `i`'s port on the switch down (`false`) or up again: down, the site is
+    /// partitioned from every other (packets dropped both ways, no reset, no refusal),
+    /// while everything inside it (its API server on loopback) goes on.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` fails.
+    pub fn set_link(&self, i: usize, up: bool) -> Result<(), Error> {
+        let port = &self.sites[i].port;
+        ip(&[
+            "-n",
+            &self.switch,
+            "link",
+            "set",
+            port,
+            if up { "up" } else { "down" },
+        ])
+    }
+}
+
+/// Removes the LAN namespaces of earlier processes that are gone (a run killed before
+/// its [`Lan`] was dropped): they are named `grid-lan-<pid>-...`.
+fn sweep_stale_lans() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(pid) = name
+            .strip_prefix("grid-lan-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for s in &mut self.sites {
+            drop(s.runtime.take());
+        }
+        for s in &self.sites {
+            let _ = ip(&["netns", "del", &s.name]);
+        }
+        let _ = ip(&["netns", "del", &self.switch]);
+    }
+}

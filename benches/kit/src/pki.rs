@@ -185,6 +185,26 @@ impl Ca {
         })
     }
 
+    /// A client-only leaf whose subject is `CN=<cn>, O=<organization>`: a Kubernetes
+    /// user and its group, as the API server reads a client certificate.
+    pub fn try_mint_client(&self, cn: &str, organization: &str) -> Result<SiteCert, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, organization);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let issuer: &Issuer<'_, KeyPair> = &self.issuer;
+        let cert = params.signed_by(&key, issuer)?;
+        Ok(SiteCert {
+            cert: cert.der().clone(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            key_der: key.serialize_der(),
+        })
+    }
+
     /// A leaf for `localhost` and `127.0.0.1` with what `m` says.
     ///
     /// # Panics

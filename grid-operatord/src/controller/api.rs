@@ -87,7 +87,7 @@ impl ControllerMetrics {
 /// A client for the API server at `url` (plain or TLS, as the URL says), or the one the
 /// pod's environment names (in-cluster service account, else `KUBECONFIG`) when `None`.
 pub async fn client(url: Option<&str>, namespace: &str) -> Result<kube::Client, Error> {
-    let mut config = match url {
+    let config = match url {
         Some(url) => kube::Config::new(url.parse().map_err(|e| Error::ConfigField {
             field: "--api-server".into(),
             reason: format!("`{url}` is not a URL ({e})"),
@@ -97,6 +97,12 @@ pub async fn client(url: Option<&str>, namespace: &str) -> Result<kube::Client, 
             message: e.to_string(),
         })?,
     };
+    client_from(config, namespace)
+}
+
+/// A client from `config` (a kubeconfig's, say), with the operator's bounds put on it:
+/// kube's retry layer off, every connect and write bounded by [`API_CALL_TIMEOUT`].
+pub fn client_from(mut config: kube::Config, namespace: &str) -> Result<kube::Client, Error> {
     namespace.clone_into(&mut config.default_namespace);
     // kube retries 429/503/504 up to 15 times with a backoff growing to 1000 s: an
     // unbounded wait inside a five-second exchange. Every call is bounded here instead.

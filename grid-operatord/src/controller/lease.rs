@@ -16,6 +16,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::api::{Answer, bounded};
 use crate::Error;
+use crate::clock::Clock;
 
 /// The Lease is this prefix followed by the site name.
 pub const LEASE_PREFIX: &str = "grid-operator-";
@@ -108,19 +109,19 @@ fn lease_name(site: &str) -> String {
     format!("{LEASE_PREFIX}{site}")
 }
 
-fn now_micro() -> MicroTime {
-    let ms = i64::try_from(crate::clock::wall_ms()).unwrap_or(i64::MAX);
+/// Now on the operator's clock (the one its stamps and epochs read), as a Lease time.
+fn now_micro(clock: &Clock) -> MicroTime {
+    let ms = i64::try_from(clock.wall_ms()).unwrap_or(i64::MAX);
     MicroTime(
         k8s_openapi::jiff::Timestamp::from_millisecond(ms)
             .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
     )
 }
 
-fn spec_for(me: &str, timing: Timing, previous: Option<&LeaseSpec>) -> LeaseSpec {
+fn spec_for(me: &str, timing: Timing, previous: Option<&LeaseSpec>, now: MicroTime) -> LeaseSpec {
     let taking_over = previous
         .and_then(|p| p.holder_identity.as_deref())
         .is_some_and(|h| h != me);
-    let now = now_micro();
     let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
     LeaseSpec {
         holder_identity: Some(me.to_owned()),
@@ -150,6 +151,7 @@ async fn try_take(
     me: &str,
     timing: Timing,
     observer: &mut Observer,
+    clock: &Clock,
 ) -> Result<bool, Error> {
     let fail = |message: String| Error::Kube {
         operation: "reading or writing the Lease",
@@ -188,12 +190,12 @@ async fn try_take(
                     name: Some(name.to_owned()),
                     ..ObjectMeta::default()
                 },
-                spec: Some(spec_for(me, timing, None)),
+                spec: Some(spec_for(me, timing, None, now_micro(clock))),
             };
             bounded(api.create(&pp, &lease)).await
         }
         Some(mut lease) => {
-            lease.spec = Some(spec_for(me, timing, lease.spec.as_ref()));
+            lease.spec = Some(spec_for(me, timing, lease.spec.as_ref(), now_micro(clock)));
             // The read's resourceVersion rides along: of two replicas taking a lapsed
             // Lease at once, one gets 409.
             bounded(api.replace(name, &pp, &lease)).await
@@ -208,14 +210,21 @@ async fn try_take(
 
 /// Waits until this replica (`me`) holds the site's Lease. API failures are logged and
 /// retried at the renew interval: a replica that cannot reach the API server cannot know
-/// it may publish.
-pub async fn acquire(client: &kube::Client, namespace: &str, site: &str, me: &str, timing: Timing) {
+/// it may publish. The Lease's times are read from `clock`, the operator's.
+pub async fn acquire(
+    client: &kube::Client,
+    namespace: &str,
+    site: &str,
+    me: &str,
+    timing: Timing,
+    clock: &Clock,
+) {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let name = lease_name(site);
     let mut observer = Observer::default();
     let mut logged = false;
     loop {
-        match try_take(&api, &name, me, timing, &mut observer).await {
+        match try_take(&api, &name, me, timing, &mut observer, clock).await {
             Ok(true) => {
                 tracing::info!(lease = %name, identity = me, "holding the site's Lease: this replica publishes");
                 return;
@@ -242,6 +251,7 @@ pub async fn hold(
     site: String,
     me: String,
     timing: Timing,
+    clock: Clock,
 ) -> Error {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let name = lease_name(&site);
@@ -249,7 +259,7 @@ pub async fn hold(
     let mut renewed = crate::clock::monotonic_ms();
     loop {
         tokio::time::sleep(timing.renew).await;
-        match try_take(&api, &name, &me, timing, &mut observer).await {
+        match try_take(&api, &name, &me, timing, &mut observer, &clock).await {
             Ok(true) => renewed = crate::clock::monotonic_ms(),
             Ok(false) => return Error::LeaseLost { lease: name },
             Err(e) => tracing::warn!(error = %e, "renewing the site's Lease failed"),

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::api::{Answer, ControllerMetrics, Operation, bounded};
 use super::conditions::{self, READY, Stated};
 use super::resources::InferenceProvider;
+use crate::clock::Clock;
 use crate::config::ProviderConfig;
 use crate::providers::{Verdict, Verdicts};
 
@@ -53,12 +54,14 @@ pub enum Written {
     Failed,
 }
 
-/// Brings one provider's Ready condition to `verdict`.
+/// Brings one provider's Ready condition to `verdict`; a transition is stamped on
+/// `clock`, the operator's.
 pub async fn write_one(
     api: &Api<InferenceProvider>,
     provider: &ProviderConfig,
     verdict: Readiness,
     metrics: &ControllerMetrics,
+    clock: &Clock,
 ) -> Written {
     let stated = stated(&provider.name, verdict);
     let generation = i64::try_from(provider.generation).ok();
@@ -79,7 +82,7 @@ pub async fn write_one(
             &status.conditions,
             &stated,
             generation,
-            conditions::time_of_ms(crate::clock::wall_ms()),
+            conditions::time_of_ms(clock.wall_ms()),
         ) else {
             return Written::Unchanged;
         };
@@ -109,6 +112,7 @@ pub async fn run(
     api: Api<InferenceProvider>,
     mut verdicts: watch::Receiver<Verdicts>,
     metrics: ControllerMetrics,
+    clock: Clock,
 ) {
     let mut written: HashMap<(String, String, u64), Readiness> = HashMap::new();
     let mut retry = tokio::time::interval(READY_RETRY_INTERVAL);
@@ -136,7 +140,7 @@ pub async fn run(
             if same {
                 continue;
             }
-            match write_one(&api, provider, verdict, &metrics).await {
+            match write_one(&api, provider, verdict, &metrics, &clock).await {
                 Written::Wrote | Written::Unchanged | Written::NotOurs => {
                     written.insert(key, verdict);
                 }

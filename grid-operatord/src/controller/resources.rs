@@ -147,6 +147,14 @@ pub const FINGERPRINT_PATTERN: &str = r"^:*([0-9A-Fa-f]:*){64}$";
 pub const EPP_ENDPOINT_PATTERN: &str = r"^https?://[^/?#\s]+/?$";
 /// `InferenceProvider.spec.metricsConfig.path`: absolute, no whitespace.
 pub const METRICS_PATH_PATTERN: &str = r"^/\S*$";
+/// `InferenceProvider.spec.serving.baseUrl`: an `http` or `https` base URL with a host,
+/// an optional path prefix, no query.
+pub const SERVING_URL_PATTERN: &str = r"^https?://[^/?#\s]+(/[^?#\s]*)?$";
+/// `GridSite.spec.serving.baseUrl`: the same, `https` only (other sites are reached over
+/// TLS with the gateway's certificate).
+pub const SITE_SERVING_URL_PATTERN: &str = r"^https://[^/?#\s]+(/[^?#\s]*)?$";
+/// Longest `model` name a gateway routes (its `models[].name` bound).
+pub const MAX_MODEL_NAME_BYTES: u32 = 256;
 
 /// A site of the grid: this operator's own (named by `--site`) or a peer it polls. The
 /// object's name is the site's name.
@@ -174,6 +182,36 @@ pub struct GridSiteSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.1, max = 3600.0))]
     pub timeout_seconds: Option<f64>,
+    /// What the site serves to other sites' gateways: their model-to-candidates table
+    /// follows it. Ignored on this site's own `GridSite` (its `InferenceProvider`s say it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<SiteServing>,
+}
+
+/// `GridSite.spec.serving`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteServing {
+    /// Where other sites' gateways send this site's requests (`https`, mutual TLS with
+    /// the gateway's certificate; a path prefix is kept before `/v1/...`).
+    #[schemars(regex(pattern = SITE_SERVING_URL_PATTERN))]
+    pub base_url: String,
+    /// Its providers, and the models each serves.
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub providers: Vec<ServedProvider>,
+}
+
+/// One provider of `GridSite.spec.serving.providers`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedProvider {
+    /// The provider's name at that site (its `grid_provider`).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The `model` values clients send that it serves.
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = MAX_MODEL_NAME_BYTES)))]
+    pub models: Vec<String>,
 }
 
 /// A provider of this site whose EPP the operator scrapes. The object's name is the
@@ -202,6 +240,23 @@ pub struct InferenceProviderSpec {
     /// reason `Unavailable` whatever the EPP says.
     #[serde(default)]
     pub unavailable: bool,
+    /// Where this site's gateway sends the provider's requests, and the models it
+    /// serves: the gateway's model-to-candidates table follows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ProviderServing>,
+}
+
+/// `InferenceProvider.spec.serving`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderServing {
+    /// The provider's OpenAI-compatible base URL inside the cluster (`http` or `https`;
+    /// a path prefix is kept before `/v1/...`).
+    #[schemars(regex(pattern = SERVING_URL_PATTERN))]
+    pub base_url: String,
+    /// The `model` values clients send that it serves.
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = MAX_MODEL_NAME_BYTES)))]
+    pub models: Vec<String>,
 }
 
 /// `spec.metricsConfig`.

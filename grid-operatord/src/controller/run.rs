@@ -109,34 +109,35 @@ pub async fn run(
     let mut stop = std::pin::pin!(stop);
     let site = source.deployment().site.clone();
     // A standby waits here, before it persists an epoch or publishes anything.
-    let mut held: std::pin::Pin<Box<dyn Future<Output = Error> + Send>> = match &election {
-        Some(e) => {
-            tokio::select! {
-                () = super::lease::acquire(&client, namespace, &site, &e.identity, e.timing) => {}
-                () = &mut stop => return Ok(()),
-            }
-            Box::pin(super::lease::hold(
-                client.clone(),
-                namespace.to_owned(),
-                site.clone(),
-                e.identity.clone(),
-                e.timing,
-            ))
-        }
-        None => Box::pin(std::future::pending()),
+    let Some(mut held) = elect(
+        &client,
+        namespace,
+        &site,
+        election.as_ref(),
+        &options,
+        &source,
+        &metrics,
+        &mut stop,
+    )
+    .await?
+    else {
+        return Ok(());
     };
     let mut restarts = 0u64;
     loop {
         let config = source.load()?;
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        let state = Arc::new(KubeStateStore::new(
-            client.clone(),
-            namespace,
-            &config.site,
-            &config.network,
-            metrics.clone(),
-        ));
+        let state = Arc::new(
+            KubeStateStore::new(
+                client.clone(),
+                namespace,
+                &config.site,
+                &config.network,
+                metrics.clone(),
+            )
+            .with_clock(options.clock.clone()),
+        );
         let dyn_source: Arc<dyn ConfigSource> = source.clone();
         let mut running = driver::start_with(
             config.clone(),
@@ -150,6 +151,7 @@ pub async fn run(
             Api::namespaced(client.clone(), namespace),
             running.verdicts.clone(),
             metrics.clone(),
+            options.clock.clone(),
         ));
         started.send_replace(Some(StartedDriver {
             restarts,
@@ -195,6 +197,87 @@ pub async fn run(
         }
         return result.and(stopped);
     }
+}
+
+/// What ends a writer's tenure: the Lease lost.
+type Tenure = std::pin::Pin<Box<dyn Future<Output = Error> + Send>>;
+
+/// With an election, waits as a standby until this replica holds the site's Lease, then
+/// keeps it (the tenure ends with [`Error::LeaseLost`]); without one, a tenure that never
+/// ends. `None` when `stop` resolved first.
+#[allow(clippy::too_many_arguments)]
+async fn elect(
+    client: &kube::Client,
+    namespace: &str,
+    site: &str,
+    election: Option<&Election>,
+    options: &Options,
+    source: &KubeConfigSource,
+    metrics: &ControllerMetrics,
+    stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<Tenure>, Error> {
+    let Some(e) = election else {
+        return Ok(Some(Box::pin(std::future::pending())));
+    };
+    let acquired = async {
+        super::lease::acquire(
+            client,
+            namespace,
+            site,
+            &e.identity,
+            e.timing,
+            &options.clock,
+        )
+        .await;
+    };
+    let metrics_addr = source.deployment().listen.metrics;
+    if !as_standby(metrics_addr, metrics, acquired, stop).await? {
+        return Ok(None);
+    }
+    Ok(Some(Box::pin(super::lease::hold(
+        client.clone(),
+        namespace.to_owned(),
+        site.to_owned(),
+        e.identity.clone(),
+        e.timing,
+        options.clock.clone(),
+    ))))
+}
+
+/// Waits as a standby until `acquired` resolves (`true`: this replica holds the Lease)
+/// or `stop` does (`false`). Meanwhile its probes answer on the metrics listener at
+/// `metrics_addr`, alive and not ready; the listener is closed before this returns, so
+/// the driver can bind the same address.
+async fn as_standby(
+    metrics_addr: std::net::SocketAddr,
+    metrics: &ControllerMetrics,
+    acquired: impl Future<Output = ()>,
+    stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Result<bool, Error> {
+    let probes = standby_probes(metrics_addr, metrics).await?;
+    let held = tokio::select! {
+        () = acquired => true,
+        () = stop => false,
+    };
+    probes.abort();
+    let _ = probes.await;
+    Ok(held)
+}
+
+/// A standby's metrics listener on `addr`, answering the probes (alive, not ready) and
+/// the controller's series until the task is aborted.
+async fn standby_probes(
+    addr: std::net::SocketAddr,
+    metrics: &ControllerMetrics,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let (listener, bound) = crate::bind::bind(addr).await?;
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    tracing::info!(metrics = %bound, "a standby: waiting for the site's Lease; /readyz answers 503 until it is held");
+    Ok(tokio::spawn(crate::metrics::serve_standby(
+        listener,
+        Arc::new(registry),
+    )))
 }
 
 /// Hands a change taken over live to the running driver; the configuration now

@@ -22,6 +22,7 @@ use super::api::{Answer, ControllerMetrics, Operation, bounded};
 use super::conditions::{self, Stated};
 use super::resources::{GridNetwork, GridNetworkStatus};
 use crate::Error;
+use crate::clock::Clock;
 use crate::state::StateStore;
 
 /// The site's state `ConfigMap` is this prefix followed by the site name.
@@ -44,7 +45,11 @@ pub struct KubeStateStore {
     /// The `ConfigMap`'s resourceVersion as this process last read or wrote it: the
     /// precondition of the mark's write.
     seen: Mutex<Option<String>>,
+    /// The high-water mark this process wrote at its start: its fencing token. A
+    /// `ConfigMap` holding a higher one belongs to a newer process of the site.
+    mark: Mutex<Option<u64>>,
     metrics: ControllerMetrics,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for KubeStateStore {
@@ -77,8 +82,18 @@ impl KubeStateStore {
             configmap: format!("{CONFIGMAP_PREFIX}{site}"),
             network: network.to_owned(),
             seen: Mutex::new(None),
+            mark: Mutex::new(None),
             metrics,
+            clock: Clock::system(),
         }
+    }
+
+    /// This store with its condition times read from `clock`, the operator's (the system
+    /// clock unless set).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The name of the site's state `ConfigMap`.
@@ -260,7 +275,9 @@ impl StateStore for KubeStateStore {
         if let Some(cm) = current.as_mut() {
             cm.metadata.resource_version.clone_from(&seen);
         }
-        self.write_configmap(current, EPOCH_KEY, &hwm.to_string())
+        self.write_configmap(current, EPOCH_KEY, &hwm.to_string())?;
+        *self.mark.lock().unwrap_or_else(PoisonError::into_inner) = Some(hwm);
+        Ok(())
     }
 
     fn load_feedback(&self) -> Result<Option<ReceiverState>, Error> {
@@ -286,7 +303,7 @@ impl StateStore for KubeStateStore {
         let evidence = serde_json::to_value(state).map_err(|e| failed(operation, e.to_string()))?;
         let mut status = network.status.clone().unwrap_or_default();
         let generation = network.metadata.generation;
-        let now = crate::clock::wall_ms();
+        let now = self.clock.wall_ms();
         if let Some(conditions) = conditions::apply(
             &status.conditions,
             &ages_rejected(state),
@@ -372,9 +389,27 @@ impl StateStore for KubeStateStore {
     fn store_fences(&self, fences: &FenceSet) -> Result<(), Error> {
         let text = serde_json::to_string(fences)
             .map_err(|e| failed("writing the batch fences", e.to_string()))?;
+        let mark = *self.mark.lock().unwrap_or_else(PoisonError::into_inner);
         let mut last = None;
         for _ in 0..FENCE_WRITE_ATTEMPTS {
             let current = self.read_configmap()?;
+            // Compare-and-swap, with or without an elected writer: the fences are
+            // written only while the ConfigMap's mark is still this process's (a newer
+            // process of the site, a replica without --identity or the successor of a
+            // rolling update, raised it and owns them), and only at the resourceVersion
+            // just read.
+            let held = Self::data(current.as_ref(), EPOCH_KEY).and_then(|m| m.parse::<u64>().ok());
+            if let (Some(held), Some(mine)) = (held, mark)
+                && held > mine
+            {
+                self.metrics.failed(Operation::StateWrite);
+                return Err(failed(
+                    "writing the batch fences",
+                    format!(
+                        "a newer process of the site owns them: the ConfigMap's mark {held} is above this process's {mine}"
+                    ),
+                ));
+            }
             match self.write_configmap(current, FENCES_KEY, &text) {
                 Err(e @ Error::KubeConflict { .. }) => last = Some(e),
                 other => return other,

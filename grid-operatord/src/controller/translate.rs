@@ -5,6 +5,7 @@
 //! running operator compares successive translations: the same resources must give an
 //! equal `Config`, whatever order a list or watch returned them in.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use grid_daemon::tls::Fingerprint;
@@ -15,9 +16,9 @@ use super::resources::{
 };
 use crate::Error;
 use crate::config::{
-    Config, DEFAULT_METRICS_PATH, DEFAULT_PEER_POLL_INTERVAL, DEFAULT_PEER_TIMEOUT,
-    DEFAULT_SCRAPE_INTERVAL, DEFAULT_SCRAPE_TIMEOUT, Listen, PeerConfig, ProviderConfig, TlsFiles,
-    TransportMode, TrustMode, metrics_url, parse_url, period,
+    CatalogCandidate, CatalogModel, Config, DEFAULT_METRICS_PATH, DEFAULT_PEER_POLL_INTERVAL,
+    DEFAULT_PEER_TIMEOUT, DEFAULT_SCRAPE_INTERVAL, DEFAULT_SCRAPE_TIMEOUT, Listen, PeerConfig,
+    ProviderConfig, TlsFiles, TransportMode, TrustMode, metrics_url, parse_url, period,
 };
 
 /// What the resources do not say: this process's own site, listeners and TLS files
@@ -100,6 +101,16 @@ pub fn translate(deployment: &Deployment, resources: &Resources) -> Result<Confi
         intervals.peer_poll_seconds,
         DEFAULT_PEER_POLL_INTERVAL,
     )?;
+    // This site's own GridSite says where peers reach it: its advertised host and port.
+    if let Some(own) = resources
+        .sites
+        .iter()
+        .find(|s| s.name_any() == deployment.site)
+    {
+        let (host, port) = advertised(own)?;
+        config.advertise_host = Some(host);
+        config.advertise_port = Some(port);
+    }
     let mut sites: Vec<&GridSite> = resources
         .sites
         .iter()
@@ -111,11 +122,12 @@ pub fn translate(deployment: &Deployment, resources: &Resources) -> Result<Confi
     }
     let mut providers: Vec<&InferenceProvider> = resources.providers.iter().collect();
     providers.sort_by_key(|p| p.name_any());
-    for provider in providers {
+    for provider in &providers {
         config
             .providers
             .push(provider_of(&deployment.site, provider)?);
     }
+    config.catalog = catalog_of(&deployment.site, &providers, &resources.sites)?;
     config.validate()?;
     Ok(config)
 }
@@ -139,6 +151,73 @@ fn trust_of(network: &GridNetwork, at: &dyn Fn(&str) -> String) -> Result<TrustM
             reason: "required in `spiffe` mode".into(),
         }),
     }
+}
+
+/// Where peers reach `site`, from its `signalsEndpoint`: the host (an IPv6 address
+/// without its brackets) and the port (443 when the URL names none), which the signals
+/// listener (TCP) and the SWIM socket (UDP) share.
+fn advertised(site: &GridSite) -> Result<(String, u16), Error> {
+    let field = format!("GridSite/{}.spec.signalsEndpoint", site.name_any());
+    let url = parse_url(&field, &site.spec.signals_endpoint, &["https"])?;
+    let host = url.host().unwrap_or_default();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Ok((host.to_owned(), url.port_u16().unwrap_or(443)))
+}
+
+/// The gateway's model-to-candidates table: this site's `InferenceProvider`s that say
+/// where they serve (`spec.serving`), and what every other `GridSite` serves
+/// (`spec.serving`). Models sorted by name, candidates by (site, provider).
+fn catalog_of(
+    own: &str,
+    providers: &[&InferenceProvider],
+    sites: &[GridSite],
+) -> Result<Vec<CatalogModel>, Error> {
+    let mut models: BTreeMap<String, Vec<CatalogCandidate>> = BTreeMap::new();
+    let mut add = |model: &str, site: &str, provider: &str, base_url: &str| {
+        models
+            .entry(model.to_owned())
+            .or_default()
+            .push(CatalogCandidate {
+                site: site.to_owned(),
+                provider: provider.to_owned(),
+                base_url: base_url.to_owned(),
+            });
+    };
+    for p in providers {
+        let Some(serving) = &p.spec.serving else {
+            continue;
+        };
+        let name = p.name_any();
+        let field = format!("InferenceProvider/{name}.spec.serving.baseUrl");
+        parse_url(&field, &serving.base_url, &["http", "https"])?;
+        for model in &serving.models {
+            add(model, own, &name, &serving.base_url);
+        }
+    }
+    for site in sites.iter().filter(|s| s.name_any() != own) {
+        let Some(serving) = &site.spec.serving else {
+            continue;
+        };
+        let name = site.name_any();
+        let field = format!("GridSite/{name}.spec.serving.baseUrl");
+        parse_url(&field, &serving.base_url, &["https"])?;
+        for p in &serving.providers {
+            for model in &p.models {
+                add(model, &name, &p.name, &serving.base_url);
+            }
+        }
+    }
+    Ok(models
+        .into_iter()
+        .map(|(name, mut candidates)| {
+            candidates.sort();
+            candidates.dedup_by(|a, b| a.site == b.site && a.provider == b.provider);
+            CatalogModel { name, candidates }
+        })
+        .collect())
 }
 
 fn peer_of(site: &GridSite) -> Result<PeerConfig, Error> {
@@ -276,6 +355,7 @@ mod tests {
                 signals_endpoint: format!("https://{name}.example:9443/v1/site/signals"),
                 fingerprints: pins.iter().map(|p| (*p).to_owned()).collect(),
                 timeout_seconds: None,
+                serving: None,
             },
         )
     }
@@ -294,6 +374,7 @@ mod tests {
                 },
                 pool: Some("llama-pool".into()),
                 unavailable: false,
+                serving: None,
             },
         );
         p.metadata.uid = Some(uid.into());
@@ -332,6 +413,81 @@ mod tests {
         assert_eq!(p.generation, 7);
         assert_eq!(p.pool.as_deref(), Some("llama-pool"));
         assert_eq!(p.stale_metrics, Some(std::time::Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn this_sites_own_grid_site_is_where_it_advertises_itself() {
+        let c = translate(&deployment(), &resources()).unwrap();
+        assert_eq!(
+            (c.advertise_host.as_deref(), c.advertise_port),
+            (Some("a.example"), Some(9443))
+        );
+        let mut r = resources();
+        r.sites[1].spec.signals_endpoint = "https://[fd00::a]/v1/site/signals".into();
+        let c = translate(&deployment(), &r).unwrap();
+        assert_eq!(
+            (c.advertise_host.as_deref(), c.advertise_port),
+            (Some("fd00::a"), Some(443)),
+            "an IPv6 host without brackets; https's port when none is named"
+        );
+        r.sites.remove(1);
+        let c = translate(&deployment(), &r).unwrap();
+        assert_eq!((c.advertise_host, c.advertise_port), (None, None));
+    }
+
+    /// A model and its (site, provider, baseUrl) candidates.
+    type CatalogRow<'a> = (&'a str, Vec<(&'a str, &'a str, &'a str)>);
+
+    #[test]
+    fn the_catalog_is_this_sites_serving_providers_and_what_every_other_site_serves() {
+        use super::super::resources::{ProviderServing, ServedProvider, SiteServing};
+        let mut r = resources();
+        r.providers[0].spec.serving = Some(ProviderServing {
+            base_url: "http://llama.a.svc:8000".into(),
+            models: vec!["llama-3".into()],
+        });
+        let served = |name: &str, models: &[&str]| ServedProvider {
+            name: name.into(),
+            models: models.iter().map(|m| (*m).to_owned()).collect(),
+        };
+        r.sites[2].spec.serving = Some(SiteServing {
+            base_url: "https://b.example:8443".into(),
+            providers: vec![served("llama", &["llama-3", "mistral"])],
+        });
+        // This site's own GridSite says nothing to its own gateway.
+        r.sites[1].spec.serving = Some(SiteServing {
+            base_url: "https://a.example:8443".into(),
+            providers: vec![served("other", &["ignored"])],
+        });
+        let c = translate(&deployment(), &r).unwrap();
+        let table: Vec<CatalogRow<'_>> = c
+            .catalog
+            .iter()
+            .map(|m| {
+                let cands = m
+                    .candidates
+                    .iter()
+                    .map(|c| (c.site.as_str(), c.provider.as_str(), c.base_url.as_str()))
+                    .collect();
+                (m.name.as_str(), cands)
+            })
+            .collect();
+        assert_eq!(
+            table,
+            [
+                (
+                    "llama-3",
+                    vec![
+                        ("a", "llama", "http://llama.a.svc:8000"),
+                        ("b", "llama", "https://b.example:8443"),
+                    ]
+                ),
+                ("mistral", vec![("b", "llama", "https://b.example:8443")]),
+            ]
+        );
+        // A remote site is reached over TLS only.
+        r.sites[2].spec.serving.as_mut().unwrap().base_url = "http://b.example:8443".into();
+        assert_eq!(field(&r), "GridSite/b.spec.serving.baseUrl");
     }
 
     #[test]

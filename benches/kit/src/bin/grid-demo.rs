@@ -45,6 +45,12 @@ struct Args {
     /// Print plain lines even on a terminal.
     #[arg(long)]
     plain: bool,
+    /// Run the grid as three Kubernetes clusters instead: each site in a network
+    /// namespace of its own with its own etcd and kube-apiserver, configured by the
+    /// example manifests, printing the kubectl commands that inspect it (needs root and
+    /// the Kubernetes peers `.ci/install` builds).
+    #[arg(long)]
+    kubernetes: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,6 +72,11 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    if args.kubernetes {
+        let outcome = runtime.block_on(kubernetes(Duration::from_secs(args.duration)));
+        runtime.shutdown_timeout(Duration::from_secs(2));
+        return outcome;
+    }
     let report = runtime.block_on(async {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -101,5 +112,81 @@ fn main() -> anyhow::Result<()> {
         println!("  {:>6.1} s  {}", e.at_ms as f64 / 1e3, e.text);
     }
     println!("plot written to {}", report.plot.display());
+    Ok(())
+}
+
+/// `--kubernetes`: three clusters, the grid they form, traffic through every gateway for
+/// `duration` (or until Ctrl-C), and the kubectl commands that inspect each cluster.
+async fn kubernetes(duration: Duration) -> anyhow::Result<()> {
+    use grid_kit::kube_grid::{KubeGrid, SiteSpec, site_name};
+    let specs: Vec<SiteSpec> = [(1, 2), (2, 2), (4, 2)]
+        .iter()
+        .enumerate()
+        .map(|(i, (endpoints, slots))| SiteSpec {
+            name: site_name(i),
+            endpoints: *endpoints,
+            slots: *slots,
+        })
+        .collect();
+    println!(
+        "grid-demo --kubernetes: starting three clusters (an etcd and a kube-apiserver each)..."
+    );
+    let grid = KubeGrid::start(&specs)
+        .await
+        .context("starting the clusters (as root, after bash .ci/install)")?;
+    let formed = grid.wait_formed(Duration::from_secs(90)).await?;
+    println!("the grid formed from the resources in {formed:?}\n");
+    for s in &grid.sites {
+        let netns = s.cluster.netns.as_deref().unwrap_or_default();
+        let kubectl = format!(
+            "ip netns exec {netns} env KUBECONFIG={} {} -n {}",
+            s.cluster.admin_kubeconfig.display(),
+            s.cluster.kubectl.display(),
+            s.namespace
+        );
+        println!(
+            "site {} ({} slots, at {}), inspect it with:",
+            s.name,
+            specs
+                .iter()
+                .find(|p| p.name == s.name)
+                .map_or(0, |p| p.endpoints * p.slots),
+            s.addr
+        );
+        println!("  {kubectl} get gridnetworks,gridsites,inferenceproviders");
+        println!("  {kubectl} get inferenceprovider llama -o jsonpath='{{.status.conditions}}'");
+        println!("  {kubectl} get configmap grid-site-{} -o yaml", s.name);
+        println!("  {kubectl} get lease grid-operator-{} -o yaml", s.name);
+    }
+    println!("\ntraffic through every gateway, 60 requests each per round (Ctrl-C stops):");
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = stop.send(true);
+        }
+    });
+    let began = grid_kit::clock::Stopwatch::start();
+    while began.elapsed() < duration && !*stopped.borrow() {
+        let rounds = futures::future::join_all(
+            (0..grid.sites.len()).map(|i| grid.traffic(i, 60, 12, Duration::from_secs(30))),
+        );
+        let traffic = tokio::select! {
+            t = rounds => t,
+            _ = stopped.changed() => break,
+        };
+        let line: Vec<String> = grid
+            .sites
+            .iter()
+            .zip(&traffic)
+            .map(|(s, t)| format!("gateway {}: {:?} lost {}", s.name, t.answered, t.lost()))
+            .collect();
+        println!(
+            "  {:>5.1} s  {}",
+            began.elapsed().as_secs_f64(),
+            line.join(" | ")
+        );
+    }
+    grid.stop().await;
+    println!("grid-demo --kubernetes: stopped; every cluster and namespace is gone.");
     Ok(())
 }
