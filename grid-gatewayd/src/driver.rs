@@ -382,19 +382,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     })?;
     let ext_proc_listener =
         bind_ext_proc(&config, &signals, request_metrics.clone(), ext_proc_metrics).await?;
-    // The retry budget learns how many requests each second saw off the request path.
     let retry_budget = Arc::new(grid_score::retry::RetryBudget::new());
-    let sampler = {
-        let (budget, metrics) = (Arc::clone(&retry_budget), request_metrics.clone());
-        tokio::spawn(async move {
-            let every = Duration::from_millis(grid_score::retry::SAMPLE_EVERY_MS);
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                budget.sample(crate::clock::now_unix_ms(), metrics.requests_total());
-            }
-        })
-    };
+    let sampler = sample_retry_budget(Arc::clone(&retry_budget), request_metrics.clone());
     let api = Api::new(Inner {
         routes: Arc::clone(&published),
         live_refresh: Arc::clone(signals.live_refresh()),
@@ -424,16 +413,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         tracing::info!(%bound, "Envoy external processor serving");
         (bound, task)
     });
-    let limits = server::Limits {
-        max_connections: config.max_connections,
-        header_timeout: Duration::from_millis(config.client_header_timeout_ms),
-        idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
-        write_timeout: Duration::from_millis(config.client_write_timeout_ms),
-    };
     let server = tokio::spawn(server::serve(
         listener,
         api,
-        limits,
+        limits_of(&config),
         listener_metrics,
         async move {
             let _ = stopped.wait_for(|s| *s).await;
@@ -450,8 +433,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
             reloads: poller.reloads.clone(),
             site_slots: Arc::clone(&site_slots),
         };
-        let stopped = stop.subscribe();
-        tokio::spawn(follow.run(stopped));
+        tokio::spawn(follow.run(stop.subscribe()));
     }
     Ok(Running {
         local_addr,
@@ -463,6 +445,32 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         server,
         site_slots,
         sampler,
+    })
+}
+
+/// The listener's bounds, from `config`.
+fn limits_of(config: &Config) -> server::Limits {
+    server::Limits {
+        max_connections: config.max_connections,
+        header_timeout: Duration::from_millis(config.client_header_timeout_ms),
+        idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
+        write_timeout: Duration::from_millis(config.client_write_timeout_ms),
+    }
+}
+
+/// Samples the requests served into `budget` every second, off the request path, so its
+/// window knows how many requests each second saw whether or not any was refused.
+fn sample_retry_budget(
+    budget: Arc<grid_score::retry::RetryBudget>,
+    metrics: RequestMetrics,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = Duration::from_millis(grid_score::retry::SAMPLE_EVERY_MS);
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            budget.sample(crate::clock::now_unix_ms(), metrics.requests_total());
+        }
     })
 }
 
