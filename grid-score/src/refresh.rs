@@ -449,6 +449,13 @@ mod tests {
             .unwrap()
     }
 
+    /// As many failures of `site`'s exchanges in a row as eject it.
+    fn fail_in_a_row(r: &Refresher, site: &str) {
+        for _ in 0..crate::live::CONSECUTIVE_FAILURES {
+            slot(r, site).record_failure();
+        }
+    }
+
     fn excluded(view: &RoutingView) -> Vec<String> {
         view.table()
             .get("m")
@@ -461,13 +468,11 @@ mod tests {
 
     #[test]
     fn a_site_failing_in_a_row_is_ejected_probed_and_back_once_a_probe_answers() {
-        use crate::live::{CONSECUTIVE_FAILURES, PROBE_INTERVAL_MS};
+        use crate::live::PROBE_INTERVAL_MS;
         let mut r = refresher_of(&["a", "b"]);
         let t0 = 1_000_000;
         r.refresh(t0);
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "a").record_failure();
-        }
+        fail_in_a_row(&r, "a");
         let refreshed = r.refresh_live_now(t0 + 10);
         assert_eq!(excluded(&refreshed.view), ["a:ejected"]);
         assert!(matches!(
@@ -495,17 +500,12 @@ mod tests {
 
     #[test]
     fn a_model_never_has_more_than_its_share_of_sites_ejected() {
-        use crate::live::CONSECUTIVE_FAILURES;
         let mut r = refresher_of(&["a", "b"]);
         let t0 = 1_000_000;
         r.refresh(t0);
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "a").record_failure();
-        }
+        fail_in_a_row(&r, "a");
         r.refresh_live_now(t0 + 10);
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "b").record_failure();
-        }
+        fail_in_a_row(&r, "b");
         let both = r.refresh_live_now(t0 + 20);
         // Both failing: the first ejected stays out, the other stays in, weighted down.
         assert_eq!(excluded(&both.view), ["a:ejected"]);
@@ -514,7 +514,6 @@ mod tests {
 
     #[test]
     fn a_lone_failing_site_stays_in_and_the_first_refresh_reports_no_change() {
-        use crate::live::CONSECUTIVE_FAILURES;
         let mut r = refresher_of(&["a"]);
         let t0 = 1_000_000;
         assert!(
@@ -525,9 +524,7 @@ mod tests {
         assert!(r.refresh(t0 + 1_000).events.is_empty());
         // The one site fails: with one candidate, ejecting it would leave nothing, so it
         // stays in (weighted down) and the model stays routable.
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "a").record_failure();
-        }
+        fail_in_a_row(&r, "a");
         let refreshed = r.refresh_live_now(t0 + 2_000);
         assert!(refreshed.view.is_routable("m"));
         assert!(excluded(&refreshed.view).is_empty());
@@ -679,16 +676,13 @@ mod tests {
 
     #[test]
     fn the_exclusion_series_says_the_one_reason_a_candidate_is_out() {
-        use crate::live::CONSECUTIVE_FAILURES;
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = ScoreMetrics::register(&mut registry);
         let mut r = refresher_of(&["a", "b"]);
         r.metrics = Some(metrics);
         let t0 = 1_000_000;
         r.refresh(t0);
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "a").record_failure();
-        }
+        fail_in_a_row(&r, "a");
         r.refresh_live_now(t0 + 10);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -715,13 +709,11 @@ mod tests {
 
     #[test]
     fn an_ejected_candidate_says_since_when_and_until_when_it_is_out() {
-        use crate::live::{BASE_EJECTION_MS, CONSECUTIVE_FAILURES};
+        use crate::live::BASE_EJECTION_MS;
         let mut r = refresher_of(&["a", "b"]);
         let t0 = 1_000_000;
         r.refresh(t0);
-        for _ in 0..CONSECUTIVE_FAILURES {
-            slot(&r, "a").record_failure();
-        }
+        fail_in_a_row(&r, "a");
         let view = r.refresh_live_now(t0 + 10).view;
         let snapshot = view.table().get("m").unwrap();
         let out = &snapshot.excluded()[0];
