@@ -170,8 +170,8 @@ mod tests {
     use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
     use grid_signals::store::{IngestReport, Sender, StoreConfig};
 
+    use crate::SplitMix64;
     use crate::config::ScoreConfig;
-    use crate::rng::SplitMix64;
     use crate::scorer::Routes;
     use crate::select::{Decision, Outcome, Path};
     use crate::snapshot::{Candidate, CandidateState, RouteTable};

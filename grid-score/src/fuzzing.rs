@@ -20,9 +20,9 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use crate::SplitMix64;
 use crate::config::ScoreConfig;
 use crate::reading::{CandidateKey, Reading, UnitQueues};
-use crate::rng::SplitMix64;
 use crate::scorer::{Routes, Scorer};
 use crate::select::{Decision, Path};
 use crate::snapshot::{CandidateState, RouteTable, UNMEASURED};

@@ -117,7 +117,6 @@ mod reading;
 pub mod refresh;
 pub mod retry;
 mod rho;
-mod rng;
 pub mod routing;
 mod scorer;
 mod select;
@@ -131,6 +130,7 @@ pub use config::{
     ScoreConfig, ShedConfig,
 };
 pub use error::{Error, RejectReason};
+pub use grid_signals::rng::{Rng, SplitMix64};
 pub use hash::{FastBuild, WordHash};
 pub use headroom::{
     MIN_SPREAD_MS, PACE_BACKOFF_WAITING_PER_SLOT, PACE_DOWN, PACE_FLOOR, PACE_PERIOD_MS,
@@ -140,7 +140,6 @@ pub use learner::{ExcludeReason, Observed};
 pub use metrics::ScoreMetrics;
 pub use reading::{CandidateKey, EppPool, Reading, UnitQueues};
 pub use rho::{MAX_RECENT_SAMPLES, RECENT_WINDOW_MS, RHO_CAP, RHO_SMOOTHING};
-pub use rng::{Rng, SplitMix64};
 pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
 pub use select::{Decision, Outcome, Path};
 pub use shed::{ShedState, SiteSaturation};

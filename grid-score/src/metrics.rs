@@ -411,8 +411,8 @@ impl ScoreMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SplitMix64;
     use crate::reading::Reading;
-    use crate::rng::SplitMix64;
     use crate::scorer::{Routes, Scorer};
     use crate::{CandidateKey, ScoreConfig};
 

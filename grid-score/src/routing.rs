@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
+use crate::Rng;
 use crate::catalog::{Catalog, ModelEntry, Upstream};
 use crate::reading::CandidateKey;
-use crate::rng::Rng;
 use crate::select::Decision;
 use crate::snapshot::RouteTable;
 

@@ -347,8 +347,8 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 )]
 mod tests {
     use super::*;
+    use crate::SplitMix64;
     use crate::reading::UnitQueues;
-    use crate::rng::SplitMix64;
     use crate::select::{Decision, Path};
     use crate::snapshot::{CandidateState, UNMEASURED};
 

@@ -4,7 +4,7 @@
 //! and its cumulative weights, so a pick is at most one uniform draw and one binary
 //! search.
 
-use crate::rng::Rng;
+use crate::Rng;
 use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
 
 grid_signals::label_values! {
@@ -135,8 +135,8 @@ impl RouteTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SplitMix64;
     use crate::reading::CandidateKey;
-    use crate::rng::SplitMix64;
     use crate::snapshot::{Candidate, Refusals, Signal};
 
     const REFUSE: Refusals = Refusals {

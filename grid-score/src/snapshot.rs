@@ -777,7 +777,7 @@ mod tests {
     fn a_site_without_a_signal_takes_the_overflow_only_once_every_measured_site_is_full() {
         let unknown = || Candidate::unmeasured(CandidateKey::new("remote", "p"), 8.0);
         let share_of_remote = |s: &RouteSnapshot| {
-            let mut rng = crate::rng::SplitMix64::new(3);
+            let mut rng = crate::SplitMix64::new(3);
             let picks = 4_000;
             let hits = (0..picks)
                 .filter(|_| {
@@ -874,7 +874,7 @@ mod tests {
             "{shares:?}"
         );
         // Drawn empirically, each share is what the picks come to.
-        let mut rng = crate::rng::SplitMix64::new(9);
+        let mut rng = crate::SplitMix64::new(9);
         let mut hits = [0_u32; 3];
         let picks = 20_000;
         for _ in 0..picks {

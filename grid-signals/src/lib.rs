@@ -24,7 +24,8 @@
 //!
 //! The store's read API for the ordering step (entries, learning state, latest readings,
 //! `window_worst`, reset events) is described in [`store`]; the wire rules of batches in
-//! `docs/wire.md`.
+//! `docs/wire.md`. Randomness comes in through [`rng::Rng`], the trait every grid crate
+//! draws from (grid-score's picks, grid-membership's SWIM).
 #![deny(clippy::disallowed_methods)]
 
 pub mod batch;
@@ -32,6 +33,7 @@ pub mod epp;
 mod error;
 pub mod exposition;
 mod labels;
+pub mod rng;
 pub mod signature;
 pub mod site;
 pub mod store;

@@ -1,9 +1,9 @@
-//! Randomness as an input: the project's one `Rng` trait (grid-score's), adapted to the
+//! Randomness as an input: the project's one `Rng` trait (grid-signals'), adapted to the
 //! trait foca draws from.
 
 use core::convert::Infallible;
 
-pub use grid_score::{Rng, SplitMix64};
+pub use grid_signals::rng::{Rng, SplitMix64};
 
 /// Hands an [`Rng`] to foca, which wants rand 0.10's core trait.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! Randomness as an input.
 //!
-//! The pure crate never reads a random source: the caller hands in something that
+//! No pure crate reads a random source: the caller hands in something that
 //! implements [`Rng`], so tests, proptests, the fuzzer and the routing simulator replay
-//! exactly, while the daemon can pass a fast thread-local generator of its own.
+//! exactly, while the daemons pass a fast thread-local generator of their own.
 
 /// A source of uniformly distributed 64-bit words.
 ///
