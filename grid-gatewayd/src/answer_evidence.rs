@@ -13,8 +13,8 @@ use grid_score::catalog::Upstream;
 use grid_score::live;
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::headers::SITE_HEADER;
 use crate::request_metrics::{FlowRefusalLabels, RequestMetrics, SiteLabels};
+use grid_gateway::headers::SITE_HEADER;
 
 /// A `Retry-After` value (RFC 9110 section 10.2.3: delay seconds, or an HTTP date) as
 /// milliseconds from `now`; `None` when it is neither.
@@ -76,7 +76,7 @@ pub(crate) struct Evidence<'a> {
 /// the answer's outcome (a 5xx is a serving failure) in `upstream`'s live slot, removes
 /// every `x-llm-d-flow-*` header, and sets the grid's `x-llm-d-flow-band-headroom-requests`
 /// (when `grid_headroom` has a fresh value) and `x-grid-site` (to `site_header`, the
-/// site's name as [`crate::headers::site_value`] makes it). What the client sees is the
+/// site's name as [`grid_gateway::headers::site_value`] makes it). What the client sees is the
 /// grid's advice, not one site's. No lock; allocates only when a site sent flow headers to
 /// strip; reads the clock only when the answer said something about room.
 pub(crate) fn take_live_evidence(
@@ -105,7 +105,7 @@ pub(crate) fn take_live_evidence(
     }
     let slot = upstream.live();
     if observation.has_room_signal() {
-        slot.record_room(crate::clock::now_unix_ms(), &observation);
+        slot.record_room(grid_gateway::clock::now_unix_ms(), &observation);
     }
     // Only an answer that says something about room or serving wakes a refresh; a plain
     // answer is counted at the next one.
@@ -115,14 +115,14 @@ pub(crate) fn take_live_evidence(
     }
     if full {
         // The site says it is full: read so for its Retry-After (bounded), as a full band.
-        let now = crate::clock::now_wall();
+        let now = grid_gateway::clock::now_wall();
         let mut hold_ms = None;
         headers.each(&mut |name, value| {
             if name == "retry-after" {
                 hold_ms = hold_ms.or_else(|| retry_after_ms(value, now));
             }
         });
-        slot.record_full(crate::clock::now_unix_ms(), hold_ms);
+        slot.record_full(grid_gateway::clock::now_unix_ms(), hold_ms);
         upstream.tally().refused();
         evidence
             .metrics

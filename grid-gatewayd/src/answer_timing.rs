@@ -76,7 +76,7 @@ impl<B> TimedBody<B> {
             self.ended = true;
             if let Some(first) = self.first {
                 self.slot
-                    .record_served(millis(crate::clock::monotonic() - first));
+                    .record_served(millis(grid_gateway::clock::monotonic() - first));
             }
         }
     }
@@ -97,7 +97,7 @@ where
         let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &frame {
             Some(Ok(f)) if f.is_data() && this.first.is_none() && this.head.streaming => {
-                let now = crate::clock::monotonic();
+                let now = grid_gateway::clock::monotonic();
                 this.first = Some(now);
                 // Only with the wait taken out is the time to first byte the site's speed
                 // and not its queue (grid_score::live, "turnover").
@@ -131,7 +131,7 @@ mod tests {
     use std::time::Duration;
 
     fn head(streaming: bool, queue_ms: Option<u64>, sent_ago: Duration) -> AnswerHead {
-        let now = crate::clock::monotonic();
+        let now = grid_gateway::clock::monotonic();
         AnswerHead {
             sent: now.checked_sub(sent_ago).unwrap_or(now),
             head: now,

@@ -46,13 +46,14 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{oneshot, watch};
 
-use crate::api_error::ApiErrorKind;
 use crate::client_write_bound::write_all_within;
 use crate::connection_watch::{Activity, InFlight};
 use crate::deadline_timer::DeadlineTimer;
-use crate::http_api::{Api, ResponseBody, Target};
+use crate::http_api::{Api, ResponseBody};
 use crate::server::Limits;
 use crate::server::{LINGER, LINGER_MAX_BYTES};
+use grid_gateway::refusal::ApiErrorKind;
+use grid_gateway::routes::Target;
 
 /// Room reserved in the read buffer when it runs low.
 const READ_RESERVE: usize = 8 * 1024;
@@ -199,7 +200,7 @@ impl DateCache {
     }
 
     fn now(&mut self) -> Bytes {
-        let now = crate::clock::now_wall();
+        let now = grid_gateway::clock::now_wall();
         let second = now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -312,7 +313,7 @@ pub(crate) async fn answer_probe(stream: TcpStream, api: Api, limits: Limits) ->
         return false;
     };
     let probe = matches!(
-        crate::http_api::classify(&head.method, head.uri.path()),
+        grid_gateway::routes::classify(&head.method, head.uri.path()),
         Ok(Target::Metrics | Target::Healthz | Target::Readyz | Target::Routing)
     );
     if !probe || head.framing != Framing::Empty {
@@ -385,7 +386,7 @@ async fn next_head(
         let idle = reader.buf.is_empty();
         if !idle && !begun {
             begun = true;
-            activity.head_started(crate::clock::monotonic());
+            activity.head_started(grid_gateway::clock::monotonic());
         }
         tokio::select! {
             biased;

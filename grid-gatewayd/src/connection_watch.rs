@@ -136,7 +136,7 @@ pub(crate) async fn watchdog(activity: Arc<Activity>, limits: Limits) -> Closed 
             Look::Again(at) => timer.as_mut().reset(at.into()),
         }
         timer.as_mut().await;
-        look = activity.look(crate::clock::monotonic(), limits);
+        look = activity.look(grid_gateway::clock::monotonic(), limits);
     }
 }
 
@@ -171,7 +171,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.end(crate::clock::monotonic());
+        self.0.end(grid_gateway::clock::monotonic());
     }
 }
 
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_connection_is_due_by_its_header_bound_then_its_idle_bound_never_while_busy() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         assert_eq!(
             a.deadline(LIMITS),
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_look_at_the_header_bound_closes_a_connection_that_sent_nothing() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         let due = t0 + LIMITS.header_timeout;
         assert_eq!(
@@ -259,7 +259,7 @@ mod tests {
             idle_timeout: Duration::from_secs(1),
             ..LIMITS
         };
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         // Looked at no later than one idle bound after opening, not at the header bound.
         assert_eq!(a.look(t0, limits), Look::Again(t0 + limits.idle_timeout));
@@ -277,7 +277,7 @@ mod tests {
             header_timeout: LIMITS.idle_timeout,
             ..LIMITS
         };
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         a.end(t0 + Duration::from_secs(1));
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_busy_connection_is_looked_at_again_before_its_answer_could_make_it_due() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         let look = t0 + Duration::from_secs(100);
@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_head_begun_after_an_answer_is_due_by_the_header_bound_from_its_first_byte() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         let ended = t0 + Duration::from_secs(1);
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_head_begun_just_before_the_idle_bound_closes_at_the_idle_bound() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         a.end(t0);
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn overlapping_requests_keep_the_connection_busy_until_the_last_ends() {
-        let t0 = crate::clock::monotonic();
+        let t0 = grid_gateway::clock::monotonic();
         let a = Activity::new(t0);
         a.start();
         a.start();

@@ -9,40 +9,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use grid_daemon::tls::{CertSlot, ReloadMetrics, Trust};
-use grid_feedback::{Reporter, ReporterMetrics};
-use grid_score::ScoreMetrics;
-use grid_signals::store::{IngestMetrics, StoreConfig};
+use grid_gateway::Error;
+use grid_gateway::config::Config;
+use grid_gateway::signals::{Handles, PollerTask, Signals};
+use grid_gateway::upstream::{self, Published};
+use grid_score::catalog::ModelSpec;
 use prometheus_client::registry::Registry;
-use rustls_pki_types::ServerName;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
 use crate::ext_proc::{self, ExtProc, ExtProcMetrics};
 use crate::http_api::{Api, Inner};
-use crate::poller::{PollMetrics, Poller, PollerConfig};
 use crate::request_metrics::RequestMetrics;
+use crate::server;
 use crate::site_slots::{SiteSlots, SlotsInUse};
-use crate::upstream::Published;
-use crate::{Error, poller, server, upstream};
-use grid_score::catalog::ModelSpec;
-use grid_score::refresh::Refresher;
-
-/// Model reloads waiting for the poller (each is a whole model list).
-pub const RELOAD_QUEUE: usize = 2;
-
-/// Metric handles a test or an embedder may read directly.
-#[derive(Clone, Debug)]
-pub struct Handles {
-    /// Poll results, shedding and routability per model.
-    pub poll: PollMetrics,
-    /// `grid_signals_ingest_dropped_total{reason}`.
-    pub ingest: IngestMetrics,
-    /// `grid_signals_feedback_failures_total{reason}`.
-    pub feedback: ReporterMetrics,
-}
 
 /// A running gateway.
 #[derive(Debug)]
@@ -133,221 +114,6 @@ impl Running {
     }
 }
 
-/// The signals side on its own: operator client, store, scorer, reporter and the routing
-/// slot they publish into. [`start`] uses it; a proxy that keeps its own HTTP server
-/// embeds it directly (see `examples/embedded_proxy.rs`).
-pub struct Signals {
-    reloads: mpsc::Sender<Vec<ModelSpec>>,
-    certificate: Arc<CertSlot>,
-    /// The client configuration toward remote sites, built from the same PEM read as
-    /// the operator client's.
-    sites_tls: rustls::ClientConfig,
-    operator_trust: Option<Arc<Trust>>,
-    /// `tls.ca`, followed by its bytes.
-    ca: Option<Arc<grid_daemon::tls::CaBundle>>,
-    cert_reloads: ReloadMetrics,
-    published: Published,
-    live_refresh: Arc<tokio::sync::Notify>,
-    handles: Handles,
-    score: ScoreMetrics,
-    poller: Poller,
-    /// The operator client and its URL, for following its catalog.
-    operator: (upstream::HttpClient, http::Uri),
-}
-
-impl std::fmt::Debug for Signals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signals")
-            .field("poller", &self.poller)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A spawned poller: stop it before draining the listener.
-#[derive(Debug)]
-pub struct PollerTask {
-    reloads: mpsc::Sender<Vec<ModelSpec>>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<Reporter>,
-    certificates: JoinHandle<()>,
-    /// The CA bundle's checks, when `tls.ca` is set.
-    ca: Option<JoinHandle<()>>,
-}
-
-impl PollerTask {
-    /// Replaces the routed models and candidates with `config`'s (a SIGHUP reload),
-    /// between two polls: candidates kept keep what the gateway learned of them. Only
-    /// `models` is reloaded; the rest of a configuration takes a restart.
-    ///
-    /// # Errors
-    ///
-    /// When `config` does not validate, or the poller has stopped.
-    pub async fn reload_models(&self, config: &Config) -> Result<(), Error> {
-        config.validate()?;
-        self.reloads
-            .send(config.catalog_specs())
-            .await
-            .map_err(|_| Error::ConfigField {
-                field: "models".into(),
-                reason: "the poller has stopped; nothing to reload".into(),
-            })
-    }
-
-    /// Stops polling and the certificate checks, and returns the reporter (its evidence
-    /// can be handed to a successor).
-    pub async fn stop(self) -> Option<Reporter> {
-        self.certificates.abort();
-        if let Some(ca) = &self.ca {
-            ca.abort();
-        }
-        let _ = self.stop.send(true);
-        self.task.await.ok()
-    }
-}
-
-impl Signals {
-    /// Builds everything from `config` and registers the metrics in `registry`. The routing
-    /// slot already holds a view (every candidate unmeasured); nothing runs until
-    /// [`Signals::spawn`].
-    pub fn new(config: &Config, registry: &mut Registry) -> Result<Self, Error> {
-        let material = crate::trust::material(config)?;
-        let certificate = crate::trust::certificate(config, &material)?;
-        let ca = crate::trust::ca_bundle(config)?;
-        let (operator_tls, operator_trust) =
-            crate::trust::operator_tls(config, &material, ca.as_ref(), &certificate)?;
-        let sites_tls = crate::trust::sites_tls(&material, ca.as_ref(), &certificate)?;
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
-        let operator_name =
-            ServerName::try_from(config.operator.identity.clone()).map_err(|e| {
-                Error::ConfigField {
-                    field: "operator.identity".into(),
-                    reason: e.to_string(),
-                }
-            })?;
-        let operator = upstream::operator_client(operator_tls, operator_name, connect_timeout);
-        let operator_uri = crate::config::parse_base_url("operator.url", &config.operator.url)?;
-
-        let score = ScoreMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
-        let cert_reloads =
-            ReloadMetrics::register(registry.sub_registry_with_prefix("grid_gateway"));
-        let handles = Handles {
-            poll: PollMetrics::register(registry),
-            ingest: IngestMetrics::register(registry),
-            feedback: ReporterMetrics::register(registry),
-        };
-        let catalog = Arc::new(config.catalog());
-        let mut refresher = Refresher::new(
-            catalog,
-            config.score_config(),
-            StoreConfig::default(),
-            Some(score.clone()),
-        );
-        let published: Published = Arc::new(ArcSwap::from_pointee(
-            refresher.refresh(crate::clock::now_unix_ms()).view,
-        ));
-        let reporter = Reporter::new(
-            poller::random_epoch()?,
-            poller::replica(&config.operator.replica)?,
-            handles.feedback.clone(),
-        );
-        let live_refresh = Arc::new(tokio::sync::Notify::new());
-        let catalog_client = (operator.clone(), operator_uri.clone());
-        let poller = Poller::new(
-            PollerConfig {
-                operator: operator_uri,
-                interval: Duration::from_millis(config.operator.poll_interval_ms),
-                poll_timeout: Duration::from_millis(config.operator.poll_timeout_ms),
-                feedback_timeout: Duration::from_millis(config.operator.feedback_timeout_ms),
-            },
-            operator,
-            refresher,
-            reporter,
-            Arc::clone(&published),
-            handles.ingest.clone(),
-            handles.poll.clone(),
-            Arc::clone(&live_refresh),
-        );
-        // A few pending reloads at most: each replaces the whole model list, so only the
-        // newest matters and a sender waits rather than queueing more.
-        let (reloads, reloaded) = mpsc::channel(RELOAD_QUEUE);
-        let prober = upstream::site_client(sites_tls.clone(), connect_timeout);
-        let poller = poller.with_reloads(reloaded).with_prober(prober);
-        Ok(Self {
-            reloads,
-            certificate,
-            sites_tls,
-            operator_trust,
-            ca,
-            cert_reloads,
-            published,
-            live_refresh,
-            handles,
-            score,
-            poller,
-            operator: catalog_client,
-        })
-    }
-
-    /// What the request path wakes after a response carried live evidence.
-    pub fn live_refresh(&self) -> &Arc<tokio::sync::Notify> {
-        &self.live_refresh
-    }
-
-    /// The slot requests load their routing view from.
-    pub fn published(&self) -> &Published {
-        &self.published
-    }
-
-    /// grid-score's metric handles, for counting decisions on the request path.
-    pub fn score_metrics(&self) -> &ScoreMetrics {
-        &self.score
-    }
-
-    /// Metric handles of the poll loop.
-    pub fn handles(&self) -> &Handles {
-        &self.handles
-    }
-
-    /// The site's certificate as this gateway presents it (to its operator and to remote
-    /// sites): build any further client with it so a renewal reaches that client too.
-    pub fn certificate(&self) -> &Arc<CertSlot> {
-        &self.certificate
-    }
-
-    /// The client configuration toward remote sites (the grid CA, the URL's host, the
-    /// site's certificate from [`Signals::certificate`]), for a proxy's site client.
-    pub fn sites_tls(&self) -> &rustls::ClientConfig {
-        &self.sites_tls
-    }
-
-    /// Starts polling and checking the certificate files (every
-    /// [`grid_daemon::tls::CERT_CHECK_INTERVAL`] and on SIGHUP). Call once the listener is
-    /// up: a gateway polls only while serving.
-    pub fn spawn(self) -> PollerTask {
-        let (stop, stopped) = watch::channel(false);
-        let ca = self.ca.map(|bundle| {
-            tokio::spawn(grid_daemon::tls::watch_ca(
-                bundle,
-                self.operator_trust.clone(),
-                grid_daemon::tls::CERT_CHECK_INTERVAL,
-            ))
-        });
-        let certificates = tokio::spawn(grid_daemon::tls::watch(
-            self.certificate,
-            self.operator_trust,
-            grid_daemon::tls::CERT_CHECK_INTERVAL,
-            self.cert_reloads,
-        ));
-        PollerTask {
-            reloads: self.reloads,
-            stop,
-            task: tokio::spawn(self.poller.run(stopped)),
-            certificates,
-            ca,
-        }
-    }
-}
-
 /// Loads the TLS identity, binds the listener, starts serving and then polling.
 pub async fn start(config: Config) -> Result<Running, Error> {
     let mut registry = Registry::default();
@@ -423,14 +189,15 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         },
     ));
     tracing::info!(%local_addr, site = %config.site, "gateway serving");
-    let catalog_client = signals.operator.clone();
+    let (operator, operator_uri) = signals.operator();
+    let (operator, operator_uri) = (operator.clone(), operator_uri.clone());
     let poller = signals.spawn();
     if config.operator.catalog {
         let follow = FollowCatalog {
-            client: catalog_client.0,
-            uri: catalog_client.1,
+            client: operator,
+            uri: operator_uri,
             template: config.clone(),
-            reloads: poller.reloads.clone(),
+            reloads: poller.reloads(),
             site_slots: Arc::clone(&site_slots),
         };
         tokio::spawn(follow.run(stop.subscribe()));
@@ -469,7 +236,7 @@ fn sample_retry_budget(
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            budget.sample(crate::clock::now_unix_ms(), metrics.requests_total());
+            budget.sample(grid_gateway::clock::now_unix_ms(), metrics.requests_total());
         }
     })
 }

@@ -10,7 +10,7 @@ use grid_score::catalog::TallyCounts;
 use grid_score::routing::RoutingView;
 use grid_score::{Candidate, CandidateEvidence, Excluded, Path, RouteSnapshot, UNMEASURED};
 
-use crate::poller::{PollMetrics, PollResult};
+use grid_gateway::poller::{PollMetrics, PollResult};
 
 /// Seconds from `ms` to `now_ms`, never negative.
 fn age_s(now_ms: u64, ms: u64) -> f64 {
@@ -235,8 +235,8 @@ mod tests {
 
     #[test]
     fn the_largest_document_a_configuration_allows_fits_the_document_cap() {
-        use crate::config::MAX_CANDIDATES_PER_MODEL;
         use grid_daemon::evidence::MAX_DOCUMENT_BYTES;
+        use grid_gateway::config::MAX_CANDIDATES_PER_MODEL;
         use grid_score::model_field::MAX_MODEL_NAME_BYTES;
         // Every name at its longest, every optional field present, every number at its
         // longest printed form.

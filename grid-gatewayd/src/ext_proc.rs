@@ -9,21 +9,21 @@
 //! `SEND`, everything else `NONE`/`SKIP`):
 //!
 //! 1. **Request headers.** The method and path are classified by the gateway's own route
-//!    table (`http_api::classify`): a `POST` to a proxied path waits for its body (the
+//!    table (`grid_gateway::routes::classify`): a `POST` to a proxied path waits for its body (the
 //!    client's `x-grid-*` and `x-gateway-destination-endpoint` headers are removed, so a
 //!    client cannot steer or forge routing); `GET /v1/models` is answered at once with the
 //!    gateway's list; anything else gets the gateway's 404 or 405.
 //! 2. **Request body**, buffered whole by Envoy (the cheapest mode that shows the JSON
 //!    `model`: `STREAMED` would hand it over in pieces to be joined here anyway). Larger
 //!    than `bodyLimitBytes`: 413. Its `model` is found by the gateway's scan, a site
-//!    picked by the same pure routing core (`http_api::decide`, counted in
+//!    picked by the same pure routing core (`grid_gateway::pick::decide`, counted in
 //!    `grid_gateway_score_decisions_total`), and Envoy told where to send it the way
 //!    llm-d's endpoint picker does: `x-gateway-destination-endpoint: host:port` (the
 //!    site's base URL authority) for an `ORIGINAL_DST` cluster with `use_http_header`,
 //!    plus `x-grid-site` and, for a base URL with a path prefix, `:path`. A shed model
 //!    gets an `ImmediateResponse` 429 with Retry-After, an unservable one 503 with
 //!    Retry-After, an unknown one 404: the gateway's own OpenAI-style answers
-//!    ([`crate::api_error`]).
+//!    ([`grid_gateway::refusal`]).
 //! 3. **Response headers**, the phase seed 003 says the flow-control headers must be read
 //!    in: `answer_evidence::take_live_evidence`, the proxy's own function, records them
 //!    and the outcome (a 5xx is a serving failure) in the site's live slot, removes the
@@ -71,11 +71,13 @@ use tonic::{Status, Streaming};
 
 use crate::answer_evidence::{AnswerHeaders, Evidence, take_live_evidence};
 use crate::answer_timing::AnswerHead;
-use crate::api_error::{ApiErrorKind, error_response};
-use crate::headers::{ROUTING_HEADER_PREFIX, SITE_HEADER};
-use crate::http_api::{Refusal, Routed, Target, classify, decide, model_of, models_body};
+use crate::http_api::models_body;
 use crate::request_metrics::RequestMetrics;
-use crate::upstream::Published;
+use grid_gateway::headers::{ROUTING_HEADER_PREFIX, SITE_HEADER};
+use grid_gateway::pick::{Routed, decide};
+use grid_gateway::refusal::{ApiErrorKind, Refusal, model_of};
+use grid_gateway::routes::{Target, classify};
+use grid_gateway::upstream::Published;
 
 /// The request header Envoy's `ORIGINAL_DST` cluster reads the destination from
 /// (`original_dst_lb_config.http_header_name`), as llm-d's endpoint picker sets it.
@@ -419,7 +421,7 @@ impl ExtProc {
         let phase = Phase::Routed {
             upstream: upstream.clone(),
             grid_headroom,
-            sent: crate::clock::monotonic(),
+            sent: grid_gateway::clock::monotonic(),
         };
         (
             Ok(reply(processing_response::Response::RequestBody(
@@ -460,12 +462,12 @@ impl ExtProc {
             status,
             &mut head,
             grid_headroom,
-            crate::headers::site_value(&upstream.site),
+            grid_gateway::headers::site_value(&upstream.site),
         );
         if status.is_success() {
             AnswerHead {
                 sent,
-                head: crate::clock::monotonic(),
+                head: grid_gateway::clock::monotonic(),
                 queue_ms: observation.queue_ms,
                 streaming,
             }
@@ -484,8 +486,7 @@ impl ExtProc {
     /// The gateway's own answer to a refused request, counted by its code.
     fn refuse(&self, refusal: &Refusal) -> ProcessingResponse {
         self.inner.metrics.outcome(refusal.kind.as_str());
-        let answer: http::Response<Bytes> =
-            error_response(refusal.kind, &refusal.message, refusal.retry_after_s);
+        let answer: http::Response<Bytes> = refusal.to_response();
         immediate(&answer, &format!("grid_{}", refusal.kind.as_str()))
     }
 }
@@ -633,7 +634,7 @@ mod tests {
             grid_signals::store::StoreConfig::default(),
             Some(score.clone()),
         );
-        let view = refresher.refresh(crate::clock::now_unix_ms()).view;
+        let view = refresher.refresh(grid_gateway::clock::now_unix_ms()).view;
         ExtProc::new(Shared {
             routes: Arc::new(arc_swap::ArcSwap::from_pointee(view)),
             live_refresh: Arc::new(tokio::sync::Notify::new()),

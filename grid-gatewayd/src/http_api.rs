@@ -42,28 +42,27 @@ use prometheus_client::registry::Registry;
 
 use crate::answer_evidence::{Evidence, take_live_evidence};
 use crate::answer_timing::{AnswerHead, TimedBody};
-use crate::api_error::{ApiErrorKind, error_response};
 use crate::coalesce_body::Coalesce;
-use crate::headers::{sanitize_request, strip_hop_by_hop};
 use crate::idle_body::{BoxError, IdleBody, IdleReport};
-use crate::poller::{PollMetrics, PollResult};
 use crate::request_body::{BodyFailure, read_whole};
 use crate::request_metrics::{
     RequestMetrics, RetryLabels, RetrySkipped, TimeoutPhase, UpstreamFailure, UpstreamFailureLabels,
 };
-use crate::request_rng::ThreadRng;
 use crate::site_slots::{ConnectionShare, NoSlot, SiteSlots};
 use grid_daemon::{exposition, probe};
-use grid_score::Decision;
+use grid_gateway::headers::{sanitize_request, strip_hop_by_hop};
+use grid_gateway::pick::{Routed, decide};
+use grid_gateway::poller::{PollMetrics, PollResult};
+use grid_gateway::refusal::{ApiErrorKind, Refusal, model_of};
+use grid_gateway::routes::{Target, admit};
 use grid_score::catalog::Upstream;
-use grid_score::model_field::find_model;
 use grid_score::retry::{AttemptEnd, RetryBudget, RetryCause, goes_elsewhere};
-use grid_score::routing::{RETRY_PATH, Route, RoutingView};
+use grid_score::routing::{RETRY_PATH, RoutingView};
 
 use crate::site_pool::{Outgoing, SiteBody, SiteError};
 use crate::site_slots::Slot;
-use crate::upstream::Published;
-use crate::upstream::{HttpClient, PlainConnect};
+use grid_gateway::upstream::Published;
+use grid_gateway::upstream::{HttpClient, PlainConnect};
 
 /// Boxed response body: either a streamed upstream answer or a small local one.
 pub(crate) type ResponseBody = BoxBody<Bytes, BoxError>;
@@ -82,10 +81,6 @@ fn probe(ready: bool, readiness: &str) -> Response<ResponseBody> {
     );
     r
 }
-
-/// The routes that carry a `model` and are proxied.
-pub(crate) const PROXIED_PATHS: [&str; 3] =
-    ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
 
 /// The request handler shared by every connection.
 #[derive(Clone)]
@@ -149,66 +144,14 @@ fn full(b: impl Into<Bytes>) -> ResponseBody {
     Full::new(b.into()).map_err(|never| match never {}).boxed()
 }
 
-fn api_error(
-    kind: ApiErrorKind,
-    message: &str,
-    retry_after_s: Option<u64>,
-) -> Response<ResponseBody> {
-    let mut r = error_response::<Full<Bytes>>(kind, message, retry_after_s)
+/// `refusal`'s answer, marked with its kind so [`Api::handle`] counts the outcome.
+fn refused(refusal: &Refusal) -> Response<ResponseBody> {
+    let mut r = refusal
+        .to_response::<Full<Bytes>>()
         .map(|b| b.map_err(|never| match never {}).boxed());
     // Read back by `handle` to count the outcome; extensions never reach the wire.
-    r.extensions_mut().insert(kind);
+    r.extensions_mut().insert(refusal.kind);
     r
-}
-
-/// Where a request is answered, by method and path: the one routing table of the API,
-/// which the Envoy external processor follows too.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// A `POST` to one of [`PROXIED_PATHS`]: routed by its `model`.
-    Proxied,
-    /// `GET /v1/models`.
-    Models,
-    /// `GET /metrics`.
-    Metrics,
-    /// `GET /healthz`.
-    Healthz,
-    /// `GET /readyz`.
-    Readyz,
-    /// `GET /v1/grid/routing`: the routing evidence, beside `/metrics`.
-    Routing,
-}
-
-/// The [`Target`] of `method` on `path`, or the answer refusing it (405 on a known
-/// route with the wrong method, 404 otherwise).
-pub(crate) fn classify(method: &Method, path: &str) -> Result<Target, Refusal> {
-    let get = method == Method::GET;
-    if PROXIED_PATHS.contains(&path) {
-        if method == Method::POST {
-            Ok(Target::Proxied)
-        } else {
-            Err(Refusal::new(ApiErrorKind::MethodNotAllowed, "use POST"))
-        }
-    } else if path == "/v1/models" {
-        if get {
-            Ok(Target::Models)
-        } else {
-            Err(Refusal::new(ApiErrorKind::MethodNotAllowed, "use GET"))
-        }
-    } else if get && path == "/metrics" {
-        Ok(Target::Metrics)
-    } else if get && path == grid_daemon::evidence::ROUTING_PATH {
-        Ok(Target::Routing)
-    } else if get && path == probe::HEALTHZ_PATH {
-        Ok(Target::Healthz)
-    } else if get && path == probe::READYZ_PATH {
-        Ok(Target::Readyz)
-    } else {
-        Err(Refusal::new(
-            ApiErrorKind::UnknownRoute,
-            format!("no route {path}"),
-        ))
-    }
 }
 
 /// The `GET /v1/models` body: the models with at least one routable site, in the
@@ -224,98 +167,6 @@ pub(crate) fn models_body(view: &RoutingView) -> String {
     serde_json::json!({"object": "list", "data": data}).to_string()
 }
 
-/// An answer the gateway makes itself instead of routing (OpenAI-style, `api_error`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    /// Status, `type` and `code`.
-    pub(crate) kind: ApiErrorKind,
-    /// The `message`.
-    pub(crate) message: String,
-    /// Retry-After seconds, on 429 and 503.
-    pub(crate) retry_after_s: Option<u64>,
-}
-
-impl Refusal {
-    /// A refusal without Retry-After.
-    pub(crate) fn new(kind: ApiErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            retry_after_s: None,
-        }
-    }
-
-    /// 413: the body is larger than `bodyLimitBytes`.
-    pub(crate) fn too_large(limit: usize) -> Self {
-        Self::new(
-            ApiErrorKind::BodyTooLarge,
-            format!("the request body is larger than {limit} bytes"),
-        )
-    }
-
-    /// The gateway's own answer.
-    fn into_response(self) -> Response<ResponseBody> {
-        api_error(self.kind, &self.message, self.retry_after_s)
-    }
-}
-
-/// The request body's `model` (a single-pass scan, `grid_score::model_field`), or 400.
-pub(crate) fn model_of(body: &[u8]) -> Result<std::borrow::Cow<'_, str>, Refusal> {
-    find_model(body).map_err(|e| Refusal::new(ApiErrorKind::BadRequest, e.to_string()))
-}
-
-/// Where one request goes, and the grid's headroom for its model to tell the client.
-#[derive(Debug)]
-pub(crate) struct Routed<'v> {
-    /// The chosen (site, provider).
-    pub(crate) upstream: &'v Upstream,
-    /// The sum of the fresh band headroom of the model's routable sites, when known.
-    pub(crate) grid_headroom: Option<u64>,
-}
-
-/// Picks a site for `model` from `view` (one pick, counted in grid-score's decision
-/// series) or says how to refuse: 404 for an unknown model, 429 when it sheds, 503 when
-/// no site can serve it, both with Retry-After.
-pub(crate) fn decide<'v>(
-    view: &'v RoutingView,
-    score: &grid_score::ScoreMetrics,
-    model: &str,
-) -> Result<Routed<'v>, Refusal> {
-    // The model's snapshot is looked up once, and the pick counted on the series found
-    // when the table was published.
-    let snapshot = view.table().get(model);
-    let decision = snapshot.map_or(Decision::UnknownModel, |s| s.pick(&mut ThreadRng));
-    score.record_in(snapshot, &decision);
-    let grid_headroom = snapshot.and_then(grid_score::RouteSnapshot::grid_headroom);
-    match view.route(model, &decision) {
-        Route::To { upstream, .. } => {
-            upstream.tally().picked();
-            Ok(Routed {
-                upstream,
-                grid_headroom,
-            })
-        }
-        Route::UnknownModel => Err(Refusal::new(
-            ApiErrorKind::NotFound,
-            format!("model {model:?} is not served here"),
-        )),
-        Route::Shed { retry_after_s } => Err(Refusal {
-            retry_after_s: Some(retry_after_s),
-            ..Refusal::new(
-                ApiErrorKind::Shedding,
-                format!("every site serving {model:?} is full; retry later"),
-            )
-        }),
-        Route::Unavailable { retry_after_s } => Err(Refusal {
-            retry_after_s: Some(retry_after_s),
-            ..Refusal::new(
-                ApiErrorKind::Unavailable,
-                format!("no site can serve {model:?} now"),
-            )
-        }),
-    }
-}
-
 impl Api {
     /// A handler over `inner`.
     pub(crate) fn new(inner: Inner) -> Self {
@@ -329,26 +180,19 @@ impl Api {
     /// outcome like every other refusal.
     pub(crate) fn refuse_head(&self, kind: ApiErrorKind, message: &str) -> Response<ResponseBody> {
         self.inner.metrics.outcome(kind.as_str());
-        api_error(kind, message, None)
+        refused(&Refusal::new(kind, message))
     }
 
-    /// Where a request is answered, judged by its head alone: its route ([`classify`]:
-    /// 404, 405) and, for a proxied one, the body length it declares (413 above
-    /// `bodyLimitBytes`, before a byte of the body is read). The one judgment of a head,
-    /// made by [`Api::handle`] and by the HTTP/1.1 server before it sends `100 Continue`,
-    /// so a client waiting to send its body is refused instead of invited to send it.
+    /// Where a request is answered, judged by its head alone ([`admit`]: 404, 405, 413
+    /// above `bodyLimitBytes`). Made by [`Api::handle`] and by the HTTP/1.1 server before
+    /// it sends `100 Continue`.
     pub(crate) fn admit(
         &self,
         method: &Method,
         path: &str,
         declared_len: u64,
     ) -> Result<Target, Refusal> {
-        let target = classify(method, path)?;
-        let limit = self.inner.body_limit;
-        if target == Target::Proxied && declared_len > limit as u64 {
-            return Err(Refusal::too_large(limit));
-        }
-        Ok(target)
+        admit(method, path, declared_len, self.inner.body_limit)
     }
 
     /// The answer refusing a request by its head alone ([`Api::admit`]), counted as its
@@ -361,7 +205,7 @@ impl Api {
     ) -> Option<Response<ResponseBody>> {
         let refusal = self.admit(method, path, declared_len).err()?;
         self.inner.metrics.outcome(refusal.kind.as_str());
-        Some(refusal.into_response())
+        Some(refused(&refusal))
     }
 
     /// Answers one request. Never fails: every problem becomes an OpenAI-style answer.
@@ -402,7 +246,7 @@ impl Api {
                     .any(|r| self.inner.poll.polls(r) > 0);
                 probe(ready, &self.readiness())
             }
-            Err(refusal) => refusal.into_response(),
+            Err(refusal) => refused(&refusal),
         };
         // Every answer `proxy` gives that is not its own refusal came from a site: known
         // without looking `x-grid-site` up in the answer's map.
@@ -455,7 +299,7 @@ impl Api {
             &view,
             &self.inner.poll,
             only.as_deref(),
-            crate::clock::now_unix_ms(),
+            grid_gateway::clock::now_unix_ms(),
         );
         let body = serde_json::to_vec(&doc).unwrap_or_default();
         let mut r = Response::new(full(body));
@@ -492,25 +336,13 @@ impl Api {
         let bound = self.inner.body_timeout;
         let body = match read_whole(body, limit, bound).await {
             Ok(body) => body,
-            Err(BodyFailure::TooLarge) => return too_large(limit),
-            Err(BodyFailure::TimedOut) => {
-                return api_error(
-                    ApiErrorKind::BodyTimeout,
-                    &format!("the request body did not arrive within {bound:?}"),
-                    None,
-                );
-            }
-            Err(BodyFailure::Read(e)) => {
-                return api_error(
-                    ApiErrorKind::BadRequest,
-                    &format!("reading the request body: {e}"),
-                    None,
-                );
-            }
+            Err(BodyFailure::TooLarge) => return refused(&Refusal::too_large(limit)),
+            Err(BodyFailure::TimedOut) => return refused(&Refusal::body_timeout(bound)),
+            Err(BodyFailure::Read(e)) => return refused(&Refusal::unreadable_body(&e)),
         };
         let model = match model_of(&body) {
             Ok(m) => m,
-            Err(refusal) => return refusal.into_response(),
+            Err(refusal) => return refused(&refusal),
         };
         sanitize_request(&mut parts.headers);
         let path_and_query = parts
@@ -525,7 +357,7 @@ impl Api {
                 upstream,
                 grid_headroom,
             }) => (upstream, grid_headroom),
-            Err(refusal) => return refusal.into_response(),
+            Err(refusal) => return refused(&refusal),
         };
         let mut retried = false;
         loop {
@@ -558,17 +390,9 @@ impl Api {
                     }
                 }
                 Err(Failed::Path(message)) => {
-                    return api_error(ApiErrorKind::BadRequest, &message, None);
+                    return refused(&Refusal::new(ApiErrorKind::BadRequest, message));
                 }
-                Err(Failed::ShareUsed) => {
-                    return api_error(
-                        ApiErrorKind::ConnectionShare,
-                        &format!(
-                            "this connection already has its share of the requests in flight to the site chosen for {model:?}"
-                        ),
-                        None,
-                    );
-                }
+                Err(Failed::ShareUsed) => return refused(&Refusal::connection_share(&model)),
                 Err(Failed::Connect) => AttemptEnd::NotSent,
                 Err(Failed::Exchange) => AttemptEnd::ResetBeforeAnswer,
                 Err(Failed::HeadersTimedOut) => AttemptEnd::NoAnswerInTime,
@@ -582,8 +406,8 @@ impl Api {
                 continue;
             }
             return match end {
-                AttemptEnd::NoAnswerInTime => upstream_timed_out(&model),
-                _ => upstream_failed(&model),
+                AttemptEnd::NoAnswerInTime => refused(&Refusal::upstream_timed_out(&model)),
+                _ => refused(&Refusal::upstream_failed(&model)),
             };
         }
     }
@@ -606,7 +430,7 @@ impl Api {
         if !self
             .inner
             .retry_budget
-            .try_retry(crate::clock::now_unix_ms(), metrics.requests_total())
+            .try_retry(grid_gateway::clock::now_unix_ms(), metrics.requests_total())
         {
             metrics.retry_skipped(RetrySkipped::Budget);
             return None;
@@ -641,12 +465,12 @@ impl Api {
         // over the hyper-util client.
         let pool = slot.pool.as_ref().filter(|_| upstream.scheme() == "http");
         let uri = if pool.is_some() {
-            crate::upstream::origin_uri_for(upstream, path_and_query)
+            grid_gateway::upstream::origin_uri_for(upstream, path_and_query)
         } else {
-            crate::upstream::uri_for(upstream, path_and_query)
+            grid_gateway::upstream::uri_for(upstream, path_and_query)
         }
         .map_err(|e| Failed::Path(format!("request path: {e}")))?;
-        let sent = crate::clock::monotonic();
+        let sent = grid_gateway::clock::monotonic();
         // The answer head's bound, from sending: a site in the clear keeps it on its
         // connection's timer (`deadline_timer`), the hyper-util client on one of its own.
         let head_by = tokio::time::Instant::now() + waits.headers;
@@ -672,7 +496,7 @@ impl Api {
                 let mut out = Request::new(Full::new(body.clone()));
                 *out.method_mut() = parts.method.clone();
                 *out.uri_mut() = uri.clone();
-                *out.headers_mut() = crate::headers::without_host(&parts.headers);
+                *out.headers_mut() = grid_gateway::headers::without_host(&parts.headers);
                 match tokio::time::timeout_at(head_by, self.inner.client.request(out)).await {
                     // hyper's client decodes the chunks and keeps the field: an answer
                     // coded otherwise too cannot be forwarded as framed (the pool's codec
@@ -696,7 +520,7 @@ impl Api {
                 strip_hop_by_hop(&mut rparts.headers);
                 let head = AnswerHead {
                     sent,
-                    head: crate::clock::monotonic(),
+                    head: grid_gateway::clock::monotonic(),
                     queue_ms: None,
                     streaming: rparts
                         .headers
@@ -763,9 +587,9 @@ impl Api {
                 return Failed::HeadersTimedOut;
             }
         };
-        let unacknowledged = !is_connect && crate::upstream::is_unacknowledged(error);
+        let unacknowledged = !is_connect && grid_gateway::upstream::is_unacknowledged(error);
         let connect = is_connect || unacknowledged;
-        if crate::upstream::is_connect_timeout(error) {
+        if grid_gateway::upstream::is_connect_timeout(error) {
             self.inner
                 .metrics
                 .timed_out(&upstream.site, TimeoutPhase::Connect);
@@ -886,24 +710,4 @@ where
         Coalesce::new(body)
     };
     body.map_err(Into::into).boxed()
-}
-
-fn too_large(limit: usize) -> Response<ResponseBody> {
-    Refusal::too_large(limit).into_response()
-}
-
-fn upstream_timed_out(model: &str) -> Response<ResponseBody> {
-    api_error(
-        ApiErrorKind::UpstreamTimeout,
-        &format!("the site chosen for {model:?} sent no answer in time"),
-        None,
-    )
-}
-
-fn upstream_failed(model: &str) -> Response<ResponseBody> {
-    api_error(
-        ApiErrorKind::UpstreamFailed,
-        &format!("the site chosen for {model:?} failed before answering"),
-        None,
-    )
 }

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use grid_gatewayd::Config;
+use grid_gateway::Config;
 
 /// Every proxied answer allocates a few times (a head's buffer, a body's frames, the
 /// request's state); mimalloc's thread-local free lists serve those in fewer

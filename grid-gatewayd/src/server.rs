@@ -282,7 +282,7 @@ pub(crate) async fn serve(
                 }
                 Err(e) => {
                     metrics.refused(Refusal::AcceptError);
-                    let (pause, log) = backoff.on_error(crate::clock::monotonic());
+                    let (pause, log) = backoff.on_error(grid_gateway::clock::monotonic());
                     if let Some(unlogged) = log {
                         tracing::warn!(error = %e, unlogged, retry_in = ?pause, "accept failed; backing off");
                     }
@@ -351,7 +351,7 @@ impl Connection {
     /// Tells HTTP/2 from HTTP/1.1 by the first bytes, then serves the connection with
     /// the gateway's own HTTP/1.1 server or hyper's HTTP/2 one, under one watchdog.
     async fn run(self, mut stream: TcpStream) -> Result<(), BoxError> {
-        let activity = Activity::new(crate::clock::monotonic());
+        let activity = Activity::new(grid_gateway::clock::monotonic());
         // Both polled only when their timer or the flag fired, not at every wake-up of
         // this task (`when_woken`).
         let mut watch = WhenWoken::new(watchdog(Arc::clone(&activity), self.limits));
@@ -576,7 +576,7 @@ mod tests {
 
     #[test]
     fn repeated_accept_errors_back_off_to_the_cap_and_log_once_per_interval() {
-        let start = crate::clock::monotonic();
+        let start = grid_gateway::clock::monotonic();
         let mut b = AcceptBackoff::default();
         let (mut now, mut logged, mut pauses) = (start, 0, Vec::new());
         // A minute of a listener out of descriptors.

@@ -24,7 +24,7 @@
 //!   dropped; a request that a closing pooled connection refused before any of it was
 //!   written is sent again on a new connection ([`MAX_STALE_RETRIES`]).
 //! - **Bounds**: connections are opened by the site client's own TCP connector under its
-//!   connect bound ([`crate::upstream::plain_connector`]: `TCP_NODELAY`,
+//!   connect bound ([`grid_gateway::upstream::plain_connector`]: `TCP_NODELAY`,
 //!   `TCP_USER_TIMEOUT`), at most
 //!   [`MAX_IDLE_PER_SITE`] idle connections are kept per site, and one idle longer than
 //!   [`POOL_IDLE_TIMEOUT`] is closed when next seen (the hyper-util client, without a pool
@@ -56,8 +56,8 @@ use tower_service::Service;
 
 use crate::deadline_timer::DeadlineTimer;
 use crate::idle_body::BoxError;
-use crate::upstream::PlainConnect;
-pub(crate) use crate::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
+use grid_gateway::upstream::PlainConnect;
+pub(crate) use grid_gateway::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
 use grid_h1_wire::{
     self as h1_wire, AnswerHead, BodyDecoder, Decoded, MAX_INTERIM_ANSWERS, Parsed, WireError,
 };
@@ -302,7 +302,8 @@ impl SitePool {
                 };
                 idle.pop()?
             };
-            if expired(idle.since, crate::clock::monotonic()) || *idle.conn.authority != *authority
+            if expired(idle.since, grid_gateway::clock::monotonic())
+                || *idle.conn.authority != *authority
             {
                 continue;
             }
@@ -320,7 +321,7 @@ impl SitePool {
         if idle.len() < MAX_IDLE_PER_SITE {
             idle.push(Idle {
                 conn,
-                since: crate::clock::monotonic(),
+                since: grid_gateway::clock::monotonic(),
             });
         }
     }
@@ -700,7 +701,7 @@ mod tests {
     }
 
     fn connector() -> PlainConnect {
-        crate::upstream::plain_connector(WAIT)
+        grid_gateway::upstream::plain_connector(WAIT)
     }
 
     /// A `GET /v1/models` to `authority` through `pool`, its connections opened by
@@ -893,17 +894,75 @@ mod tests {
         );
     }
 
+    /// A listener that never accepts, with the smallest backlog, its queue filled: the
+    /// kernel ignores further handshakes, so a connect to it waits. The connections that
+    /// filled it are held with it.
+    async fn stalled_listener(bound: Duration) -> (String, (socket2::Socket, Vec<TcpStream>)) {
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .unwrap();
+        socket
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(0).unwrap();
+        let authority = socket
+            .local_addr()
+            .unwrap()
+            .as_socket()
+            .unwrap()
+            .to_string();
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            match tokio::time::timeout(bound, TcpStream::connect(&authority)).await {
+                Ok(Ok(s)) => held.push(s),
+                _ => break,
+            }
+        }
+        (authority, (socket, held))
+    }
+
+    #[tokio::test]
+    async fn every_stalled_tcp_connect_toward_a_tls_site_counts_as_a_connect_timeout() {
+        let bound = Duration::from_millis(200);
+        let (authority, _held) = stalled_listener(bound).await;
+        let tls = rustls::ClientConfig::builder_with_provider(grid_daemon::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let client = grid_gateway::upstream::site_client(tls, bound);
+        let uri: http::Uri = format!("https://{authority}/v1/chat/completions")
+            .parse()
+            .unwrap();
+        let attempts = (0..8).map(|_| {
+            let mut req = http::Request::new(http_body_util::Full::new(Bytes::new()));
+            *req.uri_mut() = uri.clone();
+            client.request(req)
+        });
+        for failed in futures::future::join_all(attempts).await {
+            let e = failed.expect_err("connected past a full backlog");
+            assert!(e.is_connect(), "{e}");
+            assert!(
+                grid_gateway::upstream::is_connect_timeout(&e),
+                "not counted as a connect timeout: {e:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn a_connect_that_outlasts_its_bound_fails_as_a_connect_timeout() {
         let bound = Duration::from_millis(200);
-        let (authority, _held) = crate::upstream::tests::stalled_listener(bound).await;
+        let (authority, _held) = stalled_listener(bound).await;
         let pool = Arc::new(SitePool::default());
-        let slow = crate::upstream::plain_connector(bound);
+        let slow = grid_gateway::upstream::plain_connector(bound);
         let Err(e) = send_via(&pool, &slow, &authority).await else {
             panic!("connected past a full backlog");
         };
         assert!(e.is_connect(), "{e}");
-        assert!(crate::upstream::is_connect_timeout(&e), "{e}");
+        assert!(grid_gateway::upstream::is_connect_timeout(&e), "{e}");
     }
 
     #[tokio::test]
@@ -1022,7 +1081,7 @@ mod tests {
 
     #[test]
     fn a_connection_idle_for_the_idle_timeout_is_reused_and_one_idle_longer_is_not() {
-        let since = crate::clock::monotonic();
+        let since = grid_gateway::clock::monotonic();
         assert!(!expired(since, since + POOL_IDLE_TIMEOUT));
         assert!(expired(
             since,

@@ -40,8 +40,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::headers::site_value;
 use crate::site_pool::SitePool;
+use grid_gateway::headers::site_value;
 
 /// One client connection holds at most this share (one in this many) of a site's slots,
 /// and at least one: with the default 1,024 slots, 128, which is also what an HTTP/2

@@ -393,7 +393,7 @@ async fn the_api_listener_asks_the_kernel_for_the_configured_backlog() {
     let gw = start_gateway(|_| {}, &[("m", one("a", "http://127.0.0.1:9".into()))]).await;
     assert_eq!(
         listen_backlog_of(gw.addr.port()),
-        grid_gatewayd::config::DEFAULT_LISTEN_BACKLOG.min(somaxconn),
+        grid_gateway::config::DEFAULT_LISTEN_BACKLOG.min(somaxconn),
         "the default, as far as the kernel allows"
     );
     gw.shutdown().await;

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use grid_gatewayd::Config;
-use grid_gatewayd::config::{Candidate, OperatorConfig, OperatorTrust, TlsFiles};
+use grid_gateway::Config;
+use grid_gateway::config::{Candidate, OperatorConfig, OperatorTrust, TlsFiles};
+use grid_gateway::poller::PollResult;
 use grid_gatewayd::driver;
-use grid_gatewayd::poller::PollResult;
 use grid_kit::gateway_harness::fake_model::FakeModel;
 use grid_kit::gateway_harness::fake_operator::{FakeOperator, SiteLoad};
 use grid_kit::pki::{Ca, SiteFiles, server_config};

@@ -181,7 +181,7 @@ async fn unknown_model_route_and_method_get_404_and_405() {
 #[tokio::test]
 async fn body_limit_is_enforced_at_its_boundary_with_and_without_content_length() {
     let up = FakeModel::start("a").await;
-    let limit = grid_gatewayd::config::MIN_BODY_LIMIT_BYTES;
+    let limit = grid_gateway::config::MIN_BODY_LIMIT_BYTES;
     let gw = start_gateway(
         |c| c.body_limit_bytes = limit,
         &[("m", one("a", up.base_url()))],

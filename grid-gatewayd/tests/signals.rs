@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use grid_gatewayd::Config;
-use grid_gatewayd::config::Shedding;
+use grid_gateway::Config;
+use grid_gateway::config::Shedding;
+use grid_gateway::poller::PollResult;
 use grid_gatewayd::driver::{self, Running};
-use grid_gatewayd::poller::PollResult;
 use grid_kit::gateway_harness::fake_model::FakeModel;
 use grid_kit::gateway_harness::fake_operator::{FakeOperator, SiteLoad};
 use grid_kit::gateway_harness::{Cand, http1_client, post, send};

@@ -28,7 +28,7 @@ pub enum Error {
     Operator(#[from] grid_operatord::Error),
     /// The gateway refused its configuration or could not start.
     #[error("gateway: {0}")]
-    Gateway(#[from] grid_gatewayd::Error),
+    Gateway(#[from] grid_gateway::Error),
     /// The local grid did not reach the state it waits for in time.
     #[error("local grid: {what} not within {limit_ms} ms")]
     Timeout {

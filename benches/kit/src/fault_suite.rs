@@ -279,7 +279,7 @@ struct Tally {
     by_site: BTreeMap<String, u64>,
 }
 
-fn excluded_now(published: &grid_gatewayd::upstream::Published, site: &str) -> bool {
+fn excluded_now(published: &grid_gateway::upstream::Published, site: &str) -> bool {
     matches!(
         routing_of(&published.load_full(), MODEL, site),
         SiteRouting::Excluded(_)
@@ -289,7 +289,7 @@ fn excluded_now(published: &grid_gatewayd::upstream::Published, site: &str) -> b
 async fn worker(
     client: LoadClient,
     uri: http::Uri,
-    published: grid_gatewayd::upstream::Published,
+    published: grid_gateway::upstream::Published,
     stop: Arc<AtomicBool>,
     index: usize,
 ) -> Tally {

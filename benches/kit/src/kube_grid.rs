@@ -427,7 +427,7 @@ impl KubeGrid {
                 "identity = \"127.0.0.1\"",
             )
             .replace("/etc/grid/tls", &site.tls_dir.display().to_string());
-        let config = grid_gatewayd::config::Config::from_toml_str(&text)?;
+        let config = grid_gateway::config::Config::from_toml_str(&text)?;
         let gateway = on(self.handle(i), grid_gatewayd::driver::start(config)).await?;
         self.sites[i].gateway = Some(gateway);
         Ok(())

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grid_gatewayd::Config as GatewayConfig;
-use grid_gatewayd::config::{
+use grid_gateway::Config as GatewayConfig;
+use grid_gateway::config::{
     Candidate, OperatorConfig as GatewayOperator, Shedding as GatewayShedding,
     TlsFiles as GatewayTls,
 };
@@ -931,7 +931,7 @@ impl LocalGrid {
     }
 
     /// The gateway's routing slot, for watching the view from another task.
-    pub fn published(&self) -> grid_gatewayd::upstream::Published {
+    pub fn published(&self) -> grid_gateway::upstream::Published {
         Arc::clone(self.gateway().published())
     }
 

@@ -97,7 +97,7 @@ fn example(name: &str) -> toml::Table {
 }
 
 fn gateway_refusal(text: &str) -> String {
-    grid_gatewayd::Config::from_toml_str(text)
+    grid_gateway::Config::from_toml_str(text)
         .err()
         .map(|e| format!("{e:?} {e}"))
         .unwrap_or_default()

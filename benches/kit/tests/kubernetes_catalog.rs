@@ -140,7 +140,7 @@ async fn a_grid_site_or_inference_provider_added_reaches_the_gateway_without_a_r
         "pollIntervalSeconds = 0.2\n",
         "pollIntervalSeconds = 0.2\ncatalog = true\n",
     );
-    let config = grid_gatewayd::config::Config::from_toml_str(&text).unwrap();
+    let config = grid_gateway::config::Config::from_toml_str(&text).unwrap();
     let gateway = grid_gatewayd::driver::start(config).await.unwrap();
     routes(
         &gateway,

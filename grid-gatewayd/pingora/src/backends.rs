@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::ToSocketAddrs as _;
 
 use async_trait::async_trait;
-use grid_gatewayd::upstream::Published;
+use grid_gateway::upstream::Published;
 use grid_score::catalog::Upstream;
 use pingora_load_balancing::Backend;
 use pingora_load_balancing::discovery::ServiceDiscovery;

@@ -1,6 +1,6 @@
 //! The crate's one error type.
 
-/// What can go wrong turning grid's catalog into Pingora backends.
+/// What can go wrong turning grid's configuration and catalog into a Pingora proxy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -22,5 +22,16 @@ pub enum Error {
         site: String,
         /// Its base URL's `host:port`.
         authority: String,
+    },
+    /// `bodyLimitBytes` is above what Pingora can hold to send a body upstream after
+    /// reading its model.
+    #[error(
+        "bodyLimitBytes is {configured}; grid-pingora routes bodies of at most {most} bytes (Pingora's retry buffer): set bodyLimitBytes to {most} or less"
+    )]
+    BodyLimit {
+        /// The configured limit.
+        configured: usize,
+        /// The most grid-pingora can hold.
+        most: usize,
     },
 }

@@ -7,7 +7,7 @@
 //! still gets grid's exclusions this way.
 
 use async_trait::async_trait;
-use grid_gatewayd::upstream::Published;
+use grid_gateway::upstream::Published;
 use pingora_load_balancing::Backend;
 use pingora_load_balancing::health_check::HealthCheck;
 

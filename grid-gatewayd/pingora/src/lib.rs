@@ -16,7 +16,7 @@
 //!
 //! # I/O boundary
 //!
-//! None here beyond what grid-gatewayd's `Signals` does (the operator poll, on the
+//! None here beyond what grid-gateway's `Signals` does (the operator poll, on the
 //! background service's runtime): selection and health read the published view with one
 //! atomic load each, no lock, no store read. Addresses are a site's base URL authority,
 //! resolved by the OS when the backends are listed, off the request path.
@@ -39,6 +39,6 @@ mod signals_service;
 pub use backends::{SiteBackends, SiteOf, backend_of, peer_of};
 pub use error::Error;
 pub use health::GridHealth;
-pub use refusal::refusal;
+pub use refusal::{MAX_REPLAYED_BODY_BYTES, body_limit, refusal};
 pub use selection::{GridIter, GridSelection};
 pub use signals_service::SignalsService;

@@ -1,11 +1,19 @@
-//! The answer when grid sends a request nowhere: the gateway's own statuses and
-//! OpenAI-style bodies (429 with Retry-After when shedding, 503 with Retry-After when no
-//! site can serve, 404 for a model not served here, 400 for a body without a model).
+//! The answer when grid sends a request nowhere: grid-gateway's refusals, the same
+//! status, OpenAI-style body and Retry-After every other front end gives, and the body
+//! limit Pingora can honour.
 
 use bytes::Bytes;
-use grid_gatewayd::api_error::{ApiErrorKind, error_response};
-use grid_gatewayd::request_rng::ThreadRng;
-use grid_score::routing::{Route, RoutingView};
+use grid_gateway::Config;
+use grid_gateway::refusal::Refusal;
+use grid_gateway::request_rng::ThreadRng;
+use grid_score::routing::RoutingView;
+
+use crate::Error;
+
+/// The largest request body grid-pingora can route: the model is read from the whole
+/// body before the site is chosen, and Pingora sends a body read that early upstream
+/// only from its retry buffer, which holds this much (`BODY_BUF_LIMIT`).
+pub const MAX_REPLAYED_BODY_BYTES: usize = 64 * 1024;
 
 /// The answer to a request for `model` that [`crate::GridSelection`] gave no backend:
 /// the view's pick says why (a refusal is rare and a pick is tens of nanoseconds). `None`
@@ -13,37 +21,25 @@ use grid_score::routing::{Route, RoutingView};
 /// selects again.
 pub fn refusal(view: &RoutingView, model: &str) -> Option<http::Response<Bytes>> {
     let decision = view.pick(model, &mut ThreadRng);
-    let (kind, message, retry_after_s) = match view.route(model, &decision) {
-        Route::To { .. } => return None,
-        Route::Shed { retry_after_s } => (
-            ApiErrorKind::Shedding,
-            format!("every site serving {model:?} is full; retry later"),
-            Some(retry_after_s),
-        ),
-        Route::Unavailable { retry_after_s } => (
-            ApiErrorKind::Unavailable,
-            format!("no site can serve {model:?} now"),
-            Some(retry_after_s),
-        ),
-        Route::UnknownModel => (
-            ApiErrorKind::NotFound,
-            format!("model {model:?} is not served here"),
-            None,
-        ),
-    };
-    Some(error_response(kind, &message, retry_after_s))
+    Refusal::or_route(model, view.route(model, &decision))
+        .err()
+        .map(|refused| refused.to_response())
 }
 
-/// The answer to a body in which no model can be found.
-pub fn no_model(why: &str) -> http::Response<Bytes> {
-    error_response(ApiErrorKind::BadRequest, why, None)
-}
-
-/// The answer to a body longer than the proxy holds to find its model.
-pub fn too_large(limit: usize) -> http::Response<Bytes> {
-    error_response(
-        ApiErrorKind::BodyTooLarge,
-        &format!("the request body is larger than {limit} bytes"),
-        None,
-    )
+/// `config`'s `bodyLimitBytes`, the limit every front end refuses a body above, when
+/// grid-pingora can honour it.
+///
+/// # Errors
+///
+/// [`Error::BodyLimit`] when it is above [`MAX_REPLAYED_BODY_BYTES`]: a proxy that
+/// refused at a lower limit than the daemon would answer the same request differently.
+pub fn body_limit(config: &Config) -> Result<usize, Error> {
+    let configured = config.body_limit_bytes;
+    if configured > MAX_REPLAYED_BODY_BYTES {
+        return Err(Error::BodyLimit {
+            configured,
+            most: MAX_REPLAYED_BODY_BYTES,
+        });
+    }
+    Ok(configured)
 }

@@ -9,8 +9,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use grid_gatewayd::request_rng::ThreadRng;
-use grid_gatewayd::upstream::Published;
+use grid_gateway::request_rng::ThreadRng;
+use grid_gateway::upstream::Published;
 use grid_score::routing::Route;
 use pingora_load_balancing::Backend;
 use pingora_load_balancing::selection::{BackendIter, BackendSelection};

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use grid_gatewayd::driver::Signals;
+use grid_gateway::Signals;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 

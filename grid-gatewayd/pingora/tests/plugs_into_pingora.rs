@@ -21,7 +21,7 @@ fn candidate(site: &str, scheme: &str, authority: &str) -> CandidateSpec {
     }
 }
 
-fn published(candidates: Vec<CandidateSpec>) -> grid_gatewayd::upstream::Published {
+fn published(candidates: Vec<CandidateSpec>) -> grid_gateway::upstream::Published {
     let catalog = Arc::new(Catalog::new(&[ModelSpec {
         name: "m".into(),
         candidates,
@@ -32,11 +32,11 @@ fn published(candidates: Vec<CandidateSpec>) -> grid_gatewayd::upstream::Publish
         grid_signals::store::StoreConfig::default(),
         None,
     );
-    let view = refresher.refresh(grid_gatewayd::clock::now_unix_ms()).view;
+    let view = refresher.refresh(grid_gateway::clock::now_unix_ms()).view;
     Arc::new(arc_swap::ArcSwap::from_pointee(view))
 }
 
-fn two_sites() -> grid_gatewayd::upstream::Published {
+fn two_sites() -> grid_gateway::upstream::Published {
     published(vec![
         candidate("a", "http", "127.0.0.1:8001"),
         candidate("b", "http", "127.0.0.1:8002"),

@@ -120,7 +120,7 @@ impl FakeOperator {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         // Publisher epochs are wall-clock based; a minute ago is well inside the lead bound.
-        let epoch = grid_gatewayd::clock::now_unix_ms() - 60_000;
+        let epoch = grid_gateway::clock::now_unix_ms() - 60_000;
         let state = Arc::new(Mutex::new(State {
             epoch,
             ..State::default()
@@ -202,7 +202,7 @@ async fn handle(
             };
             tokio::time::sleep(delay).await;
             // Stamped when answered, as a real operator's relay is.
-            let now = grid_gatewayd::clock::now_unix_ms();
+            let now = grid_gateway::clock::now_unix_ms();
             let date = httpdate::fmt_http_date(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(now),
             );

@@ -17,8 +17,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use grid_gatewayd::Config;
-use grid_gatewayd::config::{Candidate, OperatorConfig, TlsFiles};
+use grid_gateway::Config;
+use grid_gateway::config::{Candidate, OperatorConfig, TlsFiles};
 use grid_gatewayd::driver::{self, Running};
 
 /// Every test exchange is bounded by this, so a hung proxy fails the test instead of CI.

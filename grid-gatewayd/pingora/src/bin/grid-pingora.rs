@@ -11,11 +11,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use bytes::Bytes;
-use grid_gatewayd::Config;
-use grid_gatewayd::driver::Signals;
-use grid_gatewayd::upstream::Published;
-use grid_pingora::{GridSelection, SignalsService, SiteBackends, SiteOf, peer_of, refusal};
-use grid_score::model_field::find_model;
+use grid_gateway::Config;
+use grid_gateway::Signals;
+use grid_gateway::refusal::{Refusal, model_of};
+use grid_gateway::routes::{Target, admit, unknown_route};
+use grid_gateway::upstream::Published;
+use grid_pingora::{
+    GridSelection, SignalsService, SiteBackends, SiteOf, body_limit, peer_of, refusal,
+};
 use pingora_core::ErrorType::ConnectNoRoute;
 use pingora_core::server::Server;
 use pingora_core::services::background::{GenBackgroundService, background_service};
@@ -25,14 +28,6 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_load_balancing::{Backend, Backends, LoadBalancer};
 use pingora_proxy::{ProxyHttp, Session, http_proxy_service};
 use std::sync::Arc;
-
-/// How long a client has to send its whole request body: the model is in it, so nothing
-/// is routed before it is read.
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The largest body read to find the model: Pingora's retry buffer, which replays it
-/// upstream, holds this much (`BODY_BUF_LIMIT`); a longer body is refused 413.
-const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// How often the sites are listed again (a model reload may add one).
 const REDISCOVER_EVERY: Duration = Duration::from_secs(10);
@@ -48,6 +43,11 @@ struct GridProxy {
     /// for this long has its request ended (Pingora's own downstream write timeout, reset
     /// by every write), which drops the site's answer.
     write_timeout: Duration,
+    /// The gateway's `bodyLimitBytes` (at most what Pingora can replay upstream).
+    body_limit: usize,
+    /// The gateway's `clientBodyTimeoutSeconds`: the whole body, from the head. The model
+    /// is in it, so nothing is routed before it is read.
+    body_timeout: Duration,
 }
 
 #[async_trait]
@@ -60,23 +60,48 @@ impl ProxyHttp for GridProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        session.set_read_timeout(Some(BODY_TIMEOUT));
         session.set_write_timeout(Some(self.write_timeout));
+        // The head alone: 404 and 405 as the daemon's routes say (only the proxied routes
+        // are served here), 413 for a declared length above the limit.
+        let head = session.req_header();
+        let declared = head
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        match admit(&head.method, head.uri.path(), declared, self.body_limit) {
+            Ok(Target::Proxied) => {}
+            Ok(_) => return answer(session, &unknown_route(head.uri.path())).await,
+            Err(refused) => return answer(session, &refused).await,
+        }
         session.enable_retry_buffering();
-        while session.read_request_body().await?.is_some() {}
-        if session.retry_buffer_truncated() {
-            return answer(session, refusal::too_large(MAX_BODY_BYTES)).await;
+        let limit = self.body_limit;
+        let read = tokio::time::timeout(self.body_timeout, async {
+            let mut length = 0;
+            while let Some(chunk) = session.read_request_body().await? {
+                length += chunk.len();
+                if length > limit {
+                    return Ok(false);
+                }
+            }
+            Ok::<_, Box<Error>>(true)
+        });
+        match read.await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return answer(session, &Refusal::too_large(limit)).await,
+            Ok(Err(e)) => return answer(session, &Refusal::unreadable_body(&e)).await,
+            Err(_) => return answer(session, &Refusal::body_timeout(self.body_timeout)).await,
         }
         let body = session.get_retry_buffer().unwrap_or_default();
-        let model = match find_model(&body) {
+        let model = match model_of(&body) {
             Ok(model) => model,
-            Err(e) => return answer(session, refusal::no_model(&e.to_string())).await,
+            Err(refused) => return answer(session, &refused).await,
         };
         *ctx = self.balancer.select(model.as_bytes(), MAX_TRIES);
         // Only a request grid gave no site asks why (the pick again, tens of nanoseconds).
         let refused = ctx.is_none().then(|| refusal(&self.routes.load(), &model));
         match refused.flatten() {
-            Some(refused) => answer(session, refused).await,
+            Some(refused) => answer_with(session, refused).await,
             None => Ok(false),
         }
     }
@@ -95,7 +120,7 @@ impl ProxyHttp for GridProxy {
         _: &mut Self::CTX,
     ) -> Result<()> {
         // Clients must not forge routing headers downstream.
-        request.remove_header(grid_gatewayd::headers::SITE_HEADER.as_str());
+        request.remove_header(grid_gateway::headers::SITE_HEADER.as_str());
         Ok(())
     }
 
@@ -106,14 +131,19 @@ impl ProxyHttp for GridProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         if let Some(site) = ctx.as_ref().and_then(|b| b.ext.get::<SiteOf>()) {
-            response.insert_header(grid_gatewayd::headers::SITE_HEADER, &*site.site)?;
+            response.insert_header(grid_gateway::headers::SITE_HEADER, &*site.site)?;
         }
         Ok(())
     }
 }
 
+/// Writes `refused` as the whole answer; `Ok(true)`: the request is done.
+async fn answer(session: &mut Session, refused: &Refusal) -> Result<bool> {
+    answer_with(session, refused.to_response()).await
+}
+
 /// Writes grid's refusal as the whole answer; `Ok(true)`: the request is done.
-async fn answer(session: &mut Session, refused: http::Response<Bytes>) -> Result<bool> {
+async fn answer_with(session: &mut Session, refused: http::Response<Bytes>) -> Result<bool> {
     let (parts, body) = refused.into_parts();
     let mut head = ResponseHeader::build(parts.status, Some(parts.headers.len() + 1))?;
     for (name, value) in &parts.headers {
@@ -130,6 +160,7 @@ fn main() -> anyhow::Result<()> {
         .nth(1)
         .context("usage: grid-pingora GATEWAY_CONFIG")?;
     let config = Config::load(path.as_ref())?;
+    let body_limit = body_limit(&config)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let signals = Signals::new(&config, &mut registry)?;
     let routes = signals.published().clone();
@@ -149,6 +180,8 @@ fn main() -> anyhow::Result<()> {
             balancer: balancer.task(),
             routes,
             write_timeout: Duration::from_millis(config.client_write_timeout_ms),
+            body_limit,
+            body_timeout: Duration::from_millis(config.client_body_timeout_ms),
         },
     );
     proxy.add_tcp(&config.listen.to_string());

@@ -1,9 +1,20 @@
-//! OpenAI-style error answers: `{"error": {"message", "type", "code"}}`.
+//! The answers a gateway makes itself instead of routing: OpenAI-style errors
+//! (`{"error": {"message", "type", "code"}}`), one [`Refusal`] per reason.
 //!
-//! Clients written for OpenAI-compatible servers (the official SDKs retry on 429 and 5xx and honour
-//! Retry-After) understand these without knowing grid exists.
+//! Every front end (the daemon's HTTP/1.1 and HTTP/2 servers, its Envoy external
+//! processor, grid-pingora, the embedding example) refuses through these functions, so
+//! the same request is refused with the same status, body and Retry-After whichever
+//! front end carried it. Clients written for OpenAI-compatible servers (the official
+//! SDKs retry on 429 and 5xx and honour Retry-After) understand them without knowing grid
+//! exists.
+
+use std::borrow::Cow;
+use std::time::Duration;
 
 use bytes::Bytes;
+use grid_score::catalog::Upstream;
+use grid_score::model_field::find_model;
+use grid_score::routing::Route;
 use http::{HeaderValue, Response, StatusCode, header};
 
 /// Every way the gateway itself answers a request with an error. The label is the `code`
@@ -30,7 +41,7 @@ pub enum ApiErrorKind {
     /// 429: the model is shedding (every healthy site full).
     Shedding,
     /// 429: the request's connection already holds its share of the chosen site's slots
-    /// (`site_slots::SITE_SHARE_DIVISOR`).
+    /// (the daemon's per-connection share of a site).
     ConnectionShare,
     /// 503: every candidate of the model is excluded.
     Unavailable,
@@ -114,6 +125,124 @@ pub fn error_response<B: From<Bytes>>(
         h.insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     resp
+}
+
+/// An answer the gateway makes itself instead of routing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Status, `type` and `code`.
+    pub kind: ApiErrorKind,
+    /// The `message`.
+    pub message: String,
+    /// Retry-After seconds, on 429 and 503.
+    pub retry_after_s: Option<u64>,
+}
+
+impl Refusal {
+    /// A refusal without Retry-After.
+    pub fn new(kind: ApiErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retry_after_s: None,
+        }
+    }
+
+    /// Where `route` sends a request for `model`, or why it is refused: 404 for a model
+    /// not served here, 429 when every site is full, 503 when no site can serve it, both
+    /// with Retry-After.
+    ///
+    /// # Errors
+    ///
+    /// The refusal, for every route but [`Route::To`].
+    pub fn or_route<'v>(model: &str, route: Route<'v>) -> Result<&'v Upstream, Self> {
+        match route {
+            Route::To { upstream, .. } => Ok(upstream),
+            Route::UnknownModel => Err(Self::new(
+                ApiErrorKind::NotFound,
+                format!("model {model:?} is not served here"),
+            )),
+            Route::Shed { retry_after_s } => Err(Self {
+                retry_after_s: Some(retry_after_s),
+                ..Self::new(
+                    ApiErrorKind::Shedding,
+                    format!("every site serving {model:?} is full; retry later"),
+                )
+            }),
+            Route::Unavailable { retry_after_s } => Err(Self {
+                retry_after_s: Some(retry_after_s),
+                ..Self::new(
+                    ApiErrorKind::Unavailable,
+                    format!("no site can serve {model:?} now"),
+                )
+            }),
+        }
+    }
+
+    /// 413: the body is larger than `bodyLimitBytes`.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            ApiErrorKind::BodyTooLarge,
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// 408: the body did not arrive whole within `bound` (`clientBodyTimeoutSeconds`).
+    pub fn body_timeout(bound: Duration) -> Self {
+        Self::new(
+            ApiErrorKind::BodyTimeout,
+            format!("the request body did not arrive within {bound:?}"),
+        )
+    }
+
+    /// 400: the body could not be read (`why`, the reader's error).
+    pub fn unreadable_body(why: &dyn std::fmt::Display) -> Self {
+        Self::new(
+            ApiErrorKind::BadRequest,
+            format!("reading the request body: {why}"),
+        )
+    }
+
+    /// 429: the request's connection already holds its share of the slots of the site
+    /// chosen for `model`.
+    pub fn connection_share(model: &str) -> Self {
+        Self::new(
+            ApiErrorKind::ConnectionShare,
+            format!(
+                "this connection already has its share of the requests in flight to the site chosen for {model:?}"
+            ),
+        )
+    }
+
+    /// 504: the site chosen for `model` sent no answer head in time.
+    pub fn upstream_timed_out(model: &str) -> Self {
+        Self::new(
+            ApiErrorKind::UpstreamTimeout,
+            format!("the site chosen for {model:?} sent no answer in time"),
+        )
+    }
+
+    /// 502: the site chosen for `model` failed before answering.
+    pub fn upstream_failed(model: &str) -> Self {
+        Self::new(
+            ApiErrorKind::UpstreamFailed,
+            format!("the site chosen for {model:?} failed before answering"),
+        )
+    }
+
+    /// The answer itself: status, JSON body, Retry-After when set.
+    pub fn to_response<B: From<Bytes>>(&self) -> Response<B> {
+        error_response(self.kind, &self.message, self.retry_after_s)
+    }
+}
+
+/// The request body's `model` (a single-pass scan, `grid_score::model_field`), or 400.
+///
+/// # Errors
+///
+/// The 400 refusal, naming what the body lacks.
+pub fn model_of(body: &[u8]) -> Result<Cow<'_, str>, Refusal> {
+    find_model(body).map_err(|e| Refusal::new(ApiErrorKind::BadRequest, e.to_string()))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use grid_score::model_field::MAX_MODEL_NAME_BYTES;
 /// The example configuration shipped in `docs/examples/gateway.toml`, embedded so the
 /// documented example can never rot (a test loads it). The daemon never loads it on its
 /// own: it binds `0.0.0.0`, which a gateway started without `--config` must not do.
-pub const EXAMPLE_CONFIG_TOML: &str = include_str!("../../docs/examples/gateway.toml");
+pub const EXAMPLE_CONFIG_TOML: &str = include_str!("../../../docs/examples/gateway.toml");
 
 /// Smallest accepted request body limit: below 1 KiB not even a short chat request fits.
 pub const MIN_BODY_LIMIT_BYTES: usize = 1 << 10;
@@ -448,7 +448,7 @@ impl Config {
     /// [`Config::validate`] as [`Config::from_toml_str`] does.
     ///
     /// ```
-    /// use grid_gatewayd::config::{Candidate, Config, OperatorConfig, TlsFiles};
+    /// use grid_gateway::config::{Candidate, Config, OperatorConfig, TlsFiles};
     ///
     /// let mut config = Config::new(
     ///     "a",
@@ -1166,7 +1166,7 @@ mod tests {
 
     #[test]
     fn the_kubernetes_examples_gateway_configuration_loads_and_follows_the_catalog() {
-        let yaml = include_str!("../../docs/examples/kubernetes/gateway.yaml");
+        let yaml = include_str!("../../../docs/examples/kubernetes/gateway.yaml");
         // The ConfigMap's `gateway.toml: |` block, its indentation removed.
         let block = yaml
             .lines()

@@ -17,7 +17,7 @@ pub const SITE_HEADER: HeaderName = HeaderName::from_static("x-grid-site");
 
 /// `site` as the value of [`SITE_HEADER`], when it can be one (a configured name always
 /// can: names are checked when the configuration is read).
-pub(crate) fn site_value(site: &str) -> Option<HeaderValue> {
+pub fn site_value(site: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(site).ok()
 }
 

@@ -1,0 +1,42 @@
+//! One request's decision: the pick from the published view, counted, or the refusal.
+
+use grid_score::catalog::Upstream;
+use grid_score::routing::RoutingView;
+use grid_score::{Decision, RouteSnapshot, ScoreMetrics};
+
+use crate::refusal::Refusal;
+use crate::request_rng::ThreadRng;
+
+/// Where one request goes, and the grid's headroom for its model to tell the client.
+#[derive(Debug)]
+pub struct Routed<'v> {
+    /// The chosen (site, provider).
+    pub upstream: &'v Upstream,
+    /// The sum of the fresh band headroom of the model's routable sites, when known.
+    pub grid_headroom: Option<u64>,
+}
+
+/// Picks a site for `model` from `view` (one pick, counted in grid-score's decision
+/// series `score`) or says how to refuse ([`Refusal::or_route`]).
+///
+/// # Errors
+///
+/// The refusal, when the view routes `model` nowhere.
+pub fn decide<'v>(
+    view: &'v RoutingView,
+    score: &ScoreMetrics,
+    model: &str,
+) -> Result<Routed<'v>, Refusal> {
+    // The model's snapshot is looked up once, and the pick counted on the series found
+    // when the table was published.
+    let snapshot = view.table().get(model);
+    let decision = snapshot.map_or(Decision::UnknownModel, |s| s.pick(&mut ThreadRng));
+    score.record_in(snapshot, &decision);
+    let grid_headroom = snapshot.and_then(RouteSnapshot::grid_headroom);
+    let upstream = Refusal::or_route(model, view.route(model, &decision))?;
+    upstream.tally().picked();
+    Ok(Routed {
+        upstream,
+        grid_headroom,
+    })
+}
