@@ -488,7 +488,20 @@ spec:
             site.start_sim(i).await?;
         }
         site.start_epp(health)?;
-        site.wait_ready_pods(spec.sims.len()).await?;
+        if spec.metrics_auth {
+            // Behind authentication the gauges cannot be read without a token: the EPP
+            // answering at all is what is waited for.
+            let url = site.metrics_url();
+            let url = url.as_str();
+            wait_until(
+                "the EPP's /metrics answering",
+                START_DEADLINE,
+                || async move { get(url, None).await.is_ok() },
+            )
+            .await?;
+        } else {
+            site.wait_ready_pods(spec.sims.len()).await?;
+        }
         site.start_envoy()?;
         let envoy = site.envoy;
         wait_until("Envoy listening", START_DEADLINE, || async move {
@@ -796,5 +809,85 @@ spec:
             tail(&self.dir.path().join("epp.log")),
             tail(&self.dir.path().join("envoy.log"))
         )
+    }
+}
+
+/// One URL for a site as a co-located operator and a gateway see it: `GET /metrics` is
+/// the EPP's, everything else goes to Envoy (the `OpenAI` API through the EPP). In a
+/// cluster these are two Services; the grid's test harnesses take a site as one base
+/// URL, so this joins them and changes nothing else (bodies stream through).
+#[derive(Debug)]
+pub struct Front {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Front {
+    /// Its base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl LlmdSite {
+    /// Starts a [`Front`] for this site on loopback.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot bind.
+    pub async fn front(&self) -> Result<Front, Error> {
+        use hyper::body::Incoming;
+        use hyper_util::client::legacy::Client;
+        use hyper_util::client::legacy::connect::HttpConnector;
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(err)?;
+        let addr = listener.local_addr().map_err(err)?;
+        let (metrics, envoy) = (self.epp_metrics, self.envoy);
+        let client: Client<HttpConnector, Incoming> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                            let client = client.clone();
+                            async move {
+                                let to = if req.uri().path() == "/metrics" {
+                                    metrics
+                                } else {
+                                    envoy
+                                };
+                                let pq = req
+                                    .uri()
+                                    .path_and_query()
+                                    .map_or("/", http::uri::PathAndQuery::as_str)
+                                    .to_owned();
+                                *req.uri_mut() = format!("http://{to}{pq}").parse().expect("a URI");
+                                req.headers_mut().remove(http::header::HOST);
+                                client.request(req).await
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Front { addr, task })
     }
 }
