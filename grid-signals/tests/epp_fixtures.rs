@@ -177,3 +177,42 @@ fn a_scrape_built_from_fixtures_mixing_old_and_current_names_concludes_in_flight
         ]
     );
 }
+
+/// The expositions recorded from the real EPP (`benches/kit/fixtures/epp-real/`, written
+/// by `benches/kit/tests/real_epp.rs`), read as the operator reads them: the whole body
+/// parses, and what grid reads is there under the release's spellings.
+#[test]
+fn every_recorded_real_epp_exposition_parses_whole_and_gives_its_pool_readings() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches/kit/fixtures/epp-real");
+    let read = |name: &str| {
+        let body = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let parsed = grid_signals::epp::ScrapeBody::parse(&body);
+        assert_eq!(parsed.refused().total(), 0, "{name}: a refused line");
+        let r = read_scrape(parsed.samples(), &PoolSelector::Named("llama".into()));
+        assert_eq!(r.rejected.total(), 0, "{name}");
+        assert_eq!(r.pools_seen, 1, "{name}");
+        assert_eq!(r.ready_endpoints, Some(2.0), "{name}");
+        let units: Vec<&str> = r.per_endpoint_queue.keys().map(String::as_str).collect();
+        assert_eq!(units, ["llama-0-rank-0", "llama-1-rank-0"], "{name}");
+        // Not written by the release: the KV spread, per-endpoint in-flight, TTFT, TPOT.
+        assert_eq!(r.std_dev_kv_cache, None, "{name}");
+        assert_eq!(r.inflight_requests, None, "{name}");
+        assert_eq!(
+            (r.counters.ttft.as_ref(), r.counters.tpot.as_ref()),
+            (None, None)
+        );
+        r
+    };
+    let idle = read("two-pods-after-four-requests.prom");
+    assert_eq!(idle.counters.requests, Some(4.0));
+    assert_eq!(idle.flow_control_queue, Some(0.0));
+    assert!(close(idle.average_running, 0.0) && close(idle.average_queue, 0.0));
+    let held = read("two-pods-twelve-requests-held.prom");
+    // Twelve requests on two endpoints of two slots: two running and four queued on each.
+    assert!(close(held.average_running, 2.0) && close(held.average_queue, 4.0));
+    let release = std::fs::read_to_string(dir.join("RELEASE")).unwrap();
+    assert_eq!(
+        release.trim(),
+        "sigs.k8s.io/gateway-api-inference-extension v1.5.0"
+    );
+}

@@ -30,6 +30,7 @@ pub mod instant_upstream;
 pub mod kube_cluster;
 pub mod kube_grid;
 pub mod latency;
+pub mod llmd;
 pub mod load;
 pub mod local_grid;
 pub mod netns;

