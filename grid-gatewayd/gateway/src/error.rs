@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// Why the gateway refused to start or to (re)load something.
 ///
 /// Request-path failures are not errors of this type: they are answered to the client as
-/// OpenAI-style JSON (see [`crate::api_error`]) and counted, never propagated.
+/// OpenAI-style JSON (see [`crate::refusal`]) and counted, never propagated.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -45,7 +45,7 @@ pub struct Handles {
 }
 
 /// The signals side on its own: operator client, store, scorer, reporter and the routing
-/// slot they publish into. [`start`] uses it; a proxy that keeps its own HTTP server
+/// slot they publish into. The daemon's driver uses it; a proxy that keeps its own HTTP server
 /// embeds it directly (see `examples/embedded_proxy.rs`).
 pub struct Signals {
     reloads: mpsc::Sender<Vec<ModelSpec>>,

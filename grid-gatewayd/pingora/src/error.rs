@@ -34,4 +34,10 @@ pub enum Error {
         /// The most grid-pingora can hold.
         most: usize,
     },
+    /// grid's signals could not be built from the configuration.
+    #[error(transparent)]
+    Gateway(#[from] grid_gateway::Error),
+    /// Pingora could not make its server.
+    #[error("pingora: {0}")]
+    Pingora(Box<pingora_core::Error>),
 }

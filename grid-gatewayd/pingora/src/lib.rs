@@ -11,8 +11,8 @@
 //! - [`SiteBackends`]: the backends themselves, one per site of the catalog.
 //! - [`SignalsService`]: grid's poller as a Pingora background service.
 //!
-//! The `grid-pingora` binary is the whole proxy; `docs/embedding.md` counts its routing
-//! lines.
+//! - [`proxy`]: the whole proxy, a Pingora server the `grid-pingora` binary runs;
+//!   `docs/embedding.md` counts its routing lines.
 //!
 //! # I/O boundary
 //!
@@ -32,6 +32,7 @@
 mod backends;
 mod error;
 mod health;
+pub mod proxy;
 pub mod refusal;
 mod selection;
 mod signals_service;

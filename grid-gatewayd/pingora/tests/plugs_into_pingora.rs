@@ -141,3 +141,25 @@ async fn health_is_grids_a_routed_site_is_healthy_and_an_unlisted_backend_is_not
     assert!(!health.routes_to("z"));
     assert_eq!(health.health_threshold(true), 1);
 }
+
+#[test]
+fn the_body_limit_is_the_gateways_up_to_what_pingora_can_replay_and_refused_above_it() {
+    use grid_gateway::config::{OperatorConfig, TlsFiles};
+    let mut config = grid_gateway::Config::new(
+        "a",
+        "127.0.0.1:0".parse().unwrap(),
+        OperatorConfig::new("https://127.0.0.1:9", "operator.a.grid"),
+        TlsFiles::new("gateway.crt", "gateway.key", None::<&str>),
+    );
+    config.body_limit_bytes = grid_pingora::MAX_REPLAYED_BODY_BYTES;
+    assert_eq!(
+        grid_pingora::body_limit(&config).unwrap(),
+        grid_pingora::MAX_REPLAYED_BODY_BYTES
+    );
+    config.body_limit_bytes = grid_pingora::MAX_REPLAYED_BODY_BYTES + 1;
+    let refused = grid_pingora::body_limit(&config).unwrap_err();
+    assert!(
+        refused.to_string().contains("bodyLimitBytes"),
+        "names the key: {refused}"
+    );
+}

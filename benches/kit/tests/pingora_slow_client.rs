@@ -1,4 +1,4 @@
-//! The `grid-pingora` binary holds a client that stops reading to the gateway's
+//! grid-pingora's proxy holds a client that stops reading to the gateway's
 //! `clientWriteTimeoutSeconds` (Pingora's downstream write timeout): the site's answer is
 //! dropped once the client has taken nothing for the bound, not when the client leaves.
 
@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use grid_kit::daemon_process::Daemon;
 use grid_kit::gateway_harness::fake_model::{Behaviour, FakeModel};
+use grid_kit::pingora_proxy::PingoraProxy;
 use grid_kit::pki;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -38,6 +38,7 @@ fn config(dir: &Path, listen: SocketAddr, site_url: &str) -> std::path::PathBuf 
         r#"site = "a"
 listen = "{listen}"
 clientWriteTimeoutSeconds = {bound}
+bodyLimitBytes = {body_limit}
 
 [operator]
 url = "https://127.0.0.1:9"
@@ -53,6 +54,7 @@ name = "m"
 candidates = [{{ site = "a", provider = "p", baseUrl = "{site_url}" }}]
 "#,
         bound = BOUND.as_secs_f64(),
+        body_limit = grid_pingora::MAX_REPLAYED_BODY_BYTES,
         cert = files.cert.display(),
         key = files.key.display(),
         ca = files.ca.display(),
@@ -69,10 +71,8 @@ async fn a_client_that_stops_reading_has_its_answer_dropped_at_the_write_bound()
     let dir = tempfile::tempdir().unwrap();
     let listen = free_loopback_addr();
     let conf = config(dir.path(), listen, &site.base_url());
-    let proxy = Daemon::spawn(
-        Path::new(env!("CARGO_BIN_EXE_grid-pingora")),
-        &[conf.to_str().unwrap()],
-    );
+    let proxy = PingoraProxy::start(&grid_gateway::Config::load(&conf).unwrap())
+        .expect("grid-pingora starts");
     // A client with a tiny receive buffer that reads the answer's first bytes, then stops.
     let started = Instant::now();
     let mut client = loop {
@@ -103,7 +103,6 @@ async fn a_client_that_stops_reading_has_its_answer_dropped_at_the_write_bound()
     }
     assert!(stalled.elapsed() >= BOUND / 2, "cut before the bound");
     drop(client);
-    // Killed when dropped: the test's subject was the bound, not the shutdown.
     drop(proxy);
 }
 

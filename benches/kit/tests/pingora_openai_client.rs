@@ -1,16 +1,15 @@
-//! The `grid-pingora` binary, a real Pingora proxy, in front of a local grid (real
+//! grid-pingora's proxy, a real Pingora server, in front of a local grid (real
 //! operators, two simulated sites), driven by the official `openai` Python client: each
 //! request lands on the site grid chose, a degraded site loses its share, a shed request
 //! is a 429 with Retry-After.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use grid_kit::daemon_process::Daemon;
 use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
 use grid_kit::openai_client::{answered_by, openai_requests};
+use grid_kit::pingora_proxy::PingoraProxy;
 use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
@@ -20,9 +19,6 @@ const MEASURED_WITHIN: Duration = Duration::from_secs(15);
 const PROXY_READY_WITHIN: Duration = Duration::from_secs(20);
 /// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
 const SEEN_WITHIN: Duration = Duration::from_secs(10);
-/// How long the proxy may take to stop on SIGTERM (Pingora's own grace is 60 s by
-/// default; the test's is shorter and kills past it).
-const EXIT_WITHIN: Duration = Duration::from_secs(10);
 
 fn site(name: &str) -> SiteSpec {
     SiteSpec::simulated(SiteConfig::new(name, 2, 2), MODEL, 50.0, 7)
@@ -32,8 +28,8 @@ fn site(name: &str) -> SiteSpec {
 /// configuration.
 struct Stack {
     grid: LocalGrid,
-    /// Killed when dropped: a failed test leaves no proxy running.
-    proxy: Option<Daemon>,
+    /// Stopped when dropped: a failed test leaves no proxy running.
+    proxy: Option<PingoraProxy>,
     url: String,
 }
 
@@ -50,12 +46,10 @@ impl Stack {
             .await
             .expect("both sites measured");
         let listen = free_loopback_addr();
-        let conf = grid.dir().join("pingora-gateway.toml");
-        std::fs::write(&conf, grid.gateway_toml(listen)).unwrap();
-        let proxy = Daemon::spawn(
-            Path::new(env!("CARGO_BIN_EXE_grid-pingora")),
-            &[conf.to_str().unwrap()],
-        );
+        let mut config = grid_gateway::Config::from_toml_str(&grid.gateway_toml(listen))
+            .expect("the grid's gateway configuration");
+        config.body_limit_bytes = grid_pingora::MAX_REPLAYED_BODY_BYTES;
+        let proxy = PingoraProxy::start(&config).expect("grid-pingora starts");
         let stack = Self {
             grid,
             proxy: Some(proxy),
@@ -98,10 +92,7 @@ impl Stack {
     }
 
     async fn stop(mut self) {
-        if let Some(mut proxy) = self.proxy.take() {
-            proxy.signal("TERM");
-            proxy.wait_exit(EXIT_WITHIN);
-        }
+        drop(self.proxy.take());
         self.grid.shutdown().await;
     }
 }
