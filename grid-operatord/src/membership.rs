@@ -32,8 +32,8 @@ use crate::clock;
 use crate::listener::SessionMaterial;
 use grid_daemon::tls::{self, CertSlot, Identity, Trust};
 
-/// Path of the session exchange on the signals listener.
-pub const SESSION_PATH: &str = "/v1/site/membership/session";
+pub use grid_signals::wire::SESSION_PATH;
+
 /// Largest identity body either end of an exchange reads.
 pub const MAX_SESSION_BODY_BYTES: usize = 1024;
 /// The whole of one exchange, connect to answer, on the initiator; the body read on the

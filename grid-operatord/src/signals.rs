@@ -1,13 +1,12 @@
 //! The HTTP side of the signals listener: `GET /v1/site/signals` answered from the site
-//! machine (grid-signals' [`Site`], which decides what a peer may see) and
+//! machine (grid-signals' [`Site`](grid_signals::site::Site), which decides what a peer may see) and
 //! `POST /v1/site/signals/ingest` handed to the feedback task.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, ReceiverMetrics, RefusalReason, Reply};
-use grid_signals::site::{Audience, Site};
+use grid_signals::site::Audience;
 use grid_signals::store::{IngestMetrics, RelayBudget};
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -21,49 +20,13 @@ use crate::clock::Clock;
 use crate::feedback::FeedbackHandle;
 use crate::listener::{Handler, HandlerFuture};
 use crate::served::Served;
+use crate::site_machine::{SharedSignals, lock};
 use grid_daemon::tls::Identity;
 
-/// Path of the signals endpoint.
-pub const SIGNALS_PATH: &str = "/v1/site/signals";
-/// Path of the gateway feedback endpoint.
-pub const INGEST_PATH: &str = "/v1/site/signals/ingest";
-/// Content type of a signals body.
-pub const SIGNALS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
-
-/// The site machine (grid-signals' [`Site`]: its publishers and its two stores), shared
-/// by the scrape loop, the peer pollers, the listener and `/metrics`.
-pub type SharedSignals = Arc<Mutex<Site>>;
-
-/// Locks the shared site. Its updates are whole-batch operations that leave the stores
-/// consistent even if a panic interrupted the caller, so a poisoned lock is still usable.
-pub fn lock(signals: &SharedSignals) -> MutexGuard<'_, Site> {
-    signals.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Ingests a body fetched from a peer ([`SiteInput::PeerBody`], a poll, or
-/// [`SiteInput::PulledBody`], a gossip pull), ages relative to the answer's `Date`, and
-/// counts what the store refused: the one path a polled body and a gossip pull share, so
-/// both meet the same admission.
-///
-/// [`SiteInput::PeerBody`]: grid_signals::site::SiteInput::PeerBody
-/// [`SiteInput::PulledBody`]: grid_signals::site::SiteInput::PulledBody
-pub fn ingest_peer_body(
-    signals: &SharedSignals,
-    ingest: &IngestMetrics,
-    now: u64,
-    body: grid_signals::site::SiteInput<'_>,
-) {
-    let mut machine = lock(signals);
-    machine.handle(now, body);
-    while let Some(output) = machine.poll() {
-        if let grid_signals::site::SiteOutput::PeerIngested { report } = output {
-            ingest.record(&report);
-        }
-    }
-}
+pub use grid_signals::wire::{CATALOG_PATH, INGEST_PATH, SIGNALS_CONTENT_TYPE, SIGNALS_PATH};
 
 /// Who a relay body is for: the site's own certificate is its gateway, any peer gets
-/// this site's rows only ([`Site::relay`] holds that rule).
+/// this site's rows only ([`Site::relay`](grid_signals::site::Site::relay) holds that rule).
 fn audience(caller: &Identity) -> Audience {
     match caller {
         Identity::Local => Audience::Local,
@@ -167,9 +130,6 @@ pub struct SignalsService {
     /// The local gateway's catalog, as the body of `GET /v1/site/catalog`.
     pub catalog: tokio::sync::watch::Receiver<Bytes>,
 }
-
-/// Path of the local gateway's catalog: its models and their candidates (JSON).
-pub const CATALOG_PATH: &str = "/v1/site/catalog";
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));

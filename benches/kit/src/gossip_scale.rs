@@ -66,7 +66,7 @@ pub struct Report {
 }
 
 fn ready_endpoints(op: &Running, site: &str) -> Option<f64> {
-    let signals = grid_operatord::signals::lock(&op.signals);
+    let signals = grid_operatord::site_machine::lock(&op.signals);
     let entry = signals.all().entry(site, "m")?;
     entry
         .series("grid_provider_ready_endpoints")

@@ -32,10 +32,12 @@ pub use outlier::{
     MAX_EJECTED_SHARE, MAX_EJECTION_MS, MIN_RATIO_EXCHANGES, OutlierChange, PROBE_INTERVAL_MS,
     RATIO_HALF_LIFE_MS, max_ejected,
 };
-pub use slot::{LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
+pub use slot::{
+    DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot,
+    MAX_FULL_HOLD_MS,
+};
 pub use state::{
-    DEFAULT_FULL_HOLD_MS, FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS,
-    MAX_FAILURE_SCORE, MAX_FULL_HOLD_MS,
+    FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
 };
 pub(crate) use state::{LiveState, LiveView};
 pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};

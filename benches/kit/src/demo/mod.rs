@@ -39,6 +39,7 @@ pub const DEMO_BAND_PER_SLOT: usize = 4;
 use plot::{PlotData, PlotPoint};
 use scenario::{Action, SITES, Scenario};
 use screen::{Event, Frame, SiteRow};
+pub use screen::{SHARE_WINDOW_S, TTFT_WINDOW_S};
 use traffic::{Rate, Tally};
 
 /// The plot's file name when `--plot` is not given: in the directory the demo was run
@@ -55,10 +56,6 @@ pub fn plot_path(given: Option<&Path>) -> std::io::Result<PathBuf> {
 pub const MODEL: &str = "grid-demo-llm";
 /// How often due steps and routing transitions are checked.
 pub const TICK: Duration = Duration::from_millis(50);
-/// Seconds of routing decisions the share of traffic is computed over.
-pub const SHARE_WINDOW_S: usize = 3;
-/// Seconds of answers the TTFT percentiles are computed over.
-pub const TTFT_WINDOW_S: usize = 10;
 /// How long the grid gets to show every site's first reading (a remote site waits for a
 /// peer poll).
 pub const MEASURED_WITHIN: Duration = Duration::from_secs(30);

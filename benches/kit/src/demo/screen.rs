@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use crate::local_grid::SiteRouting;
 
+/// Seconds of routing decisions the share of traffic is computed over.
+pub const SHARE_WINDOW_S: usize = 3;
+/// Seconds of answers the TTFT percentiles are computed over.
+pub const TTFT_WINDOW_S: usize = 10;
+
 /// ANSI: cursor home and clear screen, before each redraw on a terminal.
 pub const REDRAW: &str = "\x1b[H\x1b[2J";
 /// Events kept on screen.
@@ -29,8 +34,8 @@ pub const COLUMNS: [&str; 9] = [
 /// `grid-demo --help`: a newcomer reads `no_room`, `cap=` or `failed` without the source.
 /// The plain line's key follows each live column in brackets.
 pub fn legend() -> String {
-    let share_s = super::SHARE_WINDOW_S;
-    let ttft_s = super::TTFT_WINDOW_S;
+    let share_s = SHARE_WINDOW_S;
+    let ttft_s = TTFT_WINDOW_S;
     format!(
         "\
 What the columns mean (the plain line's key in brackets):

@@ -31,7 +31,7 @@ use grid_signals::epp::{PoolSelector, ScrapeFailure};
 use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
 use grid_signals::store::{RelayBudget, StoreConfig};
 
-use super::Episode;
+use super::setup::Episode;
 use crate::fake_epp::{EppIdentity, FakeEpp};
 use crate::site_model::SiteModel;
 
