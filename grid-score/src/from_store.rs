@@ -355,10 +355,10 @@ mod tests {
 
     #[test]
     fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seconds() {
-        // Regression (issue 13, capacity collapse): a's learned capacity fell from 12 to
-        // the floor during a 6 s zero-endpoint blip (the frozen averages of an older scrape
-        // were paired with the blip's endpoint count of 0 and flow control's hold, which
-        // read as a limit with nothing in service) and it got no traffic for 18 minutes.
+        // No capacity collapse: during a 6 s zero-endpoint blip the frozen averages of an
+        // older scrape meet the blip's endpoint count of 0 and flow control's hold, which
+        // must not read as a limit with nothing in service (a's learned capacity would
+        // fall from 12 to the floor, and it would get no traffic for many minutes).
         let mut store = Store::new(StoreConfig::default());
         let mut scorer = Scorer::new(ScoreConfig::default());
         let routes = Routes::new().with(
@@ -468,9 +468,10 @@ mod tests {
 
     #[test]
     fn a_site_whose_later_batches_carry_no_ready_series_is_not_excluded_for_ever() {
-        // Regression (issue 13, sticky exclusion): one zero, then batches without the
-        // ready-endpoint series (vLLM's own /metrics, a sustained body cap): the store's
-        // old zero kept the model's only candidate excluded (503 at 10 s, 40 s, 600 s).
+        // No sticky exclusion: one zero, then batches without the ready-endpoint series
+        // (vLLM's own /metrics, a sustained body cap). Unknown readiness never excludes,
+        // so the store's old zero must not keep the model's only candidate excluded past
+        // its freshness (503 at 10 s, 40 s, 600 s).
         let mut store = Store::new(StoreConfig::default());
         let mut scorer = Scorer::new(ScoreConfig::default());
         let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
@@ -506,10 +507,10 @@ mod tests {
 
     #[test]
     fn shedding_stops_within_room_after_of_the_last_saturated_sample_after_a_blip() {
-        // Regression (issue 13, shedding lingers): after a blip had collapsed a site's
-        // capacity to the floor, every sample with one request held in flow control read
-        // it as full, so after a burst the gateway went on shedding with the grid
-        // nearly idle.
+        // Shedding must not linger: were a blip to collapse a site's capacity to the
+        // floor, every sample with one request held in flow control would read it as
+        // full, and after a burst the gateway would go on shedding with the grid nearly
+        // idle.
         let mut config = ScoreConfig::default();
         config.shedding.enabled = true;
         let room_after = config.shedding.room_after_ms;

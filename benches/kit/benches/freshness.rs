@@ -9,8 +9,9 @@
 //! follow the ready-endpoint count). Each cycle starts at a different offset from the
 //! daemons' timers.
 //!
-//! Design figures (issue 10): about 3 s to exclude and 2 s to rejoin locally, about 15 s
-//! more for a remote site.
+//! Design figures (the poll design, "Polling Cross-Site Load Signals", Provider
+//! Readiness): at the default 1 s scrape and 1 s poll, about 3 s to exclude and 2 s to
+//! rejoin locally; a remote site waits on its operator's 5 s peer poll, about 15 s more.
 //!
 //! `cargo bench -p grid-kit --bench freshness`
 

@@ -1,4 +1,4 @@
-//! The fault suite (issue 15): three sites on loopback with WAN-like links between them
+//! The fault suite: three sites on loopback with WAN-like links between them
 //! ([`crate::fault_relay`]), steady load through the gateway, and one fault at a time
 //! injected on site `c`, held, then healed. Each fault gets a fresh grid, so no fault's
 //! aftermath colours the next. What each run measured is one [`Row`]; the `grid-faults`
@@ -49,7 +49,8 @@ pub const WARMUP: Duration = Duration::from_secs(2);
 /// How long each fault is held ([`Fault::hold`]).
 pub const HOLD: Duration = Duration::from_secs(8);
 /// How long a fault that silences `c`'s signal is held: past the gateway's
-/// `fresh_for_ms` (15 s), so the loss of signal can show (and the issue's 20 s freeze).
+/// `fresh_for_ms` (15 s), so the loss of signal can show (a frozen operator, for one, is
+/// stopped this long).
 pub const SILENCE_HOLD: Duration = Duration::from_secs(20);
 /// How long the faulted site is given to become selectable again after healing.
 pub const REJOIN_LIMIT: Duration = Duration::from_secs(15);
@@ -179,13 +180,12 @@ impl Fault {
         }
     }
 
-    /// Whether the design says the faulted site must leave selection during this fault.
-    /// A body without the ready-endpoint series leaves readiness unknown, which never
-    /// excludes (seed 000, Provider Readiness); floods must not move a healthy site; a
-    /// clock step moves every stamp and its reference together (stamps travel relative to
-    /// the sender's `Date`), so it must not either. An upstream that hangs or resets while
-    /// its EPP reports ready is weighed down by its serving failures, not excluded
-    /// (exclusion reads signals only).
+    /// Whether the design says the faulted site must leave selection during this fault. A
+    /// body without the ready-endpoint series leaves readiness unknown, which never
+    /// excludes; floods must not move a healthy site; a clock step moves every stamp and
+    /// its reference together (stamps travel relative to the sender's `Date`), so it must
+    /// not either. An upstream that hangs or resets while its EPP reports ready is
+    /// weighed down by its serving failures, not excluded (exclusion reads signals only).
     pub fn expects_exclusion(self) -> bool {
         !matches!(
             self,

@@ -75,9 +75,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
 /// Default listen backlog of the API listener (`listenBacklog`): connections the kernel
 /// completes and queues before the gateway accepts them. Thousands of clients opening
-/// streams at once (a batch job, a reconnect after a restart) overflowed the old 128 and
-/// had their SYNs dropped and retried for seconds; nginx asks for this much. The kernel
-/// caps it at `net.core.somaxconn` (4096 by default on current Linux).
+/// streams at once (a batch job, a reconnect after a restart) overflow a backlog of 128
+/// and have their SYNs dropped and retried for seconds; nginx asks for this much. The
+/// kernel caps it at `net.core.somaxconn` (4096 by default on current Linux).
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 4_096;
 /// Largest accepted `listenBacklog` (the kernel's own ceiling for `somaxconn`).
 pub const MAX_LISTEN_BACKLOG: u32 = 65_535;

@@ -24,23 +24,24 @@
 //! assert!(head.reusable);
 //! ```
 //!
-//! hyper's client connection did this through two channels (the request to its
-//! dispatcher, the head back) and a one-frame body channel per chunk; for a streamed
-//! answer that hand-over was most of the gateway's work (`docs/benchmarks.md`). What it
-//! checked is checked here too, never more loosely (the `h1_request` and `h1_answer` fuzz
-//! targets hold both to the same bytes), and every size is bounded: a head of at most
-//! [`MAX_ANSWER_HEAD_BYTES`] with at most [`MAX_ANSWER_HEADERS`] fields, a chunk-size
-//! line of at most [`MAX_CHUNK_LINE_BYTES`], at most [`MAX_CHUNK_EXTENSION_BYTES`] of
-//! chunk extensions per body, trailers of at most [`MAX_TRAILER_BYTES`] in at most
-//! [`MAX_TRAILER_FIELDS`] fields (read and dropped: the gateway forwards none). A chunk
-//! extension or a trailer with a control byte (a bare CR or LF, NUL; a tab only where
-//! RFC 9112 allows whitespace), or a trailer line that is not a `name: value` field, is
-//! refused: two readers that split such a line differently disagree on where the body
-//! ends. Framing follows RFC 9112 section 6.3: no body for 1xx, 204 and 304;
-//! `Transfer-Encoding: chunked` wins over a `Content-Length` (and the connection is not
-//! reused after such an answer); an answer with any other coding, or with
-//! `Transfer-Encoding` in HTTP/1.0, is refused (the gateway re-frames every body, so a
-//! coding it does not decode would reach the client lost); differing `Content-Length`s
+//! The caller's task does that work itself, with no task of the codec's: a client
+//! connection with a dispatcher of its own (hyper's) hands the request over through one
+//! channel, the head back through another and every chunk through a one-frame channel,
+//! and on a streamed answer those hand-overs cost more than the proxying
+//! (`docs/benchmarks.md`). What hyper checks is checked here too, never more loosely (the
+//! `h1_request` and `h1_answer` fuzz targets hold both to the same bytes), and every size
+//! is bounded: a head of at most [`MAX_ANSWER_HEAD_BYTES`] with at most
+//! [`MAX_ANSWER_HEADERS`] fields, a chunk-size line of at most [`MAX_CHUNK_LINE_BYTES`],
+//! at most [`MAX_CHUNK_EXTENSION_BYTES`] of chunk extensions per body, trailers of at
+//! most [`MAX_TRAILER_BYTES`] in at most [`MAX_TRAILER_FIELDS`] fields (read and dropped:
+//! the gateway forwards none). A chunk extension or a trailer with a control byte (a bare
+//! CR or LF, NUL; a tab only where RFC 9112 allows whitespace), or a trailer line that is
+//! not a `name: value` field, is refused: two readers that split such a line differently
+//! disagree on where the body ends. Framing follows RFC 9112 section 6.3: no body for
+//! 1xx, 204 and 304; `Transfer-Encoding: chunked` wins over a `Content-Length` (and the
+//! connection is not reused after such an answer); an answer with any other coding, or
+//! with `Transfer-Encoding` in HTTP/1.0, is refused (the gateway re-frames every body, so
+//! a coding it does not decode would reach the client lost); differing `Content-Length`s
 //! are refused.
 
 pub mod client_answer;

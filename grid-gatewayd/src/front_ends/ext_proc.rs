@@ -24,8 +24,9 @@
 //!    gets an `ImmediateResponse` 429 with Retry-After, an unservable one 503 with
 //!    Retry-After, an unknown one 404: the gateway's own OpenAI-style answers
 //!    ([`grid_gateway::refusal`]).
-//! 3. **Response headers**, the phase seed 003 says the flow-control headers must be read
-//!    in: `answer_evidence::take_live_evidence`, the proxy's own function, records them
+//! 3. **Response headers**, the phase the flow-control headers must be read in (a band's
+//!    occupancy changes while the model works, so a value taken at admission would be
+//!    stale): `answer_evidence::take_live_evidence`, the proxy's own function, records them
 //!    and the outcome (a 5xx is a serving failure) in the site's live slot, removes the
 //!    site's `x-llm-d-flow-*` headers and sets the grid's headroom and `x-grid-site`. A
 //!    plain answer's time to its head is its slot time, as in the proxy.

@@ -1,5 +1,9 @@
 //! Live room from the response path: what each proxied response's flow-control headers
-//! and outcome say about its site now, between the polls (seed 003, issue 13 §2).
+//! and outcome say about its site now, between the polls. A polled reading stands for a
+//! whole peer poll; every answer is fresh. The router reads a band's headroom when it
+//! builds the answer's head, for the band that admitted the request, so the value is as
+//! recent as the answer; it is advisory (every client may see the same room), and an
+//! absent header is no signal, never 0.
 //!
 //! # Data flow
 //!

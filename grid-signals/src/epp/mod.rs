@@ -1,4 +1,4 @@
-//! What an operator concludes from its EPP scrapes: readiness, in-flight, latency (issue 5).
+//! What an operator concludes from its EPP scrapes: readiness, in-flight, latency.
 //!
 //! # Data flow
 //!

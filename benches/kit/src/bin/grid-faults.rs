@@ -1,6 +1,7 @@
-//! `grid-faults`: the fault suite of issue 15. Runs three sites on loopback with WAN-like
-//! links, injects one fault at a time on site `c` under steady load through the gateway,
-//! and prints what each did as a markdown table (progress on stderr).
+//! `grid-faults`: the fault suite (`docs/operations.md`, "Fault suite"). Runs three sites
+//! on loopback with WAN-like links, injects one fault at a time on site `c` under steady
+//! load through the gateway, and prints what each did as a markdown table (progress on
+//! stderr).
 //!
 //! ```text
 //! cargo run --release -p grid-kit --bin grid-faults              # every fault

@@ -1,4 +1,4 @@
-//! The deterministic discrete-event routing simulator (issue 6, "Routing quality").
+//! The deterministic discrete-event routing simulator (`docs/routing-quality.md`).
 //!
 //! N sites of unequal capacity, each a [`SiteModel`](crate::site_model::SiteModel) in
 //! virtual time, receive the same Poisson-plus-bursts arrivals under several routing

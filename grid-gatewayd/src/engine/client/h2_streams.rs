@@ -1,14 +1,14 @@
 //! An HTTP/2 connection's streams polled by the connection's own task, not spawned.
 //!
-//! hyper's HTTP/2 server hands each new stream (the request's handling and the sending
-//! of its answer) to an executor. With tokio's, every request became a task of its own:
-//! its allocation and scheduling (some 4,000 instructions of an answer's 65,000), and a
-//! hand-over between two tasks each time the stream queued a frame for the connection or
-//! the connection delivered one to the stream (`docs/benchmarks.md`). Here the executor ([`StreamQueue`]) only queues the stream,
-//! and [`Served`] polls the connection and its streams together, as nginx and Envoy do
-//! (a connection and all of its streams live on one worker thread). The trade-off is the
-//! same as theirs: the streams of one connection share one thread, while connections
-//! still spread over every worker.
+//! hyper's HTTP/2 server hands each new stream (the request's handling and the sending of
+//! its answer) to an executor. With tokio's, every request would be a task of its own:
+//! its allocation and scheduling, and a hand-over between two tasks each time the stream
+//! queues a frame for the connection or the connection delivers one to the stream
+//! (`docs/benchmarks.md` has the cost). Here the executor ([`StreamQueue`]) only queues
+//! the stream, and [`Served`] polls the connection and its streams together, as nginx and
+//! Envoy do (a connection and all of its streams live on one worker thread). The
+//! trade-off is the same as theirs: the streams of one connection share one thread, while
+//! connections still spread over every worker.
 //!
 //! A stream lives until hyper's future for it ends (answer sent, or the stream reset);
 //! when the connection itself ends, whatever is left of its streams is dropped with it,

@@ -5,9 +5,10 @@
 //! mutation. Both go through [`take_live_evidence`], so the rule lives in one place: the
 //! site's flow-control headers are read strictly (refusals counted), the answer's outcome
 //! and its room signal are recorded in the site's live slot, every `x-llm-d-flow-*` header
-//! the site sent is removed (a model server must not speak for the grid, seed 003), and
-//! the grid's own headroom and `x-grid-site` are set. [`AnswerHeaders`] is the one thing
-//! the two callers differ in: how a head is read and changed.
+//! the site sent is removed (the router owns those headers: a model server must not
+//! speak for the grid), and the grid's own headroom and `x-grid-site` are set.
+//! [`AnswerHeaders`] is the one thing the two callers differ in: how a head is read and
+//! changed.
 
 use grid_score::catalog::Upstream;
 use grid_score::live;

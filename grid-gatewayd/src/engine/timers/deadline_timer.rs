@@ -3,13 +3,13 @@
 //! per connection to the site, across its requests) and on a site's silences mid-answer
 //! (`upstreamIdleTimeoutSeconds`, one per answer, across its waits).
 //!
-//! `tokio::time::timeout` made a timer for every request: a clock read, a registration
-//! in the runtime's timer wheel when the exchange first waited, and its removal when the
-//! answer came (each under the wheel's lock), about 900 instructions of an answer that
-//! costs 25,000. Here the timer is kept: deadlines only move later from one wait to the
-//! next, so a timer still set for an earlier deadline fires first, is found early and is
-//! set again for the wait in progress. On a busy connection that is once per bound, not
-//! once per request; work that does not wait at all never makes one.
+//! `tokio::time::timeout` makes a timer for every request: a clock read, a registration
+//! in the runtime's timer wheel when the exchange first waits, and its removal when the
+//! answer comes, each under the wheel's lock. Here the timer is kept
+//! (`docs/benchmarks.md` has what that saves): deadlines only move later from one wait to
+//! the next, so a timer still set for an earlier deadline fires first, is found early and
+//! is set again for the wait in progress. On a busy connection that is once per bound,
+//! not once per request; work that does not wait at all never makes one.
 
 use std::future::Future;
 use std::pin::{Pin, pin};

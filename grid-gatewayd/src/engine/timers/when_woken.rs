@@ -3,10 +3,10 @@
 //! A connection's task waits on its traffic and, beside it, on rare events: its
 //! watchdog's timer, the listener draining. `select!` polls every branch each time the
 //! task wakes, and the task wakes for every read and write of every request, so the rare
-//! branches were polled twice or more per answer for nothing: a timer's poll, a watch
-//! channel's lock and notification list (1,400 of an HTTP/2 answer's 61,000
-//! instructions, 700 of an HTTP/1.1 one's 35,000: `docs/benchmarks.md`). [`WhenWoken`] gives its future a waker of its own, and polls it
-//! only after that waker fired (and the first time, so it can register).
+//! branches would be polled twice or more per answer for nothing: a timer's poll, a watch
+//! channel's lock and notification list (`docs/benchmarks.md` has the cost). [`WhenWoken`]
+//! gives its future a waker of its own, and polls it only after that waker fired (and the
+//! first time, so it can register).
 
 use std::future::Future;
 use std::pin::Pin;
