@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_kit::clock::Stopwatch;
-use grid_kit::demo::traffic::{Rate, Tally, generate};
 use grid_kit::latency::Latencies;
 use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
 use grid_kit::sim_site::SimSiteConfig;
+use grid_kit::traffic::{Rate, Tally, generate};
 use grid_sim::site_model::{ServiceTime, SiteConfig};
 
 const MODEL: &str = "fresh";

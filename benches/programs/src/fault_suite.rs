@@ -1,5 +1,5 @@
 //! The fault suite: three sites on loopback with WAN-like links between them
-//! ([`crate::fault_relay`]), steady load through the gateway, and one fault at a time
+//! ([`grid_kit::fault_relay`]), steady load through the gateway, and one fault at a time
 //! injected on site `c`, held, then healed. Each fault gets a fresh grid, so no fault's
 //! aftermath colours the next. What each run measured is one [`Row`]; the `grid-faults`
 //! binary prints them as the markdown table `docs/operations.md` carries.
@@ -22,14 +22,14 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::Error;
-use crate::clock::Stopwatch;
 use crate::fault_ledger::{Evidence, FENCE_SAMPLE_EVERY, FenceWatch, settle_evidence};
-use crate::load::{LoadClient, Protocol, chat_body};
-use crate::local_grid::{
+use grid_kit::Error;
+use grid_kit::clock::Stopwatch;
+use grid_kit::load::{LoadClient, Protocol, chat_body};
+use grid_kit::local_grid::{
     Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
 };
-use crate::sim_site::{EppFault, SimSiteControl};
+use grid_kit::sim_site::{EppFault, SimSiteControl};
 
 /// The model every site serves.
 pub const MODEL: &str = "llama";
@@ -403,7 +403,7 @@ async fn gateway_said(grid: &LocalGrid) -> String {
         .iter()
         .map(|s| format!("{s}: {:?}", grid.routing(s)))
         .collect();
-    let counters = match crate::operator_harness::read_metrics(grid.gateway_addr()).await {
+    let counters = match grid_kit::operator_harness::read_metrics(grid.gateway_addr()).await {
         Ok(text) => text
             .lines()
             .filter(|l| {
@@ -579,7 +579,7 @@ async fn heal(
 /// Runs one fault on a fresh grid and measures it.
 pub async fn run(fault: Fault) -> Result<Row, Error> {
     let links = Links {
-        namespaces: crate::netns::available(),
+        namespaces: grid_kit::netns::available(),
         ..Links::WAN
     };
     let mut grid = LocalGrid::start_with_links(&spec(), links).await?;

@@ -15,7 +15,6 @@
 pub mod plot;
 pub mod scenario;
 pub mod screen;
-pub mod traffic;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -26,21 +25,23 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::Error;
-use crate::clock::Stopwatch;
-use crate::local_grid::{Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
-use crate::sim_site::{CapacityReaderMode, SimSiteConfig};
+use grid_kit::Error;
+use grid_kit::clock::Stopwatch;
+use grid_kit::local_grid::{
+    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
+};
+use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_sim::fake_epp::EppIdentity;
 use grid_sim::site_model::{BandConfig, ServiceTime, SiteConfig};
 
 /// Requests each site's flow-control band holds per slot before it refuses new ones as
 /// `rejected-saturated` (429): a few request durations of queue.
 pub const DEMO_BAND_PER_SLOT: usize = 4;
+use grid_kit::traffic::{self, Rate, Tally};
 use plot::{PlotData, PlotPoint};
 use scenario::{Action, SITES, Scenario};
 use screen::{Event, Frame, SiteRow};
 pub use screen::{SHARE_WINDOW_S, TTFT_WINDOW_S};
-use traffic::{Rate, Tally};
 
 /// The plot's file name when `--plot` is not given: in the directory the demo was run
 /// from, where a newcomer looks, not inside cargo's target directory.
@@ -230,7 +231,7 @@ struct Run<'a> {
     acted: HashMap<&'static str, (u64, &'static str)>,
     plot: PlotData,
     /// Reads the gateway's own `/metrics`.
-    metrics_client: crate::load::LoadClient,
+    metrics_client: grid_kit::load::LoadClient,
     /// Per site, the gateway's routed decisions counted so far.
     routed_total: Vec<f64>,
     /// Per sampled second, per site, the decisions routed during it.
@@ -277,7 +278,7 @@ impl Run<'_> {
     fn transitions(&mut self, at_ms: u64, out: &mut (dyn Write + Send)) {
         let view = self.grid.view();
         for i in 0..self.names.len() {
-            let routing = crate::local_grid::routing_of(&view, MODEL, &self.names[i]);
+            let routing = grid_kit::local_grid::routing_of(&view, MODEL, &self.names[i]);
             let now = class(&routing);
             let before = std::mem::replace(&mut self.classes[i], now);
             if now == before {
@@ -411,7 +412,7 @@ impl Run<'_> {
             rho: Vec::new(),
         };
         for (i, name) in self.names.iter().enumerate() {
-            let routing = crate::local_grid::routing_of(&view, MODEL, name);
+            let routing = grid_kit::local_grid::routing_of(&view, MODEL, name);
             let stats = self.grid.control(name).map(|c| c.stats());
             let share = shares[i];
             let t = &mut ttft.sites[i].ttft;
@@ -488,12 +489,12 @@ pub async fn run(
     // Events report changes from here on: where each site stands now is the baseline.
     let classes = names
         .iter()
-        .map(|n| class(&crate::local_grid::routing_of(&view, MODEL, n)))
+        .map(|n| class(&grid_kit::local_grid::routing_of(&view, MODEL, n)))
         .collect();
     drop(view);
     let mut run = Run {
-        metrics_client: crate::load::LoadClient::new(
-            crate::load::Protocol::Http1,
+        metrics_client: grid_kit::load::LoadClient::new(
+            grid_kit::load::Protocol::Http1,
             Duration::from_secs(1),
         ),
         routed_total: vec![0.0; names.len()],

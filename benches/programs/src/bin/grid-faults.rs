@@ -4,11 +4,11 @@
 //! stderr).
 //!
 //! ```text
-//! cargo run --release -p grid-kit --bin grid-faults              # every fault
-//! cargo run --release -p grid-kit --bin grid-faults -- partition # only the ones named
+//! cargo run --release -p grid-programs --bin grid-faults              # every fault
+//! cargo run --release -p grid-programs --bin grid-faults -- partition # only the ones named
 //! ```
 
-use grid_kit::fault_suite::{Fault, run, table};
+use grid_programs::fault_suite::{Fault, run, table};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

@@ -3,7 +3,7 @@
 //! namespaced site over its veth link, and the clock step at the gateway's own operator
 //! that makes the gateway reject ages (evidence it must not lose).
 
-use grid_kit::fault_suite::{Fault, Row, WORKERS, run};
+use grid_programs::fault_suite::{Fault, Row, WORKERS, run};
 
 fn failed(row: &Row) -> u64 {
     row.failures.values().sum::<u64>()

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use grid_kit::demo::scenario::Scenario;
-use grid_kit::demo::{self, DemoConfig};
 use grid_kit::local_grid::Cadence;
+use grid_programs::demo::scenario::Scenario;
+use grid_programs::demo::{self, DemoConfig};
 
 fn config(dir: &std::path::Path, seconds: u64) -> DemoConfig {
     DemoConfig {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use grid_kit::demo::scenario::Scenario;
-use grid_kit::demo::{self, DemoConfig};
 use grid_kit::local_grid::Cadence;
+use grid_programs::demo::scenario::Scenario;
+use grid_programs::demo::{self, DemoConfig};
 
 const ABOUT: &str = "Run a whole local grid on loopback and watch it route";
 

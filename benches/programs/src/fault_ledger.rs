@@ -19,8 +19,8 @@ use std::time::Duration;
 use grid_operatord::state::{FileStateStore, StateStore};
 use grid_signals::batch::Fence;
 
-use crate::clock::Stopwatch;
-use crate::local_grid::LocalGrid;
+use grid_kit::clock::Stopwatch;
+use grid_kit::local_grid::LocalGrid;
 
 /// How often the state directories are read.
 pub const FENCE_SAMPLE_EVERY: Duration = Duration::from_millis(250);

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::Error;
-use crate::clock::Stopwatch;
+use grid_kit::Error;
+use grid_kit::clock::Stopwatch;
 
 /// How long a started proxy has to answer its first request.
 pub const READY_LIMIT: Duration = Duration::from_secs(20);
@@ -410,7 +410,7 @@ pub fn envoy_config(upstream: &str, (h1, h2): (u16, u16)) -> String {
 /// client protocols.
 pub fn start_grid(
     gatewayd: &Path,
-    site: &crate::operator_harness::Site,
+    site: &grid_kit::operator_harness::Site,
     operator: std::net::SocketAddr,
     upstream: &str,
     workers: usize,
@@ -423,7 +423,7 @@ pub fn start_grid(
 fn start_grid_under(
     wrapper: &[String],
     gatewayd: &Path,
-    site: &crate::operator_harness::Site,
+    site: &grid_kit::operator_harness::Site,
     operator: std::net::SocketAddr,
     (upstream, workers): (&str, usize),
 ) -> Result<Proxy, Error> {
@@ -461,7 +461,7 @@ fn start_grid_under(
 
 /// The chat request every generator sends.
 pub fn request_body(stream: bool) -> String {
-    String::from_utf8_lossy(&crate::load::chat_body(MODEL, stream)).into_owned()
+    String::from_utf8_lossy(&grid_kit::load::chat_body(MODEL, stream)).into_owned()
 }
 
 fn run_bounded(mut c: Command, limit: Duration) -> Result<String, Error> {
@@ -637,17 +637,17 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// within `limit` ([`READY_LIMIT`] for a proxy started as it is).
 pub async fn wait_ready(url: &str, client: Client, limit: Duration) -> Result<(), Error> {
     let protocol = match client {
-        Client::Http1 => crate::load::Protocol::Http1,
-        Client::Http2 => crate::load::Protocol::Http2,
+        Client::Http1 => grid_kit::load::Protocol::Http1,
+        Client::Http2 => grid_kit::load::Protocol::Http2,
     };
-    let client = crate::load::LoadClient::new(protocol, Duration::from_secs(2));
+    let client = grid_kit::load::LoadClient::new(protocol, Duration::from_secs(2));
     let uri: http::Uri = format!("{url}{PATH}")
         .parse()
         .map_err(|_| failed(format!("not a URL: {url}")))?;
     let clock = Stopwatch::start();
     while clock.elapsed() < limit {
         if let Ok(a) = client
-            .post_json(&uri, crate::load::chat_body(MODEL, false))
+            .post_json(&uri, grid_kit::load::chat_body(MODEL, false))
             .await
             && a.status.is_success()
         {
@@ -689,19 +689,19 @@ pub struct Lineup {
 /// The instant upstream and the real operator scraping its EPP: what a gateway is fed
 /// by, in this process.
 struct Fed {
-    upstream: crate::instant_upstream::InstantUpstream,
-    _grid: crate::operator_harness::Grid,
-    site: crate::operator_harness::Site,
+    upstream: grid_kit::instant_upstream::InstantUpstream,
+    _grid: grid_kit::operator_harness::Grid,
+    site: grid_kit::operator_harness::Site,
     operator: grid_operatord::driver::Running,
 }
 
 impl Fed {
     async fn start() -> Result<Self, Error> {
         use grid_operatord::state::{FileStateStore, StateStore};
-        let upstream = crate::instant_upstream::InstantUpstream::start(MODEL).await?;
-        let grid = crate::operator_harness::Grid::new();
+        let upstream = grid_kit::instant_upstream::InstantUpstream::start(MODEL).await?;
+        let grid = grid_kit::operator_harness::Grid::new();
         let site = grid.site("a");
-        let epp = crate::operator_harness::ProviderSpec {
+        let epp = grid_kit::operator_harness::ProviderSpec {
             name: "p".into(),
             url: upstream.base_url(),
             timeout_s: 1.0,

@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::Error;
+use grid_kit::Error;
 
 /// The highest rho drawn: a site at rho 40 would flatten every other line, so a rho above
 /// it is drawn at the top of the axis with a marker, and the legend says how high it went.

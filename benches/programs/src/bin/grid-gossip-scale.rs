@@ -1,9 +1,9 @@
 //! `grid-gossip-scale`: real operators at 3 to 20 sites on loopback, gossip against poll,
-//! at the daemon's default intervals (see `grid_kit::gossip_scale`).
+//! at the daemon's default intervals (see `grid_programs::gossip_scale`).
 
 use clap::Parser;
-use grid_kit::gossip_scale::{Params, run};
 use grid_operatord::config::TransportMode;
+use grid_programs::gossip_scale::{Params, run};
 
 /// Flags of the run.
 #[derive(Debug, Parser)]

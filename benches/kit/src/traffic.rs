@@ -1,4 +1,4 @@
-//! The demo's load: open-loop Poisson arrivals of OpenAI-style chat requests through the
+//! Open-loop load (the demo's and the freshness bench's): open-loop Poisson arrivals of OpenAI-style chat requests through the
 //! gateway (what clients do: they do not wait for each other), and the per-second tally
 //! of what came back.
 

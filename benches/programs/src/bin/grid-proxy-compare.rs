@@ -1,14 +1,14 @@
 //! `grid-proxy-compare`: the grid gateway against nginx and Envoy on the same instant
 //! upstream, driven by wrk and h2load, printed as `docs/benchmarks.md`'s proxy table
-//! (see `grid_kit::proxy_compare`). Needs `nginx`, `wrk` and `h2load` on the `PATH` and
+//! (see `grid_programs::proxy_compare`). Needs `nginx`, `wrk` and `h2load` on the `PATH` and
 //! Envoy from `.venv` (all installed by `.ci/install`), and the gateway built beside this
-//! binary: `cargo build --release -p grid-gatewayd -p grid-kit --bins`.
+//! binary: `cargo build --release -p grid-gatewayd -p grid-programs --bins`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use grid_kit::proxy_compare::{
+use grid_programs::proxy_compare::{
     Client, Lineup, Measured, Pinning, Profiled, callgrind_per_answer, sibling_binary,
 };
 

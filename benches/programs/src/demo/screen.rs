@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::local_grid::SiteRouting;
+use grid_kit::local_grid::SiteRouting;
 
 /// Seconds of routing decisions the share of traffic is computed over.
 pub const SHARE_WINDOW_S: usize = 3;

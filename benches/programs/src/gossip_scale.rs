@@ -20,9 +20,9 @@ use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::membership::LinkFaults;
 use grid_operatord::state::{FileStateStore, StateStore};
 
-use crate::clock::Stopwatch;
-use crate::epp_server::{Behaviour, FakeEpp};
-use crate::operator_harness::{Grid, ProviderSpec, Site, epp_body, signals_url};
+use grid_kit::clock::Stopwatch;
+use grid_kit::epp_server::{Behaviour, FakeEpp};
+use grid_kit::operator_harness::{Grid, ProviderSpec, Site, epp_body, signals_url};
 
 /// A peer URL nothing answers at: membership supplies the real one.
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";

@@ -264,7 +264,7 @@ fn the_operator_example_says_gossip_is_the_default_and_both_modes_are_read() {
 
 #[test]
 fn the_fault_suites_documented_duration_covers_its_holds_and_is_not_double_them() {
-    use grid_kit::fault_suite::{Fault, WARMUP};
+    use grid_programs::fault_suite::{Fault, WARMUP};
     let held: std::time::Duration = Fault::ALL.iter().map(|f| WARMUP + f.hold()).sum();
     for (page, marker) in [
         ("docs/operations.md", "# every fault, ~"),
