@@ -6,7 +6,7 @@
 //! listener accepts its first report.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use grid_feedback::Receiver;
@@ -222,7 +222,7 @@ pub async fn start_with(
     } = load_persisted(&state, now).await?;
     let epoch = started.epoch;
 
-    let signals: SharedSignals = Arc::new(Mutex::new(restored_site(&config, epoch, now, fences)));
+    let signals: SharedSignals = SharedSignals::new(restored_site(&config, epoch, now, fences));
     if config.transport == TransportMode::Gossip {
         // Under gossip this site's batches reach others through any member, so each
         // carries this site's signature; a receiver refuses an unsigned one.
@@ -352,6 +352,7 @@ pub async fn start_with(
             membership: endpoint,
             gossip: gossiping,
             catalog,
+            long_polls: crate::signals::LongPolls::new(metrics.long_polls.clone()),
         }),
     };
     tasks.spawn(async move {

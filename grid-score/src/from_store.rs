@@ -5,7 +5,7 @@
 //! does. Stamps are the store's (receiver clock, ms since the Unix epoch), so `now_ms`
 //! here is the same clock the store was fed.
 
-use grid_signals::epp::{READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
+use grid_signals::epp::{EppMetric, READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
 use grid_signals::store::{Entry, Learning, Store, StoreEvent};
 
 use crate::error::Error;
@@ -14,9 +14,9 @@ use crate::reading::{CandidateKey, EppPool, Reading, UnitQueues};
 use crate::scorer::Scorer;
 
 /// The operator's readiness verdict (1/0; absent when unknown).
-pub const READY: &str = "grid_provider_ready";
+pub const READY: &str = grid_signals::epp::READY;
 /// EPP ready endpoints (relayed).
-pub const READY_ENDPOINTS: &str = "llm_d_epp_ready_endpoints";
+pub const READY_ENDPOINTS: &str = EppMetric::ReadyEndpoints.current_name();
 /// EPP pool average running requests per endpoint.
 pub const RUNNING_AVG: &str = "llm_d_epp_average_running_requests";
 /// EPP pool average queue size per endpoint.
@@ -26,7 +26,7 @@ pub const KV_MEAN: &str = "llm_d_epp_average_kv_cache_utilization";
 /// EPP pool KV-cache utilization standard deviation.
 pub const KV_SPREAD: &str = "llm_d_epp_std_dev_kv_cache_utilization";
 /// EPP per-endpoint queue size, one series per `model_server_endpoint`.
-pub const PER_ENDPOINT_QUEUE: &str = "llm_d_epp_per_endpoint_queue_size";
+pub const PER_ENDPOINT_QUEUE: &str = EppMetric::PerEndpointQueue.current_name();
 /// EPP flow-control queue size: work held before scheduling.
 pub const FLOW_CONTROL_QUEUE: &str = "llm_d_epp_flow_control_queue_size";
 
@@ -292,6 +292,61 @@ mod tests {
         let after = sync(&mut scorer, &mut store, T0 + 1_000);
         assert_eq!((after.fed, after.resets), (1, 1), "{after:?}");
         assert!((cap(&mut scorer) - 4.0).abs() < 0.1, "relearned from 4");
+    }
+
+    #[test]
+    fn every_publication_that_moves_a_gateways_exclusion_moves_the_readiness_generation() {
+        // The store's readiness generation is what a long poll is answered early on: it
+        // must move whenever the exclusion verdict read from the same store could.
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
+        let serving = pool(1.0, 0.0, 0);
+        let zero = vec![(READY, None, 1.0), (READY_ENDPOINTS, None, 0.0)];
+        let units_stopped: Vec<_> = serving.iter().copied().filter(|r| r.1.is_none()).collect();
+        let shown_down = vec![
+            (READY, None, 0.0),
+            (READY_REASON, Some("no_ready_endpoints"), 1.0),
+            (READY_ENDPOINTS, None, 0.0),
+        ];
+        let unread = vec![
+            (READY, None, 0.0),
+            (READY_REASON, Some("scrape_timeout"), 1.0),
+        ];
+        let busier = pool(3.0, 2.0, 2);
+        let sequence = [
+            &serving,
+            &busier,
+            &zero,
+            &serving,
+            &units_stopped,
+            &serving,
+            &shown_down,
+            &unread,
+            &serving,
+            &busier,
+            &zero,
+            &zero,
+            &serving,
+        ];
+        let mut excluded = None;
+        let mut generation = store.readiness_generation();
+        for (i, rows) in sequence.into_iter().enumerate() {
+            let at = T0 + i as u64 * 1_000;
+            admit(&mut store, "a", "u1", i as u64 + 1, at, rows);
+            sync(&mut scorer, &mut store, at);
+            let table = scorer.refresh(at, &routes);
+            let now_excluded = table.get("m").unwrap().excluded().first().map(|e| e.reason);
+            let moved = store.readiness_generation() != generation;
+            if now_excluded != excluded {
+                assert!(
+                    moved,
+                    "publication {i}: {excluded:?} -> {now_excluded:?} unannounced"
+                );
+            }
+            excluded = now_excluded;
+            generation = store.readiness_generation();
+        }
     }
 
     #[test]

@@ -273,7 +273,7 @@ pub const NAME_TABLE: &[(&str, EppMetric, Generation)] = &[
 
 impl EppMetric {
     /// The current (`llm_d_epp_*`) name: the one grid relays and documents.
-    pub fn current_name(self) -> &'static str {
+    pub const fn current_name(self) -> &'static str {
         match self {
             Self::ReadyEndpoints => "llm_d_epp_ready_endpoints",
             Self::AverageRunning => "llm_d_epp_average_running_requests",
