@@ -4,7 +4,7 @@
 //! It explains discarded signals to a human. It never changes routing, the network phase
 //! or any failure mode: nothing in grid reads it back.
 
-use crate::state::ReporterRecord;
+use crate::record::{ReporterRecord, UNRESOLVED_RETENTION_MS};
 
 /// The condition type, as it appears in the `GridNetwork` status.
 pub const CONDITION_TYPE: &str = "GatewayAgesRejected";
@@ -26,7 +26,7 @@ pub enum ConditionReason {
     /// No reporter's evidence is unresolved.
     NoRejectedReadings,
     /// No reporter's evidence is unresolved because the last of it expired: its process
-    /// was silent longer than [`crate::UNRESOLVED_RETENTION_MS`]. Kept while the status
+    /// was silent longer than [`UNRESOLVED_RETENTION_MS`]. Kept while the status
     /// stays False, so the reader sees the evidence was retired, not resolved.
     UnresolvedEvidenceExpired,
 }
@@ -82,7 +82,7 @@ impl Condition {
                 && p.reason == ConditionReason::UnresolvedEvidenceExpired
         });
         let (status, reason, message) = if unresolved == 0 && expired > 0 {
-            let days = crate::UNRESOLVED_RETENTION_MS / 86_400_000;
+            let days = UNRESOLVED_RETENTION_MS / 86_400_000;
             (
                 ConditionStatus::False,
                 ConditionReason::UnresolvedEvidenceExpired,

@@ -1,6 +1,8 @@
 //! The crate's one error type, and the closed set of reasons a report is refused.
 
-use crate::headers::MAX_REPORTED_NAME_BYTES;
+/// An unknown header's name is cut to this many bytes in [`Error::UnknownHeader`], so an
+/// attacker cannot grow the logs.
+pub const MAX_REPORTED_NAME_BYTES: usize = 64;
 
 /// Why `grid-feedback` refused a report or a persisted state.
 ///

@@ -7,8 +7,8 @@
 
 use crate::Error;
 
-/// The route a gateway posts its report to, on the operator's mTLS signals listener.
-pub const INGEST_PATH: &str = "/v1/site/signals/ingest";
+pub use grid_signals::wire::INGEST_PATH;
+
 /// The only method the route takes.
 pub const INGEST_METHOD: &str = "POST";
 
@@ -40,8 +40,6 @@ pub const MAX_DECIMAL_LEN: usize = 20;
 pub const MAX_REPLICA_LEN: usize = 63;
 /// The clean flag is at most this many bytes (`false`).
 pub const MAX_CLEAN_LEN: usize = 5;
-/// An unknown header's name is cut to this many bytes in [`Error::UnknownHeader`].
-pub const MAX_REPORTED_NAME_BYTES: usize = 64;
 
 /// Whether `name` is an `x-grid-ingest-*` header (ASCII case-insensitive, as HTTP is).
 pub(crate) fn is_ingest_header(name: &[u8]) -> bool {

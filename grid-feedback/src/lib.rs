@@ -82,6 +82,7 @@ mod error;
 mod headers;
 mod metrics;
 mod receiver;
+mod record;
 mod replica;
 mod report;
 mod reporter;
@@ -90,21 +91,22 @@ mod state;
 pub use ack::Ack;
 pub use condition::{CONDITION_TYPE, Condition, ConditionReason, ConditionStatus};
 pub use epoch::Epoch;
-pub use error::{Error, RefusalReason};
+pub use error::{Error, MAX_REPORTED_NAME_BYTES, RefusalReason};
 pub use headers::{
     EPOCH_HEX_LEN, HEADER_CLEAN, HEADER_EPOCH, HEADER_PREFIX, HEADER_REFUSAL, HEADER_REJECTED,
     HEADER_REPLICA, HEADER_SEQUENCE, HEADER_VERSION, INGEST_METHOD, INGEST_PATH, MAX_CLEAN_LEN,
-    MAX_DECIMAL_LEN, MAX_REPLICA_LEN, MAX_REPORTED_NAME_BYTES, WIRE_VERSION,
+    MAX_DECIMAL_LEN, MAX_REPLICA_LEN, WIRE_VERSION,
 };
 pub use metrics::{Event, FailureReason, ReceiverMetrics, ReporterMetrics};
 pub use receiver::{
     Caller, HeaderList, INGEST_BUDGET, MAX_QUEUED_REQUESTS, MAX_REPORTERS, MAX_WRITE_ATTEMPTS,
-    RESOLVED_RETENTION_MS, Receiver, ReceiverInput, Reply, Request, RequestId, Response,
-    UNRESOLVED_RETENTION_MS, Write, WriteId, WriteOutcome, deadline_for,
+    Receiver, ReceiverInput, Reply, Request, RequestId, Response, Write, WriteId, WriteOutcome,
+    deadline_for,
 };
+pub use record::{RESOLVED_RETENTION_MS, ReporterRecord, UNRESOLVED_RETENTION_MS};
 pub use replica::Replica;
 pub use report::{Report, parse_report};
 pub use reporter::{
     Cycle, ExchangeId, Outcome, REPORT_BUDGET, Reporter, ReporterHandover, ReporterInput, Transmit,
 };
-pub use state::{ReceiverState, ReporterRecord};
+pub use state::ReceiverState;

@@ -21,25 +21,13 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::metrics::{Event, ReceiverMetrics};
-use crate::state::{ReceiverState, ReporterRecord};
+use crate::record::{RESOLVED_RETENTION_MS, ReporterRecord, UNRESOLVED_RETENTION_MS};
+use crate::state::ReceiverState;
 use crate::{Ack, Condition, Error, Report, parse_report};
 
 /// Persisted reporter identities. A new identity beyond it evicts the stalest resolved
 /// one; if every slot is unresolved it is refused and counted `overflow`.
 pub const MAX_REPORTERS: usize = 64;
-/// How long a reporter's unresolved evidence survives its silence (7 days): past it, with
-/// no report of that process accepted, the next write retires it, counts it in
-/// `grid_operator_feedback_evidence_expired_total` and, once nothing unresolved is left,
-/// clears `GatewayAgesRejected` with reason `UnresolvedEvidenceExpired`. Until then
-/// unresolved evidence survives silence, replacement and restart, as the spec requires;
-/// the bound exists because a gateway process that is gone can never report clean, so
-/// without it the condition could never clear.
-pub const UNRESOLVED_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
-/// How long a reporter whose evidence is resolved is remembered after its last accepted
-/// report (1 hour): then it is retired, so its slot is free and `overflow` means every
-/// slot holds unresolved evidence. A retired clean process that reports again is a new
-/// identity, judged from zero.
-pub const RESOLVED_RETENTION_MS: u64 = 3_600_000;
 /// Requests waiting for the writer; matches the signals listener's 256-connection limit.
 pub const MAX_QUEUED_REQUESTS: usize = 256;
 /// Write attempts per batch when storage reports a resource-version conflict.

@@ -19,11 +19,17 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::ext_proc::{self, ExtProc, ExtProcMetrics};
-use crate::http_api::{Api, Inner};
-use crate::request_metrics::RequestMetrics;
-use crate::server;
-use crate::site_slots::{SiteSlots, SlotsInUse};
+use crate::engine::client::connection_metrics::ListenerMetrics;
+use crate::engine::client::limits::{
+    DRAIN_TIMEOUT, HTTP2_KEEP_ALIVE_INTERVAL, HTTP2_KEEP_ALIVE_TIMEOUT, Limits,
+};
+use crate::engine::client::listener;
+use crate::engine::request_metrics::RequestMetrics;
+use crate::engine::site::slots::{SiteSlots, SlotsInUse};
+use crate::front_ends::ext_proc::{self, ExtProc, ExtProcMetrics};
+use crate::front_ends::http_api::{Api, Inner};
+
+pub use grid_signals::wire::CATALOG_PATH;
 
 /// A running gateway.
 #[derive(Debug)]
@@ -103,7 +109,7 @@ impl Running {
         if let Some((_, mut task)) = self.ext_proc {
             // Envoy holds its processor connection open; its streams end with their
             // requests, which the API's drain bound also bounds.
-            if tokio::time::timeout(server::DRAIN_TIMEOUT, &mut task)
+            if tokio::time::timeout(DRAIN_TIMEOUT, &mut task)
                 .await
                 .is_err()
             {
@@ -122,7 +128,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         request_metrics.add_site(site);
     }
     let ext_proc_metrics = ExtProcMetrics::register(&mut registry);
-    let listener_metrics = server::ListenerMetrics::register(&mut registry);
+    let listener_metrics = ListenerMetrics::register(&mut registry);
     let signals = Signals::new(&config, &mut registry)?;
     let sites = upstream::site_client(
         signals.sites_tls().clone(),
@@ -160,7 +166,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         metrics: request_metrics,
         score: signals.score_metrics().clone(),
         site_slots: Arc::clone(&site_slots),
-        waits: crate::http_api::UpstreamWaits {
+        waits: crate::front_ends::http_api::UpstreamWaits {
             slot: Duration::from_millis(config.connect_timeout_ms),
             headers: Duration::from_millis(config.upstream_headers_timeout_ms),
             idle: Duration::from_millis(config.upstream_idle_timeout_ms),
@@ -179,7 +185,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         tracing::info!(%bound, "Envoy external processor serving");
         (bound, task)
     });
-    let server = tokio::spawn(server::serve(
+    let server = tokio::spawn(listener::serve(
         listener,
         api,
         limits_of(&config),
@@ -216,8 +222,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
 }
 
 /// The listener's bounds, from `config`.
-fn limits_of(config: &Config) -> server::Limits {
-    server::Limits {
+fn limits_of(config: &Config) -> Limits {
+    Limits {
         max_connections: config.max_connections,
         header_timeout: Duration::from_millis(config.client_header_timeout_ms),
         idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
@@ -236,7 +242,7 @@ fn sample_retry_budget(
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            budget.sample(grid_gateway::clock::now_unix_ms(), metrics.requests_total());
+            budget.sample(grid_gateway::clock::wall_ms(), metrics.requests_total());
         }
     })
 }
@@ -252,9 +258,6 @@ fn bind_with_backlog(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListe
     socket.bind(addr)?;
     socket.listen(backlog)
 }
-
-/// Path of the operator's catalog (`operator.catalog = true`).
-pub const CATALOG_PATH: &str = "/v1/site/catalog";
 
 /// Follows the operator's catalog: at every poll interval one `GET /v1/site/catalog`,
 /// bounded by the poll timeout; a body unlike the last one read replaces the models as a
@@ -371,8 +374,8 @@ async fn bind_ext_proc(
 async fn serve_ext_proc(listener: TcpListener, processor: ExtProc, stop: impl Future<Output = ()>) {
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let served = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(server::HTTP2_KEEP_ALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(server::HTTP2_KEEP_ALIVE_TIMEOUT))
+        .http2_keepalive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEP_ALIVE_TIMEOUT))
         .serve_with_incoming_shutdown(processor.service(), incoming, stop)
         .await;
     if let Err(e) = served {

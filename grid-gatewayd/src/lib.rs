@@ -20,27 +20,12 @@
 //! # Public API
 //!
 //! [`driver::start`] with a [`grid_gateway::Config`] gives a [`driver::Running`]
-//! (`shutdown`, its address, routing slot and metric handles); [`server`] shows the
-//! listener's limits. The request path and the accept loop are private. A proxy that
-//! keeps its own HTTP server embeds grid-gateway instead (`docs/embedding.md`).
+//! (`shutdown`, its address, routing slot and metric handles);
+//! [`engine::client::limits`] shows the listener's limits. The request path and the
+//! accept loop are private. A proxy that keeps its own HTTP server embeds grid-gateway
+//! instead (`docs/embedding.md`).
 
-mod answer_evidence;
-mod answer_timing;
-mod client_h1;
-mod client_write_bound;
-pub mod coalesce_body;
-mod connection_watch;
-mod deadline_timer;
 pub mod driver;
-mod evidence;
-pub mod ext_proc;
-mod http2_streams;
-mod http_api;
-mod idle_body;
-mod request_body;
-mod request_metrics;
-pub mod server;
-mod site_pool;
-mod site_slots;
+pub mod engine;
+pub mod front_ends;
 pub mod status;
-mod when_woken;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use grid_gatewayd::server::LINGER;
+use grid_gatewayd::engine::client::limits::LINGER;
 use grid_kit::gateway_harness::fake_model::{Behaviour, FakeModel};
 use grid_kit::gateway_harness::{one, series, start_gateway};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use grid_gatewayd::server::{HTTP2_KEEP_ALIVE_INTERVAL, HTTP2_KEEP_ALIVE_TIMEOUT};
+use grid_gatewayd::engine::client::limits::{HTTP2_KEEP_ALIVE_INTERVAL, HTTP2_KEEP_ALIVE_TIMEOUT};
 use grid_kit::gateway_harness::fake_model::{Behaviour, FakeModel};
 use grid_kit::gateway_harness::{one, series, start_gateway};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

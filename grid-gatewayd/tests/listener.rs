@@ -264,7 +264,7 @@ async fn probe_once(addr: std::net::SocketAddr, path: &str) -> String {
 
 #[tokio::test]
 async fn a_gateway_at_its_connection_cap_still_answers_probes_on_its_reserved_connections() {
-    use grid_gatewayd::server::RESERVED_PROBE_CONNECTIONS;
+    use grid_gatewayd::engine::client::limits::RESERVED_PROBE_CONNECTIONS;
     let up = FakeModel::start("a").await;
     let gw = start_gateway(|c| c.max_connections = 2, &[("m", one("a", up.base_url()))]).await;
     let open = open_served(gw.addr, 2).await;

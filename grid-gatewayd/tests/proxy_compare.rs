@@ -1,4 +1,4 @@
-//! The proxy comparison (`grid-proxy-compare`, `grid_kit::proxy_compare`) runs end to
+//! The proxy comparison (`grid-proxy-compare`, `grid_programs::proxy_compare`) runs end to
 //! end: nginx, Envoy and this gateway's binary in front of one instant upstream each
 //! answer wrk's and h2load's requests, plain and streamed, and each run yields the
 //! figures the table prints. It asserts that the harness measures, not how fast anything
@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use grid_kit::proxy_compare::{Client, Lineup, Pinning};
+use grid_programs::proxy_compare::{Client, Lineup, Pinning};
 
 /// The CPUs every thread of `pid` may run on, as `/proc` lists them (`0`, `0-1`).
 fn cpus_of_threads(pid: u32) -> Vec<String> {

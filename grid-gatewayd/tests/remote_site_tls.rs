@@ -1,7 +1,7 @@
 //! Remote sites are reached over TLS with the gateway's certificate, verified against the
 //! grid CA.
 
-use std::io::{Read as _, Write as _};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,34 +94,51 @@ fn raw_tls_site(config: &rustls::ServerConfig, answer: &'static [u8]) -> String 
     std::thread::spawn(move || {
         let (tcp, _) = listener.accept().unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut tls = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        let head_end = loop {
-            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let n = tls.read(&mut buf).unwrap();
-            assert!(n > 0, "the gateway closed before its request's head");
-            got.extend_from_slice(&buf[..n]);
-        };
-        let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        while got.len() < head_end + length {
-            let n = tls.read(&mut buf).unwrap();
-            assert!(n > 0, "the gateway closed before its request's body");
-            got.extend_from_slice(&buf[..n]);
-        }
-        tls.write_all(answer).unwrap();
-        tls.flush().unwrap();
-        // Held open until the gateway closes (or the read bound passes).
-        let _ = tls.read(&mut buf);
+        let tls = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
+        answer_first_request(tls, answer);
     });
     url
+}
+
+/// The same site in the clear; its `http` URL.
+fn raw_clear_site(answer: &'static [u8]) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        answer_first_request(tcp, answer);
+    });
+    url
+}
+
+/// Reads one request (its head and `content-length` body) from `stream`, writes `answer`
+/// and holds the connection until the gateway closes it (or the read bound passes).
+fn answer_first_request(mut stream: impl std::io::Read + std::io::Write, answer: &[u8]) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the gateway closed before its request's head");
+        got.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while got.len() < head_end + length {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the gateway closed before its request's body");
+        got.extend_from_slice(&buf[..n]);
+    }
+    stream.write_all(answer).unwrap();
+    stream.flush().unwrap();
+    let _ = stream.read(&mut buf);
 }
 
 #[tokio::test]
@@ -172,4 +189,90 @@ async fn a_remote_site_answer_coded_other_than_chunked_alone_is_a_failed_exchang
         "{text}"
     );
     gw.shutdown().await;
+}
+
+/// A site's answer head of `bytes` bytes in all (status line and final CRLF included).
+fn answer_with_head_of(bytes: usize) -> &'static [u8] {
+    let start = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-pad: ";
+    let end = "\r\n\r\n";
+    let pad = bytes - start.len() - end.len();
+    let answer = format!("{start}{}{end}{{}}", "a".repeat(pad));
+    Box::leak(answer.into_bytes().into_boxed_slice())
+}
+
+/// A site's answer with `fields` header fields in all (`content-length` among them).
+fn answer_with_fields(fields: usize) -> &'static [u8] {
+    let mut answer = String::from("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n");
+    for i in 1..fields {
+        let _ = write!(answer, "x-field-{i}: v\r\n");
+    }
+    answer += "\r\n{}";
+    Box::leak(answer.into_bytes().into_boxed_slice())
+}
+
+/// What the gateway answers a request routed to the one site at `base_url`.
+async fn through_the_gateway(dir: &std::path::Path, pki: &Ca, base_url: String) -> StatusCode {
+    let config = grid_kit::gateway_harness::config(
+        dir,
+        pki,
+        "https://127.0.0.1:9",
+        &[(
+            "m",
+            vec![Cand {
+                site: "b",
+                provider: "p",
+                base_url,
+            }],
+        )],
+    );
+    let gw = grid_gatewayd::driver::start(config).await.unwrap();
+    // The gateway forwards the site's fields and adds its own: more than a client's
+    // default field limit when the site's were at the gateway's.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http1_max_headers(4 * grid_h1_wire::MAX_ANSWER_HEADERS)
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let a = send(
+        &client,
+        post(
+            &format!("http://{}/v1/chat/completions", gw.local_addr()),
+            CHAT,
+        ),
+    )
+    .await;
+    gw.shutdown().await;
+    a.status
+}
+
+#[tokio::test]
+async fn a_site_over_tls_is_held_to_the_answer_head_bounds_of_a_site_in_the_clear() {
+    use grid_h1_wire::{MAX_ANSWER_HEAD_BYTES, MAX_ANSWER_HEADERS};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Ca::new("grid-ca");
+    let site_files = pki.issue(dir.path(), "site-b", &["127.0.0.1"]);
+    let tls = server_config(&site_files, &pki.pem());
+    // The field count is exact on both paths. The byte bound is exact in the clear;
+    // hyper's read buffer, which bounds a head over TLS, may take one read past it, so
+    // the byte rows are a head within the bound and one of twice the bound.
+    let rows = [
+        (answer_with_fields(MAX_ANSWER_HEADERS), StatusCode::OK),
+        (
+            answer_with_fields(MAX_ANSWER_HEADERS + 1),
+            StatusCode::BAD_GATEWAY,
+        ),
+        (answer_with_head_of(MAX_ANSWER_HEAD_BYTES), StatusCode::OK),
+        (
+            answer_with_head_of(2 * MAX_ANSWER_HEAD_BYTES),
+            StatusCode::BAD_GATEWAY,
+        ),
+    ];
+    for (answer, want) in rows {
+        let head = answer.len() - 2;
+        let over_tls = through_the_gateway(dir.path(), &pki, raw_tls_site(&tls, answer)).await;
+        let in_the_clear = through_the_gateway(dir.path(), &pki, raw_clear_site(answer)).await;
+        assert_eq!(
+            (over_tls, in_the_clear),
+            (want, want),
+            "a head of {head} bytes: (over TLS, in the clear)"
+        );
+    }
 }

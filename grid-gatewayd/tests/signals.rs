@@ -467,7 +467,7 @@ async fn a_slow_feedback_post_overlapping_polls_shares_the_one_operator_connecti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_gives_up_a_poll_the_operator_holds_rather_than_wait_out_its_timeout() {
     // The longest poll timeout the configuration takes (60 s), far past the shutdown
-    // bound below (10 s): before the fix the stop waited for the poll in flight to time
+    // bound below (10 s): a stop must give up the poll in flight, not wait for it to time
     // out.
     let grid = Grid::start(|c| c.operator.poll_timeout_ms = 60_000, true).await;
     grid.measured().await;

@@ -179,7 +179,7 @@ fn held_stream(send: &mut h2::client::SendRequest<Bytes>) -> h2::client::Respons
 async fn six_http2_connections_of_zero_window_streams_hold_a_bounded_share_until_cut() {
     const CONNECTIONS: usize = 6;
     const STREAMS: usize = 20;
-    let share = grid_gatewayd::server::site_share(SITE_SLOTS);
+    let share = grid_gatewayd::engine::client::limits::site_share(SITE_SLOTS);
     assert!(
         CONNECTIONS * share < SITE_SLOTS && share < STREAMS,
         "the test needs room beside the attack and streams past the share"

@@ -159,8 +159,9 @@ impl Config {
     /// Whether a running operator takes `next` over live, in the same epoch, in both the
     /// file and the controller mode (`Running::reconfigure`): another catalog, another provider list and,
     /// under gossip, another trust (mode, CA bundle, peers: the seeds and pins), and
-    /// nothing else. Under poll a trust change restarts the process (spec, seed 002);
-    /// any other change restarts the driver.
+    /// nothing else. Under poll a trust change restarts the process (a poll-mode operator
+    /// judges peers' certificates only under the trust it started with); any other change
+    /// restarts the driver.
     pub fn takes_over_live(&self, next: &Self) -> bool {
         // `next` with the fields taken over live set to this configuration's.
         let mut kept = next.clone();

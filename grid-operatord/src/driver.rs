@@ -27,7 +27,8 @@ use crate::metrics::{self, OperatorMetrics};
 use crate::peers::PeerPoller;
 use crate::providers::{ScrapeLoop, spec_of};
 use crate::scrape::Scraper;
-use crate::signals::{SharedSignals, SignalsService};
+use crate::signals::SignalsService;
+use crate::site_machine::SharedSignals;
 use crate::slots::Slots;
 use crate::state::{StartEpoch, StateStore, start_epoch};
 use grid_daemon::tls::{self, Identity};
@@ -160,7 +161,7 @@ impl Running {
     pub async fn shutdown(mut self) -> Result<(), Error> {
         self.tasks.shutdown().await;
         let writing = Arc::clone(&self.fence_writes).lock_owned().await;
-        let fences = crate::signals::lock(&self.signals).export_fences();
+        let fences = crate::site_machine::lock(&self.signals).export_fences();
         let state = self.state.clone();
         blocking(move || {
             let _writing = writing;
@@ -194,9 +195,11 @@ pub async fn start(
 
 /// [`start`] with a registry already holding the caller's own series (the controller
 /// mode's), which `/metrics` then serves beside the operator's.
-// One function on purpose: the start-up order (epoch persisted before the only
-// publisher starts, feedback restored before the listener accepts) reads top to bottom.
-#[allow(clippy::too_many_lines)]
+///
+/// The steps run in the order correctness needs: the site's identity and sockets first
+/// (a bad certificate or a taken port fails before anything is persisted), then the
+/// epoch is persisted and the feedback state restored (`restore`) before the scrape
+/// loop, the only publisher, starts and before the listener accepts its first report.
 pub async fn start_with(
     config: Config,
     source: Option<Arc<dyn ConfigSource>>,
@@ -204,29 +207,260 @@ pub async fn start_with(
     options: Options,
     mut registry: Registry,
 ) -> Result<Running, Error> {
-    let material = crate::trust::material(&config.tls)?;
-    let trust = Arc::new(crate::trust::trust_from_config(&config, &material)?);
-    // One presented certificate for the listener and every peer poll, renewed in place.
-    let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
-    let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
-    let providers = crate::live::scraped(&config, &material)?;
-    let (signals_tcp, gossip_udp, signals_addr) = bind_signals(config.listen.signals).await?;
-    let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
-
+    let identity = SiteIdentity::load(&config)?;
+    let sockets = Sockets::bind(&config).await?;
     let clock = options.clock.clone();
+    let restored = restore(&config, &state, &identity, &clock, &mut registry).await?;
+    let Restored {
+        epoch,
+        signals,
+        metrics,
+        ..
+    } = &restored;
+    let (epoch, signals, metrics) = (*epoch, signals.clone(), metrics.clone());
+    let certificates =
+        tls::ReloadMetrics::register(registry.sub_registry_with_prefix("grid_operator"));
+    let mut tasks = JoinSet::new();
+    let feedback = spawn_feedback(&mut tasks, restored, &state, &clock);
+    let scraping = spawn_scrape_loop(&mut tasks, &config, &identity, &signals, &metrics, &clock);
+    let mut peering = spawn_peering(
+        &mut tasks,
+        &mut registry,
+        Peering {
+            config: &config,
+            identity: &identity,
+            epoch,
+            signals_addr: sockets.signals_addr,
+            gossip_udp: sockets.gossip_udp,
+            seeds: scraping.seeds.clone(),
+            signals: &signals,
+            metrics: &metrics,
+            clock: &clock,
+            state: &state,
+            membership_faults: options.membership_faults.clone(),
+        },
+    )?;
+    let registry = Arc::new(registry);
+    let serving = Serving {
+        config: &config,
+        identity: &identity,
+        epoch,
+        signals: &signals,
+        metrics: &metrics,
+        clock: &clock,
+        registry: &registry,
+    };
+    let (signals_addr, metrics_addr) = (sockets.signals_addr, sockets.metrics_addr);
+    spawn_listeners(
+        &mut tasks,
+        &serving,
+        sockets.listeners,
+        feedback,
+        &scraping,
+        &mut peering,
+        options.timeouts,
+    );
+    let fence_writes = Arc::new(tokio::sync::Mutex::new(()));
+    tasks.spawn(persist_fences(
+        signals.clone(),
+        (state.clone(), Arc::clone(&fence_writes)),
+        options.fence_persist,
+        metrics.fence_persist_failures.clone(),
+    ));
+    watch_declarations(
+        &mut tasks,
+        (
+            Arc::clone(&identity.certificate),
+            Arc::clone(&scraping.live.trust),
+            certificates.clone(),
+        ),
+        source.map(|s| (s, config.clone(), scraping.live.clone())),
+        &options,
+    );
+    tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
+    Ok(Running {
+        signals_addr,
+        metrics_addr,
+        epoch,
+        signals,
+        metrics,
+        registry,
+        certificates,
+        verdicts: scraping.verdicts,
+        live: scraping.live,
+        membership: peering.view,
+        membership_metrics: peering.membership_metrics,
+        mode_mismatch: peering.mode_mismatch,
+        state,
+        fence_writes,
+        tasks,
+    })
+}
+
+/// What the two listeners serve from.
+struct Serving<'a> {
+    config: &'a Config,
+    identity: &'a SiteIdentity,
+    epoch: u64,
+    signals: &'a SharedSignals,
+    metrics: &'a OperatorMetrics,
+    clock: &'a Clock,
+    registry: &'a Arc<Registry>,
+}
+
+/// Starts the signals listener (relay, ingest feedback, membership sessions, gossip
+/// pulls, catalog) and the metrics listener (`/metrics`, probes, routing evidence).
+fn spawn_listeners(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    serving: &Serving<'_>,
+    listeners: TcpListeners,
+    feedback: feedback::FeedbackHandle,
+    scraping: &Scraping,
+    peering: &mut Peers,
+    timeouts: Timeouts,
+) {
+    let Serving {
+        config,
+        identity,
+        epoch,
+        signals,
+        metrics,
+        clock,
+        registry,
+    } = *serving;
+    let listener = Listener {
+        tcp: listeners.signals,
+        tls: identity.server_tls.clone(),
+        trust: Arc::clone(&identity.trust),
+        slots: Slots::new(),
+        metrics: metrics.listener.clone(),
+        timeouts,
+        handler: Arc::new(SignalsService {
+            signals: signals.clone(),
+            feedback,
+            metrics: metrics.ingest.clone(),
+            refusals: metrics.refusals.clone(),
+            served: metrics.served.clone(),
+            feedback_metrics: metrics.feedback.clone(),
+            clock: clock.clone(),
+            membership: peering.endpoint.take(),
+            gossip: config.transport == TransportMode::Gossip,
+            catalog: scraping.catalog.clone(),
+            long_polls: crate::signals::LongPolls::new(metrics.long_polls.clone()),
+        }),
+    };
+    tasks.spawn(async move {
+        listener.run().await;
+        Ok(())
+    });
+    let evidence = Arc::new(crate::evidence::EvidenceSource {
+        site: config.site.clone(),
+        network: config.network.clone(),
+        mode: config.transport.as_str(),
+        epoch,
+        configured: config.peers.iter().map(|p| p.name.clone()).collect(),
+        verdicts: scraping.verdicts.clone(),
+        scrapes: metrics.scrapes.clone(),
+        signals: signals.clone(),
+        ledger: metrics.polls.ledger.clone(),
+        membership: peering.membership_runs.then(|| peering.view.clone()),
+        ages_rejected: metrics.ages_rejected.clone(),
+        clock: clock.clone(),
+    });
+    let (served, scrapes) = (registry.clone(), metrics.scrapes.clone());
+    let metrics_tcp = listeners.metrics;
+    tasks.spawn(async move {
+        metrics::serve(metrics_tcp, served, scrapes, evidence).await;
+        Ok(())
+    });
+}
+
+/// The site's TLS identity and what it is read into: one presented certificate for the
+/// listener and every peer poll (renewed in place), the trust the configuration
+/// declares, and the providers with their EPP clients.
+struct SiteIdentity {
+    trust: Arc<tls::Trust>,
+    certificate: Arc<tls::CertSlot>,
+    server_tls: Arc<rustls::ServerConfig>,
+    providers: Vec<crate::providers::ScrapedProvider>,
+}
+
+impl SiteIdentity {
+    fn load(config: &Config) -> Result<Self, Error> {
+        let material = crate::trust::material(&config.tls)?;
+        let trust = Arc::new(crate::trust::trust_from_config(config, &material)?);
+        let certificate = tls::CertSlot::new(&material, &config.tls.cert, &config.tls.key)?;
+        let server_tls = tls::server_config_presenting(Arc::clone(&certificate), trust.clone())?;
+        let providers = crate::live::scraped(config, &material)?;
+        Ok(Self {
+            trust,
+            certificate,
+            server_tls,
+            providers,
+        })
+    }
+}
+
+/// The listeners: the signals TCP listener with its UDP twin (membership) on the same
+/// port, and `/metrics`.
+struct Sockets {
+    listeners: TcpListeners,
+    gossip_udp: tokio::net::UdpSocket,
+    signals_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+}
+
+/// The two TCP listeners: signals and `/metrics`.
+struct TcpListeners {
+    signals: tokio::net::TcpListener,
+    metrics: tokio::net::TcpListener,
+}
+
+impl Sockets {
+    async fn bind(config: &Config) -> Result<Self, Error> {
+        let (signals_tcp, gossip_udp, signals_addr) = bind_signals(config.listen.signals).await?;
+        let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
+        Ok(Self {
+            listeners: TcpListeners {
+                signals: signals_tcp,
+                metrics: metrics_tcp,
+            },
+            gossip_udp,
+            signals_addr,
+            metrics_addr,
+        })
+    }
+}
+
+/// What this process resumes from: its publisher epoch (persisted before anything
+/// publishes), the site machine with the persisted fences, the metrics, and the
+/// feedback receiver restored from the persisted evidence.
+struct Restored {
+    epoch: u64,
+    signals: SharedSignals,
+    metrics: OperatorMetrics,
+    receiver: Receiver,
+}
+
+async fn restore(
+    config: &Config,
+    state: &Arc<dyn StateStore>,
+    identity: &SiteIdentity,
+    clock: &Clock,
+    registry: &mut Registry,
+) -> Result<Restored, Error> {
     let now = clock.wall_ms();
     let Persisted {
         epoch: started,
         feedback: restored,
         fences,
-    } = load_persisted(&state, now).await?;
+    } = load_persisted(state, now).await?;
     let epoch = started.epoch;
-
-    let signals: SharedSignals = SharedSignals::new(restored_site(&config, epoch, now, fences));
+    let signals: SharedSignals = SharedSignals::new(restored_site(config, epoch, now, fences));
     if config.transport == TransportMode::Gossip {
         // Under gossip this site's batches reach others through any member, so each
         // carries this site's signature; a receiver refuses an unsigned one.
-        let signer = tls::SiteSigner::new(Arc::clone(&certificate));
+        let signer = tls::SiteSigner::new(Arc::clone(&identity.certificate));
         if !signer.can_sign() {
             tracing::error!(
                 cert = %config.tls.cert.display(),
@@ -235,25 +469,58 @@ pub async fn start_with(
                  this site's batches"
             );
         }
-        crate::signals::lock(&signals).set_signer(Arc::new(signer));
+        crate::site_machine::lock(&signals).set_signer(Arc::new(signer));
     }
-    let metrics = OperatorMetrics::register(&mut registry, signals.clone(), clock.clone());
+    let metrics = OperatorMetrics::register(registry, signals.clone(), clock.clone());
     report_epoch(&started, &metrics);
-    let receiver = restore_receiver(restored, now, &metrics, &config)?;
-    let certificates =
-        tls::ReloadMetrics::register(registry.sub_registry_with_prefix("grid_operator"));
-    let mut tasks = JoinSet::new();
-    let (feedback, feedback_task) = feedback::spawn(
+    let receiver = restore_receiver(restored, now, &metrics, config)?;
+    Ok(Restored {
+        epoch,
+        signals,
+        metrics,
         receiver,
+    })
+}
+
+/// Starts the feedback writer on the restored receiver; the handle the listener hands
+/// reports to.
+fn spawn_feedback(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    restored: Restored,
+    state: &Arc<dyn StateStore>,
+    clock: &Clock,
+) -> feedback::FeedbackHandle {
+    let (handle, task) = feedback::spawn(
+        restored.receiver,
         state.clone(),
-        metrics.ages_rejected.clone(),
+        restored.metrics.ages_rejected.clone(),
         clock.clone(),
     );
     tasks.spawn(async move {
-        let _ = feedback_task.await;
+        let _ = task.await;
         Ok(())
     });
+    handle
+}
 
+/// What the scrape loop's start hands on: the live-change handles, each provider's
+/// readiness verdicts, the membership seeds and the catalog body.
+struct Scraping {
+    live: Live,
+    verdicts: tokio::sync::watch::Receiver<crate::providers::Verdicts>,
+    seeds: tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
+    catalog: tokio::sync::watch::Receiver<bytes::Bytes>,
+}
+
+fn spawn_scrape_loop(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    config: &Config,
+    identity: &SiteIdentity,
+    signals: &SharedSignals,
+    metrics: &OperatorMetrics,
+    clock: &Clock,
+) -> Scraping {
+    let providers = identity.providers.clone();
     let (verdicts_tx, verdicts) = tokio::sync::watch::channel(
         providers
             .iter()
@@ -264,12 +531,12 @@ pub async fn start_with(
             .collect(),
     );
     let (providers_tx, changes) = tokio::sync::watch::channel(providers.clone());
-    let (seeds_tx, seeds) = tokio::sync::watch::channel(crate::live::seeds_of(&config));
+    let (seeds_tx, seeds) = tokio::sync::watch::channel(crate::live::seeds_of(config));
     let (catalog_tx, catalog) =
         tokio::sync::watch::channel(crate::live::catalog_body(&config.catalog));
     let live = Live {
         providers: Arc::new(providers_tx),
-        trust: Arc::clone(&trust),
+        trust: Arc::clone(&identity.trust),
         seeds: Arc::new(seeds_tx),
         catalog: Arc::new(catalog_tx),
     };
@@ -288,10 +555,57 @@ pub async fn start_with(
         scrape_loop.run().await;
         Ok(())
     });
+    Scraping {
+        live,
+        verdicts,
+        seeds,
+        catalog,
+    }
+}
 
-    let membership_metrics = grid_membership::MembershipMetrics::register(&mut registry);
-    let mode_mismatch = crate::membership::ModeMismatch::register(&mut registry, config.transport);
-    tasks.spawn(state_mode_agreement(mode_mismatch.clone(), state.clone()));
+/// Everything membership, gossip and the peer pollers start from.
+struct Peering<'a> {
+    config: &'a Config,
+    identity: &'a SiteIdentity,
+    epoch: u64,
+    signals_addr: SocketAddr,
+    gossip_udp: tokio::net::UdpSocket,
+    seeds: tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
+    signals: &'a SharedSignals,
+    metrics: &'a OperatorMetrics,
+    clock: &'a Clock,
+    state: &'a Arc<dyn StateStore>,
+    membership_faults: Option<Arc<crate::membership::LinkFaults>>,
+}
+
+/// What membership's start hands on: the session endpoint the listener serves (when
+/// membership runs), who is live, and membership's series.
+struct Peers {
+    endpoint: Option<crate::membership::Endpoint>,
+    view: tokio::sync::watch::Receiver<crate::membership::View>,
+    membership_runs: bool,
+    membership_metrics: grid_membership::MembershipMetrics,
+    mode_mismatch: crate::membership::ModeMismatch,
+}
+
+/// Starts membership (and gossip under gossip mode) and, under poll mode, one poller per
+/// configured peer and per member membership adopts.
+fn spawn_peering(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    registry: &mut Registry,
+    p: Peering<'_>,
+) -> Result<Peers, Error> {
+    let Peering {
+        config,
+        identity,
+        signals,
+        metrics,
+        clock,
+        ..
+    } = p;
+    let membership_metrics = grid_membership::MembershipMetrics::register(registry);
+    let mode_mismatch = crate::membership::ModeMismatch::register(registry, config.transport);
+    tasks.spawn(state_mode_agreement(mode_mismatch.clone(), p.state.clone()));
     let gossiping = config.transport == TransportMode::Gossip;
     let gossip = gossiping.then(|| {
         crate::gossip::Gossip::new(
@@ -299,20 +613,23 @@ pub async fn start_with(
             signals.clone(),
             (metrics.ingest.clone(), metrics.gossip.clone()),
             clock.clone(),
-            (Arc::clone(&certificate), trust.clone()),
+            (Arc::clone(&identity.certificate), identity.trust.clone()),
         )
     });
     let (endpoint, view) = start_membership(
-        &config,
-        (signals_addr, gossip_udp, epoch),
-        (&certificate, &trust, seeds),
-        (
-            membership_metrics.clone(),
-            options.membership_faults.clone(),
-            mode_mismatch.clone(),
-        ),
-        gossip,
-        &mut tasks,
+        tasks,
+        MembershipStart {
+            config,
+            signals_addr: p.signals_addr,
+            gossip_udp: p.gossip_udp,
+            epoch: p.epoch,
+            identity,
+            seeds: p.seeds,
+            metrics: membership_metrics.clone(),
+            faults: p.membership_faults,
+            modes: mode_mismatch.clone(),
+            gossip,
+        },
     )?;
     let membership_runs = endpoint.is_some();
     for peer in &config.peers {
@@ -321,7 +638,7 @@ pub async fn start_with(
     if !gossiping {
         // Under gossip nothing is polled: batches are pulled as their versions are heard.
         let peers = config.peers.iter().cloned();
-        let poller = peer_poller(&config, &certificate, &trust, (&signals, &metrics, &clock));
+        let poller = peer_poller(config, identity, (signals, metrics, clock));
         let pollers = peers.map(&poller).collect::<Result<Vec<_>, _>>()?;
         let adopt: crate::peers::Adopt =
             Arc::new(move |site, url| poller(PeerConfig::new(site, url, Vec::new())).ok());
@@ -332,105 +649,34 @@ pub async fn start_with(
             Ok(())
         });
     }
-
-    let registry = Arc::new(registry);
-    let listener = Listener {
-        tcp: signals_tcp,
-        tls: server_tls,
-        trust,
-        slots: Slots::new(),
-        metrics: metrics.listener.clone(),
-        timeouts: options.timeouts,
-        handler: Arc::new(SignalsService {
-            signals: signals.clone(),
-            feedback,
-            metrics: metrics.ingest.clone(),
-            refusals: metrics.refusals.clone(),
-            served: metrics.served.clone(),
-            feedback_metrics: metrics.feedback.clone(),
-            clock,
-            membership: endpoint,
-            gossip: gossiping,
-            catalog,
-            long_polls: crate::signals::LongPolls::new(metrics.long_polls.clone()),
-        }),
-    };
-    tasks.spawn(async move {
-        listener.run().await;
-        Ok(())
-    });
-    let (served, scrapes) = (registry.clone(), metrics.scrapes.clone());
-    let evidence = Arc::new(crate::evidence::EvidenceSource {
-        site: config.site.clone(),
-        network: config.network.clone(),
-        mode: config.transport.as_str(),
-        epoch,
-        configured: config.peers.iter().map(|p| p.name.clone()).collect(),
-        verdicts: verdicts.clone(),
-        scrapes: metrics.scrapes.clone(),
-        signals: signals.clone(),
-        ledger: metrics.polls.ledger.clone(),
-        membership: membership_runs.then(|| view.clone()),
-        ages_rejected: metrics.ages_rejected.clone(),
-        clock: options.clock.clone(),
-    });
-    tasks.spawn(async move {
-        metrics::serve(metrics_tcp, served, scrapes, evidence).await;
-        Ok(())
-    });
-    let fence_writes = Arc::new(tokio::sync::Mutex::new(()));
-    let persist = (state.clone(), Arc::clone(&fence_writes));
-    tasks.spawn(persist_fences(
-        signals.clone(),
-        persist,
-        options.fence_persist,
-        metrics.fence_persist_failures.clone(),
-    ));
-    watch_declarations(
-        &mut tasks,
-        (certificate, Arc::clone(&live.trust), certificates.clone()),
-        source.map(|s| (s, config.clone(), live.clone())),
-        &options,
-    );
-    tracing::info!(site = %config.site, epoch, %signals_addr, %metrics_addr, "operator started");
-    Ok(Running {
-        signals_addr,
-        metrics_addr,
-        epoch,
-        signals,
-        metrics,
-        registry,
-        certificates,
-        verdicts,
-        live,
-        membership: view,
+    Ok(Peers {
+        endpoint,
+        view,
+        membership_runs,
         membership_metrics,
         mode_mismatch,
-        state,
-        fence_writes,
-        tasks,
     })
 }
 
-/// Starts membership when this site has an address to advertise (with, in gossip mode,
-/// the signal path riding it); the live view the peer set follows either way (one that
-/// never changes without membership). Gossip without an address is refused: nothing
-/// would cross sites.
-fn start_membership(
-    config: &Config,
-    (signals_addr, gossip_udp, epoch): (SocketAddr, tokio::net::UdpSocket, u64),
-    (certificate, trust, seeds): (
-        &Arc<tls::CertSlot>,
-        &Arc<tls::Trust>,
-        tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
-    ),
-    (metrics, faults, modes): (
-        grid_membership::MembershipMetrics,
-        Option<Arc<crate::membership::LinkFaults>>,
-        crate::membership::ModeMismatch,
-    ),
+/// What membership starts from.
+struct MembershipStart<'a> {
+    config: &'a Config,
+    signals_addr: SocketAddr,
+    gossip_udp: tokio::net::UdpSocket,
+    epoch: u64,
+    identity: &'a SiteIdentity,
+    seeds: tokio::sync::watch::Receiver<Vec<crate::live::Seed>>,
+    metrics: grid_membership::MembershipMetrics,
+    faults: Option<Arc<crate::membership::LinkFaults>>,
+    modes: crate::membership::ModeMismatch,
     gossip: Option<crate::gossip::Gossip>,
+}
+
+/// Starts membership when this site has an identity peers can reach; its session
+/// endpoint (when it runs) and who is live.
+fn start_membership(
     tasks: &mut JoinSet<Result<(), Error>>,
+    m: MembershipStart<'_>,
 ) -> Result<
     (
         Option<crate::membership::Endpoint>,
@@ -438,8 +684,8 @@ fn start_membership(
     ),
     Error,
 > {
-    let Some(own) = membership_identity(config, signals_addr, epoch) else {
-        if gossip.is_some() {
+    let Some(own) = membership_identity(m.config, m.signals_addr, m.epoch) else {
+        if m.gossip.is_some() {
             return Err(Error::ConfigField {
                 field: "listen.advertise".into(),
                 reason: "gossip mode needs the host peers reach this site at: set \
@@ -459,12 +705,15 @@ fn start_membership(
     };
     let started = crate::membership::start(
         own,
-        gossip_udp,
-        seeds,
-        (Arc::clone(certificate), trust.clone()),
-        metrics,
-        gossip,
-        (faults, modes),
+        m.gossip_udp,
+        m.seeds,
+        (
+            Arc::clone(&m.identity.certificate),
+            m.identity.trust.clone(),
+        ),
+        m.metrics,
+        m.gossip,
+        (m.faults, m.modes),
     )
     .map_err(|e| Error::ConfigField {
         field: "listen.advertise".into(),
@@ -589,11 +838,13 @@ async fn state_mode_agreement(
 /// accepts only that peer, under the trust in force at each handshake.
 fn peer_poller(
     config: &Config,
-    certificate: &Arc<tls::CertSlot>,
-    trust: &Arc<tls::Trust>,
+    identity: &SiteIdentity,
     (signals, metrics, clock): (&SharedSignals, &OperatorMetrics, &Clock),
 ) -> impl Fn(PeerConfig) -> Result<PeerPoller, Error> + Send + Sync + 'static {
-    let (certificate, trust) = (Arc::clone(certificate), Arc::clone(trust));
+    let (certificate, trust) = (
+        Arc::clone(&identity.certificate),
+        Arc::clone(&identity.trust),
+    );
     let (signals, polls, ingest) = (
         signals.clone(),
         metrics.polls.clone(),
@@ -669,7 +920,7 @@ async fn persist_fences(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let fences = crate::signals::lock(&signals).export_fences();
+        let fences = crate::site_machine::lock(&signals).export_fences();
         if written.as_ref() == Some(&fences) {
             continue;
         }
@@ -786,8 +1037,8 @@ async fn watch_mode(
             Ok(Ok(config)) => Some(config),
             _ => None,
         };
-        // Only the poll path restarts on a peer trust change (spec, seed 002): under
-        // gossip the trust is taken over live.
+        // Only the poll path restarts on a peer trust change (it judges peers only
+        // under the trust it started with): under gossip the trust is taken over live.
         let seen = match (seen, &loaded) {
             (Some(change), _) => Some(change),
             (None, _) if transport == TransportMode::Gossip => None,

@@ -9,9 +9,9 @@ use grid_daemon::evidence::{
 use grid_signals::epp::ReadyStatus;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::peers::PeerLedger;
+use crate::peer_ledger::PeerLedger;
 use crate::providers::{ScrapeMetrics, Verdicts};
-use crate::signals::{SharedSignals, lock};
+use crate::site_machine::{SharedSignals, lock};
 
 /// What the operator's evidence is read from.
 #[derive(Debug)]

@@ -31,14 +31,12 @@ use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
-use crate::signals::{SharedSignals, ingest_peer_body, lock};
+use crate::site_machine::{SharedSignals, ingest_peer_body, lock};
 use grid_daemon::client::{FetchTarget, fetch};
 use grid_daemon::tls::{self, CertSlot, Identity, Trust};
 
-/// Path of batches, `?site=..&provider=..` per register asked for.
-pub const BATCH_PATH: &str = "/v1/site/membership/batch";
-/// Path of the digest.
-pub const DIGEST_PATH: &str = "/v1/site/membership/digest";
+pub use grid_signals::wire::{BATCH_PATH, DIGEST_PATH};
+
 /// How often this site's own published versions are compared with what it announced.
 pub const ANNOUNCE_CHECK: Duration = Duration::from_millis(250);
 /// How often a random live member's digest is compared (one membership round).
@@ -99,7 +97,7 @@ pub struct GossipMetrics {
     fetches: Family<FetchLabels, Counter>,
     /// Where each member's last pull or digest is noted for the routing evidence (the
     /// peer pollers' ledger: one per operator).
-    pub ledger: crate::peers::PeerLedger,
+    pub ledger: crate::peer_ledger::PeerLedger,
 }
 
 impl GossipMetrics {

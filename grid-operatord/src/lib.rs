@@ -34,7 +34,6 @@
 //! writer and the trust wiring are private.
 
 mod bind;
-pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod driver;
@@ -46,14 +45,18 @@ pub mod listener;
 mod live;
 pub mod membership;
 pub mod metrics;
+pub mod peer_ledger;
 pub mod peers;
 mod providers;
 mod scrape;
 pub mod served;
 pub mod signals;
+pub mod site_machine;
 pub mod slots;
 pub mod state;
 mod trust;
 
 pub use error::Error;
 pub use providers::{Verdict, Verdicts};
+
+pub use grid_daemon::clock;

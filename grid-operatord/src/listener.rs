@@ -36,6 +36,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 
 use crate::slots::{HANDSHAKE_TIMEOUT, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, ShedReason, Slots};
+use grid_daemon::accept::AcceptBackoff;
 use grid_daemon::tls::{ALPN_H2, Identity, Trust, peer_identity};
 
 /// Streams one HTTP/2 connection may have open at once. The local gateway needs two (a
@@ -189,16 +190,13 @@ impl<H: Handler> Listener<H> {
     /// Runs the accept loop until the task is dropped.
     pub async fn run(self) {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.tls);
+        let mut backoff = AcceptBackoff::default();
         loop {
-            let tcp = match self.tcp.accept().await {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of descriptors or a reset before accept: back off, keep serving.
-                    tracing::warn!(error = %e, "signals listener accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
+            let (tcp, _) = backoff
+                .accept(&self.tcp, "signals", || {
+                    self.metrics.shed(ShedReason::AcceptError);
+                })
+                .await;
             let slot = match self.slots.admit() {
                 Ok(slot) => slot,
                 Err(reason) => {

@@ -5,8 +5,8 @@
 //! gossip a new trust (mode, CA bundle, pins) is put in force in the one [`Trust`] every
 //! TLS configuration of the process verifies through, so the next handshake of the
 //! listener, of a gossip pull and of a session exchange, and the next certificate check,
-//! read it (spec, seed 002: "certificate rotation reads the declared trust on every
-//! check"); the peers become the seeds membership contacts. Everything is built before
+//! read it (certificate rotation reads the declared trust at every check); the peers
+//! become the seeds membership contacts. Everything is built before
 //! anything is put in force, so a change that cannot be applied leaves the running one
 //! whole.
 

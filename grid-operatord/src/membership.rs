@@ -32,8 +32,8 @@ use crate::clock;
 use crate::listener::SessionMaterial;
 use grid_daemon::tls::{self, CertSlot, Identity, Trust};
 
-/// Path of the session exchange on the signals listener.
-pub const SESSION_PATH: &str = "/v1/site/membership/session";
+pub use grid_signals::wire::SESSION_PATH;
+
 /// Largest identity body either end of an exchange reads.
 pub const MAX_SESSION_BODY_BYTES: usize = 1024;
 /// The whole of one exchange, connect to answer, on the initiator; the body read on the
@@ -581,10 +581,10 @@ async fn bounded_lookup<A: Iterator<Item = SocketAddr>>(
 }
 
 /// Resolves once the readiness generation of this site's own providers (what a peer is
-/// served, [`crate::signals::Generations::peer`]) differs from the one it last resolved
+/// served, [`crate::site_machine::Generations::peer`]) differs from the one it last resolved
 /// at; never without gossip.
 async fn own_readiness_moved(
-    readiness: &mut Option<(watch::Receiver<crate::signals::Generations>, u64)>,
+    readiness: &mut Option<(watch::Receiver<crate::site_machine::Generations>, u64)>,
 ) {
     let Some((rx, seen)) = readiness else {
         return std::future::pending().await;

@@ -27,8 +27,10 @@ use crate::clock::Clock;
 use crate::listener::ListenerMetrics;
 use crate::peers::PollMetrics;
 use crate::providers::ScrapeMetrics;
-use crate::signals::{RefusalMetrics, SharedSignals, lock};
+use crate::signals::RefusalMetrics;
+use crate::site_machine::{SharedSignals, lock};
 use crate::slots::HEADER_READ_TIMEOUT;
+use grid_daemon::accept::AcceptBackoff;
 use grid_daemon::{exposition, probe};
 
 /// The provider series exported for every site held, with their help text.
@@ -266,11 +268,9 @@ pub async fn serve_standby(listener: TcpListener, registry: Arc<Registry>) {
 }
 
 async fn serve_as(listener: TcpListener, registry: Arc<Registry>, readiness: Readiness) {
+    let mut backoff = AcceptBackoff::default();
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+        let (tcp, _) = backoff.accept(&listener, "metrics", || {}).await;
         let registry = registry.clone();
         let readiness = readiness.clone();
         tokio::spawn(async move {

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use crate::clock::{self, Clock};
 use crate::config::ProviderConfig;
 use crate::scrape::Scraper;
-use crate::signals::{SharedSignals, lock};
+use crate::site_machine::{SharedSignals, lock};
 use grid_daemon::client::FetchTarget;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

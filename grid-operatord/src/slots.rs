@@ -50,6 +50,9 @@ grid_signals::label_values! {
         HandshakeTimeout = "handshake_timeout",
         /// Request headers did not arrive within [`HEADER_READ_TIMEOUT`].
         HeaderTimeout = "header_timeout",
+        /// `accept` failed (out of descriptors, a reset before accept): counted, backed
+        /// off, and the listener goes on.
+        AcceptError = "accept_error",
     }
 }
 

@@ -14,7 +14,8 @@ use grid_membership::{Member, Refusal as DatagramRefusal, StateLabel};
 use grid_operatord::driver::Options;
 use grid_operatord::driver::Running;
 use grid_operatord::membership::SESSION_PATH;
-use grid_operatord::peers::{PollOutcome, PollTarget, SkipReason};
+use grid_operatord::peer_ledger::SkipReason;
+use grid_operatord::peers::{PollOutcome, PollTarget};
 use grid_operatord::signals::Refusal;
 use grid_signals::epp::ScrapeFailure;
 
@@ -213,7 +214,7 @@ async fn a_peer_whose_advertised_host_does_not_answer_is_measured_at_its_configu
         (0, 1)
     );
     assert!(
-        grid_operatord::signals::lock(&op_a.signals)
+        grid_operatord::site_machine::lock(&op_a.signals)
             .all()
             .entry("b", "qwen")
             .is_some(),

@@ -26,10 +26,11 @@ pub const DEFAULT_UNAVAILABLE_RETRY_AFTER_MS: u64 = 5_000;
 
 /// Default [`ScoreConfig::turnover_ms`]: two seconds, a short chat completion. Headroom
 /// reads a site's slots as turning over once per this long; set it to the workload's
-/// typical request duration, erring short: in the routing simulator (mean 2.4 s) the p99
-/// at 85% load was about the same from 1 s to 2 s, up to three times higher at 4 s and
-/// five times at 8 s, where a reading's free slots and queue barely move the shares
-/// (`docs/routing.md`).
+/// typical request duration, erring short: a prior longer than the requests leaves a
+/// reading's free slots and queue barely moving the shares until a site's answers have
+/// shown its own turnover (the routing simulator with turnover held at the prior, mean
+/// request 2.4 s: p99 at 85% load about the same from 1 s to 2 s, up to three times
+/// higher at 4 s and five times at 8 s; `docs/routing.md`).
 pub const DEFAULT_TURNOVER_MS: u64 = 2_000;
 
 /// `availability.shedding`: answer 429 instead of queueing onto sites that are all full.

@@ -54,7 +54,7 @@ pub enum Error {
     },
     /// A request body has no routable `model` (a 400 answer).
     #[error("{0}")]
-    ModelField(crate::model_field::BodyRefusal),
+    ModelField(#[from] crate::model_field::BodyRefusal),
 }
 
 impl Error {

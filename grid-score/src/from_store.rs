@@ -5,30 +5,17 @@
 //! does. Stamps are the store's (receiver clock, ms since the Unix epoch), so `now_ms`
 //! here is the same clock the store was fed.
 
-use grid_signals::epp::{EppMetric, READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
+use grid_signals::epp::{
+    EPP_AVERAGE_KV_CACHE, EPP_AVERAGE_QUEUE, EPP_AVERAGE_RUNNING, EPP_FLOW_CONTROL_QUEUE,
+    EPP_PER_ENDPOINT_QUEUE, EPP_READY_ENDPOINTS, EPP_STD_DEV_KV_CACHE, READY, READY_REASON,
+    READY_REASON_LABEL, ReadyReasonLabel,
+};
 use grid_signals::store::{Entry, Learning, Store, StoreEvent};
 
 use crate::error::Error;
 use crate::learner::Observed;
 use crate::reading::{CandidateKey, EppPool, Reading, UnitQueues};
 use crate::scorer::Scorer;
-
-/// The operator's readiness verdict (1/0; absent when unknown).
-pub const READY: &str = grid_signals::epp::READY;
-/// EPP ready endpoints (relayed).
-pub const READY_ENDPOINTS: &str = EppMetric::ReadyEndpoints.current_name();
-/// EPP pool average running requests per endpoint.
-pub const RUNNING_AVG: &str = "llm_d_epp_average_running_requests";
-/// EPP pool average queue size per endpoint.
-pub const QUEUE_AVG: &str = "llm_d_epp_average_queue_size";
-/// EPP pool average KV-cache utilization.
-pub const KV_MEAN: &str = "llm_d_epp_average_kv_cache_utilization";
-/// EPP pool KV-cache utilization standard deviation.
-pub const KV_SPREAD: &str = "llm_d_epp_std_dev_kv_cache_utilization";
-/// EPP per-endpoint queue size, one series per `model_server_endpoint`.
-pub const PER_ENDPOINT_QUEUE: &str = EppMetric::PerEndpointQueue.current_name();
-/// EPP flow-control queue size: work held before scheduling.
-pub const FLOW_CONTROL_QUEUE: &str = "llm_d_epp_flow_control_queue_size";
 
 /// The scorer key of a store entry.
 pub fn key_of(entry: &Entry) -> CandidateKey {
@@ -53,12 +40,12 @@ pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
     let latest = |metric| entry.latest(metric, &[]);
     let pool = [
         READY,
-        READY_ENDPOINTS,
-        RUNNING_AVG,
-        QUEUE_AVG,
-        KV_MEAN,
-        KV_SPREAD,
-        FLOW_CONTROL_QUEUE,
+        EPP_READY_ENDPOINTS,
+        EPP_AVERAGE_RUNNING,
+        EPP_AVERAGE_QUEUE,
+        EPP_AVERAGE_KV_CACHE,
+        EPP_STD_DEV_KV_CACHE,
+        EPP_FLOW_CONTROL_QUEUE,
     ];
     let stamp_ms = pool
         .iter()
@@ -70,7 +57,7 @@ pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
             .filter(|r| r.stamp_ms == stamp_ms)
             .map(|r| r.value)
     };
-    let ready_endpoints = value(READY_ENDPOINTS).map(|n| n.max(0.0).round() as u32);
+    let ready_endpoints = value(EPP_READY_ENDPOINTS).map(|n| n.max(0.0).round() as u32);
     let ready = value(READY).map(|v| v >= 0.5);
     // The verdict's reason, from the same instant: one the operator reached without
     // reading the EPP is no evidence about the site.
@@ -86,15 +73,17 @@ pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
         ready,
         verdict_unread,
         ready_endpoints,
-        kv_mean: value(KV_MEAN),
-        kv_spread: value(KV_SPREAD),
-        flow_held: value(FLOW_CONTROL_QUEUE),
+        kv_mean: value(EPP_AVERAGE_KV_CACHE),
+        kv_spread: value(EPP_STD_DEV_KV_CACHE),
+        flow_held: value(EPP_FLOW_CONTROL_QUEUE),
         learning_allowed: matches!(entry.learning(now_ms), Learning::Allowed { .. }),
         ..Reading::new(stamp_ms)
     };
-    if let (Some(running_avg), Some(queued_avg), Some(ready_endpoints)) =
-        (value(RUNNING_AVG), value(QUEUE_AVG), ready_endpoints)
-    {
+    if let (Some(running_avg), Some(queued_avg), Some(ready_endpoints)) = (
+        value(EPP_AVERAGE_RUNNING),
+        value(EPP_AVERAGE_QUEUE),
+        ready_endpoints,
+    ) {
         reading = reading.with_pool(EppPool {
             running_avg,
             queued_avg,
@@ -103,7 +92,7 @@ pub fn reading_of(entry: &Entry, now_ms: u64) -> Option<Reading> {
         });
     }
     let mut units = UnitQueues::default();
-    for series in entry.series(PER_ENDPOINT_QUEUE) {
+    for series in entry.series(EPP_PER_ENDPOINT_QUEUE) {
         if let Some(r) = series.latest().filter(|r| r.stamp_ms >= stamp_ms) {
             units.units += 1;
             units.waiting += u32::from(r.value > 0.0);
@@ -170,10 +159,11 @@ mod tests {
     use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
     use grid_signals::store::{IngestReport, Sender, StoreConfig};
 
+    use crate::Path;
     use crate::SplitMix64;
     use crate::config::ScoreConfig;
     use crate::scorer::Routes;
-    use crate::select::{Decision, Outcome, Path};
+    use crate::select::{Decision, Outcome};
     use crate::snapshot::{Candidate, CandidateState, RouteTable};
 
     const T0: u64 = 1_700_000_000_000;
@@ -228,16 +218,16 @@ mod tests {
     ) -> Vec<(&'static str, Option<&'static str>, f64)> {
         let mut rows = vec![
             (READY, None, 1.0),
-            (READY_ENDPOINTS, None, 2.0),
-            (RUNNING_AVG, None, running),
-            (QUEUE_AVG, None, queued),
-            (KV_MEAN, None, 0.2),
-            (KV_SPREAD, None, 0.1),
-            (FLOW_CONTROL_QUEUE, None, 0.0),
+            (EPP_READY_ENDPOINTS, None, 2.0),
+            (EPP_AVERAGE_RUNNING, None, running),
+            (EPP_AVERAGE_QUEUE, None, queued),
+            (EPP_AVERAGE_KV_CACHE, None, 0.2),
+            (EPP_STD_DEV_KV_CACHE, None, 0.1),
+            (EPP_FLOW_CONTROL_QUEUE, None, 0.0),
         ];
         for (i, e) in ["10.0.0.1:8000", "10.0.0.2:8000"].into_iter().enumerate() {
             rows.push((
-                PER_ENDPOINT_QUEUE,
+                EPP_PER_ENDPOINT_QUEUE,
                 Some(e),
                 if i < waiting_units { 1.0 } else { 0.0 },
             ));
@@ -302,12 +292,12 @@ mod tests {
         let mut scorer = Scorer::new(ScoreConfig::default());
         let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
         let serving = pool(1.0, 0.0, 0);
-        let zero = vec![(READY, None, 1.0), (READY_ENDPOINTS, None, 0.0)];
+        let zero = vec![(READY, None, 1.0), (EPP_READY_ENDPOINTS, None, 0.0)];
         let units_stopped: Vec<_> = serving.iter().copied().filter(|r| r.1.is_none()).collect();
         let shown_down = vec![
             (READY, None, 0.0),
             (READY_REASON, Some("no_ready_endpoints"), 1.0),
-            (READY_ENDPOINTS, None, 0.0),
+            (EPP_READY_ENDPOINTS, None, 0.0),
         ];
         let unread = vec![
             (READY, None, 0.0),
@@ -390,13 +380,16 @@ mod tests {
         flow: f64,
     ) -> Vec<(&'static str, Option<&'static str>, f64)> {
         let mut rows = vec![
-            (READY_ENDPOINTS, None, ready),
-            (FLOW_CONTROL_QUEUE, None, flow),
+            (EPP_READY_ENDPOINTS, None, ready),
+            (EPP_FLOW_CONTROL_QUEUE, None, flow),
         ];
         if ready > 0.0 {
-            rows.extend([(RUNNING_AVG, None, running), (QUEUE_AVG, None, queued)]);
+            rows.extend([
+                (EPP_AVERAGE_RUNNING, None, running),
+                (EPP_AVERAGE_QUEUE, None, queued),
+            ]);
             for e in ["10.0.0.1:8000", "10.0.0.2:8000"] {
-                rows.push((PER_ENDPOINT_QUEUE, Some(e), queued));
+                rows.push((EPP_PER_ENDPOINT_QUEUE, Some(e), queued));
             }
         }
         rows
@@ -417,10 +410,10 @@ mod tests {
 
     #[test]
     fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seconds() {
-        // Regression (issue 13, capacity collapse): a's learned capacity fell from 12 to
-        // the floor during a 6 s zero-endpoint blip (the frozen averages of an older scrape
-        // were paired with the blip's endpoint count of 0 and flow control's hold, which
-        // read as a limit with nothing in service) and it got no traffic for 18 minutes.
+        // No capacity collapse: during a 6 s zero-endpoint blip the frozen averages of an
+        // older scrape meet the blip's endpoint count of 0 and flow control's hold, which
+        // must not read as a limit with nothing in service (a's learned capacity would
+        // fall from 12 to the floor, and it would get no traffic for many minutes).
         let mut store = Store::new(StoreConfig::default());
         let mut scorer = Scorer::new(ScoreConfig::default());
         let routes = Routes::new().with(
@@ -530,9 +523,10 @@ mod tests {
 
     #[test]
     fn a_site_whose_later_batches_carry_no_ready_series_is_not_excluded_for_ever() {
-        // Regression (issue 13, sticky exclusion): one zero, then batches without the
-        // ready-endpoint series (vLLM's own /metrics, a sustained body cap): the store's
-        // old zero kept the model's only candidate excluded (503 at 10 s, 40 s, 600 s).
+        // No sticky exclusion: one zero, then batches without the ready-endpoint series
+        // (vLLM's own /metrics, a sustained body cap). Unknown readiness never excludes,
+        // so the store's old zero must not keep the model's only candidate excluded past
+        // its freshness (503 at 10 s, 40 s, 600 s).
         let mut store = Store::new(StoreConfig::default());
         let mut scorer = Scorer::new(ScoreConfig::default());
         let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
@@ -544,7 +538,14 @@ mod tests {
         for k in 1..=600u64 {
             seq += 1;
             let t = T0 + k * 1_000;
-            admit(&mut store, "a", "u1", seq, t, &[(KV_MEAN, None, 0.3)]);
+            admit(
+                &mut store,
+                "a",
+                "u1",
+                seq,
+                t,
+                &[(EPP_AVERAGE_KV_CACHE, None, 0.3)],
+            );
             sync(&mut scorer, &mut store, t);
             let table = scorer.refresh(t, &routes);
             let decision = table.pick("m", &mut rng);
@@ -561,10 +562,10 @@ mod tests {
 
     #[test]
     fn shedding_stops_within_room_after_of_the_last_saturated_sample_after_a_blip() {
-        // Regression (issue 13, shedding lingers): after a blip had collapsed a site's
-        // capacity to the floor, every sample with one request held in flow control read
-        // it as full, so after a burst the gateway went on shedding with the grid
-        // nearly idle.
+        // Shedding must not linger: were a blip to collapse a site's capacity to the
+        // floor, every sample with one request held in flow control would read it as
+        // full, and after a burst the gateway would go on shedding with the grid nearly
+        // idle.
         let mut config = ScoreConfig::default();
         config.shedding.enabled = true;
         let room_after = config.shedding.room_after_ms;

@@ -20,11 +20,12 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use crate::Path;
 use crate::SplitMix64;
 use crate::config::ScoreConfig;
 use crate::reading::{CandidateKey, Reading, UnitQueues};
 use crate::scorer::{Routes, Scorer};
-use crate::select::{Decision, Path};
+use crate::select::Decision;
 use crate::snapshot::{CandidateState, RouteTable, UNMEASURED};
 
 /// Sites in the fuzz world; site `i` serves provider `p{i}`.

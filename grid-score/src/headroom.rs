@@ -3,9 +3,9 @@
 //!
 //! Every pick until the next refresh reads the same snapshot, and a remote site's reading
 //! stands for a whole peer poll (5 s), so any rule that sends a request to "the site that
-//! reads best" sends it every request for seconds (the routing simulator measured queues
-//! of a hundred and more built that way). Instead each snapshot carries one draw
-//! distribution: a site's share is its expected intake rate over the life of its reading,
+//! reads best" sends it every request for seconds (in the routing simulator, queues of a
+//! hundred and more). Instead each snapshot carries one draw distribution: a site's share
+//! is its expected intake rate over the life of its reading,
 //!
 //! ```text
 //! headroom = pace x capacity / turnover  +  capacity x (1 - rho_now) / life
@@ -22,8 +22,8 @@
 /// The shortest time a reading's free slots (or queue) are spread over, in ms.
 ///
 /// Two gateway refreshes: the local site is read every second, and spreading its
-/// deviation over one refresh alone overcorrected (the simulator's p99 at 85% load was a
-/// tenth higher at 1 s than at 2 s), while remote readings stand for their own 5 s gap.
+/// deviation over one refresh alone overcorrects (the routing simulator's p99 at 85% load:
+/// a tenth higher at 1 s than at 2 s), while remote readings stand for their own 5 s gap.
 pub const MIN_SPREAD_MS: u64 = 2_000;
 
 /// Waiting requests per slot above which a site's pace backs off: two requests waiting

@@ -425,8 +425,8 @@ mod tests {
 
     #[test]
     fn excluded_until_a_later_reading_says_ready_not_merely_until_one_says_nothing() {
-        // Regression (issue 13): any newer reading that did not say 0 cleared the
-        // exclusion, an unknown one included.
+        // An exclusion lasts until a reading says ready: a newer reading that does not
+        // say 0 but says nothing about readiness (unknown) leaves it as it was.
         let mut l = Learner::default();
         l.observe(
             &Reading {
@@ -451,8 +451,9 @@ mod tests {
 
     #[test]
     fn an_old_zero_never_outlives_its_reading_when_later_ones_carry_no_readiness() {
-        // Regression (issue 13, sticky exclusion): a site that read zero once and then
-        // only batches without the series stayed excluded for ever (503 at 10, 40, 600 s).
+        // No sticky exclusion: a zero lasts only as long as its reading is fresh, so a
+        // site that read zero once and then only batches without the series is not
+        // excluded for ever (its model would answer 503 at 10, 40, 600 s).
         let mut l = Learner::default();
         l.observe(
             &Reading {
@@ -484,10 +485,10 @@ mod tests {
 
     #[test]
     fn readings_of_an_excluded_site_never_move_a_capacity_bound() {
-        // Regression (issue 13, capacity collapse): at zero ready endpoints flow control
-        // holds everything and nothing is in service, which the learner took for a hard
-        // bound of zero: a 12-slot site fell to the floor for 18 minutes. A twin that
-        // never saw the blip must end up exactly where the blipped one does.
+        // No capacity collapse: at zero ready endpoints flow control holds everything and
+        // nothing is in service, which must not read as a hard bound of zero (a 12-slot
+        // site would fall to the floor for many minutes). A twin that never saw the blip
+        // must end up exactly where the blipped one does.
         let (mut blipped, mut twin) = (Learner::default(), Learner::default());
         let mut t = 0;
         for _ in 0..5 {

@@ -122,6 +122,7 @@ mod scorer;
 mod select;
 mod shed;
 mod snapshot;
+mod tally;
 
 pub use capacity::{BOUND_HALF_LIFE_MS, CAPACITY_FLOOR, SOFT_BOUND_HEADROOM};
 pub use config::{
@@ -141,9 +142,9 @@ pub use metrics::ScoreMetrics;
 pub use reading::{CandidateKey, EppPool, Reading, UnitQueues};
 pub use rho::{MAX_RECENT_SAMPLES, RECENT_WINDOW_MS, RHO_CAP, RHO_SMOOTHING};
 pub use scorer::{MAX_CANDIDATES, Routes, ScoreInput, Scorer};
-pub use select::{Decision, Outcome, Path};
+pub use select::{Decision, Outcome};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
     Candidate, CandidateEvidence, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS,
-    Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
+    Path, Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
 };

@@ -16,7 +16,7 @@ use crate::learner::ExcludeReason;
 use crate::live::EjectReason;
 use crate::reading::CandidateKey;
 use crate::select::{Decision, Outcome};
-use crate::snapshot::{Plan, RouteSnapshot, RouteTable, UNMEASURED};
+use crate::snapshot::{DecisionCounters, Plan, RouteSnapshot, RouteTable, UNMEASURED};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CandidateLabels {
@@ -61,25 +61,6 @@ struct EjectionLabels {
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
-
-/// A snapshot's decision counters, found once when its table is published: a family
-/// lookup per pick is a lock and a hash of three labels, on the request path.
-///
-/// Not part of what a snapshot says: two snapshots with the same candidates and plan
-/// are equal whatever their counters.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DecisionCounters {
-    /// `{site, path, routed}` of each candidate, by its index in the snapshot.
-    routed: Box<[Counter]>,
-    /// `{"", "", shed | unavailable}` when the plan refuses.
-    refused: Option<Counter>,
-}
-
-impl PartialEq for DecisionCounters {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
 
 /// Handles to the scorer's metrics, registered under a `score` prefix (nest the registry
 /// under `grid_gateway`, as the gateway does, to get `grid_gateway_score_*`). Cloning shares

@@ -22,7 +22,7 @@ pub const MAX_MODEL_NAME_BYTES: usize = 256;
 /// fixed-size bracket stack.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// Why a body has no routable `model` (carried by [`crate::Error::ModelField`]). Each maps
+/// Why a body has no routable `model` (also carried by [`crate::Error::ModelField`]). Each maps
 /// to a 400 answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -70,6 +70,8 @@ impl BodyRefusal {
     }
 }
 
+impl std::error::Error for BodyRefusal {}
+
 impl std::fmt::Display for BodyRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -100,11 +102,11 @@ impl std::fmt::Display for BodyRefusal {
 
 /// Returns the `model` string of a JSON request body, unescaped (borrowed when it had no
 /// escapes).
-pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, crate::Error> {
-    find(body).map_err(crate::Error::ModelField)
-}
-
-fn find(body: &[u8]) -> Result<Cow<'_, str>, BodyRefusal> {
+///
+/// # Errors
+///
+/// Why the body has no routable `model`.
+pub fn find_model(body: &[u8]) -> Result<Cow<'_, str>, BodyRefusal> {
     let mut lx = Lexer { body, pos: 0 };
     lx.skip_ws();
     if lx.peek() != Some(b'{') {
@@ -405,7 +407,7 @@ mod tests {
     use super::*;
 
     fn model(body: &str) -> Result<String, BodyRefusal> {
-        find(body.as_bytes()).map(Cow::into_owned)
+        find_model(body.as_bytes()).map(Cow::into_owned)
     }
 
     #[test]
@@ -487,7 +489,7 @@ mod tests {
     #[test]
     fn invalid_utf8_in_model_is_refused() {
         assert!(matches!(
-            find(b"{\"model\":\"\xff\"}"),
+            find_model(b"{\"model\":\"\xff\"}"),
             Err(BodyRefusal::Syntax { .. })
         ));
     }

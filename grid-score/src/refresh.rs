@@ -535,10 +535,10 @@ mod tests {
     fn relay(site: &str, seq: u64, stamp: u64, ready: f64) -> Vec<u8> {
         use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
         let rows: Vec<Row> = [
-            (from_store::READY, ready),
-            (from_store::READY_ENDPOINTS, 2.0),
-            (from_store::RUNNING_AVG, 1.0),
-            (from_store::QUEUE_AVG, 0.0),
+            (grid_signals::epp::READY, ready),
+            (grid_signals::epp::EPP_READY_ENDPOINTS, 2.0),
+            (grid_signals::epp::EPP_AVERAGE_RUNNING, 1.0),
+            (grid_signals::epp::EPP_AVERAGE_QUEUE, 0.0),
         ]
         .into_iter()
         .map(|(name, value)| Row::new(name, vec![], value, stamp).unwrap())

@@ -347,9 +347,10 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 )]
 mod tests {
     use super::*;
+    use crate::Path;
     use crate::SplitMix64;
     use crate::reading::UnitQueues;
-    use crate::select::{Decision, Path};
+    use crate::select::Decision;
     use crate::snapshot::{CandidateState, UNMEASURED};
 
     fn key(site: &str) -> CandidateKey {

@@ -5,27 +5,7 @@
 //! search.
 
 use crate::Rng;
-use crate::snapshot::{Candidate, Plan, Pool, RouteSnapshot, RouteTable};
-
-grid_signals::label_values! {
-    /// Which selection rule chose the site (a metric label).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub enum Path {
-        /// Two or more sites with headroom: one drawn with weight its headroom.
-        Spread = "spread",
-        /// Exactly one site with headroom, enough for what the grid is serving.
-        Lone = "lone",
-        /// Sites with headroom, but less of it than what the grid is serving: that share of
-        /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
-        /// draw over both weights.
-        Overflow = "overflow",
-        /// No site with headroom but some measured: one drawn among the measured with weight
-        /// pace x capacity over the square of one plus work waiting per unit of capacity.
-        ByCapacity = "by_capacity",
-        /// Nothing measured: one drawn among the unmeasured by capacity.
-        Fallback = "fallback",
-    }
-}
+use crate::snapshot::{Candidate, Path, Plan, Pool, RouteSnapshot, RouteTable};
 
 grid_signals::label_values! {
     /// The kind of answer, without its data (a metric label).
@@ -236,8 +216,8 @@ mod tests {
 
     #[test]
     fn balanced_sites_share_traffic_in_proportion_to_capacity_not_by_who_reads_lowest() {
-        // The herding the old "lower score wins" rule caused: a site reading a hair lower
-        // took most of the traffic. Now the shares follow capacity, nudged by the reading.
+        // No herding on who reads lowest: were the site reading a hair lower to win, it
+        // would take most of the traffic. The shares follow capacity, nudged by the reading.
         let s = RouteSnapshot::new(
             "m",
             vec![
@@ -389,10 +369,10 @@ mod tests {
 
     #[test]
     fn a_drained_burst_stays_penalized_in_the_pick_weights_until_it_ages_out() {
-        // Issue 13: a site that just drained a burst read "no room" and still got the same
-        // share as an identical calm site (49.2% of 20,000 picks). Its recent worst (1.4)
-        // now counts in its headroom: 16/2 + 16 x (1 - 1.4)/2 = 4.8/s against the calm
-        // site's 8 + 4 = 12/s, a share of 4.8/16.8 = 28.6%.
+        // A drained burst stays penalized until it ages out: a site that just drained a
+        // burst reads "no room" and must not get the same share as an identical calm site.
+        // Its recent worst (1.4) counts in its headroom: 16/2 + 16 x (1 - 1.4)/2 = 4.8/s
+        // against the calm site's 8 + 4 = 12/s, a share of 4.8/16.8 = 28.6%.
         let drained = Candidate::measured(
             CandidateKey::new("drained", "p"),
             16.0,

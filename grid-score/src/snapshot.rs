@@ -6,10 +6,12 @@
 
 use std::sync::Arc;
 
-use crate::catalog::TallyCounts;
+use prometheus_client::metrics::counter::Counter;
+
 use crate::learner::ExcludeReason;
 use crate::live::LiveRoom;
 use crate::reading::CandidateKey;
+use crate::tally::TallyCounts;
 
 /// The rho and score of a candidate with no fresh reading: infinitely loaded, so it sorts
 /// after every measured candidate (whose values are capped at [`crate::RHO_CAP`]) and
@@ -371,6 +373,26 @@ impl Pool {
     }
 }
 
+grid_signals::label_values! {
+    /// Which selection rule chose the site (a metric label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Path {
+        /// Two or more sites with headroom: one drawn with weight its headroom.
+        Spread = "spread",
+        /// Exactly one site with headroom, enough for what the grid is serving.
+        Lone = "lone",
+        /// Sites with headroom, but less of it than what the grid is serving: that share of
+        /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
+        /// draw over both weights.
+        Overflow = "overflow",
+        /// No site with headroom but some measured: one drawn among the measured with weight
+        /// pace x capacity over the square of one plus work waiting per unit of capacity.
+        ByCapacity = "by_capacity",
+        /// Nothing measured: one drawn among the unmeasured by capacity.
+        Fallback = "fallback",
+    }
+}
+
 /// The selection path decided at refresh.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Plan {
@@ -390,6 +412,25 @@ pub struct Refusals {
     pub shed_retry_after_ms: Option<u64>,
     /// Retry-After when every candidate is excluded.
     pub unavailable_retry_after_ms: u64,
+}
+
+/// A snapshot's decision counters, found once when its table is published: a family
+/// lookup per pick is a lock and a hash of three labels, on the request path.
+///
+/// Not part of what a snapshot says: two snapshots with the same candidates and plan
+/// are equal whatever their counters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DecisionCounters {
+    /// `{site, path, routed}` of each candidate, by its index in the snapshot.
+    pub(crate) routed: Box<[Counter]>,
+    /// `{"", "", shed | unavailable}` when the plan refuses.
+    pub(crate) refused: Option<Counter>,
+}
+
+impl PartialEq for DecisionCounters {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// One model's candidates, least-loaded first, with the selection path already decided.
@@ -412,7 +453,7 @@ pub struct RouteSnapshot {
     pub(crate) recent_span_ms: u64,
     /// Where [`crate::ScoreMetrics::record_in`] counts this snapshot's picks, resolved by
     /// [`crate::ScoreMetrics::resolve`] when the table is published; empty until then.
-    pub(crate) counters: crate::metrics::DecisionCounters,
+    pub(crate) counters: DecisionCounters,
 }
 
 impl RouteSnapshot {
@@ -454,7 +495,7 @@ impl RouteSnapshot {
             if c.state != CandidateState::Unmeasured {
                 // The spread term reads the worse of the newest load and the recent worst:
                 // a drained burst stays penalized in the weights until it ages out of the
-                // window, as the spec says, instead of snapping back on the first quiet
+                // window, as the poll design's Failure Behavior section says, instead of snapping back on the first quiet
                 // sample (measured neutral on the simulator's p99: docs/routing-quality.md,
                 // "The drained-burst penalty").
                 c.headroom = c.live_factor
@@ -481,7 +522,7 @@ impl RouteSnapshot {
             refreshed_at_ms: 0,
             recent: Vec::new(),
             recent_span_ms: 0,
-            counters: crate::metrics::DecisionCounters::default(),
+            counters: DecisionCounters::default(),
         }
     }
 
@@ -559,8 +600,8 @@ impl RouteSnapshot {
     }
 
     /// The path a pick will take.
-    pub fn path(&self) -> Option<crate::Path> {
-        use crate::Path;
+    pub fn path(&self) -> Option<Path> {
+        use Path;
         match self.plan {
             Plan::Unavailable { .. } | Plan::Shed { .. } => None,
             Plan::Lone(_) => Some(Path::Lone),
@@ -744,7 +785,7 @@ mod tests {
 
     #[test]
     fn paths_follow_the_number_of_sites_with_headroom() {
-        use crate::Path;
+        use Path;
         let path = |cs: Vec<Candidate>| RouteSnapshot::new("m", cs, vec![], REFUSE).path();
         // With the defaults (turnover 2 s, spread over 2 s) headroom is c (2 - rho) / 2
         // per second: zero from rho 2 up.
@@ -797,7 +838,7 @@ mod tests {
             true,
         );
         let s = RouteSnapshot::new("m", vec![drowning, unknown()], vec![], REFUSE);
-        assert_eq!(s.path(), Some(crate::Path::ByCapacity));
+        assert_eq!(s.path(), Some(Path::ByCapacity));
         assert!(share_of_remote(&s) > 0.9, "{}", share_of_remote(&s));
         // While the local site has room, the unknown one gets nothing.
         let s = RouteSnapshot::new(
@@ -827,7 +868,7 @@ mod tests {
         assert_eq!(h("at"), 0.0);
         assert!(h("below") > 0.0);
         // Its sliver of headroom is far short of what both sites serve: overflow.
-        assert_eq!(s.path(), Some(crate::Path::Overflow));
+        assert_eq!(s.path(), Some(Path::Overflow));
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod rng;
 pub mod signature;
 pub mod site;
 pub mod store;
+pub mod wire;
 
 pub use error::Error;
 

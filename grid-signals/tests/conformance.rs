@@ -385,8 +385,8 @@ fn writing_alltypes_values_reproduces_the_go_text() {
 }
 
 /// Bodies whose verdict Prometheus' scrape parser, its storage and Python's
-/// `prometheus_client` agree on for text 0.0.4 (issue 20's cases, from the `OpenMetrics`
-/// parser suite's 0.0.4-applicable cases and the Go parser's tests): accepted bodies give
+/// `prometheus_client` agree on for text 0.0.4 (the `OpenMetrics` parser suite's
+/// 0.0.4-applicable cases and the Go parser's tests): accepted bodies give
 /// these sample names, refused ones fail on this line with this reason.
 #[test]
 fn bodies_the_reference_parsers_agree_on_get_the_same_verdict() {

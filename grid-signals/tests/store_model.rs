@@ -2,9 +2,9 @@
 //! exact duplicates, changed duplicates, reorderings, epoch changes, future epochs and
 //! rejected payloads.
 //!
-//! The model is the rules written as plainly as possible (whole batches compared
-//! by equality, windows as vectors); the store must agree with it after every step on
-//! fences, windows, learning state, drop counts and events.
+//! The model is the store's admission rules written as plainly as possible (whole
+//! batches compared by equality, windows as vectors); the store must agree with it after
+//! every step on fences, windows, learning state, drop counts and events.
 
 use std::collections::BTreeMap;
 

@@ -11,9 +11,10 @@
 //! follow the ready-endpoint count). Each cycle starts at a different offset from the
 //! daemons' timers.
 //!
-//! Design figures: within a scrape interval (1 s) and its scrape, local or remote (the
-//! design texts' first figures were about 3 s to exclude and 2 s to rejoin locally, about
-//! 15 s more for a remote site).
+//! Design figures: within a scrape interval (1 s) and its scrape, local or remote. The
+//! poll design ("Polling Cross-Site Load Signals", Provider Readiness) gave about 3 s to
+//! exclude and 2 s to rejoin locally, and a remote site about 15 s more while it waited on
+//! its operator's 5 s peer poll.
 //!
 //! `cargo bench -p grid-kit --bench freshness`
 
@@ -21,10 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_kit::clock::Stopwatch;
-use grid_kit::demo::traffic::{Rate, Tally, generate};
 use grid_kit::latency::Latencies;
 use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
 use grid_kit::sim_site::SimSiteConfig;
+use grid_kit::traffic::{Rate, Tally, generate};
 use grid_sim::site_model::{ServiceTime, SiteConfig};
 
 const MODEL: &str = "fresh";

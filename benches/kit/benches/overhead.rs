@@ -10,7 +10,7 @@
 //! - throughput: a closed loop of `CONCURRENCY` workers, answers per second, and the
 //!   ratio through the gateway over direct.
 //!
-//! Targets (issue 10): at least 80% of direct throughput, under 200 us added at p50.
+//! Targets: at least 80% of direct throughput, under 200 us added at p50.
 //! Everything (generator, gateway, operator, upstream) shares this machine's cores, so the
 //! throughput ratio also charges the gateway's CPU to the generator's.
 //!

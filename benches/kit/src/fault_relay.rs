@@ -84,8 +84,8 @@ impl Delay {
 }
 
 /// A WAN-like one-way delay between sites: 20 ms plus up to 60 ms jitter (a 20-80 ms
-/// link, the range issue 15 names), and an occasional stall: 300 ms more on one chunk in
-/// a hundred.
+/// link, as between regions), and an occasional stall: 300 ms more on one chunk in a
+/// hundred.
 pub const WAN: Delay = Delay {
     hiccup: Duration::from_millis(300),
     hiccup_per_mille: 10,

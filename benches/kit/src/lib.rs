@@ -1,5 +1,7 @@
-//! The loopback kit: simulated sites behind real sockets, the local grid of real daemons,
-//! load generators, the demo, and the pieces of the whole-system benches.
+//! The loopback kit: what the daemons' tests and grid-programs run on. Simulated sites
+//! behind real sockets, test doubles, the local grid of real daemons, harnesses of the
+//! real peers (Envoy, Pingora, a real API server, llm-d's EPP and simulator), load
+//! generators and the pieces of the whole-system benches.
 //!
 //! # I/O boundary
 //!
@@ -13,20 +15,16 @@
 //! grid_sim::site_model --sim_site--> a loopback OpenAI-compatible server living by the
 //!                                    model in real time, /metrics from grid_sim::fake_epp
 //! pki + sim_site + the daemons' drivers --local_grid--> a whole grid on 127.0.0.1
-//! load / demo --> traffic through it, measured
+//! load / traffic --> requests through it, measured
 //! ```
 
 pub mod clock;
 pub mod daemon_process;
-pub mod demo;
 pub mod envoy;
 pub mod epp_server;
 mod error;
-pub mod fault_ledger;
 pub mod fault_relay;
-pub mod fault_suite;
 pub mod gateway_harness;
-pub mod gossip_scale;
 pub mod instant_upstream;
 pub mod kube_cluster;
 pub mod kube_grid;
@@ -40,7 +38,7 @@ pub mod operator_harness;
 pub mod pingora_proxy;
 pub mod pki;
 pub mod promtool;
-pub mod proxy_compare;
 pub mod sim_site;
+pub mod traffic;
 
 pub use error::Error;

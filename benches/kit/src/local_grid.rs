@@ -166,7 +166,7 @@ pub struct Links {
 }
 
 impl Links {
-    /// 20-80 ms each way ([`WAN`]), seed 1.
+    /// 20-80 ms each way ([`WAN`]), the relays' jitter seeded with 1.
     pub const WAN: Self = Self {
         delay: WAN,
         seed: 1,

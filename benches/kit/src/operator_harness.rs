@@ -333,7 +333,14 @@ pub async fn post_ingest(
     tls: Arc<rustls::ClientConfig>,
     headers: &[(&str, String)],
 ) -> (u16, http::HeaderMap) {
-    post(addr, tls, "/v1/site/signals/ingest", headers, Bytes::new()).await
+    post(
+        addr,
+        tls,
+        grid_signals::wire::INGEST_PATH,
+        headers,
+        Bytes::new(),
+    )
+    .await
 }
 
 /// POST `body` to `path` on the signals listener at `addr`, presenting `tls`'s

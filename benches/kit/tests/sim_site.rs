@@ -436,7 +436,9 @@ async fn a_stopped_site_refuses_connections() {
     assert!(connect.is_err(), "nothing listens after stop");
 }
 
-// Flow-control bands and the headers the EPP layer owns (issue 13 §2, seed 003).
+// Flow-control bands and the headers the EPP layer owns: a band's headroom is read when
+// the answer's head is built, for the band that actually admitted the request, and a copy
+// the model server put on its answer never passes.
 
 const PLAIN: &str = r#"{"model":"llama","prompt":"x"}"#;
 const STREAMED: &str = r#"{"model":"llama","prompt":"x","stream":true}"#;

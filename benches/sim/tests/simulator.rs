@@ -271,10 +271,11 @@ fn requests_at_a_site_that_loses_every_endpoint_fail_and_the_rest_complete() {
 
 #[test]
 fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seconds() {
-    // Issue 13: after a 6 s zero-endpoint blip the largest site's learned capacity fell
-    // to the floor and it got no traffic for about 18 minutes. In the simulator, through
-    // the real signal path, its share in the ten seconds after the blip must be within
-    // 20% of its capacity share.
+    // Readings taken while a site has no ready endpoint never move its capacity bounds:
+    // otherwise a 6 s blip drops the largest site's learned capacity to the floor and
+    // it gets no traffic for many minutes. In the simulator, through the real signal
+    // path, its share in the ten seconds after the blip must be within 20% of its
+    // capacity share.
     let mut config = SimConfig::standard(0.6, 60_000, 11);
     config.degrade.clear();
     config.bursts = None;
@@ -294,9 +295,9 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
     };
     let capacity_share = config.sites[s64].slots() as f64 / config.slots() as f64;
     // The refresh after the endpoints are back, then ten seconds: at least its capacity
-    // share less 20% (the defect: none at all), and at least 80% of what it took before
-    // the blip. It may take more while the others still hold the blip's backlog in their
-    // bands, but not everything.
+    // share less 20% (a collapsed capacity gets none at all), and at least 80% of what it
+    // took before the blip. It may take more while the others still hold the blip's
+    // backlog in their bands, but not everything.
     let first = share_over(37..47);
     assert!(
         first >= 0.8 * capacity_share && first <= 1.5 * capacity_share,

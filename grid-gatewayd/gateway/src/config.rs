@@ -75,9 +75,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
 /// Default listen backlog of the API listener (`listenBacklog`): connections the kernel
 /// completes and queues before the gateway accepts them. Thousands of clients opening
-/// streams at once (a batch job, a reconnect after a restart) overflowed the old 128 and
-/// had their SYNs dropped and retried for seconds; nginx asks for this much. The kernel
-/// caps it at `net.core.somaxconn` (4096 by default on current Linux).
+/// streams at once (a batch job, a reconnect after a restart) overflow a backlog of 128
+/// and have their SYNs dropped and retried for seconds; nginx asks for this much. The
+/// kernel caps it at `net.core.somaxconn` (4096 by default on current Linux).
 pub const DEFAULT_LISTEN_BACKLOG: u32 = 4_096;
 /// Largest accepted `listenBacklog` (the kernel's own ceiling for `somaxconn`).
 pub const MAX_LISTEN_BACKLOG: u32 = 65_535;
@@ -306,17 +306,6 @@ pub struct Candidate {
     pub base_url: String,
 }
 
-/// The `...TimeoutSeconds` bounds on upstream and client waits as the file gives them.
-#[derive(Clone, Copy)]
-struct Waits {
-    upstream_headers: Option<f64>,
-    upstream_idle: Option<f64>,
-    client_header: Option<f64>,
-    client_idle: Option<f64>,
-    client_body: Option<f64>,
-    client_write: Option<f64>,
-}
-
 /// The file as written: camelCase keys, durations in seconds.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -440,6 +429,130 @@ fn ms(field: &str, seconds: Option<f64>, min_ms: u64, max_ms: u64) -> Result<Opt
     let d = grid_daemon::config::seconds(field, Some(s), std::time::Duration::ZERO, bounds)?;
     Ok(Some(d.as_millis() as u64))
 }
+
+/// One bounded duration of the configuration: its key in the file (`...Seconds`), its
+/// bounds in milliseconds, where the file gives it and where the typed configuration
+/// holds it. [`DURATIONS`] is the one table both the file reader and
+/// [`Config::validate`] hold them to, so a typed configuration (an embedder's, a test's)
+/// meets exactly the bounds a file does.
+struct BoundedDuration {
+    key: &'static str,
+    min_ms: u64,
+    max_ms: u64,
+    /// The file's value, in seconds.
+    raw: fn(&RawConfig) -> Option<f64>,
+    /// The configured value; `None` when unset (the default is decided elsewhere).
+    get: fn(&Config) -> Option<u64>,
+    set: fn(&mut Config, u64),
+}
+
+/// Every bounded duration of the configuration.
+const DURATIONS: &[BoundedDuration] = &[
+    BoundedDuration {
+        key: "operator.pollIntervalSeconds",
+        min_ms: MIN_POLL_INTERVAL_MS,
+        max_ms: MAX_POLL_INTERVAL_MS,
+        raw: |r| r.operator.poll_interval_seconds,
+        get: |c| Some(c.operator.poll_interval_ms),
+        set: |c, v| c.operator.poll_interval_ms = v,
+    },
+    BoundedDuration {
+        key: "operator.pollTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_EXCHANGE_TIMEOUT_MS,
+        raw: |r| r.operator.poll_timeout_seconds,
+        get: |c| Some(c.operator.poll_timeout_ms),
+        set: |c, v| c.operator.poll_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "operator.feedbackTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_FEEDBACK_TIMEOUT_MS,
+        raw: |r| r.operator.feedback_timeout_seconds,
+        get: |c| Some(c.operator.feedback_timeout_ms),
+        set: |c, v| c.operator.feedback_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "connectTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_EXCHANGE_TIMEOUT_MS,
+        raw: |r| r.connect_timeout_seconds,
+        get: |c| Some(c.connect_timeout_ms),
+        set: |c, v| c.connect_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "upstreamHeadersTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_UPSTREAM_TIMEOUT_MS,
+        raw: |r| r.upstream_headers_timeout_seconds,
+        get: |c| Some(c.upstream_headers_timeout_ms),
+        set: |c, v| c.upstream_headers_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "upstreamIdleTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_UPSTREAM_TIMEOUT_MS,
+        raw: |r| r.upstream_idle_timeout_seconds,
+        get: |c| Some(c.upstream_idle_timeout_ms),
+        set: |c, v| c.upstream_idle_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "clientHeaderTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_CLIENT_TIMEOUT_MS,
+        raw: |r| r.client_header_timeout_seconds,
+        get: |c| Some(c.client_header_timeout_ms),
+        set: |c, v| c.client_header_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "clientIdleTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_CLIENT_TIMEOUT_MS,
+        raw: |r| r.client_idle_timeout_seconds,
+        get: |c| Some(c.client_idle_timeout_ms),
+        set: |c, v| c.client_idle_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "clientBodyTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_CLIENT_TIMEOUT_MS,
+        raw: |r| r.client_body_timeout_seconds,
+        get: |c| Some(c.client_body_timeout_ms),
+        set: |c, v| c.client_body_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "clientWriteTimeoutSeconds",
+        min_ms: MIN_EXCHANGE_TIMEOUT_MS,
+        max_ms: MAX_CLIENT_TIMEOUT_MS,
+        raw: |r| r.client_write_timeout_seconds,
+        get: |c| Some(c.client_write_timeout_ms),
+        set: |c, v| c.client_write_timeout_ms = v,
+    },
+    BoundedDuration {
+        key: "availability.shedding.fullAfterSeconds",
+        min_ms: 1,
+        max_ms: MAX_SHED_WINDOW_MS,
+        raw: |r| r.availability.shedding.full_after_seconds,
+        get: |c| c.availability.shedding.full_after_ms,
+        set: |c, v| c.availability.shedding.full_after_ms = Some(v),
+    },
+    BoundedDuration {
+        key: "availability.shedding.roomAfterSeconds",
+        min_ms: 1,
+        max_ms: MAX_SHED_WINDOW_MS,
+        raw: |r| r.availability.shedding.room_after_seconds,
+        get: |c| c.availability.shedding.room_after_ms,
+        set: |c, v| c.availability.shedding.room_after_ms = Some(v),
+    },
+    BoundedDuration {
+        key: "routing.turnoverSeconds",
+        min_ms: 1,
+        max_ms: MAX_TURNOVER_MS,
+        raw: |r| r.routing.turnover_seconds,
+        get: |c| c.routing.turnover_ms,
+        set: |c, v| c.routing.turnover_ms = Some(v),
+    },
+];
 
 impl Config {
     /// A configuration with every default the file applies, routing no model yet: the
@@ -659,33 +772,11 @@ impl Config {
     /// The raw file's values with defaults filled in ([`Config::new`] holds them) and
     /// durations in milliseconds, each `...Seconds` checked against its bounds.
     fn from_raw(raw: RawConfig) -> Result<Self, Error> {
+        // Read before the raw file is taken apart below.
+        let seconds: Vec<Option<f64>> = DURATIONS.iter().map(|d| (d.raw)(&raw)).collect();
         let o = raw.operator;
         let s = raw.availability.shedding;
         let mut operator = OperatorConfig::new(o.url, o.identity);
-        if let Some(v) = ms(
-            "operator.pollIntervalSeconds",
-            o.poll_interval_seconds,
-            MIN_POLL_INTERVAL_MS,
-            MAX_POLL_INTERVAL_MS,
-        )? {
-            operator.poll_interval_ms = v;
-        }
-        if let Some(v) = ms(
-            "operator.pollTimeoutSeconds",
-            o.poll_timeout_seconds,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )? {
-            operator.poll_timeout_ms = v;
-        }
-        if let Some(v) = ms(
-            "operator.feedbackTimeoutSeconds",
-            o.feedback_timeout_seconds,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_FEEDBACK_TIMEOUT_MS,
-        )? {
-            operator.feedback_timeout_ms = v;
-        }
         if let Some(r) = o.replica {
             operator.replica = r;
         }
@@ -697,6 +788,11 @@ impl Config {
             ));
         }
         let mut config = Self::new(raw.site, raw.listen, operator, raw.tls);
+        for (d, seconds) in DURATIONS.iter().zip(seconds) {
+            if let Some(v) = ms(d.key, seconds, d.min_ms, d.max_ms)? {
+                (d.set)(&mut config, v);
+            }
+        }
         config.ext_proc_listen = raw.ext_proc_listen;
         if let Some(n) = raw.body_limit_bytes {
             config.body_limit_bytes = usize::try_from(n).unwrap_or(usize::MAX);
@@ -704,22 +800,6 @@ impl Config {
         if let Some(s) = raw.unavailable_retry_after_seconds {
             config.unavailable_retry_after_s = s;
         }
-        if let Some(v) = ms(
-            "connectTimeoutSeconds",
-            raw.connect_timeout_seconds,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )? {
-            config.connect_timeout_ms = v;
-        }
-        config.set_waits(Waits {
-            upstream_headers: raw.upstream_headers_timeout_seconds,
-            upstream_idle: raw.upstream_idle_timeout_seconds,
-            client_header: raw.client_header_timeout_seconds,
-            client_idle: raw.client_idle_timeout_seconds,
-            client_body: raw.client_body_timeout_seconds,
-            client_write: raw.client_write_timeout_seconds,
-        })?;
         if let Some(n) = raw.max_connections_per_site {
             config.max_connections_per_site = usize::try_from(n).unwrap_or(usize::MAX);
         }
@@ -730,88 +810,12 @@ impl Config {
             config.listen_backlog = u32::try_from(n).unwrap_or(u32::MAX);
         }
         config.trust = trust_of(raw.trust)?;
-        config.availability.shedding = Shedding {
-            enabled: s.enabled,
-            full_after_ms: ms(
-                "availability.shedding.fullAfterSeconds",
-                s.full_after_seconds,
-                1,
-                MAX_SHED_WINDOW_MS,
-            )?,
-            room_after_ms: ms(
-                "availability.shedding.roomAfterSeconds",
-                s.room_after_seconds,
-                1,
-                MAX_SHED_WINDOW_MS,
-            )?,
-            retry_after_s: s.retry_after_seconds,
-        };
-        config.routing.turnover_ms = ms(
-            "routing.turnoverSeconds",
-            raw.routing.turnover_seconds,
-            1,
-            MAX_TURNOVER_MS,
-        )?;
+        config.availability.shedding.enabled = s.enabled;
+        config.availability.shedding.retry_after_s = s.retry_after_seconds;
         Ok(raw
             .models
             .into_iter()
             .fold(config, |c, m| c.with_model(m.name, m.candidates)))
-    }
-
-    /// The six `...TimeoutSeconds` bounds on upstream and client waits, where the file
-    /// gives them.
-    fn set_waits(&mut self, waits: Waits) -> Result<(), Error> {
-        let Waits {
-            upstream_headers,
-            upstream_idle,
-            client_header,
-            client_idle,
-            client_body,
-            client_write,
-        } = waits;
-        for (field, seconds, max_ms, slot) in [
-            (
-                "upstreamHeadersTimeoutSeconds",
-                upstream_headers,
-                MAX_UPSTREAM_TIMEOUT_MS,
-                &mut self.upstream_headers_timeout_ms,
-            ),
-            (
-                "upstreamIdleTimeoutSeconds",
-                upstream_idle,
-                MAX_UPSTREAM_TIMEOUT_MS,
-                &mut self.upstream_idle_timeout_ms,
-            ),
-            (
-                "clientHeaderTimeoutSeconds",
-                client_header,
-                MAX_CLIENT_TIMEOUT_MS,
-                &mut self.client_header_timeout_ms,
-            ),
-            (
-                "clientIdleTimeoutSeconds",
-                client_idle,
-                MAX_CLIENT_TIMEOUT_MS,
-                &mut self.client_idle_timeout_ms,
-            ),
-            (
-                "clientBodyTimeoutSeconds",
-                client_body,
-                MAX_CLIENT_TIMEOUT_MS,
-                &mut self.client_body_timeout_ms,
-            ),
-            (
-                "clientWriteTimeoutSeconds",
-                client_write,
-                MAX_CLIENT_TIMEOUT_MS,
-                &mut self.client_write_timeout_ms,
-            ),
-        ] {
-            if let Some(v) = ms(field, seconds, MIN_EXCHANGE_TIMEOUT_MS, max_ms)? {
-                *slot = v;
-            }
-        }
-        Ok(())
     }
 
     /// Reads, parses and validates the file; relative TLS paths are resolved against the
@@ -835,66 +839,13 @@ impl Config {
         Ok(config)
     }
 
-    /// The operator's cadence and budgets, as the file's reader bounds them: a typed
-    /// configuration (an embedder's, a test's) is held to the same bounds.
-    fn validate_operator_waits(&self) -> Result<(), Error> {
-        let o = &self.operator;
-        check_range(
-            "operator.pollIntervalSeconds",
-            o.poll_interval_ms,
-            MIN_POLL_INTERVAL_MS,
-            MAX_POLL_INTERVAL_MS,
-        )?;
-        check_range(
-            "operator.pollTimeoutSeconds",
-            o.poll_timeout_ms,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )?;
-        check_range(
-            "operator.feedbackTimeoutSeconds",
-            o.feedback_timeout_ms,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_FEEDBACK_TIMEOUT_MS,
-        )
-    }
-
-    /// The `...TimeoutSeconds` bounds on upstream and client waits, and the header bound
-    /// above the connect bound.
-    fn validate_waits(&self) -> Result<(), Error> {
-        for (field, v, max_ms) in [
-            (
-                "upstreamHeadersTimeoutSeconds",
-                self.upstream_headers_timeout_ms,
-                MAX_UPSTREAM_TIMEOUT_MS,
-            ),
-            (
-                "upstreamIdleTimeoutSeconds",
-                self.upstream_idle_timeout_ms,
-                MAX_UPSTREAM_TIMEOUT_MS,
-            ),
-            (
-                "clientHeaderTimeoutSeconds",
-                self.client_header_timeout_ms,
-                MAX_CLIENT_TIMEOUT_MS,
-            ),
-            (
-                "clientIdleTimeoutSeconds",
-                self.client_idle_timeout_ms,
-                MAX_CLIENT_TIMEOUT_MS,
-            ),
-            (
-                "clientBodyTimeoutSeconds",
-                self.client_body_timeout_ms,
-                MAX_CLIENT_TIMEOUT_MS,
-            ),
-            (
-                "clientWriteTimeoutSeconds",
-                self.client_write_timeout_ms,
-                MAX_CLIENT_TIMEOUT_MS,
-            ),
-        ] {
-            check_range(field, v, MIN_EXCHANGE_TIMEOUT_MS, max_ms)?;
+    /// Every duration of [`DURATIONS`] within its bounds, and the header bound above the
+    /// connect bound.
+    fn validate_durations(&self) -> Result<(), Error> {
+        for d in DURATIONS {
+            if let Some(v) = (d.get)(self) {
+                check_range(d.key, v, d.min_ms, d.max_ms)?;
+            }
         }
         // The header bound counts from sending, and sending starts with connecting: a
         // header bound at or below the connect bound would answer a slow connect 504
@@ -936,14 +887,7 @@ impl Config {
             1,
             MAX_RETRY_AFTER_S,
         )?;
-        check_range(
-            "connectTimeoutSeconds",
-            self.connect_timeout_ms,
-            MIN_EXCHANGE_TIMEOUT_MS,
-            MAX_EXCHANGE_TIMEOUT_MS,
-        )?;
-        self.validate_waits()?;
-        self.validate_operator_waits()?;
+        self.validate_durations()?;
         check_range(
             "maxConnections",
             self.max_connections as u64,
@@ -1628,6 +1572,79 @@ mod tests {
             refused_field(&with(u64::from(MAX_LISTEN_BACKLOG) + 1)),
             "listenBacklog"
         );
+    }
+
+    #[test]
+    fn every_duration_is_held_to_the_same_bounds_by_the_file_and_by_validate() {
+        let base = Config::from_toml_str(MINIMAL).unwrap();
+        let refused_by_validate = |d: &BoundedDuration, v: u64| {
+            let mut c = base.clone();
+            (d.set)(&mut c, v);
+            // Keep the one cross-field rule out of the way of the bound under test.
+            if d.key == "connectTimeoutSeconds" {
+                c.upstream_headers_timeout_ms = MAX_UPSTREAM_TIMEOUT_MS;
+            }
+            if d.key == "upstreamHeadersTimeoutSeconds" {
+                c.connect_timeout_ms = MIN_EXCHANGE_TIMEOUT_MS;
+            }
+            match c.validate() {
+                Ok(()) => None,
+                Err(Error::ConfigField { field, .. }) => Some(field),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // The file's key `a.b.cKey` as TOML: a `[a.b]` table holding `cKey`.
+        let file_with = |d: &BoundedDuration, ms: u64| {
+            let (table, key) = d.key.rsplit_once('.').unwrap_or(("", d.key));
+            let line = format!("{key} = {}\n", ms as f64 / 1000.0);
+            let mut text = MINIMAL.to_owned();
+            if table == "operator" {
+                text = text.replace("[operator]\n", &format!("[operator]\n{line}"));
+            } else if table.is_empty() {
+                text = line + &text;
+            } else {
+                text = format!("{text}[{table}]\n{line}");
+            }
+            let other = match d.key {
+                "connectTimeoutSeconds" => MAX_UPSTREAM_TIMEOUT_MS,
+                "upstreamHeadersTimeoutSeconds" => MIN_EXCHANGE_TIMEOUT_MS,
+                _ => return text,
+            };
+            let other_key = if d.key == "connectTimeoutSeconds" {
+                "upstreamHeadersTimeoutSeconds"
+            } else {
+                "connectTimeoutSeconds"
+            };
+            format!("{other_key} = {}\n", other as f64 / 1000.0) + &text
+        };
+        for d in DURATIONS {
+            // The header bound must also exceed the connect bound, held here at its least.
+            let least = if d.key == "upstreamHeadersTimeoutSeconds" {
+                d.min_ms + 1
+            } else {
+                d.min_ms
+            };
+            for (ms, ok) in [
+                (least, true),
+                (d.max_ms, true),
+                (d.min_ms - 1, false),
+                (d.max_ms + 1, false),
+            ] {
+                let want = (!ok).then(|| d.key.to_owned());
+                assert_eq!(
+                    refused_by_validate(d, ms),
+                    want,
+                    "validate, {} = {ms} ms",
+                    d.key
+                );
+                let by_file = match Config::from_toml_str(&file_with(d, ms)) {
+                    Ok(_) => None,
+                    Err(Error::ConfigField { field, .. }) => Some(field),
+                    Err(e) => panic!("{}: {e}", d.key),
+                };
+                assert_eq!(by_file, want, "the file, {} = {ms} ms", d.key);
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! [`signals::Signals`] owns this crate's I/O: it reads the TLS files, polls the
 //! operator's `GET /v1/site/signals` over mutual TLS on the caller's tokio runtime,
 //! posts ingest feedback back, and publishes each refresh's view into an `ArcSwap`.
-//! [`upstream`] builds the clients toward sites; [`clock`] is the one place the gateway
+//! [`upstream`] builds the clients toward sites; [`clock`] (grid-daemon's) is the one place it
 //! reads time. Everything else here is pure: [`config`] parses and checks, [`routes`]
 //! and [`refusal`] judge a request, [`pick`] reads one snapshot. No routing rule lives
 //! here: the routing core is grid-score's.
@@ -26,7 +26,7 @@
 //! Upstream --upstream::uri_for--> the site's URI; headers::sanitize_request, x-grid-site
 //! ```
 
-pub mod clock;
+pub use grid_daemon::clock;
 pub mod config;
 mod error;
 pub mod headers;

@@ -43,8 +43,7 @@ use grid_score::routing::RoutingView;
 use crate::upstream::HttpClient;
 use crate::upstream::Published;
 
-/// Path of the operator's relay.
-pub const SIGNALS_PATH: &str = "/v1/site/signals";
+pub use grid_signals::wire::SIGNALS_PATH;
 
 grid_signals::label_values! {
     /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
@@ -374,7 +373,7 @@ fn log_events(events: &[RoutingEvent]) {
                 site = %key.site,
                 provider = %key.provider,
                 reason = reason.as_str(),
-                for_ms = until_ms.saturating_sub(clock::now_unix_ms()),
+                for_ms = until_ms.saturating_sub(clock::wall_ms()),
                 "site ejected for failing; probing it until it answers"
             ),
             RoutingEvent::Rejoined { key, by_probe } => tracing::info!(
@@ -481,7 +480,7 @@ impl Poller {
                 () = until_stopped(&mut stop) => break,
                 Some(models) = next_reload(&mut reloads) => {
                     self.refresher.replace_models(&models);
-                    let refreshed = self.refresher.refresh(clock::now_unix_ms());
+                    let refreshed = self.refresher.refresh(clock::wall_ms());
                     tracing::info!(models = models.len(), "model configuration reloaded; learned state of kept candidates carried over");
                     self.apply(refreshed);
                 }
@@ -509,10 +508,10 @@ impl Poller {
                     // LIVE_REFRESH_MIN_INTERVAL_MS); answers arriving meanwhile leave one
                     // permit, however many there are.
                     self.refresher.wake_live();
-                    if let Some(wait) = self.refresher.live_wait_ms(clock::now_unix_ms()) {
+                    if let Some(wait) = self.refresher.live_wait_ms(clock::wall_ms()) {
                         tokio::time::sleep(Duration::from_millis(wait)).await;
                     }
-                    if let Some(refreshed) = self.refresher.refresh_live(clock::now_unix_ms()) {
+                    if let Some(refreshed) = self.refresher.refresh_live(clock::wall_ms()) {
                         self.apply(refreshed);
                     }
                 }
@@ -523,7 +522,7 @@ impl Poller {
     }
 
     fn cycle(&mut self, fetched: Fetch, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
-        let now_ms = clock::now_unix_ms();
+        let now_ms = clock::wall_ms();
         let (result, cycle) = match fetched {
             Err(result) => (result, Cycle::FetchFailed),
             Ok(Fetched {
@@ -621,7 +620,7 @@ impl Poller {
         let Some(client) = &self.prober else {
             return;
         };
-        for upstream in self.refresher.probes_due(clock::now_unix_ms()) {
+        for upstream in self.refresher.probes_due(clock::wall_ms()) {
             let Ok(uri) = crate::upstream::uri_for(
                 &upstream,
                 &http::uri::PathAndQuery::from_static(PROBE_PATH),

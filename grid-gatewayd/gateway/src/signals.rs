@@ -160,7 +160,7 @@ impl Signals {
             Some(score.clone()),
         );
         let published: Published = Arc::new(ArcSwap::from_pointee(
-            refresher.refresh(crate::clock::now_unix_ms()).view,
+            refresher.refresh(crate::clock::wall_ms()).view,
         ));
         let reporter = Reporter::new(
             poller::random_epoch()?,

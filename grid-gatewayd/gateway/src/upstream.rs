@@ -25,6 +25,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use bytes::Bytes;
+use grid_h1_wire::{MAX_ANSWER_HEAD_BYTES, MAX_ANSWER_HEADERS};
 use grid_score::catalog::Upstream;
 use grid_score::routing::RoutingView;
 use http::Uri;
@@ -191,9 +192,15 @@ pub fn site_client(tls: ClientConfig, connect_timeout: Duration) -> HttpClient {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
+    // A site over TLS answers through hyper, a site in the clear through grid's own
+    // codec: both read at most the same head (`grid_h1_wire`'s bounds), so no site's
+    // answer is refused or taken by one path and not the other.
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(MAX_IDLE_PER_SITE)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .http1_max_headers(MAX_ANSWER_HEADERS)
+        .http1_max_buf_size(MAX_ANSWER_HEAD_BYTES)
+        .http2_max_header_list_size(MAX_ANSWER_HEAD_BYTES as u32)
         .build(BoundedConnect::new(connector, connect_timeout))
 }
 

@@ -1,13 +1,13 @@
 //! A client's request head, as the gateway's own HTTP/1.1 server reads it.
 //!
-//! The head is parsed in place from the connection's read buffer (httparse, as hyper's
-//! server did), and its body framing is decided here once, by RFC 9112 section 6.3 as it
-//! binds a server: `Transfer-Encoding` must end in `chunked` and may not come with a
-//! `Content-Length` or in HTTP/1.0 (each a way to smuggle a second request past a proxy,
-//! so each is refused with 400 and the connection closed); a body chunked after other
-//! codings is refused as not implemented (501: the gateway decodes `chunked` alone);
-//! differing `Content-Length`s are refused; a request with neither has no body. An
-//! HTTP/1.1 request without `Host`, or any request with two, is refused (RFC 9112
+//! The head is parsed in place from the connection's read buffer (httparse, the parser
+//! hyper's server uses), and its body framing is decided here once, by RFC 9112 section
+//! 6.3 as it binds a server: `Transfer-Encoding` must end in `chunked` and may not come
+//! with a `Content-Length` or in HTTP/1.0 (each a way to smuggle a second request past a
+//! proxy, so each is refused with 400 and the connection closed); a body chunked after
+//! other codings is refused as not implemented (501: the gateway decodes `chunked`
+//! alone); differing `Content-Length`s are refused; a request with neither has no body.
+//! An HTTP/1.1 request without `Host`, or any request with two, is refused (RFC 9112
 //! section 3.2: a server must answer 400). The body itself is read with the same
 //! [`BodyDecoder`](crate::BodyDecoder) a site's answer is.
 

@@ -24,33 +24,36 @@
 //! assert!(head.reusable);
 //! ```
 //!
-//! hyper's client connection did this through two channels (the request to its
-//! dispatcher, the head back) and a one-frame body channel per chunk; for a streamed
-//! answer that hand-over was most of the gateway's work (`docs/benchmarks.md`). What it
-//! checked is checked here too, never more loosely (the `h1_request` and `h1_answer` fuzz
-//! targets hold both to the same bytes), and every size is bounded: a head of at most
-//! [`MAX_ANSWER_HEAD_BYTES`] with at most [`MAX_ANSWER_HEADERS`] fields, a chunk-size
-//! line of at most [`MAX_CHUNK_LINE_BYTES`], at most [`MAX_CHUNK_EXTENSION_BYTES`] of
-//! chunk extensions per body, trailers of at most [`MAX_TRAILER_BYTES`] in at most
-//! [`MAX_TRAILER_FIELDS`] fields (read and dropped: the gateway forwards none). A chunk
-//! extension or a trailer with a control byte (a bare CR or LF, NUL; a tab only where
-//! RFC 9112 allows whitespace), or a trailer line that is not a `name: value` field, is
-//! refused: two readers that split such a line differently disagree on where the body
-//! ends. Framing follows RFC 9112 section 6.3: no body for 1xx, 204 and 304;
-//! `Transfer-Encoding: chunked` wins over a `Content-Length` (and the connection is not
-//! reused after such an answer); an answer with any other coding, or with
-//! `Transfer-Encoding` in HTTP/1.0, is refused (the gateway re-frames every body, so a
-//! coding it does not decode would reach the client lost); differing `Content-Length`s
+//! The caller's task does that work itself, with no task of the codec's: a client
+//! connection with a dispatcher of its own (hyper's) hands the request over through one
+//! channel, the head back through another and every chunk through a one-frame channel,
+//! and on a streamed answer those hand-overs cost more than the proxying
+//! (`docs/benchmarks.md`). What hyper checks is checked here too, never more loosely (the
+//! `h1_request` and `h1_answer` fuzz targets hold both to the same bytes), and every size
+//! is bounded: a head of at most [`MAX_ANSWER_HEAD_BYTES`] with at most
+//! [`MAX_ANSWER_HEADERS`] fields, a chunk-size line of at most [`MAX_CHUNK_LINE_BYTES`],
+//! at most [`MAX_CHUNK_EXTENSION_BYTES`] of chunk extensions per body, trailers of at
+//! most [`MAX_TRAILER_BYTES`] in at most [`MAX_TRAILER_FIELDS`] fields (read and dropped:
+//! the gateway forwards none). A chunk extension or a trailer with a control byte (a bare
+//! CR or LF, NUL; a tab only where RFC 9112 allows whitespace), or a trailer line that is
+//! not a `name: value` field, is refused: two readers that split such a line differently
+//! disagree on where the body ends. Framing follows RFC 9112 section 6.3: no body for
+//! 1xx, 204 and 304; `Transfer-Encoding: chunked` wins over a `Content-Length` (and the
+//! connection is not reused after such an answer); an answer with any other coding, or
+//! with `Transfer-Encoding` in HTTP/1.0, is refused (the gateway re-frames every body, so
+//! a coding it does not decode would reach the client lost); differing `Content-Length`s
 //! are refused.
 
 pub mod client_answer;
 pub mod client_request;
+mod error;
 mod shared_head;
 
 pub use client_answer::{
     AnswerFraming, ConnectionField, LAST_CHUNK, encode_answer_head, encode_chunk,
 };
 pub use client_request::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, RequestHead, parse_request};
+pub use error::WireError;
 
 use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
@@ -74,72 +77,6 @@ pub const MAX_TRAILER_BYTES: usize = 16 * 1024 - 1;
 pub const MAX_TRAILER_FIELDS: usize = 100;
 /// The most interim (1xx) answers before the final one.
 pub const MAX_INTERIM_ANSWERS: usize = 8;
-
-/// What was wrong with a site's answer on the wire.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WireError {
-    /// The head is not HTTP/1.x.
-    #[error("the site's answer head is malformed: {0}")]
-    Head(String),
-    /// The head is longer than [`MAX_ANSWER_HEAD_BYTES`] or has more than
-    /// [`MAX_ANSWER_HEADERS`] fields.
-    #[error("the site's answer head is larger than the gateway reads")]
-    HeadTooLarge,
-    /// A 101 (the gateway asked for no protocol switch).
-    #[error("the site answered with interim status {0} where a final answer was due")]
-    Interim(u16),
-    /// More than [`MAX_INTERIM_ANSWERS`] 1xx answers before the final one.
-    #[error("the site sent more interim answers than the gateway reads")]
-    TooManyInterim,
-    /// `Content-Length` is not one decimal number.
-    #[error("the site's answer has an unusable content-length")]
-    ContentLength,
-    /// A chunk-size line is not hexadecimal, too long, or its size overflows.
-    #[error("a chunked body has a malformed chunk size line")]
-    ChunkSize,
-    /// A chunk's data is not followed by CRLF.
-    #[error("a chunked body has a chunk without its CRLF")]
-    ChunkEnd,
-    /// A chunk extension has a control byte (a bare CR or LF, NUL, DEL; a tab is
-    /// whitespace there).
-    #[error("a chunked body has a chunk extension with a control byte")]
-    ChunkExtension,
-    /// The body's chunk extensions are longer than [`MAX_CHUNK_EXTENSION_BYTES`].
-    #[error("a chunked body has more chunk extensions than the gateway reads")]
-    ChunkExtensionsTooLarge,
-    /// A trailer line is not a `name: value` field (a name that is not a token, no colon,
-    /// whitespace before it, a line folded onto the one before, a control byte).
-    #[error("a chunked body has a trailer that is not a field")]
-    Trailer,
-    /// The trailers are longer than [`MAX_TRAILER_BYTES`] or more than
-    /// [`MAX_TRAILER_FIELDS`].
-    #[error("a chunked body has more trailers than the gateway reads")]
-    TrailersTooLarge,
-    /// A site's answer has a transfer coding other than `chunked` alone, or any in
-    /// HTTP/1.0: the gateway would forward its body with the coding lost.
-    #[error("the site's answer has a transfer coding the gateway does not decode")]
-    AnswerCoding,
-    /// The connection ended before the body did.
-    #[error("the connection closed before the body's end")]
-    Truncated,
-    /// A client's request head is not HTTP/1.x.
-    #[error("the request head is malformed: {0}")]
-    RequestHead(String),
-    /// A client's request head is longer than
-    /// [`MAX_REQUEST_HEAD_BYTES`] or has more
-    /// than [`MAX_REQUEST_HEADERS`] fields.
-    #[error("the request head is larger than the gateway reads")]
-    RequestHeadTooLarge,
-    /// A client's request frames its body ambiguously (RFC 9112 section 6.3).
-    #[error("the request's body framing cannot be trusted: {0}")]
-    RequestFraming(&'static str),
-    /// A client's request body is chunked after other transfer codings (`gzip, chunked`,
-    /// `identity, chunked`, `chunked` twice): RFC 9112 section 6.1's 501, since the
-    /// gateway decodes `chunked` alone and would forward the body with its coding lost.
-    #[error("the request's transfer coding is not implemented: only chunked is")]
-    RequestCoding,
-}
 
 /// How an answer's body ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

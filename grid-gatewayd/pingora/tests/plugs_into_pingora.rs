@@ -32,7 +32,7 @@ fn published(candidates: Vec<CandidateSpec>) -> grid_gateway::upstream::Publishe
         grid_signals::store::StoreConfig::default(),
         None,
     );
-    let view = refresher.refresh(grid_gateway::clock::now_unix_ms()).view;
+    let view = refresher.refresh(grid_gateway::clock::wall_ms()).view;
     Arc::new(arc_swap::ArcSwap::from_pointee(view))
 }
 

@@ -359,8 +359,9 @@ async fn changed(
             Ok(next) if current.takes_over_live(&next) => {
                 return Change::Live(Box::new(next));
             }
-            // Only the poll path restarts on a peer trust change (spec, seed 002): under
-            // gossip the trust is taken over live, above.
+            // Only the poll path restarts on a peer trust change (it judges peers only
+            // under the trust it started with): under gossip the trust is taken over live,
+            // above.
             Ok(next) => {
                 let under_poll = current.transport == crate::config::TransportMode::Poll;
                 return match current.trust_differs(&next) {

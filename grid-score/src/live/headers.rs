@@ -1,6 +1,6 @@
-//! The flow-control headers a site's router puts on the responses it serves (llm-d
-//! router #2488), read strictly: a value the gateway cannot trust is dropped and counted,
-//! never guessed at.
+//! The flow-control headers a site's router puts on the responses it serves
+//! (llm-d-router's advisory flow-control band headroom), read strictly: a value the
+//! gateway cannot trust is dropped and counted, never guessed at.
 //!
 //! | header | value | absent means |
 //! | --- | --- | --- |

@@ -1,5 +1,9 @@
 //! Live room from the response path: what each proxied response's flow-control headers
-//! and outcome say about its site now, between the polls (seed 003, issue 13 §2).
+//! and outcome say about its site now, between the polls. A polled reading stands for a
+//! whole peer poll; every answer is fresh. The router reads a band's headroom when it
+//! builds the answer's head, for the band that admitted the request, so the value is as
+//! recent as the answer; it is advisory (every client may see the same room), and an
+//! absent header is no signal, never 0.
 //!
 //! # Data flow
 //!
@@ -32,10 +36,12 @@ pub use outlier::{
     MAX_EJECTED_SHARE, MAX_EJECTION_MS, MIN_RATIO_EXCHANGES, OutlierChange, PROBE_INTERVAL_MS,
     RATIO_HALF_LIFE_MS, max_ejected,
 };
-pub use slot::{LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot};
+pub use slot::{
+    DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot,
+    MAX_FULL_HOLD_MS,
+};
 pub use state::{
-    DEFAULT_FULL_HOLD_MS, FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS,
-    MAX_FAILURE_SCORE, MAX_FULL_HOLD_MS,
+    FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
 };
 pub(crate) use state::{LiveState, LiveView};
 pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};

@@ -61,6 +61,14 @@ pub struct LiveEvidence {
 /// Fraction bits of the fixed-point logarithms a slot sums.
 pub const LOG_FIXED_BITS: u32 = 20;
 
+/// How long a site that answered 429 without a Retry-After is read as full: a second,
+/// the order of a request's turnover; each 429 renews it.
+pub const DEFAULT_FULL_HOLD_MS: u64 = 1_000;
+/// The longest a site's 429 keeps it read as full, whatever Retry-After it states: past
+/// this its polled readings and its next answers speak for it again (a site's clock or
+/// its Retry-After policy cannot keep it out of selection for long).
+pub const MAX_FULL_HOLD_MS: u64 = 30_000;
+
 /// One candidate's slot.
 #[derive(Debug, Default)]
 pub struct LiveSlot {
@@ -111,13 +119,13 @@ impl LiveSlot {
     }
 
     /// Request path: the site refused a request because it is full (a 429) at `now_ms`,
-    /// for `hold_ms` (its Retry-After, bounded by [`super::MAX_FULL_HOLD_MS`]; without one,
-    /// [`super::DEFAULT_FULL_HOLD_MS`]). A site that answers is not failing: the streak
+    /// for `hold_ms` (its Retry-After, bounded by [`MAX_FULL_HOLD_MS`]; without one,
+    /// [`DEFAULT_FULL_HOLD_MS`]). A site that answers is not failing: the streak
     /// ends as for any answer.
     pub fn record_full(&self, now_ms: u64, hold_ms: Option<u64>) {
         let hold = hold_ms
-            .unwrap_or(super::DEFAULT_FULL_HOLD_MS)
-            .min(super::MAX_FULL_HOLD_MS);
+            .unwrap_or(DEFAULT_FULL_HOLD_MS)
+            .min(MAX_FULL_HOLD_MS);
         self.full_until
             .fetch_max(now_ms.saturating_add(hold), Ordering::Relaxed);
         self.record_answer();

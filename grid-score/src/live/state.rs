@@ -40,15 +40,6 @@ pub const FAILURE_HALF_LIFE_MS: u64 = 10_000;
 /// seventeenth) so it still gets the odd request that shows its recovery.
 pub const MAX_FAILURE_SCORE: f64 = 16.0;
 
-/// How long a site that answered 429 without a Retry-After is read as full: a second,
-/// the order of a request's turnover; each 429 renews it.
-pub const DEFAULT_FULL_HOLD_MS: u64 = 1_000;
-
-/// The longest a site's 429 keeps it read as full, whatever Retry-After it states: past
-/// this its polled readings and its next answers speak for it again (a site's clock or
-/// its Retry-After policy cannot keep it out of selection for long).
-pub const MAX_FULL_HOLD_MS: u64 = 30_000;
-
 /// The live state of one candidate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LiveState {

@@ -1,6 +1,8 @@
-//! How long a site's requests hold a slot, learned from the answers the gateway proxies
-//! (issue 13: `turnover_ms` was a guess, and 4 s instead of 2 s made the p99 three to six
-//! times worse).
+//! How long a site's requests hold a slot, learned from the answers the gateway proxies:
+//! no one setting fits every site and workload, and a setting longer than the requests
+//! really hold their slots leaves a reading's free slots and queue barely moving the
+//! shares (`ScoreConfig::turnover_ms` is only the prior until a site's answers show its
+//! own).
 //!
 //! ```text
 //! held   = geometric mean of first byte to last byte of streamed answers (fast: ~10 answers)
@@ -20,9 +22,9 @@
 //! longer than the rest moves an arithmetic mean by ten times what it moves this one.
 //!
 //! Only first bytes with the flow-control wait taken out count (the answer carried
-//! `x-llm-d-flow-queue-duration-ms`): without it the time includes queueing, and reading
-//! a queue as a slowdown fed back on itself in the routing simulator (p99 four times
-//! worse).
+//! `x-llm-d-flow-queue-duration-ms`): without it the time includes queueing, and a queue
+//! read as a slowdown feeds back on itself (the site's turnover grows with its queue, not
+//! with its service).
 
 use super::slot::{LOG_FIXED_BITS, LiveEvidence};
 

@@ -2,6 +2,7 @@
 
 use super::view::{BatchView, MetaRef, Rows};
 use super::{BatchMeta, Row};
+use crate::signature::write_message;
 
 /// One provider's publication as it arrived: the metadata line and the rows collected
 /// under it.
@@ -39,6 +40,40 @@ impl Batch {
     /// counting it as one drop.
     pub fn lines(&self) -> u64 {
         1 + self.rows.len() as u64
+    }
+
+    /// The owned batch a view describes (for callers that keep batches).
+    pub(crate) fn from_view(view: &BatchView<'_, '_>) -> Self {
+        let rows = view
+            .rows
+            .iter()
+            .map(|r| Row::from_checked(r.name, r.labels, r.value, r.stamp_ms))
+            .collect();
+        Self {
+            meta: view
+                .meta
+                .to_owned_meta(view.meta.samples, view.meta.stamp_ms),
+            rows,
+            lines_refused: view.lines_refused,
+        }
+    }
+
+    /// The bytes its signature covers (see [`crate::signature::write_message`]).
+    pub fn signed_message(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_message(
+            &mut out,
+            &self.meta,
+            self.rows.iter().map(|row| {
+                (
+                    row.name(),
+                    row.labels().iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                    row.value(),
+                    row.stamp_ms(),
+                )
+            }),
+        );
+        out
     }
 
     /// A digest of everything the batch says, as received, with its stamps taken

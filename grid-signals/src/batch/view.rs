@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use super::meta::check_meta;
 use super::row::check_row;
-use super::{Batch, BatchMeta, Fence, Revision, Row};
+use super::{BatchMeta, Fence, Revision, Row};
 use crate::Error;
 
 /// A metadata line checked by [`check_meta`], its strings borrowed (unescaped only when
@@ -306,22 +306,6 @@ impl BatchView<'_, '_> {
                 )
             }),
         );
-    }
-
-    /// The owned batch (for callers that keep batches).
-    pub(crate) fn to_batch(self) -> Batch {
-        let rows = self
-            .rows
-            .iter()
-            .map(|r| Row::from_checked(r.name, r.labels, r.value, r.stamp_ms))
-            .collect();
-        Batch {
-            meta: self
-                .meta
-                .to_owned_meta(self.meta.samples, self.meta.stamp_ms),
-            rows,
-            lines_refused: self.lines_refused,
-        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! What an operator concludes from its EPP scrapes: readiness, in-flight, latency (issue 5).
+//! What an operator concludes from its EPP scrapes: readiness, in-flight, latency.
 //!
 //! # Data flow
 //!
@@ -42,10 +42,13 @@ pub use latency::{
     MIN_WINDOW_REQUESTS, quantile,
 };
 pub use names::{
-    BUCKET_BOUND_LABEL, ENDPOINT_LABEL, EppMetric, FLOW_CONTROL_POOL_LABEL, GENERATIONS,
-    Generation, HistogramPart, INFLIGHT_ENDPOINT_LABEL, INFLIGHT_NAMESPACE_LABEL, NAME_TABLE,
-    OLD_ENDPOINT_LABEL, POOL_LABEL, Recognized, STREAMING_LABEL, endpoint_label, family_of,
-    recognize,
+    BUCKET_BOUND_LABEL, ENDPOINT_LABEL, EPP_AVERAGE_KV_CACHE, EPP_AVERAGE_QUEUE,
+    EPP_AVERAGE_RUNNING, EPP_FLOW_CONTROL_QUEUE, EPP_INFLIGHT_REQUESTS, EPP_PER_ENDPOINT_QUEUE,
+    EPP_READY_ENDPOINTS, EPP_REQUEST_ERROR_TOTAL, EPP_REQUEST_STREAMING_TPOT_SECONDS,
+    EPP_REQUEST_TOTAL, EPP_REQUEST_TTFT_SECONDS, EPP_STD_DEV_KV_CACHE, EppMetric,
+    FLOW_CONTROL_POOL_LABEL, GENERATIONS, Generation, HistogramPart, INFLIGHT_ENDPOINT_LABEL,
+    INFLIGHT_NAMESPACE_LABEL, NAME_TABLE, OLD_ENDPOINT_LABEL, POOL_LABEL, Recognized,
+    STREAMING_LABEL, endpoint_label, family_of, recognize,
 };
 pub use publication::{
     ERROR_RATIO, IN_FLIGHT_REQUESTS, PROVIDER_LABEL, PublicationInput, PublishedSample, READY,

@@ -271,22 +271,52 @@ pub const NAME_TABLE: &[(&str, EppMetric, Generation)] = &[
     ),
 ];
 
+/// The names grid relays the EPP series it reads under, on the signals wire: their
+/// current (`llm_d_epp_*`) spelling, whatever spelling the scraped EPP wrote
+/// ([`EppMetric::current_name`]). One home for them: the operator writes relayed rows
+/// under these names and the gateway's reader looks them up by the same constants. They
+/// are the EPP's series relayed, not the operator's conclusions (`grid_provider_*`).
+/// Endpoints with fresh metrics in the pool.
+pub const EPP_READY_ENDPOINTS: &str = "llm_d_epp_ready_endpoints";
+/// Average running requests per ready endpoint.
+pub const EPP_AVERAGE_RUNNING: &str = "llm_d_epp_average_running_requests";
+/// Average queued requests per ready endpoint.
+pub const EPP_AVERAGE_QUEUE: &str = "llm_d_epp_average_queue_size";
+/// Average KV-cache utilization, 0..1.
+pub const EPP_AVERAGE_KV_CACHE: &str = "llm_d_epp_average_kv_cache_utilization";
+/// Standard deviation of KV-cache utilization.
+pub const EPP_STD_DEV_KV_CACHE: &str = "llm_d_epp_std_dev_kv_cache_utilization";
+/// Queued requests on one endpoint, one series per endpoint.
+pub const EPP_PER_ENDPOINT_QUEUE: &str = "llm_d_epp_per_endpoint_queue_size";
+/// In-flight requests per endpoint per load producer.
+pub const EPP_INFLIGHT_REQUESTS: &str = "llm_d_epp_inflight_requests";
+/// Requests held by flow control before scheduling.
+pub const EPP_FLOW_CONTROL_QUEUE: &str = "llm_d_epp_flow_control_queue_size";
+/// Time to first token (histogram).
+pub const EPP_REQUEST_TTFT_SECONDS: &str = "llm_d_epp_request_ttft_seconds";
+/// Time per output token of streaming requests (histogram).
+pub const EPP_REQUEST_STREAMING_TPOT_SECONDS: &str = "llm_d_epp_request_streaming_tpot_seconds";
+/// Requests seen by the EPP (counter).
+pub const EPP_REQUEST_TOTAL: &str = "llm_d_epp_request_total";
+/// Requests that failed (counter).
+pub const EPP_REQUEST_ERROR_TOTAL: &str = "llm_d_epp_request_error_total";
+
 impl EppMetric {
     /// The current (`llm_d_epp_*`) name: the one grid relays and documents.
-    pub const fn current_name(self) -> &'static str {
+    pub fn current_name(self) -> &'static str {
         match self {
-            Self::ReadyEndpoints => "llm_d_epp_ready_endpoints",
-            Self::AverageRunning => "llm_d_epp_average_running_requests",
-            Self::AverageQueue => "llm_d_epp_average_queue_size",
-            Self::AverageKvCache => "llm_d_epp_average_kv_cache_utilization",
-            Self::StdDevKvCache => "llm_d_epp_std_dev_kv_cache_utilization",
-            Self::PerEndpointQueue => "llm_d_epp_per_endpoint_queue_size",
-            Self::InflightRequests => "llm_d_epp_inflight_requests",
-            Self::FlowControlQueue => "llm_d_epp_flow_control_queue_size",
-            Self::Ttft => "llm_d_epp_request_ttft_seconds",
-            Self::Tpot => "llm_d_epp_request_streaming_tpot_seconds",
-            Self::RequestTotal => "llm_d_epp_request_total",
-            Self::RequestErrorTotal => "llm_d_epp_request_error_total",
+            Self::ReadyEndpoints => EPP_READY_ENDPOINTS,
+            Self::AverageRunning => EPP_AVERAGE_RUNNING,
+            Self::AverageQueue => EPP_AVERAGE_QUEUE,
+            Self::AverageKvCache => EPP_AVERAGE_KV_CACHE,
+            Self::StdDevKvCache => EPP_STD_DEV_KV_CACHE,
+            Self::PerEndpointQueue => EPP_PER_ENDPOINT_QUEUE,
+            Self::InflightRequests => EPP_INFLIGHT_REQUESTS,
+            Self::FlowControlQueue => EPP_FLOW_CONTROL_QUEUE,
+            Self::Ttft => EPP_REQUEST_TTFT_SECONDS,
+            Self::Tpot => EPP_REQUEST_STREAMING_TPOT_SECONDS,
+            Self::RequestTotal => EPP_REQUEST_TOTAL,
+            Self::RequestErrorTotal => EPP_REQUEST_ERROR_TOTAL,
         }
     }
 

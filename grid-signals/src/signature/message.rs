@@ -1,6 +1,6 @@
 //! The bytes a batch signature covers.
 
-use crate::batch::{Batch, BatchMeta};
+use crate::batch::BatchMeta;
 
 /// What the signed bytes start with, so a signature over a batch can never be taken for
 /// a signature the same key made over anything else (a TLS handshake signs other
@@ -68,22 +68,4 @@ pub(crate) fn write_message_parts<'r, L>(
         out.extend_from_slice(&bits.to_be_bytes());
         out.extend_from_slice(&stamp_ms.wrapping_sub(meta_stamp_ms).to_be_bytes());
     }
-}
-
-/// The signed bytes of an owned batch (see [`write_message`]).
-pub fn signed_message(batch: &Batch) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_message(
-        &mut out,
-        &batch.meta,
-        batch.rows.iter().map(|row| {
-            (
-                row.name(),
-                row.labels().iter().map(|(n, v)| (n.as_str(), v.as_str())),
-                row.value(),
-                row.stamp_ms(),
-            )
-        }),
-    );
-    out
 }

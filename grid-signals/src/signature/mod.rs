@@ -44,7 +44,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use line::{SignatureLine, parse_signature_line, write_chain_line, write_signature_line};
-pub use message::{MESSAGE_CONTEXT, signed_message, write_message};
+pub use message::{MESSAGE_CONTEXT, write_message};
 
 pub(crate) use b64::decode as decode_base64;
 pub(crate) use message::write_message_parts;

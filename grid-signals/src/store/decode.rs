@@ -27,7 +27,7 @@ pub fn decode_batches(body: &[u8], drops: &mut DropCounts, on_batch: impl FnMut(
     struct Owned<F>(F);
     impl<F: FnMut(Batch)> BatchSink<'_> for Owned<F> {
         fn closed(&mut self, batch: &BatchView<'_, '_>) {
-            (self.0)(batch.to_batch());
+            (self.0)(Batch::from_view(batch));
         }
     }
     group(body, drops, &mut Owned(on_batch));

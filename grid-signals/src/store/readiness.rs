@@ -6,7 +6,10 @@
 //! ([`crate::long_poll`]), so a site leaving or rejoining selection crosses the grid
 //! within a scrape instead of a peer poll.
 
-use crate::epp::{EppMetric, READY, READY_REASON, READY_REASON_LABEL, ReadyReasonLabel};
+use crate::epp::{
+    EPP_PER_ENDPOINT_QUEUE, EPP_READY_ENDPOINTS, READY, READY_REASON, READY_REASON_LABEL,
+    ReadyReasonLabel,
+};
 
 /// What a publication says about readiness, as the gateway's exclusion verdict reads it
 /// (grid-score's learner): the operator's verdict and whether it reached it without
@@ -40,9 +43,9 @@ impl ReadinessMark {
                 label == READY_REASON_LABEL
                     && ReadyReasonLabel::parse(text).is_some_and(ReadyReasonLabel::is_unread)
             });
-        } else if name == EppMetric::ReadyEndpoints.current_name() {
+        } else if name == EPP_READY_ENDPOINTS {
             self.endpoints = Some(value > 0.0);
-        } else if name == EppMetric::PerEndpointQueue.current_name() {
+        } else if name == EPP_PER_ENDPOINT_QUEUE {
             self.units = true;
         }
     }

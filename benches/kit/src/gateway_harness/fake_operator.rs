@@ -120,7 +120,7 @@ impl FakeOperator {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         // Publisher epochs are wall-clock based; a minute ago is well inside the lead bound.
-        let epoch = grid_gateway::clock::now_unix_ms() - 60_000;
+        let epoch = grid_gateway::clock::wall_ms() - 60_000;
         let state = Arc::new(Mutex::new(State {
             epoch,
             ..State::default()
@@ -194,7 +194,7 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     match (req.method().as_str(), req.uri().path()) {
-        ("GET", "/v1/site/signals") => {
+        ("GET", grid_signals::wire::SIGNALS_PATH) => {
             let delay = {
                 let mut st = state.lock().unwrap();
                 st.polls += 1;
@@ -202,7 +202,7 @@ async fn handle(
             };
             tokio::time::sleep(delay).await;
             // Stamped when answered, as a real operator's relay is.
-            let now = grid_gateway::clock::now_unix_ms();
+            let now = grid_gateway::clock::wall_ms();
             let date = httpdate::fmt_http_date(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(now),
             );
@@ -213,11 +213,11 @@ async fn handle(
             };
             Ok(Response::builder()
                 .header("date", date)
-                .header("content-type", "text/plain; version=0.0.4")
+                .header("content-type", grid_signals::wire::SIGNALS_CONTENT_TYPE)
                 .body(Full::new(Bytes::from(body)))
                 .unwrap())
         }
-        ("POST", "/v1/site/signals/ingest") => {
+        ("POST", grid_signals::wire::INGEST_PATH) => {
             let h = req.headers().clone();
             let _ = req.into_body().collect().await;
             let get = |n: &str| {

@@ -647,7 +647,7 @@ impl KubeTest {
         .await
         .expect("kubectl")
         .expect("the test namespace with the example RBAC");
-        let proxy = FaultProxy::start(&cluster).await;
+        let proxy = FaultProxy::start(cluster.addr, &cluster.serving, &cluster.ca_file).await;
         let operator_kubeconfig = cluster.dir.join(format!("{ns}-operator.kubeconfig"));
         write_kubeconfig(
             &operator_kubeconfig,

@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +28,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-
-use super::Cluster;
 
 /// Which requests a [`Fault`] applies to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,14 +146,15 @@ fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
 }
 
 impl FaultProxy {
-    /// A proxy on 127.0.0.1 in front of `cluster`'s API server.
-    pub async fn start(cluster: &Cluster) -> Self {
+    /// A proxy on 127.0.0.1 in front of the API server at `addr`, serving its
+    /// certificate and key (`serving`, PEM files) and trusting the CA in `ca_file`.
+    pub async fn start(addr: SocketAddr, serving: &(PathBuf, PathBuf), ca_file: &Path) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let chain: Vec<_> = CertificateDer::pem_file_iter(&cluster.serving.0)
+        let chain: Vec<_> = CertificateDer::pem_file_iter(&serving.0)
             .expect("serving certificate")
             .map(|c| c.expect("certificate PEM"))
             .collect();
-        let key = PrivateKeyDer::from_pem_file(&cluster.serving.1).expect("serving key");
+        let key = PrivateKeyDer::from_pem_file(&serving.1).expect("serving key");
         let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .expect("TLS versions")
@@ -165,7 +165,7 @@ impl FaultProxy {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
 
         let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(&cluster.ca_file).expect("CA file") {
+        for c in CertificateDer::pem_file_iter(ca_file).expect("CA file") {
             roots.add(c.expect("CA PEM")).expect("CA certificate");
         }
         let client = rustls::ClientConfig::builder_with_provider(provider)
@@ -179,7 +179,7 @@ impl FaultProxy {
             .enable_http1()
             .build();
         let upstream: Upstream = Client::builder(TokioExecutor::new()).build(https);
-        let origin = format!("https://{}", cluster.addr);
+        let origin = format!("https://{addr}");
 
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy bind");
         let addr = listener.local_addr().expect("proxy address");

@@ -1,7 +1,7 @@
-//! `grid-sim`: the routing-quality simulator (issues 6 and 13). Reads a scenario file
-//! (default `benches/scenarios/standard.toml`), runs every policy over the same seeded
-//! arrivals at each of its loads and seeds, prints the tables, writes CSV and SVG under
-//! `target/grid-sim/`.
+//! `grid-sim`: the routing-quality simulator (`docs/routing-quality.md`). Reads a
+//! scenario file (default `benches/scenarios/standard.toml`), runs every policy over the
+//! same seeded arrivals at each of its loads and seeds, prints the tables, writes CSV and
+//! SVG under `target/grid-sim/`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,8 +4,8 @@ use grid_score::{Decision, SplitMix64};
 
 use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
+use super::setup::{FailFast, SimConfig};
 use super::signals::{FULL_STATUS, MODEL, SignalPath, UNAVAILABLE_STATUS};
-use super::{FailFast, SimConfig};
 use crate::sim_rng::SimRng;
 use crate::site_model::SiteModel;
 

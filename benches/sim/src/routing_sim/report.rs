@@ -200,7 +200,7 @@ pub fn failures_by_seed(runs: &[Vec<LoadResults>]) -> String {
     out
 }
 
-/// The verdict against issue 13's targets at the load closest to 85%: ours' p99 at most
+/// The verdict against the routing targets at the load closest to 85%: ours' p99 at most
 /// 1.5 times the oracle's, and no worse than Prequal's or peak-EWMA's (a policy whose p99
 /// falls among refused requests is worse than any delay).
 pub fn target_lines(all: &[LoadResults]) -> String {

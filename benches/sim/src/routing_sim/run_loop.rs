@@ -31,12 +31,12 @@ use std::collections::{BinaryHeap, HashMap};
 use super::arrivals::Arrival;
 use super::policy::{Choice, Policy, Router};
 use super::prequal::ProbeReading;
+use super::setup::SimConfig;
 use super::signals::{
     EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SignalCounts,
     SignalFaults, SignalPath, UNAVAILABLE_STATUS,
 };
 use super::stats::{RunRecord, Summary, bump};
-use super::{PolicyResult, SimConfig};
 use crate::site_model::{
     BandConfig, FailReason, Refusal, RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel,
 };
@@ -846,6 +846,26 @@ impl<'a> World<'a> {
         };
         (world, signals)
     }
+}
+
+/// One policy's outcome.
+#[derive(Clone, Debug)]
+pub struct PolicyResult {
+    /// Which policy.
+    pub policy: Policy,
+    /// Its figures.
+    pub summary: Summary,
+    /// How the signal path worked in its world.
+    pub signals: SignalCounts,
+    /// The raw record (delays, per-second routing).
+    pub record: RunRecord,
+    /// Requests that arrived, measured or not.
+    pub arrived: u64,
+    /// Requests that completed.
+    pub completed: u64,
+    /// Requests answered to their client with a failure: refused and not retried (or
+    /// refused again when retried), or cut after their answer began.
+    pub failed: u64,
 }
 
 /// Runs one policy over `arrivals` in its own world.

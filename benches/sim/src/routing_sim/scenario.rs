@@ -11,11 +11,11 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use super::arrivals::Bursts;
-use super::signals::{FULL_STATUS, SERVER_ERRORS};
-use super::{
+use super::setup::{
     Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec,
     MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
 };
+use super::signals::{FULL_STATUS, SERVER_ERRORS};
 use crate::site_model::{
     MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
 };

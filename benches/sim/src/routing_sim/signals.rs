@@ -38,7 +38,7 @@ use grid_signals::long_poll::{LongPoll, Wait};
 use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
 use grid_signals::store::{RelayBudget, StoreConfig};
 
-use super::Episode;
+use super::setup::Episode;
 use crate::fake_epp::{EppIdentity, FakeEpp};
 use crate::site_model::SiteModel;
 

@@ -1,0 +1,123 @@
+//! What the client side counts about its connections: refused at accept, closed by the
+//! gateway, HTTP/2 streams reset, and how many are open; each reason a closed label set.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+grid_signals::label_values! {
+    /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Refusal {
+        /// `maxConnections` were open: closed at accept.
+        Limit = "limit",
+        /// `accept` failed (out of descriptors, reset before accept).
+        AcceptError = "accept_error",
+    }
+}
+
+grid_signals::label_values! {
+    /// Why the gateway closed a client connection (`grid_gateway_connections_closed_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Closed {
+        /// No first request head within `clientHeaderTimeoutSeconds`.
+        HeaderTimeout = "header_timeout",
+        /// No request in flight for `clientIdleTimeoutSeconds`.
+        IdleTimeout = "idle_timeout",
+        /// An HTTP/1.1 client took nothing of its answer for `clientWriteTimeoutSeconds`.
+        WriteTimeout = "write_timeout",
+        /// An HTTP/2 client left a ping unanswered for [`HTTP2_KEEP_ALIVE_TIMEOUT`].
+        PingTimeout = "ping_timeout",
+    }
+}
+
+grid_signals::label_values! {
+    /// Why the gateway reset a client's HTTP/2 stream (`grid_gateway_streams_reset_total`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum StreamReset {
+        /// The client took nothing of the stream's answer for `clientWriteTimeoutSeconds`.
+        WriteTimeout = "write_timeout",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StreamResetLabels {
+    reason: StreamReset,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: Refusal,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    reason: Closed,
+}
+
+/// The listener's metric handles.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ListenerMetrics {
+    refused: Family<RefusalLabels, Counter>,
+    closed: Family<ClosedLabels, Counter>,
+    reset: Family<StreamResetLabels, Counter>,
+    pub(super) open: Gauge,
+}
+
+impl ListenerMetrics {
+    /// Registers `grid_gateway_connections_refused_total{reason}`,
+    /// `grid_gateway_connections_closed_total{reason}` and `grid_gateway_connections_open`,
+    /// every reason at 0.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for reason in Refusal::ALL {
+            m.refused.get_or_create(&RefusalLabels { reason }).inc_by(0);
+        }
+        for reason in Closed::ALL {
+            m.closed.get_or_create(&ClosedLabels { reason }).inc_by(0);
+        }
+        for reason in StreamReset::ALL {
+            m.reset
+                .get_or_create(&StreamResetLabels { reason })
+                .inc_by(0);
+        }
+        registry.register(
+            "grid_gateway_connections_refused",
+            "Client connections not served, by reason (limit, accept_error)",
+            m.refused.clone(),
+        );
+        registry.register(
+            "grid_gateway_connections_closed",
+            "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout, ping_timeout)",
+            m.closed.clone(),
+        );
+        registry.register(
+            "grid_gateway_streams_reset",
+            "Client HTTP/2 streams the gateway reset, by reason (write_timeout)",
+            m.reset.clone(),
+        );
+        registry.register(
+            "grid_gateway_connections_open",
+            "Client connections open now",
+            m.open.clone(),
+        );
+        m
+    }
+
+    pub(super) fn refused(&self, reason: Refusal) {
+        self.refused.get_or_create(&RefusalLabels { reason }).inc();
+    }
+
+    pub(super) fn closed(&self, reason: Closed) {
+        self.closed.get_or_create(&ClosedLabels { reason }).inc();
+    }
+
+    /// The counter of streams reset for `reason`, found once per connection.
+    pub(super) fn reset(&self, reason: StreamReset) -> Counter {
+        self.reset
+            .get_or_create(&StreamResetLabels { reason })
+            .clone()
+    }
+}
