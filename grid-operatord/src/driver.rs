@@ -6,7 +6,7 @@
 //! listener accepts its first report.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use grid_feedback::Receiver;
@@ -346,6 +346,7 @@ fn spawn_listeners(
             membership: peering.endpoint.take(),
             gossip: config.transport == TransportMode::Gossip,
             catalog: scraping.catalog.clone(),
+            long_polls: crate::signals::LongPolls::new(metrics.long_polls.clone()),
         }),
     };
     tasks.spawn(async move {
@@ -455,7 +456,7 @@ async fn restore(
         fences,
     } = load_persisted(state, now).await?;
     let epoch = started.epoch;
-    let signals: SharedSignals = Arc::new(Mutex::new(restored_site(config, epoch, now, fences)));
+    let signals: SharedSignals = SharedSignals::new(restored_site(config, epoch, now, fences));
     if config.transport == TransportMode::Gossip {
         // Under gossip this site's batches reach others through any member, so each
         // carries this site's signature; a receiver refuses an unsigned one.

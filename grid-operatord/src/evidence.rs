@@ -164,8 +164,6 @@ impl EvidenceSource {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use grid_signals::batch::{Fence, FenceRecord, FenceSet};
     use grid_signals::site::{Site, SiteConfig};
     use grid_signals::store::StoreConfig;
@@ -191,7 +189,7 @@ mod tests {
             configured,
             verdicts: tokio::sync::watch::channel(Vec::new()).1,
             scrapes: ScrapeMetrics::default(),
-            signals: Arc::new(Mutex::new(site)),
+            signals: SharedSignals::new(site),
             ledger: PeerLedger::default(),
             membership: None,
             ages_rejected: Gauge::default(),

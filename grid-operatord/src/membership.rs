@@ -361,6 +361,13 @@ impl Driver {
         announce_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut digest_tick = tokio::time::interval(crate::gossip::DIGEST_INTERVAL);
         digest_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Gossip: a change of this site's own readiness is announced at once, not at the
+        // next announce check.
+        let mut own_readiness = self.gossip.as_ref().map(|g| {
+            let rx = g.signals.readiness();
+            let seen = rx.borrow().peer;
+            (rx, seen)
+        });
         loop {
             let wake = self.membership.poll_timeout().map(|at| {
                 let now = clock::monotonic_ms();
@@ -412,6 +419,7 @@ impl Driver {
                 () = timer => self.membership.handle_timeout(clock::monotonic_ms()),
                 _ = seed_tick.tick() => self.contact_seeds(),
                 _ = announce_tick.tick(), if self.gossip.is_some() => self.announce_own(),
+                () = own_readiness_moved(&mut own_readiness) => self.announce_own(),
                 _ = digest_tick.tick(), if self.gossip.is_some() => self.ask_digest(),
                 Some(done) = next_fetched(&mut self.gossip) => {
                     if let Some(g) = &mut self.gossip {
@@ -570,6 +578,23 @@ async fn bounded_lookup<A: Iterator<Item = SocketAddr>>(
         .ok()
         .and_then(Result::ok)
         .and_then(|mut addrs| addrs.next())
+}
+
+/// Resolves once the readiness generation of this site's own providers (what a peer is
+/// served, [`crate::site_machine::Generations::peer`]) differs from the one it last resolved
+/// at; never without gossip.
+async fn own_readiness_moved(
+    readiness: &mut Option<(watch::Receiver<crate::site_machine::Generations>, u64)>,
+) {
+    let Some((rx, seen)) = readiness else {
+        return std::future::pending().await;
+    };
+    let moved = rx.wait_for(|g| g.peer != *seen).await.map(|g| g.peer);
+    match moved {
+        Ok(generation) => *seen = generation,
+        // The site is gone (the operator is stopping): nothing more to announce.
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// The next finished gossip fetch; never, under poll.

@@ -112,6 +112,8 @@ pub struct OperatorMetrics {
     pub feedback: ReceiverMetrics,
     /// Refused signals requests.
     pub refusals: RefusalMetrics,
+    /// Long polls of the signals relay held and refused.
+    pub long_polls: crate::signals::LongPollMetrics,
     /// Body bytes the signals listener served.
     pub served: crate::served::ServedMetrics,
     /// `GatewayAgesRejected` as 1 (True) or 0.
@@ -176,6 +178,7 @@ impl OperatorMetrics {
             listener: ListenerMetrics::register(registry),
             feedback: ReceiverMetrics::register(registry),
             refusals: RefusalMetrics::register(registry),
+            long_polls: crate::signals::LongPollMetrics::register(registry),
             served: crate::served::ServedMetrics::register(registry),
             ages_rejected,
             epoch,

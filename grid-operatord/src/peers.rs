@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grid_signals::epp::ScrapeFailure;
+use grid_signals::long_poll::{LongPoll, Wait};
 use grid_signals::store::IngestMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -21,7 +22,7 @@ use crate::clock::{self, Clock};
 use crate::config::PeerConfig;
 use crate::peer_ledger::{PeerLedger, SkipReason};
 use crate::site_machine::{SharedSignals, ingest_peer_body};
-use grid_daemon::client::{FetchTarget, fetch};
+use grid_daemon::client::{FetchTarget, fetch, poll_budget, with_wait};
 
 /// Attempts per poll: the first and at most two retries.
 pub const MAX_POLL_ATTEMPTS: u32 = 3;
@@ -218,48 +219,60 @@ pub struct PeerPoller {
 }
 
 impl PeerPoller {
-    /// Polls at the interval forever.
+    /// Polls forever: a bounded long poll ([`grid_signals::long_poll`]) answered early when
+    /// the peer's readiness changes, once the peer states its readiness generation; at
+    /// the interval, as a plain poll, while it states none (an older operator) or fails.
     pub async fn run(self) {
         let mut rng = SmallRng::from_os_rng();
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut schedule = LongPoll::new(self.interval.as_millis() as u64);
+        // The schedule's clock: tokio's, so a test with paused time drives it.
+        let base = tokio::time::Instant::now();
+        let ms = || base.elapsed().as_millis() as u64;
+        let mut next = 0;
         loop {
-            ticker.tick().await;
-            let outcome = self.poll_once(&mut rng).await;
-            if outcome != PollOutcome::Ok {
+            tokio::time::sleep_until(base + Duration::from_millis(next)).await;
+            schedule.started(ms());
+            let (outcome, generation) = self.poll_once(&mut rng, schedule.wait()).await;
+            let now = ms();
+            next = if outcome == PollOutcome::Ok {
+                schedule.answered(now, generation)
+            } else {
                 tracing::debug!(peer = %self.peer.name, outcome = outcome.as_str(), "peer poll failed");
-            }
+                schedule.failed(now)
+            };
         }
     }
 
     /// One poll with its bounded, jittered retries; each attempt tries the peer's URL,
     /// then its fallback when that failed; retries stop when another attempt could not
-    /// finish within the poll interval.
-    pub async fn poll_once(&self, rng: &mut impl Rng) -> PollOutcome {
+    /// finish within the poll interval. With `wait` the first attempt is a long poll
+    /// (bounded by the peer's timeout plus the wait); retries are plain. Returns how it
+    /// ended and the readiness generation the answer stated.
+    pub async fn poll_once(
+        &self,
+        rng: &mut impl Rng,
+        wait: Option<Wait>,
+    ) -> (PollOutcome, Option<u64>) {
         let primary = if self.fallback.is_some() {
             PollTarget::Advertised
         } else {
             PollTarget::Configured
         };
-        let mut targets = vec![(
-            FetchTarget::new(
-                self.peer.url.clone(),
-                self.peer.timeout,
-                Some(self.tls.clone()),
-            ),
-            primary,
-        )];
+        let mut targets = vec![(self.peer.url.clone(), primary)];
         if let Some(url) = self.fallback.clone() {
-            targets.push((
-                FetchTarget::new(url, self.peer.timeout, Some(self.tls.clone())),
-                PollTarget::Configured,
-            ));
+            targets.push((url, PollTarget::Configured));
         }
         let started = clock::monotonic();
         let mut last = ScrapeFailure::Connect;
         for attempt in 0..MAX_POLL_ATTEMPTS {
-            for (target, kind) in &targets {
-                match fetch(target).await {
+            let wait = wait.filter(|_| attempt == 0);
+            for (url, kind) in &targets {
+                let target = FetchTarget::new(
+                    with_wait(url, wait),
+                    poll_budget(self.peer.timeout, wait),
+                    Some(self.tls.clone()),
+                );
+                match fetch(&target).await {
                     Ok(fetched) => {
                         let Some(date_ms) = fetched.date_ms else {
                             self.metrics.record(
@@ -267,7 +280,7 @@ impl PeerPoller {
                                 PollOutcome::NoDate,
                                 self.clock.wall_ms(),
                             );
-                            return PollOutcome::NoDate;
+                            return (PollOutcome::NoDate, None);
                         };
                         // Counted before the rows become visible, so whoever sees them
                         // also sees the poll that brought them.
@@ -290,7 +303,7 @@ impl PeerPoller {
                                 date_ms,
                             },
                         );
-                        return PollOutcome::Ok;
+                        return (PollOutcome::Ok, fetched.readiness_generation);
                     }
                     Err(failure) => last = failure.class,
                 }
@@ -306,7 +319,7 @@ impl PeerPoller {
         let outcome = PollOutcome::Failed(last);
         self.metrics
             .record(&self.peer.name, outcome, self.clock.wall_ms());
-        outcome
+        (outcome, None)
     }
 }
 
@@ -459,8 +472,8 @@ fn polled(pollers: &[PeerPoller], view: &crate::membership::View) -> (Vec<Polled
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
 
     use grid_signals::site::{Site, SiteConfig};
     use grid_signals::store::StoreConfig;
@@ -519,7 +532,7 @@ mod tests {
             },
             clock: Clock::system(),
             tls: client_config(&material, trust, Identity::Peer("b".into())).unwrap(),
-            signals: Arc::new(Mutex::new(Site::new(
+            signals: SharedSignals::new(Site::new(
                 SiteConfig {
                     site: "a".into(),
                     epoch: 1,
@@ -528,7 +541,7 @@ mod tests {
                 },
                 &[],
                 0,
-            ))),
+            )),
             metrics: PollMetrics::default(),
             ingest: IngestMetrics::default(),
             interval,
@@ -622,7 +635,7 @@ mod tests {
     async fn a_failing_peer_is_tried_at_most_max_poll_attempts_times() {
         let (addr, accepted) = slamming_peer().await;
         let p = poller(addr, Duration::from_secs(30));
-        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        let (outcome, _) = p.poll_once(&mut SmallRng::seed_from_u64(1), None).await;
         assert!(matches!(outcome, PollOutcome::Failed(_)), "{outcome:?}");
         assert_eq!(accepted.load(Ordering::SeqCst), MAX_POLL_ATTEMPTS as usize);
         assert_eq!(p.metrics.count("b", outcome), 1);
@@ -633,7 +646,7 @@ mod tests {
         let (addr, accepted) = slamming_peer().await;
         // One attempt may take the whole 500 ms timeout: no retry fits in 600 ms.
         let p = poller(addr, Duration::from_millis(600));
-        let outcome = p.poll_once(&mut SmallRng::seed_from_u64(1)).await;
+        let (outcome, _) = p.poll_once(&mut SmallRng::seed_from_u64(1), None).await;
         assert!(matches!(outcome, PollOutcome::Failed(_)));
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }

@@ -2,10 +2,12 @@
 //! machine (grid-signals' [`Site`](grid_signals::site::Site), which decides what a peer may see) and
 //! `POST /v1/site/signals/ingest` handed to the feedback task.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, ReceiverMetrics, RefusalReason, Reply};
+use grid_signals::long_poll::{self, HoldRefusal, Holder, Holds, Wait};
 use grid_signals::site::Audience;
 use grid_signals::store::{IngestMetrics, RelayBudget};
 use http::{Method, StatusCode, header};
@@ -14,7 +16,9 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::feedback::FeedbackHandle;
@@ -106,6 +110,122 @@ impl RefusalMetrics {
     }
 }
 
+/// The label set of `grid_operator_long_polls_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct HoldLabels {
+    reason: HoldRefusal,
+}
+
+/// `grid_operator_long_polls_held` and `grid_operator_long_polls_refused_total{reason}`.
+#[derive(Clone, Debug, Default)]
+pub struct LongPollMetrics {
+    held: Gauge,
+    refused: Family<HoldLabels, Counter>,
+}
+
+impl LongPollMetrics {
+    /// Registers the series, every reason at 0.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for reason in HoldRefusal::ALL {
+            let _ = m.refused.get_or_create(&HoldLabels { reason });
+        }
+        registry.register(
+            "grid_operator_long_polls_held",
+            "Long polls of /v1/site/signals held now, waiting for a readiness change",
+            m.held.clone(),
+        );
+        registry.register(
+            "grid_operator_long_polls_refused",
+            "Long polls of /v1/site/signals answered at once, stating no generation, because none could be held, by reason",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    /// Long polls answered at once for `reason` so far.
+    pub fn refused(&self, reason: HoldRefusal) -> u64 {
+        self.refused.get_or_create(&HoldLabels { reason }).get()
+    }
+
+    /// Long polls held now.
+    pub fn held(&self) -> i64 {
+        self.held.get()
+    }
+}
+
+// A held poll keeps its connection: every connection can hold one, every configured peer
+// its own, and a connection past its age closes once its held poll is answered.
+const _: () = assert!(long_poll::MAX_HELD_POLLS == crate::slots::MAX_CONNECTIONS);
+const _: () = assert!(
+    crate::config::MAX_PEERS <= long_poll::MAX_HELD_POLLS - long_poll::LOCAL_RESERVED_HELD_POLLS
+);
+const _: () = assert!(long_poll::MAX_WAIT_MS < crate::slots::MAX_CONNECTION_AGE.as_millis() as u64);
+
+/// The long polls the signals listener holds (grid-signals' [`Holds`]: at most
+/// [`long_poll::MAX_HELD_POLLS`], a peer's share, the gateways' reserve), counted.
+#[derive(Clone, Debug, Default)]
+pub struct LongPolls {
+    holds: Arc<Mutex<Holds>>,
+    metrics: LongPollMetrics,
+}
+
+impl LongPolls {
+    /// An empty table counting into `metrics`.
+    pub fn new(metrics: LongPollMetrics) -> Self {
+        Self {
+            holds: Arc::default(),
+            metrics,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Holds> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A held poll for `caller`, given back when dropped; `None` (counted) when there is
+    /// no room.
+    pub fn hold(&self, caller: &Identity) -> Option<HeldPoll> {
+        let peer = match caller {
+            Identity::Local => None,
+            Identity::Peer(name) => Some(name.clone()),
+        };
+        let holder = peer.as_deref().map_or(Holder::Local, Holder::Peer);
+        let mut table = self.table();
+        match table.hold(holder) {
+            Ok(()) => {
+                self.metrics.held.set(table.held() as i64);
+                Some(HeldPoll {
+                    polls: self.clone(),
+                    peer,
+                })
+            }
+            Err(reason) => {
+                self.metrics
+                    .refused
+                    .get_or_create(&HoldLabels { reason })
+                    .inc();
+                None
+            }
+        }
+    }
+}
+
+/// One held long poll; dropping it gives it back.
+#[derive(Debug)]
+pub struct HeldPoll {
+    polls: LongPolls,
+    peer: Option<String>,
+}
+
+impl Drop for HeldPoll {
+    fn drop(&mut self) {
+        let mut table = self.polls.table();
+        table.release(self.peer.as_deref().map_or(Holder::Local, Holder::Peer));
+        self.polls.metrics.held.set(table.held() as i64);
+    }
+}
+
 /// Answers the signals listener's requests.
 #[derive(Clone, Debug)]
 pub struct SignalsService {
@@ -128,7 +248,9 @@ pub struct SignalsService {
     /// Gossip mode: peers may pull any batch held and its digest.
     pub gossip: bool,
     /// The local gateway's catalog, as the body of `GET /v1/site/catalog`.
-    pub catalog: tokio::sync::watch::Receiver<Bytes>,
+    pub catalog: watch::Receiver<Bytes>,
+    /// The long polls of `GET /v1/site/signals` held.
+    pub long_polls: LongPolls,
 }
 
 fn empty(status: StatusCode) -> Response<Full<Bytes>> {
@@ -152,27 +274,67 @@ impl SignalsService {
         empty(reason.status())
     }
 
-    fn serve_signals(&self, caller: Option<Identity>) -> Response<Full<Bytes>> {
+    /// The relay for `caller`. A long poll ([`Wait`] in the query) is held until the
+    /// readiness generation of what the caller is served differs from the one it saw, at
+    /// most the wait asked and [`long_poll::MAX_WAIT_MS`]; every answer states the
+    /// generation its body was written at, but for a long poll there was no room to hold
+    /// ([`LongPolls`]): that one is answered at once stating none, so its poller waits its
+    /// interval as it would for an older operator.
+    async fn serve_signals(
+        self,
+        caller: Option<Identity>,
+        wait: Option<Wait>,
+    ) -> Response<Full<Bytes>> {
         let Some(caller) = caller else {
             return self.refuse(Refusal::Forbidden);
         };
+        let audience = audience(&caller);
+        let mut state_generation = true;
+        if let Some(wait) = wait {
+            let mut readiness = self.signals.readiness();
+            let current = readiness.borrow_and_update().get(audience);
+            if let Some(hold_ms) = wait.hold_ms(current) {
+                match self.long_polls.hold(&caller) {
+                    Some(held) => {
+                        let _ = tokio::time::timeout(
+                            Duration::from_millis(hold_ms),
+                            readiness.wait_for(|g| g.get(audience) != wait.seen),
+                        )
+                        .await;
+                        drop(held);
+                    }
+                    None => state_generation = false,
+                }
+            }
+        }
         let now = self.clock.wall_ms();
         let reference_ms = reference(now);
         let mut body = Vec::new();
-        let report = lock(&self.signals).relay(
-            audience(&caller),
-            now,
-            reference_ms,
-            RelayBudget::default(),
-            &mut body,
-        );
+        let (report, generation) = {
+            let site = lock(&self.signals);
+            let report = site.relay(
+                audience,
+                now,
+                reference_ms,
+                RelayBudget::default(),
+                &mut body,
+            );
+            (report, site.readiness_generation(audience))
+        };
         self.metrics.record_relay_dropped(report.providers_dropped);
         let kind = match caller {
             Identity::Local => Served::RelayLocal,
             Identity::Peer(_) => Served::RelayPeer,
         };
         self.served.add(kind, body.len());
-        signals_response(body, reference_ms)
+        let mut r = signals_response(body, reference_ms);
+        if state_generation {
+            r.headers_mut().insert(
+                long_poll::GENERATION_HEADER,
+                header::HeaderValue::from(generation),
+            );
+        }
+        r
     }
 
     /// Gossip mode: the `(site, provider)` batches a peer that heard of their versions
@@ -386,8 +548,8 @@ impl Handler for SignalsService {
         let method = request.method().clone();
         match (path.as_str(), method) {
             (SIGNALS_PATH, Method::GET) => {
-                let r = self.serve_signals(caller);
-                Box::pin(async move { r })
+                let wait = request.uri().query().and_then(Wait::parse);
+                Box::pin(self.clone().serve_signals(caller, wait))
             }
             (INGEST_PATH, Method::POST) => Box::pin(self.clone().ingest(caller, request)),
             (crate::membership::SESSION_PATH, Method::POST) => {
@@ -441,6 +603,43 @@ mod tests {
                 .and_then(|v| v.to_str().ok()),
             Some("deadline")
         );
+    }
+
+    #[test]
+    fn a_poll_with_no_room_to_be_held_is_counted_by_reason_and_a_hold_is_given_back_on_drop() {
+        let mut registry = Registry::default();
+        let polls = LongPolls::new(LongPollMetrics::register(&mut registry));
+        let b = Identity::Peer("b".into());
+        let held: Vec<HeldPoll> = (0..long_poll::MAX_HELD_POLLS_PER_PEER)
+            .map(|_| polls.hold(&b).expect("within b's share"))
+            .collect();
+        assert!(polls.hold(&b).is_none());
+        assert_eq!(polls.metrics.refused(HoldRefusal::PeerFull), 1);
+        assert_eq!(polls.metrics.refused(HoldRefusal::Full), 0);
+        let local: Vec<HeldPoll> = (held.len()..long_poll::MAX_HELD_POLLS)
+            .map(|_| polls.hold(&Identity::Local).expect("room left"))
+            .collect();
+        assert_eq!(
+            polls.metrics.held(),
+            long_poll::MAX_HELD_POLLS as i64,
+            "every one held"
+        );
+        assert!(polls.hold(&Identity::Local).is_none());
+        assert!(polls.hold(&Identity::Peer("c".into())).is_none());
+        assert_eq!(polls.metrics.refused(HoldRefusal::Full), 2);
+        drop(local);
+        drop(held);
+        assert_eq!(polls.metrics.held(), 0);
+        assert!(polls.hold(&b).is_some(), "given back");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "grid_operator_long_polls_refused_total{reason=\"full\"} 2",
+            "grid_operator_long_polls_refused_total{reason=\"peer_full\"} 1",
+            "grid_operator_long_polls_held 0",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]

@@ -202,8 +202,8 @@ async fn a_peer_whose_advertised_host_does_not_answer_is_measured_at_its_configu
         interval: Duration::from_secs(5),
         clock: grid_operatord::clock::Clock::system(),
     };
-    let outcome = poller
-        .poll_once(&mut rand::rngs::SmallRng::seed_from_u64(1))
+    let (outcome, _) = poller
+        .poll_once(&mut rand::rngs::SmallRng::seed_from_u64(1), None)
         .await;
     assert_eq!(outcome, PollOutcome::Ok);
     assert_eq!(

@@ -285,6 +285,61 @@ mod tests {
     }
 
     #[test]
+    fn every_publication_that_moves_a_gateways_exclusion_moves_the_readiness_generation() {
+        // The store's readiness generation is what a long poll is answered early on: it
+        // must move whenever the exclusion verdict read from the same store could.
+        let mut store = Store::new(StoreConfig::default());
+        let mut scorer = Scorer::new(ScoreConfig::default());
+        let routes = Routes::new().with("m", vec![CandidateKey::new("a", "p")]);
+        let serving = pool(1.0, 0.0, 0);
+        let zero = vec![(READY, None, 1.0), (EPP_READY_ENDPOINTS, None, 0.0)];
+        let units_stopped: Vec<_> = serving.iter().copied().filter(|r| r.1.is_none()).collect();
+        let shown_down = vec![
+            (READY, None, 0.0),
+            (READY_REASON, Some("no_ready_endpoints"), 1.0),
+            (EPP_READY_ENDPOINTS, None, 0.0),
+        ];
+        let unread = vec![
+            (READY, None, 0.0),
+            (READY_REASON, Some("scrape_timeout"), 1.0),
+        ];
+        let busier = pool(3.0, 2.0, 2);
+        let sequence = [
+            &serving,
+            &busier,
+            &zero,
+            &serving,
+            &units_stopped,
+            &serving,
+            &shown_down,
+            &unread,
+            &serving,
+            &busier,
+            &zero,
+            &zero,
+            &serving,
+        ];
+        let mut excluded = None;
+        let mut generation = store.readiness_generation();
+        for (i, rows) in sequence.into_iter().enumerate() {
+            let at = T0 + i as u64 * 1_000;
+            admit(&mut store, "a", "u1", i as u64 + 1, at, rows);
+            sync(&mut scorer, &mut store, at);
+            let table = scorer.refresh(at, &routes);
+            let now_excluded = table.get("m").unwrap().excluded().first().map(|e| e.reason);
+            let moved = store.readiness_generation() != generation;
+            if now_excluded != excluded {
+                assert!(
+                    moved,
+                    "publication {i}: {excluded:?} -> {now_excluded:?} unannounced"
+                );
+            }
+            excluded = now_excluded;
+            generation = store.readiness_generation();
+        }
+    }
+
+    #[test]
     fn per_endpoint_series_that_stop_exclude_the_site_through_the_store() {
         let mut store = Store::new(StoreConfig::default());
         let mut scorer = Scorer::new(ScoreConfig::default());

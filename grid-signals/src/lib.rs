@@ -33,6 +33,7 @@ pub mod epp;
 mod error;
 pub mod exposition;
 mod labels;
+pub mod long_poll;
 pub mod rng;
 pub mod signature;
 pub mod site;

@@ -1,10 +1,14 @@
 //! The signals loop: poll the local operator, ingest, refresh, publish, report back.
 //!
 //! One task owns the store, the scorer and the feedback reporter, so none of them needs a
-//! lock. Each cycle (every `operator.pollIntervalSeconds`, only while the gateway serves):
+//! lock. Each cycle (only while the gateway serves; at least every
+//! `operator.pollIntervalSeconds`, sooner when a site's readiness changes):
 //!
-//! 1. `GET /v1/site/signals` over the operator mTLS client, bounded by `operator.pollTimeoutSeconds`
-//!    and [`grid_signals::exposition::MAX_EXPOSITION_BYTES`];
+//! 1. `GET /v1/site/signals` over the operator mTLS client, a bounded long poll
+//!    (grid-signals' `long_poll`: held by the operator up to the interval, answered as soon
+//!    as the readiness of any site it holds changes), bounded by
+//!    `operator.pollTimeoutSeconds` plus that wait and by
+//!    [`grid_signals::exposition::MAX_EXPOSITION_BYTES`];
 //! 2. ingest with the relay trusted for all sites; drops counted per reason;
 //! 3. fold the cycle into the reporter (before the refresh, so nothing can cancel it);
 //! 4. refresh and publish the new routing view atomically (also after a failed poll:
@@ -16,10 +20,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use grid_daemon::client::{Failed, read_response, within};
+use grid_daemon::client::{Failed, poll_budget, read_response, with_wait, within};
 use grid_feedback::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
 use grid_feedback::{Epoch, Replica};
 use grid_signals::epp::ScrapeFailure;
+use grid_signals::long_poll::{LongPoll, Wait};
 use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
 use http::{Request, Uri};
 use http_body_util::Full;
@@ -455,8 +460,13 @@ impl Poller {
     /// Runs until `stop` turns true; returns the reporter so a reload can hand its
     /// evidence over.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Reporter {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Polls are bounded long polls (grid_signals::long_poll): answered early when
+        // the readiness of any site the operator holds changes, else at the interval.
+        let mut schedule = LongPoll::new(self.config.interval.as_millis() as u64);
+        let base = tokio::time::Instant::now();
+        let ms = move || base.elapsed().as_millis() as u64;
+        let mut next_poll = 0;
+        let mut in_flight: Option<InFlight> = None;
         let (done_tx, mut done_rx) = mpsc::channel::<(ExchangeId, Delivery)>(4);
         let live = std::sync::Arc::clone(&self.live_refresh);
         let mut reloads = self.reloads.take();
@@ -475,16 +485,22 @@ impl Poller {
                     self.apply(refreshed);
                 }
                 Some((exchange, delivery)) = done_rx.recv() => self.delivered(exchange, &delivery),
-                _ = tick.tick() => {
-                    // A poll in flight is given up when the gateway stops (the cycle's
-                    // one wait is the fetch, before any state changes): shutdown and a
-                    // reload do not wait a poll timeout for an operator that does not
-                    // answer.
-                    tokio::select! {
-                        biased;
-                        () = until_stopped(&mut stop) => break,
-                        () = self.cycle(&done_tx) => {}
-                    }
+                () = tokio::time::sleep_until(base + Duration::from_millis(next_poll)), if in_flight.is_none() => {
+                    // A poll in flight is given up when the gateway stops (its one wait
+                    // is the fetch, before any state changes): shutdown does not wait a
+                    // poll for an operator that does not answer, and nothing else waits
+                    // for it meanwhile.
+                    schedule.started(ms());
+                    in_flight = Some(Box::pin(self.fetch(schedule.wait())));
+                }
+                fetched = answer_of(&mut in_flight), if in_flight.is_some() => {
+                    in_flight = None;
+                    let now = ms();
+                    next_poll = match &fetched {
+                        Ok(f) => schedule.answered(now, f.generation),
+                        Err(_) => schedule.failed(now),
+                    };
+                    self.cycle(fetched, &done_tx);
                 }
                 () = live.notified() => {
                     // An answer carried live evidence: fold it in now, not at the next
@@ -505,12 +521,13 @@ impl Poller {
         self.reporter
     }
 
-    async fn cycle(&mut self, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
-        let fetched = self.fetch().await;
+    fn cycle(&mut self, fetched: Fetch, done: &mpsc::Sender<(ExchangeId, Delivery)>) {
         let now_ms = clock::wall_ms();
         let (result, cycle) = match fetched {
             Err(result) => (result, Cycle::FetchFailed),
-            Ok((body, reference_ms)) => {
+            Ok(Fetched {
+                body, reference_ms, ..
+            }) => {
                 let report = match body {
                     Some(body) => {
                         self.refresher
@@ -684,50 +701,93 @@ impl Poller {
     }
 
     /// Reads one relay body over the one kept-alive operator connection, with
-    /// grid-daemon's reader (the operator's peer poller reads the same way): `Ok((None,
-    /// _))` when it was over the cap.
-    async fn fetch(&self) -> Result<(Option<Vec<u8>>, Option<u64>), PollResult> {
-        let req = Request::get(operator_uri(&self.config.operator, SIGNALS_PATH))
-            .body(Full::new(Bytes::new()))
-            .map_err(|_| PollResult::Transport)?;
-        let attempt = async {
-            let resp = self.client.request(req).await.map_err(|e| {
-                let cause = describe(&e);
-                tracing::debug!(%cause, "operator unreachable");
-                *self.metrics.failure_slot() = Some(cause);
-                Failed::from(ScrapeFailure::Connect)
-            })?;
-            read_response(resp).await
-        };
-        let fetched = within(self.config.poll_timeout, attempt).await;
-        let mut failure = self.metrics.failure_slot();
-        match &fetched {
-            Ok(_) => *failure = None,
-            // A refused exchange said why above; the others say it here.
-            Err(f) if f.class != ScrapeFailure::Connect => {
-                *failure = Some(match f.status {
-                    Some(status) => format!("the operator answered {status}"),
-                    None => f.class.as_str().replace('_', " "),
-                });
-            }
-            Err(_) => {}
+    /// grid-daemon's reader (the operator's peer poller reads the same way); with `wait`,
+    /// a long poll bounded by the poll timeout plus the wait. Owns what it needs, so the
+    /// loop goes on while it waits.
+    fn fetch(&self, wait: Option<Wait>) -> impl Future<Output = Fetch> + Send + 'static {
+        let (client, metrics) = (self.client.clone(), self.metrics.clone());
+        let uri = with_wait(&operator_uri(&self.config.operator, SIGNALS_PATH), wait);
+        let timeout = poll_budget(self.config.poll_timeout, wait);
+        async move { fetch_relay(client, metrics, uri, timeout).await }
+    }
+}
+
+/// What one poll of the operator read: the body (`None` when it was over the cap), its
+/// `Date` and the readiness generation the operator stated.
+struct Fetched {
+    body: Option<Vec<u8>>,
+    reference_ms: Option<u64>,
+    generation: Option<u64>,
+}
+
+/// One poll's outcome.
+type Fetch = Result<Fetched, PollResult>;
+
+/// A poll under way.
+type InFlight = std::pin::Pin<Box<dyn Future<Output = Fetch> + Send>>;
+
+/// The answer of the poll under way; never, when none is.
+async fn answer_of(in_flight: &mut Option<InFlight>) -> Fetch {
+    match in_flight {
+        Some(poll) => poll.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn fetch_relay(
+    client: HttpClient,
+    metrics: PollMetrics,
+    uri: Uri,
+    timeout: Duration,
+) -> Fetch {
+    let req = Request::get(uri)
+        .body(Full::new(Bytes::new()))
+        .map_err(|_| PollResult::Transport)?;
+    let attempt = async {
+        let resp = client.request(req).await.map_err(|e| {
+            let cause = describe(&e);
+            tracing::debug!(%cause, "operator unreachable");
+            *metrics.failure_slot() = Some(cause);
+            Failed::from(ScrapeFailure::Connect)
+        })?;
+        read_response(resp).await
+    };
+    let fetched = within(timeout, attempt).await;
+    let mut failure = metrics.failure_slot();
+    match &fetched {
+        Ok(_) => *failure = None,
+        // A refused exchange said why above; the others say it here.
+        Err(f) if f.class != ScrapeFailure::Connect => {
+            *failure = Some(match f.status {
+                Some(status) => format!("the operator answered {status}"),
+                None => f.class.as_str().replace('_', " "),
+            });
         }
-        drop(failure);
-        match fetched {
-            Ok(fetched) => Ok((Some(fetched.body), fetched.date_ms)),
-            Err(Failed {
-                class: ScrapeFailure::BodyCap,
-                ..
-            }) => Ok((None, None)),
-            Err(Failed {
-                class: ScrapeFailure::Timeout,
-                ..
-            }) => Err(PollResult::Timeout),
-            Err(Failed {
-                status: Some(_), ..
-            }) => Err(PollResult::Status),
-            Err(_) => Err(PollResult::Transport),
-        }
+        Err(_) => {}
+    }
+    drop(failure);
+    match fetched {
+        Ok(fetched) => Ok(Fetched {
+            body: Some(fetched.body),
+            reference_ms: fetched.date_ms,
+            generation: fetched.readiness_generation,
+        }),
+        Err(Failed {
+            class: ScrapeFailure::BodyCap,
+            ..
+        }) => Ok(Fetched {
+            body: None,
+            reference_ms: None,
+            generation: None,
+        }),
+        Err(Failed {
+            class: ScrapeFailure::Timeout,
+            ..
+        }) => Err(PollResult::Timeout),
+        Err(Failed {
+            status: Some(_), ..
+        }) => Err(PollResult::Status),
+        Err(_) => Err(PollResult::Transport),
     }
 }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use grid_signals::epp::ScrapeFailure;
 use grid_signals::exposition::BodyBuf;
+use grid_signals::long_poll::Wait;
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -82,6 +83,32 @@ pub struct Fetched {
     pub date_ms: Option<u64>,
     /// The `Content-Type` header, if present.
     pub content_type: Option<String>,
+    /// The readiness generation a signals relay states
+    /// ([`grid_signals::long_poll::GENERATION_HEADER`]); `None` from a server that states
+    /// none (an EPP, an older operator).
+    pub readiness_generation: Option<u64>,
+}
+
+/// `url` asking a signals relay to hold the poll as `wait` says
+/// ([`grid_signals::long_poll::Wait::query`], after any query the URL has); `url` itself
+/// for a plain poll. What both daemons' pollers ask with.
+pub fn with_wait(url: &http::Uri, wait: Option<Wait>) -> http::Uri {
+    let Some(wait) = wait else {
+        return url.clone();
+    };
+    let path_and_query = match url.query() {
+        Some(query) => format!("{}?{query}&{}", url.path(), wait.query()),
+        None => format!("{}?{}", url.path(), wait.query()),
+    };
+    let mut parts = url.clone().into_parts();
+    parts.path_and_query = path_and_query.parse().ok();
+    http::Uri::from_parts(parts).unwrap_or_else(|_| url.clone())
+}
+
+/// The budget of one poll: `timeout` for the exchange, plus the wait the server may hold
+/// it for.
+pub fn poll_budget(timeout: Duration, wait: Option<Wait>) -> Duration {
+    timeout + Duration::from_millis(wait.map_or(0, |w| w.wait_ms))
 }
 
 /// One bounded GET of `target` (with an mTLS client configuration for a peer or the
@@ -221,6 +248,11 @@ pub async fn read_response(
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_millis() as u64);
     let content_type = header(http::header::CONTENT_TYPE);
+    let readiness_generation = response
+        .headers()
+        .get(grid_signals::long_poll::GENERATION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(grid_signals::long_poll::parse_generation);
     let mut body = response.into_body();
     let mut buf = BodyBuf::new();
     while let Some(frame) = body.frame().await {
@@ -233,6 +265,7 @@ pub async fn read_response(
         body: buf.into_vec(),
         date_ms,
         content_type,
+        readiness_generation,
     })
 }
 
@@ -244,4 +277,35 @@ pub async fn within(
     tokio::time::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(ScrapeFailure::Timeout.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_poll_asks_its_wait_after_the_urls_own_query_and_adds_it_to_its_budget() {
+        let wait = Wait {
+            seen: 3,
+            wait_ms: 1_000,
+        };
+        let plain: http::Uri = "https://op.example:9443/v1/site/signals".parse().unwrap();
+        assert_eq!(with_wait(&plain, None), plain);
+        assert_eq!(
+            with_wait(&plain, Some(wait)).to_string(),
+            "https://op.example:9443/v1/site/signals?readiness=3&wait_ms=1000"
+        );
+        let queried: http::Uri = "https://op.example/v1/site/signals?x=1".parse().unwrap();
+        let asked = with_wait(&queried, Some(wait));
+        assert_eq!(asked.query(), Some("x=1&readiness=3&wait_ms=1000"));
+        assert_eq!(asked.query().and_then(Wait::parse), Some(wait));
+        assert_eq!(
+            poll_budget(Duration::from_millis(900), Some(wait)),
+            Duration::from_millis(1_900)
+        );
+        assert_eq!(
+            poll_budget(Duration::from_millis(900), None),
+            Duration::from_millis(900)
+        );
+    }
 }

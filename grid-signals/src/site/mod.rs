@@ -412,6 +412,19 @@ impl Site {
         store.encode_relay(now, reference_ms, budget, out)
     }
 
+    /// The readiness generation of what `audience` is served: the store's
+    /// ([`Store::readiness_generation`]) counted from the publisher epoch, so a restarted
+    /// operator, whose stores count anew, starts from another generation than a poller saw
+    /// from the process before it (the same one would hold that poller's next poll to its
+    /// bound, no longer). A long poll ([`crate::long_poll`]) is answered when it moves.
+    pub fn readiness_generation(&self, audience: Audience) -> u64 {
+        let store = match audience {
+            Audience::Local => &self.all,
+            Audience::Peer => &self.own,
+        };
+        self.config.epoch.wrapping_add(store.readiness_generation())
+    }
+
     /// Everything held, own providers and polled peers (what `/metrics` shows).
     pub fn all(&self) -> &Store {
         &self.all

@@ -28,6 +28,8 @@ pub struct Entry {
     /// When a batch for this entry was last admitted (store clock), for fence retention.
     pub(crate) touched_ms: u64,
     ttl_ms: u64,
+    /// What the newest complete publication says of readiness.
+    pub(crate) readiness: Option<super::ReadinessMark>,
     /// The wire bytes of the publication the gate holds, when it was read from a body:
     /// an exact repeat of them is recognized by comparison instead of decoding.
     held_bytes: HeldBytes,
@@ -120,6 +122,7 @@ impl Entry {
             publication: None,
             touched_ms: now_ms,
             ttl_ms,
+            readiness: None,
             held_bytes: HeldBytes::default(),
         }
     }

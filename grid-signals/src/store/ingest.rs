@@ -5,7 +5,8 @@ use super::entry::RowRefusal;
 use super::learning::Lifetime;
 use super::publication::Publication;
 use super::{
-    DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, Reading, Store, StoreEvent,
+    DropCounts, DropReason, MAX_FUTURE_STAMP_MS, MAX_SAMPLE_AGE_MS, ReadinessMark, Reading, Store,
+    StoreEvent,
 };
 use crate::batch::{Admission, Batch, BatchView, Fence, MetaRef, OrderGate, Rows, epoch_too_far};
 use crate::exposition::MAX_EXPOSITION_BYTES;
@@ -448,38 +449,61 @@ impl Store {
             };
         }
 
-        // The rows kept become the held publication, rewritten in place.
-        let mut held = entry.publication.take().unwrap_or_else(|| {
-            Publication::with_capacity(meta.to_owned_meta(0, meta_stamp), batch.rows)
-        });
-        held.clear();
-        for row in batch.rows.iter() {
-            if !plausible(row.stamp_ms, reference_ms) {
-                report.dropped.add(DropReason::Skew, 1);
-                continue;
-            }
-            let stamp_ms = rebase(row.stamp_ms, reference_ms, now_ms);
-            let reading = Reading {
-                value: row.value,
-                stamp_ms,
-            };
-            if let Err(RowRefusal::Metrics | RowRefusal::Series) =
-                entry.store_row(row.name, row.labels, reading)
-            {
-                report.dropped.add(DropReason::Cap, 1);
-                continue;
-            }
-            held.push(row.name, row.labels, row.value, stamp_ms);
-        }
+        let (mut held, mark) = keep_rows(entry, batch, (reference_ms, now_ms), meta_stamp, report);
+        let readiness_moved = entry.readiness.replace(mark) != Some(mark);
         held.set_meta(meta, meta_stamp);
         // The signature covers every row: with one left out, it no longer holds.
         held.set_signature(signature.filter(|_| held.lines() - 1 == meta.samples));
         report.rows_stored += held.lines() - 1;
         entry.publication = Some(held);
+        if readiness_moved {
+            self.readiness_generation = self.readiness_generation.wrapping_add(1);
+        }
         if let Some(event) = reset {
             self.events.push(event);
         }
     }
+}
+
+/// Stores the plausible rows of a complete batch in `entry` (its windows) and returns them
+/// as the held publication, rewritten in place, with what they say of readiness; refused
+/// rows are counted in `report`.
+fn keep_rows(
+    entry: &mut super::entry::Entry,
+    batch: &BatchView<'_, '_>,
+    (reference_ms, now_ms): (u64, u64),
+    meta_stamp: u64,
+    report: &mut IngestReport,
+) -> (Publication, ReadinessMark) {
+    let mut held = entry.publication.take().unwrap_or_else(|| {
+        Publication::with_capacity(batch.meta.to_owned_meta(0, meta_stamp), batch.rows)
+    });
+    held.clear();
+    let mut mark = ReadinessMark::default();
+    for row in batch.rows.iter() {
+        if !plausible(row.stamp_ms, reference_ms) {
+            report.dropped.add(DropReason::Skew, 1);
+            continue;
+        }
+        let stamp_ms = rebase(row.stamp_ms, reference_ms, now_ms);
+        let reading = Reading {
+            value: row.value,
+            stamp_ms,
+        };
+        if let Err(RowRefusal::Metrics | RowRefusal::Series) =
+            entry.store_row(row.name, row.labels, reading)
+        {
+            report.dropped.add(DropReason::Cap, 1);
+            continue;
+        }
+        held.push(row.name, row.labels, row.value, stamp_ms);
+        mark.row(
+            row.name,
+            row.labels.iter().map(|(n, v)| (*n, v.as_ref())),
+            row.value,
+        );
+    }
+    (held, mark)
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ mod ingest;
 mod learning;
 mod metrics;
 mod publication;
+mod readiness;
 mod relay;
 mod signed;
 mod window;
@@ -73,6 +74,7 @@ pub use fences::FenceImport;
 pub use ingest::{IngestReport, Sender};
 pub use learning::{Learning, PauseReason};
 pub use metrics::IngestMetrics;
+pub use readiness::ReadinessMark;
 pub use relay::{DEFAULT_RELAY_MAX_LINES, RelayBudget, RelayReport};
 pub use window::Reading;
 
@@ -101,6 +103,8 @@ pub struct Store {
     sites: BTreeMap<String, BTreeMap<String, Entry>>,
     providers: usize,
     events: EventQueue,
+    /// Moves whenever the [`ReadinessMark`] of a provider's newest publication changes.
+    readiness_generation: u64,
 }
 
 impl Store {
@@ -135,6 +139,14 @@ impl Store {
     /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.providers == 0
+    }
+
+    /// A counter that moves (by one, wrapping) each time a complete publication changes
+    /// what its provider's readiness reads ([`ReadinessMark`]): a new provider, a verdict,
+    /// a ready-endpoint count crossing zero, per-unit series appearing or stopping. Load
+    /// alone never moves it. A long poll ([`crate::long_poll`]) is answered when it moved.
+    pub fn readiness_generation(&self) -> u64 {
+        self.readiness_generation
     }
 
     /// The next pending event, oldest first.
@@ -275,6 +287,49 @@ mod tests {
         let at = T0 + 1_000 + DEFAULT_TTL_MS;
         assert!(e.published("r", &[], at).is_some());
         assert_eq!(e.published("r", &[], at + 1), None);
+    }
+
+    #[test]
+    fn the_readiness_generation_moves_when_readiness_changes_and_never_on_load_or_repeats() {
+        let mut s = store();
+        let mut seq = 0;
+        let mut send = |s: &mut Store, site: &str, rows: &[(&str, f64)]| {
+            seq += 1;
+            let at = T0 + seq * 1_000;
+            admit(s, batch(site, "m", Fence::new(T0, seq), rows, at), at);
+            s.readiness_generation()
+        };
+        let ready = [("llm_d_epp_ready_endpoints", 2.0), ("q", 1.0)];
+        let g0 = s.readiness_generation();
+        let g1 = send(&mut s, "b", &ready);
+        assert_eq!(g1, g0 + 1, "a new provider");
+        let g2 = send(
+            &mut s,
+            "b",
+            &[("llm_d_epp_ready_endpoints", 5.0), ("q", 30.0)],
+        );
+        assert_eq!(g2, g1, "load alone");
+        let g3 = send(&mut s, "b", &[("llm_d_epp_ready_endpoints", 0.0)]);
+        assert_eq!(g3, g2 + 1, "zero ready endpoints");
+        let g4 = send(&mut s, "b", &ready);
+        assert_eq!(g4, g3 + 1, "back");
+        let g5 = send(&mut s, "b", &[("grid_provider_ready", 0.0)]);
+        assert_eq!(g5, g4 + 1, "the verdict");
+        // An exact repeat, a delayed batch and an incomplete one change nothing.
+        let repeat = batch(
+            "b",
+            "m",
+            Fence::new(T0, 5),
+            &[("grid_provider_ready", 0.0)],
+            T0,
+        );
+        admit(&mut s, repeat, T0 + 9_000);
+        admit(
+            &mut s,
+            batch("b", "m", Fence::new(T0, 1), &ready, T0 + 9_000),
+            T0 + 9_000,
+        );
+        assert_eq!(s.readiness_generation(), g5);
     }
 
     #[test]

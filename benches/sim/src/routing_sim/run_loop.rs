@@ -906,7 +906,11 @@ pub fn run_policy(config: &SimConfig, arrivals: &[Arrival], policy: Policy) -> P
                     }
                 }
             }
-            next_signal = SignalPath::next_instant_after(next_signal);
+            next_signal = signals
+                .iter()
+                .map(|path| path.next_instant_after(next_signal))
+                .min()
+                .unwrap_or(u64::MAX);
             continue;
         }
         if world.in_flight_event(horizon, &signals) {

@@ -4,17 +4,23 @@
 //! ```text
 //! every 1 s, per site:  FakeEpp text --Site::handle(Scraped)--> that site's operator
 //!                       (grid_signals::site::Site, as grid-operatord runs it)
-//! every 5 s, per peer:  peer Site --relay(Peer)--> body --handle(PeerBody)--> home Site
-//! every 1 s:            home Site --relay(Local)--> body --Refresher::ingest--> gateway store
+//! per peer, long poll:  peer Site --relay(Peer)--> body --handle(PeerBody)--> home Site
+//!                       (at least every 5 s; at once when the peer's readiness moves)
+//! gateway, long poll:   home Site --relay(Local)--> body --Refresher::ingest--> gateway store
 //!                       --Refresher::refresh--> RoutingView (grid_score::refresh, as
-//!                       grid-gatewayd runs it)
+//!                       grid-gatewayd runs it; at least every 1 s, at once when the
+//!                       readiness of a site the home operator holds moves)
 //! each answer:          live slot --Refresher::refresh_live (off-cycle, rate-limited)
 //! every 1 s:            Refresher::probes_due --> probes of the ejected sites; each
 //!                       answer --LiveSlot::record_probe--> live slot
 //! ```
 //!
 //! The home site is the gateway's own: its operator scrapes it itself; the others are
-//! remote and reach the home operator only through its 5 s peer poll.
+//! remote and reach the home operator only through its peer polls. Both polls follow the
+//! daemons' own rule, grid-signals' [`long_poll`](grid_signals::long_poll): each
+//! poller's [`LongPoll`] schedule, each poll held as [`Wait::hold_ms`] says against the
+//! polled site's [`Site::readiness_generation`] and answered as soon as that moves, at
+//! the instant it moves (no round trip on the signal path).
 //!
 //! Faults on the path ([`SignalFaults`]): an EPP gone silent fails its operator's scrapes
 //! (a timeout each), and the operator's own stale rule decides what it publishes; a
@@ -26,8 +32,9 @@ use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
 use grid_score::live::FlowObservation;
 use grid_score::refresh::{Refresher, RoutingEvent};
 use grid_score::routing::RoutingView;
-use grid_score::{CandidateKey, Reading, RouteTable, ScoreConfig, from_store};
+use grid_score::{CandidateKey, ExcludeReason, Reading, RouteTable, ScoreConfig, from_store};
 use grid_signals::epp::{PoolSelector, ScrapeFailure};
+use grid_signals::long_poll::{LongPoll, Wait};
 use grid_signals::site::{Audience, ProviderSpec, Site, SiteConfig, SiteInput, SiteOutput};
 use grid_signals::store::{RelayBudget, StoreConfig};
 
@@ -37,9 +44,10 @@ use crate::site_model::SiteModel;
 
 /// Scrape interval of every operator, and the gateway's poll of its own operator (ms).
 pub const LOCAL_CADENCE_MS: u64 = 1_000;
-/// The home operator's poll of each peer operator (ms).
+/// The home operator's poll of each peer operator (ms): its long polls' interval.
 pub const PEER_CADENCE_MS: u64 = 5_000;
-/// Where in each second the gateway polls its operator, after the scrapes (ms).
+/// Where in each second the gateway first polls its operator, after the scrapes, and its
+/// probe tick (ms).
 pub const GATEWAY_POLL_PHASE_MS: u64 = 500;
 /// The model every simulated site serves.
 pub const MODEL: &str = "llama";
@@ -58,8 +66,69 @@ pub const SERVER_ERRORS: std::ops::RangeInclusive<u16> = 500..=599;
 struct SiteOperator {
     epp: FakeEpp,
     site: Site,
-    /// Virtual-time offset of its peer poll within the 5 s period (remote sites only).
-    peer_phase_ms: u64,
+    /// The home operator's poller of it (remote sites only); its first poll at a
+    /// virtual-time offset within the 5 s period.
+    poller: Option<Poller>,
+}
+
+/// One poller on grid-signals' long-poll rule, the daemons' own: the poll under way (when
+/// it started, what it asked, when it is answered at the latest) and its [`LongPoll`]
+/// schedule.
+#[derive(Clone, Copy, Debug)]
+struct Poller {
+    schedule: LongPoll,
+    started_ms: u64,
+    wait: Option<Wait>,
+    due_ms: u64,
+}
+
+impl Poller {
+    /// A poller of `interval_ms` whose first poll, plain, is at `first_ms`.
+    fn new(interval_ms: u64, first_ms: u64) -> Self {
+        let mut schedule = LongPoll::new(interval_ms);
+        schedule.started(first_ms);
+        Self {
+            schedule,
+            started_ms: first_ms,
+            wait: None,
+            due_ms: first_ms,
+        }
+    }
+
+    /// Whether the poll under way is answered at `t_ms` by a server at `generation`: it
+    /// has started, and its hold ran out or the generation it saw moved.
+    fn answered_at(&self, t_ms: u64, generation: u64) -> bool {
+        t_ms >= self.started_ms
+            && (t_ms >= self.due_ms || self.wait.is_some_and(|w| w.seen != generation))
+    }
+
+    /// The poll under way was answered at `t_ms` stating `generation` (`None`: it
+    /// failed); the next one starts when the schedule says and is held by a server at
+    /// `generation` as [`Wait::hold_ms`] says (only a scrape or an ingested poll moves a
+    /// generation, and none comes within the spacing between two polls: a move later is
+    /// seen by [`Self::answered_at`]).
+    fn next(&mut self, t_ms: u64, generation: Option<u64>) {
+        let start = match generation {
+            Some(g) => self.schedule.answered(t_ms, Some(g)),
+            None => self.schedule.failed(t_ms),
+        };
+        self.schedule.started(start);
+        self.started_ms = start;
+        self.wait = self.schedule.wait();
+        let hold = match (self.wait, generation) {
+            (Some(w), Some(g)) => w.hold_ms(g).unwrap_or(0),
+            _ => 0,
+        };
+        self.due_ms = start + hold;
+    }
+
+    /// The next instant after `t_ms` it acts at.
+    fn next_after(&self, t_ms: u64) -> Option<u64> {
+        [self.started_ms, self.due_ms]
+            .into_iter()
+            .filter(|&at| at > t_ms)
+            .min()
+    }
 }
 
 /// Counters of the signal path, to check that signals flowed and nothing was refused.
@@ -83,6 +152,9 @@ pub struct SignalCounts {
     pub failed_gateway_polls: u64,
     /// Candidates ejected for failing (`RoutingEvent::Ejected`).
     pub ejections: u64,
+    /// Candidates a reading took out of selection (not ready, no ready endpoints, or
+    /// their per-endpoint series stopped), counted at the refresh that took them out.
+    pub exclusions: u64,
     /// Ejected candidates back because a probe answered.
     pub rejoined_by_probe: u64,
     /// Ejected candidates back because their ejection ran out.
@@ -109,6 +181,7 @@ impl SignalCounts {
         self.failed_scrapes += other.failed_scrapes;
         self.failed_gateway_polls += other.failed_gateway_polls;
         self.ejections += other.ejections;
+        self.exclusions += other.exclusions;
         self.rejoined_by_probe += other.rejoined_by_probe;
         self.rejoined_by_time += other.rejoined_by_time;
         self.unroutable += other.unroutable;
@@ -157,6 +230,8 @@ impl SignalFaults {
 pub struct SignalPath {
     operators: Vec<SiteOperator>,
     home: usize,
+    /// The gateway's poller of its operator.
+    gateway: Poller,
     keys: Vec<CandidateKey>,
     refresher: Refresher,
     view: RoutingView,
@@ -227,15 +302,15 @@ impl SignalPath {
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let peer_phase_ms = if i == home {
-                    0
-                } else {
-                    // Peers are polled at staggered points of the 5 s period, on scrape
-                    // seconds, as independent timers would drift apart.
+                let poller = (i != home).then(|| {
+                    // Peers are first polled at staggered points of the 5 s period, on
+                    // scrape seconds, as independent timers would drift apart.
                     remote_seen += 1;
-                    (remote_seen * PEER_CADENCE_MS / (remote_count + 1)) / LOCAL_CADENCE_MS
-                        * LOCAL_CADENCE_MS
-                };
+                    let first = (remote_seen * PEER_CADENCE_MS / (remote_count + 1))
+                        / LOCAL_CADENCE_MS
+                        * LOCAL_CADENCE_MS;
+                    Poller::new(PEER_CADENCE_MS, first)
+                });
                 let provider = ProviderSpec {
                     name: MODEL.into(),
                     uid: format!("uid-{name}"),
@@ -252,7 +327,7 @@ impl SignalPath {
                 SiteOperator {
                     epp: FakeEpp::new(EppIdentity::new(name.clone(), MODEL)),
                     site: Site::new(config, &[provider], EPOCH_MS),
-                    peer_phase_ms,
+                    poller,
                 }
             })
             .collect();
@@ -281,6 +356,7 @@ impl SignalPath {
             readings: vec![None; names.len()],
             operators,
             home,
+            gateway: Poller::new(LOCAL_CADENCE_MS, GATEWAY_POLL_PHASE_MS),
             keys,
             refresher,
             view,
@@ -289,29 +365,38 @@ impl SignalPath {
         }
     }
 
-    /// The first signal instant (a scrape second or a gateway poll) after `t_ms`.
-    pub fn next_instant_after(t_ms: u64) -> u64 {
+    /// The first signal instant after `t_ms`: a scrape second, the gateway's probe tick
+    /// at [`GATEWAY_POLL_PHASE_MS`] into a second, or a poll of this path starting or
+    /// running out of its wait.
+    pub fn next_instant_after(&self, t_ms: u64) -> u64 {
         let second = t_ms / LOCAL_CADENCE_MS * LOCAL_CADENCE_MS;
-        if t_ms < second + GATEWAY_POLL_PHASE_MS {
+        let tick = if t_ms < second + GATEWAY_POLL_PHASE_MS {
             second + GATEWAY_POLL_PHASE_MS
         } else {
             second + LOCAL_CADENCE_MS
-        }
+        };
+        self.operators
+            .iter()
+            .filter_map(|op| op.poller.as_ref())
+            .chain([&self.gateway])
+            .filter_map(|p| p.next_after(t_ms))
+            .fold(tick, u64::min)
     }
 
     /// Runs whatever the signal path does at virtual time `t_ms` (a value returned by
-    /// [`Self::next_instant_after`]): scrapes and peer polls on the second, the gateway
-    /// poll and refresh at [`GATEWAY_POLL_PHASE_MS`].
+    /// [`Self::next_instant_after`]): peer polls whose wait ran out, the scrapes on the
+    /// second, then the peer polls a scrape answered early, then the gateway's poll and
+    /// refresh when its wait ran out or its operator's readiness moved.
     pub fn at(&mut self, t_ms: u64, sites: &[SiteModel]) {
         let now = EPOCH_MS + t_ms;
+        // Peers first: a poll whose wait runs out on a scrape second reads what the peer
+        // scraped a second ago.
+        self.poll_peers(t_ms, now);
         if t_ms.is_multiple_of(LOCAL_CADENCE_MS) {
-            // Peers first: a peer poll reads what the peer scraped a second ago, on
-            // average half a second staler than independent timers would.
-            self.poll_peers(t_ms, now);
             self.scrape_all(t_ms, now, sites);
-        } else if t_ms % LOCAL_CADENCE_MS == GATEWAY_POLL_PHASE_MS {
-            self.gateway_poll(t_ms, now);
+            self.poll_peers(t_ms, now);
         }
+        self.gateway_poll(t_ms, now);
     }
 
     fn scrape_all(&mut self, t_ms: u64, now: u64, sites: &[SiteModel]) {
@@ -340,17 +425,23 @@ impl SignalPath {
         }
     }
 
+    /// Answers every peer poll due at `t_ms` (its wait ran out, or the peer's readiness
+    /// moved); a frozen peer's poll, or any while the home operator is frozen, fails.
     fn poll_peers(&mut self, t_ms: u64, now: u64) {
-        if self.faults.frozen(self.home, t_ms) {
-            return;
-        }
+        let home_frozen = self.faults.frozen(self.home, t_ms);
         for i in 0..self.operators.len() {
-            if i == self.home
-                || t_ms % PEER_CADENCE_MS != self.operators[i].peer_phase_ms
-                || self.faults.frozen(i, t_ms)
-            {
+            let generation = self.operators[i].site.readiness_generation(Audience::Peer);
+            let Some(poller) = self.operators[i].poller.as_mut() else {
+                continue;
+            };
+            if !poller.answered_at(t_ms, generation) {
                 continue;
             }
+            if home_frozen || self.faults.frozen(i, t_ms) {
+                poller.next(t_ms, None);
+                continue;
+            }
+            poller.next(t_ms, Some(generation));
             self.body.clear();
             let peer = &self.operators[i].site;
             peer.relay(
@@ -375,10 +466,19 @@ impl SignalPath {
         }
     }
 
+    /// The gateway's poll of its operator, when it is answered at `t_ms` (its wait ran
+    /// out, or the operator's readiness moved), and its refresh.
     fn gateway_poll(&mut self, t_ms: u64, now: u64) {
+        let generation = self.operators[self.home]
+            .site
+            .readiness_generation(Audience::Local);
+        if !self.gateway.answered_at(t_ms, generation) {
+            return;
+        }
         if self.faults.frozen(self.home, t_ms) {
             // The poll fails; the gateway refreshes anyway, as time passing is what ages a
             // silent site into unmeasured.
+            self.gateway.next(t_ms, None);
             self.counts.failed_gateway_polls += 1;
             self.refresh(now);
             return;
@@ -386,6 +486,9 @@ impl SignalPath {
         self.body.clear();
         let home = &mut self.operators[self.home].site;
         home.handle(now, SiteInput::Expire);
+        // Stated with the body, as the operator does: after what the expiry changed.
+        self.gateway
+            .next(t_ms, Some(home.readiness_generation(Audience::Local)));
         home.relay(
             Audience::Local,
             now,
@@ -471,7 +574,7 @@ impl SignalPath {
         }
         if let Some(refreshed) = self.refresher.refresh_live(EPOCH_MS + t_ms) {
             self.counts.events(&refreshed.events);
-            self.view = refreshed.view;
+            self.publish(refreshed.view);
         }
     }
 
@@ -506,7 +609,29 @@ impl SignalPath {
                 .entry(&key.site, &key.provider)
                 .and_then(|entry| from_store::reading_of(entry, now));
         }
-        self.view = refreshed.view;
+        self.publish(refreshed.view);
+    }
+
+    /// Puts a refreshed view in force, counting the candidates a reading took out.
+    fn publish(&mut self, view: RoutingView) {
+        let by_reading = |view: &RoutingView| -> Vec<Arc<str>> {
+            view.table()
+                .get(MODEL)
+                .map(|m| {
+                    m.excluded()
+                        .iter()
+                        .filter(|e| e.reason != ExcludeReason::Ejected)
+                        .map(|e| Arc::clone(&e.key.site))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let before = by_reading(&self.view);
+        self.counts.exclusions += by_reading(&view)
+            .iter()
+            .filter(|site| !before.contains(site))
+            .count() as u64;
+        self.view = view;
     }
 
     /// The routing table the last refresh built.
