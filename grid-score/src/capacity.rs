@@ -50,11 +50,14 @@ impl Bound {
     }
 }
 
-/// The two learned bounds of one candidate.
+/// The learned bounds of one candidate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Bounds {
     soft: Option<Bound>,
     hard: Option<Bound>,
+    /// The most it held in service at a limit, faded as the soft bound is: evidence of
+    /// what it holds that a long saturation, which shows no calm moment, keeps showing.
+    served: Option<Bound>,
 }
 
 impl Bounds {
@@ -85,6 +88,29 @@ impl Bounds {
         self.lesser(now_ms, SOFT_BOUND_HEADROOM)
     }
 
+    /// What the site has shown it holds, calm or at a limit: the capacity the gateway
+    /// reports (`/metrics`, the demo). Unlike [`Bounds::capacity`], which selection
+    /// reads and which counts only calm holds in the soft bound, it does not fade while
+    /// the site stays queued and serves as much as before. Selection keeps the cautious
+    /// figure: a site back from a long saturation is offered its size again as it shows
+    /// it calm.
+    pub(crate) fn shown(&self, now_ms: u64) -> f64 {
+        let faded =
+            |b: Bound| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2();
+        let held = match (self.soft.map(faded), self.served.map(faded)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let lesser = held
+            .unwrap_or(f64::INFINITY)
+            .min(self.hard(now_ms).unwrap_or(f64::INFINITY));
+        if lesser.is_finite() {
+            lesser.max(CAPACITY_FLOOR)
+        } else {
+            CAPACITY_FLOOR
+        }
+    }
+
     fn lesser(&self, now_ms: u64, headroom: f64) -> f64 {
         let soft = self.soft(now_ms).map_or(f64::INFINITY, |s| s * headroom);
         let hard = self.hard(now_ms).unwrap_or(f64::INFINITY);
@@ -106,11 +132,22 @@ impl Bounds {
         }
     }
 
-    /// Records `in_flight` held at a demonstrated limit.
+    /// Records `in_flight` held in service at a demonstrated limit: the hard bound, and
+    /// the served bound (never lowered) that [`Bounds::shown`] reads.
     pub(crate) fn held_at_limit(&mut self, in_flight: f64, now_ms: u64) {
+        let value = in_flight.max(CAPACITY_FLOOR);
         if self.hard(now_ms).is_none_or(|h| in_flight <= h) {
             self.hard = Some(Bound {
-                value: in_flight.max(CAPACITY_FLOOR),
+                value,
+                at_ms: now_ms,
+            });
+        }
+        let served = self
+            .served
+            .map(|b| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2());
+        if served.is_none_or(|s| in_flight >= s) {
+            self.served = Some(Bound {
+                value,
                 at_ms: now_ms,
             });
         }
@@ -175,6 +212,34 @@ mod tests {
             b.reach(later),
             80.0_f64.min((1.0 + 99.0 / 8.0) * SOFT_BOUND_HEADROOM)
         ));
+    }
+
+    #[test]
+    fn a_limit_held_again_keeps_the_shown_capacity_while_selection_reads_calm_holds_only() {
+        let mut b = Bounds::default();
+        b.held_unqueued(16.0, 0);
+        let later = 2 * BOUND_HALF_LIFE_MS;
+        b.held_at_limit(16.0, later);
+        assert!(
+            close(b.shown(later), 16.0),
+            "shown at what it holds in service"
+        );
+        assert!(
+            close(b.capacity(later), 1.0 + 15.0 / 4.0),
+            "selection's figure fades"
+        );
+        b.held_at_limit(10.0, later);
+        assert!(
+            close(b.shown(later), 10.0),
+            "the least limit caps what is shown"
+        );
+        let mut calm = Bounds::default();
+        calm.held_unqueued(8.0, 0);
+        assert!(
+            close(calm.shown(0), calm.capacity(0)),
+            "without a limit the two agree"
+        );
+        assert!(close(Bounds::default().shown(0), CAPACITY_FLOOR));
     }
 
     #[test]

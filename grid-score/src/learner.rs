@@ -60,8 +60,11 @@ pub(crate) struct Learner {
 /// What the ordering step reads from a learner at one instant.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct LearnerView {
-    /// What the site has shown it holds (the lesser bound, no headroom).
+    /// What the site has shown it holds (the lesser bound, no headroom), as selection
+    /// reads it: calm holds only in the soft bound.
     pub(crate) capacity: f64,
+    /// What it has shown it holds, calm or at a limit: the capacity reported.
+    pub(crate) shown_capacity: f64,
     /// What selection reads it at: the shown capacity with exploration headroom on a
     /// soft bound (see [`crate::SOFT_BOUND_HEADROOM`]).
     pub(crate) reach: f64,
@@ -244,6 +247,7 @@ impl Learner {
             .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms);
         LearnerView {
             capacity: self.bounds.capacity(now_ms),
+            shown_capacity: self.bounds.shown(now_ms),
             reach: self.bounds.reach(now_ms),
             load,
             instant: self.instant,
@@ -301,6 +305,24 @@ mod tests {
         l.observe(&saturated(2, 12.0), FRESH);
         let v = l.view(2, FRESH);
         assert!((v.capacity - 8.0).abs() < 1e-9 && (v.reach - 8.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_capacity_reported_stays_within_a_fifth_of_the_truth_through_ten_minutes_of_saturation() {
+        // A 16-slot site seen calm once, then kept queued for ten minutes (4 waiting, 16
+        // in service), a reading a second: what /metrics and the demo report as its
+        // capacity stays at what it serves.
+        let mut l = Learner::default();
+        l.observe(&load(1_000, 16.0, 0.0), FRESH);
+        for s in 2..=600 {
+            let t = s * 1_000;
+            l.observe(&saturated(t, 20.0), FRESH);
+            let shown = l.view(t, FRESH).shown_capacity;
+            assert!(
+                (shown - 16.0).abs() <= 16.0 * 0.2,
+                "{shown} after {s} s of saturation"
+            );
+        }
     }
 
     #[test]

@@ -201,7 +201,9 @@ impl ScoreMetrics {
                 self.score
                     .get_or_create(&labels)
                     .set(nan_if_unmeasured(c.score()));
-                self.capacity.get_or_create(&labels).set(c.capacity());
+                self.capacity
+                    .get_or_create(&labels)
+                    .set(c.evidence().shown_capacity.unwrap_or(c.capacity()));
                 self.headroom.get_or_create(&labels).set(c.headroom());
                 self.pace
                     .get_or_create(&labels)

@@ -245,6 +245,7 @@ impl Scorer {
         for key in keys {
             let v = self.view(now_ms, key);
             let evidence = CandidateEvidence {
+                shown_capacity: Some(v.shown_capacity),
                 load_stamp_ms: v.load_stamp,
                 soft_bound: v.soft_bound,
                 hard_bound: v.hard_bound,

@@ -59,6 +59,11 @@ pub struct Candidate {
 /// by a pick.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CandidateEvidence {
+    /// What it has shown it holds, calm or at a limit: the capacity reported on
+    /// `/metrics`. Selection reads [`Candidate::capacity`], which counts only calm holds
+    /// and fades while a site stays queued. `None` for a candidate built without a
+    /// learner.
+    pub shown_capacity: Option<f64>,
     /// Stamp of its newest loaded reading (ms since the Unix epoch), fresh or not.
     pub load_stamp_ms: Option<u64>,
     /// What it held without queueing, as that bound stands now (it fades towards the

@@ -236,7 +236,8 @@ pub enum SiteRouting {
         state: CandidateState,
         /// Latest smoothed rho (infinite when unmeasured).
         rho: f64,
-        /// Learned capacity, in requests.
+        /// Learned capacity, in requests: what the site has shown it holds, as `/metrics`
+        /// reports it.
         capacity: f64,
         /// Recent worst rho, the ordering key.
         score: f64,
@@ -1099,7 +1100,7 @@ pub fn routing_of(view: &RoutingView, model: &str, site: &str) -> SiteRouting {
         return SiteRouting::Candidate {
             state: c.state(),
             rho: c.rho(),
-            capacity: c.capacity(),
+            capacity: c.evidence().shown_capacity.unwrap_or(c.capacity()),
             score: c.score(),
         };
     }
