@@ -476,7 +476,8 @@ async fn load_put_on_the_simulators_shows_in_the_operators_in_flight_estimate() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gateway_sends_traffic_away_from_the_site_whose_simulators_are_loaded() {
+async fn the_gateway_streams_answers_and_sends_traffic_away_from_the_site_whose_simulators_are_loaded()
+ {
     use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec};
     let mut sites = Vec::new();
     for pool in ["a", "b"] {
@@ -524,6 +525,20 @@ async fn the_gateway_sends_traffic_away_from_the_site_whose_simulators_are_loade
     .await
     .unwrap();
     let idle = route(20).await;
+
+    // Streamed answers pass through the gateway, the site's Envoy and the EPP as they are
+    // made: twenty tokens 20 ms apart end some 380 ms after the first event, which a
+    // proxy holding the body would have sent at the end.
+    for _ in 0..4 {
+        let (body, _) = chat(true, 20, None);
+        let a = client.post_json(&uri, body).await.unwrap();
+        assert!(a.status.is_success() && a.site.is_some(), "{a:?}");
+        let first = a.first_frame.expect("a streamed body");
+        assert!(
+            a.total.saturating_sub(first) >= Duration::from_millis(200),
+            "streamed as made: {a:?}"
+        );
+    }
 
     // Site a's simulators loaded from outside the grid: twelve long requests on its four
     // slots, which the grid learns of only through a's EPP.
