@@ -45,6 +45,11 @@ struct Bound {
 }
 
 impl Bound {
+    /// A held bound as of `now_ms`: its excess over the floor halves every half-life.
+    fn faded(self, now_ms: u64) -> f64 {
+        CAPACITY_FLOOR + (self.value - CAPACITY_FLOOR) * (-self.half_lives(now_ms)).exp2()
+    }
+
     fn half_lives(self, now_ms: u64) -> f64 {
         (now_ms.saturating_sub(self.at_ms) as f64 / BOUND_HALF_LIFE_MS as f64).min(MAX_HALF_LIVES)
     }
@@ -64,8 +69,7 @@ impl Bounds {
     /// The soft bound as of `now_ms`: its excess over the floor halves every half-life,
     /// so an unconfirmed "it held this much" fades towards "unknown".
     pub(crate) fn soft(&self, now_ms: u64) -> Option<f64> {
-        self.soft
-            .map(|b| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2())
+        self.soft.map(|b| b.faded(now_ms))
     }
 
     /// The hard bound as of `now_ms`: it doubles every half-life, so a limit that is not
@@ -95,8 +99,7 @@ impl Bounds {
     /// figure: a site back from a long saturation is offered its size again as it shows
     /// it calm.
     pub(crate) fn shown(&self, now_ms: u64) -> f64 {
-        let faded =
-            |b: Bound| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2();
+        let faded = |b: Bound| b.faded(now_ms);
         let held = match (self.soft.map(faded), self.served.map(faded)) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -142,10 +145,7 @@ impl Bounds {
                 at_ms: now_ms,
             });
         }
-        let served = self
-            .served
-            .map(|b| CAPACITY_FLOOR + (b.value - CAPACITY_FLOOR) * (-b.half_lives(now_ms)).exp2());
-        if served.is_none_or(|s| in_flight >= s) {
+        if self.served.is_none_or(|b| in_flight >= b.faded(now_ms)) {
             self.served = Some(Bound {
                 value,
                 at_ms: now_ms,
