@@ -18,19 +18,7 @@ async fn remote_site_over_mutual_tls_is_served() {
     let pki = Ca::new("grid-ca");
     let site_files = pki.issue(dir.path(), "site-b", &["127.0.0.1"]);
     let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
-    let config = grid_kit::gateway_harness::config(
-        dir.path(),
-        &pki,
-        "https://127.0.0.1:9",
-        &[(
-            "m",
-            vec![Cand {
-                site: "b",
-                provider: "p",
-                base_url: up.https_base_url(),
-            }],
-        )],
-    );
+    let config = one_site_config(dir.path(), &pki, up.https_base_url());
     let gw = grid_gatewayd::driver::start(config).await.unwrap();
     let a = send(
         &http1_client(),
@@ -53,19 +41,7 @@ async fn remote_site_with_an_untrusted_certificate_is_refused() {
     let rogue = Ca::new("rogue-ca");
     let site_files = rogue.issue(dir.path(), "site-b", &["127.0.0.1"]);
     let up = FakeModel::start_tls("b", server_config(&site_files, &pki.pem())).await;
-    let config = grid_kit::gateway_harness::config(
-        dir.path(),
-        &pki,
-        "https://127.0.0.1:9",
-        &[(
-            "m",
-            vec![Cand {
-                site: "b",
-                provider: "p",
-                base_url: up.https_base_url(),
-            }],
-        )],
-    );
+    let config = one_site_config(dir.path(), &pki, up.https_base_url());
     let gw = grid_gatewayd::driver::start(config).await.unwrap();
     let a = send(
         &http1_client(),
@@ -81,6 +57,23 @@ async fn remote_site_with_an_untrusted_certificate_is_refused() {
         "no request reaches a site the gateway cannot verify"
     );
     gw.shutdown().await;
+}
+
+/// A gateway's configuration routing model `m` to the one site `b` at `base_url`.
+fn one_site_config(dir: &std::path::Path, pki: &Ca, base_url: String) -> grid_gateway::Config {
+    grid_kit::gateway_harness::config(
+        dir,
+        pki,
+        "https://127.0.0.1:9",
+        &[(
+            "m",
+            vec![Cand {
+                site: "b",
+                provider: "p",
+                base_url,
+            }],
+        )],
+    )
 }
 
 /// A site over TLS, HTTP/1.1 only, that answers its first request with `answer` as bytes
@@ -151,19 +144,7 @@ async fn a_remote_site_answer_coded_other_than_chunked_alone_is_a_failed_exchang
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
           transfer-encoding: gzip, chunked\r\n\r\n2\r\n\x1f\x8b\r\n0\r\n\r\n",
     );
-    let config = grid_kit::gateway_harness::config(
-        dir.path(),
-        &pki,
-        "https://127.0.0.1:9",
-        &[(
-            "m",
-            vec![Cand {
-                site: "b",
-                provider: "p",
-                base_url,
-            }],
-        )],
-    );
+    let config = one_site_config(dir.path(), &pki, base_url);
     let gw = grid_gatewayd::driver::start(config).await.unwrap();
     let url = format!("http://{}", gw.local_addr());
     let a = send(
@@ -212,19 +193,7 @@ fn answer_with_fields(fields: usize) -> &'static [u8] {
 
 /// What the gateway answers a request routed to the one site at `base_url`.
 async fn through_the_gateway(dir: &std::path::Path, pki: &Ca, base_url: String) -> StatusCode {
-    let config = grid_kit::gateway_harness::config(
-        dir,
-        pki,
-        "https://127.0.0.1:9",
-        &[(
-            "m",
-            vec![Cand {
-                site: "b",
-                provider: "p",
-                base_url,
-            }],
-        )],
-    );
+    let config = one_site_config(dir, pki, base_url);
     let gw = grid_gatewayd::driver::start(config).await.unwrap();
     // The gateway forwards the site's fields and adds its own: more than a client's
     // default field limit when the site's were at the gateway's.

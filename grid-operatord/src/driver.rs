@@ -215,13 +215,12 @@ pub async fn start_with(
         epoch,
         signals,
         metrics,
-        ..
-    } = &restored;
-    let (epoch, signals, metrics) = (*epoch, signals.clone(), metrics.clone());
+        receiver,
+    } = restored;
     let certificates =
         tls::ReloadMetrics::register(registry.sub_registry_with_prefix("grid_operator"));
     let mut tasks = JoinSet::new();
-    let feedback = spawn_feedback(&mut tasks, restored, &state, &clock);
+    let feedback = spawn_feedback(&mut tasks, receiver, &state, &metrics, &clock);
     let scraping = spawn_scrape_loop(&mut tasks, &config, &identity, &signals, &metrics, &clock);
     let mut peering = spawn_peering(
         &mut tasks,
@@ -486,14 +485,15 @@ async fn restore(
 /// reports to.
 fn spawn_feedback(
     tasks: &mut JoinSet<Result<(), Error>>,
-    restored: Restored,
+    receiver: Receiver,
     state: &Arc<dyn StateStore>,
+    metrics: &OperatorMetrics,
     clock: &Clock,
 ) -> feedback::FeedbackHandle {
     let (handle, task) = feedback::spawn(
-        restored.receiver,
+        receiver,
         state.clone(),
-        restored.metrics.ages_rejected.clone(),
+        metrics.ages_rejected.clone(),
         clock.clone(),
     );
     tasks.spawn(async move {

@@ -104,20 +104,19 @@ impl Bounds {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        let lesser = held
-            .unwrap_or(f64::INFINITY)
-            .min(self.hard(now_ms).unwrap_or(f64::INFINITY));
-        if lesser.is_finite() {
-            lesser.max(CAPACITY_FLOOR)
-        } else {
-            CAPACITY_FLOOR
-        }
+        self.capped(held, now_ms)
     }
 
     fn lesser(&self, now_ms: u64, headroom: f64) -> f64 {
-        let soft = self.soft(now_ms).map_or(f64::INFINITY, |s| s * headroom);
-        let hard = self.hard(now_ms).unwrap_or(f64::INFINITY);
-        let lesser = soft.min(hard);
+        self.capped(self.soft(now_ms).map(|s| s * headroom), now_ms)
+    }
+
+    /// What the site holds as `held` says, capped by the hard bound; never below
+    /// [`CAPACITY_FLOOR`], and the floor when neither is known.
+    fn capped(&self, held: Option<f64>, now_ms: u64) -> f64 {
+        let lesser = held
+            .unwrap_or(f64::INFINITY)
+            .min(self.hard(now_ms).unwrap_or(f64::INFINITY));
         if lesser.is_finite() {
             lesser.max(CAPACITY_FLOOR)
         } else {
