@@ -95,11 +95,7 @@ impl Stack {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    grid_kit::ports::loopback_port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

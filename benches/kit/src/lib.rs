@@ -37,6 +37,7 @@ pub mod openai_client;
 pub mod operator_harness;
 pub mod pingora_proxy;
 pub mod pki;
+pub mod ports;
 pub mod promtool;
 pub mod sim_site;
 pub mod traffic;

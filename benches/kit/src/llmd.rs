@@ -18,7 +18,9 @@
 #![allow(clippy::missing_panics_doc)] // a test fixture: every failure is the test's
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::ports::loopback_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,13 +82,6 @@ pub fn epp_release() -> String {
             }
         })
         .unwrap_or_else(|| module.to_owned())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// Starts `program` with `args` under `setpriv --pdeathsig KILL` (inside `netns` when
@@ -464,13 +459,13 @@ spec:
         cluster
             .kubectl(&["apply", "--server-side", "-f", "-"], Some(&pool_yaml))
             .map_err(err)?;
-        let (grpc, health, metrics) = (free_port(), free_port(), free_port());
+        let (grpc, health, metrics) = (loopback_port(), loopback_port(), loopback_port());
         let mut site = Self {
             ns,
             cluster,
             epp_metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
             epp_grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
-            envoy: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            envoy: SocketAddr::from(([127, 0, 0, 1], loopback_port())),
             dir: tempfile::tempdir().map_err(err)?,
             peers,
             sims: Vec::new(),
@@ -764,7 +759,7 @@ spec:
     /// When it does not within [`START_DEADLINE`].
     pub async fn restart_epp(&mut self, ready: usize) -> Result<(), Error> {
         self.stop_epp();
-        self.start_epp(free_port())?;
+        self.start_epp(loopback_port())?;
         self.wait_ready_pods(ready).await.map(drop)
     }
 
@@ -772,7 +767,7 @@ spec:
         let config = self.dir.path().join("envoy.yaml");
         std::fs::write(
             &config,
-            envoy_config(self.envoy.port(), free_port(), self.epp_grpc),
+            envoy_config(self.envoy.port(), loopback_port(), self.epp_grpc),
         )
         .map_err(err)?;
         let args: Vec<String> = vec![

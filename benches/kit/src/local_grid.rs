@@ -290,13 +290,6 @@ fn signals_url(addr: SocketAddr) -> String {
     format!("https://{addr}/v1/site/signals")
 }
 
-/// An address on loopback that was free a moment ago: `operator[0]` must be named in its
-/// peers' configurations before it starts (they only admit peers they list).
-fn free_loopback_addr() -> Result<SocketAddr, Error> {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(probe.local_addr()?)
-}
-
 /// The operator configuration of one site.
 fn operator_config(
     site: &str,
@@ -691,7 +684,9 @@ impl LocalGrid {
             .map(|i| (namespaced && i > 0).then(Netns::create).transpose())
             .collect::<Result<Vec<_>, _>>()?;
         let backends = start_backends(spec, &netns).await?;
-        let local_addr = free_loopback_addr()?;
+        // `operator[0]` is named in its peers' configurations before it starts (they
+        // only admit peers they list), so its address is chosen first.
+        let local_addr = crate::ports::loopback_addr();
         let local_name = spec.sites[0].name.as_str();
         // Peers first: each lists operator[0] (so it admits its polls); operator[0] then
         // lists every peer at its real address (or its relay's).

@@ -98,10 +98,7 @@ impl Stack {
 }
 
 fn free_loopback_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    grid_kit::ports::loopback_addr()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

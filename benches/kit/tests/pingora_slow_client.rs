@@ -23,10 +23,7 @@ const BOUND: Duration = Duration::from_secs(2);
 const SLACK: Duration = Duration::from_secs(20);
 
 fn free_loopback_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    grid_kit::ports::loopback_addr()
 }
 
 /// A gateway configuration for `grid-pingora`: model `m` on `site_url`, an operator that

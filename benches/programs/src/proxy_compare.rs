@@ -198,9 +198,7 @@ fn process_cpu_ns(pid: u32) -> u64 {
 
 /// A free loopback port (free a moment ago).
 pub fn free_port() -> Result<u16, Error> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(grid_kit::ports::loopback_port())
 }
 
 /// Starts `program`; its stderr goes to `log`, where a proxy that did not come up says

@@ -215,10 +215,7 @@ pub fn get(url: &str) -> Request<Full<Bytes>> {
     Request::get(url).body(Full::new(Bytes::new())).unwrap()
 }
 
-/// A URL on 127.0.0.1 where nothing listens (bound, then closed).
+/// A URL on 127.0.0.1 where nothing listens.
 pub fn closed_port_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("http://{addr}")
+    format!("http://{}", crate::ports::loopback_addr())
 }

@@ -25,7 +25,9 @@
 pub mod proxy;
 
 use std::io::Write as _;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::ports::loopback_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,13 +81,6 @@ pub fn peers_dir() -> Result<PathBuf, String> {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// One running etcd and kube-apiserver, shared by every test of the process.
@@ -355,7 +350,7 @@ impl Cluster {
         let sa_pub = dir.join("sa.pub");
         std::fs::write(&sa_pub, key.public_key_pem()).map_err(|e| e.to_string())?;
 
-        let (client, peer, secure) = (free_port(), free_port(), free_port());
+        let (client, peer, secure) = (loopback_port(), loopback_port(), loopback_port());
         spawn(
             children,
             (&peers.join("etcd"), netns),
