@@ -41,6 +41,18 @@ impl ElapsedClock {
     }
 }
 
+/// Nanoseconds since the Unix epoch now: the one clock two processes on one machine
+/// read the same (a stamp written by one and read by the other).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the streams benchmark's one named wall-clock read"
+)]
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// Time since a start, on tokio's clock (so a paused-time test drives it too): what the
 /// load generators and the local grid's waits measure with.
 #[derive(Clone, Copy, Debug)]

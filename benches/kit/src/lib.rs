@@ -40,6 +40,7 @@ pub mod pki;
 pub mod ports;
 pub mod promtool;
 pub mod sim_site;
+pub mod ticking_upstream;
 pub mod traffic;
 
 pub use error::Error;

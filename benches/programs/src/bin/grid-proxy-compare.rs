@@ -3,11 +3,17 @@
 //! (see `grid_programs::proxy_compare`). Needs `nginx`, `wrk` and `h2load` on the `PATH` and
 //! Envoy from `.venv` (all installed by `.ci/install`), and the gateway built beside this
 //! binary: `cargo build --release -p grid-gatewayd -p grid-programs --bins`.
+//!
+//! With `--streams`: thousands of long streamed answers held open through each proxy
+//! (`grid_programs::proxy_compare::streams`), from `grid-ticking-upstream` beside this
+//! binary.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use grid_kit::ticking_upstream::Ticks;
+use grid_programs::proxy_compare::streams::{StreamsMeasured, TARGETS};
 use grid_programs::proxy_compare::{
     Client, Lineup, Measured, Pinning, Profiled, callgrind_per_answer, sibling_binary,
 };
@@ -52,6 +58,30 @@ struct Args {
     /// to itself rather than being preempted by the generator. One worker only.
     #[arg(long)]
     pin: bool,
+    /// Instead of the request table: the streams table (memory per open stream, CPU per
+    /// event, delay added per event, time to open them all, first byte).
+    #[arg(long)]
+    streams: bool,
+    /// With `--streams`: the numbers of streams held open at once.
+    #[arg(long, value_delimiter = ',', default_value = "1000,9000")]
+    stream_counts: Vec<usize>,
+    /// With `--streams`: milliseconds between two events of a stream.
+    #[arg(long, default_value_t = 500)]
+    interval_ms: u64,
+    /// With `--streams`: each stream's length, seconds.
+    #[arg(long, default_value_t = 60)]
+    stream_seconds: u64,
+    /// With `--streams`: bytes per event.
+    #[arg(long, default_value_t = 100)]
+    event_bytes: usize,
+    /// With `--streams`: run the gateway under this program and its arguments (one
+    /// flag each), e.g. `--grid-under valgrind --grid-under --tool=massif` for what a
+    /// stream holds; the gateway's command line is appended.
+    #[arg(long, allow_hyphen_values = true)]
+    grid_under: Vec<String>,
+    /// With `--streams`: only these paths (`direct`, `nginx`, `envoy`, `grid`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 impl Args {
@@ -78,9 +108,139 @@ fn cell(m: &Measured) -> String {
     )
 }
 
+fn clients(args: &Args) -> Vec<Client> {
+    [(Client::Http1, "h1"), (Client::Http2, "h2")]
+        .into_iter()
+        .filter(|(_, name)| args.client.as_deref().is_none_or(|a| a == *name))
+        .map(|(c, _)| c)
+        .collect()
+}
+
+/// The client protocol, without the request comparison's generator names.
+fn protocol(client: Client) -> &'static str {
+    match client {
+        Client::Http1 => "HTTP/1.1",
+        Client::Http2 => "HTTP/2",
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn or_dash(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// The streams table: per client protocol and count, the direct path and each proxy.
+async fn streams(args: &Args, pinning: Pinning) -> anyhow::Result<()> {
+    let ticks = Ticks {
+        interval: Duration::from_millis(args.interval_ms),
+        events: u32::try_from(args.stream_seconds * 1_000 / args.interval_ms.max(1))?.max(1) + 1,
+        event_bytes: args.event_bytes,
+    };
+    let gatewayd = sibling_binary("grid-gatewayd");
+    let upstream = sibling_binary("grid-ticking-upstream");
+    // A fresh lineup for every measured case: an allocator keeps what a process freed,
+    // so a proxy that held streams before would show their memory as already there.
+    let fresh = || {
+        Lineup::start_with(
+            (&gatewayd, &args.envoy, &args.grid_under),
+            (args.workers, pinning),
+            Some((&upstream, ticks)),
+        )
+    };
+    let wanted = |target: &str| {
+        target == "direct" || args.only.is_empty() || args.only.iter().any(|o| o == target)
+    };
+    let lineup = fresh().await?;
+    println!(
+        "{} worker(s) per proxy; streams of {} events of {} bytes every {} ms; load average at start {}{}\n",
+        args.workers,
+        ticks.events,
+        ticks.event_bytes,
+        args.interval_ms,
+        load_average(),
+        if args.pin {
+            "; proxies pinned to CPU 0 and the rest to CPU 1"
+        } else {
+            ""
+        }
+    );
+    println!("First byte of one stream at a time on an idle proxy, p50 us (added over direct):\n");
+    println!("| client | direct | nginx | Envoy | grid |\n| --- | ---: | ---: | ---: | ---: |");
+    for client in clients(args) {
+        let mut cells = Vec::new();
+        let mut direct = 0.0;
+        for target in TARGETS.into_iter().filter(|t| wanted(t)) {
+            let us = lineup.idle_first_byte(target, client).await?;
+            if target == "direct" {
+                direct = us;
+                cells.push(format!("{us:.0}"));
+            } else {
+                cells.push(format!("{us:.0} (+{:.0})", us - direct));
+            }
+        }
+        println!("| {} | {} |", protocol(client), cells.join(" | "));
+    }
+    drop(lineup);
+    println!(
+        "\n| client | streams | path | open all, s | first byte p50, ms | delay per event p50 / p99, ms | added p50 / p99, ms | memory per stream, KiB | CPU per event, us | streams failed |"
+    );
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for client in clients(args) {
+        for &n in &args.stream_counts {
+            let lineup = fresh().await?;
+            let mut direct = None;
+            for target in TARGETS {
+                if !wanted(target) {
+                    continue;
+                }
+                let m = lineup.streams(target, client, n, ticks).await?;
+                let base: StreamsMeasured = *direct.get_or_insert(m);
+                println!(
+                    "| {} | {n} | {target} | {:.2} | {:.2} | {:.2} / {:.2} | {} | {} | {} | {} |",
+                    protocol(client),
+                    m.open_s,
+                    m.first_byte_p50_us / 1e3,
+                    m.delay_p50_us / 1e3,
+                    m.delay_p99_us / 1e3,
+                    if target == "direct" {
+                        "-".to_owned()
+                    } else {
+                        format!(
+                            "{:+.2} / {:+.2}",
+                            (m.delay_p50_us - base.delay_p50_us) / 1e3,
+                            (m.delay_p99_us - base.delay_p99_us) / 1e3
+                        )
+                    },
+                    or_dash(m.kib_per_stream, 1),
+                    or_dash(m.cpu_us_per_event, 1),
+                    m.failed,
+                );
+            }
+        }
+    }
+    println!("\nload average at end {}", load_average());
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.streams {
+        let pinning = if args.pin {
+            Pinning::TWO_CORES
+        } else {
+            Pinning::Shared
+        };
+        return streams(&args, pinning).await;
+    }
     if args.callgrind {
         println!(
             "| client | body | grid instructions per answer | nginx instructions per answer | grid/nginx |\n| --- | --- | ---: | ---: | ---: |"

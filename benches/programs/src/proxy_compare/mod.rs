@@ -23,6 +23,8 @@ use std::time::Duration;
 use grid_kit::Error;
 use grid_kit::clock::Stopwatch;
 
+pub mod streams;
+
 /// How long a started proxy has to answer its first request.
 pub const READY_LIMIT: Duration = Duration::from_secs(20);
 /// How long past its duration a generator may take before it is killed.
@@ -230,13 +232,45 @@ fn spawn(
         .map_err(|e| failed(format!("{}: {e}", program.display())))
 }
 
+/// How large each proxy is configured: what the request comparison needs, and what
+/// thousands of open streams need (each holds a client and an upstream connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// nginx's `worker_connections` (client and upstream connections of one worker),
+    /// and its `worker_rlimit_nofile`.
+    pub nginx_worker_connections: usize,
+    /// grid's `maxConnectionsPerSite`, when not its default.
+    pub grid_site_slots: Option<usize>,
+}
+
+impl Sizing {
+    /// The request comparison: a few dozen connections.
+    pub const REQUESTS: Self = Self {
+        nginx_worker_connections: 4_096,
+        grid_site_slots: None,
+    };
+    /// Thousands of open streams: every proxy may hold the machine's whole descriptor
+    /// limit (20,000 here), and grid's per-site slots (1,024 by default, a guard against
+    /// a runaway burst to one site) do not cap the streams to the one upstream.
+    pub const STREAMS: Self = Self {
+        nginx_worker_connections: 20_000,
+        grid_site_slots: Some(20_000),
+    };
+}
+
 /// nginx in the foreground with `workers` worker processes, a keep-alive upstream and
 /// buffering off: one listener for HTTP/1.1 and one for HTTP/2 with prior knowledge (the
 /// two handles' URLs; the first owns the process).
-pub fn start_nginx(dir: &Path, upstream: &str, workers: usize) -> Result<(Proxy, Proxy), Error> {
+pub fn start_nginx(
+    dir: &Path,
+    upstream: &str,
+    workers: usize,
+    sizing: Sizing,
+) -> Result<(Proxy, Proxy), Error> {
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, nginx_config(dir, upstream, workers, (h1, h2)))?;
+    let text = nginx_config_with(dir, upstream, (workers, true, sizing), (h1, h2));
+    std::fs::write(&conf, text)?;
     let child = spawn_nginx(&[], dir, &conf)?;
     Ok(two_listeners("nginx", child, (h1, h2)))
 }
@@ -295,23 +329,24 @@ fn two_listeners(
 
 /// The nginx configuration [`start_nginx`] writes.
 pub fn nginx_config(dir: &Path, upstream: &str, workers: usize, ports: (u16, u16)) -> String {
-    nginx_config_with(dir, upstream, (workers, true), ports)
+    nginx_config_with(dir, upstream, (workers, true, Sizing::REQUESTS), ports)
 }
 
-/// [`nginx_config`], with `master` off for one process that serves by itself (what
-/// callgrind profiles in [`callgrind_per_answer`]: a master's workers are its children,
-/// which valgrind does not follow into).
+/// [`nginx_config`] sized by `sizing`, with `master` off for one process that serves by
+/// itself (what callgrind profiles in [`callgrind_per_answer`]: a master's workers are its
+/// children, which valgrind does not follow into).
 fn nginx_config_with(
     dir: &Path,
     upstream: &str,
-    (workers, master): (usize, bool),
+    (workers, master, sizing): (usize, bool, Sizing),
     (h1, h2): (u16, u16),
 ) -> String {
     let up = upstream.trim_start_matches("http://");
     let master = if master { "on" } else { "off" };
     format!(
         "daemon off;\nmaster_process {master};\nworker_processes {workers};\npid {pid};\n\
-         error_log stderr error;\nevents {{ worker_connections 4096; }}\n\
+         worker_rlimit_nofile {conns};\n\
+         error_log stderr error;\nevents {{ worker_connections {conns}; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n\
            keepalive_requests 1000000;\n  http2_max_requests 1000000;\n\
            upstream up {{ server {up}; keepalive 128; keepalive_requests 1000000; }}\n\
@@ -321,6 +356,7 @@ fn nginx_config_with(
                proxy_request_buffering off;\n    }}\n  }}\n}}\n",
         pid = dir.join("nginx.pid").display(),
         tmp = dir.display(),
+        conns = sizing.nginx_worker_connections,
     )
 }
 
@@ -411,9 +447,9 @@ pub fn start_grid(
     site: &grid_kit::operator_harness::Site,
     operator: std::net::SocketAddr,
     upstream: &str,
-    workers: usize,
+    (workers, sizing): (usize, Sizing),
 ) -> Result<Proxy, Error> {
-    start_grid_under(&[], gatewayd, site, operator, (upstream, workers))
+    start_grid_under(&[], gatewayd, site, operator, (upstream, workers, sizing))
 }
 
 /// [`start_grid`], run under `wrapper` (a program and its arguments, the gateway's
@@ -423,14 +459,21 @@ fn start_grid_under(
     gatewayd: &Path,
     site: &grid_kit::operator_harness::Site,
     operator: std::net::SocketAddr,
-    (upstream, workers): (&str, usize),
+    (upstream, workers, sizing): (&str, usize, Sizing),
 ) -> Result<Proxy, Error> {
     let port = free_port()?;
     let d = site.dir.path();
-    let text = site.gateway_text(
-        (&format!("127.0.0.1:{port}"), operator.port(), 1.0),
-        (MODEL, "p", upstream),
-    );
+    let listen = format!("127.0.0.1:{port}");
+    let mut text = site.gateway_text((&listen, operator.port(), 1.0), (MODEL, "p", upstream));
+    if let Some(slots) = sizing.grid_site_slots {
+        // A top-level key: before the first table.
+        let line = format!("listen = \"{listen}\"\n");
+        text = text.replacen(
+            &line,
+            &format!("{line}maxConnectionsPerSite = {slots}\n"),
+            1,
+        );
+    }
     let path = d.join("gateway.toml");
     std::fs::write(&path, text)?;
     let gatewayd = gatewayd.to_string_lossy();
@@ -680,14 +723,34 @@ pub struct Lineup {
     /// The grid gateway.
     pub grid: Proxy,
     /// Kept running for the lineup's life.
-    _fed: Fed,
+    fed: Fed,
     dir: tempfile::TempDir,
 }
 
-/// The instant upstream and the real operator scraping its EPP: what a gateway is fed
-/// by, in this process.
+/// What the proxies forward to.
+pub enum Upstream {
+    /// Answers at once, in this process: the request comparison.
+    Instant(grid_kit::instant_upstream::InstantUpstream),
+    /// A `grid-ticking-upstream` process streaming long answers: the streams comparison
+    /// (its own process, so the descriptors of thousands of upstream connections do not
+    /// count against the clients' in this one).
+    Ticking(Proxy),
+}
+
+impl Upstream {
+    /// `http://127.0.0.1:port`.
+    pub fn base_url(&self) -> String {
+        match self {
+            Self::Instant(u) => u.base_url(),
+            Self::Ticking(p) => p.url.clone(),
+        }
+    }
+}
+
+/// The upstream and the real operator scraping its EPP: what a gateway is fed by, in
+/// this process.
 struct Fed {
-    upstream: grid_kit::instant_upstream::InstantUpstream,
+    upstream: Upstream,
     _grid: grid_kit::operator_harness::Grid,
     site: grid_kit::operator_harness::Site,
     operator: grid_operatord::driver::Running,
@@ -695,8 +758,12 @@ struct Fed {
 
 impl Fed {
     async fn start() -> Result<Self, Error> {
-        use grid_operatord::state::{FileStateStore, StateStore};
         let upstream = grid_kit::instant_upstream::InstantUpstream::start(MODEL).await?;
+        Self::start_on(Upstream::Instant(upstream)).await
+    }
+
+    async fn start_on(upstream: Upstream) -> Result<Self, Error> {
+        use grid_operatord::state::{FileStateStore, StateStore};
         let grid = grid_kit::operator_harness::Grid::new();
         let site = grid.site("a");
         let epp = grid_kit::operator_harness::ProviderSpec {
@@ -734,25 +801,50 @@ impl Lineup {
         workers: usize,
         pinning: Pinning,
     ) -> Result<Self, Error> {
+        Self::start_with((gatewayd, envoy, &[]), (workers, pinning), None).await
+    }
+
+    /// [`Lineup::start`] with `ticking` (`Some`: the `grid-ticking-upstream` binary and
+    /// how it ticks) as the upstream, every proxy sized for thousands of open streams,
+    /// and the gateway run under `grid_wrapper` (a program and its arguments, the
+    /// gateway's command line appended; empty: none), e.g. valgrind's heap profiler.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lineup::start`], or an upstream that does not start.
+    pub async fn start_with(
+        (gatewayd, envoy, grid_wrapper): (&Path, &Path, &[String]),
+        (workers, pinning): (usize, Pinning),
+        ticking: Option<(&Path, grid_kit::ticking_upstream::Ticks)>,
+    ) -> Result<Self, Error> {
         if let Pinning::Apart { rest, .. } = pinning {
             // Before anything starts: the upstream, the operator and the generators this
             // process starts inherit it.
             pin_tree(std::process::id(), rest)?;
         }
         let dir = tempfile::tempdir()?;
-        let fed = Fed::start().await?;
+        let (fed, sizing) = match ticking {
+            None => (Fed::start().await?, Sizing::REQUESTS),
+            Some((program, ticks)) => {
+                let upstream = streams::start_upstream(program, ticks, dir.path()).await?;
+                (
+                    Fed::start_on(Upstream::Ticking(upstream)).await?,
+                    Sizing::STREAMS,
+                )
+            }
+        };
         let base = fed.upstream.base_url();
         let lineup = Self {
-            nginx: start_nginx(dir.path(), &base, workers)?,
+            nginx: start_nginx(dir.path(), &base, workers, sizing)?,
             envoy: start_envoy(envoy, dir.path(), &base, workers)?,
-            grid: start_grid(
+            grid: start_grid_under(
+                grid_wrapper,
                 gatewayd,
                 &fed.site,
                 fed.operator.signals_addr,
-                &base,
-                workers,
+                (&base, workers, sizing),
             )?,
-            _fed: fed,
+            fed,
             dir,
         };
         for (p, client) in lineup.all() {
@@ -902,12 +994,12 @@ async fn callgrind_total(
             gatewayd,
             &fed.site,
             fed.operator.signals_addr,
-            (&base, 1),
+            (&base, 1, Sizing::REQUESTS),
         )?,
         Profiled::Nginx => {
             let (h1, h2) = (free_port()?, free_port()?);
             let conf = dir.path().join("nginx.conf");
-            let text = nginx_config_with(dir.path(), &base, (1, false), (h1, h2));
+            let text = nginx_config_with(dir.path(), &base, (1, false, Sizing::REQUESTS), (h1, h2));
             std::fs::write(&conf, text)?;
             let child = spawn_nginx(&wrapper, dir.path(), &conf)?;
             let (h1, h2) = two_listeners("nginx", child, (h1, h2));

@@ -1,0 +1,331 @@
+//! An upstream that streams long answers the way a model server generates them: every
+//! streamed chat request gets one server-sent event at once and then one every
+//! `interval`, `events` in all, then `data: [DONE]`. Each event carries the wall-clock
+//! instant it was handed to the socket (`"sent_ns"`, nanoseconds since the Unix epoch),
+//! so a client in another process on the same machine reads the delay each event took
+//! to reach it ([`sent_ns_in`]). It also serves an idle EPP `/metrics`, so a real
+//! operator can feed a gateway from it.
+//!
+//! The wall clock, not a monotonic one: the sender and the reader are different
+//! processes, and `CLOCK_REALTIME` is the clock both read the same; over a benchmark's
+//! minutes its slewing is far below the microseconds measured.
+//!
+//! Served on 127.0.0.1, HTTP/1.1 and HTTP/2 with prior knowledge.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
+
+use crate::Error;
+pub use crate::clock::wall_ns;
+use crate::sim_site::openai::{self, DONE};
+use grid_sim::fake_epp::{EppIdentity, FakeEpp};
+use grid_sim::site_model::{SiteConfig, SiteModel};
+
+/// The key before each event's send instant.
+pub const SENT_KEY: &[u8] = b"\"sent_ns\":";
+/// The smallest event this upstream writes: `data: {"sent_ns":<20 digits>,"p":""}` and a blank line.
+pub const MIN_EVENT_BYTES: usize = 47;
+
+/// How the answers tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticks {
+    /// Between two events of one answer.
+    pub interval: Duration,
+    /// Events per answer, the first sent at once.
+    pub events: u32,
+    /// Each event's size on the wire (at least [`MIN_EVENT_BYTES`]).
+    pub event_bytes: usize,
+}
+
+/// One event sent now, padded to `bytes`.
+fn event(bytes: usize) -> Bytes {
+    let head = format!("data: {{\"sent_ns\":{:020},\"p\":\"", wall_ns());
+    let tail = "\"}\n\n";
+    let pad = bytes.saturating_sub(head.len() + tail.len());
+    let mut out = String::with_capacity(head.len() + pad + tail.len());
+    out.push_str(&head);
+    out.extend(std::iter::repeat_n('x', pad));
+    out.push_str(tail);
+    Bytes::from(out)
+}
+
+/// Every send instant in `bytes` (whole events only: an instant split across two reads
+/// is not read, and a client that keeps its unread tail reads it with the next).
+pub fn sent_ns_in(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        let at = rest.windows(SENT_KEY.len()).position(|w| w == SENT_KEY)?;
+        let digits = &rest[at + SENT_KEY.len()..];
+        let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        if n == 0 || n == digits.len() {
+            rest = &[];
+            return None;
+        }
+        rest = &digits[n..];
+        std::str::from_utf8(&digits[..n]).ok()?.parse().ok()
+    })
+}
+
+/// A streamed answer's body: an event at once, then one per tick.
+struct Ticking {
+    ticks: Ticks,
+    sent: u32,
+    next: Pin<Box<Sleep>>,
+    done: bool,
+}
+
+impl Body for Ticking {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.sent == self.ticks.events {
+            self.done = true;
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(DONE.as_bytes())))));
+        }
+        if self.sent > 0 {
+            if self.next.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // Fixed deadlines, not fixed gaps: a late tick does not shift the later ones.
+            let at = self.next.deadline() + self.ticks.interval;
+            self.next.as_mut().reset(at);
+        }
+        self.sent += 1;
+        Poll::Ready(Some(Ok(Frame::data(event(self.ticks.event_bytes)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+/// Either a fixed body or a ticking one.
+enum Answer {
+    Fixed(Option<Bytes>),
+    Ticking(Ticking),
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Self::Fixed(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Self::Ticking(t) => Pin::new(t).poll_frame(cx),
+        }
+    }
+}
+
+struct Shared {
+    model: String,
+    metrics: Bytes,
+    full: Bytes,
+    ticks: Ticks,
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: Answer) -> Response<Answer> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Answer> {
+    let empty = || Answer::Fixed(None);
+    match (request.method().clone(), request.uri().path()) {
+        (Method::GET, "/metrics") => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            Answer::Fixed(Some(shared.metrics.clone())),
+        ),
+        (Method::POST, "/v1/chat/completions") => {
+            let Ok(body) = request.into_body().collect().await else {
+                return respond(StatusCode::BAD_REQUEST, "text/plain", empty());
+            };
+            match openai::parse_request(&body.to_bytes()) {
+                Some(p) if p.model.as_deref() == Some(shared.model.as_str()) => {
+                    if p.stream {
+                        let ticking = Ticking {
+                            ticks: shared.ticks,
+                            sent: 0,
+                            next: Box::pin(tokio::time::sleep_until(
+                                Instant::now() + shared.ticks.interval,
+                            )),
+                            done: false,
+                        };
+                        respond(
+                            StatusCode::OK,
+                            "text/event-stream",
+                            Answer::Ticking(ticking),
+                        )
+                    } else {
+                        respond(
+                            StatusCode::OK,
+                            "application/json",
+                            Answer::Fixed(Some(shared.full.clone())),
+                        )
+                    }
+                }
+                _ => respond(StatusCode::BAD_REQUEST, "text/plain", empty()),
+            }
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", empty()),
+    }
+}
+
+/// A running ticking upstream. Dropping it stops accepting.
+#[derive(Debug)]
+pub struct TickingUpstream {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for TickingUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TickingUpstream {
+    /// Serves `model` on `addr` (port 0: one the kernel picks). Must run inside a tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// An event smaller than [`MIN_EVENT_BYTES`], or an address that cannot be bound.
+    pub async fn start(addr: SocketAddr, model: &str, ticks: Ticks) -> Result<Self, Error> {
+        if ticks.event_bytes < MIN_EVENT_BYTES {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "events of {} bytes: at least {MIN_EVENT_BYTES}",
+                ticks.event_bytes
+            ))));
+        }
+        let idle = SiteModel::new(SiteConfig::new("ticking", 1, 1024), 1)?;
+        let metrics = FakeEpp::new(EppIdentity::new("ticking", model)).render(&idle);
+        let shared = Arc::new(Shared {
+            model: model.to_owned(),
+            metrics: Bytes::from(metrics),
+            full: Bytes::from(
+                openai::full_response(openai::Api::Chat, 1, model, "ticking-ep-0").to_string(),
+            ),
+            ticks,
+        });
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    // Out of descriptors: wait for some to be closed rather than spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let shared = Arc::clone(&shared);
+                        async move { Ok::<_, Infallible>(answer(shared, request).await) }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { addr, task })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::chat_body;
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+
+    #[test]
+    fn events_are_the_size_asked_and_carry_their_send_instant() {
+        let before = wall_ns();
+        let e = event(100);
+        let after = wall_ns();
+        assert_eq!(e.len(), 100);
+        let sent: Vec<u64> = sent_ns_in(&e).collect();
+        assert_eq!(sent.len(), 1);
+        assert!((before..=after).contains(&sent[0]), "{sent:?}");
+        assert_eq!(event(MIN_EVENT_BYTES).len(), MIN_EVENT_BYTES);
+    }
+
+    #[test]
+    fn an_instant_cut_by_the_end_of_a_read_is_not_read() {
+        let two = [event(60), event(60)].concat();
+        assert_eq!(sent_ns_in(&two).count(), 2);
+        assert_eq!(sent_ns_in(&two[..60 + 20]).count(), 1);
+        assert_eq!(sent_ns_in(b"\"sent_ns\":123").count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_ticks_its_events_then_ends() {
+        let ticks = Ticks {
+            interval: Duration::from_millis(20),
+            events: 4,
+            event_bytes: 80,
+        };
+        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks)
+            .await
+            .unwrap();
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let request = Request::post(format!("{}/v1/chat/completions", up.base_url()))
+            .body(Full::new(chat_body("m", true)))
+            .unwrap();
+        let start = wall_ns();
+        let answer = client.request(request).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        let sent: Vec<u64> = sent_ns_in(&body).collect();
+        assert_eq!(sent.len(), 4, "{body:?}");
+        assert!(body.ends_with(DONE.as_bytes()));
+        // The last event left three intervals after the first.
+        assert!(sent[3] - sent[0] >= 3 * 20_000_000 - 1_000_000, "{sent:?}");
+        assert!(sent[0] >= start);
+    }
+}
