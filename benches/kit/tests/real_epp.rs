@@ -1,8 +1,9 @@
 //! grid against llm-d's real endpoint picker (EPP) and inference simulator
 //! (`grid_kit::llmd`): the EPP runs against the real API server, watching an
 //! `InferencePool` whose `Pod`s point at simulator processes in network namespaces, with
-//! Envoy as its data path; grid's operator scrapes the EPP's `/metrics`. Needs root
-//! (network namespaces) and the peers `.ci/install` builds.
+//! Envoy as its data path; grid's operator scrapes the EPP's `/metrics`, in file mode
+//! and in controller mode (an `InferenceProvider` on the same API server naming the EPP).
+//! Needs root (network namespaces) and the peers `.ci/install` builds.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -655,4 +656,218 @@ async fn an_epp_with_the_charts_metrics_authentication_reads_as_unauthorized() {
         "{m}"
     );
     operator.shutdown().await.unwrap();
+}
+
+/// The Ready condition the operator wrote on `InferenceProvider` `llama`: (status,
+/// reason), if any.
+async fn ready_condition(k8s: &grid_kit::kube_cluster::KubeTest) -> Option<(String, String)> {
+    let object = k8s.get("inferenceproviders", POOL).await?;
+    let conditions = object["status"]["conditions"].as_array()?;
+    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+    Some((
+        ready["status"].as_str()?.to_owned(),
+        ready["reason"].as_str()?.to_owned(),
+    ))
+}
+
+/// An operator in controller mode (`grid_operatord::controller::run`, the daemon's own
+/// loop) on the process's API server, in a namespace of its own with the example RBAC.
+struct Controller {
+    started: tokio::sync::watch::Receiver<Option<grid_operatord::controller::run::StartedDriver>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), grid_operatord::Error>>,
+}
+
+impl Controller {
+    /// Creates the `GridNetwork` and an `InferenceProvider` `llama` whose `metricsConfig`
+    /// names `site`'s EPP and whose `pool` is its `InferencePool`, then starts the
+    /// operator as site `a`; returns once its driver runs.
+    async fn start(
+        k8s: &grid_kit::kube_cluster::KubeTest,
+        a: &grid_kit::operator_harness::Site,
+        site: &LlmdSite,
+    ) -> (Self, grid_operatord::controller::run::StartedDriver) {
+        use grid_operatord::controller::api::{self, ControllerMetrics};
+        use grid_operatord::controller::run;
+        use grid_operatord::controller::source::KubeConfigSource;
+        use grid_operatord::controller::translate::Deployment;
+        use serde_json::json;
+
+        k8s.create(
+            "gridnetworks",
+            json!({"metadata": {"name": "prod"}, "spec": {
+                "peerTrust": {"mode": "spiffe", "trustDomain": grid_kit::operator_harness::DOMAIN},
+                "intervals": {"scrapeSeconds": 0.2},
+            }}),
+        )
+        .await;
+        k8s.create(
+            "inferenceproviders",
+            json!({"metadata": {"name": POOL}, "spec": {
+                "metricsConfig": {
+                    "endpoint": format!("http://{}", site.epp_metrics),
+                    "path": "/metrics",
+                    "timeoutSeconds": 1,
+                    "staleMetricsSeconds": 10,
+                },
+                "pool": site.spec.pool,
+                "serving": {"baseUrl": site.api_url(), "models": [MODEL]},
+            }}),
+        )
+        .await;
+        let d = a.dir.path();
+        let on_loopback =
+            || std::net::SocketAddr::from(([127, 0, 0, 1], grid_kit::ports::loopback_port()));
+        let deployment = Deployment {
+            site: a.name.clone(),
+            listen: grid_operatord::config::Listen {
+                signals: on_loopback(),
+                metrics: on_loopback(),
+            },
+            tls: grid_operatord::config::TlsFiles {
+                cert: d.join("site.crt"),
+                key: d.join("site.key"),
+                ca: Some(d.join("ca.crt")),
+            },
+            state_label: "ConfigMap/grid-site-a".into(),
+        };
+        let client = api::client_from(k8s.operator_config().await, &k8s.ns).unwrap();
+        let metrics = ControllerMetrics::new();
+        let source = std::sync::Arc::new(
+            KubeConfigSource::start(client.clone(), &k8s.ns, deployment, metrics.clone())
+                .await
+                .unwrap(),
+        );
+        let (tx, mut started) = tokio::sync::watch::channel(None);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let setup = run::Setup {
+            client,
+            namespace: k8s.ns.clone(),
+            source,
+            options: grid_operatord::driver::Options::default(),
+            metrics,
+            election: None,
+        };
+        let task = tokio::spawn(run::run(setup, tx, async {
+            let _ = stopped.await;
+        }));
+        let op = tokio::time::timeout(Duration::from_secs(15), started.wait_for(Option::is_some))
+            .await
+            .expect("the operator started within 15 s")
+            .unwrap()
+            .clone()
+            .unwrap();
+        (
+            Self {
+                started,
+                stop,
+                task,
+            },
+            op,
+        )
+    }
+
+    /// Stops it gracefully, within 10 s.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the operator stops within 10 s")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_in_controller_mode_follows_the_real_epp_an_inference_provider_names_through_ready_loaded_and_pods_gone()
+ {
+    let began = Stopwatch::start();
+    // The EPP and the operator on one API server: the EPP watches its pool's Pods in its
+    // namespace, the operator its resources in another, as the example RBAC allows.
+    let mut spec = LlmdSpec::new(POOL, 2);
+    spec.sims = vec![slow_sim(); 2];
+    let mut site = LlmdSite::start(spec).await.unwrap();
+    let k8s = grid_kit::kube_cluster::KubeTest::start().await;
+    let grid = Grid::new();
+    let a = grid.site("a");
+    let (operator, op) = Controller::start(&k8s, &a, &site).await;
+    let metrics = op.metrics_addr;
+    let value = |name: &'static str| async move {
+        operator_value(&read_metrics(metrics).await.unwrap_or_default(), name)
+    };
+    let condition = || ready_condition(&k8s);
+
+    // Ready, with the EPP's two ready pods, on the series and on the resource.
+    let took = grid_kit::llmd::wait_until("ready", Duration::from_secs(20), || async {
+        value("grid_provider_ready").await == Some(1.0)
+            && value("grid_provider_ready_endpoints").await == Some(2.0)
+            && condition().await == Some(("True".into(), "EndpointsReady".into()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; {}", site.logs()));
+    eprintln!("ready with 2 endpoints {took:?} after the operator started");
+
+    // Every Pod of the pool deleted (its simulators gone): not ready, on both. The bound:
+    // the EPP's pod watch, its gauge refresh (5 s), two scrapes, one status write.
+    let gone = Stopwatch::start();
+    site.remove_sim(0).unwrap();
+    site.remove_sim(1).unwrap();
+    let took = grid_kit::llmd::wait_until("not ready", Duration::from_secs(12), || async {
+        value("grid_provider_ready").await == Some(0.0)
+            && condition().await == Some(("False".into(), "NoReadyEndpoints".into()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; {}", site.logs()));
+    assert_eq!(value("grid_provider_in_flight_requests").await, None);
+    eprintln!(
+        "not ready {took:?} after the pods went ({:?} in all)",
+        gone.elapsed()
+    );
+
+    // The Pods back: ready again with both endpoints.
+    site.start_sim(0).await.unwrap();
+    site.start_sim(1).await.unwrap();
+    let took = grid_kit::llmd::wait_until("ready again", Duration::from_secs(12), || async {
+        value("grid_provider_ready_endpoints").await == Some(2.0)
+            && condition().await == Some(("True".into(), "EndpointsReady".into()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; {}", site.logs()));
+    eprintln!("ready again {took:?} after the pods came back");
+
+    // Load on the simulators, through the site's Envoy and the EPP: twelve requests of
+    // 300 tokens (6 s each) on four slots show in the in-flight series within the EPP's
+    // refresh and a scrape.
+    let idle = value("grid_provider_in_flight_requests").await;
+    assert_eq!(idle, Some(0.0), "idle before the load");
+    let site = std::sync::Arc::new(site);
+    let mut held = tokio::task::JoinSet::new();
+    for i in 0..HELD {
+        let site = site.clone();
+        held.spawn(async move { send(&site, i % 2 == 0, 300, None).await });
+    }
+    let took =
+        grid_kit::llmd::wait_until("in-flight under load", Duration::from_secs(8), || async {
+            value("grid_provider_in_flight_requests")
+                .await
+                .is_some_and(|v| v >= 8.0)
+        })
+        .await
+        .unwrap();
+    let in_flight = value("grid_provider_in_flight_requests").await.unwrap();
+    assert!(in_flight <= HELD as f64 + 0.5, "{in_flight}");
+    eprintln!("in-flight {in_flight} of {HELD} held, {took:?} after the load began");
+    let mut statuses = Vec::new();
+    while let Some(s) = held.join_next().await {
+        statuses.push(s.unwrap());
+    }
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    // One driver start throughout: nothing of this needed the operator restarted.
+    assert_eq!(
+        operator.started.borrow().as_ref().map(|s| s.restarts),
+        Some(0)
+    );
+    operator.stop().await;
+    eprintln!("{:?} in all", began.elapsed());
 }

@@ -119,14 +119,11 @@ fn main() -> anyhow::Result<()> {
 /// `duration` (or until Ctrl-C), and the kubectl commands that inspect each cluster.
 async fn kubernetes(duration: Duration) -> anyhow::Result<()> {
     use grid_kit::kube_grid::{KubeGrid, SiteSpec, site_name};
-    let specs: Vec<SiteSpec> = [(1, 2), (2, 2), (4, 2)]
+    let sizes = [(1, 2), (2, 2), (4, 2)];
+    let specs: Vec<SiteSpec> = sizes
         .iter()
         .enumerate()
-        .map(|(i, (endpoints, slots))| SiteSpec {
-            name: site_name(i),
-            endpoints: *endpoints,
-            slots: *slots,
-        })
+        .map(|(i, (endpoints, slots))| SiteSpec::simulated(&site_name(i), *endpoints, *slots))
         .collect();
     println!(
         "grid-demo --kubernetes: starting three clusters (an etcd and a kube-apiserver each)..."
@@ -149,8 +146,9 @@ async fn kubernetes(duration: Duration) -> anyhow::Result<()> {
             s.name,
             specs
                 .iter()
-                .find(|p| p.name == s.name)
-                .map_or(0, |p| p.endpoints * p.slots),
+                .zip(sizes)
+                .find(|(p, _)| p.name == s.name)
+                .map_or(0, |(_, (endpoints, slots))| endpoints * slots),
             s.addr
         );
         println!("  {kubectl} get gridnetworks,gridsites,inferenceproviders");
