@@ -82,6 +82,21 @@ pub struct SiteSpec {
     pub slots: usize,
 }
 
+impl SiteSpec {
+    /// One site per `(endpoints, slots)` of `sizes`, named `a`, `b`, ... in order.
+    pub fn sized(sizes: &[(usize, usize)]) -> Vec<Self> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(endpoints, slots))| Self {
+                name: site_name(i),
+                endpoints,
+                slots,
+            })
+            .collect()
+    }
+}
+
 /// One running site.
 pub struct KubeSite {
     /// Its name.

@@ -118,16 +118,8 @@ fn main() -> anyhow::Result<()> {
 /// `--kubernetes`: three clusters, the grid they form, traffic through every gateway for
 /// `duration` (or until Ctrl-C), and the kubectl commands that inspect each cluster.
 async fn kubernetes(duration: Duration) -> anyhow::Result<()> {
-    use grid_kit::kube_grid::{KubeGrid, SiteSpec, site_name};
-    let specs: Vec<SiteSpec> = [(1, 2), (2, 2), (4, 2)]
-        .iter()
-        .enumerate()
-        .map(|(i, (endpoints, slots))| SiteSpec {
-            name: site_name(i),
-            endpoints: *endpoints,
-            slots: *slots,
-        })
-        .collect();
+    use grid_kit::kube_grid::{KubeGrid, SiteSpec};
+    let specs = SiteSpec::sized(&[(1, 2), (2, 2), (4, 2)]);
     println!(
         "grid-demo --kubernetes: starting three clusters (an etcd and a kube-apiserver each)..."
     );
