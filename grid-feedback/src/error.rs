@@ -159,6 +159,7 @@ impl Error {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// The closed set of reasons an ingest report is refused: the `reason` label of
     /// `grid_operator_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

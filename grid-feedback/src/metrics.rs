@@ -4,14 +4,16 @@
 //! Labels come only from the closed enums here: never a reporter identity, a header value
 //! or an error string.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use grid_signals::labels::register_zeroed;
+
 use crate::RefusalReason;
 
 grid_signals::label_values! {
+    label "event";
     /// What happened while the operator tried to store feedback: the `event` label of
     /// `grid_gateway_feedback_events_total`, exactly this closed set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +32,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why one delivery attempt failed: the `reason` label of
     /// `grid_signals_feedback_failures_total`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,26 +48,11 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct EventLabels {
-    event: Event,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct RefusalLabels {
-    reason: RefusalReason,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct FailureLabels {
-    reason: FailureReason,
-}
-
 /// The operator side's handles.
 #[derive(Clone, Debug, Default)]
 pub struct ReceiverMetrics {
-    events: Family<EventLabels, Counter>,
-    refusals: Family<RefusalLabels, Counter>,
+    events: Family<Event, Counter>,
+    refusals: Family<RefusalReason, Counter>,
     expired: Counter,
 }
 
@@ -73,23 +61,19 @@ impl ReceiverMetrics {
     /// `grid_operator_feedback_refusals_total{reason}`, every label pre-created at 0 so a
     /// dashboard sees the series before the first incident.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        for event in Event::ALL {
-            drop(metrics.events.get_or_create(&EventLabels { event }));
-        }
-        for reason in RefusalReason::ALL {
-            drop(metrics.refusals.get_or_create(&RefusalLabels { reason }));
-        }
-        registry.register(
-            "grid_gateway_feedback_events",
-            "Feedback storage events on the operator: write races, exhausted retries, capacity overflow, unauthorized callers, write failures",
-            metrics.events.clone(),
-        );
-        registry.register(
-            "grid_operator_feedback_refusals",
-            "Ingest feedback requests the operator refused, by reason",
-            metrics.refusals.clone(),
-        );
+        let metrics = Self {
+            events: register_zeroed(
+                registry,
+                "grid_gateway_feedback_events",
+                "Feedback storage events on the operator: write races, exhausted retries, capacity overflow, unauthorized callers, write failures",
+            ),
+            refusals: register_zeroed(
+                registry,
+                "grid_operator_feedback_refusals",
+                "Ingest feedback requests the operator refused, by reason",
+            ),
+            expired: Counter::default(),
+        };
         registry.register(
             "grid_operator_feedback_evidence_expired",
             "Gateway processes whose unresolved rejection evidence expired after UNRESOLVED_RETENTION_MS of silence",
@@ -99,7 +83,7 @@ impl ReceiverMetrics {
     }
 
     pub(crate) fn event(&self, event: Event) {
-        self.events.get_or_create(&EventLabels { event }).inc();
+        self.events.get_or_create(&event).inc();
     }
 
     pub(crate) fn expired(&self, records: u64) {
@@ -119,48 +103,45 @@ impl ReceiverMetrics {
     /// own queue in front of the receiver was full, or the budget ran out waiting), so
     /// every refusal lands in the one series.
     pub fn record_refusal(&self, reason: RefusalReason) {
-        self.refusals.get_or_create(&RefusalLabels { reason }).inc();
+        self.refusals.get_or_create(&reason).inc();
     }
 
     /// How many times `event` was counted; for tests and the daemon's self-checks.
     pub fn event_count(&self, event: Event) -> u64 {
-        self.events.get_or_create(&EventLabels { event }).get()
+        self.events.get_or_create(&event).get()
     }
 
     /// How many requests were refused for `reason`.
     pub fn refusal_count(&self, reason: RefusalReason) -> u64 {
-        self.refusals.get_or_create(&RefusalLabels { reason }).get()
+        self.refusals.get_or_create(&reason).get()
     }
 }
 
 /// The gateway side's handles.
 #[derive(Clone, Debug, Default)]
 pub struct ReporterMetrics {
-    failures: Family<FailureLabels, Counter>,
+    failures: Family<FailureReason, Counter>,
 }
 
 impl ReporterMetrics {
     /// Registers `grid_signals_feedback_failures_total{reason}`, every reason pre-created.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        for reason in FailureReason::ALL {
-            drop(metrics.failures.get_or_create(&FailureLabels { reason }));
+        Self {
+            failures: register_zeroed(
+                registry,
+                "grid_signals_feedback_failures",
+                "Failed ingest-feedback delivery attempts from the gateway, by reason",
+            ),
         }
-        registry.register(
-            "grid_signals_feedback_failures",
-            "Failed ingest-feedback delivery attempts from the gateway, by reason",
-            metrics.failures.clone(),
-        );
-        metrics
     }
 
     pub(crate) fn failure(&self, reason: FailureReason) {
-        self.failures.get_or_create(&FailureLabels { reason }).inc();
+        self.failures.get_or_create(&reason).inc();
     }
 
     /// How many deliveries failed for `reason`.
     pub fn failure_count(&self, reason: FailureReason) -> u64 {
-        self.failures.get_or_create(&FailureLabels { reason }).get()
+        self.failures.get_or_create(&reason).get()
     }
 
     /// Failed deliveries over every reason.

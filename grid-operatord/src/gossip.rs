@@ -24,7 +24,6 @@ use grid_membership::{Member, Version};
 use grid_signals::batch::Fence;
 use grid_signals::site::SiteInput;
 use grid_signals::store::IngestMetrics;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -57,6 +56,7 @@ const _: () = assert!(
 );
 
 grid_signals::label_values! {
+    label "outcome";
     /// How one fetch ended: the closed `outcome` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FetchOutcome {
@@ -75,6 +75,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "kind";
     /// What was fetched: the closed `kind` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FetchKind {
@@ -85,16 +86,10 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct FetchLabels {
-    kind: FetchKind,
-    outcome: FetchOutcome,
-}
-
 /// `grid_operator_gossip_fetches_total{kind,outcome}`.
 #[derive(Clone, Debug, Default)]
 pub struct GossipMetrics {
-    fetches: Family<FetchLabels, Counter>,
+    fetches: Family<(FetchKind, FetchOutcome), Counter>,
     /// Where each member's last pull or digest is noted for the routing evidence (the
     /// peer pollers' ledger: one per operator).
     pub ledger: crate::peer_ledger::PeerLedger,
@@ -103,18 +98,14 @@ pub struct GossipMetrics {
 impl GossipMetrics {
     /// Registers the series.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for kind in FetchKind::ALL {
-            for outcome in FetchOutcome::ALL {
-                let _ = m.fetches.get_or_create(&FetchLabels { kind, outcome });
-            }
+        Self {
+            fetches: grid_signals::labels::register_zeroed(
+                registry,
+                "grid_operator_gossip_fetches",
+                "Gossip pulls of batches and digests from members, by kind and outcome",
+            ),
+            ledger: crate::peer_ledger::PeerLedger::default(),
         }
-        registry.register(
-            "grid_operator_gossip_fetches",
-            "Gossip pulls of batches and digests from members, by kind and outcome",
-            m.fetches.clone(),
-        );
-        m
     }
 
     fn record(&self, kind: FetchKind, outcome: FetchOutcome) {
@@ -123,16 +114,12 @@ impl GossipMetrics {
 
     /// `n` fetches of `kind` that ended with `outcome`, in one lookup of their series.
     fn record_many(&self, kind: FetchKind, outcome: FetchOutcome, n: u64) {
-        self.fetches
-            .get_or_create(&FetchLabels { kind, outcome })
-            .inc_by(n);
+        self.fetches.get_or_create(&(kind, outcome)).inc_by(n);
     }
 
     /// Fetches of `kind` that ended with `outcome`.
     pub fn count(&self, kind: FetchKind, outcome: FetchOutcome) -> u64 {
-        self.fetches
-            .get_or_create(&FetchLabels { kind, outcome })
-            .get()
+        self.fetches.get_or_create(&(kind, outcome)).get()
     }
 }
 

@@ -109,16 +109,10 @@ impl Default for Timeouts {
     }
 }
 
-/// The label set of `grid_operator_connections_shed_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct ShedLabels {
-    reason: ShedReason,
-}
-
 /// The listener's series.
 #[derive(Clone, Debug)]
 pub struct ListenerMetrics {
-    shed: Family<ShedLabels, Counter>,
+    shed: Family<ShedReason, Counter>,
     handshake_failures: Counter,
     open: Gauge,
 }
@@ -128,18 +122,14 @@ impl ListenerMetrics {
     /// `grid_operator_tls_handshake_failures_total` and `grid_operator_connections_open`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
-            shed: Family::default(),
+            shed: grid_signals::labels::register_zeroed(
+                registry,
+                "grid_operator_connections_shed",
+                "Signals-listener connections shed, by reason",
+            ),
             handshake_failures: Counter::default(),
             open: Gauge::default(),
         };
-        for r in ShedReason::ALL {
-            let _ = m.shed.get_or_create(&ShedLabels { reason: r });
-        }
-        registry.register(
-            "grid_operator_connections_shed",
-            "Signals-listener connections shed, by reason",
-            m.shed.clone(),
-        );
         registry.register(
             "grid_operator_tls_handshake_failures",
             "Signals-listener TLS handshakes refused (untrusted, expired or malformed certificates)",
@@ -154,12 +144,12 @@ impl ListenerMetrics {
     }
 
     fn shed(&self, reason: ShedReason) {
-        self.shed.get_or_create(&ShedLabels { reason }).inc();
+        self.shed.get_or_create(&reason).inc();
     }
 
     /// Connections shed for `reason` so far.
     pub fn shed_count(&self, reason: ShedReason) -> u64 {
-        self.shed.get_or_create(&ShedLabels { reason }).get()
+        self.shed.get_or_create(&reason).get()
     }
 
     /// Handshakes refused so far.

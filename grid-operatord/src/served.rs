@@ -3,12 +3,12 @@
 //! membership datagrams (`grid_membership_bytes_total`). Bodies only: headers and TLS
 //! framing add a few hundred bytes per answer.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 grid_signals::label_values! {
+    label "kind";
     /// What an answer carried: the closed `kind` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Served {
@@ -23,40 +23,32 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ServedLabels {
-    kind: Served,
-}
-
 /// `grid_operator_served_bytes_total{kind}`.
 #[derive(Clone, Debug, Default)]
 pub struct ServedMetrics {
-    bytes: Family<ServedLabels, Counter>,
+    bytes: Family<Served, Counter>,
 }
 
 impl ServedMetrics {
     /// Registers the series with every kind at 0.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for kind in Served::ALL {
-            let _ = m.bytes.get_or_create(&ServedLabels { kind });
+        Self {
+            bytes: grid_signals::labels::register_zeroed(
+                registry,
+                "grid_operator_served_bytes",
+                "Body bytes the signals listener answered with, by what was asked for",
+            ),
         }
-        registry.register(
-            "grid_operator_served_bytes",
-            "Body bytes the signals listener answered with, by what was asked for",
-            m.bytes.clone(),
-        );
-        m
     }
 
     pub(crate) fn add(&self, kind: Served, body: usize) {
         self.bytes
-            .get_or_create(&ServedLabels { kind })
+            .get_or_create(&kind)
             .inc_by(u64::try_from(body).unwrap_or(u64::MAX));
     }
 
     /// Body bytes served of `kind` so far.
     pub fn count(&self, kind: Served) -> u64 {
-        self.bytes.get_or_create(&ServedLabels { kind }).get()
+        self.bytes.get_or_create(&kind).get()
     }
 }

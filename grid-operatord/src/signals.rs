@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use grid_feedback::{Caller, ReceiverMetrics, RefusalReason, Reply};
+use grid_signals::labels::register_zeroed;
 use grid_signals::long_poll::{self, HoldRefusal, Holder, Holds, Wait};
 use grid_signals::site::Audience;
 use grid_signals::store::{IngestMetrics, RelayBudget};
@@ -39,6 +40,7 @@ fn audience(caller: &Identity) -> Audience {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why the signals listener refused a request (feedback refusals are counted by
     /// grid-feedback); the label of `grid_operator_signals_refused_total`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,75 +79,59 @@ impl Refusal {
     }
 }
 
-/// The label set of `grid_operator_signals_refused_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct RefusalLabels {
-    reason: Refusal,
-}
-
 /// `grid_operator_signals_refused_total{reason}`.
 #[derive(Clone, Debug, Default)]
 pub struct RefusalMetrics {
-    refused: Family<RefusalLabels, Counter>,
+    refused: Family<Refusal, Counter>,
 }
 
 impl RefusalMetrics {
     /// Registers the series with every reason at 0.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for r in Refusal::ALL {
-            let _ = m.refused.get_or_create(&RefusalLabels { reason: r });
+        Self {
+            refused: register_zeroed(
+                registry,
+                "grid_operator_signals_refused",
+                "Signals-listener requests refused, by reason",
+            ),
         }
-        registry.register(
-            "grid_operator_signals_refused",
-            "Signals-listener requests refused, by reason",
-            m.refused.clone(),
-        );
-        m
     }
 
     /// Refusals for `reason` so far.
     pub fn count(&self, reason: Refusal) -> u64 {
-        self.refused.get_or_create(&RefusalLabels { reason }).get()
+        self.refused.get_or_create(&reason).get()
     }
-}
-
-/// The label set of `grid_operator_long_polls_refused_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct HoldLabels {
-    reason: HoldRefusal,
 }
 
 /// `grid_operator_long_polls_held` and `grid_operator_long_polls_refused_total{reason}`.
 #[derive(Clone, Debug, Default)]
 pub struct LongPollMetrics {
     held: Gauge,
-    refused: Family<HoldLabels, Counter>,
+    refused: Family<HoldRefusal, Counter>,
 }
 
 impl LongPollMetrics {
     /// Registers the series, every reason at 0.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for reason in HoldRefusal::ALL {
-            let _ = m.refused.get_or_create(&HoldLabels { reason });
-        }
+        let held = Gauge::default();
         registry.register(
             "grid_operator_long_polls_held",
             "Long polls of /v1/site/signals held now, waiting for a readiness change",
-            m.held.clone(),
+            held.clone(),
         );
-        registry.register(
-            "grid_operator_long_polls_refused",
-            "Long polls of /v1/site/signals answered at once, stating no generation, because none could be held, by reason",
-            m.refused.clone(),
-        );
-        m
+        Self {
+            held,
+            refused: register_zeroed(
+                registry,
+                "grid_operator_long_polls_refused",
+                "Long polls of /v1/site/signals answered at once, stating no generation, because none could be held, by reason",
+            ),
+        }
     }
 
     /// Long polls answered at once for `reason` so far.
     pub fn refused(&self, reason: HoldRefusal) -> u64 {
-        self.refused.get_or_create(&HoldLabels { reason }).get()
+        self.refused.get_or_create(&reason).get()
     }
 
     /// Long polls held now.
@@ -201,10 +187,7 @@ impl LongPolls {
                 })
             }
             Err(reason) => {
-                self.metrics
-                    .refused
-                    .get_or_create(&HoldLabels { reason })
-                    .inc();
+                self.metrics.refused.get_or_create(&reason).inc();
                 None
             }
         }
@@ -267,10 +250,7 @@ fn reference(now: u64) -> u64 {
 
 impl SignalsService {
     fn refuse(&self, reason: Refusal) -> Response<Full<Bytes>> {
-        self.refusals
-            .refused
-            .get_or_create(&RefusalLabels { reason })
-            .inc();
+        self.refusals.refused.get_or_create(&reason).inc();
         empty(reason.status())
     }
 

@@ -36,6 +36,7 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
 
 grid_signals::label_values! {
+    label "reason";
     /// Why a connection was shed; the label of `grid_operator_connections_shed_total`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ShedReason {

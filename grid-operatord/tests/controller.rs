@@ -13,7 +13,7 @@ use grid_kit::operator_harness::{
     Grid, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets, post_ingest,
 };
 use grid_operatord::Error;
-use grid_operatord::config::{Listen, TlsFiles};
+use grid_operatord::config::Listen;
 use grid_operatord::controller::api::{self, ControllerMetrics};
 use grid_operatord::controller::run::{self, StartedDriver};
 use grid_operatord::controller::source::KubeConfigSource;
@@ -48,23 +48,6 @@ fn provider(name: &str, epp: &FakeEpp) -> Value {
     })
 }
 
-fn deployment(site: &Site) -> Deployment {
-    let d = site.dir.path();
-    Deployment {
-        site: site.name.clone(),
-        listen: Listen {
-            signals: "127.0.0.1:0".parse().unwrap(),
-            metrics: "127.0.0.1:0".parse().unwrap(),
-        },
-        tls: TlsFiles {
-            cert: d.join("site.crt"),
-            key: d.join("site.key"),
-            ca: Some(d.join("ca.crt")),
-        },
-        state_label: "ConfigMap/grid-site-a".into(),
-    }
-}
-
 async fn client(k8s: &KubeTest) -> kube::Client {
     api::client_from(k8s.operator_config().await, &k8s.ns).unwrap()
 }
@@ -91,7 +74,7 @@ impl Controller {
     }
 
     async fn start_with(k8s: &KubeTest, site: &Site, election: Option<run::Election>) -> Self {
-        Self::start_full(k8s, deployment(site), election, options()).await
+        Self::start_full(k8s, site.deployment(), election, options()).await
     }
 
     async fn start_full(
@@ -986,7 +969,7 @@ async fn an_in_process_restart_binds_the_same_fixed_ports_again() {
     };
     let (signals, metrics) = (free(), free());
     let client = client(&k8s).await;
-    let mut deployment = deployment(&site);
+    let mut deployment = site.deployment();
     deployment.listen = Listen { signals, metrics };
     let m = ControllerMetrics::new();
     let source = Arc::new(
@@ -1201,7 +1184,7 @@ async fn a_standby_replica_answers_alive_and_not_ready_until_it_holds_the_lease_
     let (k8s, _epp, _grid, site) = seeded().await;
     let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
     one.driver(0).await;
-    let mut standby = deployment(&site);
+    let mut standby = site.deployment();
     standby.listen.metrics = free_addr();
     let metrics = standby.listen.metrics;
     let mut two = Controller::start_full(&k8s, standby, Some(election("two")), options()).await;
@@ -1247,7 +1230,7 @@ async fn the_lease_and_condition_times_are_read_from_the_operators_clock() {
         ..options()
     };
     let mut op =
-        Controller::start_full(&k8s, deployment(&site), Some(election("one")), options).await;
+        Controller::start_full(&k8s, site.deployment(), Some(election("one")), options).await;
     op.driver(0).await;
     let ready = ready_reason(&k8s, "llama", "EndpointsReady").await;
     let lease = k8s.get("leases", "grid-operator-a").await.unwrap();

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 grid_signals::label_values! {
+    label "reason";
     /// Why a reading or candidate was refused; the label of the refusal counter.
     ///
     /// Closed on purpose: each reason is one metric label, so the label set stays bounded.

@@ -42,11 +42,6 @@ struct DecisionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: RejectReason,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ExclusionLabels {
     site: Arc<str>,
     provider: Arc<str>,
@@ -75,7 +70,7 @@ pub struct ScoreMetrics {
     live_factor: Family<CandidateLabels, FloatGauge>,
     turnover: Family<CandidateLabels, FloatGauge>,
     decisions: Family<DecisionLabels, Counter>,
-    rejected: Family<ReasonLabels, Counter>,
+    rejected: Family<RejectReason, Counter>,
     ejected: Family<CandidateLabels, Gauge>,
     ejections: Family<EjectionLabels, Counter>,
     excluded: Family<ExclusionLabels, Gauge>,
@@ -102,7 +97,7 @@ impl ScoreMetrics {
             live_factor: Family::default(),
             turnover: Family::default(),
             decisions: Family::default(),
-            rejected: Family::default(),
+            rejected: grid_signals::labels::zeroed(),
             ejected: Family::default(),
             ejections: Family::default(),
             excluded: Family::default(),
@@ -181,10 +176,6 @@ impl ScoreMetrics {
             "Age of the site/provider's newest loaded reading at the last refresh (s); NaN before its first or once gone",
             this.signal_age.clone(),
         );
-        for reason in RejectReason::ALL {
-            // Pre-create so every reason reads 0 rather than being absent.
-            let _ = this.rejected.get_or_create(&ReasonLabels { reason });
-        }
         this
     }
 
@@ -387,7 +378,7 @@ impl ScoreMetrics {
 
     /// Counts one refused reading.
     pub fn rejected(&self, reason: RejectReason) {
-        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
+        self.rejected.get_or_create(&reason).inc();
     }
 }
 

@@ -32,7 +32,7 @@ pub mod batch;
 pub mod epp;
 mod error;
 pub mod exposition;
-mod labels;
+pub mod labels;
 pub mod long_poll;
 pub mod rng;
 pub mod signature;
@@ -45,5 +45,7 @@ pub use error::Error;
 #[doc(hidden)]
 /// What [`label_values!`] expands to, so a crate using it names no other dependency.
 pub mod __label_support {
-    pub use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+    pub use prometheus_client::encoding::{
+        EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+    };
 }

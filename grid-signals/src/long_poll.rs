@@ -185,6 +185,7 @@ pub enum Holder<'a> {
 }
 
 crate::label_values! {
+    label "reason";
     /// Why a server answered a long poll at once instead of holding it (the `reason`
     /// label of the operator's `grid_operator_long_polls_refused_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -100,10 +100,9 @@ fn main() {
             cadence: Cadence::DEFAULT,
             shedding: None,
         };
-        let grid = LocalGrid::start(&spec).await.expect("grid");
-        grid.wait_measured(Duration::from_secs(30))
+        let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
             .await
-            .expect("both sites measured");
+            .expect("grid starts, both sites measured");
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let traffic = tokio::spawn(generate(
             grid.chat_url().parse().unwrap(),

@@ -112,10 +112,9 @@ async fn table(title: &str, backend: Backend, direct_base: Option<String>) -> bo
         cadence: Cadence::DEFAULT,
         shedding: None,
     };
-    let grid = LocalGrid::start(&spec).await.expect("grid");
-    grid.wait_measured(Duration::from_secs(15))
+    let grid = LocalGrid::start_measured(&spec, Duration::from_secs(15))
         .await
-        .expect("site measured");
+        .expect("grid starts, site measured");
     let base = direct_base.unwrap_or_else(|| grid.base_url("a").unwrap().to_owned());
     let direct: Uri = format!("{base}/v1/chat/completions").parse().unwrap();
     let via: Uri = grid.chat_url().parse().unwrap();

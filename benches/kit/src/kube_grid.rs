@@ -105,6 +105,16 @@ impl SiteSpec {
             server: ModelServer::Llmd(spec),
         }
     }
+
+    /// One simulated site per `(endpoints, slots)` of `sizes`, named `a`, `b`, ... in
+    /// order.
+    pub fn sized(sizes: &[(usize, usize)]) -> Vec<Self> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(endpoints, slots))| Self::simulated(&site_name(i), endpoints, slots))
+            .collect()
+    }
 }
 
 /// A site's model server, behind its provider.

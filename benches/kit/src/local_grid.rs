@@ -650,6 +650,14 @@ impl LocalGrid {
         Self::start_inner(spec, None, |_| {}).await
     }
 
+    /// As [`LocalGrid::start`], then waits up to `within` for every site to be measured
+    /// ([`LocalGrid::wait_measured`]): the grid a routing test or benchmark starts from.
+    pub async fn start_measured(spec: &GridSpec, within: Duration) -> Result<Self, Error> {
+        let grid = Self::start(spec).await?;
+        grid.wait_measured(within).await?;
+        Ok(grid)
+    }
+
     /// As [`LocalGrid::start`], with the gateway's configuration changed by `tune` before
     /// it starts (e.g. `extProcListen`, for an Envoy in front of the grid).
     pub async fn start_with_gateway(
@@ -769,6 +777,32 @@ impl LocalGrid {
             gateway_file,
             dir,
         })
+    }
+
+    /// Slows simulated `site` a hundredfold and fills it three times over behind every
+    /// proxy's back (12 requests held, each for up to 30 s): a backlog that outlasts a
+    /// measurement however slow the machine. Returns once the gateway sees `site` without
+    /// room, within `within`; dropping the returned set ends the held requests.
+    ///
+    /// # Errors
+    ///
+    /// When the site's model refuses the change, or the gateway does not see it full in
+    /// time.
+    ///
+    /// # Panics
+    ///
+    /// When `site` is not a simulated site of the grid.
+    pub async fn back_up(
+        &self,
+        site: &str,
+        within: Duration,
+    ) -> Result<tokio::task::JoinSet<()>, Error> {
+        self.control(site)
+            .expect("a simulated site of the grid")
+            .degrade(100.0)?;
+        let held = self.hold_requests(site, 12, Duration::from_secs(30));
+        self.wait_without_room(site, within).await?;
+        Ok(held)
     }
 
     /// Sends `n` requests for the grid's model straight to `site`, bypassing every proxy,

@@ -115,6 +115,26 @@ impl ProviderSpec {
 }
 
 impl Site {
+    /// This site's operator as the controller runs it: both listeners on loopback ephemeral
+    /// ports, its certificate, key and CA from its directory, its state in
+    /// `ConfigMap/grid-site-a`.
+    pub fn deployment(&self) -> grid_operatord::controller::translate::Deployment {
+        let d = self.dir.path();
+        grid_operatord::controller::translate::Deployment {
+            site: self.name.clone(),
+            listen: Listen {
+                signals: "127.0.0.1:0".parse().unwrap(),
+                metrics: "127.0.0.1:0".parse().unwrap(),
+            },
+            tls: TlsFiles {
+                cert: d.join("site.crt"),
+                key: d.join("site.key"),
+                ca: Some(d.join("ca.crt")),
+            },
+            state_label: "ConfigMap/grid-site-a".into(),
+        }
+    }
+
     /// Starts this site's operator on [`Site::config`] with default options and a file
     /// state store in its state directory.
     pub async fn start(

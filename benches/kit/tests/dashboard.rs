@@ -166,8 +166,9 @@ async fn every_series_the_dashboard_and_the_alerts_name_is_exported_by_a_running
         cadence: Cadence::FAST,
         shedding: None,
     };
-    let grid = LocalGrid::start(&spec).await.unwrap();
-    grid.wait_measured(Duration::from_secs(20)).await.unwrap();
+    let grid = LocalGrid::start_measured(&spec, Duration::from_secs(20))
+        .await
+        .unwrap();
     let mut names = BTreeSet::new();
     let gateway = grid_kit::operator_harness::read_metrics(grid.gateway_addr())
         .await

@@ -58,11 +58,9 @@ async fn grid(shedding: Option<Shedding>) -> LocalGrid {
         cadence: Cadence::FAST,
         shedding,
     };
-    let grid = LocalGrid::start(&spec).await.expect("grid starts");
-    grid.wait_measured(MEASURED_WITHIN)
+    LocalGrid::start_measured(&spec, MEASURED_WITHIN)
         .await
-        .expect("both sites measured");
-    grid
+        .expect("grid starts, both sites measured")
 }
 
 fn client() -> LoadClient {

@@ -10,31 +10,12 @@ use std::time::Duration;
 
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::kube_cluster::KubeTest;
-use grid_kit::operator_harness::{DOMAIN, Grid, Site, epp_body, eventually};
-use grid_operatord::config::{Listen, TlsFiles};
+use grid_kit::operator_harness::{DOMAIN, Grid, epp_body, eventually};
 use grid_operatord::controller::api::{self, ControllerMetrics};
 use grid_operatord::controller::run::{self, StartedDriver};
 use grid_operatord::controller::source::KubeConfigSource;
-use grid_operatord::controller::translate::Deployment;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
-
-fn deployment(site: &Site) -> Deployment {
-    let d = site.dir.path();
-    Deployment {
-        site: site.name.clone(),
-        listen: Listen {
-            signals: "127.0.0.1:0".parse().unwrap(),
-            metrics: "127.0.0.1:0".parse().unwrap(),
-        },
-        tls: TlsFiles {
-            cert: d.join("site.crt"),
-            key: d.join("site.key"),
-            ca: Some(d.join("ca.crt")),
-        },
-        state_label: "ConfigMap/grid-site-a".into(),
-    }
-}
 
 /// The (site, provider) candidates of each model the gateway routes now, sorted.
 fn table(gateway: &grid_gatewayd::driver::Running) -> Vec<(String, Vec<(String, String)>)> {
@@ -107,7 +88,7 @@ async fn a_grid_site_or_inference_provider_added_reaches_the_gateway_without_a_r
     let client = api::client_from(k8s.operator_config().await, &k8s.ns).unwrap();
     let metrics = ControllerMetrics::new();
     let source = Arc::new(
-        KubeConfigSource::start(client.clone(), &k8s.ns, deployment(&a), metrics.clone())
+        KubeConfigSource::start(client.clone(), &k8s.ns, a.deployment(), metrics.clone())
             .await
             .unwrap(),
     );

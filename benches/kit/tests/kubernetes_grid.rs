@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use grid_daemon::tls::Fingerprint;
 use grid_kit::kube_grid::{
-    GATEWAY_PORT, KubeGrid, METRICS_PORT, SiteSpec, Traffic, apply_secret, mint_site, site_name,
+    GATEWAY_PORT, KubeGrid, METRICS_PORT, SiteSpec, Traffic, apply_secret, mint_site,
 };
 
 /// (endpoints, slots) of sites a, b and c: capacities 2, 4 and 8.
@@ -178,11 +178,7 @@ async fn rotate_site_a(grid: &mut KubeGrid) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_clusters_form_a_grid_from_the_example_manifests_spread_traffic_by_capacity_and_lose_nothing_through_a_kill_a_partition_and_a_rotation()
  {
-    let specs: Vec<SiteSpec> = SIZES
-        .iter()
-        .enumerate()
-        .map(|(i, (endpoints, slots))| SiteSpec::simulated(&site_name(i), *endpoints, *slots))
-        .collect();
+    let specs = SiteSpec::sized(&SIZES);
     let mut grid = KubeGrid::start(&specs).await.expect("three clusters");
     let formed = grid.wait_formed(Duration::from_secs(40)).await.unwrap();
     eprintln!("formed from the resources in {formed:?}");

@@ -46,11 +46,9 @@ async fn grid(sites: Vec<SiteSpec>) -> LocalGrid {
         cadence: Cadence::FAST,
         shedding: None,
     };
-    let grid = LocalGrid::start(&spec).await.expect("grid starts");
-    grid.wait_measured(MEASURED_WITHIN)
+    LocalGrid::start_measured(&spec, MEASURED_WITHIN)
         .await
-        .expect("every site measured");
-    grid
+        .expect("grid starts, every site measured")
 }
 
 /// One answer the traffic got: when (since the traffic began), its status, its site.

@@ -41,10 +41,9 @@ impl Stack {
             cadence: Cadence::FAST,
             shedding,
         };
-        let grid = LocalGrid::start(&spec).await.expect("grid starts");
-        grid.wait_measured(MEASURED_WITHIN)
+        let grid = LocalGrid::start_measured(&spec, MEASURED_WITHIN)
             .await
-            .expect("both sites measured");
+            .expect("grid starts, both sites measured");
         let listen = free_loopback_addr();
         let mut config = grid_gateway::Config::from_toml_str(&grid.gateway_toml(listen))
             .expect("the grid's gateway configuration");
@@ -123,14 +122,11 @@ async fn plain_and_streaming_requests_through_pingora_land_on_the_site_grid_chos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_site_loses_its_share_of_the_traffic_pingora_sends() {
     let stack = Stack::start(None).await;
-    // Site a slows a hundredfold (5 s a request) and is filled three times over behind the
-    // proxy's back, a backlog that outlasts the measurement however slow the machine: its
+    // Site a backs up (5 s a request, filled three times over behind the proxy's back): its
     // EPP reports the queue, its operator relays it, grid's selection routes around it.
-    stack.grid.control("a").unwrap().degrade(100.0).unwrap();
-    let _held = stack.grid.hold_requests("a", 12, Duration::from_secs(30));
-    stack
+    let _held = stack
         .grid
-        .wait_without_room("a", SEEN_WITHIN)
+        .back_up("a", SEEN_WITHIN)
         .await
         .expect("the gateway sees a's queue");
     let after = stack.shares(20).await;

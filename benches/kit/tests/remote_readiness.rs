@@ -31,10 +31,9 @@ async fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_p
         cadence: Cadence::DEFAULT,
         shedding: None,
     };
-    let grid = LocalGrid::start(&spec).await.expect("grid starts");
-    grid.wait_measured(Duration::from_secs(30))
+    let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
         .await
-        .expect("both sites measured");
+        .expect("grid starts, both sites measured");
     let b = grid.control("b").expect("b is simulated");
     let mut times = Vec::new();
     for i in 0..CYCLES {

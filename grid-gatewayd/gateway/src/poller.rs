@@ -24,6 +24,7 @@ use grid_daemon::client::{Failed, poll_budget, read_response, with_wait, within}
 use grid_feedback::{Cycle, ExchangeId, Outcome, Reporter, ReporterInput};
 use grid_feedback::{Epoch, Replica};
 use grid_signals::epp::ScrapeFailure;
+use grid_signals::labels::{register_zeroed, zeroed};
 use grid_signals::long_poll::{LongPoll, Wait};
 use grid_signals::store::{DropReason, IngestMetrics, IngestReport};
 use http::{Request, Uri};
@@ -46,6 +47,7 @@ use crate::upstream::Published;
 pub use grid_signals::wire::SIGNALS_PATH;
 
 grid_signals::label_values! {
+    label "result";
     /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum PollResult {
@@ -63,16 +65,12 @@ grid_signals::label_values! {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: PollResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     model: String,
 }
 
 grid_signals::label_values! {
+    label "result";
     /// How one probe of a site ejected for failing ended (the `result` of
     /// `grid_gateway_site_probes_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,11 +84,6 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProbeLabels {
-    result: ProbeResult,
-}
-
 /// The path a site ejected for failing is probed at (under its base URL's prefix): the
 /// `OpenAI` list of models, which every `OpenAI`-compatible server answers, costs no
 /// generation and reaches the same server a request would.
@@ -102,11 +95,11 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The poll loop's metric handles, and why its last poll failed.
 #[derive(Clone, Debug, Default)]
 pub struct PollMetrics {
-    polls: Family<ResultLabels, Counter>,
+    polls: Family<PollResult, Counter>,
     shedding: Family<ModelLabels, Gauge>,
     routable: Family<ModelLabels, Gauge>,
     without_signals: Family<ModelLabels, Gauge>,
-    probes: Family<ProbeLabels, Counter>,
+    probes: Family<ProbeResult, Counter>,
     /// 1 while the feedback reporter holds evidence the operator has not acknowledged.
     feedback_pending: Gauge,
     /// What the last poll's failure said (`/readyz` and the log say it too); none once a
@@ -118,15 +111,15 @@ impl PollMetrics {
     /// Registers `grid_gateway_polls_total{result}`, `grid_gateway_model_shedding{model}`
     /// and `grid_gateway_model_routable{model}`.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for r in PollResult::ALL {
-            m.polls.get_or_create(&ResultLabels { result: r }).inc_by(0);
-        }
-        registry.register(
-            "grid_gateway_polls",
-            "Polls of the local operator, by result",
-            m.polls.clone(),
-        );
+        let m = Self {
+            polls: register_zeroed(
+                registry,
+                "grid_gateway_polls",
+                "Polls of the local operator, by result",
+            ),
+            probes: zeroed(),
+            ..Self::default()
+        };
         registry.register(
             "grid_gateway_model_shedding",
             "1 while the model answers 429 because every healthy site is full",
@@ -142,9 +135,6 @@ impl PollMetrics {
             "1 while no candidate of the model has a fresh signal and it is routed by learned capacity alone",
             m.without_signals.clone(),
         );
-        for result in ProbeResult::ALL {
-            m.probes.get_or_create(&ProbeLabels { result }).inc_by(0);
-        }
         registry.register(
             "grid_gateway_feedback_evidence_pending",
             "1 while the gateway holds rejected-age evidence its operator has not acknowledged yet (its feedback report is pending), else 0",
@@ -160,7 +150,7 @@ impl PollMetrics {
 
     /// Count of polls that ended with `result`.
     pub fn polls(&self, result: PollResult) -> u64 {
-        self.polls.get_or_create(&ResultLabels { result }).get()
+        self.polls.get_or_create(&result).get()
     }
 
     /// Why the last poll failed, when it did.
@@ -545,10 +535,7 @@ impl Poller {
                 (result, Cycle::Committed { skew_drops })
             }
         };
-        self.metrics
-            .polls
-            .get_or_create(&ResultLabels { result })
-            .inc();
+        self.metrics.polls.get_or_create(&result).inc();
         self.log_change(result);
         let mono = self.mono_ms();
         self.reporter.handle(mono, ReporterInput::Cycle(cycle));
@@ -644,7 +631,7 @@ impl Poller {
                 } else {
                     ProbeResult::Failed
                 };
-                metrics.probes.get_or_create(&ProbeLabels { result }).inc();
+                metrics.probes.get_or_create(&result).inc();
                 upstream.live().record_probe(answered);
                 if answered {
                     live.notify_one();

@@ -24,6 +24,7 @@ pub(crate) struct RetryLabels {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why a request a site refused before any work was not sent elsewhere (the `reason`
     /// of `grid_gateway_retries_skipped_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,11 +34,6 @@ grid_signals::label_values! {
         /// The model has no routable site but the one that refused it.
         NoOtherSite = "no_other_site",
     }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SkippedLabels {
-    reason: RetrySkipped,
 }
 
 grid_signals::label_values! {
@@ -136,7 +132,7 @@ pub(crate) struct RequestMetrics {
     /// for its Retry-After.
     pub full_answers: Family<SiteLabels, Counter>,
     /// `grid_gateway_retries_skipped_total{reason}`.
-    skipped: Family<SkippedLabels, Counter>,
+    skipped: Family<RetrySkipped, Counter>,
 }
 
 impl Default for RequestMetrics {
@@ -154,7 +150,7 @@ impl Default for RequestMetrics {
             flow_refused: Family::default(),
             error_answers: Family::default(),
             full_answers: Family::default(),
-            skipped: Family::default(),
+            skipped: grid_signals::labels::zeroed(),
         }
     }
 }
@@ -201,9 +197,6 @@ impl RequestMetrics {
             "Requests sent to a second site after the first refused them before any work, by the site tried and why (connect, unavailable, full, reset)",
             m.retries.clone(),
         );
-        for reason in RetrySkipped::ALL {
-            m.skipped.get_or_create(&SkippedLabels { reason }).inc_by(0);
-        }
         registry.register(
             "grid_gateway_retries_skipped",
             "Requests a site refused before any work that were not sent elsewhere, by reason (budget, no_other_site)",
@@ -249,7 +242,7 @@ impl RequestMetrics {
 
     /// Counts one refused request not sent elsewhere.
     pub(crate) fn retry_skipped(&self, reason: RetrySkipped) {
-        self.skipped.get_or_create(&SkippedLabels { reason }).inc();
+        self.skipped.get_or_create(&reason).inc();
     }
 
     /// Requests answered from a site so far: what the retry budget is a share of.

@@ -64,7 +64,6 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use futures::{Stream, StreamExt as _};
 use grid_score::catalog::Upstream;
 use http::{HeaderName, HeaderValue, Method, StatusCode, header};
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -107,6 +106,7 @@ pub fn max_message_bytes(body_limit: usize) -> usize {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why grid ended a processing stream early (the `reason` of
     /// `grid_gateway_ext_proc_streams_failed_total`). Envoy applies its
     /// `failure_mode_allow` to the request (the shipped bootstrap: refused).
@@ -120,33 +120,23 @@ grid_signals::label_values! {
     }
 }
 
-/// `{reason}` of a processing stream grid ended early.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct StreamFailureLabels {
-    /// Why.
-    pub reason: StreamFailure,
-}
-
 /// The processor's own series; every decision and answer is counted in the gateway's.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ExtProcMetrics {
     /// `grid_gateway_ext_proc_streams_failed_total{reason}`.
-    pub failed: Family<StreamFailureLabels, Counter>,
+    pub failed: Family<StreamFailure, Counter>,
 }
 
 impl ExtProcMetrics {
     /// Registers the handles under `grid_gateway_*`, every reason at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for reason in StreamFailure::ALL {
-            let _ = m.failed.get_or_create(&StreamFailureLabels { reason });
+        Self {
+            failed: grid_signals::labels::register_zeroed(
+                registry,
+                "grid_gateway_ext_proc_streams_failed",
+                "Envoy processing streams grid ended early, by reason",
+            ),
         }
-        registry.register(
-            "grid_gateway_ext_proc_streams_failed",
-            "Envoy processing streams grid ended early, by reason",
-            m.failed.clone(),
-        );
-        m
     }
 }
 
@@ -249,11 +239,7 @@ impl ExtProc {
     }
 
     fn failed(&self, reason: StreamFailure) {
-        self.inner
-            .ext_proc
-            .failed
-            .get_or_create(&StreamFailureLabels { reason })
-            .inc();
+        self.inner.ext_proc.failed.get_or_create(&reason).inc();
     }
 
     /// Answers one message in `phase`; the phase after it.
@@ -892,10 +878,14 @@ mod tests {
         let (reply, phase) = p.step(Phase::Headers, answer_head(&[(":status", "200")]));
         assert_eq!(reply.unwrap_err().code(), tonic::Code::FailedPrecondition);
         assert!(matches!(phase, Phase::Done));
-        let labels = StreamFailureLabels {
-            reason: StreamFailure::OutOfOrder,
-        };
-        assert_eq!(p.inner.ext_proc.failed.get_or_create(&labels).get(), 1);
+        assert_eq!(
+            p.inner
+                .ext_proc
+                .failed
+                .get_or_create(&StreamFailure::OutOfOrder)
+                .get(),
+            1
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -920,10 +910,14 @@ mod tests {
         assert_eq!(ended.unwrap_err().code(), tonic::Code::DeadlineExceeded);
         assert_eq!(silent_from.elapsed(), IDLE);
         assert!(out.next().await.is_none(), "and the stream is over");
-        let labels = StreamFailureLabels {
-            reason: StreamFailure::IdleTimeout,
-        };
-        assert_eq!(p.inner.ext_proc.failed.get_or_create(&labels).get(), 1);
+        assert_eq!(
+            p.inner
+                .ext_proc
+                .failed
+                .get_or_create(&StreamFailure::IdleTimeout)
+                .get(),
+            1
+        );
         assert_eq!(
             stream_idle_timeout(Duration::from_secs(60)),
             Duration::from_secs(60) + STREAM_IDLE_MARGIN

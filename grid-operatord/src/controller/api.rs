@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -20,6 +19,7 @@ pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 pub const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
 grid_signals::label_values! {
+    label "operation";
     /// Which API operation failed: the closed set of
     /// `grid_operator_kube_failures_total{operation}`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,25 +38,18 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    operation: Operation,
-}
-
 /// The controller's series.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
-    failures: Family<OperationLabels, Counter>,
+    failures: Family<Operation, Counter>,
 }
 
 impl ControllerMetrics {
     /// The series, every operation at 0.
     pub fn new() -> Self {
-        let m = Self::default();
-        for operation in Operation::ALL {
-            drop(m.failures.get_or_create(&OperationLabels { operation }));
+        Self {
+            failures: grid_signals::labels::zeroed(),
         }
-        m
     }
 
     /// Registers `grid_operator_kube_failures_total{operation}` in `registry` (each
@@ -71,16 +64,12 @@ impl ControllerMetrics {
 
     /// Counts one failure.
     pub fn failed(&self, operation: Operation) {
-        self.failures
-            .get_or_create(&OperationLabels { operation })
-            .inc();
+        self.failures.get_or_create(&operation).inc();
     }
 
     /// Failures of `operation` so far.
     pub fn failures(&self, operation: Operation) -> u64 {
-        self.failures
-            .get_or_create(&OperationLabels { operation })
-            .get()
+        self.failures.get_or_create(&operation).get()
     }
 }
 

@@ -1,12 +1,14 @@
 //! The membership series, registered into the caller's registry.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use grid_signals::labels::register_zeroed;
+
 grid_signals::label_values! {
+    label "reason";
     /// Why a received datagram was refused: the closed `reason` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     #[non_exhaustive]
@@ -49,6 +51,7 @@ impl From<crate::SealRefusal> for Refusal {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why a datagram this site meant to send was not: the closed `reason` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     #[non_exhaustive]
@@ -64,6 +67,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "state";
     /// A member's state: the closed `state` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum StateLabel {
@@ -77,6 +81,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "direction";
     /// Traffic direction: the closed `direction` label set.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Direction {
@@ -87,112 +92,77 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: Refusal,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct UnsentLabels {
-    reason: Unsent,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct StateLabels {
-    state: StateLabel,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct DirectionLabels {
-    direction: Direction,
-}
-
 /// Series handles; clones share their values.
 #[derive(Clone, Debug, Default)]
 pub struct MembershipMetrics {
-    members: Family<StateLabels, Gauge>,
+    members: Family<StateLabel, Gauge>,
     suspicions: Counter,
     refutations: Counter,
-    messages: Family<DirectionLabels, Counter>,
-    bytes: Family<DirectionLabels, Counter>,
-    refused: Family<ReasonLabels, Counter>,
-    unsent: Family<UnsentLabels, Counter>,
+    messages: Family<Direction, Counter>,
+    bytes: Family<Direction, Counter>,
+    refused: Family<Refusal, Counter>,
+    unsent: Family<Unsent, Counter>,
 }
 
 impl MembershipMetrics {
-    /// Registers every series under `grid_membership_*`.
+    /// Registers every series under `grid_membership_*`, every labelled one with each
+    /// value at 0.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        registry.register(
+        let members = register_zeroed(
+            registry,
             "grid_membership_members",
             "Members this site knows, by state (itself excluded)",
-            m.members.clone(),
         );
+        let suspicions = Counter::default();
         registry.register(
             "grid_membership_suspicions",
             "Members this site began to suspect",
-            m.suspicions.clone(),
+            suspicions.clone(),
         );
+        let refutations = Counter::default();
         registry.register(
             "grid_membership_refutations",
             "Suspicions of this site it refuted by raising its incarnation",
-            m.refutations.clone(),
+            refutations.clone(),
         );
-        registry.register(
-            "grid_membership_messages",
-            "Membership datagrams by direction",
-            m.messages.clone(),
-        );
-        registry.register(
-            "grid_membership_bytes",
-            "Membership datagram bytes on the wire (sealed) by direction",
-            m.bytes.clone(),
-        );
-        registry.register(
-            "grid_membership_datagrams_refused",
-            "Received membership datagrams refused, by reason",
-            m.refused.clone(),
-        );
-        registry.register(
-            "grid_membership_datagrams_unsent",
-            "Membership datagrams this site dropped before sending, by reason",
-            m.unsent.clone(),
-        );
-        for state in StateLabel::ALL {
-            m.members.get_or_create(&StateLabels { state }).set(0);
+        Self {
+            members,
+            suspicions,
+            refutations,
+            messages: register_zeroed(
+                registry,
+                "grid_membership_messages",
+                "Membership datagrams by direction",
+            ),
+            bytes: register_zeroed(
+                registry,
+                "grid_membership_bytes",
+                "Membership datagram bytes on the wire (sealed) by direction",
+            ),
+            refused: register_zeroed(
+                registry,
+                "grid_membership_datagrams_refused",
+                "Received membership datagrams refused, by reason",
+            ),
+            unsent: register_zeroed(
+                registry,
+                "grid_membership_datagrams_unsent",
+                "Membership datagrams this site dropped before sending, by reason",
+            ),
         }
-        for reason in Refusal::ALL {
-            let _ = m.refused.get_or_create(&ReasonLabels { reason });
-        }
-        for reason in [
-            Unsent::PendingFull,
-            Unsent::SessionFailed,
-            Unsent::InvalidMember,
-        ] {
-            let _ = m.unsent.get_or_create(&UnsentLabels { reason });
-        }
-        for direction in Direction::ALL {
-            let _ = m.messages.get_or_create(&DirectionLabels { direction });
-            let _ = m.bytes.get_or_create(&DirectionLabels { direction });
-        }
-        m
     }
 
     pub(crate) fn refuse(&self, reason: Refusal) {
-        self.refused.get_or_create(&ReasonLabels { reason }).inc();
+        self.refused.get_or_create(&reason).inc();
     }
 
     pub(crate) fn unsent(&self, reason: Unsent) {
-        self.unsent.get_or_create(&UnsentLabels { reason }).inc();
+        self.unsent.get_or_create(&reason).inc();
     }
 
     pub(crate) fn traffic(&self, direction: Direction, bytes: usize) {
-        self.messages
-            .get_or_create(&DirectionLabels { direction })
-            .inc();
-        self.bytes
-            .get_or_create(&DirectionLabels { direction })
-            .inc_by(bytes as u64);
+        self.messages.get_or_create(&direction).inc();
+        self.bytes.get_or_create(&direction).inc_by(bytes as u64);
     }
 
     pub(crate) fn suspected(&self) {
@@ -206,7 +176,7 @@ impl MembershipMetrics {
     pub(crate) fn set_members(&self, alive: usize, suspect: usize, down: usize) {
         let set = |state, n: usize| {
             self.members
-                .get_or_create(&StateLabels { state })
+                .get_or_create(&state)
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         };
         set(StateLabel::Alive, alive);
@@ -216,28 +186,24 @@ impl MembershipMetrics {
 
     /// Received datagrams refused for `reason`.
     pub fn refused(&self, reason: Refusal) -> u64 {
-        self.refused.get_or_create(&ReasonLabels { reason }).get()
+        self.refused.get_or_create(&reason).get()
     }
 
     /// Datagrams dropped before sending for `reason`.
     pub fn unsent_count(&self, reason: Unsent) -> u64 {
-        self.unsent.get_or_create(&UnsentLabels { reason }).get()
+        self.unsent.get_or_create(&reason).get()
     }
 
     /// Members in `state`.
     pub fn members(&self, state: StateLabel) -> i64 {
-        self.members.get_or_create(&StateLabels { state }).get()
+        self.members.get_or_create(&state).get()
     }
 
     /// Datagrams and bytes in `direction`.
     pub fn traffic_count(&self, direction: Direction) -> (u64, u64) {
         (
-            self.messages
-                .get_or_create(&DirectionLabels { direction })
-                .get(),
-            self.bytes
-                .get_or_create(&DirectionLabels { direction })
-                .get(),
+            self.messages.get_or_create(&direction).get(),
+            self.bytes.get_or_create(&direction).get(),
         )
     }
 

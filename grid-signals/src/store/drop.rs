@@ -1,6 +1,7 @@
 //! Why ingested data was refused: a closed set of reasons and their counts.
 
 crate::label_values! {
+    label "reason";
     /// Why a line of an ingested body was refused.
     ///
     /// Closed, so the `reason` label of `grid_signals_ingest_dropped_total` has a bounded set

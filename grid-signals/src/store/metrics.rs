@@ -1,23 +1,16 @@
 //! The ingest counters a daemon exports.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::{DropReason, IngestReport};
 
-/// Label set of `grid_signals_ingest_dropped_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: DropReason,
-}
-
 /// Handles to the store's metrics, registered in the daemon's registry (libraries never
 /// own one).
 #[derive(Clone, Debug, Default)]
 pub struct IngestMetrics {
-    dropped: Family<ReasonLabel, Counter>,
+    dropped: Family<DropReason, Counter>,
     relay_dropped_providers: Counter,
 }
 
@@ -27,22 +20,20 @@ impl IngestMetrics {
     ///
     /// Every reason starts at 0 so a dashboard sees the full set before the first drop.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "grid_signals_ingest_dropped",
-            "Lines of ingested signal bodies refused, by reason",
-            metrics.dropped.clone(),
-        );
-        for reason in DropReason::ALL {
-            metrics.dropped.get_or_create(&label(reason)).inc_by(0);
+        Self {
+            dropped: crate::labels::register_zeroed(
+                registry,
+                "grid_signals_ingest_dropped",
+                "Lines of ingested signal bodies refused, by reason",
+            ),
+            relay_dropped_providers: Counter::default(),
         }
-        metrics
     }
 
     /// Adds the drops of one ingest.
     pub fn record(&self, report: &IngestReport) {
         for (reason, lines) in report.dropped.iter() {
-            self.dropped.get_or_create(&label(reason)).inc_by(lines);
+            self.dropped.get_or_create(&reason).inc_by(lines);
         }
     }
 
@@ -63,12 +54,8 @@ impl IngestMetrics {
 
     /// The current count for `reason` (for the feedback reporter's skew evidence).
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped.get_or_create(&label(reason)).get()
+        self.dropped.get_or_create(&reason).get()
     }
-}
-
-fn label(reason: DropReason) -> ReasonLabel {
-    ReasonLabel { reason }
 }
 
 #[cfg(test)]

@@ -118,13 +118,9 @@ fn main() -> anyhow::Result<()> {
 /// `--kubernetes`: three clusters, the grid they form, traffic through every gateway for
 /// `duration` (or until Ctrl-C), and the kubectl commands that inspect each cluster.
 async fn kubernetes(duration: Duration) -> anyhow::Result<()> {
-    use grid_kit::kube_grid::{KubeGrid, SiteSpec, site_name};
+    use grid_kit::kube_grid::{KubeGrid, SiteSpec};
     let sizes = [(1, 2), (2, 2), (4, 2)];
-    let specs: Vec<SiteSpec> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, (endpoints, slots))| SiteSpec::simulated(&site_name(i), *endpoints, *slots))
-        .collect();
+    let specs = SiteSpec::sized(&sizes);
     println!(
         "grid-demo --kubernetes: starting three clusters (an etcd and a kube-apiserver each)..."
     );

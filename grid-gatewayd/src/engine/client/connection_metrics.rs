@@ -1,13 +1,15 @@
 //! What the client side counts about its connections: refused at accept, closed by the
 //! gateway, HTTP/2 streams reset, and how many are open; each reason a closed label set.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use grid_signals::labels::register_zeroed;
+
 grid_signals::label_values! {
+    label "reason";
     /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Refusal {
@@ -19,6 +21,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why the gateway closed a client connection (`grid_gateway_connections_closed_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Closed {
@@ -34,6 +37,7 @@ grid_signals::label_values! {
 }
 
 grid_signals::label_values! {
+    label "reason";
     /// Why the gateway reset a client's HTTP/2 stream (`grid_gateway_streams_reset_total`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum StreamReset {
@@ -42,27 +46,12 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StreamResetLabels {
-    reason: StreamReset,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusalLabels {
-    reason: Refusal,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClosedLabels {
-    reason: Closed,
-}
-
 /// The listener's metric handles.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ListenerMetrics {
-    refused: Family<RefusalLabels, Counter>,
-    closed: Family<ClosedLabels, Counter>,
-    reset: Family<StreamResetLabels, Counter>,
+    refused: Family<Refusal, Counter>,
+    closed: Family<Closed, Counter>,
+    reset: Family<StreamReset, Counter>,
     pub(super) open: Gauge,
 }
 
@@ -71,33 +60,24 @@ impl ListenerMetrics {
     /// `grid_gateway_connections_closed_total{reason}` and `grid_gateway_connections_open`,
     /// every reason at 0.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        for reason in Refusal::ALL {
-            m.refused.get_or_create(&RefusalLabels { reason }).inc_by(0);
-        }
-        for reason in Closed::ALL {
-            m.closed.get_or_create(&ClosedLabels { reason }).inc_by(0);
-        }
-        for reason in StreamReset::ALL {
-            m.reset
-                .get_or_create(&StreamResetLabels { reason })
-                .inc_by(0);
-        }
-        registry.register(
-            "grid_gateway_connections_refused",
-            "Client connections not served, by reason (limit, accept_error)",
-            m.refused.clone(),
-        );
-        registry.register(
-            "grid_gateway_connections_closed",
-            "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout, ping_timeout)",
-            m.closed.clone(),
-        );
-        registry.register(
-            "grid_gateway_streams_reset",
-            "Client HTTP/2 streams the gateway reset, by reason (write_timeout)",
-            m.reset.clone(),
-        );
+        let m = Self {
+            refused: register_zeroed(
+                registry,
+                "grid_gateway_connections_refused",
+                "Client connections not served, by reason (limit, accept_error)",
+            ),
+            closed: register_zeroed(
+                registry,
+                "grid_gateway_connections_closed",
+                "Client connections the gateway closed, by reason (header_timeout, idle_timeout, write_timeout, ping_timeout)",
+            ),
+            reset: register_zeroed(
+                registry,
+                "grid_gateway_streams_reset",
+                "Client HTTP/2 streams the gateway reset, by reason (write_timeout)",
+            ),
+            open: Gauge::default(),
+        };
         registry.register(
             "grid_gateway_connections_open",
             "Client connections open now",
@@ -107,17 +87,15 @@ impl ListenerMetrics {
     }
 
     pub(super) fn refused(&self, reason: Refusal) {
-        self.refused.get_or_create(&RefusalLabels { reason }).inc();
+        self.refused.get_or_create(&reason).inc();
     }
 
     pub(super) fn closed(&self, reason: Closed) {
-        self.closed.get_or_create(&ClosedLabels { reason }).inc();
+        self.closed.get_or_create(&reason).inc();
     }
 
     /// The counter of streams reset for `reason`, found once per connection.
     pub(super) fn reset(&self, reason: StreamReset) -> Counter {
-        self.reset
-            .get_or_create(&StreamResetLabels { reason })
-            .clone()
+        self.reset.get_or_create(&reason).clone()
     }
 }

@@ -180,6 +180,7 @@ impl ResolvesClientCert for CertSlot {
 }
 
 grid_signals::label_values! {
+    label "result";
     /// What a certificate check that found new files did; the label of
     /// `<daemon>_certificate_reloads_total`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -192,17 +193,12 @@ grid_signals::label_values! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct ReloadLabels {
-    result: ReloadResult,
-}
-
 /// `<daemon>_certificate_reloads_total{result}` and
 /// `<daemon>_certificate_expiry_timestamp_seconds`, registered under the caller's prefix.
 #[derive(Clone, Debug, Default)]
 pub struct ReloadMetrics {
     reloads: prometheus_client::metrics::family::Family<
-        ReloadLabels,
+        ReloadResult,
         prometheus_client::metrics::counter::Counter,
     >,
     expiry: prometheus_client::metrics::gauge::Gauge,
@@ -220,15 +216,14 @@ impl ReloadMetrics {
     /// Registers `certificate_reloads_total{result}` in `registry` (give it the daemon's
     /// prefix: `grid_operator`, `grid_gateway`).
     pub fn register(registry: &mut prometheus_client::registry::Registry) -> Self {
-        let m = Self::default();
-        for result in ReloadResult::ALL {
-            let _ = m.reloads.get_or_create(&ReloadLabels { result });
-        }
-        registry.register(
-            "certificate_reloads",
-            "Certificate checks that found new files: rotated (presented from now on) or refused (the old pair kept)",
-            m.reloads.clone(),
-        );
+        let m = Self {
+            reloads: grid_signals::labels::register_zeroed(
+                registry,
+                "certificate_reloads",
+                "Certificate checks that found new files: rotated (presented from now on) or refused (the old pair kept)",
+            ),
+            expiry: prometheus_client::metrics::gauge::Gauge::default(),
+        };
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "When the certificate presented now stops being valid (its notAfter), in seconds since the Unix epoch",
@@ -251,11 +246,11 @@ impl ReloadMetrics {
 
     /// Checks that ended in `result`.
     pub fn count(&self, result: ReloadResult) -> u64 {
-        self.reloads.get_or_create(&ReloadLabels { result }).get()
+        self.reloads.get_or_create(&result).get()
     }
 
     fn inc(&self, result: ReloadResult) {
-        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.reloads.get_or_create(&result).inc();
     }
 }
 
