@@ -12,7 +12,7 @@
 #![no_main]
 
 use grid_score::live::{
-    FlowHeader, FlowHeaders, LiveSlot, MAX_HEADROOM_REQUESTS, MAX_QUEUE_DURATION_MS,
+    BandKey, FlowHeader, FlowHeaders, LiveSlot, MAX_HEADROOM_REQUESTS, MAX_QUEUE_DURATION_MS,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -45,9 +45,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(seen[header as usize] >= 1);
     }
     let slot = LiveSlot::new();
-    slot.record_room(1_700_000_000_000, &o);
+    slot.record_room(1_700_000_000_000, BandKey::DEFAULT, &o);
     let drained = slot.drain();
-    match drained.room {
+    match drained.room() {
         Some(room) => {
             assert!(o.has_room_signal());
             assert_eq!(room.headroom, o.headroom);

@@ -114,6 +114,10 @@ impl Learner {
         }
         self.last_stamp = Some(r.stamp_ms);
         let stamp = r.stamp_ms;
+        if let Some(held) = r.flow_held {
+            // What flow control held tells which bands' sizes still stand.
+            self.live.polled(held, stamp);
+        }
         match self.verdict(r) {
             Verdict::Out(reason) => self.excluded = Some((reason, stamp)),
             Verdict::Ready => self.excluded = None,

@@ -534,8 +534,8 @@ mod tests {
             board.slot(&key("b")).unwrap(),
         );
         // Answers at 1.1 s: both bands empty (64 each).
-        slot_a.record_room(1_100, &room(64));
-        slot_b.record_room(1_100, &room(64));
+        slot_a.record_room(1_100, crate::live::BandKey::DEFAULT, &room(64));
+        slot_b.record_room(1_100, crate::live::BandKey::DEFAULT, &room(64));
         s.feed_live(&board, 1_100);
         let calm = s.refresh(1_100, &r);
         let rho = |t: &RouteTable, site: &str| at(t, site).signal().rho_now;
@@ -545,7 +545,7 @@ mod tests {
         );
         // At 1.2 s an answer from a shows 16 waiting in its band: every slot taken and a
         // slot's worth of queue, an instant the 1 s poll cannot show.
-        slot_a.record_room(1_200, &room(48));
+        slot_a.record_room(1_200, crate::live::BandKey::DEFAULT, &room(48));
         s.feed_live(&board, 1_200);
         let queued = s.refresh(1_200, &r);
         // (Bounds fade with a 5-minute half-life: a few parts in ten thousand here.)
@@ -655,8 +655,14 @@ mod tests {
             headroom: Some(20),
             ..FlowObservation::default()
         };
-        board.slot(&key("a")).unwrap().record_room(1_100, &calm);
-        board.slot(&key("b")).unwrap().record_room(1_100, &calm);
+        board
+            .slot(&key("a"))
+            .unwrap()
+            .record_room(1_100, crate::live::BandKey::DEFAULT, &calm);
+        board
+            .slot(&key("b"))
+            .unwrap()
+            .record_room(1_100, crate::live::BandKey::DEFAULT, &calm);
         assert!(s.feed_live(&board, 1_200).1.is_empty());
         let before = s.refresh(1_200, &r);
         assert!((share_of_a(&before) - 0.5).abs() < 0.05);
@@ -666,7 +672,10 @@ mod tests {
             headroom: Some(0),
             ..FlowObservation::default()
         };
-        board.slot(&key("a")).unwrap().record_room(1_300, &full);
+        board
+            .slot(&key("a"))
+            .unwrap()
+            .record_room(1_300, crate::live::BandKey::DEFAULT, &full);
         s.feed_live(&board, 1_300);
         let after = s.refresh(1_300, &r);
         assert!(share_of_a(&after) < 0.01, "{}", share_of_a(&after));

@@ -2,18 +2,18 @@
 
 use grid_score::catalog::Upstream;
 use grid_score::routing::RoutingView;
-use grid_score::{Decision, RouteSnapshot, ScoreMetrics};
+use grid_score::{Decision, ScoreMetrics};
 
 use crate::refusal::Refusal;
 use crate::request_rng::ThreadRng;
 
-/// Where one request goes, and the grid's headroom for its model to tell the client.
+/// Where one request goes. The headroom its client is told is the chosen site's own
+/// band's, known once the site answers
+/// ([`grid_score::live::LiveSlot::restated_headroom`]), not a figure of the pick.
 #[derive(Debug)]
 pub struct Routed<'v> {
     /// The chosen (site, provider).
     pub upstream: &'v Upstream,
-    /// The sum of the fresh band headroom of the model's routable sites, when known.
-    pub grid_headroom: Option<u64>,
 }
 
 /// Picks a site for `model` from `view` (one pick, counted in grid-score's decision
@@ -32,11 +32,7 @@ pub fn decide<'v>(
     let snapshot = view.table().get(model);
     let decision = snapshot.map_or(Decision::UnknownModel, |s| s.pick(&mut ThreadRng));
     score.record_in(snapshot, &decision);
-    let grid_headroom = snapshot.and_then(RouteSnapshot::grid_headroom);
     let upstream = Refusal::or_route(model, view.route(model, &decision))?;
     upstream.tally().picked();
-    Ok(Routed {
-        upstream,
-        grid_headroom,
-    })
+    Ok(Routed { upstream })
 }

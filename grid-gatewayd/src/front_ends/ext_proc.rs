@@ -63,6 +63,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use futures::{Stream, StreamExt as _};
 use grid_score::catalog::Upstream;
+use grid_score::live;
 use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -176,12 +177,13 @@ impl std::fmt::Debug for ExtProc {
 enum Phase {
     /// Waiting for the request headers.
     Headers,
-    /// A proxied request whose body is awaited; its path (for a base URL's prefix).
-    Body { path: String },
+    /// A proxied request whose body is awaited; its path (for a base URL's prefix) and
+    /// the flow-control band it names.
+    Body { path: String, band: live::BandKey },
     /// Sent to a site; waiting for its answer's head.
     Routed {
         upstream: Upstream,
-        grid_headroom: Option<u64>,
+        band: live::BandKey,
         sent: Instant,
     },
     /// Nothing more to do: the stream ends.
@@ -247,16 +249,18 @@ impl ExtProc {
         use processing_request::Request as In;
         match (phase, message.request) {
             (Phase::Headers, Some(In::RequestHeaders(h))) => self.request_headers(&h),
-            (Phase::Body { path }, Some(In::RequestBody(b))) => self.request_body(&path, &b),
+            (Phase::Body { path, band }, Some(In::RequestBody(b))) => {
+                self.request_body(&path, band, &b)
+            }
             (
                 Phase::Routed {
                     upstream,
-                    grid_headroom,
+                    band,
                     sent,
                 },
                 Some(In::ResponseHeaders(h)),
             ) => (
-                Ok(self.response_headers(&upstream, grid_headroom, sent, &h)),
+                Ok(self.response_headers(&upstream, band, sent, &h)),
                 Phase::Done,
             ),
             // Parts a wider processing mode sends that grid has no use for: let them pass.
@@ -334,6 +338,11 @@ impl ExtProc {
                     ))),
                     Phase::Body {
                         path: full_path.to_owned(),
+                        // The band the answer's room describes.
+                        band: live::BandKey::named(header_value(
+                            headers,
+                            live::BAND_REQUEST_HEADER,
+                        )),
                     },
                 )
             }
@@ -360,12 +369,13 @@ impl ExtProc {
         }
     }
 
-    fn request_body(&self, path: &str, b: &HttpBody) -> (Reply, Phase) {
-        self.route(path, &b.body)
+    fn request_body(&self, path: &str, band: live::BandKey, b: &HttpBody) -> (Reply, Phase) {
+        self.route(path, band, &b.body)
     }
 
-    /// Picks the site for `body` and tells Envoy where to send it, or refuses.
-    fn route(&self, path: &str, body: &[u8]) -> (Reply, Phase) {
+    /// Picks the site for `body` (a request of `band`) and tells Envoy where to send
+    /// it, or refuses.
+    fn route(&self, path: &str, band: live::BandKey, body: &[u8]) -> (Reply, Phase) {
         let limit = self.inner.body_limit;
         if body.len() > limit {
             return (Ok(self.refuse(&Refusal::too_large(limit))), Phase::Done);
@@ -375,10 +385,7 @@ impl ExtProc {
             Err(refusal) => return (Ok(self.refuse(&refusal)), Phase::Done),
         };
         let view = self.inner.routes.load();
-        let Routed {
-            upstream,
-            grid_headroom,
-        } = match decide(&view, &self.inner.score, &model) {
+        let Routed { upstream } = match decide(&view, &self.inner.score, &model) {
             Ok(routed) => routed,
             Err(refusal) => return (Ok(self.refuse(&refusal)), Phase::Done),
         };
@@ -407,7 +414,7 @@ impl ExtProc {
         };
         let phase = Phase::Routed {
             upstream: upstream.clone(),
-            grid_headroom,
+            band,
             sent: grid_gateway::clock::monotonic(),
         };
         (
@@ -425,7 +432,7 @@ impl ExtProc {
     fn response_headers(
         &self,
         upstream: &Upstream,
-        grid_headroom: Option<u64>,
+        band: live::BandKey,
         sent: Instant,
         h: &HttpHeaders,
     ) -> ProcessingResponse {
@@ -446,9 +453,9 @@ impl ExtProc {
         let observation = take_live_evidence(
             evidence,
             upstream,
+            band,
             status,
             &mut head,
-            grid_headroom,
             grid_gateway::headers::site_value(&upstream.site),
         );
         if status.is_success() {
@@ -790,18 +797,24 @@ mod tests {
             "the stream ends after the head"
         );
         let m = common(&reply).header_mutation.as_ref().unwrap();
-        // The site's headroom header is removed and, with no fresh grid value, not set.
+        // Every other flow header of the site is removed; the headroom is overwritten with
+        // the grid's restatement of the request's own band at the chosen site.
         assert_eq!(
             m.remove_headers,
             [
-                "x-llm-d-flow-band-headroom-requests",
                 "x-llm-d-flow-queue-duration-ms",
                 "x-llm-d-flow-something-else"
             ]
         );
-        assert_eq!(sets(m), [("x-grid-site".to_owned(), "a".to_owned())]);
+        assert_eq!(
+            sets(m),
+            [
+                (live::HEADROOM_HEADER.to_owned(), "0".to_owned()),
+                ("x-grid-site".to_owned(), "a".to_owned())
+            ]
+        );
         let evidence = upstream.live().drain();
-        let room = evidence.room.expect("a room signal");
+        let room = evidence.room().expect("a room signal");
         assert_eq!(room.headroom, Some(0));
         assert_eq!((evidence.answers, evidence.failures), (1, 0));
 
@@ -815,6 +828,35 @@ mod tests {
             p.inner.metrics.error_answers.get_or_create(&labels).get(),
             1
         );
+    }
+
+    #[test]
+    fn the_headroom_told_the_client_is_the_requests_own_band_at_the_chosen_site() {
+        let p = processor();
+        let ask = |objective: Option<&str>, answer: &[(&str, &str)]| {
+            let extra: Vec<(&str, &str)> = objective
+                .map(|o| (live::BAND_REQUEST_HEADER, o))
+                .into_iter()
+                .collect();
+            let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &extra));
+            let (_, phase) = p.step(phase, body(br#"{"model":"m"}"#));
+            let mut head = vec![(":status", "200")];
+            head.extend_from_slice(answer);
+            let (reply, _) = p.step(phase, answer_head(&head));
+            sets(common(&reply).header_mutation.as_ref().unwrap())
+                .into_iter()
+                .find(|(n, _)| n == live::HEADROOM_HEADER)
+                .map(|(_, v)| v)
+        };
+        let headroom = [("x-llm-d-flow-band-headroom-requests", "3")];
+        assert_eq!(ask(Some("critical"), &headroom).as_deref(), Some("3"));
+        // The default band has shown nothing: the other band's room is not its own.
+        assert_eq!(ask(None, &[]), None);
+        let headroom = [("x-llm-d-flow-band-headroom-requests", "40")];
+        assert_eq!(ask(None, &headroom).as_deref(), Some("40"));
+        // An answer without the header restates its own band's fresh room.
+        assert_eq!(ask(Some("critical"), &[]).as_deref(), Some("3"));
+        assert_eq!(ask(None, &[]).as_deref(), Some("40"));
     }
 
     #[test]

@@ -57,6 +57,7 @@ use grid_gateway::poller::{PollMetrics, PollResult};
 use grid_gateway::refusal::{ApiErrorKind, Refusal, model_of};
 use grid_gateway::routes::{Target, admit};
 use grid_score::catalog::Upstream;
+use grid_score::live;
 use grid_score::retry::{AttemptEnd, RetryBudget, RetryCause, goes_elsewhere};
 use grid_score::routing::{RETRY_PATH, RoutingView};
 
@@ -352,25 +353,22 @@ impl Api {
             .cloned()
             .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
 
+        // The flow-control band the request names: what its answer's room describes.
+        let band = live::BandKey::named(
+            parts
+                .headers
+                .get(live::BAND_REQUEST_HEADER)
+                .map(HeaderValue::as_bytes),
+        );
         let view = self.inner.routes.load();
-        let (mut upstream, grid_headroom) = match decide(&view, &self.inner.score, &model) {
-            Ok(Routed {
-                upstream,
-                grid_headroom,
-            }) => (upstream, grid_headroom),
+        let mut upstream = match decide(&view, &self.inner.score, &model) {
+            Ok(Routed { upstream }) => upstream,
             Err(refusal) => return refused(&refusal),
         };
         let mut retried = false;
         loop {
             let attempt = self
-                .send_to(
-                    upstream,
-                    share,
-                    &parts,
-                    &path_and_query,
-                    &body,
-                    grid_headroom,
-                )
+                .send_to(upstream, share, &parts, &path_and_query, &body, band)
                 .await;
             let end = match attempt {
                 Ok(resp) => {
@@ -449,8 +447,9 @@ impl Api {
 
     /// One attempt at one upstream: the answer streamed back with `x-grid-site`, or why
     /// it failed (counted here). What the answer's head says about the site (its
-    /// flow-control headers, a 5xx, a failed exchange) goes to the site's live slot; the
-    /// site's flow-control headers are replaced by the grid's own headroom.
+    /// flow-control headers, a 5xx, a failed exchange) goes to the site's live slot, as
+    /// room of the request's `band`; the site's flow-control headers are replaced by the
+    /// grid's restatement of that band's headroom at that site.
     async fn send_to(
         &self,
         upstream: &Upstream,
@@ -458,7 +457,7 @@ impl Api {
         parts: &http::request::Parts,
         path_and_query: &http::uri::PathAndQuery,
         body: &Bytes,
-        grid_headroom: Option<u64>,
+        band: live::BandKey,
     ) -> Result<Response<ResponseBody>, Failed> {
         let waits = self.inner.waits;
         let slot = self.site_slot(upstream, share).await?;
@@ -531,9 +530,9 @@ impl Api {
                 let observation = take_live_evidence(
                     self.evidence(),
                     upstream,
+                    band,
                     rparts.status,
                     &mut rparts.headers,
-                    grid_headroom,
                     site_header,
                 );
                 let head = AnswerHead {

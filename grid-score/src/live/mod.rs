@@ -9,7 +9,9 @@
 //!
 //! ```text
 //! response headers --FlowHeaders::observe/finish--> FlowObservation (+ refusals to count)
-//!   --LiveSlot::record_room / record_answer / record_failure-->  (request path: atomics)
+//!   --LiveSlot::record_room(band) / record_answer / record_failure--> (request path:
+//!   atomics; the band is the request's BandKey, hashed from BAND_REQUEST_HEADER)
+//!   --LiveSlot::restated_headroom(band)--> the headroom header the client sees
 //! refresh: LiveBoard --Scorer::observe_live(key, slot.drain(), now)--> LiveState
 //!   --snapshot--> each candidate's weight x live factor; the model's fresh grid headroom
 //! ```
@@ -20,12 +22,14 @@
 //! runs, time as `now_ms`. The slot's atomics are the only shared state, so a proxy's
 //! request path writes without a lock and the refresh reads off it.
 
+mod band;
 mod headers;
 mod outlier;
 mod slot;
 mod state;
 mod turnover;
 
+pub use band::{BAND_MAX_FORGET_MS, BAND_REQUEST_HEADER, BandKey, MAX_BANDS_TRACKED};
 pub use headers::{
     DROPPED_REASON_HEADER, DropReason, FLOW_HEADER_PREFIX, FlowHeader, FlowHeaderReject,
     FlowHeaders, FlowObservation, FlowRefusals, HEADROOM_HEADER, HEADROOM_HEADER_PROVISIONAL,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::band::{BandKey, MAX_BANDS_TRACKED};
 use super::headers::FlowObservation;
 use crate::reading::CandidateKey;
 
@@ -32,8 +33,9 @@ pub struct LiveRoom {
 /// What a slot held when the refresh drained it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveEvidence {
-    /// The newest room signal ever recorded (not cleared: its age says what it is worth).
-    pub room: Option<LiveRoom>,
+    /// The newest room signal recorded for each band the slot tracks (not cleared: its
+    /// age says what it is worth), in no particular order.
+    pub bands: [Option<(BandKey, LiveRoom)>; MAX_BANDS_TRACKED],
     /// Serving failures since the last drain: a reset, a timeout, a 5xx.
     pub failures: u32,
     /// Answers that were not failures since the last drain.
@@ -69,10 +71,38 @@ pub const DEFAULT_FULL_HOLD_MS: u64 = 1_000;
 /// its Retry-After policy cannot keep it out of selection for long).
 pub const MAX_FULL_HOLD_MS: u64 = 30_000;
 
+impl LiveEvidence {
+    /// The newest room signal of any band.
+    pub fn room(&self) -> Option<LiveRoom> {
+        self.bands
+            .iter()
+            .flatten()
+            .map(|&(_, r)| r)
+            .max_by_key(|r| r.stamp_ms)
+    }
+
+    /// The newest room signal of `band`, if the slot tracks it.
+    pub fn room_of(&self, band: BandKey) -> Option<LiveRoom> {
+        self.bands
+            .iter()
+            .flatten()
+            .find(|(k, _)| *k == band)
+            .map(|&(_, r)| r)
+    }
+}
+
+/// One band's cell of a slot: the band's raw key (0: empty) and its newest room signal,
+/// packed (0: none yet).
+#[derive(Debug, Default)]
+struct BandCell {
+    band: AtomicU64,
+    room: AtomicU64,
+}
+
 /// One candidate's slot.
 #[derive(Debug, Default)]
 pub struct LiveSlot {
-    room: AtomicU64,
+    bands: [BandCell; MAX_BANDS_TRACKED],
     failures: AtomicU32,
     answers: AtomicU32,
     served: AtomicU32,
@@ -90,9 +120,19 @@ impl LiveSlot {
         Self::default()
     }
 
-    /// Request path: what one response said, read at `now_ms`. A response without any
-    /// room signal leaves the newest one as it was (absence is no signal).
-    pub fn record_room(&self, now_ms: u64, observation: &FlowObservation) {
+    /// Request path: what one response to a request of `band` said, read at `now_ms`.
+    /// A response without any room signal leaves the band's newest one as it was
+    /// (absence is no signal). The band's own cell takes it; a band not tracked yet
+    /// takes an empty cell, else the cell of the least recently seen band (its next
+    /// answer teaches it again).
+    ///
+    /// Lock-free: a band already tracked is one load per cell and one store. Taking a
+    /// cell is three stores a drain can tell apart from a finished one (see
+    /// [`LiveSlot::drain`]); a writer of the evicted band racing the eviction can still
+    /// leave one room signal under the new band, one sample off until that band's next
+    /// answer, accepted for a lock-free request path (eviction needs more bands answering
+    /// at once than [`MAX_BANDS_TRACKED`]).
+    pub fn record_room(&self, now_ms: u64, band: BandKey, observation: &FlowObservation) {
         if !observation.has_room_signal() {
             return;
         }
@@ -103,7 +143,65 @@ impl LiveSlot {
         if observation.saturated() {
             packed |= SATURATED;
         }
-        self.room.store(packed, Ordering::Relaxed);
+        let raw = band.raw();
+        if let Some(cell) = self.cell_of(raw) {
+            cell.room.store(packed, Ordering::Release);
+            return;
+        }
+        for cell in &self.bands {
+            match cell
+                .band
+                .compare_exchange(0, raw, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    cell.room.store(packed, Ordering::SeqCst);
+                    return;
+                }
+                // Another answer of this band took the cell first.
+                Err(now) if now == raw => {
+                    cell.room.store(packed, Ordering::Release);
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+        let lru = self
+            .bands
+            .iter()
+            .min_by_key(|c| c.room.load(Ordering::Relaxed) & STAMP_MASK)
+            .unwrap_or(&self.bands[0]);
+        lru.room.store(0, Ordering::SeqCst);
+        lru.band.store(raw, Ordering::SeqCst);
+        lru.room.store(packed, Ordering::SeqCst);
+    }
+
+    fn cell_of(&self, raw: u64) -> Option<&BandCell> {
+        self.bands
+            .iter()
+            .find(|c| c.band.load(Ordering::Relaxed) == raw)
+    }
+
+    /// The headroom to restate to the client of an answer from this site to a request of
+    /// `band`, at `now_ms`: what the answer itself said of its band (0 when it said
+    /// "full"), else the band's newest room signal here while at most
+    /// [`super::LIVE_ROOM_FRESH_MS`] old; never another band's, never another site's.
+    /// Call it after [`LiveSlot::record_room`] of the same answer. Lock-free.
+    pub fn restated_headroom(
+        &self,
+        now_ms: u64,
+        band: BandKey,
+        observation: &FlowObservation,
+    ) -> Option<u64> {
+        if observation.has_room_signal() {
+            return observation
+                .headroom
+                .or(observation.saturated().then_some(0));
+        }
+        let room = unpack(self.cell_of(band.raw())?.room.load(Ordering::Acquire))?;
+        if now_ms.saturating_sub(room.stamp_ms) > super::LIVE_ROOM_FRESH_MS {
+            return None;
+        }
+        room.headroom.or(room.saturated.then_some(0))
     }
 
     /// Request path: the site answered (any status below 500).
@@ -159,17 +257,24 @@ impl LiveSlot {
         self.first_bytes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Refresh: the newest room signal, and the counts since the last drain (reset).
+    /// Refresh: each band's newest room signal, and the counts since the last drain
+    /// (reset). A cell read while a band was taking it (its key changed between two
+    /// reads, or its room not yet set) is left for the next drain.
     pub fn drain(&self) -> LiveEvidence {
-        let packed = self.room.load(Ordering::Relaxed);
-        let room = (packed & STAMP_MASK != 0).then(|| LiveRoom {
-            stamp_ms: packed & STAMP_MASK,
-            headroom: (packed & HAS_HEADROOM != 0)
-                .then_some((packed >> STAMP_BITS) & HEADROOM_MASK),
-            saturated: packed & SATURATED != 0,
-        });
+        let mut bands = [None; MAX_BANDS_TRACKED];
+        for (out, cell) in bands.iter_mut().zip(&self.bands) {
+            let before = cell.band.load(Ordering::SeqCst);
+            let packed = cell.room.load(Ordering::SeqCst);
+            let after = cell.band.load(Ordering::SeqCst);
+            if before == after
+                && let Some(key) = BandKey::from_raw(before)
+                && let Some(room) = unpack(packed)
+            {
+                *out = Some((key, room));
+            }
+        }
         LiveEvidence {
-            room,
+            bands,
             failures: self.failures.swap(0, Ordering::Relaxed),
             answers: self.answers.swap(0, Ordering::Relaxed),
             served: self.served.swap(0, Ordering::Relaxed),
@@ -181,6 +286,15 @@ impl LiveSlot {
             full_until_ms: self.full_until.load(Ordering::Relaxed),
         }
     }
+}
+
+/// A packed room signal; `None` for an empty one.
+fn unpack(packed: u64) -> Option<LiveRoom> {
+    (packed & STAMP_MASK != 0).then(|| LiveRoom {
+        stamp_ms: packed & STAMP_MASK,
+        headroom: (packed & HAS_HEADROOM != 0).then_some((packed >> STAMP_BITS) & HEADROOM_MASK),
+        saturated: packed & SATURATED != 0,
+    })
 }
 
 /// Every candidate's slot, built once from the candidate list; the request path holds
@@ -242,18 +356,19 @@ mod tests {
         let t = 1_764_000_000_000;
         slot.record_room(
             t,
+            BandKey::DEFAULT,
             &FlowObservation {
                 headroom: Some(19),
                 ..FlowObservation::default()
             },
         );
-        slot.record_room(t + 5, &FlowObservation::default()); // no signal: kept
+        slot.record_room(t + 5, BandKey::DEFAULT, &FlowObservation::default()); // no signal: kept
         slot.record_failure();
         slot.record_answer();
         slot.record_answer();
         let e = slot.drain();
         assert_eq!(
-            e.room,
+            e.room(),
             Some(LiveRoom {
                 stamp_ms: t,
                 headroom: Some(19),
@@ -264,7 +379,8 @@ mod tests {
         let again = slot.drain();
         assert_eq!((again.failures, again.answers), (0, 0));
         assert_eq!(
-            again.room, e.room,
+            again.room(),
+            e.room(),
             "the room stays; its age decides its worth"
         );
     }
@@ -275,24 +391,102 @@ mod tests {
         let t = 1_764_000_000_000;
         slot.record_room(
             t,
+            BandKey::DEFAULT,
             &FlowObservation {
                 headroom: Some(crate::live::MAX_HEADROOM_REQUESTS),
                 ..FlowObservation::default()
             },
         );
         assert_eq!(
-            slot.drain().room.unwrap().headroom,
+            slot.drain().room().unwrap().headroom,
             Some(crate::live::MAX_HEADROOM_REQUESTS)
         );
         slot.record_room(
             t + 1,
+            BandKey::DEFAULT,
             &FlowObservation {
                 dropped: Some(DropReason::RejectedSaturated),
                 ..FlowObservation::default()
             },
         );
-        let room = slot.drain().room.unwrap();
+        let room = slot.drain().room().unwrap();
         assert!(room.saturated && room.headroom.is_none());
         assert_eq!(room.stamp_ms, t + 1);
+    }
+
+    fn headroom(h: u64) -> FlowObservation {
+        FlowObservation {
+            headroom: Some(h),
+            ..FlowObservation::default()
+        }
+    }
+
+    fn objective(i: usize) -> BandKey {
+        BandKey::named(Some(format!("objective-{i}").as_bytes()))
+    }
+
+    #[test]
+    fn a_slot_keeps_max_bands_tracked_bands_and_one_more_forgets_the_least_recently_seen() {
+        let slot = LiveSlot::new();
+        let t = 1_764_000_000_000;
+        for i in 0..MAX_BANDS_TRACKED {
+            slot.record_room(t + i as u64, objective(i), &headroom(i as u64 + 1));
+        }
+        // The first band answers again: the second is now the least recently seen.
+        slot.record_room(t + 100, objective(0), &headroom(50));
+        let e = slot.drain();
+        assert_eq!(e.bands.iter().flatten().count(), MAX_BANDS_TRACKED);
+        for i in 1..MAX_BANDS_TRACKED {
+            assert_eq!(
+                e.room_of(objective(i)).unwrap().headroom,
+                Some(i as u64 + 1)
+            );
+        }
+        assert_eq!(e.room_of(objective(0)).unwrap().headroom, Some(50));
+        slot.record_room(t + 200, BandKey::DEFAULT, &headroom(7));
+        let e = slot.drain();
+        assert_eq!(e.bands.iter().flatten().count(), MAX_BANDS_TRACKED);
+        assert_eq!(
+            e.room_of(objective(1)),
+            None,
+            "the least recently seen went"
+        );
+        assert_eq!(e.room_of(BandKey::DEFAULT).unwrap().headroom, Some(7));
+        assert_eq!(e.room_of(objective(0)).unwrap().headroom, Some(50));
+        assert_eq!(
+            e.room().unwrap().stamp_ms,
+            t + 200,
+            "the newest of any band"
+        );
+    }
+
+    #[test]
+    fn the_restated_headroom_is_the_answers_own_band_else_that_bands_fresh_room_never_anothers() {
+        let slot = LiveSlot::new();
+        let t = 1_764_000_000_000;
+        let critical = objective(0);
+        slot.record_room(t, critical, &headroom(3));
+        assert_eq!(slot.restated_headroom(t, critical, &headroom(3)), Some(3));
+        let silent = FlowObservation::default();
+        assert_eq!(
+            slot.restated_headroom(t + 1, BandKey::DEFAULT, &silent),
+            None,
+            "the default band showed nothing here"
+        );
+        assert_eq!(slot.restated_headroom(t + 1, critical, &silent), Some(3));
+        let fresh = t + crate::live::LIVE_ROOM_FRESH_MS;
+        assert_eq!(slot.restated_headroom(fresh, critical, &silent), Some(3));
+        assert_eq!(
+            slot.restated_headroom(fresh + 1, critical, &silent),
+            None,
+            "stale"
+        );
+        let dropped = FlowObservation {
+            dropped: Some(DropReason::RejectedSaturated),
+            ..FlowObservation::default()
+        };
+        slot.record_room(t + 2, critical, &dropped);
+        assert_eq!(slot.restated_headroom(t + 2, critical, &dropped), Some(0));
+        assert_eq!(slot.restated_headroom(t + 3, critical, &silent), Some(0));
     }
 }

@@ -1,21 +1,25 @@
 //! What the refresh keeps of a candidate's live evidence: the factor its selection
-//! weight is multiplied by, the queue its band showed last, and its learned turnover.
+//! weight is multiplied by, what each of its flow-control bands showed last, and its
+//! learned turnover.
 //!
 //! ```text
 //! factor  = full x serving
-//! full    = 1 - 2^(-age / LIVE_ROOM_HALF_LIFE_MS) after an answer said "full" (zero
-//!           headroom, or dropped as rejected-saturated), else 1
+//! full    = 1 - 2^(-age / LIVE_ROOM_HALF_LIFE_MS) after its newest answer (of any band)
+//!           said "full" (zero headroom, or dropped as rejected-saturated), else 1
 //! serving = 1 / (1 + failures), failures decaying with FAILURE_HALF_LIFE_MS
-//! queue   = the largest headroom the site's answers showed (its band's size as far as
-//!           it showed) less the newest headroom, with that answer's stamp
+//! queue   = the sum over its bands with a fresh answer that was not "full" of the
+//!           band's largest headroom (its size as far as it showed) less the band's own
+//!           newest headroom, stamped with the oldest of those answers
 //! ```
 //!
 //! The factor only ever lowers a site's share: a fresh "full" takes it out of the spread
 //! at once, which is what moves traffic within one response. The queue is what the
-//! band held when the answer's head was built, a fraction of a second ago where a polled
-//! reading of a remote site is up to six seconds old; the snapshot reads it in place of
-//! an older reading's load (`docs/routing.md`, "Live room").
+//! bands held when the answers' heads were built, a fraction of a second ago where a
+//! polled reading of a remote site is up to six seconds old; the snapshot reads it in
+//! place of an older reading's load (`docs/routing.md`, "Live room"). Each band is kept
+//! apart ([`super::band`]): one band's size less another band's headroom is no queue.
 
+use super::band::{BandState, MAX_BANDS_TRACKED};
 use super::outlier::{Outlier, OutlierChange};
 use super::slot::{LiveEvidence, LiveRoom};
 use super::turnover::Turnover;
@@ -43,8 +47,11 @@ pub const MAX_FAILURE_SCORE: f64 = 16.0;
 /// The live state of one candidate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct LiveState {
+    /// The newest room signal of any band: what the factor and the evidence read.
     room: Option<LiveRoom>,
-    band_max: u64,
+    /// What is kept of each band, the least recently seen forgotten past
+    /// [`MAX_BANDS_TRACKED`].
+    bands: [Option<BandState>; MAX_BANDS_TRACKED],
     failures: f64,
     failures_at: u64,
     turnover: Turnover,
@@ -58,14 +65,16 @@ pub(crate) struct LiveState {
 pub(crate) struct LiveView {
     /// The factor the selection weight is multiplied by, in `(0, 1]`.
     pub(crate) factor: f64,
-    /// The fresh band headroom (0 when saturated), for the grid's own header.
+    /// The fresh headroom of its bands summed (a band whose answer said "full" counts
+    /// 0; 0 while its 429 holds it full), for the model's grid headroom.
     pub(crate) headroom: Option<u64>,
     /// The serving-failure score now.
     pub(crate) failures: f64,
     /// How long the site's answers have been holding a slot lately (ms), once any ended.
     pub(crate) turnover_ms: Option<f64>,
-    /// What its band held at the newest room signal that was not "full" (requests
-    /// waiting: the largest headroom seen less this one) and that signal's stamp.
+    /// What its bands held at their fresh room signals that were not "full" (requests
+    /// waiting: each band's largest headroom less its own newest one, summed) and the
+    /// oldest of those signals' stamps.
     pub(crate) queue: Option<(f64, u64)>,
     /// The newest room signal its answers carried, however old (its stamp says what it
     /// is worth): what the routing evidence shows.
@@ -80,13 +89,11 @@ impl LiveState {
     /// Folds in what a slot held at `now_ms`; says when that ejected the candidate for
     /// failing or brought it back.
     pub(crate) fn observe(&mut self, e: &LiveEvidence, now_ms: u64) -> Option<OutlierChange> {
-        if let Some(room) = e.room
-            && self.room.is_none_or(|r| room.stamp_ms > r.stamp_ms)
-        {
-            self.room = Some(room);
-            if let Some(h) = room.headroom {
-                self.band_max = self.band_max.max(h);
+        for &(key, room) in e.bands.iter().flatten() {
+            if self.room.is_none_or(|r| room.stamp_ms > r.stamp_ms) {
+                self.room = Some(room);
             }
+            self.observe_band(key, room);
         }
         let decayed = self.failures_now(now_ms);
         self.failures = if e.failures > 0 {
@@ -101,6 +108,39 @@ impl LiveState {
         self.turnover.observe(e, now_ms);
         self.full_until = self.full_until.max(e.full_until_ms);
         self.outlier.observe(e, now_ms)
+    }
+
+    /// Folds in a band's newest room signal: into its own state when tracked (an older
+    /// signal never replaces a newer one), else into an empty place, else in place of
+    /// the least recently seen band's.
+    fn observe_band(&mut self, key: super::BandKey, room: LiveRoom) {
+        if let Some(b) = self.bands.iter_mut().flatten().find(|b| b.key == key) {
+            if room.stamp_ms > b.room.stamp_ms {
+                b.observe(room);
+            }
+            return;
+        }
+        let place = match self.bands.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => (0..MAX_BANDS_TRACKED)
+                .min_by_key(|&i| self.bands[i].map_or(0, |b| b.room.stamp_ms))
+                .unwrap_or(0),
+        };
+        self.bands[place] = Some(BandState::new(key, room));
+    }
+
+    /// A polled reading at `stamp_ms` showed flow control holding `held` requests over
+    /// all bands: each band whose queue that covers keeps its size ([`BandState::polled`]).
+    pub(crate) fn polled(&mut self, held: f64, stamp_ms: u64) {
+        for b in self.bands.iter_mut().flatten() {
+            b.polled(held, stamp_ms);
+        }
+    }
+
+    /// The bands tracked.
+    #[cfg(test)]
+    pub(crate) fn bands(&self) -> impl Iterator<Item = &BandState> {
+        self.bands.iter().flatten()
     }
 
     /// Since when it is ejected for failing, while it is.
@@ -122,19 +162,27 @@ impl LiveState {
     pub(crate) fn view(&self, now_ms: u64) -> LiveView {
         let failures = self.failures_now(now_ms);
         let mut factor = 1.0 / (1.0 + failures);
-        let mut headroom = None;
-        let mut queue = None;
-        if let Some(room) = self.room {
+        let mut headroom: Option<u64> = None;
+        let mut queue: Option<(f64, u64)> = None;
+        if let Some(room) = self.room
+            && room.saturated
+        {
+            // Full now: out of the spread at once, back in as the signal ages.
             let age = now_ms.saturating_sub(room.stamp_ms);
-            if room.saturated {
-                // Full now: out of the spread at once, back in as the signal ages.
-                let weight = (-(age as f64) / LIVE_ROOM_HALF_LIFE_MS as f64).exp2();
-                factor *= 1.0 - weight;
-            } else if let Some(h) = room.headroom {
-                queue = Some((self.band_max.saturating_sub(h) as f64, room.stamp_ms));
+            let weight = (-(age as f64) / LIVE_ROOM_HALF_LIFE_MS as f64).exp2();
+            factor *= 1.0 - weight;
+        }
+        for b in self.bands.iter().flatten() {
+            if now_ms.saturating_sub(b.room.stamp_ms) > LIVE_ROOM_FRESH_MS {
+                continue;
             }
-            if age <= LIVE_ROOM_FRESH_MS {
-                headroom = room.headroom.or(room.saturated.then_some(0));
+            if let Some(h) = b.room.headroom.or(b.room.saturated.then_some(0)) {
+                headroom = Some(headroom.unwrap_or(0).saturating_add(h));
+            }
+            if let Some(q) = b.queue() {
+                queue = Some(queue.map_or((q, b.room.stamp_ms), |(sum, at)| {
+                    (sum + q, at.min(b.room.stamp_ms))
+                }));
             }
         }
         if now_ms < self.full_until {
@@ -162,18 +210,30 @@ impl LiveState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::BandKey;
 
     const T: u64 = 1_764_000_000_000;
 
     fn room(stamp_ms: u64, headroom: Option<u64>, saturated: bool) -> LiveEvidence {
-        LiveEvidence {
-            room: Some(LiveRoom {
+        band_room(BandKey::DEFAULT, stamp_ms, headroom, saturated)
+    }
+
+    fn band_room(
+        band: BandKey,
+        stamp_ms: u64,
+        headroom: Option<u64>,
+        saturated: bool,
+    ) -> LiveEvidence {
+        let mut e = LiveEvidence::default();
+        e.bands[0] = Some((
+            band,
+            LiveRoom {
                 stamp_ms,
                 headroom,
                 saturated,
-            }),
-            ..LiveEvidence::default()
-        }
+            },
+        ));
+        e
     }
 
     #[test]
@@ -216,5 +276,50 @@ mod tests {
         };
         s.observe(&answering, T + FAILURE_HALF_LIFE_MS);
         assert!((s.view(T + FAILURE_HALF_LIFE_MS).failures - MAX_FAILURE_SCORE / 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_state_keeps_max_bands_tracked_bands_and_one_more_forgets_the_least_recently_seen() {
+        let band = |i: usize| BandKey::named(Some(format!("objective-{i}").as_bytes()));
+        let mut s = LiveState::default();
+        for i in 0..MAX_BANDS_TRACKED {
+            s.observe(&band_room(band(i), T + i as u64, Some(10), false), T + 100);
+        }
+        assert_eq!(s.bands().count(), MAX_BANDS_TRACKED);
+        s.observe(&band_room(band(0), T + 50, Some(10), false), T + 100);
+        s.observe(
+            &band_room(BandKey::DEFAULT, T + 60, Some(10), false),
+            T + 100,
+        );
+        assert_eq!(s.bands().count(), MAX_BANDS_TRACKED);
+        assert!(
+            s.bands().all(|b| b.key != band(1)),
+            "the least recently seen went"
+        );
+        assert!(
+            s.bands().any(|b| b.key == band(0)) && s.bands().any(|b| b.key == BandKey::DEFAULT)
+        );
+    }
+
+    #[test]
+    fn the_queue_sums_each_fresh_bands_own_and_a_full_band_adds_none() {
+        let critical = BandKey::named(Some(b"critical"));
+        let mut s = LiveState::default();
+        s.observe(&band_room(BandKey::DEFAULT, T, Some(64), false), T);
+        s.observe(&band_room(critical, T + 1, Some(16), false), T + 1);
+        assert_eq!(s.view(T + 1).queue, Some((0.0, T)));
+        assert_eq!(s.view(T + 1).headroom, Some(80));
+        s.observe(&band_room(BandKey::DEFAULT, T + 2, Some(60), false), T + 2);
+        s.observe(&band_room(critical, T + 3, Some(0), true), T + 3);
+        let v = s.view(T + 3);
+        assert_eq!(
+            v.queue,
+            Some((4.0, T + 2)),
+            "the full band is read by its factor"
+        );
+        assert_eq!(v.headroom, Some(60));
+        assert!(v.factor < 1e-12, "the newest answer said full");
+        let stale = T + 3 + LIVE_ROOM_FRESH_MS;
+        assert_eq!(s.view(stale).queue, None, "no fresh band: no live queue");
     }
 }

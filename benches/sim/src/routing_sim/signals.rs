@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
-use grid_score::live::FlowObservation;
+use grid_score::live::{BandKey, FlowObservation};
 use grid_score::refresh::{Refresher, RoutingEvent};
 use grid_score::routing::RoutingView;
 use grid_score::{CandidateKey, ExcludeReason, Reading, RouteTable, ScoreConfig, from_store};
@@ -538,7 +538,7 @@ impl SignalPath {
                     retry_after_ms,
                 } => {
                     let now = EPOCH_MS + at;
-                    slot.record_room(now, &flow);
+                    slot.record_room(now, BandKey::DEFAULT, &flow);
                     let full = status == FULL_STATUS;
                     let server_error = SERVER_ERRORS.contains(&status);
                     if full {

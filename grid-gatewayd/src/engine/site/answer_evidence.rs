@@ -74,18 +74,19 @@ pub(crate) struct Evidence<'a> {
 }
 
 /// Reads the site's flow-control headers (strictly, refusals counted), records them and
-/// the answer's outcome (a 5xx is a serving failure) in `upstream`'s live slot, removes
-/// every `x-llm-d-flow-*` header, and sets the grid's `x-llm-d-flow-band-headroom-requests`
-/// (when `grid_headroom` has a fresh value) and `x-grid-site` (to `site_header`, the
-/// site's name as [`grid_gateway::headers::site_value`] makes it). What the client sees is the
-/// grid's advice, not one site's. No lock; allocates only when a site sent flow headers to
-/// strip; reads the clock only when the answer said something about room.
+/// the answer's outcome (a 5xx is a serving failure) in `upstream`'s live slot as room of
+/// the request's `band`, removes every `x-llm-d-flow-*` header, and sets the grid's
+/// `x-llm-d-flow-band-headroom-requests` and `x-grid-site` (to `site_header`, the site's
+/// name as [`grid_gateway::headers::site_value`] makes it). The headroom the client sees
+/// is the chosen site's own band's, as grid-score restates it
+/// ([`live::LiveSlot::restated_headroom`]): never another band's or another site's. No
+/// lock; allocates only when a site sent flow headers to strip; reads the wall clock once.
 pub(crate) fn take_live_evidence(
     evidence: Evidence<'_>,
     upstream: &Upstream,
+    band: live::BandKey,
     status: StatusCode,
     headers: &mut impl AnswerHeaders,
-    grid_headroom: Option<u64>,
     site_header: Option<HeaderValue>,
 ) -> live::FlowObservation {
     let mut flow = live::FlowHeaders::new();
@@ -105,8 +106,9 @@ pub(crate) fn take_live_evidence(
         evidence.metrics.flow_refused.get_or_create(&labels).inc();
     }
     let slot = upstream.live();
+    let now_ms = grid_gateway::clock::wall_ms();
     if observation.has_room_signal() {
-        slot.record_room(grid_gateway::clock::wall_ms(), &observation);
+        slot.record_room(now_ms, band, &observation);
     }
     // Only an answer that says something about room or serving wakes a refresh; a plain
     // answer is counted at the next one.
@@ -123,7 +125,7 @@ pub(crate) fn take_live_evidence(
                 hold_ms = hold_ms.or_else(|| retry_after_ms(value, now));
             }
         });
-        slot.record_full(grid_gateway::clock::wall_ms(), hold_ms);
+        slot.record_full(now_ms, hold_ms);
         upstream.tally().refused();
         evidence
             .metrics
@@ -151,7 +153,7 @@ pub(crate) fn take_live_evidence(
     } else {
         slot.record_answer();
     }
-    if let Some(h) = grid_headroom {
+    if let Some(h) = slot.restated_headroom(now_ms, band, &observation) {
         headers.set(
             HeaderName::from_static(live::HEADROOM_HEADER),
             HeaderValue::from(h),
