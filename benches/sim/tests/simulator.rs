@@ -164,6 +164,7 @@ fn every_scenario_file_under_benches_scenarios_parses() {
             "five-sites-long.toml",
             "flapping-remote.toml",
             "frozen-remote.toml",
+            "mixed-priority.toml",
             "multi-gateway.toml",
             "standard.toml"
         ]
@@ -172,6 +173,19 @@ fn every_scenario_file_under_benches_scenarios_parses() {
         let s = scenario(name);
         assert!(!s.loads.is_empty() && !s.seeds.is_empty(), "{name}");
     }
+}
+
+#[test]
+fn the_mixed_priority_file_runs_a_higher_band_beside_band_0() {
+    let s = scenario("mixed-priority.toml");
+    let fc = s.config(0.85, 42).flow_control.expect("flow control on");
+    let high = fc.high.expect("a second band");
+    assert_eq!(
+        (high.priority, high.share, high.capacity_per_slot),
+        (1, 0.3, 1.0)
+    );
+    assert_eq!(fc.band_capacity_per_slot, 4.0);
+    assert_eq!(s.without_flow_control().config(0.85, 42).flow_control, None);
 }
 
 #[test]

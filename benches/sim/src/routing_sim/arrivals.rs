@@ -3,7 +3,7 @@
 //! the very same requests.
 
 use crate::sim_rng::SimRng;
-use crate::site_model::ServiceTime;
+use crate::site_model::{FALLBACK_PRIORITY, Priority, ServiceTime};
 
 /// One request of the offered load.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,6 +16,8 @@ pub struct Arrival {
     pub streaming: bool,
     /// The gateway it arrives at (index into the scenario's gateways).
     pub gateway: usize,
+    /// The flow-control band it asks for (its objective's priority).
+    pub priority: Priority,
 }
 
 /// Bursts on top of the base rate: every `every_ms`, for `length_ms`, the rate is
@@ -91,6 +93,7 @@ pub fn generate(shape: &LoadShape, seed: u64) -> Vec<Arrival> {
             service_ms: shape.service.draw(&mut sizes),
             streaming: sizes.unit() < shape.streaming_share,
             gateway: 0,
+            priority: FALLBACK_PRIORITY,
         });
     }
     out
@@ -118,6 +121,22 @@ pub fn assign_gateways(arrivals: &mut [Arrival], shares: &[f64], seed: u64) {
                 break;
             }
             x -= share;
+        }
+    }
+}
+
+/// The random stream that draws each arrival's priority: its own, so a scenario without
+/// priorities keeps exactly the arrivals it had.
+const PRIORITY_STREAM: u64 = 5;
+
+/// Gives each of `arrivals` the band `priority` with probability `share` (independently,
+/// so each band sees a Poisson stream with bursts at its share); the rest keep the
+/// fallback band.
+pub fn assign_priorities(arrivals: &mut [Arrival], priority: Priority, share: f64, seed: u64) {
+    let mut draw = SimRng::fork(seed, PRIORITY_STREAM);
+    for a in arrivals {
+        if draw.unit() < share {
+            a.priority = priority;
         }
     }
 }
@@ -172,6 +191,24 @@ mod tests {
             let got = a.iter().filter(|x| x.gateway == g).count() as f64 / a.len() as f64;
             assert!((got - want).abs() < 0.02, "gateway {g}: {got}");
         }
+    }
+
+    #[test]
+    fn a_share_of_arrivals_asks_for_the_higher_band_and_the_rest_for_band_0() {
+        let mut a = generate(&shape(None), 6);
+        let before = a.clone();
+        assign_priorities(&mut a, 1, 0.3, 6);
+        let high = a.iter().filter(|x| x.priority == 1).count() as f64 / a.len() as f64;
+        assert!((high - 0.3).abs() < 0.02, "{high}");
+        assert!(
+            a.iter()
+                .all(|x| x.priority == 1 || x.priority == FALLBACK_PRIORITY)
+        );
+        let same = |x: &Arrival, y: &Arrival| (x.at_ms, x.service_ms) == (y.at_ms, y.service_ms);
+        assert!(
+            a.iter().zip(&before).all(|(x, y)| same(x, y)),
+            "only the band"
+        );
     }
 
     #[test]

@@ -40,7 +40,7 @@ use policy::Policy;
 pub use run_loop::{PolicyResult, run_policy};
 pub use setup::{
     Blip, DEFAULT_DURATION_S, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl,
-    GatewaySpec, MAX_WARMUP_DIVISOR, STANDARD_FLOW_CONTROL, SimConfig, SiteSpec,
+    GatewaySpec, HighBand, MAX_WARMUP_DIVISOR, STANDARD_FLOW_CONTROL, SimConfig, SiteSpec,
 };
 
 /// Runs every policy in `policies` over the same arrivals, on up to `threads` threads.
@@ -53,6 +53,9 @@ pub fn run(config: &SimConfig, policies: &[Policy], threads: usize) -> Vec<Polic
     let mut arrivals = arrivals::generate(&config.load_shape(), config.seed);
     let shares: Vec<f64> = config.gateways.iter().map(|g| g.share).collect();
     arrivals::assign_gateways(&mut arrivals, &shares, config.seed);
+    if let Some(high) = config.flow_control.and_then(|fc| fc.high) {
+        arrivals::assign_priorities(&mut arrivals, high.priority, high.share, config.seed);
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<Option<PolicyResult>> = vec![None; policies.len()];
     let slots = std::sync::Mutex::new(&mut results);

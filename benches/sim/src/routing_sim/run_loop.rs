@@ -38,9 +38,10 @@ use super::signals::{
 };
 use super::stats::{RunRecord, Summary, bump};
 use crate::site_model::{
-    BandConfig, FailReason, Refusal, RequestId, RequestSpec, SiteConfig, SiteEvent, SiteModel,
+    BandConfig, FALLBACK_PRIORITY, FailReason, Priority, Refusal, RequestId, RequestSpec,
+    SiteConfig, SiteEvent, SiteModel,
 };
-use grid_score::live::{DropReason, FlowObservation};
+use grid_score::live::{BandKey, DropReason, FlowObservation};
 use grid_score::retry::{AttemptEnd, RetryBudget, goes_elsewhere};
 
 /// How long grid's gateway waits for a probe of an ejected site to answer (its
@@ -80,6 +81,8 @@ struct Flight {
     /// 1, or 2 for the retry.
     attempt: u8,
     retry: RetryPlan,
+    /// The flow-control band it asks for (its objective's priority).
+    priority: Priority,
 }
 
 /// A request on its way to a site.
@@ -95,6 +98,7 @@ struct Transit {
     streaming: bool,
     attempt: u8,
     retry: RetryPlan,
+    priority: Priority,
 }
 
 /// An attempt that ended before any answer began, on its way back to its gateway.
@@ -228,18 +232,34 @@ struct World<'a> {
     /// What answers told their gateways, for the policies that read answers (ours):
     /// (gateway, virtual ms it reaches the gateway, site, what it said).
     heard: Option<Vec<(usize, u64, usize, Heard)>>,
+    /// The band above band 0, when the run has one: its priority and the key its
+    /// requests' objective hashes to.
+    high_band: Option<(Priority, BandKey)>,
 }
 
-/// The flow-control headers of an answer from `site` read at this instant: the band's
-/// headroom (the simulated sites run one band, band 0).
-fn flow_now(site: &SiteModel) -> FlowObservation {
+/// The flow-control headers of an answer from `site` to a request of band `priority`
+/// read at this instant: the headroom of the band that admitted it, as llm-d's EPP
+/// states it (a band not provisioned admits at the fallback band).
+fn flow_now(site: &SiteModel, priority: Priority) -> FlowObservation {
+    let band = site
+        .band_snapshot(priority)
+        .or_else(|| site.band_snapshot(FALLBACK_PRIORITY));
     FlowObservation {
-        headroom: site.band_snapshot(0).and_then(|b| b.headroom()),
+        headroom: band.and_then(|b| b.headroom()),
         ..FlowObservation::default()
     }
 }
 
 impl World<'_> {
+    /// The band key a gateway knows requests of band `priority` by: the objective its
+    /// requests name, hashed as the gateway's front ends hash it.
+    fn band_key(&self, priority: Priority) -> BandKey {
+        match self.high_band {
+            Some((p, key)) if p == priority => key,
+            _ => BandKey::DEFAULT,
+        }
+    }
+
     fn tell(&mut self, gateway: usize, at_ms: u64, site: usize, heard: Heard) {
         if let Some(h) = &mut self.heard {
             h.push((gateway, at_ms, site, heard));
@@ -321,6 +341,7 @@ impl World<'_> {
             streaming: a.streaming,
             attempt: 1,
             retry,
+            priority: a.priority,
         });
     }
 
@@ -467,12 +488,14 @@ impl World<'_> {
                         }
                         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
                         // A streamed answer's head goes out when it takes a slot.
-                        let flow = flow_now(&self.sites[s]);
+                        let flow = flow_now(&self.sites[s], f.priority);
+                        let band = self.band_key(f.priority);
                         self.tell(
                             f.gateway,
                             at + half,
                             s,
                             Heard::Answer {
+                                band,
                                 flow,
                                 status: 200,
                                 retry_after_ms: None,
@@ -554,12 +577,14 @@ impl World<'_> {
         }
         if !f.streaming {
             // A plain answer's head is built when it is done.
-            let flow = flow_now(&self.sites[s]);
+            let flow = flow_now(&self.sites[s], f.priority);
+            let band = self.band_key(f.priority);
             self.tell(
                 f.gateway,
                 seen,
                 s,
                 Heard::Answer {
+                    band,
                     flow,
                     status: 200,
                     retry_after_ms: None,
@@ -580,11 +605,13 @@ impl World<'_> {
             .filter(|_| status == FULL_STATUS);
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        let band = self.band_key(f.priority);
         self.tell(
             f.gateway,
             seen,
             s,
             Heard::Answer {
+                band,
                 flow,
                 status,
                 retry_after_ms,
@@ -647,6 +674,7 @@ impl World<'_> {
                         streaming: f.streaming,
                         attempt: 2,
                         retry: f.retry,
+                        priority: f.priority,
                     });
                     return;
                 }
@@ -717,6 +745,7 @@ impl World<'_> {
             service_ms: t.service_ms,
             attempt: t.attempt,
             retry: t.retry,
+            priority: t.priority,
         };
         if let Some(ff) = self.config.fail_fast_at(t.site, t.at_ms) {
             // Answered at once; nothing reaches the model servers, so the EPP sees an
@@ -725,12 +754,13 @@ impl World<'_> {
             self.refused(t.site, flight, t.at_ms, status, FlowObservation::default());
             return;
         }
-        match self.sites[t.site].arrive(
+        match self.sites[t.site].arrive_prioritized(
             t.at_ms,
             RequestSpec {
                 streaming: t.streaming,
                 service_ms: Some(t.service_ms),
             },
+            t.priority,
         ) {
             Ok(id) => {
                 self.flights[t.site].insert(id, flight);
@@ -791,9 +821,15 @@ impl<'a> World<'a> {
                 if let Some(fc) = config.flow_control {
                     c.queue_per_endpoint = Some(fc.queue_per_endpoint);
                     c.bands = vec![BandConfig {
-                        priority: 0,
+                        priority: FALLBACK_PRIORITY,
                         capacity: Some(fc.band_capacity(s.slots())),
                     }];
+                    if let Some(high) = fc.high {
+                        c.bands.push(BandConfig {
+                            priority: high.priority,
+                            capacity: Some(high.capacity(s.slots())),
+                        });
+                    }
                 }
                 SiteModel::new(c, config.seed ^ i as u64).expect("scenario sites are valid")
             })
@@ -843,6 +879,10 @@ impl<'a> World<'a> {
             targets: Vec::new(),
             seq: 0,
             heard: (policy == Policy::Ours).then(Vec::new),
+            high_band: config
+                .flow_control
+                .and_then(|fc| fc.high)
+                .map(|h| (h.priority, BandKey::named(Some(h.objective().as_bytes())))),
         };
         (world, signals)
     }

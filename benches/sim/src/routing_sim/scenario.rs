@@ -12,12 +12,13 @@ use serde::Deserialize;
 
 use super::arrivals::Bursts;
 use super::setup::{
-    Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec,
+    Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec, HighBand,
     MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
 };
 use super::signals::{FULL_STATUS, SERVER_ERRORS};
 use crate::site_model::{
-    MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT, MIN_DEGRADE_FACTOR, ServiceTime,
+    FALLBACK_PRIORITY, MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT,
+    MIN_DEGRADE_FACTOR, Priority, ServiceTime,
 };
 
 /// The most sites a scenario may have: each is scraped through the real parser every
@@ -120,6 +121,21 @@ pub struct FlowControlFile {
     pub queue_per_endpoint: usize,
     /// Band capacity per slot of the site.
     pub band_capacity_per_slot: f64,
+    /// `[flow_control.high]`: a second band and the share of requests asking for it.
+    #[serde(default)]
+    pub high: Option<HighBandFile>,
+}
+
+/// `[flow_control.high]`: a band other than band 0 ([`HighBand`]).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HighBandFile {
+    /// Its priority: not band 0's.
+    pub priority: Priority,
+    /// The share of requests asking for it, within (0, 1).
+    pub share: f64,
+    /// Its capacity per slot of the site.
+    pub capacity_per_slot: f64,
 }
 
 fn default_warmup_s() -> u64 {
@@ -528,9 +544,38 @@ impl Scenario {
                         format!("must be within (0, {MAX_BAND_CAPACITY_PER_SLOT}]"),
                     );
                 }
+                let high = match fc.high {
+                    None => None,
+                    Some(h) => {
+                        if h.priority == FALLBACK_PRIORITY {
+                            return invalid(
+                                "flow_control.high.priority",
+                                "must not be band 0's priority",
+                            );
+                        }
+                        if !(h.share > 0.0 && h.share < 1.0) {
+                            return invalid("flow_control.high.share", "must be within (0, 1)");
+                        }
+                        if !(h.capacity_per_slot.is_finite()
+                            && h.capacity_per_slot > 0.0
+                            && h.capacity_per_slot <= MAX_BAND_CAPACITY_PER_SLOT)
+                        {
+                            return invalid(
+                                "flow_control.high.capacity_per_slot",
+                                format!("must be within (0, {MAX_BAND_CAPACITY_PER_SLOT}]"),
+                            );
+                        }
+                        Some(HighBand {
+                            priority: h.priority,
+                            share: h.share,
+                            capacity_per_slot: h.capacity_per_slot,
+                        })
+                    }
+                };
                 Some(FlowControl {
                     queue_per_endpoint: fc.queue_per_endpoint,
                     band_capacity_per_slot: fc.band_capacity_per_slot,
+                    high,
                 })
             }
         };
@@ -623,6 +668,33 @@ share = 1.0
         match result {
             Err(e) => assert!(e.to_string().contains(field), "{e}"),
             Ok(_) => panic!("accepted; {field} should refuse it"),
+        }
+    }
+
+    fn high_band(priority: i32, share: f64, capacity_per_slot: f64) -> String {
+        format!(
+            "[flow_control]\nqueue_per_endpoint = 0\nband_capacity_per_slot = 4.0\n\
+             [flow_control.high]\npriority = {priority}\nshare = {share:?}\n\
+             capacity_per_slot = {capacity_per_slot:?}\n"
+        )
+    }
+
+    #[test]
+    fn a_higher_band_is_not_band_0_takes_a_share_within_0_and_1_and_a_bounded_capacity() {
+        let s = with(&high_band(1, 0.3, MAX_BAND_CAPACITY_PER_SLOT)).unwrap();
+        let high = s.config(0.5, 1).flow_control.unwrap().high.unwrap();
+        assert_eq!((high.priority, high.share), (1, 0.3));
+        assert_eq!(high.capacity_per_slot, MAX_BAND_CAPACITY_PER_SLOT);
+        assert!(with(&high_band(-2, 0.999, 0.5)).is_ok(), "a sheddable band");
+        refused(with(&high_band(0, 0.3, 1.0)), "flow_control.high.priority");
+        for share in [0.0, 1.0, -0.1] {
+            refused(with(&high_band(1, share, 1.0)), "flow_control.high.share");
+        }
+        for capacity in [0.0, MAX_BAND_CAPACITY_PER_SLOT * 1.001] {
+            refused(
+                with(&high_band(1, 0.3, capacity)),
+                "flow_control.high.capacity_per_slot",
+            );
         }
     }
 

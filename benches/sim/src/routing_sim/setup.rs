@@ -4,7 +4,7 @@
 
 use super::arrivals::{Bursts, LoadShape};
 use super::stats::DegradeWindow;
-use crate::site_model::ServiceTime;
+use crate::site_model::{Priority, ServiceTime};
 
 /// One simulated site.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,7 +144,9 @@ pub struct SimConfig {
 }
 
 /// Every site's EPP flow control: a bounded band 0 that holds what the endpoints cannot
-/// take, answers with its headroom, and refuses (`rejected-saturated`) once full.
+/// take, answers with its headroom, and refuses (`rejected-saturated`) once full; and,
+/// with mixed priorities, a higher band served before it, each answer stating the
+/// headroom of the band that admitted its request, as llm-d's EPP does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlowControl {
     /// Requests an endpoint queues behind its slots before flow control holds them.
@@ -152,6 +154,33 @@ pub struct FlowControl {
     /// Band capacity per slot of the site (rounded up): the band of a 64-slot site
     /// holds eight times what an 8-slot site's does.
     pub band_capacity_per_slot: f64,
+    /// A second, higher-priority band and the share of requests that ask for it.
+    pub high: Option<HighBand>,
+}
+
+/// A band above band 0: its priority, the share of requests whose objective names it,
+/// and its capacity per slot of the site (rounded up).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HighBand {
+    /// Its priority (served before band 0 when above it).
+    pub priority: Priority,
+    /// The share of requests asking for it.
+    pub share: f64,
+    /// Capacity per slot of the site.
+    pub capacity_per_slot: f64,
+}
+
+impl HighBand {
+    /// The objective a gateway's requests of this band name (the request header
+    /// `grid_score::live::BAND_REQUEST_HEADER`).
+    pub fn objective(self) -> String {
+        format!("priority-{}", self.priority)
+    }
+
+    /// Its capacity at a site of `slots` (rounded up, at least 1).
+    pub fn capacity(self, slots: usize) -> usize {
+        (slots as f64 * self.capacity_per_slot).ceil().max(1.0) as usize
+    }
 }
 
 /// The flow control of the standard scenario, as llm-d's EPP runs it in front of vLLM:
@@ -159,6 +188,7 @@ pub struct FlowControl {
 pub const STANDARD_FLOW_CONTROL: FlowControl = FlowControl {
     queue_per_endpoint: 0,
     band_capacity_per_slot: 4.0,
+    high: None,
 };
 
 impl FlowControl {

@@ -249,6 +249,8 @@ pub struct SignalPath {
 pub enum Heard {
     /// An answer's head: its status, its flow-control headers and its `Retry-After`.
     Answer {
+        /// The flow-control band its request named (what its room describes).
+        band: BandKey,
         /// The flow-control headers it carried.
         flow: FlowObservation,
         /// Its status.
@@ -533,12 +535,13 @@ impl SignalPath {
             // Retry-After; a 5xx is a serving failure; anything else an answer.
             let wakes = match heard {
                 Heard::Answer {
+                    band,
                     flow,
                     status,
                     retry_after_ms,
                 } => {
                     let now = EPOCH_MS + at;
-                    slot.record_room(now, BandKey::DEFAULT, &flow);
+                    slot.record_room(now, band, &flow);
                     let full = status == FULL_STATUS;
                     let server_error = SERVER_ERRORS.contains(&status);
                     if full {
