@@ -42,7 +42,9 @@ fn a_second_bands_smaller_headroom_is_not_read_as_a_queue_of_the_first() {
     let board = LiveBoard::new([&key()]);
     let slot = board.slot(&key()).unwrap();
     // Both bands empty: the default band holds 64, the critical one 16.
+    // Each answer is drained as the gateway's refresh drains them (at most 50 ms apart).
     slot.record_room(1_100, BandKey::DEFAULT, &room(64));
+    s.feed_live(&board, 1_100);
     slot.record_room(1_200, BandKey::named(Some(b"critical")), &room(16));
     s.feed_live(&board, 1_200);
     let t = s.refresh(1_200, &routes());
@@ -54,6 +56,7 @@ fn a_second_bands_smaller_headroom_is_not_read_as_a_queue_of_the_first() {
     assert!(only(&t).rho() <= 1.0, "rho {}", only(&t).rho());
     // Each band's own queue counts: 4 wait in the critical band, 10 in the default.
     slot.record_room(1_300, BandKey::named(Some(b"critical")), &room(12));
+    s.feed_live(&board, 1_300);
     slot.record_room(1_400, BandKey::DEFAULT, &room(54));
     s.feed_live(&board, 1_400);
     let t = s.refresh(1_400, &routes());
