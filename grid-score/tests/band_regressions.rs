@@ -1,5 +1,9 @@
 //! The live band signal kept by band: the cases where one room value and one band
 //! maximum per site read a queue that was not there.
+#![allow(
+    clippy::float_cmp,
+    reason = "queues are whole requests, compared exactly on purpose"
+)]
 
 use grid_score::live::{BAND_MAX_FORGET_MS, BandKey, FlowObservation, LiveBoard};
 use grid_score::{Candidate, CandidateKey, Reading, RouteTable, Routes, ScoreConfig, Scorer};

@@ -180,11 +180,9 @@ fn the_mixed_priority_file_runs_a_higher_band_beside_band_0() {
     let s = scenario("mixed-priority.toml");
     let fc = s.config(0.85, 42).flow_control.expect("flow control on");
     let high = fc.high.expect("a second band");
-    assert_eq!(
-        (high.priority, high.share, high.capacity_per_slot),
-        (1, 0.3, 1.0)
-    );
-    assert_eq!(fc.band_capacity_per_slot, 4.0);
+    assert_eq!(high.priority, 1);
+    assert!((high.share - 0.3).abs() < 1e-12 && (high.capacity_per_slot - 1.0).abs() < 1e-12);
+    assert!((fc.band_capacity_per_slot - 4.0).abs() < 1e-12);
     assert_eq!(s.without_flow_control().config(0.85, 42).flow_control, None);
 }
 
