@@ -2,64 +2,24 @@
 //! batch, as an operator relays to its gateway) and reading `window_worst`.
 
 use criterion::{BatchSize, Criterion, Throughput};
-use grid_signals::batch::{Batch, BatchMeta, Fence, Row};
+use grid_signals::batch::Batch;
 use grid_signals::store::{IngestReport, RelayBudget, Sender, Store, StoreConfig};
+use grid_sim::provider_batches::{CONTRACT, GridShape, PER_ENDPOINT, T0, Values};
 use std::hint::black_box;
 
-const T0: u64 = 1_700_000_000_000;
-const SITES: usize = 50;
-const PROVIDERS: usize = 4;
-const ENDPOINTS: usize = 8;
-
-const CONTRACT: [&str; 13] = [
-    "grid_provider_ready",
-    "grid_provider_ready_endpoints",
-    "grid_provider_in_flight_requests",
-    "grid_provider_ttft_p50_seconds",
-    "grid_provider_ttft_p90_seconds",
-    "grid_provider_tpot_seconds",
-    "grid_provider_error_ratio",
-    "llm_d_epp_ready_endpoints",
-    "llm_d_epp_average_running_requests",
-    "llm_d_epp_average_queue_size",
-    "llm_d_epp_average_kv_cache_utilization",
-    "llm_d_epp_std_dev_kv_cache_utilization",
-    "llm_d_epp_flow_control_queue_size",
-];
-const PER_ENDPOINT: &str = "llm_d_epp_per_endpoint_queue_size";
+/// 50 sites x 4 providers, 21 rows a batch: 4,200 rows, about 0.5 MiB of relay.
+const SHAPE: GridShape = GridShape {
+    sites: 50,
+    providers: 4,
+    endpoints: 8,
+    values: Values::Arbitrary,
+};
+const SITES: usize = SHAPE.sites;
+const PROVIDERS: usize = SHAPE.providers;
 
 /// One provider's batch at `sequence`, stamped `now`.
 fn provider_batch(site: usize, provider: usize, sequence: u64, now: u64) -> Batch {
-    let mut rows: Vec<Row> = CONTRACT
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let value = ((site * 7 + provider * 3 + i) as u64 + sequence) as f64 * 0.25;
-            Row::new(*name, vec![], value, now - 40).expect("valid row")
-        })
-        .collect();
-    rows.extend((0..ENDPOINTS).map(|e| {
-        let endpoint = format!("10.{site}.{provider}.{e}:8000");
-        let value = ((e as u64 + sequence) % 5) as f64;
-        Row::new(
-            PER_ENDPOINT,
-            vec![("model_server_endpoint".to_owned(), endpoint)],
-            value,
-            now - 40,
-        )
-        .expect("valid row")
-    }));
-    let meta = BatchMeta::new(
-        format!("site-{site:02}"),
-        format!("provider-{provider}"),
-        format!("3f0c6d1e-{site:04}-{provider:04}-8000-00000000abcd"),
-        Fence::new(T0 - 60_000, sequence),
-        rows.len() as u64,
-        3,
-        now,
-    )
-    .expect("valid metadata");
-    Batch::new(meta, rows)
+    SHAPE.batch(site, provider, sequence, now)
 }
 
 /// The operator's store after `sequence` publications of every provider, and its relay.
@@ -89,7 +49,7 @@ fn ingest(c: &mut Criterion) {
     let now = T0;
     let (_, first) = operator(0, now);
     let (_, next) = operator(1, now + 1_000);
-    let rows = (SITES * PROVIDERS * (CONTRACT.len() + ENDPOINTS)) as u64;
+    let rows = (SHAPE.providers_total() * SHAPE.rows_per_provider()) as u64;
     let mut gateway = Store::new(StoreConfig::default());
     gateway.ingest(&first, Sender::Local, now, now);
 

@@ -16,6 +16,7 @@
 //!     `-- routing_sim: sites in virtual time, signals through the production cores,
 //!                      policies compared (the `grid-sim` binary)
 //! epp_exposition: a synthetic EPP body for the exposition bench
+//! provider_batches: operators' publications for the store and signal-plane benches
 //! ```
 //!
 //! Randomness comes from [`sim_rng::SimRng`], seeded, so every run replays. The loopback
@@ -25,6 +26,7 @@ pub mod clock;
 pub mod epp_exposition;
 mod error;
 pub mod fake_epp;
+pub mod provider_batches;
 pub mod routing_sim;
 pub mod sim_rng;
 pub mod site_model;
