@@ -66,6 +66,21 @@ const READ_MIN_ROOM: usize = 1024;
 /// Answer bytes gathered before they are written, even when more frames are ready.
 pub(crate) const WRITE_HIGH_WATER: usize = 64 * 1024;
 
+/// Room a connection's answer buffer starts with: an answer head and a plain answer's
+/// body fit; a larger batch grows it.
+const WRITE_INITIAL: usize = 1024;
+
+/// Most room a connection keeps while an answer streams. A stream holds its connection
+/// for seconds to minutes and sends one event at a time, so room left from a burst (or
+/// the request's read buffer, once the request is read) would be memory held per open
+/// stream for nothing: past this it is given back, and the buffers grow again when a
+/// burst needs them.
+pub(crate) const STREAM_KEEP: usize = 1024;
+
+/// Room made to notice a client closing (or pipelining) while its answer streams: the
+/// read that tells it is usually empty, and a pipelined request grows it.
+const WATCH_RESERVE: usize = 256;
+
 /// What a client waiting on `Expect: 100-continue` is sent before its body is read.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -92,6 +107,22 @@ impl Reader {
     fn make_room(&mut self) {
         if self.buf.capacity() - self.buf.len() < READ_MIN_ROOM {
             self.buf.reserve(READ_RESERVE);
+        }
+    }
+
+    /// Reads more while an answer streams, into little room: see [`STREAM_KEEP`].
+    async fn watch(&mut self) -> std::io::Result<usize> {
+        if self.buf.capacity() == self.buf.len() {
+            self.buf.reserve(WATCH_RESERVE);
+        }
+        self.half.read_buf(&mut self.buf).await
+    }
+
+    /// Gives back an empty buffer's room (the request parts still sharing it keep it
+    /// until they are dropped).
+    fn release_room(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > STREAM_KEEP {
+            self.buf = BytesMut::new();
         }
     }
 }
@@ -276,7 +307,7 @@ impl Writer {
     fn new(half: OwnedWriteHalf, bound: Duration) -> Self {
         Self {
             half,
-            out: BytesMut::with_capacity(READ_RESERVE),
+            out: BytesMut::with_capacity(WRITE_INITIAL),
             date: DateCache::new(),
             bound,
             timer: DeadlineTimer::default(),
@@ -409,7 +440,7 @@ enum Wake {
 /// early (kept, up to one head's worth).
 async fn watch_client(own: &mut Option<Reader>) -> std::io::Result<usize> {
     match own {
-        Some(r) if r.buf.len() < grid_h1_wire::MAX_REQUEST_HEAD_BYTES => r.fill().await,
+        Some(r) if r.buf.len() < grid_h1_wire::MAX_REQUEST_HEAD_BYTES => r.watch().await,
         _ => std::future::pending().await,
     }
 }
@@ -473,28 +504,33 @@ async fn exchange(
     *req.uri_mut() = uri;
     *req.version_mut() = version;
     *req.headers_mut() = headers;
-    let handled = api.handle(req, None);
-    tokio::pin!(handled);
-    let resp = loop {
-        let wake = tokio::select! {
-            biased;
-            resp = &mut handled => Wake::Answer(resp),
-            returned = async { back.as_mut().expect("enabled only while awaited").await },
-                if back.is_some() => Wake::Back(returned),
-            n = watch_client(&mut own) => Wake::Read(n),
-        };
-        match wake {
-            Wake::Answer(resp) => break resp,
-            Wake::Back(returned) => {
-                back = None;
-                if let Ok(r) = returned {
-                    whole = r.whole;
-                    own = Some(r.reader);
+    // The handling (routing, the site's connection, its answer head: most of this
+    // task's state) lives on the heap until the answer's head, so the connection's task
+    // is sized by what an answer needs while it streams: one allocation per request
+    // against memory held per open stream for its whole life.
+    let resp = {
+        let mut handled = Box::pin(api.handle(req, None));
+        loop {
+            let wake = tokio::select! {
+                biased;
+                resp = &mut handled => Wake::Answer(resp),
+                returned = async { back.as_mut().expect("enabled only while awaited").await },
+                    if back.is_some() => Wake::Back(returned),
+                n = watch_client(&mut own) => Wake::Read(n),
+            };
+            match wake {
+                Wake::Answer(resp) => break resp,
+                Wake::Back(returned) => {
+                    back = None;
+                    if let Ok(r) = returned {
+                        whole = r.whole;
+                        own = Some(r.reader);
+                    }
                 }
+                // The client is gone: dropping the request cancels its work on the site.
+                Wake::Read(Ok(0) | Err(_)) => return Ok((None, false)),
+                Wake::Read(Ok(_)) => {}
             }
-            // The client is gone: dropping the request cancels its work on the site.
-            Wake::Read(Ok(0) | Err(_)) => return Ok((None, false)),
-            Wake::Read(Ok(_)) => {}
         }
     };
     if let Some(mut rx) = back.take()
@@ -609,6 +645,9 @@ async fn write_answer(
         &date,
         &mut writer.out,
     );
+    // Written: a site's header values share the buffer its head was read into, which a
+    // streamed answer would otherwise keep for as long as it streams.
+    drop(parts);
     if is_head || no_body || known == Some(0) {
         writer.flush().await?;
         return Ok((own, stays));
@@ -624,9 +663,19 @@ async fn write_answer(
                 Ok(_) => continue,
             },
         };
+        let batch = writer.out.len();
         writer.flush().await?;
         match step {
-            Step::More => {}
+            Step::More => {
+                // A small batch with more to come: the answer streams, so hold no more
+                // room than its events need (a large body keeps its room).
+                if batch <= STREAM_KEEP && writer.out.capacity() > STREAM_KEEP {
+                    writer.out = BytesMut::new();
+                }
+                if let Some(r) = own.as_mut() {
+                    r.release_room();
+                }
+            }
             Step::End => return Ok((own, stays)),
             Step::Cut => return Ok((own, false)),
         }

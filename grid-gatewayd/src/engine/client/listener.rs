@@ -330,3 +330,29 @@ impl AsyncWrite for Prefixed {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+/// The most a connection's task may hold, in bytes (its state, allocated once for the
+/// connection's life, whatever step it is at): a streamed answer holds its connection
+/// for minutes, so routing's state (the site exchange, the answer head) is boxed for
+/// the head's time instead of sizing every open stream's task.
+#[cfg(test)]
+const CONNECTION_TASK_BUDGET: usize = 4 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns: a future's state, which its task holds.
+    fn output_size<A, B, F>(_: impl FnOnce(A, B) -> F) -> usize {
+        size_of::<F>()
+    }
+
+    #[test]
+    fn a_connections_task_is_sized_for_a_streaming_answer_not_for_routing() {
+        let size = output_size(Connection::run);
+        assert!(
+            size <= CONNECTION_TASK_BUDGET,
+            "a connection's task holds {size} bytes, over {CONNECTION_TASK_BUDGET}"
+        );
+    }
+}

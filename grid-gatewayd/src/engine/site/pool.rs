@@ -76,11 +76,19 @@ pub(crate) const READ_RESERVE: usize = 8 * 1024;
 /// answer.
 pub(crate) const READ_MIN_ROOM: usize = 1024;
 
+/// Room a connection's read buffer grows by, and the most it keeps, while the site's
+/// reads come small: a streamed answer trickles events of a few hundred bytes for
+/// seconds to minutes, so [`READ_RESERVE`] held per open stream would be memory kept
+/// for nothing. A read that fills it makes the next grow by [`READ_RESERVE`] again.
+pub(crate) const READ_KEEP: usize = 1024;
+
 /// One connection: its socket, what was read from it and not yet taken, the authority
 /// it was opened to, and the timer that bounds its answers' heads.
 struct Conn {
     io: TcpStream,
     read: BytesMut,
+    /// The last read took less than [`READ_KEEP`]: the site trickles.
+    trickles: bool,
     authority: Arc<str>,
     head_timer: DeadlineTimer,
 }
@@ -105,10 +113,26 @@ impl Conn {
     /// quiet connection.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         if self.read.capacity() - self.read.len() < READ_MIN_ROOM {
-            self.read.reserve(READ_RESERVE);
+            self.read.reserve(if self.trickles {
+                READ_KEEP
+            } else {
+                READ_RESERVE
+            });
         }
         let read = self.io.read_buf(&mut self.read);
-        std::pin::pin!(read).poll(cx)
+        let polled = std::pin::pin!(read).poll(cx);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.trickles = n < READ_KEEP;
+        }
+        polled
+    }
+
+    /// Gives back an emptied buffer's room past [`READ_KEEP`] while the site trickles
+    /// (the answer's frames still sharing it keep it until they are sent).
+    fn release_room(&mut self) {
+        if self.trickles && self.read.is_empty() && self.read.capacity() > READ_KEEP {
+            self.read = BytesMut::new();
+        }
     }
 }
 
@@ -352,6 +376,7 @@ async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, Site
     Ok(Conn {
         io: io.into_inner(),
         read: BytesMut::new(),
+        trickles: false,
         authority: Arc::from(authority),
         head_timer: DeadlineTimer::default(),
     })
@@ -502,7 +527,7 @@ impl Body for PooledBody {
                     this.finish();
                     return Poll::Ready(None);
                 }
-                Ok(Decoded::More) => {}
+                Ok(Decoded::More) => conn.release_room(),
                 Err(e) => return this.fail(e.into()),
             }
             match conn.poll_fill(cx) {
@@ -768,6 +793,67 @@ mod tests {
             assert_eq!(fetch(&pool, &authority).await, "hello world");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// A site streaming one chunked answer: `events` chunks of `sizes`, one at each
+    /// `tick` from the client, then the last chunk.
+    async fn streaming_site(sizes: &'static [usize]) -> (String, tokio::sync::mpsc::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority = listener.local_addr().unwrap().to_string();
+        let (tick, mut ticks) = tokio::sync::mpsc::channel::<()>(1);
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            s.write_all(head).await.unwrap();
+            for &size in sizes {
+                if ticks.recv().await.is_none() {
+                    return;
+                }
+                let chunk = format!("{size:x}\r\n{}\r\n", "e".repeat(size));
+                s.write_all(chunk.as_bytes()).await.unwrap();
+            }
+            let _ = ticks.recv().await;
+            let _ = s.write_all(b"0\r\n\r\n").await;
+        });
+        (authority, tick)
+    }
+
+    /// The read buffer's room on `body`'s connection.
+    fn read_room(body: &PooledBody) -> usize {
+        body.conn.as_ref().map_or(0, |c| c.read.capacity())
+    }
+
+    /// The next data frame of `body`, after `tick` lets the site send it.
+    async fn next_event(body: &mut PooledBody, tick: &tokio::sync::mpsc::Sender<()>) -> usize {
+        tick.send(()).await.unwrap();
+        let frame = tokio::time::timeout(WAIT, body.frame()).await.unwrap();
+        frame.unwrap().unwrap().into_data().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_trickling_answer_keeps_at_most_read_keep_of_room_and_a_full_read_grows_it_again() {
+        // Small events, then one whose reads fill the kept room, then small again.
+        const SIZES: &[usize] = &[100, READ_KEEP - 100, 100, 4 * READ_KEEP, 100, 100];
+        let (authority, tick) = streaming_site(SIZES).await;
+        let pool = Arc::new(SitePool::default());
+        let resp = send(&pool, &authority).await.unwrap();
+        let mut body = resp.into_body();
+        let mut rooms = Vec::new();
+        for &size in SIZES {
+            let mut got = next_event(&mut body, &tick).await;
+            while got < size {
+                let frame = tokio::time::timeout(WAIT, body.frame()).await.unwrap();
+                got += frame.unwrap().unwrap().into_data().unwrap().len();
+            }
+            rooms.push(read_room(&body));
+        }
+        // Past the head's read, every trickled event leaves at most the kept room.
+        assert!(rooms[1] <= READ_KEEP && rooms[2] <= READ_KEEP, "{rooms:?}");
+        // A large event is read into the larger reserve, then the room shrinks again.
+        assert!(rooms[3] > READ_KEEP, "{rooms:?}");
+        assert!(rooms[5] <= READ_KEEP, "{rooms:?}");
     }
 
     #[tokio::test]
