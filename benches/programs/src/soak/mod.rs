@@ -187,6 +187,18 @@ impl Report {
         if let Some(n) = self.big_scrapes {
             let _ = writeln!(out, "big exposition (1 MiB, 400 endpoints) scraped {n} times");
         }
+        for t in &self.tracks {
+            let new = t.new_series();
+            if !new.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{} shows {} series it did not after the warm-up: {}",
+                    t.name,
+                    new.len(),
+                    new.join(", ")
+                );
+            }
+        }
         for l in self.loud.iter().filter(|l| l.lines > 0) {
             let _ = writeln!(
                 out,
@@ -218,6 +230,7 @@ async fn sample(
     who: Vec<(String, u32, SocketAddr)>,
     clock: Stopwatch,
     every: Duration,
+    warmup_end_s: f64,
     latest: Arc<Mutex<Vec<Option<ProcReading>>>>,
     mut stop: watch::Receiver<bool>,
 ) -> Vec<Track> {
@@ -240,10 +253,20 @@ async fn sample(
             // A process gone from /proc is missed; a /metrics page that could not be read
             // in time (a loaded machine) only leaves this sample without a series count.
             let reading = match procs::read_proc(*pid) {
-                Ok(r) => Some(ProcReading {
-                    series: procs::read_series(*metrics).await.ok(),
-                    ..r
-                }),
+                Ok(r) => {
+                    let page = procs::read_page(*metrics).await.ok();
+                    if let Some(page) = &page {
+                        let keys = procs::series_keys(page);
+                        if t >= warmup_end_s && tracks[i].series_after_warmup.is_empty() {
+                            tracks[i].series_after_warmup = keys.clone();
+                        }
+                        tracks[i].series_at_end = keys;
+                    }
+                    Some(ProcReading {
+                        series: page.as_deref().map(procs::series_count),
+                        ..r
+                    })
+                }
                 Err(_) => None,
             };
             match reading {
@@ -467,6 +490,7 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
             .collect(),
         clock,
         config.sample_every,
+        windows.warmup_end_s,
         Arc::clone(&latest),
         stop_rx,
     ));

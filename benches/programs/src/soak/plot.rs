@@ -158,7 +158,7 @@ mod tests {
                         (i as f64 * 2.0, r)
                     })
                     .collect(),
-                missed: Vec::new(),
+                ..Track::default()
             })
             .collect();
         let svg = render(&MEMORY, &tracks, Windows::of(120.0, 30.0).unwrap()).unwrap();

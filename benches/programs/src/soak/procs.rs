@@ -1,6 +1,7 @@
 //! What the soak reads of a running daemon: from `/proc/<pid>` its resident memory,
 //! open descriptors and threads, and from its `/metrics` how many series it exposes.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -67,15 +68,23 @@ pub fn series_count(exposition: &str) -> u64 {
         .count() as u64
 }
 
-/// The series count of the `/metrics` served at `addr` (plain HTTP, 5 s bound).
+/// Every series of an exposition, each as its name and labels without the value: what
+/// tells which series a page gained.
+pub fn series_keys(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.rsplit_once(' ').map_or(l, |(key, _)| key).to_owned())
+        .collect()
+}
+
+/// The `/metrics` page served at `addr` (plain HTTP, 5 s bound).
 ///
 /// # Errors
 ///
 /// When the page cannot be read.
-pub async fn read_series(addr: SocketAddr) -> Result<u64, String> {
-    grid_kit::operator_harness::read_metrics(addr)
-        .await
-        .map(|page| series_count(&page))
+pub async fn read_page(addr: SocketAddr) -> Result<String, String> {
+    grid_kit::operator_harness::read_metrics(addr).await
 }
 
 #[cfg(test)]
@@ -102,5 +111,12 @@ mod tests {
     fn series_are_the_lines_that_are_neither_comments_nor_blank() {
         let page = "# HELP a x\n# TYPE a counter\na_total 1\nb{x=\"1\"} 2\n\n# EOF\n";
         assert_eq!(series_count(page), 2);
+    }
+
+    #[test]
+    fn a_series_key_is_its_name_and_labels_without_the_value() {
+        let page = "# TYPE a counter\na_total 1\nb{x=\"1 2\"} 2.5\n";
+        let keys: Vec<String> = series_keys(page).into_iter().collect();
+        assert_eq!(keys, ["a_total", "b{x=\"1 2\"}"]);
     }
 }
