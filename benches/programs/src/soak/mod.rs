@@ -3,8 +3,8 @@
 //! cycles, for minutes to hours; and beside it operator x, scraping a 1 MiB, 400-endpoint
 //! exposition every second. Every few seconds it reads each daemon's resident memory,
 //! open descriptors, threads and `/metrics` series; at the end it judges whether any of
-//! them grew after the warm-up ([`verdict`]), prints the table and draws the memory and
-//! descriptor plots.
+//! them grew after the warm-up ([`verdict`]), prints the table and draws one plot of
+//! each over the run.
 //!
 //! ```text
 //! script (per cycle) --control--> sims, relays, big EPP
@@ -559,6 +559,8 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
     for (name, figure) in [
         ("soak-memory.svg", &plot::MEMORY),
         ("soak-descriptors.svg", &plot::DESCRIPTORS),
+        ("soak-series.svg", &plot::SERIES),
+        ("soak-threads.svg", &plot::THREADS),
     ] {
         let path = config.out_dir.join(name);
         plot::write(&path, figure, &tracks, windows)?;

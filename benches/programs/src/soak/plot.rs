@@ -33,22 +33,36 @@ pub struct Figure<'a> {
     pub caption: &'a str,
     /// The y axis's description.
     pub y_desc: &'a str,
-    /// The value drawn.
-    pub value: fn(&ProcReading) -> f64,
+    /// The value drawn; a sample without it (a page not read) is skipped.
+    pub value: fn(&ProcReading) -> Option<f64>,
 }
 
 /// Resident memory in MiB.
 pub const MEMORY: Figure<'static> = Figure {
     caption: "Resident memory (VmRSS) per process; grey: warm-up, blue: the compared windows",
     y_desc: "MiB",
-    value: |r| r.rss_kib as f64 / 1024.0,
+    value: |r| Some(r.rss_kib as f64 / 1024.0),
 };
 
 /// Open descriptors.
 pub const DESCRIPTORS: Figure<'static> = Figure {
     caption: "Open file descriptors per process; grey: warm-up, blue: the compared windows",
     y_desc: "descriptors",
-    value: |r| r.fds as f64,
+    value: |r| Some(r.fds as f64),
+};
+
+/// Series on each daemon's `/metrics`.
+pub const SERIES: Figure<'static> = Figure {
+    caption: "Series on /metrics per process; grey: warm-up, blue: the compared windows",
+    y_desc: "series",
+    value: |r| r.series.map(|n| n as f64),
+};
+
+/// Threads.
+pub const THREADS: Figure<'static> = Figure {
+    caption: "Threads per process; grey: warm-up, blue: the compared windows",
+    y_desc: "threads",
+    value: |r| Some(r.threads as f64),
 };
 
 fn plot_err(e: impl std::fmt::Display) -> Error {
@@ -71,7 +85,7 @@ pub fn render(figure: &Figure<'_>, tracks: &[Track], windows: Windows) -> Result
             .fold(windows.late.1 / 60.0, f64::max);
         let y_max = tracks
             .iter()
-            .flat_map(|t| t.samples.iter().map(|(_, r)| (figure.value)(r)))
+            .flat_map(|t| t.samples.iter().filter_map(|(_, r)| (figure.value)(r)))
             .fold(1.0, f64::max)
             * 1.15;
         let mut chart = ChartBuilder::on(&root)
@@ -102,7 +116,7 @@ pub fn render(figure: &Figure<'_>, tracks: &[Track], windows: Windows) -> Result
             let points = track
                 .samples
                 .iter()
-                .map(|(s, r)| (*s / 60.0, (figure.value)(r)));
+                .filter_map(|(s, r)| Some((*s / 60.0, (figure.value)(r)?)));
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(plot_err)?
