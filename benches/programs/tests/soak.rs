@@ -46,7 +46,7 @@ async fn two_minutes_of_traffic_bursts_and_faults_grow_no_daemon() {
         .expect("the soak runs");
     let summary = report.summary();
     println!("{summary}");
-    assert!(report.passed(), "{summary}");
+    assert!(report.passed(), "{}\n{summary}", report.failures());
     assert!(report.big_scrapes.unwrap_or(0) >= 100, "{summary}");
     assert!(report.files.iter().all(|f| f.is_file()), "{summary}");
 }

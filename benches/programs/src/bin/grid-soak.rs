@@ -58,6 +58,9 @@ fn main() -> anyhow::Result<ExitCode> {
     })?;
     runtime.shutdown_timeout(Duration::from_secs(2));
     println!("\n{}", report.summary());
+    if !report.passed() {
+        eprint!("{}", report.failures());
+    }
     Ok(if report.passed() {
         ExitCode::SUCCESS
     } else {

@@ -158,6 +158,29 @@ impl Report {
         self.verdict.passed() && self.served_share() >= MIN_SERVED_SHARE
     }
 
+    /// One line per failed check, then whether too few requests were served: what a
+    /// failing run says first.
+    pub fn failures(&self) -> String {
+        let mut out = String::new();
+        for c in self.verdict.failures() {
+            let _ = writeln!(
+                out,
+                "{} {} grew after the warm-up: {:.1} in the baseline window, {:.1} in the late \
+                 window, at most {:.1} allowed ({})",
+                c.process, c.what, c.baseline, c.late, c.limit, c.unit
+            );
+        }
+        if self.served_share() < MIN_SERVED_SHARE {
+            let _ = writeln!(
+                out,
+                "the grid served {:.1}% of the requests answered, under the {:.0}% required",
+                self.served_share() * 100.0,
+                MIN_SERVED_SHARE * 100.0
+            );
+        }
+        out
+    }
+
     /// The verdict table and what the load did.
     pub fn summary(&self) -> String {
         let mut out = self.verdict.table();
