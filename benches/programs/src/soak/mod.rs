@@ -118,6 +118,30 @@ pub struct Loud {
     pub first: Vec<String>,
 }
 
+/// The least, the median and the most of a series of figures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// The least.
+    pub min: f64,
+    /// The median (the upper of the two middle figures of an even count).
+    pub median: f64,
+    /// The most.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `figures`; `None` when there are none.
+    pub fn of(mut figures: Vec<f64>) -> Option<Self> {
+        figures.retain(|f| f.is_finite());
+        figures.sort_by(f64::total_cmp);
+        Some(Self {
+            min: *figures.first()?,
+            median: figures[figures.len() / 2],
+            max: *figures.last()?,
+        })
+    }
+}
+
 /// What a run found.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -137,6 +161,8 @@ pub struct Report {
     pub failed: u64,
     /// Scripted steps applied.
     pub steps: u64,
+    /// The machine's one-minute load average over the samples.
+    pub machine_load: Option<Spread>,
     /// Scrapes of the big exposition.
     pub big_scrapes: Option<usize>,
     /// Warnings and errors per daemon.
@@ -207,6 +233,16 @@ impl Report {
             self.failed,
             self.steps
         );
+        if let Some(l) = self.machine_load {
+            let _ = writeln!(
+                out,
+                "machine load (1-minute average, {} cores): min {:.2}, median {:.2}, max {:.2}",
+                std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+                l.min,
+                l.median,
+                l.max
+            );
+        }
         if let Some(n) = self.big_scrapes {
             let _ = writeln!(out, "big exposition (1 MiB, 400 endpoints) scraped {n} times");
         }
@@ -256,7 +292,7 @@ async fn sample(
     warmup_end_s: f64,
     latest: Arc<Mutex<Vec<Option<ProcReading>>>>,
     mut stop: watch::Receiver<bool>,
-) -> Vec<Track> {
+) -> (Vec<Track>, Vec<f64>) {
     let mut tracks: Vec<Track> = who
         .iter()
         .map(|(name, _, _)| Track {
@@ -264,6 +300,7 @@ async fn sample(
             ..Track::default()
         })
         .collect();
+    let mut loads = Vec::new();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -272,6 +309,9 @@ async fn sample(
             _ = stop.wait_for(|s| *s) => break,
         }
         let t = clock.elapsed().as_secs_f64();
+        if let Some(load) = procs::load_average() {
+            loads.push(load);
+        }
         for (i, (_, pid, metrics)) in who.iter().enumerate() {
             // A process gone from /proc is missed; a /metrics page that could not be read
             // in time (a loaded machine) only leaves this sample without a series count.
@@ -299,7 +339,7 @@ async fn sample(
             latest.lock()[i] = reading;
         }
     }
-    tracks
+    (tracks, loads)
 }
 
 /// Applies one step.
@@ -563,7 +603,7 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
         }
     }
     let _ = stop_tx.send(true);
-    let tracks = tokio::time::timeout(STOP_WITHIN, sampler)
+    let (tracks, loads) = tokio::time::timeout(STOP_WITHIN, sampler)
         .await
         .map_err(|_| Error::Timeout {
             what: "the sampler stopping".into(),
@@ -602,8 +642,22 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
         unavailable: total.unavailable,
         failed: total.failed + total.not_sent + total.sites.iter().map(|s| s.failed).sum::<u64>(),
         steps: next,
+        machine_load: Spread::of(loads),
         big_scrapes,
         loud,
         files,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_holds_the_least_the_middle_and_the_most_finite_figure() {
+        let s = Spread::of(vec![3.0, f64::NAN, 1.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
+        assert_eq!(Spread::of(vec![f64::NAN]), None);
+        assert_eq!(Spread::of(Vec::new()), None);
+    }
 }

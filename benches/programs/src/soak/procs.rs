@@ -60,6 +60,16 @@ pub fn read_proc(pid: u32) -> std::io::Result<ProcReading> {
     })
 }
 
+/// The machine's one-minute load average (`/proc/loadavg`), the run's context.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// How many series an exposition carries: its lines that are neither empty nor comments.
 pub fn series_count(exposition: &str) -> u64 {
     exposition
