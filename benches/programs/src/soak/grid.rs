@@ -487,7 +487,10 @@ mod tests {
             assert!(n <= MAX_EXPOSITION_BYTES, "{n}");
             // The filler ends at a whole series line, so the body falls short of the
             // size asked for by less than one line of the exposition's longest family.
-            assert!(n >= MAX_EXPOSITION_BYTES - 8 * 1024, "{n}: just under 1 MiB");
+            assert!(
+                n >= MAX_EXPOSITION_BYTES - 8 * 1024,
+                "{n}: just under 1 MiB"
+            );
         }
         assert!(tail.matches("llm_d_epp_per_endpoint_queue_size{").count() == 400);
     }
@@ -526,7 +529,10 @@ mod tests {
             &site,
             &spec,
             "127.0.0.1:9".parse().unwrap(),
-            &[("a", "http://127.0.0.1:1".into()), ("b", "http://127.0.0.1:2".into())],
+            &[
+                ("a", "http://127.0.0.1:1".into()),
+                ("b", "http://127.0.0.1:2".into()),
+            ],
         );
         let g = grid_gateway::Config::from_toml_str(&text).unwrap();
         assert_eq!(g.models[0].candidates.len(), 2);

@@ -176,7 +176,11 @@ impl Report {
     pub fn served_share(&self) -> f64 {
         let ok: u64 = self.served.iter().map(|(_, n)| n).sum();
         let all = ok + self.shed + self.unavailable + self.failed;
-        if all == 0 { 0.0 } else { ok as f64 / all as f64 }
+        if all == 0 {
+            0.0
+        } else {
+            ok as f64 / all as f64
+        }
     }
 
     /// Whether nothing grew and the grid kept serving.
@@ -244,7 +248,10 @@ impl Report {
             );
         }
         if let Some(n) = self.big_scrapes {
-            let _ = writeln!(out, "big exposition (1 MiB, 400 endpoints) scraped {n} times");
+            let _ = writeln!(
+                out,
+                "big exposition (1 MiB, 400 endpoints) scraped {n} times"
+            );
         }
         for t in &self.tracks {
             let new = t.new_series();
@@ -513,7 +520,12 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
     for w in &grid.watched {
         say(
             out,
-            &format!("  {} pid {} /metrics at {}", w.name, w.daemon.pid(), w.metrics),
+            &format!(
+                "  {} pid {} /metrics at {}",
+                w.name,
+                w.daemon.pid(),
+                w.metrics
+            ),
         );
     }
     wait_routed(&grid, ROUTED_WITHIN).await?;

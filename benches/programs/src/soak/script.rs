@@ -115,8 +115,12 @@ mod tests {
         assert!(steps.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
         assert!(steps.iter().all(|s| s.at_ms < 30_000));
         for (fault, _, _) in FAULT_SPANS {
-            let on = steps.iter().position(|s| s.what == Move::Fault(fault, true));
-            let off = steps.iter().position(|s| s.what == Move::Fault(fault, false));
+            let on = steps
+                .iter()
+                .position(|s| s.what == Move::Fault(fault, true));
+            let off = steps
+                .iter()
+                .position(|s| s.what == Move::Fault(fault, false));
             assert!(on.unwrap() < off.unwrap(), "{fault:?}");
         }
     }

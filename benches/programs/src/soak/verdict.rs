@@ -310,7 +310,9 @@ mod tests {
     fn track(f: impl Fn(f64) -> ProcReading) -> Track {
         Track {
             name: "gateway".into(),
-            samples: (0..=60).map(|i| (i as f64 * 2.0, f(i as f64 * 2.0))).collect(),
+            samples: (0..=60)
+                .map(|i| (i as f64 * 2.0, f(i as f64 * 2.0)))
+                .collect(),
             ..Track::default()
         }
     }
@@ -364,7 +366,12 @@ mod tests {
         });
         let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
         let failed: Vec<&str> = v.failures().iter().map(|c| c.what).collect();
-        assert_eq!(failed, ["descriptors", "series", "threads"], "{}", v.table());
+        assert_eq!(
+            failed,
+            ["descriptors", "series", "threads"],
+            "{}",
+            v.table()
+        );
     }
 
     /// Readings of `base` up to the middle of the run and `late` after it.
@@ -385,7 +392,10 @@ mod tests {
         assert_eq!(failed(step(base, reading(21_001, 40, 300, 5))), ["memory"]);
         // Descriptors: 10% of 40 plus 8 is 12.
         assert!(failed(step(base, reading(20_000, 52, 300, 5))).is_empty());
-        assert_eq!(failed(step(base, reading(20_000, 53, 300, 5))), ["descriptors"]);
+        assert_eq!(
+            failed(step(base, reading(20_000, 53, 300, 5))),
+            ["descriptors"]
+        );
         // Series: eight more.
         assert!(failed(step(base, reading(20_000, 40, 308, 5))).is_empty());
         assert_eq!(failed(step(base, reading(20_000, 40, 309, 5))), ["series"]);
@@ -402,7 +412,12 @@ mod tests {
             let warm = (t / 30.0).min(1.0);
             let burst = (t % 30.0) >= 20.0 && (t % 30.0) < 26.0;
             let rss = (10_000.0 + 10_000.0 * warm) as u64 + if burst { 6_000 } else { 0 };
-            reading(rss, 40 + 30 * u64::from(burst), 300, 5 + 6 * u64::from(burst))
+            reading(
+                rss,
+                40 + 30 * u64::from(burst),
+                300,
+                5 + 6 * u64::from(burst),
+            )
         });
         assert!(failed(t).is_empty());
     }
