@@ -328,7 +328,7 @@ async fn sample(
                     if let Some(page) = &page {
                         let keys = procs::series_keys(page);
                         if t >= warmup_end_s && tracks[i].series_after_warmup.is_empty() {
-                            tracks[i].series_after_warmup = keys.clone();
+                            tracks[i].series_after_warmup.clone_from(&keys);
                         }
                         tracks[i].series_at_end = keys;
                     }
@@ -485,24 +485,12 @@ pub fn write_csv(path: &Path, tracks: &[Track]) -> Result<(), Error> {
     })
 }
 
-/// Runs the soak, printing a progress line every cycle to `out`.
-///
-/// # Errors
-///
-/// When the grid cannot be started, the gateway never routes by load, the run is too
-/// short for a warm-up and two windows, or the files cannot be written.
-pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Report, Error> {
-    let windows = Windows::of(config.duration.as_secs_f64(), config.cycle.as_secs_f64())
-        .ok_or_else(|| {
-            Error::Request(format!(
-                "{:?} is too short for a warm-up and two windows of {:?} cycles",
-                config.duration, config.cycle
-            ))
-        })?;
-    std::fs::create_dir_all(&config.out_dir).map_err(|source| Error::Write {
-        path: config.out_dir.clone(),
-        source,
-    })?;
+/// Starts the grid, says where each daemon is, and waits until the gateway routes by
+/// load.
+async fn start_grid(
+    config: &SoakConfig,
+    out: &mut (dyn Write + Send),
+) -> Result<ProcessGrid, Error> {
     say(
         out,
         &format!(
@@ -515,8 +503,7 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
         ),
     );
     let spec = crate::demo::grid_spec(config.cadence, config.seed);
-    let mut grid = ProcessGrid::start(&spec, &config.binaries, config.big).await?;
-    let names: Vec<String> = grid.watched.iter().map(|w| w.name.clone()).collect();
+    let grid = ProcessGrid::start(&spec, &config.binaries, config.big).await?;
     for w in &grid.watched {
         say(
             out,
@@ -539,6 +526,114 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
             config.sample_every
         ),
     );
+
+    Ok(grid)
+}
+
+/// Applies the script's steps as they fall due and reads the daemons' logs until the
+/// run's end; says a progress line every cycle. Returns the steps applied and what each
+/// daemon logged loud.
+#[allow(clippy::too_many_arguments)] // the run's shared state, each piece its own handle
+async fn drive(
+    grid: &mut ProcessGrid,
+    config: &SoakConfig,
+    clock: Stopwatch,
+    rate: &Rate,
+    base_rps: f64,
+    tally: &Mutex<Tally>,
+    latest: &Mutex<Vec<Option<ProcReading>>>,
+    out: &mut (dyn Write + Send),
+) -> (u64, Vec<Loud>) {
+    let names: Vec<String> = grid.watched.iter().map(|w| w.name.clone()).collect();
+    let steps = script::cycle(config.cycle.as_millis() as u64);
+    let cycle_ms = config.cycle.as_millis() as u64;
+    let end_ms = config.duration.as_millis() as u64;
+    let mut loud: Vec<Loud> = names
+        .iter()
+        .map(|n| Loud {
+            process: n.clone(),
+            ..Loud::default()
+        })
+        .collect();
+    let mut next: u64 = 0;
+    let mut cycles_shown = 0;
+    let mut ticker = tokio::time::interval(TICK);
+    loop {
+        ticker.tick().await;
+        let now_ms = clock.elapsed().as_millis() as u64;
+        if now_ms >= end_ms {
+            break;
+        }
+        loop {
+            let n = steps.len() as u64;
+            let step = &steps[(next % n) as usize];
+            if (next / n) * cycle_ms + step.at_ms > now_ms {
+                break;
+            }
+            apply(grid, rate, base_rps, &step.what);
+            next += 1;
+        }
+        for (w, l) in grid.watched.iter_mut().zip(&mut loud) {
+            for line in w.daemon.take_lines() {
+                if line.contains(" WARN ") || line.contains(" ERROR ") {
+                    l.lines += 1;
+                    if l.first.len() < LOUD_KEPT {
+                        l.first.push(line);
+                    }
+                }
+            }
+        }
+        if now_ms / cycle_ms > cycles_shown {
+            cycles_shown = now_ms / cycle_ms;
+            let line = progress(now_ms / 1_000, &names, &latest.lock(), &tally.lock());
+            say(out, &line);
+        }
+    }
+    (next, loud)
+}
+
+/// Writes the samples (CSV) and the plots (SVG) into the run's directory; returns them.
+fn write_files(
+    config: &SoakConfig,
+    tracks: &[Track],
+    windows: Windows,
+) -> Result<Vec<PathBuf>, Error> {
+    let csv = config.out_dir.join("soak-samples.csv");
+    write_csv(&csv, tracks)?;
+    let mut files = vec![csv];
+    for (name, figure) in [
+        ("soak-memory.svg", &plot::MEMORY),
+        ("soak-descriptors.svg", &plot::DESCRIPTORS),
+        ("soak-series.svg", &plot::SERIES),
+        ("soak-threads.svg", &plot::THREADS),
+    ] {
+        let path = config.out_dir.join(name);
+        plot::write(&path, figure, tracks, windows)?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// Runs the soak, printing a progress line every cycle to `out`.
+///
+/// # Errors
+///
+/// When the grid cannot be started, the gateway never routes by load, the run is too
+/// short for a warm-up and two windows, or the files cannot be written.
+pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Report, Error> {
+    let windows = Windows::of(config.duration.as_secs_f64(), config.cycle.as_secs_f64())
+        .ok_or_else(|| {
+            Error::Request(format!(
+                "{:?} is too short for a warm-up and two windows of {:?} cycles",
+                config.duration, config.cycle
+            ))
+        })?;
+    std::fs::create_dir_all(&config.out_dir).map_err(|source| Error::Write {
+        path: config.out_dir.clone(),
+        source,
+    })?;
+    let mut grid = start_grid(config, out).await?;
+    let names: Vec<String> = grid.watched.iter().map(|w| w.name.clone()).collect();
 
     let clock = Stopwatch::start();
     let base_rps = crate::demo::capacity_rps() * config.load;
@@ -570,50 +665,10 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
         stop_rx,
     ));
 
-    let steps = script::cycle(config.cycle.as_millis() as u64);
-    let cycle_ms = config.cycle.as_millis() as u64;
-    let end_ms = config.duration.as_millis() as u64;
-    let mut loud: Vec<Loud> = names
-        .iter()
-        .map(|n| Loud {
-            process: n.clone(),
-            ..Loud::default()
-        })
-        .collect();
-    let mut next: u64 = 0;
-    let mut cycles_shown = 0;
-    let mut ticker = tokio::time::interval(TICK);
-    loop {
-        ticker.tick().await;
-        let now_ms = clock.elapsed().as_millis() as u64;
-        if now_ms >= end_ms {
-            break;
-        }
-        loop {
-            let n = steps.len() as u64;
-            let step = &steps[(next % n) as usize];
-            if (next / n) * cycle_ms + step.at_ms > now_ms {
-                break;
-            }
-            apply(&grid, &rate, base_rps, &step.what);
-            next += 1;
-        }
-        for (w, l) in grid.watched.iter_mut().zip(&mut loud) {
-            for line in w.daemon.take_lines() {
-                if line.contains(" WARN ") || line.contains(" ERROR ") {
-                    l.lines += 1;
-                    if l.first.len() < LOUD_KEPT {
-                        l.first.push(line);
-                    }
-                }
-            }
-        }
-        if now_ms / cycle_ms > cycles_shown {
-            cycles_shown = now_ms / cycle_ms;
-            let line = progress(now_ms / 1_000, &names, &latest.lock(), &tally.lock());
-            say(out, &line);
-        }
-    }
+    let (steps, loud) = drive(
+        &mut grid, config, clock, &rate, base_rps, &tally, &latest, out,
+    )
+    .await;
     let _ = stop_tx.send(true);
     let (tracks, loads) = tokio::time::timeout(STOP_WITHIN, sampler)
         .await
@@ -628,19 +683,7 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
     grid.stop(STOP_WITHIN).await;
 
     let verdict = Verdict::judge(&tracks, windows);
-    let csv = config.out_dir.join("soak-samples.csv");
-    write_csv(&csv, &tracks)?;
-    let mut files = vec![csv];
-    for (name, figure) in [
-        ("soak-memory.svg", &plot::MEMORY),
-        ("soak-descriptors.svg", &plot::DESCRIPTORS),
-        ("soak-series.svg", &plot::SERIES),
-        ("soak-threads.svg", &plot::THREADS),
-    ] {
-        let path = config.out_dir.join(name);
-        plot::write(&path, figure, &tracks, windows)?;
-        files.push(path);
-    }
+    let files = write_files(config, &tracks, windows)?;
     let total = tally.lock().window(0, usize::MAX);
     Ok(Report {
         windows,
@@ -653,7 +696,7 @@ pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Re
         shed: total.shed,
         unavailable: total.unavailable,
         failed: total.failed + total.not_sent + total.sites.iter().map(|s| s.failed).sum::<u64>(),
-        steps: next,
+        steps,
         machine_load: Spread::of(loads),
         big_scrapes,
         loud,

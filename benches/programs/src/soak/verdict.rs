@@ -311,7 +311,7 @@ mod tests {
         Track {
             name: "gateway".into(),
             samples: (0..=60)
-                .map(|i| (i as f64 * 2.0, f(i as f64 * 2.0)))
+                .map(|i| (f64::from(i) * 2.0, f(f64::from(i) * 2.0)))
                 .collect(),
             ..Track::default()
         }
@@ -321,17 +321,19 @@ mod tests {
     fn a_two_minute_run_of_thirty_second_cycles_warms_one_cycle_and_compares_the_second_with_the_last()
      {
         let w = Windows::of(120.0, 30.0).unwrap();
-        assert_eq!(w.warmup_end_s, 30.0);
-        assert_eq!(w.baseline, (30.0, 60.0));
-        assert_eq!(w.late, (90.0, 120.0));
+        assert_eq!(
+            (w.warmup_end_s, w.baseline, w.late),
+            (30.0, (30.0, 60.0), (90.0, 120.0))
+        );
     }
 
     #[test]
     fn a_thirty_minute_run_warms_three_minutes_and_compares_three_minute_windows() {
         let w = Windows::of(1_800.0, 30.0).unwrap();
-        assert_eq!(w.warmup_end_s, 180.0);
-        assert_eq!(w.baseline, (180.0, 360.0));
-        assert_eq!(w.late, (1_620.0, 1_800.0));
+        assert_eq!(
+            (w.warmup_end_s, w.baseline, w.late),
+            (180.0, (180.0, 360.0), (1_620.0, 1_800.0))
+        );
     }
 
     #[test]
