@@ -14,10 +14,11 @@
 //! is the demo's: 0.4 of the grid's nominal capacity outside bursts and 3.5 times that
 //! for a fifth of each cycle, some 18 requests/s on average, every one read whole by the
 //! gateway. A gateway made to keep 4 KiB and a descriptor of every request (a deliberate
-//! leak, never committed) failed it: median resident memory 42.2 to 44.5 MiB (+5.4%
-//! against the 5% allowed) and descriptors 894 to 2,009 against 991 allowed; the clean
-//! gateway's median moved by +0.1% and +0.0% in two runs. So it catches a leak of
-//! about 4 KiB a request, or any descriptor kept per request or per poll. Against the
+//! leak, never committed) failed it in both runs tried: median resident memory +5.4% and
+//! +10.8% against the 5% allowed, descriptors 894 to 2,009 and 902 to 2,005 against
+//! about 1,000 allowed. In four clean runs the gateway's median moved by +0.0% to
+//! +0.4% and every operator's by -1.0% to +1.5% (+3.1% at most beside a leaking
+//! gateway, on a machine at load 3). So it catches a leak of about 4 KiB a request, or any descriptor kept per request or per poll. Against the
 //! noise: both windows hold a whole cycle each, with the same steps at the same offsets,
 //! so the bursts and faults weigh the same in both medians, and a median ignores the few
 //! samples a loaded machine delays; descriptors get 10% plus 8 for the pooled
