@@ -106,6 +106,13 @@ impl Daemon {
         }
     }
 
+    /// Every stderr line that arrived since the last call (or the last wait), without
+    /// waiting and without keeping them in [`Daemon::seen`]: what a long run reads so that
+    /// a chatty daemon's lines do not pile up.
+    pub fn take_lines(&mut self) -> Vec<String> {
+        std::iter::from_fn(|| self.lines.try_recv().ok()).collect()
+    }
+
     /// The stderr lines read so far at WARN or ERROR: a healthy run has none.
     pub fn loud_lines(&self) -> Vec<&str> {
         self.seen
