@@ -173,7 +173,12 @@ async fn streams(args: &Args, pinning: Pinning) -> anyhow::Result<()> {
         }
     );
     println!("First byte of one stream at a time on an idle proxy, p50 us (added over direct):\n");
-    println!("| client | direct | nginx | Envoy | grid |\n| --- | ---: | ---: | ---: | ---: |");
+    let shown: Vec<&str> = TARGETS.into_iter().filter(|t| wanted(t)).collect();
+    println!(
+        "| client | {} |\n| --- |{}",
+        shown.join(" | "),
+        " ---: |".repeat(shown.len())
+    );
     for client in clients(args) {
         let mut cells = Vec::new();
         let mut direct = 0.0;

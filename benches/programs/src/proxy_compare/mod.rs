@@ -391,6 +391,13 @@ pub fn start_envoy(
     Ok(two_listeners("envoy", (child, log), (h1, h2)))
 }
 
+/// Envoy's cluster circuit breakers (connections, pending and active requests to the
+/// upstream): their default of 1,024 answers every stream past it with a 503, which
+/// measures the default, not the proxy. Every proxy here may hold the machine's
+/// descriptor limit (nginx's `worker_connections`, grid's `maxConnectionsPerSite` in
+/// [`Sizing::STREAMS`]).
+pub const ENVOY_CLUSTER_LIMIT: usize = 20_000;
+
 /// The bootstrap [`start_envoy`] writes.
 pub fn envoy_config(upstream: &str, (h1, h2): (u16, u16)) -> String {
     let up = upstream.trim_start_matches("http://");
@@ -429,12 +436,16 @@ pub fn envoy_config(upstream: &str, (h1, h2): (u16, u16)) -> String {
   - name: up
     type: STATIC
     connect_timeout: 1s
+    circuit_breakers:
+      thresholds:
+      - {{ max_connections: {limit}, max_pending_requests: {limit}, max_requests: {limit} }}
     load_assignment:
       cluster_name: up
       endpoints:
       - lb_endpoints:
         - endpoint: {{ address: {{ socket_address: {{ address: {host}, port_value: {port} }} }} }}
-"
+",
+        limit = ENVOY_CLUSTER_LIMIT,
     );
     out
 }
