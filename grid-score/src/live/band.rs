@@ -20,7 +20,21 @@
 use crate::hash::WordHash;
 use std::hash::Hasher as _;
 
-use super::slot::LiveRoom;
+/// A room signal older than this carries nothing (and is not counted in the grid's
+/// headroom header): one peer poll, by which time a polled reading has replaced it.
+pub const LIVE_ROOM_FRESH_MS: u64 = 5_000;
+
+/// The newest room signal a candidate's responses carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveRoom {
+    /// When the response was read (the gateway's clock, ms since the Unix epoch).
+    pub stamp_ms: u64,
+    /// The band's headroom, when the response carried one.
+    pub headroom: Option<u64>,
+    /// The response was evidence the site is full now (zero headroom, or dropped as
+    /// `rejected-saturated`).
+    pub saturated: bool,
+}
 
 /// The request header naming the inference objective, whose priority is the band that
 /// admits the request (the Gateway API Inference Extension's `InferenceObjective`).
@@ -131,7 +145,7 @@ impl BandState {
             && q > 0.0
             && held >= q
             && stamp_ms > self.confirmed_ms
-            && stamp_ms.abs_diff(self.room.stamp_ms) <= super::LIVE_ROOM_FRESH_MS
+            && stamp_ms.abs_diff(self.room.stamp_ms) <= LIVE_ROOM_FRESH_MS
         {
             self.confirmed_ms = stamp_ms;
             self.since = 0;

@@ -29,7 +29,10 @@ mod slot;
 mod state;
 mod turnover;
 
-pub use band::{BAND_MAX_FORGET_MS, BAND_REQUEST_HEADER, BandKey, MAX_BANDS_TRACKED};
+pub use band::{
+    BAND_MAX_FORGET_MS, BAND_REQUEST_HEADER, BandKey, LIVE_ROOM_FRESH_MS, LiveRoom,
+    MAX_BANDS_TRACKED,
+};
 pub use headers::{
     DROPPED_REASON_HEADER, DropReason, FLOW_HEADER_PREFIX, FlowHeader, FlowHeaderReject,
     FlowHeaders, FlowObservation, FlowRefusals, HEADROOM_HEADER, HEADROOM_HEADER_PROVISIONAL,
@@ -41,11 +44,8 @@ pub use outlier::{
     RATIO_HALF_LIFE_MS, max_ejected,
 };
 pub use slot::{
-    DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveRoom, LiveSlot,
-    MAX_FULL_HOLD_MS,
+    DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot, MAX_FULL_HOLD_MS,
 };
-pub use state::{
-    FAILURE_HALF_LIFE_MS, LIVE_ROOM_FRESH_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE,
-};
+pub use state::{FAILURE_HALF_LIFE_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE};
 pub(crate) use state::{LiveState, LiveView};
 pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::band::{BandKey, MAX_BANDS_TRACKED};
+use super::band::{BandKey, LIVE_ROOM_FRESH_MS, LiveRoom, MAX_BANDS_TRACKED};
 use super::headers::FlowObservation;
 use crate::reading::CandidateKey;
 
@@ -17,18 +17,6 @@ const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 const HEADROOM_MASK: u64 = (1 << HEADROOM_BITS) - 1;
 const HAS_HEADROOM: u64 = 1 << (STAMP_BITS + HEADROOM_BITS);
 const SATURATED: u64 = 1 << (STAMP_BITS + HEADROOM_BITS + 1);
-
-/// The newest room signal a candidate's responses carried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LiveRoom {
-    /// When the response was read (the gateway's clock, ms since the Unix epoch).
-    pub stamp_ms: u64,
-    /// The band's headroom, when the response carried one.
-    pub headroom: Option<u64>,
-    /// The response was evidence the site is full now (zero headroom, or dropped as
-    /// `rejected-saturated`).
-    pub saturated: bool,
-}
 
 /// What a slot held when the refresh drained it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -184,7 +172,7 @@ impl LiveSlot {
     /// The headroom to restate to the client of an answer from this site to a request of
     /// `band`, at `now_ms`: what the answer itself said of its band (0 when it said
     /// "full"), else the band's newest room signal here while at most
-    /// [`super::LIVE_ROOM_FRESH_MS`] old; never another band's, never another site's.
+    /// [`LIVE_ROOM_FRESH_MS`] old; never another band's, never another site's.
     /// Call it after [`LiveSlot::record_room`] of the same answer. Lock-free.
     pub fn restated_headroom(
         &self,
@@ -198,7 +186,7 @@ impl LiveSlot {
                 .or(observation.saturated().then_some(0));
         }
         let room = unpack(self.cell_of(band.raw())?.room.load(Ordering::Acquire))?;
-        if now_ms.saturating_sub(room.stamp_ms) > super::LIVE_ROOM_FRESH_MS {
+        if now_ms.saturating_sub(room.stamp_ms) > LIVE_ROOM_FRESH_MS {
             return None;
         }
         room.headroom.or(room.saturated.then_some(0))
@@ -474,7 +462,7 @@ mod tests {
             "the default band showed nothing here"
         );
         assert_eq!(slot.restated_headroom(t + 1, critical, &silent), Some(3));
-        let fresh = t + crate::live::LIVE_ROOM_FRESH_MS;
+        let fresh = t + LIVE_ROOM_FRESH_MS;
         assert_eq!(slot.restated_headroom(fresh, critical, &silent), Some(3));
         assert_eq!(
             slot.restated_headroom(fresh + 1, critical, &silent),

@@ -19,9 +19,9 @@
 //! place of an older reading's load (`docs/routing.md`, "Live room"). Each band is kept
 //! apart ([`super::band`]): one band's size less another band's headroom is no queue.
 
-use super::band::{BandState, MAX_BANDS_TRACKED};
+use super::band::{BandState, LIVE_ROOM_FRESH_MS, LiveRoom, MAX_BANDS_TRACKED};
 use super::outlier::{Outlier, OutlierChange};
-use super::slot::{LiveEvidence, LiveRoom};
+use super::slot::LiveEvidence;
 use super::turnover::Turnover;
 
 /// A response's room signal loses half its weight every this many ms: about one turnover
@@ -30,10 +30,6 @@ use super::turnover::Turnover;
 /// by then, have taken over. A site weighted out this way is probed again as its signal
 /// ages, and each answer that still says "full" renews it.
 pub const LIVE_ROOM_HALF_LIFE_MS: u64 = 2_000;
-
-/// A room signal older than this carries nothing (and is not counted in the grid's
-/// headroom header): one peer poll, by which time a polled reading has replaced it.
-pub const LIVE_ROOM_FRESH_MS: u64 = 5_000;
 
 /// Serving failures lose half their weight every this many ms (Envoy ejects for 30 s on
 /// its first ejection; this is a softer, shorter penalty, since the site is only
