@@ -438,14 +438,13 @@ pub fn envoy_config(upstream: &str, (h1, h2): (u16, u16)) -> String {
     connect_timeout: 1s
     circuit_breakers:
       thresholds:
-      - {{ max_connections: {limit}, max_pending_requests: {limit}, max_requests: {limit} }}
+      - {{ max_connections: {ENVOY_CLUSTER_LIMIT}, max_pending_requests: {ENVOY_CLUSTER_LIMIT}, max_requests: {ENVOY_CLUSTER_LIMIT} }}
     load_assignment:
       cluster_name: up
       endpoints:
       - lb_endpoints:
         - endpoint: {{ address: {{ socket_address: {{ address: {host}, port_value: {port} }} }} }}
 ",
-        limit = ENVOY_CLUSTER_LIMIT,
     );
     out
 }
