@@ -119,8 +119,14 @@ impl Learner {
             self.live.polled(held, stamp);
         }
         match self.verdict(r) {
-            Verdict::Out(reason) => self.excluded = Some((reason, stamp)),
-            Verdict::Ready => self.excluded = None,
+            Verdict::Out(reason) => {
+                self.excluded = Some((reason, stamp));
+                self.live.readiness(true);
+            }
+            Verdict::Ready => {
+                self.excluded = None;
+                self.live.readiness(false);
+            }
             Verdict::Unknown => {
                 if self
                     .excluded
@@ -295,6 +301,48 @@ mod tests {
                 waiting: 2,
             }),
             ..load(stamp, in_flight, 4.0)
+        }
+    }
+
+    #[test]
+    fn a_site_ejected_while_it_read_zero_ready_endpoints_is_back_when_a_reading_says_it_serves() {
+        use crate::live::{CONSECUTIVE_FAILURES, OutlierChange, Rejoin};
+        let failing = |streak| LiveEvidence {
+            failures: CONSECUTIVE_FAILURES,
+            streak,
+            ..LiveEvidence::default()
+        };
+        let zero = |stamp| Reading {
+            ready_endpoints: Some(0),
+            ..load(stamp, 0.0, 0.0)
+        };
+        let mut l = Learner::default();
+        l.observe(&load(1_000, 2.0, 0.0), FRESH);
+        // Its endpoints go: the requests it held fail, and then a reading says so.
+        assert!(matches!(
+            l.observe_live(&failing(CONSECUTIVE_FAILURES), 1_100),
+            Some(OutlierChange::Ejected { .. })
+        ));
+        l.observe(&zero(1_500), FRESH);
+        assert_eq!(l.observe_live(&LiveEvidence::default(), 1_600), None);
+        // Back: the first reading that says it serves ends the ejection, long before a
+        // probe is due.
+        l.observe(&load(2_000, 0.0, 0.0), FRESH);
+        assert_eq!(
+            l.observe_live(&LiveEvidence::default(), 2_000),
+            Some(OutlierChange::Rejoined {
+                cause: Rejoin::Ready
+            })
+        );
+        assert_eq!(l.ejected_since(), None);
+        // Failing while every reading says it serves: readings do not bring it back.
+        assert!(matches!(
+            l.observe_live(&failing(2 * CONSECUTIVE_FAILURES), 3_000),
+            Some(OutlierChange::Ejected { .. })
+        ));
+        for t in 4..10 {
+            l.observe(&load(t * 1_000, 0.0, 0.0), FRESH);
+            assert_eq!(l.observe_live(&LiveEvidence::default(), t * 1_000), None);
         }
     }
 

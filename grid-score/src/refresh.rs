@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, Upstream};
 use crate::config::ScoreConfig;
 use crate::error::Error;
 use crate::from_store;
-use crate::live::{EjectReason, OutlierChange};
+use crate::live::{EjectReason, OutlierChange, Rejoin};
 use crate::metrics::ScoreMetrics;
 use crate::reading::CandidateKey;
 use crate::routing::RoutingView;
@@ -112,8 +112,8 @@ pub enum RoutingEvent {
     Rejoined {
         /// The candidate.
         key: CandidateKey,
-        /// A probe answered, rather than its ejection running out.
-        by_probe: bool,
+        /// What brought it back.
+        cause: Rejoin,
     },
     /// Every candidate of the model is out: it answers 503.
     Unroutable {
@@ -254,7 +254,7 @@ impl Refresher {
                         until_ms,
                     }
                 }
-                OutlierChange::Rejoined { by_probe } => RoutingEvent::Rejoined { key, by_probe },
+                OutlierChange::Rejoined { cause } => RoutingEvent::Rejoined { key, cause },
             });
         }
         let mut table = self.scorer.refresh(now_ms, &self.routes);
@@ -494,7 +494,10 @@ mod tests {
         assert!(excluded(&back.view).is_empty());
         assert!(matches!(
             back.events.as_slice(),
-            [RoutingEvent::Rejoined { by_probe: true, .. }]
+            [RoutingEvent::Rejoined {
+                cause: Rejoin::Probe,
+                ..
+            }]
         ));
     }
 

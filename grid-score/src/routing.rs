@@ -104,23 +104,20 @@ impl RoutingView {
         }
     }
 
-    /// Where a request goes once when its first site, `failed_site`, refused it: the
-    /// least-loaded routable candidate of `model` elsewhere that has headroom (a site
-    /// whose answers say it is full, by a full band or its own 429, has none), else the
-    /// least-loaded one elsewhere.
-    pub fn retry_target(&self, model: &str, failed_site: &str) -> Option<&Upstream> {
+    /// Where a request goes once when its first site, `failed_site`, refused it: a
+    /// routable candidate of `model` elsewhere that has headroom (a site whose answers
+    /// say it is full, by a full band or its own 429, has none), drawn by reach
+    /// ([`RouteSnapshot::pick_elsewhere`](crate::snapshot::RouteSnapshot::pick_elsewhere)).
+    pub fn retry_target<R: Rng + ?Sized>(
+        &self,
+        model: &str,
+        failed_site: &str,
+        rng: &mut R,
+    ) -> Option<&Upstream> {
         let entry = self.catalog.get(model)?;
         let snapshot = self.table.get(model)?;
-        let elsewhere = || {
-            snapshot
-                .candidates()
-                .iter()
-                .filter(|c| &**c.site() != failed_site)
-        };
-        elsewhere()
-            .filter(|c| c.headroom() > 0.0)
-            .chain(elsewhere())
-            .find_map(|c| upstream_of(entry, c.key()))
+        let index = snapshot.pick_elsewhere(failed_site, rng)?;
+        upstream_of(entry, snapshot.candidates()[index].key())
     }
 
     /// Whether `model` has at least one candidate that is not excluded.
@@ -187,8 +184,71 @@ mod tests {
         let table =
             RouteTable::from_snapshots([RouteSnapshot::new("m", candidates, vec![], refusals)]);
         let view = RoutingView::new(Arc::new(catalog), table);
-        assert_eq!(&*view.retry_target("m", "a").unwrap().site, "room");
-        // With no site elsewhere that has headroom, the least loaded one elsewhere.
-        assert_eq!(&*view.retry_target("m", "room").unwrap().site, "a");
+        let mut rng = crate::SplitMix64::new(1);
+        for _ in 0..100 {
+            assert_eq!(
+                &*view.retry_target("m", "a", &mut rng).unwrap().site,
+                "room"
+            );
+            // With no site elsewhere that has headroom, one whose answers do not say it is
+            // full.
+            assert_eq!(
+                &*view.retry_target("m", "room", &mut rng).unwrap().site,
+                "a"
+            );
+        }
+    }
+
+    #[test]
+    fn a_burst_of_refused_requests_spreads_over_the_sites_with_room_by_their_reach() {
+        use crate::catalog::{CandidateSpec, ModelSpec};
+        use crate::reading::CandidateKey;
+        use crate::snapshot::{Candidate, Refusals, RouteSnapshot};
+        let spec = |site: &str| CandidateSpec {
+            site: site.into(),
+            provider: "p".into(),
+            scheme: "http".into(),
+            authority: format!("{site}.example"),
+            prefix: String::new(),
+        };
+        let catalog = Catalog::new(&[ModelSpec {
+            name: "m".into(),
+            candidates: vec![spec("gone"), spec("small"), spec("large")],
+        }]);
+        let key = |site: &str| CandidateKey::new(site, "p");
+        // The least loaded elsewhere is the small site: a burst of refusals sent there
+        // all at once would overflow it beside the large one's room.
+        let candidates = vec![
+            Candidate::measured(key("gone"), 64.0, 0.5, 0.5, 0.0, false),
+            Candidate::measured(key("small"), 8.0, 0.2, 0.2, 0.0, false),
+            Candidate::measured(key("large"), 32.0, 0.4, 0.4, 0.0, false),
+        ];
+        let refusals = Refusals {
+            shed_retry_after_ms: None,
+            unavailable_retry_after_ms: 5_000,
+        };
+        let snapshot = RouteSnapshot::new("m", candidates, vec![], refusals);
+        let of = |site: &str| {
+            snapshot
+                .candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(&**snapshot.candidates()[0].site(), "small", "ranked first");
+        assert!(of("small").headroom() > 0.0 && of("large").headroom() > 0.0);
+        let want_large = of("large").reach() / (of("large").reach() + of("small").reach());
+        let view = RoutingView::new(Arc::new(catalog), RouteTable::from_snapshots([snapshot]));
+        let mut rng = crate::SplitMix64::new(7);
+        let n = 10_000;
+        let mut large = 0;
+        for _ in 0..n {
+            let site = &view.retry_target("m", "gone", &mut rng).unwrap().site;
+            assert_ne!(&**site, "gone");
+            large += usize::from(&**site == "large");
+        }
+        let share = large as f64 / f64::from(n);
+        assert!((share - want_large).abs() < 0.02, "{share} vs {want_large}");
     }
 }

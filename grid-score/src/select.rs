@@ -102,6 +102,59 @@ impl RouteSnapshot {
     }
 }
 
+impl RouteSnapshot {
+    /// Where a request goes once when its first site, `failed_site`, refused it: a
+    /// candidate elsewhere that has headroom, drawn by its reach; with none, one whose
+    /// answers do not say it is full, drawn by reach; else any elsewhere, by reach. `None`
+    /// when no candidate is elsewhere. Allocates nothing.
+    ///
+    /// Refusals come in bursts (a site losing its endpoints refuses everything it held at
+    /// once) and the view does not move between them, so the one site ranked first would
+    /// take the whole burst: a small one overflowed and refused it again beside larger
+    /// sites with room. Drawn by reach, a burst lands on each site in proportion to the
+    /// slots that drain it, which adds the same wait per slot everywhere.
+    pub fn pick_elsewhere<R: Rng + ?Sized>(&self, failed_site: &str, rng: &mut R) -> Option<usize> {
+        let candidates = self.candidates();
+        let elsewhere = |c: &Candidate| &**c.site() != failed_site;
+        draw_weighted(candidates, rng, |c| {
+            (elsewhere(c) && c.headroom() > 0.0).then(|| c.reach())
+        })
+        .or_else(|| {
+            draw_weighted(candidates, rng, |c| {
+                elsewhere(c).then(|| c.reach() * c.live_factor())
+            })
+        })
+        .or_else(|| draw_weighted(candidates, rng, |c| elsewhere(c).then(|| c.reach())))
+    }
+}
+
+/// One of `candidates` drawn with probability its weight over the total, a candidate
+/// without one (`None`), or with one not positive and finite, never; `None` when no
+/// candidate has such a weight.
+fn draw_weighted<R: Rng + ?Sized>(
+    candidates: &[Candidate],
+    rng: &mut R,
+    weight: impl Fn(&Candidate) -> Option<f64>,
+) -> Option<usize> {
+    let usable = |c: &Candidate| weight(c).filter(|w| w.is_finite() && *w > 0.0);
+    let total: f64 = candidates.iter().filter_map(usable).sum();
+    if !(total.is_finite() && total > 0.0) {
+        return None;
+    }
+    let mut r = rng.next_f64() * total;
+    let mut last = None;
+    for (i, c) in candidates.iter().enumerate() {
+        let Some(w) = usable(c) else { continue };
+        if r < w {
+            return Some(i);
+        }
+        r -= w;
+        last = Some(i);
+    }
+    // Rounding left the draw past the last weight.
+    last
+}
+
 impl RouteTable {
     /// Picks for `model`: [`Decision::UnknownModel`] when no snapshot exists for it.
     pub fn pick<R: Rng + ?Sized>(&self, model: &str, rng: &mut R) -> Decision<'_> {

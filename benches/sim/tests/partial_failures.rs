@@ -183,7 +183,8 @@ fn with_a_remote_operator_frozen_the_remote_site_takes_the_overflow_and_grid_ref
 }
 
 #[test]
-fn while_a_remote_site_flaps_grids_retries_stay_within_the_budget() {
+fn while_a_remote_site_flaps_grid_refuses_nothing_while_another_site_has_room_and_its_retries_stay_within_the_budget()
+ {
     let mut misses = Misses::default();
     for (config, ours) in grid_runs(&scenario("flapping-remote.toml", 250)) {
         let seed = config.seed;
@@ -202,6 +203,12 @@ fn while_a_remote_site_flaps_grids_retries_stay_within_the_budget() {
             )
         });
         let s = &ours.summary;
+        misses.check(s.refused_room == 0, || {
+            format!(
+                "seed {seed}: {} refused while another site had room",
+                s.refused_room
+            )
+        });
         misses.check(s.retries > 0 && s.retry_share <= RETRY_BUDGET_RATIO, || {
             format!(
                 "seed {seed}: {} retries, {:.1}% of requests",

@@ -366,10 +366,10 @@ fn log_events(events: &[RoutingEvent]) {
                 for_ms = until_ms.saturating_sub(clock::wall_ms()),
                 "site ejected for failing; probing it until it answers"
             ),
-            RoutingEvent::Rejoined { key, by_probe } => tracing::info!(
+            RoutingEvent::Rejoined { key, cause } => tracing::info!(
                 site = %key.site,
                 provider = %key.provider,
-                by_probe,
+                cause = cause.as_str(),
                 "site back in selection"
             ),
             RoutingEvent::Unroutable { model } => tracing::warn!(

@@ -61,7 +61,7 @@ impl BackendSelection for GridSelection {
             if let Route::To { upstream, .. } = view.route(model, &decision) {
                 order[0] = self.by_site.get(&upstream.site).cloned();
                 order[1] = view
-                    .retry_target(model, &upstream.site)
+                    .retry_target(model, &upstream.site, &mut ThreadRng)
                     .and_then(|u| self.by_site.get(&u.site).cloned());
             }
         }

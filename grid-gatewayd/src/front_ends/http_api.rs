@@ -55,6 +55,7 @@ use grid_gateway::headers::{sanitize_request, strip_hop_by_hop};
 use grid_gateway::pick::{Routed, decide};
 use grid_gateway::poller::{PollMetrics, PollResult};
 use grid_gateway::refusal::{ApiErrorKind, Refusal, model_of};
+use grid_gateway::request_rng::ThreadRng;
 use grid_gateway::routes::{Target, admit};
 use grid_score::catalog::Upstream;
 use grid_score::live;
@@ -422,7 +423,7 @@ impl Api {
         cause: RetryCause,
     ) -> Option<&'v Upstream> {
         let metrics = &self.inner.metrics;
-        let Some(next) = view.retry_target(model, &failed.site) else {
+        let Some(next) = view.retry_target(model, &failed.site, &mut ThreadRng) else {
             metrics.retry_skipped(RetrySkipped::NoOtherSite);
             return None;
         };

@@ -41,7 +41,7 @@ pub use headers::{
 pub use outlier::{
     BASE_EJECTION_MS, CONSECUTIVE_FAILURES, EJECT_FAILURE_RATIO, EJECTION_MEMORY_MS, EjectReason,
     MAX_EJECTED_SHARE, MAX_EJECTION_MS, MIN_RATIO_EXCHANGES, OutlierChange, PROBE_INTERVAL_MS,
-    RATIO_HALF_LIFE_MS, max_ejected,
+    RATIO_HALF_LIFE_MS, Rejoin, max_ejected,
 };
 pub use slot::{
     DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot, MAX_FULL_HOLD_MS,

@@ -11,6 +11,13 @@
 //! ([`Outlier::probe_due`]), and one probe answered brings it back at once, so a site
 //! that recovers is back in its share within a probe interval and a refresh.
 //!
+//! An ejection a reading explains ends with that reading's cause: when a reading said
+//! the site was out (no ready endpoints, not ready) while it was ejected, or as it was
+//! ejected, its failures were the site going away, and the first reading after that says
+//! it serves again brings it back at the next refresh ([`Rejoin::Ready`]), as a passing
+//! active health check un-ejects a host in Envoy. A site failing while its readings say
+//! it serves is not brought back by them: only a probe or time does that.
+//!
 //! A weight penalty alone (`FAILURE_HALF_LIFE_MS`) left a site that failed every request
 //! about a seventeenth of its share for as long as it failed: a steady few percent of all
 //! requests failed with nowhere else to go. Ejection removes it; the snapshot never
@@ -69,6 +76,20 @@ grid_signals::label_values! {
     }
 }
 
+grid_signals::label_values! {
+    /// What brought an ejected candidate back into selection.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Rejoin {
+        /// A probe answered.
+        Probe = "probe",
+        /// Its ejection ran out.
+        Expired = "expired",
+        /// A reading said it serves again after one said it was out while it was
+        /// ejected: the readiness loss that explained its failures is over.
+        Ready = "ready",
+    }
+}
+
 /// What one observation did to a candidate's ejection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutlierChange {
@@ -79,10 +100,10 @@ pub enum OutlierChange {
         /// When its ejection ends unless a probe answers first.
         until_ms: u64,
     },
-    /// Back in selection: a probe answered (`by_probe`), or its ejection ran out.
+    /// Back in selection.
     Rejoined {
-        /// A probe answered, rather than the ejection running out.
-        by_probe: bool,
+        /// What brought it back.
+        cause: Rejoin,
     },
 }
 
@@ -106,6 +127,12 @@ pub(crate) struct Outlier {
     window_failures: f64,
     window_exchanges: f64,
     window_at: u64,
+    /// The newest reading with a verdict said the site was out.
+    read_out: bool,
+    /// A reading said the site was out during this ejection (or as it began).
+    explained: bool,
+    /// Since then a reading said it serves: the next observation brings it back.
+    ready_again: bool,
 }
 
 impl Outlier {
@@ -124,12 +151,17 @@ impl Outlier {
         }
         let streak = e.streak - self.streak_base;
         if let Some(until) = self.ejected_until {
-            let by_probe = e.probes_answered > 0;
-            if by_probe || now_ms >= until {
-                self.rejoin(e.streak, now_ms);
-                return Some(OutlierChange::Rejoined { by_probe });
-            }
-            return None;
+            let cause = if e.probes_answered > 0 {
+                Rejoin::Probe
+            } else if self.ready_again {
+                Rejoin::Ready
+            } else if now_ms >= until {
+                Rejoin::Expired
+            } else {
+                return None;
+            };
+            self.rejoin(e.streak, now_ms);
+            return Some(OutlierChange::Rejoined { cause });
         }
         let reason = if streak >= CONSECUTIVE_FAILURES {
             EjectReason::Consecutive
@@ -152,11 +184,30 @@ impl Outlier {
         self.last_ejected_ms = now_ms;
         self.next_probe_ms = now_ms.saturating_add(PROBE_INTERVAL_MS);
         self.streak_base = e.streak;
+        self.explained = self.read_out;
+        self.ready_again = false;
         Some(OutlierChange::Ejected { reason, until_ms })
+    }
+
+    /// A reading's verdict on the site: `out` when it said the site cannot serve (no
+    /// ready endpoints, not ready), else that it serves. Readings that say nothing of
+    /// readiness are not passed in.
+    pub(crate) fn readiness(&mut self, out: bool) {
+        self.read_out = out;
+        if self.ejected_until.is_none() {
+            return;
+        }
+        if out {
+            self.explained = true;
+        } else if self.explained {
+            self.ready_again = true;
+        }
     }
 
     fn rejoin(&mut self, streak: u32, now_ms: u64) {
         self.ejected_until = None;
+        self.explained = false;
+        self.ready_again = false;
         self.rejoined_ms = now_ms;
         self.streak_base = streak;
         self.window_failures = 0.0;
@@ -256,7 +307,9 @@ mod tests {
         };
         assert_eq!(
             o.observe(&probed, T + 4_000),
-            Some(OutlierChange::Rejoined { by_probe: true })
+            Some(OutlierChange::Rejoined {
+                cause: Rejoin::Probe
+            })
         );
         assert!(!o.probe_due(T + 10_000), "not probed once back");
         // The streak that ejected it does not eject it again.
@@ -274,8 +327,66 @@ mod tests {
         assert_eq!(o.observe(&failing(10, 0), until_ms - 1), None);
         assert_eq!(
             o.observe(&failing(10, 0), until_ms),
-            Some(OutlierChange::Rejoined { by_probe: false })
+            Some(OutlierChange::Rejoined {
+                cause: Rejoin::Expired
+            })
         );
+    }
+
+    #[test]
+    fn a_site_ejected_while_read_out_is_back_at_the_first_reading_that_says_it_serves() {
+        // Read out first, then its failures eject it.
+        let mut o = Outlier::default();
+        o.readiness(true);
+        assert!(o.observe(&failing(5, 5), T).is_some());
+        assert_eq!(o.observe(&failing(5, 0), T + 100), None, "still out");
+        o.readiness(false);
+        assert_eq!(
+            o.observe(&failing(5, 0), T + 200),
+            Some(OutlierChange::Rejoined {
+                cause: Rejoin::Ready
+            })
+        );
+        // Ejected first, then a reading says it is out, then that it serves.
+        let mut o = Outlier::default();
+        o.readiness(false);
+        assert!(o.observe(&failing(5, 5), T).is_some());
+        o.readiness(true);
+        assert_eq!(o.observe(&failing(5, 0), T + 100), None);
+        o.readiness(false);
+        assert_eq!(
+            o.observe(&failing(5, 0), T + 200),
+            Some(OutlierChange::Rejoined {
+                cause: Rejoin::Ready
+            })
+        );
+    }
+
+    #[test]
+    fn a_site_failing_while_its_readings_say_it_serves_is_not_brought_back_by_them() {
+        let mut o = Outlier::default();
+        o.readiness(false);
+        assert!(o.observe(&failing(5, 5), T).is_some());
+        for i in 1..10 {
+            o.readiness(false);
+            assert_eq!(o.observe(&failing(5, 0), T + i * 1_000), None, "{i} s");
+        }
+        // An old "out" from before this ejection explains nothing: rejoining cleared it.
+        let mut o = Outlier::default();
+        o.readiness(true);
+        o.observe(&failing(5, 5), T);
+        o.readiness(false);
+        assert!(
+            o.observe(&failing(5, 0), T + 100).is_some(),
+            "back by readiness"
+        );
+        o.readiness(false);
+        assert!(
+            o.observe(&failing(10, 5), T + 200).is_some(),
+            "ejected again"
+        );
+        o.readiness(false);
+        assert_eq!(o.observe(&failing(10, 0), T + 300), None);
     }
 
     #[test]

@@ -144,6 +144,11 @@ impl LiveState {
         self.outlier.ejected_since()
     }
 
+    /// A reading's verdict on the site (see [`Outlier::readiness`]).
+    pub(crate) fn readiness(&mut self, out: bool) {
+        self.outlier.readiness(out);
+    }
+
     /// Whether a probe of the ejected candidate is due at `now_ms` (scheduling the next).
     pub(crate) fn probe_due(&mut self, now_ms: u64) -> bool {
         self.outlier.probe_due(now_ms)

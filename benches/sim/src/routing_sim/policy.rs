@@ -72,6 +72,8 @@ const GATEWAY_STREAM_STRIDE: u64 = 1_000;
 const ROUTER_STREAM: u64 = 100;
 /// The seed offset of grid-score's pick generator.
 const PICK_SEED: u64 = 0x5eed;
+/// The seed offset of grid-score's retry draw.
+const RETRY_SEED: u64 = 0x7e7d;
 
 /// Where one arrival goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +100,10 @@ pub struct Router {
     policy: Policy,
     /// For grid-score's pick (its own `Rng`).
     pick_rng: SplitMix64,
+    /// For grid-score's draw of where a refused request goes: a stream of its own, so
+    /// that the retry drawn for every request (from the view it was routed by) leaves
+    /// the first picks as they would be without retries.
+    retry_rng: SplitMix64,
     /// For the baselines' draws and tie-breaks.
     rng: SimRng,
     next: usize,
@@ -121,6 +127,9 @@ impl Router {
             policy,
             pick_rng: SplitMix64::new(
                 config.seed ^ PICK_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            retry_rng: SplitMix64::new(
+                config.seed ^ RETRY_SEED ^ g.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             ),
             rng: SimRng::fork(config.seed, stream),
             next: gateway,
@@ -246,7 +255,7 @@ impl Router {
         }
         let signals = || signals.expect("policies that read signals are given them");
         Some(match self.policy {
-            Policy::Ours => return signals().retry_target(failed),
+            Policy::Ours => return signals().retry_target(failed, &mut self.retry_rng),
             // The site after the one that refused it; the turn of first attempts goes on.
             Policy::RoundRobin => (failed + 1) % n,
             Policy::CapacityWeighted => self.by_capacity(Some(failed)),

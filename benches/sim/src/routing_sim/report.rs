@@ -113,12 +113,13 @@ pub fn failure_lines(all: &[LoadResults]) -> String {
         let c = ours.signals;
         let _ = writeln!(
             out,
-            "{:.0}% ours: ejected {} (back by probe {}, by time {}), probes {} (answered {}), \
+            "{:.0}% ours: ejected {} (back by probe {}, by time {}, by reading {}), probes {} (answered {}), \
              without signals {}x, unroutable {}x, scrapes failed {}, gateway polls failed {}",
             level.config.load * 100.0,
             c.ejections,
             c.rejoined_by_probe,
             c.rejoined_by_time,
+            c.rejoined_by_reading,
             c.probes,
             c.probes_answered,
             c.without_signals,

@@ -325,7 +325,8 @@ impl World<'_> {
             }));
         }
         let retry = if self.policy == Policy::Ours {
-            RetryPlan::Snapshot(view.and_then(|v| v.retry_target(site)))
+            // Drawn from the view the request was routed by, as the gateway does.
+            RetryPlan::Snapshot(self.routers[g].retry_target(a.at_ms, &self.sites, view, site))
         } else {
             RetryPlan::OwnChoice
         };

@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
-use grid_score::live::{BandKey, FlowObservation};
+use grid_score::live::{BandKey, FlowObservation, Rejoin};
 use grid_score::refresh::{Refresher, RoutingEvent};
 use grid_score::routing::RoutingView;
 use grid_score::{CandidateKey, ExcludeReason, Reading, RouteTable, ScoreConfig, from_store};
@@ -159,6 +159,9 @@ pub struct SignalCounts {
     pub rejoined_by_probe: u64,
     /// Ejected candidates back because their ejection ran out.
     pub rejoined_by_time: u64,
+    /// Ejected candidates back because a reading said they serve again after one said
+    /// they were out.
+    pub rejoined_by_reading: u64,
     /// Times the model became unroutable (every candidate out: 503).
     pub unroutable: u64,
     /// Times the model started routing without any signal (by capacity alone).
@@ -184,6 +187,7 @@ impl SignalCounts {
         self.exclusions += other.exclusions;
         self.rejoined_by_probe += other.rejoined_by_probe;
         self.rejoined_by_time += other.rejoined_by_time;
+        self.rejoined_by_reading += other.rejoined_by_reading;
         self.unroutable += other.unroutable;
         self.without_signals += other.without_signals;
         self.probes += other.probes;
@@ -195,10 +199,11 @@ impl SignalCounts {
         for e in events {
             match e {
                 RoutingEvent::Ejected { .. } => self.ejections += 1,
-                RoutingEvent::Rejoined { by_probe: true, .. } => self.rejoined_by_probe += 1,
-                RoutingEvent::Rejoined {
-                    by_probe: false, ..
-                } => self.rejoined_by_time += 1,
+                RoutingEvent::Rejoined { cause, .. } => match cause {
+                    Rejoin::Probe => self.rejoined_by_probe += 1,
+                    Rejoin::Expired => self.rejoined_by_time += 1,
+                    Rejoin::Ready => self.rejoined_by_reading += 1,
+                },
                 RoutingEvent::Unroutable { .. } => self.unroutable += 1,
                 RoutingEvent::WithoutSignals { .. } => self.without_signals += 1,
                 RoutingEvent::Routable { .. } | RoutingEvent::SignalsBack { .. } => {}
@@ -595,9 +600,15 @@ impl SignalPath {
     }
 
     /// Where the gateway sends a request site `failed` refused, from the view in force
-    /// now (`RoutingView::retry_target`: the best-ranked routable candidate elsewhere).
-    pub fn retry_target(&self, failed: usize) -> Option<usize> {
-        let upstream = self.view.retry_target(MODEL, &self.keys[failed].site)?;
+    /// now (`RoutingView::retry_target`: a candidate elsewhere with headroom, drawn by reach).
+    pub fn retry_target<R: grid_score::Rng + ?Sized>(
+        &self,
+        failed: usize,
+        rng: &mut R,
+    ) -> Option<usize> {
+        let upstream = self
+            .view
+            .retry_target(MODEL, &self.keys[failed].site, rng)?;
         self.keys.iter().position(|k| k.site == upstream.site)
     }
 
