@@ -8,19 +8,9 @@ use grid_membership::{
 };
 use libfuzzer_sys::fuzz_target;
 
-fn member(site: &str) -> Member {
-    Member {
-        site: site.into(),
-        host: "127.0.0.1".into(),
-        signals_port: 9443,
-        gossip_port: 9443,
-        incarnation: 1,
-    }
-}
-
 fuzz_target!(|data: &[u8]| {
     let Ok(mut a) = Membership::new(
-        member("a"),
+        Member::loopback("a"),
         &Timing::default(),
         SplitMix64::new(1),
         MembershipMetrics::default(),
@@ -31,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     a.handle(
         0,
         Input::Session {
-            member: member("b"),
+            member: Member::loopback("b"),
             material,
             role: Role::Responder,
         },

@@ -16,21 +16,8 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const T0: u64 = 1_700_000_000_000;
 const PROVIDERS: usize = 4;
-const CONTRACT: [&str; 13] = [
-    "grid_provider_ready",
-    "grid_provider_ready_endpoints",
-    "grid_provider_in_flight_requests",
-    "grid_provider_ttft_p50_seconds",
-    "grid_provider_ttft_p90_seconds",
-    "grid_provider_tpot_seconds",
-    "grid_provider_error_ratio",
-    "llm_d_epp_ready_endpoints",
-    "llm_d_epp_average_running_requests",
-    "llm_d_epp_average_queue_size",
-    "llm_d_epp_average_kv_cache_utilization",
-    "llm_d_epp_std_dev_kv_cache_utilization",
-    "llm_d_epp_flow_control_queue_size",
-];
+/// The one-per-provider series, as the operator relays them.
+const CONTRACT: [&str; 13] = grid_signals::epp::PROVIDER_SERIES;
 const ENDPOINTS: usize = 8;
 /// Rows of one provider's batch.
 const ROWS: usize = CONTRACT.len() + ENDPOINTS;

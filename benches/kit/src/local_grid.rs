@@ -380,8 +380,9 @@ fn gateway_config(
 }
 
 /// The gateway configuration at `site[0]` in the file dialect (`docs/gateway.md`), with
-/// `{listen}` where its address goes: what a proxy embedding grid (`grid-pingora`) reads.
-fn gateway_file(
+/// `{listen}` where its address goes: what a proxy embedding grid (`grid-pingora`) and the
+/// gateway daemon run as a process read.
+pub fn gateway_file(
     spec: &GridSpec,
     files: &SiteFiles,
     operator: SocketAddr,

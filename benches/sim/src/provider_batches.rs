@@ -19,21 +19,7 @@ const ROW_AGE_MS: u64 = 40;
 const GENERATION: u64 = 3;
 
 /// One row per provider of each of these, in this order.
-pub const CONTRACT: [&str; 13] = [
-    "grid_provider_ready",
-    "grid_provider_ready_endpoints",
-    "grid_provider_in_flight_requests",
-    "grid_provider_ttft_p50_seconds",
-    "grid_provider_ttft_p90_seconds",
-    "grid_provider_tpot_seconds",
-    "grid_provider_error_ratio",
-    "llm_d_epp_ready_endpoints",
-    "llm_d_epp_average_running_requests",
-    "llm_d_epp_average_queue_size",
-    "llm_d_epp_average_kv_cache_utilization",
-    "llm_d_epp_std_dev_kv_cache_utilization",
-    "llm_d_epp_flow_control_queue_size",
-];
+pub const CONTRACT: [&str; 13] = grid_signals::epp::PROVIDER_SERIES;
 
 /// One row per endpoint of this, labelled with the endpoint.
 pub const PER_ENDPOINT: &str = "llm_d_epp_per_endpoint_queue_size";

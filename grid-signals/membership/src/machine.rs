@@ -633,9 +633,7 @@ mod tests {
         Input, MAX_DOWN_ANNOUNCES, MAX_SESSIONS_CONNECTING, MEMBER_RECOUNT_MS, MIN_TRANSMISSIONS,
         Membership, Output, recount_due, transmissions,
     };
-    use crate::{MembershipMetrics, SplitMix64, Timing};
-
-    use crate::member::loopback as member;
+    use crate::{Member, MembershipMetrics, SplitMix64, Timing};
 
     fn connects(m: &mut Membership<SplitMix64>) -> Vec<String> {
         std::iter::from_fn(|| m.poll())
@@ -649,14 +647,14 @@ mod tests {
     #[test]
     fn at_most_max_sessions_are_asked_for_at_once_and_a_waiting_one_is_asked_as_one_ends() {
         let mut m = Membership::new(
-            member("a"),
+            Member::loopback("a"),
             &Timing::default(),
             SplitMix64::new(1),
             MembershipMetrics::default(),
         )
         .unwrap();
         for i in 0..=MAX_SESSIONS_CONNECTING {
-            m.send(0, member(&format!("s{i}")), b"probe");
+            m.send(0, Member::loopback(&format!("s{i}")), b"probe");
         }
         let asked = connects(&mut m);
         assert_eq!(asked.len(), MAX_SESSIONS_CONNECTING);
@@ -675,13 +673,13 @@ mod tests {
     fn a_renewed_identity_announces_to_at_most_max_down_announces_distinct_members_believed_down() {
         for down in [MAX_DOWN_ANNOUNCES - 1, MAX_DOWN_ANNOUNCES + 1] {
             let mut m = Membership::new(
-                member("a"),
+                Member::loopback("a"),
                 &Timing::default(),
                 SplitMix64::new(3),
                 MembershipMetrics::default(),
             )
             .unwrap();
-            let members = (0..down).map(|i| foca::Member::down(member(&format!("s{i}"))));
+            let members = (0..down).map(|i| foca::Member::down(Member::loopback(&format!("s{i}"))));
             m.foca.apply_many(members, false, &mut m.runtime).unwrap();
             while m.runtime.to_send().is_some() {}
             m.announce_to_down();

@@ -114,15 +114,17 @@ impl foca::Identity for Member {
     }
 }
 
-/// A member on loopback, for the crate's unit tests.
-#[cfg(test)]
-pub(crate) fn loopback(site: &str) -> Member {
-    Member {
-        site: site.into(),
-        host: "127.0.0.1".into(),
-        signals_port: 9443,
-        gossip_port: 9443,
-        incarnation: 1,
+impl Member {
+    /// `site` at 127.0.0.1, signals and gossip on 9443, first incarnation: the member the
+    /// unit tests, fuzzers and examples start from.
+    pub fn loopback(site: &str) -> Self {
+        Self {
+            site: site.into(),
+            host: "127.0.0.1".into(),
+            signals_port: 9443,
+            gossip_port: 9443,
+            incarnation: 1,
+        }
     }
 }
 

@@ -229,8 +229,6 @@ impl Pulls {
 mod tests {
     use super::*;
 
-    use crate::member::loopback as member;
-
     fn version(site: &str, provider: &str, sequence: u64) -> Version {
         Version {
             site: site.into(),
@@ -244,20 +242,20 @@ mod tests {
     fn a_version_no_newer_than_the_store_or_of_this_site_is_not_pulled() {
         let mut p = Pulls::new("a");
         assert_eq!(
-            p.heard(member("b"), version("b", "m", 3), Some((1, 3))),
+            p.heard(Member::loopback("b"), version("b", "m", 3), Some((1, 3))),
             Heard::Held
         );
         assert_eq!(
-            p.heard(member("b"), version("b", "m", 3), Some((2, 1))),
+            p.heard(Member::loopback("b"), version("b", "m", 3), Some((2, 1))),
             Heard::Held
         );
         assert_eq!(
-            p.heard(member("b"), version("a", "m", 9), None),
+            p.heard(Member::loopback("b"), version("a", "m", 9), None),
             Heard::Held
         );
         assert_eq!(p.poll_pull(), None);
         assert_eq!(
-            p.heard(member("b"), version("b", "m", 4), Some((1, 3))),
+            p.heard(Member::loopback("b"), version("b", "m", 4), Some((1, 3))),
             Heard::Wanted
         );
         assert_eq!(p.poll_pull().map(|p| p.versions.len()), Some(1));
@@ -268,16 +266,16 @@ mod tests {
     fn a_register_is_pulled_once_at_a_time_and_the_newest_heard_meanwhile_comes_back() {
         let mut p = Pulls::new("a");
         assert_eq!(
-            p.heard(member("b"), version("b", "m", 1), None),
+            p.heard(Member::loopback("b"), version("b", "m", 1), None),
             Heard::Wanted
         );
         let pull = p.poll_pull().unwrap();
         assert_eq!(
-            p.heard(member("c"), version("b", "m", 3), None),
+            p.heard(Member::loopback("c"), version("b", "m", 3), None),
             Heard::Queued
         );
         assert_eq!(
-            p.heard(member("d"), version("b", "m", 2), None),
+            p.heard(Member::loopback("d"), version("b", "m", 2), None),
             Heard::Queued
         );
         assert_eq!(p.poll_pull(), None);
@@ -291,11 +289,11 @@ mod tests {
     #[test]
     fn registers_wanted_from_one_member_go_in_one_request_and_others_in_their_own() {
         let mut p = Pulls::new("a");
-        p.heard(member("b"), version("b", "m", 1), None);
-        p.heard(member("c"), version("c", "m", 1), None);
-        p.heard(member("b"), version("d", "m", 1), None);
+        p.heard(Member::loopback("b"), version("b", "m", 1), None);
+        p.heard(Member::loopback("c"), version("c", "m", 1), None);
+        p.heard(Member::loopback("b"), version("d", "m", 1), None);
         // A newer version of a wanted register replaces it, from whoever told of it.
-        p.heard(member("e"), version("c", "m", 2), None);
+        p.heard(Member::loopback("e"), version("c", "m", 2), None);
         let first = p.poll_pull().unwrap();
         assert_eq!(first.from.site, "b");
         let asked: Vec<_> = first.versions.iter().map(|v| v.site.as_str()).collect();
@@ -317,7 +315,11 @@ mod tests {
     fn a_request_carries_at_most_max_registers_and_the_rest_go_in_the_next() {
         let mut p = Pulls::new("a");
         for i in 0..=MAX_REGISTERS_PER_PULL {
-            p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
+            p.heard(
+                Member::loopback("b"),
+                version("b", &format!("p{i}"), 1),
+                None,
+            );
         }
         assert_eq!(
             p.poll_pull().map(|p| p.versions.len()),
@@ -329,9 +331,9 @@ mod tests {
     #[test]
     fn what_was_wanted_from_a_member_declared_down_is_dropped_and_others_still_go() {
         let mut p = Pulls::new("a");
-        p.heard(member("b"), version("b", "m", 1), None);
-        p.heard(member("b"), version("d", "m", 1), None);
-        p.heard(member("c"), version("c", "m", 1), None);
+        p.heard(Member::loopback("b"), version("b", "m", 1), None);
+        p.heard(Member::loopback("b"), version("d", "m", 1), None);
+        p.heard(Member::loopback("c"), version("c", "m", 1), None);
         assert_eq!(p.forget("b"), 2);
         assert_eq!(p.forget("b"), 0);
         assert_eq!(p.wanted(), 1);
@@ -339,7 +341,7 @@ mod tests {
         assert_eq!(p.poll_pull(), None);
         // Heard again later, from anyone, it is wanted again.
         assert_eq!(
-            p.heard(member("c"), version("b", "m", 1), None),
+            p.heard(Member::loopback("c"), version("b", "m", 1), None),
             Heard::Wanted
         );
     }
@@ -348,9 +350,13 @@ mod tests {
     fn a_member_with_more_wanted_than_one_request_carries_waits_for_its_next_turn() {
         let mut p = Pulls::new("a");
         for i in 0..=MAX_REGISTERS_PER_PULL {
-            p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
+            p.heard(
+                Member::loopback("b"),
+                version("b", &format!("p{i}"), 1),
+                None,
+            );
         }
-        p.heard(member("c"), version("c", "m", 1), None);
+        p.heard(Member::loopback("c"), version("c", "m", 1), None);
         let turns: Vec<(String, usize)> = std::iter::from_fn(|| p.poll_pull())
             .map(|pull| (pull.from.site, pull.versions.len()))
             .collect();
@@ -370,7 +376,7 @@ mod tests {
         let mut started = Vec::new();
         for i in 0..=MAX_PULLS_IN_FLIGHT {
             p.heard(
-                member(&format!("s{i}")),
+                Member::loopback(&format!("s{i}")),
                 version(&format!("s{i}"), "m", 1),
                 None,
             );
@@ -391,15 +397,22 @@ mod tests {
     fn no_more_than_max_wanted_wait_and_one_more_is_deferred() {
         let mut p = Pulls::new("a");
         for i in 0..MAX_WANTED {
-            let heard = p.heard(member("b"), version("b", &format!("p{i}"), 1), None);
+            let heard = p.heard(
+                Member::loopback("b"),
+                version("b", &format!("p{i}"), 1),
+                None,
+            );
             assert_eq!(heard, Heard::Wanted, "{i}");
         }
         let one_more = version("b", "over", 1);
         assert_eq!(
-            p.heard(member("b"), one_more.clone(), None),
+            p.heard(Member::loopback("b"), one_more.clone(), None),
             Heard::Deferred
         );
         p.poll_pull();
-        assert_eq!(p.heard(member("b"), one_more, None), Heard::Wanted);
+        assert_eq!(
+            p.heard(Member::loopback("b"), one_more, None),
+            Heard::Wanted
+        );
     }
 }

@@ -51,9 +51,9 @@ pub use names::{
     STREAMING_LABEL, endpoint_label, family_of, recognize,
 };
 pub use publication::{
-    ERROR_RATIO, IN_FLIGHT_REQUESTS, PROVIDER_LABEL, PublicationInput, PublishedSample, READY,
-    READY_ENDPOINTS, READY_REASON, READY_REASON_LABEL, SITE_LABEL, TPOT_SECONDS, TTFT_P50_SECONDS,
-    TTFT_P90_SECONDS, publication,
+    ERROR_RATIO, IN_FLIGHT_REQUESTS, PROVIDER_LABEL, PROVIDER_SERIES, PublicationInput,
+    PublishedSample, READY, READY_ENDPOINTS, READY_REASON, READY_REASON_LABEL, SITE_LABEL,
+    TPOT_SECONDS, TTFT_P50_SECONDS, TTFT_P90_SECONDS, publication,
 };
 pub use readiness::{
     ENGINE_ANSWER_WINDOW_MS, HYSTERESIS_SCRAPES, Readiness, ReadinessState, ReadyObservation,

@@ -38,6 +38,27 @@ pub const SITE_LABEL: &str = "grid_site";
 /// The provider label every published sample carries.
 pub const PROVIDER_LABEL: &str = "grid_provider";
 
+/// The one-per-provider series of a ready provider's batch whose scrape read every
+/// figure, in the order [`publication`] emits them: the contract's verdicts, then the
+/// EPP's pool series relayed under their current names. Besides these a batch holds one
+/// per-endpoint queue row per endpoint (between the averages and the flow-control queue)
+/// and, while not ready, the reason.
+pub const PROVIDER_SERIES: [&str; 13] = [
+    READY,
+    READY_ENDPOINTS,
+    IN_FLIGHT_REQUESTS,
+    TTFT_P50_SECONDS,
+    TTFT_P90_SECONDS,
+    TPOT_SECONDS,
+    ERROR_RATIO,
+    super::names::EPP_READY_ENDPOINTS,
+    super::names::EPP_AVERAGE_RUNNING,
+    super::names::EPP_AVERAGE_QUEUE,
+    super::names::EPP_AVERAGE_KV_CACHE,
+    super::names::EPP_STD_DEV_KV_CACHE,
+    super::names::EPP_FLOW_CONTROL_QUEUE,
+];
+
 /// One sample of a provider batch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PublishedSample {
@@ -185,4 +206,49 @@ pub fn publication(input: &PublicationInput<'_>) -> Vec<PublishedSample> {
         );
     }
     batch.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::epp::ReadyReason;
+
+    #[test]
+    fn a_ready_provider_with_every_figure_publishes_the_provider_series_in_their_order() {
+        let reading = ScrapeReading {
+            pools_seen: 1,
+            ready_endpoints: Some(2.0),
+            average_running: Some(1.0),
+            average_queue: Some(0.5),
+            average_kv_cache: Some(0.3),
+            std_dev_kv_cache: Some(0.1),
+            per_endpoint_queue: [("10.0.0.1:8000".to_owned(), 1.0)].into(),
+            inflight_requests: Some(3.0),
+            flow_control_queue: Some(0.0),
+            ..ScrapeReading::default()
+        };
+        let samples = publication(&PublicationInput {
+            site: "s",
+            provider: "p",
+            readiness: Readiness {
+                status: ReadyStatus::Ready,
+                reason: ReadyReason::EndpointsReady,
+                stamp_ms: 1,
+            },
+            held: Some((1, &reading)),
+            latency: Latency {
+                ttft_p50: Some(0.1),
+                ttft_p90: Some(0.2),
+                tpot: Some(0.01),
+                error_ratio: Some(0.0),
+                stamp_ms: 1,
+            },
+        });
+        let per_provider: Vec<&str> = samples
+            .iter()
+            .filter(|s| s.name != EppMetric::PerEndpointQueue.current_name())
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(per_provider, PROVIDER_SERIES);
+    }
 }

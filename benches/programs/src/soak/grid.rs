@@ -23,8 +23,9 @@ use grid_kit::Error;
 use grid_kit::daemon_process::{Daemon, log_field};
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::fault_relay::{FaultControl, FaultRelay, WAN};
-use grid_kit::local_grid::{Backend, Cadence, GridSpec};
+use grid_kit::local_grid::{Backend, Cadence, GridSpec, gateway_file};
 use grid_kit::operator_harness::{DOMAIN, Grid, Site};
+use grid_kit::pki::SiteFiles;
 use grid_kit::sim_site::{SimSite, SimSiteControl};
 use grid_signals::exposition::MAX_EXPOSITION_BYTES;
 
@@ -179,44 +180,26 @@ pub fn operator_text(
     text
 }
 
-/// The gateway's configuration file at `site`: polling the operator at `operator`,
-/// shedding as `spec` says, the model served by every `(site, base URL)`.
+/// The gateway's configuration file at `site` (the grid's first): the local grid's
+/// (`local_grid::gateway_file`) listening on an ephemeral port, with SPIFFE trust.
 pub fn gateway_text(
     site: &Site,
     spec: &GridSpec,
     operator: SocketAddr,
     candidates: &[(&str, String)],
 ) -> String {
-    use std::fmt::Write as _;
     let d = site.dir.path();
-    let mut text = format!(
-        "site = \"{name}\"\nlisten = \"127.0.0.1:0\"\n\
-         [operator]\nurl = \"https://{operator}\"\nidentity = \"127.0.0.1\"\npollIntervalSeconds = {poll}\n\
-         [tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{ca}\"\n\
-         [trust]\nmode = \"spiffe\"\ntrustDomain = \"{DOMAIN}\"\n",
-        name = site.name,
-        poll = seconds(spec.cadence.gateway_poll_ms),
-        cert = d.join("site.crt").display(),
-        key = d.join("site.key").display(),
-        ca = d.join("ca.crt").display(),
-    );
-    if let Some(s) = spec.shedding {
-        let _ = write!(
-            text,
-            "[availability.shedding]\nenabled = true\nfullAfterSeconds = {}\n\
-             roomAfterSeconds = {}\nretryAfterSeconds = {}\n",
-            seconds(s.full_after_ms),
-            seconds(s.room_after_ms),
-            s.retry_after_s
-        );
-    }
-    let _ = write!(text, "[[models]]\nname = \"{}\"\n", spec.model);
-    for (site, url) in candidates {
-        let _ = write!(
-            text,
-            "[[models.candidates]]\nsite = \"{site}\"\nprovider = \"{PROVIDER}\"\nbaseUrl = \"{url}\"\n"
-        );
-    }
+    let files = SiteFiles {
+        cert: d.join("site.crt"),
+        key: d.join("site.key"),
+        ca: d.join("ca.crt"),
+    };
+    let candidates: Vec<(&str, &str)> = candidates.iter().map(|(s, u)| (*s, u.as_str())).collect();
+    let mut text =
+        gateway_file(spec, &files, operator, &candidates).replace("{listen}", "127.0.0.1:0");
+    text.push_str(&format!(
+        "[trust]\nmode = \"spiffe\"\ntrustDomain = \"{DOMAIN}\"\n"
+    ));
     text
 }
 
