@@ -195,12 +195,8 @@ pub fn gateway_text(
         ca: d.join("ca.crt"),
     };
     let candidates: Vec<(&str, &str)> = candidates.iter().map(|(s, u)| (*s, u.as_str())).collect();
-    let mut text =
-        gateway_file(spec, &files, operator, &candidates).replace("{listen}", "127.0.0.1:0");
-    text.push_str(&format!(
-        "[trust]\nmode = \"spiffe\"\ntrustDomain = \"{DOMAIN}\"\n"
-    ));
-    text
+    let text = gateway_file(spec, &files, operator, &candidates).replace("{listen}", "127.0.0.1:0");
+    format!("{text}[trust]\nmode = \"spiffe\"\ntrustDomain = \"{DOMAIN}\"\n")
 }
 
 /// The big exposition's pool gauges, changing with `seq`: what makes it a reading the
