@@ -2,6 +2,8 @@
 # (the gateway's Deployment sets its command). Built from this workspace, run as a
 # non-root user on a distroless base (glibc and CA roots, no shell).
 #   docker build -t grid .        or, engine-free:   buildah bud -t grid .
+# Where the base images cannot be pulled, `bash .ci/image OUT` writes the same runtime
+# image (an OCI layout, by umoci) from binaries built here; CI builds and runs it.
 ARG RUST_VERSION=1.95
 
 FROM docker.io/library/rust:${RUST_VERSION}-slim-bookworm AS build

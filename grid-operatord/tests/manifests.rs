@@ -95,8 +95,9 @@ fn the_crds_and_example_manifests_are_accepted_by_the_api_server_as_a_dry_run_an
 
 #[test]
 fn the_dockerfile_of_both_daemons_passes_hadolint() {
-    // No image is built here: no container engine runs on these machines, and the base
-    // images are not reachable. The Dockerfile is linted instead.
+    // The Dockerfile is not built here: no container engine runs on these machines, and
+    // its base images are not reachable. It is linted; the same image, built engine-free
+    // by `.ci/image`, is run in benches/programs/tests/image.rs.
     let hadolint = root().join(".venv/bin/hadolint");
     assert!(
         hadolint.exists(),
