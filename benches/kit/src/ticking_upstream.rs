@@ -28,7 +28,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Sleep};
 
@@ -37,6 +36,10 @@ pub use crate::clock::wall_ns;
 use crate::sim_site::openai::{self, DONE};
 use grid_sim::fake_epp::{EppIdentity, FakeEpp};
 use grid_sim::site_model::{SiteConfig, SiteModel};
+
+/// The upstream's listen backlog: as the gateway's own default (`listenBacklog`, 4,096)
+/// and nginx's; the kernel caps it at `net.core.somaxconn`.
+pub const UPSTREAM_BACKLOG: u32 = 4_096;
 
 /// The key before each event's send instant.
 pub const SENT_KEY: &[u8] = b"\"sent_ns\":";
@@ -240,7 +243,16 @@ impl TickingUpstream {
             ),
             ticks,
         });
-        let listener = TcpListener::bind(addr).await?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        // The proxies measured open thousands of upstream connections at once; tokio's
+        // default backlog (1,024) dropped their SYNs and made them all wait for the retry.
+        let listener = socket.listen(UPSTREAM_BACKLOG)?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             loop {
@@ -293,6 +305,31 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert!((before..=after).contains(&sent[0]), "{sent:?}");
         assert_eq!(event(MIN_EVENT_BYTES).len(), MIN_EVENT_BYTES);
+    }
+
+    #[tokio::test]
+    async fn the_upstream_listens_with_its_backlog_as_the_kernel_reports_it() {
+        let ticks = Ticks {
+            interval: Duration::from_millis(20),
+            events: 1,
+            event_bytes: 80,
+        };
+        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks)
+            .await
+            .unwrap();
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // `ss` reports a listener's backlog in its Send-Q column.
+        let out = std::process::Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{}", up.addr().port())])
+            .output()
+            .unwrap();
+        let line = String::from_utf8(out.stdout).unwrap();
+        let backlog: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(backlog, UPSTREAM_BACKLOG.min(somaxconn), "{line}");
     }
 
     #[test]

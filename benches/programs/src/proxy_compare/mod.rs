@@ -1063,3 +1063,40 @@ fn stop_and_wait(mut child: Child, limit: Duration) {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envoys_three_cluster_limits_are_what_nginx_and_grid_may_hold_and_the_real_envoy_takes_them()
+    {
+        let sizing = Sizing::STREAMS;
+        assert_eq!(ENVOY_CLUSTER_LIMIT, sizing.nginx_worker_connections);
+        assert_eq!(Some(ENVOY_CLUSTER_LIMIT), sizing.grid_site_slots);
+        let bootstrap = envoy_config("http://127.0.0.1:9", (1, 2));
+        for threshold in ["max_connections", "max_pending_requests", "max_requests"] {
+            assert!(
+                bootstrap.contains(&format!("{threshold}: {ENVOY_CLUSTER_LIMIT}")),
+                "{threshold}: {bootstrap}"
+            );
+        }
+        // Envoy's own reading of the bootstrap, without serving it.
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("envoy.yaml");
+        std::fs::write(&conf, &bootstrap).unwrap();
+        let out = std::process::Command::new(grid_kit::envoy::path())
+            .arg("--mode")
+            .arg("validate")
+            .arg("-c")
+            .arg(&conf)
+            .output()
+            .expect("Envoy from .venv: run bash .ci/install");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

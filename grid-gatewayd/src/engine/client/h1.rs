@@ -600,6 +600,15 @@ fn poll_gather(
     }
 }
 
+/// After a batch of `batch` bytes was written with more of the answer to come: a small
+/// batch says the answer streams, so `out` holds no more room than its events need (a
+/// large body keeps its room).
+fn keep_stream_room(out: &mut BytesMut, batch: usize) {
+    if batch <= STREAM_KEEP && out.capacity() > STREAM_KEEP {
+        *out = BytesMut::new();
+    }
+}
+
 /// Writes `resp` to the client: the read side when the connection still has it, and
 /// whether the connection stays open after it (`stays`, and the answer ended as
 /// framed).
@@ -667,11 +676,7 @@ async fn write_answer(
         writer.flush().await?;
         match step {
             Step::More => {
-                // A small batch with more to come: the answer streams, so hold no more
-                // room than its events need (a large body keeps its room).
-                if batch <= STREAM_KEEP && writer.out.capacity() > STREAM_KEEP {
-                    writer.out = BytesMut::new();
-                }
+                keep_stream_room(&mut writer.out, batch);
                 if let Some(r) = own.as_mut() {
                     r.release_room();
                 }
@@ -679,5 +684,146 @@ async fn write_answer(
             Step::End => return Ok((own, stays)),
             Step::Cut => return Ok((own, false)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::{Bytes, BytesMut};
+    use http::{HeaderValue, Response, StatusCode, Version};
+    use http_body_util::BodyExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// Both ends of a loopback connection: the server's, the client's.
+    async fn connection() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (server, client)
+    }
+
+    #[test]
+    fn a_streamed_batch_of_stream_keep_gives_back_the_room_and_one_byte_more_keeps_it() {
+        let mut out = BytesMut::with_capacity(4 * STREAM_KEEP);
+        keep_stream_room(&mut out, STREAM_KEEP);
+        assert_eq!(out.capacity(), 0, "a batch of the kept size streams");
+        let mut out = BytesMut::with_capacity(4 * STREAM_KEEP);
+        keep_stream_room(&mut out, STREAM_KEEP + 1);
+        assert_eq!(
+            out.capacity(),
+            4 * STREAM_KEEP,
+            "a larger batch keeps its room"
+        );
+        let mut out = BytesMut::with_capacity(STREAM_KEEP);
+        keep_stream_room(&mut out, 1);
+        assert_eq!(out.capacity(), STREAM_KEEP, "the kept size itself is kept");
+    }
+
+    #[tokio::test]
+    async fn an_empty_read_buffer_keeps_stream_keep_of_room_and_gives_back_more() {
+        let (server, _client) = connection().await;
+        let (half, _) = server.into_split();
+        let mut reader = Reader {
+            half,
+            buf: BytesMut::with_capacity(STREAM_KEEP),
+        };
+        reader.release_room();
+        assert_eq!(reader.buf.capacity(), STREAM_KEEP);
+        reader.buf = BytesMut::with_capacity(STREAM_KEEP + 1);
+        reader.release_room();
+        assert_eq!(reader.buf.capacity(), 0);
+        // Bytes not yet used (a pipelined request) keep their buffer.
+        reader.buf = BytesMut::with_capacity(4 * STREAM_KEEP);
+        reader.buf.extend_from_slice(b"G");
+        reader.release_room();
+        assert_eq!(reader.buf.capacity(), 4 * STREAM_KEEP);
+    }
+
+    #[tokio::test]
+    async fn watching_a_client_with_no_room_left_makes_watch_reserve_of_room_not_a_read_reserve() {
+        let (server, mut client) = connection().await;
+        let (half, _) = server.into_split();
+        let mut reader = Reader {
+            half,
+            buf: BytesMut::new(),
+        };
+        client.write_all(&[b'x'; 2 * WATCH_RESERVE]).await.unwrap();
+        let n = reader.watch().await.unwrap();
+        assert!(n >= 1 && n <= WATCH_RESERVE, "{n}");
+        assert!(
+            reader.buf.capacity() < READ_MIN_ROOM,
+            "{}",
+            reader.buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_plain_answers_head_and_small_body_fit_the_initial_write_room() {
+        let mut out = BytesMut::with_capacity(WRITE_INITIAL);
+        let mut headers = http::HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert("x-grid-site", HeaderValue::from_static("site-a"));
+        headers.insert(
+            "x-request-id",
+            HeaderValue::from_static("0123456789abcdef0123456789abcdef"),
+        );
+        encode_answer_head(
+            StatusCode::OK,
+            &headers,
+            AnswerFraming::Length(300),
+            ConnectionField::Default,
+            b"Sun, 06 Dec 2026 02:00:00 GMT",
+            &mut out,
+        );
+        out.extend_from_slice(&[b'{'; 300]);
+        assert_eq!(out.capacity(), WRITE_INITIAL, "{} bytes", out.len());
+    }
+
+    #[tokio::test]
+    async fn an_answer_head_once_written_no_longer_holds_the_site_buffer_its_values_share() {
+        let (server, mut client) = connection().await;
+        let (_, half) = server.into_split();
+        // A site's header value is a slice of the buffer its head was read into.
+        let site_buffer = Bytes::from(vec![b'a'; 8 * 1024]);
+        let value = HeaderValue::from_maybe_shared(site_buffer.slice(0..6)).unwrap();
+        let (mut events, body) =
+            http_body_util::channel::Channel::<Bytes, crate::engine::BoxError>::new(1);
+        let resp = Response::builder()
+            .header("x-grid-site", value)
+            .body(body.boxed())
+            .unwrap();
+        let writing = tokio::spawn(async move {
+            let mut writer = Writer::new(half, Duration::from_secs(5));
+            write_answer(resp, true, Version::HTTP_11, false, &mut writer, None).await
+        });
+        events
+            .send_data(Bytes::from_static(b"data: 1\n\n"))
+            .await
+            .unwrap();
+        // The head and the first event reached the client: the answer streams on.
+        let mut got = Vec::new();
+        while !got.ends_with(b"data: 1\n\n\r\n") {
+            let mut chunk = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..n]);
+        }
+        assert!(!writing.is_finished());
+        assert!(
+            site_buffer.is_unique(),
+            "a streaming answer still holds its site's read buffer"
+        );
+        drop(events);
+        writing.await.unwrap().unwrap();
     }
 }
