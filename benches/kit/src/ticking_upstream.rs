@@ -226,7 +226,7 @@ impl TickingUpstream {
     ///
     /// # Errors
     /// An event smaller than [`MIN_EVENT_BYTES`], or an address that cannot be bound.
-    pub async fn start(addr: SocketAddr, model: &str, ticks: Ticks) -> Result<Self, Error> {
+    pub fn start(addr: SocketAddr, model: &str, ticks: Ticks) -> Result<Self, Error> {
         if ticks.event_bytes < MIN_EVENT_BYTES {
             return Err(Error::Io(std::io::Error::other(format!(
                 "events of {} bytes: at least {MIN_EVENT_BYTES}",
@@ -314,9 +314,7 @@ mod tests {
             events: 1,
             event_bytes: 80,
         };
-        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks)
-            .await
-            .unwrap();
+        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks).unwrap();
         let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
             .unwrap()
             .trim()
@@ -347,9 +345,7 @@ mod tests {
             events: 4,
             event_bytes: 80,
         };
-        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks)
-            .await
-            .unwrap();
+        let up = TickingUpstream::start(SocketAddr::from(([127, 0, 0, 1], 0)), "m", ticks).unwrap();
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let request = Request::post(format!("{}/v1/chat/completions", up.base_url()))
             .body(Full::new(chat_body("m", true)))

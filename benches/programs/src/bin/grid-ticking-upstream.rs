@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
         events: args.events,
         event_bytes: args.event_bytes,
     };
-    let _up = TickingUpstream::start(args.listen, &args.model, ticks).await?;
+    let _up = TickingUpstream::start(args.listen, &args.model, ticks)?;
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

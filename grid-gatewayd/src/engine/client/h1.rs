@@ -756,7 +756,7 @@ mod tests {
         };
         client.write_all(&[b'x'; 2 * WATCH_RESERVE]).await.unwrap();
         let n = reader.watch().await.unwrap();
-        assert!(n >= 1 && n <= WATCH_RESERVE, "{n}");
+        assert!((1..=WATCH_RESERVE).contains(&n), "{n}");
         assert!(
             reader.buf.capacity() < READ_MIN_ROOM,
             "{}",
