@@ -1085,7 +1085,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("envoy.yaml");
         std::fs::write(&conf, &bootstrap).unwrap();
-        let out = std::process::Command::new(grid_kit::envoy::path())
+        let out = Command::new(grid_kit::envoy::path())
             .arg("--mode")
             .arg("validate")
             .arg("-c")
