@@ -29,6 +29,14 @@ const SERVICE_MS: f64 = 200.0;
 const MEASURED_WITHIN: Duration = Duration::from_secs(15);
 /// Requests per second the tests keep flowing through the gateway.
 const RATE: u64 = 20;
+/// "The first seconds" of a site failing: what it may cost before the gateway has seen
+/// enough of its answers to take it out. As the simulator's test reads it: on a loaded
+/// machine (five grids at once) the five failures in a row that eject it came 2 s and
+/// more after the fault, with the site's share already weighted down by the first ones.
+const FIRST_SECONDS: Duration = Duration::from_secs(5);
+/// How long the site fails: the first seconds and long enough after them to count at
+/// least a hundred answers at a loaded machine's rate.
+const FAULT_LASTS: Duration = Duration::from_secs(13);
 
 fn site(name: &str, endpoints: usize, slots: usize) -> SiteSpec {
     SiteSpec::simulated(
@@ -240,9 +248,9 @@ async fn a_failing_site(fault: AnswerFault) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     b.set_answer_fault(Some(fault));
     let faulted_at = traffic.started.elapsed();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(FAULT_LASTS).await;
     // After the first seconds, under 1% of the requests fail.
-    let settled = traffic.since(faulted_at + Duration::from_secs(2)).await;
+    let settled = traffic.since(faulted_at + FIRST_SECONDS).await;
     assert!(settled.len() >= 100, "{} answers", settled.len());
     let failed = failures(&settled);
     assert!(
@@ -274,7 +282,7 @@ async fn a_failing_site(fault: AnswerFault) {
             "{text}"
         );
         // The first probe is due a probe interval after the ejection, which a loaded
-        // machine may have reached late in the ten seconds: waited for, bounded.
+        // machine may have reached late in the fault: waited for, bounded.
         until_metrics(&grid, Duration::from_secs(10), "a failed probe of b", |t| {
             series(t, r#"grid_gateway_site_probes_total{result="failed"}"#) > 0.5
         })
