@@ -154,11 +154,12 @@ mod tests {
         assert_eq!(retry_after_s(1001), 2);
     }
 
-    #[test]
-    fn a_refused_request_goes_to_a_site_with_headroom_before_a_less_loaded_full_one() {
-        use crate::catalog::{CandidateSpec, ModelSpec};
-        use crate::reading::CandidateKey;
-        use crate::snapshot::{Candidate, Refusals, RouteSnapshot};
+    use crate::catalog::{CandidateSpec, ModelSpec};
+    use crate::reading::CandidateKey;
+    use crate::snapshot::{Candidate, Refusals, RouteSnapshot};
+
+    /// Model `m` served by provider `p` at each of `sites`.
+    fn catalog(sites: &[&str]) -> Catalog {
         let spec = |site: &str| CandidateSpec {
             site: site.into(),
             provider: "p".into(),
@@ -166,11 +167,19 @@ mod tests {
             authority: format!("{site}.example"),
             prefix: String::new(),
         };
-        let catalog = Catalog::new(&[ModelSpec {
+        Catalog::new(&[ModelSpec {
             name: "m".into(),
-            candidates: vec![spec("a"), spec("full"), spec("room")],
-        }]);
-        let key = |site: &str| CandidateKey::new(site, "p");
+            candidates: sites.iter().map(|s| spec(s)).collect(),
+        }])
+    }
+
+    fn key(site: &str) -> CandidateKey {
+        CandidateKey::new(site, "p")
+    }
+
+    #[test]
+    fn a_refused_request_goes_to_a_site_with_headroom_before_a_less_loaded_full_one() {
+        let catalog = catalog(&["a", "full", "room"]);
         // `full` reads less loaded, but its own answers say it is full (live factor 0).
         let candidates = vec![
             Candidate::measured(key("a"), 8.0, 0.5, 0.5, 0.0, false),
@@ -201,21 +210,7 @@ mod tests {
 
     #[test]
     fn a_burst_of_refused_requests_spreads_over_the_sites_with_room_by_their_reach() {
-        use crate::catalog::{CandidateSpec, ModelSpec};
-        use crate::reading::CandidateKey;
-        use crate::snapshot::{Candidate, Refusals, RouteSnapshot};
-        let spec = |site: &str| CandidateSpec {
-            site: site.into(),
-            provider: "p".into(),
-            scheme: "http".into(),
-            authority: format!("{site}.example"),
-            prefix: String::new(),
-        };
-        let catalog = Catalog::new(&[ModelSpec {
-            name: "m".into(),
-            candidates: vec![spec("gone"), spec("small"), spec("large")],
-        }]);
-        let key = |site: &str| CandidateKey::new(site, "p");
+        let catalog = catalog(&["gone", "small", "large"]);
         // The least loaded elsewhere is the small site: a burst of refusals sent there
         // all at once would overflow it beside the large one's room.
         let candidates = vec![

@@ -2,11 +2,7 @@
 //! abbreviated there), every series published, every Ready reason and every refusal label
 //! (refused samples and refused exposition lines).
 
-use grid_signals::epp::{
-    ERROR_RATIO, IN_FLIGHT_REQUESTS, READY, READY_ENDPOINTS, TPOT_SECONDS, TTFT_P50_SECONDS,
-    TTFT_P90_SECONDS,
-};
-use grid_signals::epp::{Generation, NAME_TABLE};
+use grid_signals::epp::{Generation, NAME_TABLE, PROVIDER_SERIES};
 use grid_signals::epp::{ReadyReason, SampleRejection, ScrapeFailure};
 use grid_signals::exposition::SyntaxError;
 
@@ -30,15 +26,7 @@ fn the_metrics_doc_names_everything_the_code_reads_and_publishes() {
         }
         expect(metric.current_name());
     }
-    for series in [
-        READY,
-        READY_ENDPOINTS,
-        IN_FLIGHT_REQUESTS,
-        TTFT_P50_SECONDS,
-        TTFT_P90_SECONDS,
-        TPOT_SECONDS,
-        ERROR_RATIO,
-    ] {
+    for series in PROVIDER_SERIES {
         expect(series);
     }
     for reason in ReadyReason::all() {
