@@ -39,16 +39,26 @@ fn only(t: &RouteTable) -> &Candidate {
     &t.get("m").unwrap().candidates()[0]
 }
 
-#[test]
-fn a_second_bands_smaller_headroom_is_not_read_as_a_queue_of_the_first() {
+/// A scorer that has polled the site once (nothing held) and drained one answer of its
+/// default band showing 64 of room, with the board its answers are recorded on.
+fn default_band_of_64() -> (Scorer, LiveBoard) {
     let mut s = Scorer::new(ScoreConfig::default());
     s.observe(&key(), &polled(1_000, 0.0)).unwrap();
     let board = LiveBoard::new([&key()]);
-    let slot = board.slot(&key()).unwrap();
+    board
+        .slot(&key())
+        .unwrap()
+        .record_room(1_100, BandKey::DEFAULT, &room(64));
+    s.feed_live(&board, 1_100);
+    (s, board)
+}
+
+#[test]
+fn a_second_bands_smaller_headroom_is_not_read_as_a_queue_of_the_first() {
     // Both bands empty: the default band holds 64, the critical one 16.
     // Each answer is drained as the gateway's refresh drains them (at most 50 ms apart).
-    slot.record_room(1_100, BandKey::DEFAULT, &room(64));
-    s.feed_live(&board, 1_100);
+    let (mut s, board) = default_band_of_64();
+    let slot = board.slot(&key()).unwrap();
     slot.record_room(1_200, BandKey::named(Some(b"critical")), &room(16));
     s.feed_live(&board, 1_200);
     let t = s.refresh(1_200, &routes());
@@ -69,12 +79,8 @@ fn a_second_bands_smaller_headroom_is_not_read_as_a_queue_of_the_first() {
 
 #[test]
 fn a_lowered_band_capacity_stops_reading_as_a_queue_after_the_forget_window() {
-    let mut s = Scorer::new(ScoreConfig::default());
-    let board = LiveBoard::new([&key()]);
+    let (mut s, board) = default_band_of_64();
     let slot = board.slot(&key()).unwrap();
-    s.observe(&key(), &polled(1_000, 0.0)).unwrap();
-    slot.record_room(1_100, BandKey::DEFAULT, &room(64));
-    s.feed_live(&board, 1_100);
     // The band is reconfigured to 16 and stays empty: every answer says 16, every poll
     // shows nothing held.
     let mut waiting = Vec::new();
@@ -102,12 +108,8 @@ fn a_lowered_band_capacity_stops_reading_as_a_queue_after_the_forget_window() {
 
 #[test]
 fn a_saturated_band_keeps_its_size_while_the_polls_show_what_it_holds() {
-    let mut s = Scorer::new(ScoreConfig::default());
-    let board = LiveBoard::new([&key()]);
+    let (mut s, board) = default_band_of_64();
     let slot = board.slot(&key()).unwrap();
-    s.observe(&key(), &polled(1_000, 0.0)).unwrap();
-    slot.record_room(1_100, BandKey::DEFAULT, &room(64));
-    s.feed_live(&board, 1_100);
     let mut t = 1_100;
     while t <= 1_100 + 3 * BAND_MAX_FORGET_MS {
         t += 1_000;

@@ -207,20 +207,21 @@ mod tests {
 
     #[test]
     fn a_polled_reading_that_covers_the_queue_keeps_the_largest_headroom() {
-        let mut b = BandState::new(BandKey::DEFAULT, room(T, 64));
-        for s in 1..=10 {
-            let t = T + s * 10_000;
-            b.observe(room(t, 4));
-            b.polled(60.0, t + 100);
-        }
+        // A band shown at 64, then answering 4 of room every 10 s, each followed by a poll
+        // of what flow control holds.
+        let after_polls_of = |held: f64| {
+            let mut b = BandState::new(BandKey::DEFAULT, room(T, 64));
+            for s in 1..=10 {
+                let t = T + s * 10_000;
+                b.observe(room(t, 4));
+                b.polled(held, t + 100);
+            }
+            b
+        };
+        let b = after_polls_of(60.0);
         assert_eq!(b.max(), 64, "a saturated band keeps its size");
         assert_eq!(b.queue(), Some(60.0));
-        let mut lowered = BandState::new(BandKey::DEFAULT, room(T, 64));
-        for s in 1..=10 {
-            let t = T + s * 10_000;
-            lowered.observe(room(t, 4));
-            lowered.polled(2.0, t + 100);
-        }
+        let lowered = after_polls_of(2.0);
         assert_eq!(lowered.max(), 4, "the poll never showed the implied queue");
     }
 }
