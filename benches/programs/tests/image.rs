@@ -12,8 +12,19 @@ use grid_programs::soak::grid::Binaries;
 /// The user the image runs as: distroless's `nonroot`, as the Dockerfile says.
 const NONROOT: u64 = 65532;
 
+/// The longest any one step may take (building the layout, unpacking it, a command in
+/// it): each is a few seconds; one that hangs is killed (coreutils' `timeout`) and fails.
+const STEP_LIMIT_S: u32 = 120;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `program` under [`STEP_LIMIT_S`].
+fn bounded(program: &str) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg(STEP_LIMIT_S.to_string()).arg(program);
+    c
 }
 
 fn run(command: &mut Command) -> Output {
@@ -37,14 +48,14 @@ fn the_image_runs_the_operator_as_its_entrypoint_and_the_gateway_as_nonroot_with
     assert_eq!(Some(bin_dir), binaries.gatewayd.parent());
     let dir = tempfile::tempdir().unwrap();
     let layout = dir.path().join("layout");
-    run(Command::new("bash")
+    run(bounded("bash")
         .arg(workspace().join(".ci/image"))
         .arg(&layout)
         .arg(bin_dir));
 
     // Unpacked as a runtime unpacks it: the configuration says what runs, as whom.
     let bundle = dir.path().join("bundle");
-    run(Command::new("umoci")
+    run(bounded("umoci")
         .arg("unpack")
         .arg("--image")
         .arg(format!("{}:grid", layout.display()))
@@ -67,7 +78,7 @@ fn the_image_runs_the_operator_as_its_entrypoint_and_the_gateway_as_nonroot_with
 
     // The entrypoint runs in the image alone, as its user: every library it needs is there.
     let in_image = |args: &[&str]| {
-        let mut c = Command::new("chroot");
+        let mut c = bounded("chroot");
         c.arg(format!("--userspec={NONROOT}:{NONROOT}"))
             .arg(&rootfs)
             .args(args);
