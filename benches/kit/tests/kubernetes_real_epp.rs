@@ -19,10 +19,15 @@ const CONCURRENCY: usize = 4;
 /// The same while a is loaded: four, which b's four slots serve with no queue.
 const LOADED_CONCURRENCY: usize = 2;
 const TIMEOUT: Duration = Duration::from_secs(60);
-/// Requests held on site a's simulators, and their length in tokens (20 ms apart): four
-/// waves of 12 s on its four slots, so a holds at least eight for 36 s.
+/// Clients holding site a's simulators busy, and each request's length in tokens (20 ms
+/// apart, 12 s): each client sends its next request as the last ends, so a's four slots
+/// stay full and its queue holds twelve for as long as the observation takes, however
+/// long a loaded machine makes it (a round request sent to a waits behind them).
 const HELD: usize = 16;
 const HELD_TOKENS: u32 = 600;
+/// How long a holding client goes on sending: past any observation the test allows (15 s
+/// to see the load, 2 s, and two rounds bounded by their timeout).
+const HOLD_LIMIT: Duration = Duration::from_secs(240);
 
 /// A simulator that runs two requests at once and writes a token every 20 ms.
 fn slow_sim() -> SimSpec {
@@ -157,9 +162,18 @@ async fn two_clusters_serving_from_the_real_epp_and_simulators_reach_both_sites_
     // Site a's simulators loaded from outside the grid, through its Envoy: once both
     // operators hold a's load, both gateways send their requests to b.
     let site_a = grid.sites[0].llmd().expect("an llm-d site");
-    let hold = futures::future::join_all(
-        (0..HELD).map(|_| site_a.chat(false, HELD_TOKENS, Duration::from_secs(90))),
-    );
+    let hold_began = Stopwatch::start();
+    let hold = futures::future::join_all((0..HELD).map(|_| async {
+        let mut answers = Vec::new();
+        while hold_began.elapsed() < HOLD_LIMIT {
+            answers.push(
+                site_a
+                    .chat(false, HELD_TOKENS, Duration::from_secs(90))
+                    .await,
+            );
+        }
+        answers
+    }));
     let observe = async {
         let seen = Stopwatch::start();
         grid_kit::llmd::wait_until(
@@ -184,11 +198,10 @@ async fn two_clusters_serving_from_the_real_epp_and_simulators_reach_both_sites_
         let streamed = round(&grid, true, LOADED_CONCURRENCY).await;
         (held_seen, plain, streamed)
     };
-    // The held requests are a's other clients': what is left of them when the rounds are
-    // done runs on until the grid stops.
+    // The held requests are a's other clients': they stop when the rounds are done.
     let (held_seen, plain, streamed) = tokio::select! {
         observed = observe => observed,
-        held = hold => panic!("the held requests ended before the rounds: {held:?}"),
+        held = hold => panic!("a was held {HOLD_LIMIT:?} and the rounds had not ended: {held:?}"),
     };
     eprintln!("a's load held in both operators {held_seen:?} after it began");
     eprintln!("a loaded: plain {plain:?}, streamed {streamed:?}");
