@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use grid_daemon::client::{FetchTarget, fetch};
-use grid_daemon::tls::{Identity, TlsMaterial, Trust, client_config, server_config};
+use grid_daemon::tls::{Identity, Trust, client_config, server_config};
 use grid_kit::pki::{Ca, SiteCert};
 use grid_operatord::listener::{Handler, HandlerFuture, Listener, ListenerMetrics, Timeouts};
 use grid_operatord::slots::{MAX_PEER_CONNECTIONS, ShedReason, Slots};
@@ -31,16 +31,6 @@ impl Handler for WhoAmI {
     }
 }
 
-fn material(cert: &SiteCert, ca: &Ca) -> TlsMaterial {
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.cert()).unwrap();
-    TlsMaterial {
-        chain: vec![cert.cert.clone()],
-        key: cert.key(),
-        roots,
-    }
-}
-
 struct Setup {
     addr: std::net::SocketAddr,
     slots: Arc<Slots>,
@@ -55,7 +45,11 @@ async fn start(timeouts: Timeouts) -> Setup {
     let mut roots = RootCertStore::empty();
     roots.add(ca.cert()).unwrap();
     let trust = Arc::new(Trust::spiffe("a", "grid.test", roots));
-    let tls = server_config(&material(&ca.site("grid.test", "a"), &ca), trust.clone()).unwrap();
+    let tls = server_config(
+        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
+        trust.clone(),
+    )
+    .unwrap();
     let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
     let slots = Slots::new();
@@ -88,7 +82,7 @@ async fn ask(setup: &Setup, site: &str) -> Result<Vec<u8>, String> {
 async fn ask_in(setup: &Setup, domain: &str, site: &str) -> Result<Vec<u8>, String> {
     let cert = setup.ca.site(domain, site);
     let tls = client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -130,7 +124,7 @@ async fn three_hundred_peer_connections_leave_room_for_the_local_gateway() {
     .await;
     let peer = setup.ca.site("grid.test", "b");
     let peer_tls = client_config(
-        &material(&peer, &setup.ca),
+        &SiteCert::material(&peer, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -211,7 +205,7 @@ async fn a_trusted_stranger_is_served_as_nobody_and_an_untrusted_one_is_refused(
     let rogue = Ca::new("rogue");
     let cert = rogue.site("grid.test", "a");
     let tls = client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -238,7 +232,7 @@ async fn a_silent_connection_is_closed_at_the_header_read_timeout() {
     .await;
     let cert = setup.ca.site("grid.test", "b");
     let tls = client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -267,7 +261,7 @@ async fn an_idle_keep_alive_connection_is_closed_at_the_header_read_timeout() {
     .await;
     let cert = setup.ca.site("grid.test", "b");
     let tls = client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -331,7 +325,7 @@ async fn a_busy_connection_is_closed_gracefully_at_its_maximum_age() {
     .await;
     let cert = setup.ca.site("grid.test", "a");
     let tls = client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )
@@ -376,7 +370,7 @@ async fn connect_offering(
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
     let cert = setup.ca.site("grid.test", site);
     let mut tls = (*client_config(
-        &material(&cert, &setup.ca),
+        &SiteCert::material(&cert, &setup.ca),
         setup.trust.clone(),
         Identity::Local,
     )

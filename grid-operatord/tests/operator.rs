@@ -10,6 +10,7 @@ use grid_kit::operator_harness::{
     Grid, ProviderSpec, Site, epp_body, eventually, get_metrics, get_signals, ingest_resets,
     post_ingest, signals_url,
 };
+use grid_kit::pki::rewrite_keeping_mtime;
 use grid_operatord::config::{ConfigSource, FileConfigSource};
 use grid_operatord::driver::{self, Options, Running};
 use grid_operatord::peers::PollOutcome;
@@ -1122,23 +1123,6 @@ async fn every_relay_body_served_is_counted_by_who_asked() {
         )),
         "{m}"
     );
-}
-
-/// Rewrites `path` in place with `text` (the same inode, as a Secret update's writer
-/// may), then sets its modification time back to what it was: the change is in the
-/// bytes only.
-fn rewrite_keeping_mtime(path: &std::path::Path, text: &str) {
-    use std::io::Write;
-    let before = std::fs::metadata(path).unwrap().modified().unwrap();
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-    file.set_modified(before).unwrap();
-    drop(file);
-    assert_eq!(std::fs::metadata(path).unwrap().modified().unwrap(), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

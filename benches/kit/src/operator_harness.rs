@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use grid_daemon::client::{FetchTarget, Fetched, fetch};
-use grid_daemon::tls::{Fingerprint, Identity, TlsMaterial, Trust, client_config};
+use grid_daemon::tls::{Fingerprint, Identity, Trust, client_config};
 use grid_operatord::config::{
     Config, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig, TlsFiles, TrustMode,
 };
@@ -78,16 +78,6 @@ impl Grid {
         }
     }
 
-    fn material(&self, cert: &SiteCert) -> TlsMaterial {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.ca.cert()).unwrap();
-        TlsMaterial {
-            chain: vec![cert.cert.clone()],
-            key: cert.key(),
-            roots,
-        }
-    }
-
     /// A client presenting `cert` (whose site is `who`) that accepts only a server of
     /// site `server`.
     pub fn client(&self, cert: &SiteCert, who: &str, server: &str) -> Arc<rustls::ClientConfig> {
@@ -99,7 +89,7 @@ impl Grid {
             Identity::Peer(server.to_owned())
         };
         let trust = Arc::new(Trust::spiffe(who, DOMAIN, roots));
-        client_config(&self.material(cert), trust, expected).unwrap()
+        client_config(&cert.material(&self.ca), trust, expected).unwrap()
     }
 }
 

@@ -76,6 +76,22 @@ pub struct Mint<'a> {
 }
 
 impl SiteCert {
+    /// This leaf as the daemons' TLS material: the leaf alone as its chain, its key, and
+    /// `ca` as the only root.
+    ///
+    /// # Panics
+    /// If `ca`'s certificate is not one rustls takes as a root (it always is).
+    #[must_use]
+    pub fn material(&self, ca: &Ca) -> grid_daemon::tls::TlsMaterial {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert()).expect("a minted CA is a root");
+        grid_daemon::tls::TlsMaterial {
+            chain: vec![self.cert.clone()],
+            key: self.key(),
+            roots,
+        }
+    }
+
     /// The private key as rustls wants it.
     pub fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
@@ -311,6 +327,26 @@ pub fn server_config(files: &SiteFiles, client_ca_pem: &str) -> Arc<rustls::Serv
 }
 
 /// Writes `bytes` to `path`, naming the file in the error.
+/// Rewrites `path` with `text` in place, as a Kubernetes Secret update does to a mounted
+/// file (same path, and here the same modification time on purpose): a reader that
+/// looks at the path or the mtime misses the change, one that hashes the bytes sees it.
+///
+/// # Panics
+/// If the file cannot be read, written or have its time set.
+pub fn rewrite_keeping_mtime(path: &Path, text: &str) {
+    use std::io::Write as _;
+    let before = std::fs::metadata(path).unwrap().modified().unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file.set_modified(before).unwrap();
+    drop(file);
+    assert_eq!(std::fs::metadata(path).unwrap().modified().unwrap(), before);
+}
+
 fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::write(path, bytes).map_err(|source| Error::Write {
         path: path.to_owned(),

@@ -10,6 +10,9 @@
 //!   live evidence, how long it held its slot).
 //! - `timers`: deadlines kept by one timer moved only when it fires, and futures woken
 //!   without a timer per wait.
+//! - `buffer_room`: how much room a connection's buffers hold, on either side: reads
+//!   grow them only when their room runs low, and a streaming connection gives back
+//!   room past what its events need.
 //! - [`body`]: wrappers around a site's answer body (silences bounded; frames already
 //!   there handed on together).
 //!
@@ -18,6 +21,7 @@
 //! what the site side reads off an answer.
 
 pub mod body;
+pub(crate) mod buffer_room;
 pub mod client;
 pub(crate) mod request_metrics;
 pub mod site;

@@ -46,6 +46,7 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{oneshot, watch};
 
+use crate::engine::buffer_room::{Pace, keep_stream_room, make_read_room, release_room};
 use crate::engine::client::connection_watch::{Activity, InFlight};
 use crate::engine::client::limits::{LINGER, LINGER_MAX_BYTES, Limits, PROBE_HEAD_TIMEOUT};
 use crate::engine::client::write_bound::write_all_within;
@@ -54,28 +55,12 @@ use crate::front_ends::http_api::{Api, ResponseBody};
 use grid_gateway::refusal::ApiErrorKind;
 use grid_gateway::routes::Target;
 
-/// Room reserved in the read buffer when it runs low.
-const READ_RESERVE: usize = 8 * 1024;
-
-/// The least room a read is made into: below it the buffer grows by [`READ_RESERVE`]
-/// first. Reading into the room left (rather than reserving before every read) keeps
-/// one buffer for many requests: the head and body bytes taken from it stay shared with
-/// it while their request lives, and a reserve then would allocate a new one each time.
-const READ_MIN_ROOM: usize = 1024;
-
 /// Answer bytes gathered before they are written, even when more frames are ready.
 pub(crate) const WRITE_HIGH_WATER: usize = 64 * 1024;
 
 /// Room a connection's answer buffer starts with: an answer head and a plain answer's
 /// body fit; a larger batch grows it.
 const WRITE_INITIAL: usize = 1024;
-
-/// Most room a connection keeps while an answer streams. A stream holds its connection
-/// for seconds to minutes and sends one event at a time, so room left from a burst (or
-/// the request's read buffer, once the request is read) would be memory held per open
-/// stream for nothing: past this it is given back, and the buffers grow again when a
-/// burst needs them.
-pub(crate) const STREAM_KEEP: usize = 1024;
 
 /// Room made to notice a client closing (or pipelining) while its answer streams: the
 /// read that tells it is usually empty, and a pipelined request grows it.
@@ -94,36 +79,23 @@ pub(crate) struct Reader {
 impl Reader {
     /// Reads more; 0 at the client's end of stream.
     async fn fill(&mut self) -> std::io::Result<usize> {
-        self.make_room();
+        make_read_room(&mut self.buf, Pace::Bursts);
         self.half.read_buf(&mut self.buf).await
     }
 
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        self.make_room();
+        make_read_room(&mut self.buf, Pace::Bursts);
         let read = self.half.read_buf(&mut self.buf);
         std::pin::pin!(read).poll(cx)
     }
 
-    fn make_room(&mut self) {
-        if self.buf.capacity() - self.buf.len() < READ_MIN_ROOM {
-            self.buf.reserve(READ_RESERVE);
-        }
-    }
-
-    /// Reads more while an answer streams, into little room: see [`STREAM_KEEP`].
+    /// Reads more while an answer streams, into little room: see
+    /// [`STREAM_KEEP`](crate::engine::buffer_room::STREAM_KEEP).
     async fn watch(&mut self) -> std::io::Result<usize> {
         if self.buf.capacity() == self.buf.len() {
             self.buf.reserve(WATCH_RESERVE);
         }
         self.half.read_buf(&mut self.buf).await
-    }
-
-    /// Gives back an empty buffer's room (the request parts still sharing it keep it
-    /// until they are dropped).
-    fn release_room(&mut self) {
-        if self.buf.is_empty() && self.buf.capacity() > STREAM_KEEP {
-            self.buf = BytesMut::new();
-        }
     }
 }
 
@@ -600,15 +572,6 @@ fn poll_gather(
     }
 }
 
-/// After a batch of `batch` bytes was written with more of the answer to come: a small
-/// batch says the answer streams, so `out` holds no more room than its events need (a
-/// large body keeps its room).
-fn keep_stream_room(out: &mut BytesMut, batch: usize) {
-    if batch <= STREAM_KEEP && out.capacity() > STREAM_KEEP {
-        *out = BytesMut::new();
-    }
-}
-
 /// Writes `resp` to the client: the read side when the connection still has it, and
 /// whether the connection stays open after it (`stays`, and the answer ended as
 /// framed).
@@ -678,7 +641,7 @@ async fn write_answer(
             Step::More => {
                 keep_stream_room(&mut writer.out, batch);
                 if let Some(r) = own.as_mut() {
-                    r.release_room();
+                    release_room(&mut r.buf);
                 }
             }
             Step::End => return Ok((own, stays)),
@@ -698,6 +661,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
+    use crate::engine::buffer_room::READ_MIN_ROOM;
 
     /// Both ends of a loopback connection: the server's, the client's.
     async fn connection() -> (TcpStream, TcpStream) {
@@ -707,43 +671,6 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         (server, client)
-    }
-
-    #[test]
-    fn a_streamed_batch_of_stream_keep_gives_back_the_room_and_one_byte_more_keeps_it() {
-        let mut out = BytesMut::with_capacity(4 * STREAM_KEEP);
-        keep_stream_room(&mut out, STREAM_KEEP);
-        assert_eq!(out.capacity(), 0, "a batch of the kept size streams");
-        let mut out = BytesMut::with_capacity(4 * STREAM_KEEP);
-        keep_stream_room(&mut out, STREAM_KEEP + 1);
-        assert_eq!(
-            out.capacity(),
-            4 * STREAM_KEEP,
-            "a larger batch keeps its room"
-        );
-        let mut out = BytesMut::with_capacity(STREAM_KEEP);
-        keep_stream_room(&mut out, 1);
-        assert_eq!(out.capacity(), STREAM_KEEP, "the kept size itself is kept");
-    }
-
-    #[tokio::test]
-    async fn an_empty_read_buffer_keeps_stream_keep_of_room_and_gives_back_more() {
-        let (server, _client) = connection().await;
-        let (half, _) = server.into_split();
-        let mut reader = Reader {
-            half,
-            buf: BytesMut::with_capacity(STREAM_KEEP),
-        };
-        reader.release_room();
-        assert_eq!(reader.buf.capacity(), STREAM_KEEP);
-        reader.buf = BytesMut::with_capacity(STREAM_KEEP + 1);
-        reader.release_room();
-        assert_eq!(reader.buf.capacity(), 0);
-        // Bytes not yet used (a pipelined request) keep their buffer.
-        reader.buf = BytesMut::with_capacity(4 * STREAM_KEEP);
-        reader.buf.extend_from_slice(b"G");
-        reader.release_room();
-        assert_eq!(reader.buf.capacity(), 4 * STREAM_KEEP);
     }
 
     #[tokio::test]

@@ -55,6 +55,7 @@ use tokio::net::TcpStream;
 use tower_service::Service;
 
 use crate::engine::BoxError;
+use crate::engine::buffer_room::{Pace, make_read_room, release_room};
 use crate::engine::timers::deadline_timer::DeadlineTimer;
 use grid_gateway::upstream::PlainConnect;
 pub(crate) use grid_gateway::upstream::{MAX_IDLE_PER_SITE, POOL_IDLE_TIMEOUT};
@@ -67,28 +68,13 @@ use grid_h1_wire::{
 /// new connection: once, as the hyper-util client did.
 pub(crate) const MAX_STALE_RETRIES: usize = 1;
 
-/// Room made in a connection's read buffer when it runs low.
-pub(crate) const READ_RESERVE: usize = 8 * 1024;
-
-/// The least room a read of a site's socket is made into: below it the buffer grows by
-/// [`READ_RESERVE`] first. An answer's body bytes stay shared with the buffer while the
-/// client is sent them, so reserving before every read allocated a new buffer per
-/// answer.
-pub(crate) const READ_MIN_ROOM: usize = 1024;
-
-/// Room a connection's read buffer grows by, and the most it keeps, while the site's
-/// reads come small: a streamed answer trickles events of a few hundred bytes for
-/// seconds to minutes, so [`READ_RESERVE`] held per open stream would be memory kept
-/// for nothing. A read that fills it makes the next grow by [`READ_RESERVE`] again.
-pub(crate) const READ_KEEP: usize = 1024;
-
 /// One connection: its socket, what was read from it and not yet taken, the authority
 /// it was opened to, and the timer that bounds its answers' heads.
 struct Conn {
     io: TcpStream,
     read: BytesMut,
-    /// The last read took less than [`READ_KEEP`]: the site trickles.
-    trickles: bool,
+    /// How the site's reads have been coming: a streamed answer trickles.
+    pace: Pace,
     authority: Arc<str>,
     head_timer: DeadlineTimer,
 }
@@ -112,26 +98,20 @@ impl Conn {
     /// kernel, and the check at checkout ([`Conn::is_quiet`]) costs no system call on a
     /// quiet connection.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        if self.read.capacity() - self.read.len() < READ_MIN_ROOM {
-            self.read.reserve(if self.trickles {
-                READ_KEEP
-            } else {
-                READ_RESERVE
-            });
-        }
+        make_read_room(&mut self.read, self.pace);
         let read = self.io.read_buf(&mut self.read);
         let polled = std::pin::pin!(read).poll(cx);
         if let Poll::Ready(Ok(n)) = polled {
-            self.trickles = n < READ_KEEP;
+            self.pace = Pace::of(n);
         }
         polled
     }
 
-    /// Gives back an emptied buffer's room past [`READ_KEEP`] while the site trickles
-    /// (the answer's frames still sharing it keep it until they are sent).
+    /// Gives back an emptied buffer's room while the site trickles (the answer's frames
+    /// still sharing it keep it until they are sent).
     fn release_room(&mut self) {
-        if self.trickles && self.read.is_empty() && self.read.capacity() > READ_KEEP {
-            self.read = BytesMut::new();
+        if self.pace == Pace::Trickle {
+            release_room(&mut self.read);
         }
     }
 }
@@ -376,7 +356,7 @@ async fn connect(connector: &PlainConnect, authority: &str) -> Result<Conn, Site
     Ok(Conn {
         io: io.into_inner(),
         read: BytesMut::new(),
-        trickles: false,
+        pace: Pace::default(),
         authority: Arc::from(authority),
         head_timer: DeadlineTimer::default(),
     })
@@ -620,6 +600,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::engine::buffer_room::STREAM_KEEP;
 
     const WAIT: Duration = Duration::from_secs(5);
 
@@ -833,9 +814,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_trickling_answer_keeps_at_most_read_keep_of_room_and_a_full_read_grows_it_again() {
+    async fn a_trickling_answer_keeps_at_most_stream_keep_of_room_and_a_full_read_grows_it_again() {
         // Small events, then one whose reads fill the kept room, then small again.
-        const SIZES: &[usize] = &[100, READ_KEEP - 100, 100, 4 * READ_KEEP, 100, 100];
+        const SIZES: &[usize] = &[100, STREAM_KEEP - 100, 100, 4 * STREAM_KEEP, 100, 100];
         let (authority, tick) = streaming_site(SIZES).await;
         let pool = Arc::new(SitePool::default());
         let resp = send(&pool, &authority).await.unwrap();
@@ -850,10 +831,13 @@ mod tests {
             rooms.push(read_room(&body));
         }
         // Past the head's read, every trickled event leaves at most the kept room.
-        assert!(rooms[1] <= READ_KEEP && rooms[2] <= READ_KEEP, "{rooms:?}");
+        assert!(
+            rooms[1] <= STREAM_KEEP && rooms[2] <= STREAM_KEEP,
+            "{rooms:?}"
+        );
         // A large event is read into the larger reserve, then the room shrinks again.
-        assert!(rooms[3] > READ_KEEP, "{rooms:?}");
-        assert!(rooms[5] <= READ_KEEP, "{rooms:?}");
+        assert!(rooms[3] > STREAM_KEEP, "{rooms:?}");
+        assert!(rooms[5] <= STREAM_KEEP, "{rooms:?}");
     }
 
     #[tokio::test]

@@ -223,22 +223,9 @@ pub async fn watch_ca(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-
-    use grid_kit::pki::Ca;
+    use grid_kit::pki::{Ca, rewrite_keeping_mtime};
 
     use super::*;
-
-    fn rewrite_keeping_mtime(path: &Path, text: &str) {
-        let before = std::fs::metadata(path).unwrap().modified().unwrap();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.set_modified(before).unwrap();
-    }
 
     /// Whether a client following `bundle` completes a handshake with a server
     /// presenting `cert` for `localhost`.
