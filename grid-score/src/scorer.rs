@@ -293,7 +293,19 @@ impl Scorer {
                                 turnover_ms: v.live.turnover_ms.unwrap_or(0.0),
                             })
                     }
-                    None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
+                    None => match answered_load(&v) {
+                        Some((rho, waiting)) => {
+                            Candidate::measured(key.clone(), v.capacity, rho, rho, waiting, false)
+                                .with_reach(v.reach)
+                                .with_signal(Signal {
+                                    rho_now: rho,
+                                    life_ms: 0.0,
+                                    pace: v.pace,
+                                    turnover_ms: v.live.turnover_ms.unwrap_or(0.0),
+                                })
+                        }
+                        None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
+                    },
                 }
                 .with_live(v.live.factor, v.live.headroom)
                 .with_evidence(evidence),
@@ -339,6 +351,18 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         Some(_) => (v.instant.min(1.0), v.interval_ms, 0.0),
         None => (v.instant, v.interval_ms, v.waiting),
     }
+}
+
+/// The load of a candidate with no fresh polled reading, read off its answers alone:
+/// `Some((rho, waiting))` while some band's room is at most
+/// [`crate::live::LIVE_ROOM_FRESH_MS`] old. A queue in its bands reads as every slot
+/// taken and that many waiting; bands with room and no queue as every slot taken and none
+/// waiting (its free slots are not known), so the site is offered what its slots turn
+/// over, no more; a band that said "full" weighs it down through its live factor.
+fn answered_load(v: &LearnerView) -> Option<(f64, f64)> {
+    v.live.headroom?;
+    let queue = v.live.queue.map_or(0.0, |(q, _)| q.max(0.0));
+    Some((1.0 + queue / v.reach, queue))
 }
 
 #[cfg(test)]
@@ -562,6 +586,57 @@ mod tests {
         // A newer poll takes over again.
         s.observe(&key("a"), &reading(2_000, 8.0)).unwrap();
         assert!((rho(&s.refresh(2_000, &r), "a") - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_site_whose_polled_reading_aged_out_is_measured_by_its_answers_band_room_while_fresh() {
+        use crate::live::{FlowObservation, LIVE_ROOM_FRESH_MS, LiveBoard};
+        let mut s = Scorer::new(ScoreConfig::default());
+        let fresh = ScoreConfig::default().fresh_for_ms;
+        let r = routes(&["polled", "answering"]);
+        for site in ["polled", "answering"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("polled"), key("answering")]);
+        let slot = board.slot(&key("answering")).unwrap();
+        let room = |h| FlowObservation {
+            headroom: Some(h),
+            ..FlowObservation::default()
+        };
+        // Past the freshness window only "polled" is read again; "answering" speaks only
+        // through its answers, whose band is empty (64 of 64).
+        let now = 1_000 + fresh + 100;
+        s.observe(&key("polled"), &reading(now, 4.0)).unwrap();
+        slot.record_room(now, crate::live::BandKey::DEFAULT, &room(64));
+        s.feed_live(&board, now);
+        let t = s.refresh(now, &r);
+        let c = at(&t, "answering");
+        assert_ne!(c.state(), CandidateState::Unmeasured);
+        assert!(
+            (c.signal().rho_now - 1.0).abs() < 1e-9,
+            "room in its band, its free slots unknown: every slot taken, none waiting"
+        );
+        let snap = t.get("m").unwrap();
+        let shares = snap.plan_shares();
+        let i = snap
+            .candidates()
+            .iter()
+            .position(|c| &**c.site() == "answering")
+            .unwrap();
+        assert!(
+            shares[i] > 0.1,
+            "it takes its turnover's share beside a site with headroom: {shares:?}"
+        );
+        // A queue in its band reads as a slot's worth waiting per slot it holds.
+        slot.record_room(now + 100, crate::live::BandKey::DEFAULT, &room(48));
+        s.feed_live(&board, now + 100);
+        let c = at(&s.refresh(now + 100, &r), "answering").clone();
+        assert!(c.signal().rho_now > 1.0 && c.waiting() > 0.0, "{c:?}");
+        // Once its newest room is past the live window, nothing measures it.
+        let later = now + 100 + LIVE_ROOM_FRESH_MS + 1;
+        s.observe(&key("polled"), &reading(later, 4.0)).unwrap();
+        let t = s.refresh(later, &r);
+        assert_eq!(at(&t, "answering").state(), CandidateState::Unmeasured);
     }
 
     #[test]

@@ -77,10 +77,40 @@ impl Misses {
 }
 
 #[test]
-fn with_every_epp_silent_grid_routes_without_signals_and_refuses_no_request_while_a_site_has_room()
-{
+fn with_every_epp_silent_grid_routes_by_the_answers_band_room_and_refuses_no_request_while_a_site_has_room()
+ {
+    // The scenario's sites run flow control: their answers carry their bands' room, which
+    // measures each site while no polled reading does.
     let mut misses = Misses::default();
     for (config, ours) in grid_runs(&scenario("epp-silent.toml", 180)) {
+        let seed = config.seed;
+        let c = ours.signals;
+        misses.check(c.failed_scrapes > 0, || {
+            format!("seed {seed}: the EPPs never went silent: {c:?}")
+        });
+        misses.check(ours.summary.refused_room == 0, || {
+            format!(
+                "seed {seed}: {} refused while another site had room",
+                ours.summary.refused_room
+            )
+        });
+        misses.check((c.without_signals, c.unroutable) == (0, 0), || {
+            format!(
+                "seed {seed}: without signals {}x, unroutable {}x (want never: the answers \
+                 are signals)",
+                c.without_signals, c.unroutable
+            )
+        });
+    }
+    misses.assert_none();
+}
+
+#[test]
+fn with_every_epp_silent_and_no_flow_control_grid_routes_without_signals_and_refuses_no_request_while_a_site_has_room()
+ {
+    let mut misses = Misses::default();
+    let silent = scenario("epp-silent.toml", 180).without_flow_control();
+    for (config, ours) in grid_runs(&silent) {
         let seed = config.seed;
         let c = ours.signals;
         misses.check(c.failed_scrapes > 0, || {
