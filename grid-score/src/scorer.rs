@@ -609,14 +609,14 @@ mod tests {
         s.observe(&key("polled"), &reading(now, 4.0)).unwrap();
         slot.record_room(now, crate::live::BandKey::DEFAULT, &room(64));
         s.feed_live(&board, now);
-        let t = s.refresh(now, &r);
-        let c = at(&t, "answering");
+        let table = s.refresh(now, &r);
+        let c = at(&table, "answering");
         assert_ne!(c.state(), CandidateState::Unmeasured);
         assert!(
             (c.signal().rho_now - 1.0).abs() < 1e-9,
             "room in its band, its free slots unknown: every slot taken, none waiting"
         );
-        let snap = t.get("m").unwrap();
+        let snap = table.get("m").unwrap();
         let shares = snap.plan_shares();
         let i = snap
             .candidates()
@@ -635,8 +635,8 @@ mod tests {
         // Once its newest room is past the live window, nothing measures it.
         let later = now + 100 + LIVE_ROOM_FRESH_MS + 1;
         s.observe(&key("polled"), &reading(later, 4.0)).unwrap();
-        let t = s.refresh(later, &r);
-        assert_eq!(at(&t, "answering").state(), CandidateState::Unmeasured);
+        let table = s.refresh(later, &r);
+        assert_eq!(at(&table, "answering").state(), CandidateState::Unmeasured);
     }
 
     #[test]
