@@ -48,3 +48,72 @@ async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_co
     assert_eq!(next.status, StatusCode::OK);
     gw.shutdown().await;
 }
+
+/// This gateway's requests outstanding at candidate (m, `site`), as its routing reads
+/// them (the live slot's count of requests sent and not yet ended).
+fn outstanding(gw: &grid_kit::gateway_harness::Harness, site: &str) -> u32 {
+    gw.gateway
+        .as_ref()
+        .unwrap()
+        .published()
+        .load()
+        .catalog()
+        .get("m")
+        .and_then(|m| m.upstreams.iter().find(|u| &*u.site == site))
+        .map(|u| u.live().drain().outstanding)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_counts_as_outstanding_at_its_site_until_its_answer_ends_and_a_failed_one_until_it_fails()
+ {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| {
+            c.connect_timeout_ms = 200;
+            c.upstream_headers_timeout_ms = 300;
+        },
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    let c = http1_client();
+    assert_eq!(outstanding(&gw, "a"), 0);
+    // A stream stays outstanding past its head, until its last event.
+    let streaming = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.request(post(&gw.url("/v1/chat/completions"), STREAM)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let mut body = streaming.into_body();
+    let _first = body.frame().await.unwrap().unwrap();
+    assert_eq!(outstanding(&gw, "a"), 1, "the stream is under way");
+    body.collect().await.unwrap();
+    // The answer's end reaches the gateway's side of the exchange a moment after the
+    // client's.
+    let ended = tokio::time::Instant::now();
+    while outstanding(&gw, "a") != 0 {
+        assert!(
+            ended.elapsed() < Duration::from_secs(5),
+            "the stream's end is counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A plain answer, and one the site never heads (cut by the head bound), both end.
+    assert_eq!(
+        send(&c, post(&gw.url("/v1/chat/completions"), CHAT))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    up.set_behaviour(grid_kit::gateway_harness::fake_model::Behaviour::HangBeforeHead);
+    let hung = send(&c, post(&gw.url("/v1/chat/completions"), CHAT)).await;
+    assert!(hung.status.is_server_error(), "{}", hung.status);
+    assert_eq!(
+        outstanding(&gw, "a"),
+        0,
+        "every exchange that ended is counted out"
+    );
+    gw.shutdown().await;
+}

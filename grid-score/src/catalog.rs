@@ -69,6 +69,12 @@ impl Upstream {
         self.live.clone()
     }
 
+    /// Counts a request sent here now; its end is counted when the guard is dropped
+    /// (hold it until the exchange is over, however it ends).
+    pub fn in_flight(&self) -> crate::live::InFlight {
+        self.live.in_flight()
+    }
+
     /// What this model's requests did here (the routing evidence's recent counts).
     pub fn tally(&self) -> &Tally {
         &self.tally

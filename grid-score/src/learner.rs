@@ -89,6 +89,10 @@ pub(crate) struct LearnerView {
     pub(crate) soft_bound: Option<f64>,
     pub(crate) hard_bound: Option<f64>,
     pub(crate) live: crate::live::LiveView,
+    /// How many more of this gateway's own requests are at the site now than when the
+    /// newest loaded sample was taken; `None` without one, or when it is older than the
+    /// gateway's kept samples.
+    pub(crate) own_change: Option<f64>,
 }
 
 /// What one reading says about whether the site can serve.
@@ -273,6 +277,9 @@ impl Learner {
             soft_bound: self.bounds.soft(now_ms),
             hard_bound: self.bounds.hard(now_ms),
             live: self.live.view(now_ms),
+            own_change: self
+                .last_load_stamp
+                .and_then(|stamp| self.live.own_change_since(stamp)),
         }
     }
 }

@@ -346,10 +346,19 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         v.load_stamp.is_none_or(|polled| at > polled)
             && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS
     });
+    // The polled reading's load, moved by what this gateway sent and saw end there since.
+    let polled =
+        (v.instant + v.own_change.unwrap_or(0.0) / v.reach.max(crate::CAPACITY_FLOOR)).max(0.0);
+    // Corrected at every refresh, the reading stands only until the next one.
+    let life = if v.own_change.is_some() {
+        0.0
+    } else {
+        v.interval_ms
+    };
     match fresh {
         Some((queue, _)) if queue > 0.0 => (1.0 + queue / v.reach, 0.0, queue),
-        Some(_) => (v.instant.min(1.0), v.interval_ms, 0.0),
-        None => (v.instant, v.interval_ms, v.waiting),
+        Some(_) => (polled.min(1.0), life, 0.0),
+        None => (polled, life, v.waiting),
     }
 }
 
@@ -586,6 +595,45 @@ mod tests {
         // A newer poll takes over again.
         s.observe(&key("a"), &reading(2_000, 8.0)).unwrap();
         assert!((rho(&s.refresh(2_000, &r), "a") - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_polled_readings_load_moves_by_what_this_gateway_sent_and_saw_end_there_since_its_stamp() {
+        use crate::live::LiveBoard;
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a"]);
+        let board = LiveBoard::new(&[key("a")]);
+        let slot = board.slot(&key("a")).unwrap();
+        let rho = |s: &mut Scorer, now| at(&s.refresh(now, &r), "a").signal().rho_now;
+        // A drain before the reading: nothing of ours outstanding then.
+        s.feed_live(&board, 900);
+        // Polled at 1 s holding 8 of its 16 slots (soft bound 8, reach 16).
+        s.observe(&key("a"), &reading(1_000, 8.0)).unwrap();
+        assert!((rho(&mut s, 1_000) - 0.5).abs() < 1e-3);
+        // Eight sent since: the site holds them too, before any reading says so.
+        let mut sent: Vec<_> = (0..8).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_300);
+        assert!(
+            (rho(&mut s, 1_300) - 1.0).abs() < 1e-3,
+            "{}",
+            rho(&mut s, 1_300)
+        );
+        // Four of them ended.
+        let _kept = sent.split_off(4);
+        drop(sent);
+        s.feed_live(&board, 1_600);
+        assert!((rho(&mut s, 1_600) - 0.75).abs() < 1e-3);
+        // A newer reading counts what it saw (the four still there among its eight);
+        // only what changes after it moves it.
+        s.observe(&key("a"), &reading(2_000, 8.0)).unwrap();
+        s.feed_live(&board, 2_000);
+        assert!((rho(&mut s, 2_000) - 0.5).abs() < 1e-3);
+        // A reading older than every kept sample is read as it stands.
+        let mut fresh = Scorer::new(ScoreConfig::default());
+        fresh.observe(&key("a"), &reading(5_000, 8.0)).unwrap();
+        let _more = slot.in_flight();
+        fresh.feed_live(&board, 5_100);
+        assert!((rho(&mut fresh, 5_100) - 0.5).abs() < 1e-3);
     }
 
     #[test]

@@ -308,11 +308,12 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
     let capacity_share = config.sites[s64].slots() as f64 / config.slots() as f64;
     // The refresh after the endpoints are back, then ten seconds: at least its capacity
     // share less 20% (a collapsed capacity gets none at all), and at least 80% of what it
-    // took before the blip. It may take more while the others still hold the blip's
-    // backlog in their bands, but not everything.
+    // took before the blip. It may take more, being empty while the others still hold the
+    // blip's backlog (the oracle sends it 75% of the requests in the first three seconds,
+    // Prequal 85% over the ten), but not everything: the others together keep a tenth.
     let first = share_over(37..47);
     assert!(
-        first >= 0.8 * capacity_share && first <= 1.5 * capacity_share,
+        first >= 0.8 * capacity_share && first <= 0.9,
         "share {first:.3} against capacity share {capacity_share:.3}"
     );
     // Before the blip it took about 60% at this load, more than its slots' 53%: spreading

@@ -512,7 +512,9 @@ impl Api {
                 }
             }
         };
-        let site_slot = Slot::held(slot.permit, slot.share);
+        // Counted in flight from before the exchange starts until the answer ends or the
+        // exchange fails: the guard is in what the answer holds, dropped with it.
+        let site_slot = Slot::held(slot.permit, slot.share, Some(upstream.in_flight()));
         let site_header = slot.header;
         match exchange.await {
             Ok(resp) => {

@@ -12,8 +12,11 @@
 //!   --LiveSlot::record_room(band) / record_answer / record_failure--> (request path:
 //!   atomics; the band is the request's BandKey, hashed from BAND_REQUEST_HEADER)
 //!   --LiveSlot::restated_headroom(band)--> the headroom header the client sees
+//! request sent / exchange over --LiveSlot::in_flight (a guard)--> outstanding count
 //! refresh: LiveBoard --Scorer::observe_live(key, slot.drain(), now)--> LiveState
-//!   --snapshot--> each candidate's weight x live factor; the model's fresh grid headroom
+//!   --snapshot--> each candidate's weight x live factor; the model's fresh grid headroom;
+//!   a polled reading's load plus the change in this gateway's own outstanding requests
+//!   since its stamp
 //! ```
 //!
 //! # I/O boundary
@@ -25,6 +28,7 @@
 mod band;
 mod headers;
 mod outlier;
+mod outstanding;
 mod slot;
 mod state;
 mod turnover;
@@ -43,8 +47,10 @@ pub use outlier::{
     MAX_EJECTED_SHARE, MAX_EJECTION_MS, MIN_RATIO_EXCHANGES, OutlierChange, PROBE_INTERVAL_MS,
     RATIO_HALF_LIFE_MS, Rejoin, max_ejected,
 };
+pub use outstanding::{OUTSTANDING_SAMPLES, OUTSTANDING_SPACING_MS};
 pub use slot::{
-    DEFAULT_FULL_HOLD_MS, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot, MAX_FULL_HOLD_MS,
+    DEFAULT_FULL_HOLD_MS, InFlight, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot,
+    MAX_FULL_HOLD_MS,
 };
 pub use state::{FAILURE_HALF_LIFE_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE};
 pub(crate) use state::{LiveState, LiveView};

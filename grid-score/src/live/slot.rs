@@ -46,6 +46,9 @@ pub struct LiveEvidence {
     /// Until when the site said it is full (a 429's Retry-After), ms since the Unix
     /// epoch; 0 when it never did (not cleared: its time says what it is worth).
     pub full_until_ms: u64,
+    /// This gateway's requests at the site as of the drain: sent and not yet ended
+    /// (see [`LiveSlot::record_sent`]; not cleared).
+    pub outstanding: u32,
 }
 
 /// Fraction bits of the fixed-point logarithms a slot sums.
@@ -100,6 +103,8 @@ pub struct LiveSlot {
     streak: AtomicU32,
     probes_answered: AtomicU32,
     full_until: AtomicU64,
+    sent: AtomicU64,
+    ended: AtomicU64,
 }
 
 impl LiveSlot {
@@ -192,6 +197,25 @@ impl LiveSlot {
         room.headroom.or(room.saturated.then_some(0))
     }
 
+    /// Request path: a request was sent to the site (its first byte is about to leave).
+    /// Every call is matched by one [`LiveSlot::record_ended`] when the exchange is over,
+    /// however it ends; [`LiveSlot::in_flight`] pairs them by a guard.
+    pub fn record_sent(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request path: an exchange [`LiveSlot::record_sent`] counted is over: its answer's
+    /// last byte, a refusal, a failure, or the client gone.
+    pub fn record_ended(&self) {
+        self.ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Request path: counts a request sent now, and its end when the guard is dropped.
+    pub fn in_flight(self: &Arc<Self>) -> InFlight {
+        self.record_sent();
+        InFlight(Arc::clone(self))
+    }
+
     /// Request path: the site answered (any status below 500).
     pub fn record_answer(&self) {
         self.answers.fetch_add(1, Ordering::Relaxed);
@@ -272,7 +296,28 @@ impl LiveSlot {
             streak: self.streak.load(Ordering::Relaxed),
             probes_answered: self.probes_answered.swap(0, Ordering::Relaxed),
             full_until_ms: self.full_until.load(Ordering::Relaxed),
+            outstanding: self.outstanding(),
         }
+    }
+
+    /// Sent and not yet ended. The end is read first: a request both sent and ended
+    /// between the two reads counts as outstanding for this drain, never as less than
+    /// none.
+    fn outstanding(&self) -> u32 {
+        let ended = self.ended.load(Ordering::Acquire);
+        let sent = self.sent.load(Ordering::Acquire);
+        u32::try_from(sent.saturating_sub(ended)).unwrap_or(u32::MAX)
+    }
+}
+
+/// One request of this gateway's in flight at a site: its end is recorded when the guard
+/// is dropped, however the exchange ends.
+#[derive(Debug)]
+pub struct InFlight(Arc<LiveSlot>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.record_ended();
     }
 }
 
@@ -336,6 +381,22 @@ impl LiveBoard {
 mod tests {
     use super::*;
     use crate::live::headers::DropReason;
+
+    #[test]
+    fn a_request_is_outstanding_from_its_guard_until_the_guard_drops_and_a_drain_keeps_the_count() {
+        let slot = Arc::new(LiveSlot::new());
+        let first = slot.in_flight();
+        let second = slot.in_flight();
+        assert_eq!(slot.drain().outstanding, 2);
+        assert_eq!(slot.drain().outstanding, 2, "not cleared by a drain");
+        drop(first);
+        assert_eq!(slot.drain().outstanding, 1);
+        drop(second);
+        assert_eq!(slot.drain().outstanding, 0);
+        // An end counted without its send (a caller's bug) never reads below none.
+        slot.record_ended();
+        assert_eq!(slot.drain().outstanding, 0);
+    }
 
     #[test]
     fn a_slot_round_trips_the_newest_room_and_drains_its_counts() {

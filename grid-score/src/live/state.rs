@@ -21,6 +21,7 @@
 
 use super::band::{BandState, LIVE_ROOM_FRESH_MS, LiveRoom, MAX_BANDS_TRACKED};
 use super::outlier::{Outlier, OutlierChange};
+use super::outstanding::Outstanding;
 use super::slot::LiveEvidence;
 use super::turnover::Turnover;
 
@@ -54,6 +55,8 @@ pub(crate) struct LiveState {
     /// Until when its own 429 said it is full.
     full_until: u64,
     outlier: Outlier,
+    /// This gateway's own requests at the site over time.
+    outstanding: Outstanding,
 }
 
 /// What the snapshot reads of it at one instant.
@@ -103,6 +106,7 @@ impl LiveState {
         self.failures_at = now_ms.max(self.failures_at);
         self.turnover.observe(e, now_ms);
         self.full_until = self.full_until.max(e.full_until_ms);
+        self.outstanding.observe(now_ms, e.outstanding);
         self.outlier.observe(e, now_ms)
     }
 
@@ -157,6 +161,12 @@ impl LiveState {
     fn failures_now(&self, now_ms: u64) -> f64 {
         let age = now_ms.saturating_sub(self.failures_at) as f64;
         self.failures * (-age / FAILURE_HALF_LIFE_MS as f64).exp2()
+    }
+
+    /// How many more of this gateway's own requests are at the site now than at
+    /// `stamp_ms` (a polled reading's stamp); `None` when that is older than what is kept.
+    pub(crate) fn own_change_since(&self, stamp_ms: u64) -> Option<f64> {
+        self.outstanding.change_since(stamp_ms)
     }
 
     /// The state as the snapshot reads it at `now_ms`.

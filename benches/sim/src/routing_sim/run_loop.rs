@@ -310,6 +310,7 @@ impl World<'_> {
             self.record.unplaced += 1;
         }
         self.routers[g].sent(site);
+        self.tell(g, a.at_ms, site, Heard::Sent);
         self.taken[g] += 1;
         // As the gateway's timer does, each second.
         self.budgets[g].sample(EPOCH_MS + a.at_ms, self.taken[g]);
@@ -562,6 +563,7 @@ impl World<'_> {
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
         let sample = (!f.streaming).then(|| seen - f.sent_ms);
         self.routers[f.gateway].observe(seen, s, sample, true);
+        self.tell(f.gateway, seen, s, Heard::Ended);
         // How long the answer held its slot, as the gateway can tell: a
         // stream from its first byte to its last; a plain answer from
         // sending to its head less the flow-control wait its header
@@ -606,6 +608,7 @@ impl World<'_> {
             .filter(|_| status == FULL_STATUS);
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        self.tell(f.gateway, seen, s, Heard::Ended);
         let band = self.band_key(f.priority);
         self.tell(
             f.gateway,
@@ -634,6 +637,7 @@ impl World<'_> {
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
         self.tell(f.gateway, seen, s, Heard::Failed);
+        self.tell(f.gateway, seen, s, Heard::Ended);
         self.client_failure(Some(s), f.client_ms, seen, None, true);
     }
 
@@ -663,6 +667,7 @@ impl World<'_> {
                     }
                     bump(&mut self.record.retries_per_second, r.at_ms);
                     self.routers[g].sent(next);
+                    self.tell(g, r.at_ms, next, Heard::Sent);
                     self.seq += 1;
                     self.send(Transit {
                         at_ms: r.at_ms + self.config.rtt_ms(g, next) / 2,

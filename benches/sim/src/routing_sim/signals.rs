@@ -277,6 +277,10 @@ pub enum Heard {
         /// Time to first byte, ms.
         ms: u64,
     },
+    /// The gateway sent a request to the site.
+    Sent,
+    /// An exchange the gateway sent is over: its answer's end, a refusal, a failure.
+    Ended,
     /// A streamed answer ended, `held_ms` after its first byte.
     Served {
         /// First byte to last, ms.
@@ -573,6 +577,14 @@ impl SignalPath {
                 }
                 Heard::FirstByte { ms } => {
                     slot.record_first_byte(ms);
+                    false
+                }
+                Heard::Sent => {
+                    slot.record_sent();
+                    false
+                }
+                Heard::Ended => {
+                    slot.record_ended();
                     false
                 }
             };

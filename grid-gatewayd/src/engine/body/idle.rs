@@ -127,7 +127,7 @@ mod tests {
             metrics: metrics.clone(),
             site: "a".into(),
             slot: Arc::clone(slot),
-            _site_slot: crate::engine::site::slots::Slot::held(None, None),
+            _site_slot: crate::engine::site::slots::Slot::held(None, None, None),
             live_refresh: Arc::new(tokio::sync::Notify::new()),
         }
     }

@@ -124,12 +124,14 @@ impl Drop for ShareHeld {
     }
 }
 
-/// What an answer holds of its site until it ends (or is cut): the slot, and its place in
-/// its connection's share.
+/// What an answer holds of its site until it ends (or is cut): the slot, its place in
+/// its connection's share, and its count among the requests this gateway has at the site
+/// (what the routing adds to the site's polled load until the next reading).
 #[derive(Debug)]
 pub(crate) struct Held {
     _permit: Option<OwnedSemaphorePermit>,
     _share: Option<ShareHeld>,
+    _in_flight: Option<grid_score::live::InFlight>,
 }
 
 /// Every configured site's slots.
@@ -156,10 +158,15 @@ pub(crate) struct Slot {
 
 impl Slot {
     /// What the answer holds until it ends.
-    pub(crate) fn held(permit: Option<OwnedSemaphorePermit>, share: Option<ShareHeld>) -> Held {
+    pub(crate) fn held(
+        permit: Option<OwnedSemaphorePermit>,
+        share: Option<ShareHeld>,
+        in_flight: Option<grid_score::live::InFlight>,
+    ) -> Held {
         Held {
             _permit: permit,
             _share: share,
+            _in_flight: in_flight,
         }
     }
 }
@@ -396,7 +403,7 @@ mod tests {
         assert!(slots.acquire("a", wait, Some(&other)).await.is_ok());
         assert!(slots.acquire("b", wait, Some(&conn)).await.is_ok());
         assert!(slots.acquire("a", wait, None).await.is_ok());
-        drop(Slot::held(first.permit, first.share));
+        drop(Slot::held(first.permit, first.share, None));
         let again = slots.acquire("a", wait, Some(&conn)).await.unwrap();
         assert!(
             again.share.is_some(),
