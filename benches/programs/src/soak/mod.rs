@@ -48,6 +48,11 @@ use verdict::{Track, Verdict, Windows};
 pub const CYCLE: Duration = Duration::from_secs(30);
 /// How often every daemon is read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// The least warm-up: the gateway keeps a pooled connection for this long once idle, so
+/// the connections the first bursts opened, and the buffers they hold, add up until it
+/// has passed once.
+pub const SETTLE: Duration = grid_gateway::upstream::POOL_IDLE_TIMEOUT;
 /// The offered load outside bursts, as a share of the grid's nominal capacity (the
 /// demo's).
 pub const LOAD: f64 = 0.4;
@@ -621,13 +626,17 @@ fn write_files(
 /// When the grid cannot be started, the gateway never routes by load, the run is too
 /// short for a warm-up and two windows, or the files cannot be written.
 pub async fn run(config: &SoakConfig, out: &mut (dyn Write + Send)) -> Result<Report, Error> {
-    let windows = Windows::of(config.duration.as_secs_f64(), config.cycle.as_secs_f64())
-        .ok_or_else(|| {
-            Error::Request(format!(
-                "{:?} is too short for a warm-up and two windows of {:?} cycles",
-                config.duration, config.cycle
-            ))
-        })?;
+    let windows = Windows::of(
+        config.duration.as_secs_f64(),
+        config.cycle.as_secs_f64(),
+        SETTLE.as_secs_f64(),
+    )
+    .ok_or_else(|| {
+        Error::Request(format!(
+            "{:?} is too short for a warm-up and two windows of {:?} cycles",
+            config.duration, config.cycle
+        ))
+    })?;
     std::fs::create_dir_all(&config.out_dir).map_err(|source| Error::Write {
         path: config.out_dir.clone(),
         source,

@@ -175,7 +175,7 @@ mod tests {
                 ..Track::default()
             })
             .collect();
-        let svg = render(&MEMORY, &tracks, Windows::of(120.0, 30.0).unwrap()).unwrap();
+        let svg = render(&MEMORY, &tracks, Windows::of(120.0, 30.0, 0.0).unwrap()).unwrap();
         for text in ["gateway", "operator a", "MiB", "Resident memory"] {
             assert!(svg.contains(text), "{text}");
         }

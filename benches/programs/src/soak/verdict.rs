@@ -3,9 +3,11 @@
 //!
 //! ```text
 //! 0 ........ warm-up ........ | baseline window | .......... | late window | end
-//!   (max(one cycle,            (W long)                        (W long, ends
-//!    min(20% of the run, 3 min)))                               with the run)
+//!   (max(one cycle, settle,      (W long)                        (W long, ends
+//!    min(20% of the run, 3 min)))                                 with the run)
 //! W = max(one cycle, 10% of the run), rounded up to whole cycles
+//! settle = how long a connection the load opened may be kept idle (the gateway's
+//!          pool idle timeout), rounded up to whole cycles
 //! ```
 //!
 //! Both windows hold whole cycles of the traffic script, so they see the same mix of
@@ -41,8 +43,10 @@ pub const WINDOW_SHARE: f64 = 0.1;
 /// 5%.
 pub const MEMORY_GROWTH_LIMIT: f64 = 0.05;
 /// How much the late window's median descriptor count may exceed the baseline's, as a
-/// share of it, on top of [`FD_SLACK`].
-pub const FD_GROWTH_LIMIT: f64 = 0.10;
+/// share of it, on top of [`FD_SLACK`]: connections come and go with the load (clean
+/// three-minute runs moved by up to 11%), while a descriptor kept per request adds
+/// about a thousand in the minute between the windows.
+pub const FD_GROWTH_LIMIT: f64 = 0.25;
 /// Descriptors the late median may exceed the baseline's by whatever its size: a few
 /// more pooled connections after a burst.
 pub const FD_SLACK: u64 = 8;
@@ -69,13 +73,20 @@ pub struct Windows {
 }
 
 impl Windows {
-    /// The windows of a run of `duration_s` whose script repeats every `cycle_s`; `None`
-    /// when the run is too short to hold a warm-up and two windows apart.
-    pub fn of(duration_s: f64, cycle_s: f64) -> Option<Self> {
+    /// The windows of a run of `duration_s` whose script repeats every `cycle_s`, whose
+    /// daemons keep what the load opened for up to `settle_s` once idle (until then the
+    /// idle connections a burst left still add up, and with them the memory their
+    /// buffers hold: that is filling, not growth); `None` when the run is too short to
+    /// hold a warm-up and two windows apart.
+    pub fn of(duration_s: f64, cycle_s: f64, settle_s: f64) -> Option<Self> {
         if !(cycle_s > 0.0 && duration_s > 0.0) {
             return None;
         }
-        let warmup = (duration_s * WARMUP_SHARE).min(WARMUP_LIMIT_S).max(cycle_s);
+        let settle = (settle_s.max(0.0) / cycle_s).ceil() * cycle_s;
+        let warmup = (duration_s * WARMUP_SHARE)
+            .min(WARMUP_LIMIT_S)
+            .max(cycle_s)
+            .max(settle);
         let window = ((duration_s * WINDOW_SHARE).max(cycle_s) / cycle_s).ceil() * cycle_s;
         let w = Self {
             warmup_end_s: warmup,
@@ -320,7 +331,7 @@ mod tests {
     #[test]
     fn a_two_minute_run_of_thirty_second_cycles_warms_one_cycle_and_compares_the_second_with_the_last()
      {
-        let w = Windows::of(120.0, 30.0).unwrap();
+        let w = Windows::of(120.0, 30.0, 0.0).unwrap();
         assert_eq!(
             (w.warmup_end_s, w.baseline, w.late),
             (30.0, (30.0, 60.0), (90.0, 120.0))
@@ -329,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_thirty_minute_run_warms_three_minutes_and_compares_three_minute_windows() {
-        let w = Windows::of(1_800.0, 30.0).unwrap();
+        let w = Windows::of(1_800.0, 30.0, 90.0).unwrap();
         assert_eq!(
             (w.warmup_end_s, w.baseline, w.late),
             (180.0, (180.0, 360.0), (1_620.0, 1_800.0))
@@ -337,15 +348,31 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_up_lasts_until_idle_connections_are_let_go_in_whole_cycles() {
+        let w = Windows::of(180.0, 30.0, 90.0).unwrap();
+        assert_eq!(
+            (w.warmup_end_s, w.baseline, w.late),
+            (90.0, (90.0, 120.0), (150.0, 180.0))
+        );
+        let w = Windows::of(180.0, 30.0, 61.0).unwrap();
+        assert_eq!(w.warmup_end_s, 90.0, "a settle past two cycles takes three");
+        assert!(
+            Windows::of(150.0, 30.0, 90.0).is_some(),
+            "windows side by side"
+        );
+        assert_eq!(Windows::of(149.0, 30.0, 90.0), None);
+    }
+
+    #[test]
     fn a_run_too_short_for_two_windows_after_its_warm_up_has_none() {
-        assert_eq!(Windows::of(80.0, 30.0), None);
-        assert_eq!(Windows::of(120.0, 0.0), None);
+        assert_eq!(Windows::of(80.0, 30.0, 0.0), None);
+        assert_eq!(Windows::of(120.0, 0.0, 0.0), None);
     }
 
     #[test]
     fn flat_readings_with_noise_pass_every_check() {
         let t = track(|t| reading(20_000 + (t as u64 % 7) * 100, 40 + t as u64 % 3, 300, 5));
-        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
+        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0, 0.0).unwrap());
         assert!(v.passed(), "{}", v.table());
         assert_eq!(v.checks.len(), 5);
     }
@@ -354,7 +381,7 @@ mod tests {
     fn memory_growing_past_five_percent_between_the_windows_fails_and_only_memory() {
         // 20 MiB growing 20 KiB a second: +1.2 MiB between the windows' middles, 6%.
         let t = track(|t| reading(20_480 + (t * 20.0) as u64, 40, 300, 5));
-        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
+        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0, 0.0).unwrap());
         let failed: Vec<&str> = v.failures().iter().map(|c| c.what).collect();
         assert_eq!(failed, ["memory"], "{}", v.table());
         assert!(v.table().contains("GROWTH"));
@@ -366,7 +393,7 @@ mod tests {
             let new_series = if t > 100.0 { SERIES_SLACK + 1 } else { 0 };
             reading(20_000, 40 + t as u64, 300 + new_series, 5 + t as u64 / 20)
         });
-        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
+        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0, 0.0).unwrap());
         let failed: Vec<&str> = v.failures().iter().map(|c| c.what).collect();
         assert_eq!(
             failed,
@@ -382,7 +409,7 @@ mod tests {
     }
 
     fn failed(t: Track) -> Vec<&'static str> {
-        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
+        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0, 0.0).unwrap());
         v.failures().iter().map(|c| c.what).collect()
     }
 
@@ -392,10 +419,10 @@ mod tests {
         // Memory: 5% of 20,000 KiB is 1,000 KiB.
         assert!(failed(step(base, reading(21_000, 40, 300, 5))).is_empty());
         assert_eq!(failed(step(base, reading(21_001, 40, 300, 5))), ["memory"]);
-        // Descriptors: 10% of 40 plus 8 is 12.
-        assert!(failed(step(base, reading(20_000, 52, 300, 5))).is_empty());
+        // Descriptors: 25% of 40 plus 8 is 18.
+        assert!(failed(step(base, reading(20_000, 58, 300, 5))).is_empty());
         assert_eq!(
-            failed(step(base, reading(20_000, 53, 300, 5))),
+            failed(step(base, reading(20_000, 59, 300, 5))),
             ["descriptors"]
         );
         // Series: eight more.
@@ -451,7 +478,7 @@ mod tests {
         let mut t = track(|_| reading(20_000, 40, 300, 5));
         t.samples.retain(|(s, _)| *s < 100.0);
         t.missed = vec![100.0, 102.0];
-        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0).unwrap());
+        let v = Verdict::judge(&[t], Windows::of(120.0, 30.0, 0.0).unwrap());
         assert!(!v.passed());
         assert_eq!(v.failures()[0].what, "alive");
     }
