@@ -19,13 +19,15 @@
 //! Policies compared: ours (grid-score's table and pick), round-robin, capacity-weighted
 //! random, least-queue on the polled signals (a queue-only cross-site scorer), Prequal
 //! and power of two choices over peak-EWMA (both from the gateway's own probes and
-//! requests), and an oracle that sees every site's true state instantly and joins the
+//! requests), LiteLLM's least-busy router with its cooldowns (the gateway's own requests
+//! in flight, blind to capacity), and an oracle that sees every site's true state instantly and joins the
 //! shortest expected delay.
 //!
 //! Everything is a function of the configuration and its seed: the same inputs give the
 //! same figures, whichever thread runs them.
 
 pub mod arrivals;
+pub mod least_busy;
 pub mod peak_ewma;
 pub mod policy;
 pub mod prequal;

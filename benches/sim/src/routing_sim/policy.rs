@@ -2,6 +2,7 @@
 
 use grid_score::{Decision, SplitMix64};
 
+use super::least_busy::LeastBusy;
 use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
 use super::setup::{FailFast, SimConfig};
@@ -28,6 +29,9 @@ pub enum Policy {
     /// Power of two choices over tower's peak-EWMA cost, from this gateway's own requests
     /// (see [`super::peak_ewma`]).
     P2cPeakEwma,
+    /// LiteLLM's router: the site with the fewest of this gateway's requests in flight,
+    /// with LiteLLM's default cooldowns (see [`super::least_busy`]).
+    LiteLlmLeastBusy,
     /// Sees every site's true state at the instant of arrival and joins the shortest
     /// expected queueing delay (ties by expected response time).
     Oracle,
@@ -35,13 +39,14 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Ours,
         Self::RoundRobin,
         Self::CapacityWeighted,
         Self::LeastQueue,
         Self::Prequal,
         Self::P2cPeakEwma,
+        Self::LiteLlmLeastBusy,
         Self::Oracle,
     ];
 
@@ -54,6 +59,7 @@ impl Policy {
             Self::LeastQueue => "least-queue",
             Self::Prequal => "prequal",
             Self::P2cPeakEwma => "p2c-peak-ewma",
+            Self::LiteLlmLeastBusy => "litellm-least-busy",
             Self::Oracle => "oracle",
         }
     }
@@ -114,6 +120,7 @@ pub struct Router {
     fail_fast: Vec<FailFast>,
     peak: Option<PeakEwmaP2c>,
     prequal: Option<Prequal>,
+    least_busy: Option<LeastBusy>,
 }
 
 impl Router {
@@ -141,6 +148,8 @@ impl Router {
                 .then(|| PeakEwmaP2c::new(&rtts, SimRng::fork(config.seed, stream + 1))),
             prequal: (policy == Policy::Prequal)
                 .then(|| Prequal::new(n, SimRng::fork(config.seed, stream + 2))),
+            least_busy: (policy == Policy::LiteLlmLeastBusy)
+                .then(|| LeastBusy::new(n, SimRng::fork(config.seed, stream + 3))),
         }
     }
 
@@ -148,6 +157,18 @@ impl Router {
     pub fn sent(&mut self, site: usize) {
         if let Some(p) = &mut self.peak {
             p.sent(site);
+        }
+        if let Some(l) = &mut self.least_busy {
+            l.sent(site);
+        }
+    }
+
+    /// A request of this gateway's to `site` ended at `at_ms`: `ok`, or a failure that a
+    /// router counts against its site (a 429, a 5xx, a failed exchange). Only LiteLLM's
+    /// router listens.
+    pub fn ended(&mut self, at_ms: u64, site: usize, ok: bool) {
+        if let Some(l) = &mut self.least_busy {
+            l.ended(at_ms, site, ok);
         }
     }
 
@@ -230,6 +251,20 @@ impl Router {
                     .choose(now, None),
                 true,
             ),
+            Policy::LiteLlmLeastBusy => match self
+                .least_busy
+                .as_mut()
+                .expect("a least-busy router has its counts")
+                .choose(now, None)
+            {
+                Some(site) => (site, true),
+                // Every deployment cooling down: LiteLLM answers that none is available.
+                None => {
+                    return Choice::Refuse {
+                        status: FULL_STATUS,
+                    };
+                }
+            },
             Policy::Oracle => (self.oracle(now, sites, None), true),
         };
         Choice::Site { site, placed }
@@ -272,6 +307,13 @@ impl Router {
                 .as_mut()
                 .expect("a peak-EWMA router has its costs")
                 .choose(now, Some(failed)),
+            Policy::LiteLlmLeastBusy => {
+                return self
+                    .least_busy
+                    .as_mut()
+                    .expect("a least-busy router has its counts")
+                    .choose(now, Some(failed));
+            }
             Policy::Oracle => self.oracle(now, sites, Some(failed)),
         })
     }

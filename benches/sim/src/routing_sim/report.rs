@@ -202,7 +202,8 @@ pub fn failures_by_seed(runs: &[Vec<LoadResults>]) -> String {
 }
 
 /// The verdict against the routing targets at the load closest to 85%: ours' p99 at most
-/// 1.5 times the oracle's, and no worse than Prequal's or peak-EWMA's (a policy whose p99
+/// 1.5 times the oracle's, and no worse than Prequal's, peak-EWMA's or LiteLLM's
+/// least-busy's (a policy whose p99
 /// falls among refused requests is worse than any delay).
 pub fn target_lines(all: &[LoadResults]) -> String {
     let Some(level) = ratio_level(all) else {
@@ -233,6 +234,7 @@ pub fn target_lines(all: &[LoadResults]) -> String {
         against(Policy::Oracle, 1.5),
         against(Policy::Prequal, 1.0),
         against(Policy::P2cPeakEwma, 1.0),
+        against(Policy::LiteLlmLeastBusy, 1.0),
     ]
     .into_iter()
     .flatten()
@@ -414,6 +416,7 @@ fn color(policy: Policy) -> RGBColor {
         Policy::LeastQueue => RGBColor(255, 127, 14),
         Policy::Prequal => RGBColor(148, 103, 189),
         Policy::P2cPeakEwma => RGBColor(140, 86, 75),
+        Policy::LiteLlmLeastBusy => RGBColor(23, 190, 207),
         Policy::Oracle => RGBColor(31, 119, 180),
     }
 }

@@ -33,8 +33,8 @@ use super::policy::{Choice, Policy, Router};
 use super::prequal::ProbeReading;
 use super::setup::SimConfig;
 use super::signals::{
-    EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SignalCounts,
-    SignalFaults, SignalPath, UNAVAILABLE_STATUS,
+    EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SERVER_ERRORS,
+    SignalCounts, SignalFaults, SignalPath, UNAVAILABLE_STATUS,
 };
 use super::stats::{RunRecord, Summary, bump};
 use crate::site_model::{
@@ -563,6 +563,7 @@ impl World<'_> {
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
         let sample = (!f.streaming).then(|| seen - f.sent_ms);
         self.routers[f.gateway].observe(seen, s, sample, true);
+        self.routers[f.gateway].ended(seen, s, true);
         self.tell(f.gateway, seen, s, Heard::Ended);
         // How long the answer held its slot, as the gateway can tell: a
         // stream from its first byte to its last; a plain answer from
@@ -608,6 +609,8 @@ impl World<'_> {
             .filter(|_| status == FULL_STATUS);
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        let failed = status == FULL_STATUS || SERVER_ERRORS.contains(&status);
+        self.routers[f.gateway].ended(seen, s, !failed);
         self.tell(f.gateway, seen, s, Heard::Ended);
         let band = self.band_key(f.priority);
         self.tell(
@@ -636,6 +639,7 @@ impl World<'_> {
     fn cut(&mut self, s: usize, f: Flight, at_ms: u64) {
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        self.routers[f.gateway].ended(seen, s, false);
         self.tell(f.gateway, seen, s, Heard::Failed);
         self.tell(f.gateway, seen, s, Heard::Ended);
         self.client_failure(Some(s), f.client_ms, seen, None, true);
