@@ -116,6 +116,8 @@ fn main() -> anyhow::Result<()> {
     println!();
     print!("{}", report::p99_by_seed(&runs));
     println!();
+    print!("{}", report::ttft_by_seed(&runs));
+    println!();
     print!("{}", report::failures_by_seed(&runs));
 
     write_outputs(&out, &runs)

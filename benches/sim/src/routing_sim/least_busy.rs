@@ -146,15 +146,29 @@ mod tests {
         let mut r = router(2);
         r.sent(0);
         r.ended(1_000, 0, false);
-        assert_eq!(r.choose(1_000, Some(1)), Some(0), "one failure alone is not enough");
-        r.sent(0);
-        r.ended(2_000, 0, true);
+        assert_eq!(
+            r.choose(1_000, Some(1)),
+            Some(0),
+            "one failure alone is not enough"
+        );
+        for t in [2_000, 2_500] {
+            r.sent(0);
+            r.ended(t, 0, true);
+        }
         r.sent(0);
         r.ended(3_000, 0, false);
-        assert_eq!(r.choose(3_000, Some(1)), Some(0), "half is not more than half");
+        assert_eq!(
+            r.choose(3_000, Some(1)),
+            Some(0),
+            "2 of 4: half is not more than half"
+        );
         r.sent(0);
         r.ended(4_000, 0, false);
-        assert_eq!(r.choose(4_000, Some(1)), None, "3 of 4 failed: cooling down");
+        assert_eq!(
+            r.choose(4_000, Some(1)),
+            None,
+            "3 of 5 failed: cooling down"
+        );
         assert_eq!(r.choose(4_000 + COOLDOWN_MS - 1, Some(1)), None);
         assert_eq!(r.choose(4_000 + COOLDOWN_MS, Some(1)), Some(0));
     }

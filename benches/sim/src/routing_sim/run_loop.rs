@@ -472,7 +472,7 @@ impl World<'_> {
                         // Measured by when the gateway received it, as the routing
                         // counts are.
                         if f.client_ms >= warmup {
-                            self.record_delay(s, &f, at);
+                            self.record_delay(s, &f, at, first_token_at);
                         }
                         let seen = first_token_at + half;
                         // The flow-control wait is on the answer's header when the site
@@ -535,16 +535,31 @@ impl World<'_> {
         }
     }
 
-    /// Records the delay of request `f`, served at site `s` from `started_ms`: its wait
-    /// there, plus what refusals before cost it (arrival at the gateway to this attempt
-    /// leaving).
-    fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64) {
+    /// What request `f`, served at site `s` from `started_ms`, waited: its wait there,
+    /// plus what refusals before cost it (arrival at the gateway to this attempt leaving).
+    fn waited(f: &Flight, started_ms: u64) -> u64 {
         let refused_for = f.sent_ms - f.client_ms;
-        let waited = started_ms - f.arrived_ms + refused_for;
+        started_ms - f.arrived_ms + refused_for
+    }
+
+    /// Records the delay of request `f`, served at site `s` from `started_ms`, and its
+    /// time to first token, the site's first token made at `first_token_ms`.
+    fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64, first_token_ms: u64) {
+        let waited = Self::waited(f, started_ms);
         self.record.delays_ms.push(waited);
         self.record
-            .e2e_ms
-            .push(waited + self.config.rtt_ms(f.gateway, s));
+            .ttft_ms
+            .push(waited + self.config.rtt_ms(f.gateway, s) + (first_token_ms - started_ms));
+    }
+
+    /// Records the end-to-end time of request `f`, served at site `s` from `started_ms`
+    /// to `finished_ms`.
+    fn record_end_to_end(&mut self, s: usize, f: &Flight, started_ms: u64, finished_ms: u64) {
+        self.record.e2e_ms.push(
+            Self::waited(f, started_ms)
+                + self.config.rtt_ms(f.gateway, s)
+                + (finished_ms - started_ms),
+        );
     }
 
     /// Request `id` completed at site `s` at `at`: counted, its gateway hears the answer
@@ -556,8 +571,12 @@ impl World<'_> {
         };
         if let Some(started) = f.started_ms {
             self.latency[s].observe(at, at - started);
-            if !f.streaming && f.client_ms >= self.config.warmup_ms {
-                self.record_delay(s, &f, started);
+            if f.client_ms >= self.config.warmup_ms {
+                // A plain answer's first token reaches its client with its last.
+                if !f.streaming {
+                    self.record_delay(s, &f, started, at);
+                }
+                self.record_end_to_end(s, &f, started, at);
             }
         }
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
