@@ -19,7 +19,8 @@
 //! Policies compared: ours (grid-score's table and pick), round-robin, capacity-weighted
 //! random, least-queue on the polled signals (a queue-only cross-site scorer), Prequal
 //! and power of two choices over peak-EWMA (both from the gateway's own probes and
-//! requests), LiteLLM's least-busy router with its cooldowns (the gateway's own requests
+//! requests), llm-d's queue and KV-cache scorers over the polled readings as a
+//! multi-cluster hub runs them, LiteLLM's least-busy router with its cooldowns (the gateway's own requests
 //! in flight, blind to capacity), and an oracle that sees every site's true state instantly and joins the
 //! shortest expected delay.
 //!
@@ -27,6 +28,7 @@
 //! same figures, whichever thread runs them.
 
 pub mod arrivals;
+pub mod hub_scorer;
 pub mod least_busy;
 pub mod peak_ewma;
 pub mod policy;

@@ -2,6 +2,7 @@
 
 use grid_score::{Decision, SplitMix64};
 
+use super::hub_scorer::{self, SiteLoad};
 use super::least_busy::LeastBusy;
 use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
@@ -29,6 +30,9 @@ pub enum Policy {
     /// Power of two choices over tower's peak-EWMA cost, from this gateway's own requests
     /// (see [`super::peak_ewma`]).
     P2cPeakEwma,
+    /// llm-d's endpoint-picker scorers (queue and KV-cache utilization) over the polled
+    /// site readings, as a multi-cluster hub runs them (see [`super::hub_scorer`]).
+    LlmDHub,
     /// LiteLLM's router: the site with the fewest of this gateway's requests in flight,
     /// with LiteLLM's default cooldowns (see [`super::least_busy`]).
     LiteLlmLeastBusy,
@@ -39,11 +43,12 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Ours,
         Self::RoundRobin,
         Self::CapacityWeighted,
         Self::LeastQueue,
+        Self::LlmDHub,
         Self::Prequal,
         Self::P2cPeakEwma,
         Self::LiteLlmLeastBusy,
@@ -59,6 +64,7 @@ impl Policy {
             Self::LeastQueue => "least-queue",
             Self::Prequal => "prequal",
             Self::P2cPeakEwma => "p2c-peak-ewma",
+            Self::LlmDHub => "llm-d-hub",
             Self::LiteLlmLeastBusy => "litellm-least-busy",
             Self::Oracle => "oracle",
         }
@@ -67,7 +73,7 @@ impl Policy {
     /// Whether it reads the polled signals (the others never do, so their worlds skip
     /// the signal path).
     pub fn reads_signals(self) -> bool {
-        matches!(self, Self::Ours | Self::LeastQueue)
+        matches!(self, Self::Ours | Self::LeastQueue | Self::LlmDHub)
     }
 }
 
@@ -239,6 +245,7 @@ impl Router {
             }
             Policy::CapacityWeighted => (self.by_capacity(None), true),
             Policy::LeastQueue => self.least_queue(sites.len(), signals(), None),
+            Policy::LlmDHub => self.hub(sites.len(), signals(), None),
             Policy::Prequal => self
                 .prequal
                 .as_mut()
@@ -295,6 +302,7 @@ impl Router {
             Policy::RoundRobin => (failed + 1) % n,
             Policy::CapacityWeighted => self.by_capacity(Some(failed)),
             Policy::LeastQueue => self.least_queue(n, signals(), Some(failed)).0,
+            Policy::LlmDHub => self.hub(n, signals(), Some(failed)).0,
             Policy::Prequal => {
                 self.prequal
                     .as_mut()
@@ -362,6 +370,18 @@ impl Router {
         }
         let tied: Vec<usize> = eligible().filter(|&i| queue(i) == Some(best)).collect();
         (tied[self.rng.below(tied.len() as u64) as usize], true)
+    }
+
+    /// llm-d's scorers over the last readings, never `except`; by capacity (not placed)
+    /// while no site can be scored.
+    fn hub(&mut self, n: usize, signals: &SignalPath, except: Option<usize>) -> (usize, bool) {
+        let loads: Vec<Option<SiteLoad>> = (0..n)
+            .map(|i| signals.reading(i).and_then(SiteLoad::of))
+            .collect();
+        match hub_scorer::pick(&loads, except, &mut self.rng) {
+            Some(site) => (site, true),
+            None => (self.by_capacity(except), false),
+        }
     }
 
     /// The site with the shortest expected queueing delay at `now` (ties: the shortest

@@ -210,9 +210,10 @@ pub fn failures_by_seed(runs: &[Vec<LoadResults>]) -> String {
 pub const ORACLE_BOUND: f64 = 1.25;
 
 /// What users would run instead: ours is to be no worse than each.
-pub const PEERS: [Policy; 3] = [
+pub const PEERS: [Policy; 4] = [
     Policy::Prequal,
     Policy::P2cPeakEwma,
+    Policy::LlmDHub,
     Policy::LiteLlmLeastBusy,
 ];
 
@@ -309,9 +310,9 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma | ours / litellm-least-busy |"
+        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma | ours / llm-d-hub | ours / litellm-least-busy |"
     );
-    let _ = writeln!(out, "|{}", " --- |".repeat(7));
+    let _ = writeln!(out, "|{}", " --- |".repeat(8));
     for levels in runs {
         let Some(level) = ratio_level(levels) else {
             continue;
@@ -326,13 +327,14 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.0}% | {} | {} | {} | {} | {} |",
+            "| {} | {:.0}% | {} | {} | {} | {} | {} | {} |",
             level.config.seed,
             level.config.load * 100.0,
             p99(Policy::Ours).map_or_else(|| "-".to_owned(), |v| format!("{:.1} s", v / 1_000.0)),
             ratio(Policy::Oracle),
             ratio(Policy::Prequal),
             ratio(Policy::P2cPeakEwma),
+            ratio(Policy::LlmDHub),
             ratio(Policy::LiteLlmLeastBusy),
         );
     }
@@ -472,6 +474,7 @@ fn color(policy: Policy) -> RGBColor {
         Policy::LeastQueue => RGBColor(255, 127, 14),
         Policy::Prequal => RGBColor(148, 103, 189),
         Policy::P2cPeakEwma => RGBColor(140, 86, 75),
+        Policy::LlmDHub => RGBColor(188, 189, 34),
         Policy::LiteLlmLeastBusy => RGBColor(23, 190, 207),
         Policy::Oracle => RGBColor(31, 119, 180),
     }
