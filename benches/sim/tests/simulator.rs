@@ -396,3 +396,21 @@ fn time_to_first_token_is_the_wait_the_round_trip_and_the_prefill_and_end_to_end
     assert!(r.summary.p99_e2e_ms >= RTT_MS + median);
     assert!(r.summary.p99_ttft_served_ms <= r.summary.p99_ttft_ms);
 }
+
+#[test]
+fn skywalker_holds_at_its_gateway_what_no_site_has_slots_for_and_never_sends_to_a_full_site() {
+    let config = SimConfig::standard(0.95, 120_000, 5);
+    let r = &run(&config, &[Policy::SkyWalker], 1)[0];
+    assert_eq!(r.completed + r.failed, r.arrived, "every request answered");
+    assert_eq!(r.failed, 0, "nothing refused: the gateway's queue holds the excess");
+    assert!(
+        r.summary.full_share.abs() < f64::EPSILON,
+        "one gateway sends only to a site with a free slot: {}",
+        r.summary.full_share
+    );
+    assert!(
+        r.summary.max_ms > 0,
+        "at 95% with bursts some requests waited, at the gateway: {:?}",
+        r.summary
+    );
+}

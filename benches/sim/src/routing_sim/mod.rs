@@ -38,6 +38,7 @@ pub mod run_loop;
 pub mod scenario;
 pub mod setup;
 pub mod signals;
+pub mod skywalker;
 pub mod stats;
 
 use policy::Policy;

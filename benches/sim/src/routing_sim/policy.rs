@@ -8,6 +8,7 @@ use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
 use super::setup::{FailFast, SimConfig};
 use super::signals::{FULL_STATUS, MODEL, SignalPath, UNAVAILABLE_STATUS};
+use super::skywalker::SkyWalker;
 use crate::sim_rng::SimRng;
 use crate::site_model::SiteModel;
 
@@ -36,6 +37,10 @@ pub enum Policy {
     /// LiteLLM's router: the site with the fewest of this gateway's requests in flight,
     /// with LiteLLM's default cooldowns (see [`super::least_busy`]).
     LiteLlmLeastBusy,
+    /// SkyWalker (EuroSys 2026): the gateway's own requests in flight per site held
+    /// under the site's slots, the rest waiting at the gateway; local site first (see
+    /// [`super::skywalker`]).
+    SkyWalker,
     /// Sees every site's true state at the instant of arrival and joins the shortest
     /// expected queueing delay (ties by expected response time).
     Oracle,
@@ -43,7 +48,7 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Ours,
         Self::RoundRobin,
         Self::CapacityWeighted,
@@ -52,6 +57,7 @@ impl Policy {
         Self::Prequal,
         Self::P2cPeakEwma,
         Self::LiteLlmLeastBusy,
+        Self::SkyWalker,
         Self::Oracle,
     ];
 
@@ -66,6 +72,7 @@ impl Policy {
             Self::P2cPeakEwma => "p2c-peak-ewma",
             Self::LlmDHub => "llm-d-hub",
             Self::LiteLlmLeastBusy => "litellm-least-busy",
+            Self::SkyWalker => "skywalker",
             Self::Oracle => "oracle",
         }
     }
@@ -104,6 +111,9 @@ pub enum Choice {
         /// 503 or 429.
         status: u16,
     },
+    /// The gateway holds it in its own queue until the policy has a site for it (only
+    /// SkyWalker holds).
+    Hold,
 }
 
 /// One gateway's routing state under one policy.
@@ -127,6 +137,7 @@ pub struct Router {
     peak: Option<PeakEwmaP2c>,
     prequal: Option<Prequal>,
     least_busy: Option<LeastBusy>,
+    skywalker: Option<SkyWalker>,
 }
 
 impl Router {
@@ -156,6 +167,13 @@ impl Router {
                 .then(|| Prequal::new(n, SimRng::fork(config.seed, stream + 2))),
             least_busy: (policy == Policy::LiteLlmLeastBusy)
                 .then(|| LeastBusy::new(n, SimRng::fork(config.seed, stream + 3))),
+            skywalker: (policy == Policy::SkyWalker).then(|| {
+                let slots = config
+                    .sites
+                    .iter()
+                    .map(|s| u32::try_from(s.slots()).unwrap_or(u32::MAX));
+                SkyWalker::new(config.gateways[gateway].site, slots.collect())
+            }),
         }
     }
 
@@ -167,14 +185,25 @@ impl Router {
         if let Some(l) = &mut self.least_busy {
             l.sent(site);
         }
+        if let Some(w) = &mut self.skywalker {
+            w.sent(site);
+        }
+    }
+
+    /// Whether this gateway holds requests in its own queue ([`Choice::Hold`]).
+    pub fn holds(&self) -> bool {
+        self.skywalker.is_some()
     }
 
     /// A request of this gateway's to `site` ended at `at_ms`: `ok`, or a failure that a
-    /// router counts against its site (a 429, a 5xx, a failed exchange). Only LiteLLM's
-    /// router listens.
+    /// router counts against its site (a 429, a 5xx, a failed exchange). LiteLLM's
+    /// router and SkyWalker listen.
     pub fn ended(&mut self, at_ms: u64, site: usize, ok: bool) {
         if let Some(l) = &mut self.least_busy {
             l.ended(at_ms, site, ok);
+        }
+        if let Some(w) = &mut self.skywalker {
+            w.ended(site);
         }
     }
 
@@ -272,6 +301,15 @@ impl Router {
                     };
                 }
             },
+            Policy::SkyWalker => match self
+                .skywalker
+                .as_ref()
+                .expect("a SkyWalker router has its counts")
+                .choose(None)
+            {
+                Some(site) => (site, true),
+                None => return Choice::Hold,
+            },
             Policy::Oracle => (self.oracle(now, sites, None), true),
         };
         Choice::Site { site, placed }
@@ -321,6 +359,13 @@ impl Router {
                     .as_mut()
                     .expect("a least-busy router has its counts")
                     .choose(now, Some(failed));
+            }
+            Policy::SkyWalker => {
+                return self
+                    .skywalker
+                    .as_ref()
+                    .expect("a SkyWalker router has its counts")
+                    .choose(Some(failed));
             }
             Policy::Oracle => self.oracle(now, sites, Some(failed)),
         })

@@ -210,11 +210,12 @@ pub fn failures_by_seed(runs: &[Vec<LoadResults>]) -> String {
 pub const ORACLE_BOUND: f64 = 1.25;
 
 /// What users would run instead: ours is to be no worse than each.
-pub const PEERS: [Policy; 4] = [
+pub const PEERS: [Policy; 5] = [
     Policy::Prequal,
     Policy::P2cPeakEwma,
     Policy::LlmDHub,
     Policy::LiteLlmLeastBusy,
+    Policy::SkyWalker,
 ];
 
 /// The verdict against the routing targets at the load closest to 85%, read on the p99
@@ -310,9 +311,9 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma | ours / llm-d-hub | ours / litellm-least-busy |"
+        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma | ours / llm-d-hub | ours / litellm-least-busy | ours / skywalker |"
     );
-    let _ = writeln!(out, "|{}", " --- |".repeat(8));
+    let _ = writeln!(out, "|{}", " --- |".repeat(9));
     for levels in runs {
         let Some(level) = ratio_level(levels) else {
             continue;
@@ -327,7 +328,7 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.0}% | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0}% | {} | {} | {} | {} | {} | {} | {} |",
             level.config.seed,
             level.config.load * 100.0,
             p99(Policy::Ours).map_or_else(|| "-".to_owned(), |v| format!("{:.1} s", v / 1_000.0)),
@@ -336,6 +337,7 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
             ratio(Policy::P2cPeakEwma),
             ratio(Policy::LlmDHub),
             ratio(Policy::LiteLlmLeastBusy),
+            ratio(Policy::SkyWalker),
         );
     }
     out
@@ -476,6 +478,7 @@ fn color(policy: Policy) -> RGBColor {
         Policy::P2cPeakEwma => RGBColor(140, 86, 75),
         Policy::LlmDHub => RGBColor(188, 189, 34),
         Policy::LiteLlmLeastBusy => RGBColor(23, 190, 207),
+        Policy::SkyWalker => RGBColor(227, 119, 194),
         Policy::Oracle => RGBColor(31, 119, 180),
     }
 }
