@@ -402,7 +402,10 @@ fn skywalker_holds_at_its_gateway_what_no_site_has_slots_for_and_never_sends_to_
     let config = SimConfig::standard(0.95, 120_000, 5);
     let r = &run(&config, &[Policy::SkyWalker], 1)[0];
     assert_eq!(r.completed + r.failed, r.arrived, "every request answered");
-    assert_eq!(r.failed, 0, "nothing refused: the gateway's queue holds the excess");
+    assert_eq!(
+        r.failed, 0,
+        "nothing refused: the gateway's queue holds the excess"
+    );
     assert!(
         r.summary.full_share.abs() < f64::EPSILON,
         "one gateway sends only to a site with a free slot: {}",

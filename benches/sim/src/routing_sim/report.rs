@@ -116,7 +116,8 @@ pub fn failure_lines(all: &[LoadResults]) -> String {
         let _ = writeln!(
             out,
             "{:.0}% ours: ejected {} (back by probe {}, by time {}, by reading {}), probes {} (answered {}), \
-             without signals {}x, unroutable {}x, scrapes failed {}, gateway polls failed {}",
+             without signals {}x, unroutable {}x, scrapes failed {}, gateway polls failed {}, \
+             peer polls {}, gossip pulls {}",
             level.config.load * 100.0,
             c.ejections,
             c.rejoined_by_probe,
@@ -128,6 +129,8 @@ pub fn failure_lines(all: &[LoadResults]) -> String {
             c.unroutable,
             c.failed_scrapes,
             c.failed_gateway_polls,
+            c.peer_polls,
+            c.gossip_pulls,
         );
         let skipped: Vec<String> = level
             .results

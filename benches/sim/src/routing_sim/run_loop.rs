@@ -34,7 +34,7 @@ use super::prequal::ProbeReading;
 use super::setup::SimConfig;
 use super::signals::{
     EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SERVER_ERRORS,
-    SignalCounts, SignalFaults, SignalPath, UNAVAILABLE_STATUS,
+    SignalCounts, SignalFaults, SignalPath, SignalTransport, UNAVAILABLE_STATUS,
 };
 use super::skywalker::MAX_HELD;
 use super::stats::{RunRecord, Summary, bump};
@@ -933,7 +933,18 @@ impl<'a> World<'a> {
             config
                 .gateways
                 .iter()
-                .map(|g| SignalPath::new(&names, g.site).with_faults(faults.clone()))
+                .enumerate()
+                .map(|(gi, g)| {
+                    let path = SignalPath::new(&names, g.site).with_faults(faults.clone());
+                    match config.transport {
+                        SignalTransport::Poll => path,
+                        SignalTransport::Gossip => {
+                            let rtts: Vec<u64> =
+                                (0..names.len()).map(|s| config.rtt_ms(gi, s)).collect();
+                            path.gossiping(&rtts)
+                        }
+                    }
+                })
                 .collect()
         } else {
             Vec::new()

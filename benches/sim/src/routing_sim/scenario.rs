@@ -15,7 +15,7 @@ use super::setup::{
     Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec, HighBand,
     MAX_WARMUP_DIVISOR, RoundTrip, SimConfig, SiteSpec,
 };
-use super::signals::{FULL_STATUS, SERVER_ERRORS};
+use super::signals::{FULL_STATUS, SERVER_ERRORS, SignalTransport};
 use crate::site_model::{
     FALLBACK_PRIORITY, MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT,
     MIN_DEGRADE_FACTOR, Priority, ServiceTime,
@@ -122,6 +122,20 @@ pub struct ScenarioFile {
     /// Every site's EPP flow control (absent: off).
     #[serde(default)]
     pub flow_control: Option<FlowControlFile>,
+    /// How operators exchange their sites' signals (absent: poll).
+    #[serde(default)]
+    pub signal_transport: TransportFile,
+}
+
+/// `signal_transport`: `"poll"` or `"gossip"` ([`SignalTransport`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportFile {
+    /// Long polls of every peer.
+    #[default]
+    Poll,
+    /// Versions announced over SWIM, each newer batch pulled.
+    Gossip,
 }
 
 /// `[flow_control]`: a bounded band 0 at every site ([`FlowControl`]).
@@ -343,6 +357,14 @@ impl Scenario {
         self.template.duration_ms = duration_s * 1_000;
         self.template.warmup_ms =
             (self.warmup_s * 1_000).min(self.template.duration_ms / MAX_WARMUP_DIVISOR);
+        self
+    }
+
+    /// The same scenario with its operators gossiping their signals instead of polling.
+    #[must_use]
+    pub fn with_gossip(mut self) -> Self {
+        self.template.transport = SignalTransport::Gossip;
+        self.description.push_str(" (signals gossiped)");
         self
     }
 
@@ -658,6 +680,10 @@ impl Scenario {
             epp_silent,
             operator_frozen,
             flow_control,
+            transport: match f.signal_transport {
+                TransportFile::Poll => SignalTransport::Poll,
+                TransportFile::Gossip => SignalTransport::Gossip,
+            },
             seed: f.seeds[0],
         };
         Ok(Self {

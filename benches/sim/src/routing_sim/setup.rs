@@ -3,6 +3,7 @@
 //! failing fast), checked and defaulted here; [`super::scenario`] reads them from files.
 
 use super::arrivals::{Bursts, LoadShape, Ramp};
+use super::signals::SignalTransport;
 use super::stats::DegradeWindow;
 use crate::site_model::{Priority, ServiceTime};
 
@@ -157,6 +158,8 @@ pub struct SimConfig {
     pub operator_frozen: Vec<Episode>,
     /// The sites' EPP flow control; `None` (the standard scenario) is flow control off.
     pub flow_control: Option<FlowControl>,
+    /// How operators exchange their sites' signals.
+    pub transport: SignalTransport,
     /// Fixes the arrivals and every policy's random draws.
     pub seed: u64,
 }
@@ -271,6 +274,7 @@ impl SimConfig {
             epp_silent: Vec::new(),
             operator_frozen: Vec::new(),
             flow_control: Some(STANDARD_FLOW_CONTROL),
+            transport: SignalTransport::Poll,
             seed,
         }
     }
