@@ -61,9 +61,13 @@ pub const MAX_DEGRADE_FACTOR: f64 = 1_000.0;
 /// The longest flow-control TTL: an hour is far past any client's patience, so a longer
 /// one is a mistake.
 pub const MAX_FLOW_TTL_MS: u64 = 3_600_000;
-/// Log-normal draws are cut at this multiple of the median, so one absurd draw cannot
-/// hold a slot for the whole run.
-pub const MAX_SERVICE_FACTOR: f64 = 20.0;
+/// Log-normal draws are cut this many standard deviations (of the log) above the median:
+/// one draw in a billion, so no percentile a report reads is changed, while a
+/// pathological draw cannot hold a slot for ever.
+pub const TAIL_CUT_SIGMAS: f64 = 6.0;
+/// The widest service-time spread a scenario may ask for: chat traffic's is 0.5-0.8, and
+/// at 2 one request in a hundred already takes over a hundred times the median.
+pub const MAX_SERVICE_SIGMA: f64 = 2.0;
 
 /// The EPP's TTFT histogram bounds, in seconds (as in its own test expositions).
 pub const TTFT_BUCKETS_SECONDS: [f64; 35] = [
@@ -103,16 +107,37 @@ impl Default for ServiceTime {
 }
 
 impl ServiceTime {
-    /// One request's undegraded service time in ms, clamped to
-    /// `1..=median x MAX_SERVICE_FACTOR`.
+    /// One request's undegraded service time in ms, within `1..=`[`Self::tail_cut_ms`].
     pub fn draw(&self, rng: &mut SimRng) -> u64 {
         let ms = rng.lognormal(self.median_ms, self.sigma);
-        ms.clamp(1.0, (self.median_ms * MAX_SERVICE_FACTOR).max(1.0))
-            .round() as u64
+        ms.clamp(1.0, self.tail_cut_ms()).round() as u64
     }
 
-    /// The mean of the (unclamped) distribution, in ms: what a capacity figure in
-    /// requests per second divides by.
+    /// The first field out of its range and why, if any: the one check of a service-time
+    /// distribution, for a site's configuration and a scenario file alike.
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if !(self.median_ms.is_finite() && self.median_ms >= 1.0) {
+            return Some(("service.median_ms", "must be finite and at least 1"));
+        }
+        if !(self.sigma.is_finite() && (0.0..=MAX_SERVICE_SIGMA).contains(&self.sigma)) {
+            return Some(("service.sigma", "must be within 0..=MAX_SERVICE_SIGMA"));
+        }
+        if !(0.0..=1.0).contains(&self.prefill_share) {
+            return Some(("service.prefill_share", "must be within 0..=1"));
+        }
+        if self.output_tokens == 0 {
+            return Some(("service.output_tokens", "must be at least 1"));
+        }
+        None
+    }
+
+    /// The longest draw: [`TAIL_CUT_SIGMAS`] above the median.
+    pub fn tail_cut_ms(&self) -> f64 {
+        (self.median_ms * (TAIL_CUT_SIGMAS * self.sigma).exp()).max(1.0)
+    }
+
+    /// The mean of the (uncut) distribution, in ms: what a capacity figure in requests
+    /// per second divides by.
     pub fn mean_ms(&self) -> f64 {
         self.median_ms * (self.sigma * self.sigma / 2.0).exp()
     }
@@ -172,18 +197,8 @@ impl SiteConfig {
             return invalid("flow_ttl_ms", "must be 1..=MAX_FLOW_TTL_MS");
         }
         Bands::<Request>::validate(&self.bands)?;
-        let s = &self.service;
-        if !(s.median_ms.is_finite() && s.median_ms >= 1.0) {
-            return invalid("service.median_ms", "must be finite and at least 1");
-        }
-        if !(s.sigma.is_finite() && s.sigma >= 0.0) {
-            return invalid("service.sigma", "must be finite and not negative");
-        }
-        if !(0.0..=1.0).contains(&s.prefill_share) {
-            return invalid("service.prefill_share", "must be within 0..=1");
-        }
-        if s.output_tokens == 0 {
-            return invalid("service.output_tokens", "must be at least 1");
+        if let Some((field, reason)) = self.service.problem() {
+            return invalid(field, reason);
         }
         Ok(())
     }
@@ -1123,15 +1138,44 @@ mod tests {
     }
 
     #[test]
-    fn service_draws_are_clamped_to_the_tail_cut() {
+    fn service_draws_keep_the_tail_a_percentile_reads_and_stop_six_sigmas_out() {
         let s = ServiceTime {
-            sigma: 5.0,
+            sigma: MAX_SERVICE_SIGMA,
             ..ServiceTime::default()
         };
         let mut rng = SimRng::new(5);
-        let max = (s.median_ms * MAX_SERVICE_FACTOR) as u64;
-        let draws: Vec<u64> = (0..10_000).map(|_| s.draw(&mut rng)).collect();
-        assert!(draws.iter().all(|d| (1..=max).contains(d)));
-        assert!(draws.contains(&max), "a wide sigma reaches the cut");
+        let mut draws: Vec<u64> = (0..100_000).map(|_| s.draw(&mut rng)).collect();
+        draws.sort_unstable();
+        let cut = s.tail_cut_ms().round() as u64;
+        assert!(draws.iter().all(|d| (1..=cut).contains(d)));
+        // The 99.9th percentile of a log-normal is 3.09 sigmas above the median: far past
+        // the old cut at twenty times the median, and left as drawn.
+        let p999 = draws[99_900] as f64;
+        let expected = s.median_ms * (3.09 * s.sigma).exp();
+        assert!(
+            (p999 / expected - 1.0).abs() < 0.2,
+            "p99.9 {p999} against {expected}"
+        );
+        assert!(p999 > s.median_ms * 20.0);
+        let cut_sigma = ServiceTime { sigma: 0.0, ..s };
+        assert!((cut_sigma.tail_cut_ms() - s.median_ms).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_service_spread_past_the_widest_is_refused() {
+        let wide = |sigma: f64| ServiceTime {
+            sigma,
+            ..ServiceTime::default()
+        };
+        assert_eq!(wide(MAX_SERVICE_SIGMA).problem(), None);
+        assert_eq!(
+            wide(MAX_SERVICE_SIGMA + 0.01)
+                .problem()
+                .map(|(field, _)| field),
+            Some("service.sigma")
+        );
+        let mut site = SiteConfig::new("s", 1, 1);
+        site.service = wide(MAX_SERVICE_SIGMA + 0.01);
+        assert!(SiteModel::new(site, 0).is_err());
     }
 }

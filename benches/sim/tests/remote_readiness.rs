@@ -5,7 +5,9 @@
 //! Prints each transition's time (`-- --nocapture`), from the moment the site lost its
 //! endpoints (the next scrape is the first to read it).
 
-use grid_sim::routing_sim::signals::{LOCAL_CADENCE_MS, MODEL, PEER_CADENCE_MS, SignalPath};
+use grid_sim::routing_sim::signals::{
+    GOSSIP_SPREAD_MS, LOCAL_CADENCE_MS, MODEL, PEER_CADENCE_MS, SignalPath,
+};
 use grid_sim::site_model::{RequestSpec, SiteConfig, SiteModel};
 
 /// Transitions measured, each at another phase of the scrapes and polls.
@@ -50,21 +52,23 @@ fn quantile(mut v: Vec<u64>, q: f64) -> u64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-#[test]
-fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_poll() {
-    let names: Vec<String> = ["home", "r1", "r2", "r3"].map(String::from).to_vec();
+const NAMES: [&str; 4] = ["home", "r1", "r2", "r3"];
+
+/// Each cycle's time from a remote site losing its endpoints to its exclusion, and from
+/// their return to its rejoining, over `path` (built for [`NAMES`], home first).
+fn transitions(mut path: SignalPath) -> (Vec<u64>, Vec<u64>) {
+    let names: Vec<String> = NAMES.map(String::from).to_vec();
     let mut sites: Vec<SiteModel> = names
         .iter()
         .enumerate()
         .map(|(i, n)| SiteModel::new(SiteConfig::new(n.as_str(), 2, 4), i as u64).unwrap())
         .collect();
-    let mut path = SignalPath::new(&names, 0);
     let mut t = 0;
     run_until(&mut path, &mut sites, &mut t, 15_000, |_| false);
     let (mut out, mut back) = (Vec::new(), Vec::new());
     for i in 0..CYCLES {
         let remote = 1 + (i % 3) as usize;
-        let name = names[remote].as_str();
+        let name = NAMES[remote];
         // An engine answer at the site, so its verdict follows the ready-endpoint count
         // (a site that answered within 30 s is not declared down by it).
         sites[remote]
@@ -108,6 +112,13 @@ fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_poll() 
     };
     row("exclude", &out);
     row("rejoin", &back);
+    (out, back)
+}
+
+#[test]
+fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_poll() {
+    let names: Vec<String> = NAMES.map(String::from).to_vec();
+    let (out, back) = transitions(SignalPath::new(&names, 0));
     assert!(
         out.iter().all(|&ms| ms <= EXCLUDE_WITHIN_MS),
         "exclusions {out:?}"
@@ -115,5 +126,21 @@ fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_poll() 
     assert!(
         back.iter().all(|&ms| ms <= REJOIN_WITHIN_MS),
         "rejoins {back:?}"
+    );
+}
+
+#[test]
+fn under_gossip_a_remote_site_leaves_and_rejoins_within_a_scrape_and_the_spread_of_its_batch() {
+    let names: Vec<String> = NAMES.map(String::from).to_vec();
+    let path = SignalPath::new(&names, 0).gossiping(&[0; NAMES.len()]);
+    let (out, back) = transitions(path);
+    // The scrape that reads the change, the batch's spread, and the gateway's poll that
+    // the home operator's readiness answers at once.
+    let within = LOCAL_CADENCE_MS + GOSSIP_SPREAD_MS;
+    assert!(out.iter().all(|&ms| ms <= within), "exclusions {out:?}");
+    assert!(back.iter().all(|&ms| ms <= within), "rejoins {back:?}");
+    assert!(
+        out.iter().any(|&ms| ms > LOCAL_CADENCE_MS / 2),
+        "a pull comes a spread after the scrape: {out:?}"
     );
 }

@@ -166,6 +166,7 @@ fn every_scenario_file_under_benches_scenarios_parses() {
             "frozen-remote.toml",
             "mixed-priority.toml",
             "multi-gateway.toml",
+            "regions-diurnal.toml",
             "standard.toml"
         ]
     );
@@ -173,6 +174,24 @@ fn every_scenario_file_under_benches_scenarios_parses() {
         let s = scenario(name);
         assert!(!s.loads.is_empty() && !s.seeds.is_empty(), "{name}");
     }
+}
+
+#[test]
+fn the_regions_file_swings_its_load_and_gives_each_pair_of_regions_its_own_round_trip() {
+    let c = scenario("regions-diurnal.toml").config(0.85, 42);
+    let ramp = c.ramp.expect("a swing");
+    assert_eq!((ramp.period_ms, ramp.swing), (300_000, 0.25));
+    let site = |name: &str| c.sites.iter().position(|s| s.name == name).unwrap();
+    let gateway_at = |name: &str| {
+        c.gateways
+            .iter()
+            .position(|g| g.site == site(name))
+            .unwrap()
+    };
+    assert_eq!(c.rtt_ms(gateway_at("us-a"), site("us-b")), 12);
+    assert_eq!(c.rtt_ms(gateway_at("eu-a"), site("us-a")), 80);
+    assert_eq!(c.rtt_ms(gateway_at("ap-a"), site("eu-b")), 210);
+    assert_eq!(c.rtt_ms(gateway_at("ap-a"), site("ap-a")), 1);
 }
 
 #[test]
@@ -239,8 +258,12 @@ fn in_the_multi_gateway_scenario_every_request_is_answered_once_and_ours_overflo
         );
         if r.summary.p99_ms != grid_sim::routing_sim::stats::UNSERVED {
             assert!(
-                r.summary.p99_e2e_ms > r.summary.p99_ms,
-                "{name}: the round trip adds to the wait"
+                r.summary.p99_ttft_ms > r.summary.p99_ms,
+                "{name}: the round trip and the prefill add to the wait"
+            );
+            assert!(
+                r.summary.p99_e2e_ms > r.summary.p99_ttft_ms,
+                "{name}: the decode adds to the first token"
             );
         }
     }
@@ -322,5 +345,75 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
     assert!(
         first >= 0.8 * before,
         "share {first:.3} after the blip against {before:.3} before it"
+    );
+}
+
+#[test]
+fn time_to_first_token_is_the_wait_the_round_trip_and_the_prefill_and_end_to_end_the_whole_service()
+{
+    const RTT_MS: u64 = 40;
+    let mut config = short(0.1, 11);
+    config.service.sigma = 0.0;
+    config.degrade.clear();
+    config.local_rtt_ms = RTT_MS;
+    for site in &mut config.sites {
+        site.rtt_ms = RTT_MS;
+    }
+    let median = config.service.median_ms as u64;
+    let prefill = (config.service.median_ms * config.service.prefill_share).round() as u64;
+    let r = &run(&config, &[Policy::Oracle], 1)[0];
+    let record = &r.record;
+    assert_eq!(record.delays_ms.len(), record.ttft_ms.len());
+    assert!(
+        record.delays_ms.len() > 50,
+        "{} measured",
+        record.delays_ms.len()
+    );
+    let (mut streamed, mut plain) = (0, 0);
+    for (delay, ttft) in record.delays_ms.iter().zip(&record.ttft_ms) {
+        match ttft - delay {
+            x if x == RTT_MS + prefill => streamed += 1,
+            x if x == RTT_MS + median => plain += 1,
+            x => panic!("time to first token {ttft} ms after a {delay} ms wait adds {x} ms"),
+        }
+    }
+    let share = f64::from(streamed) / f64::from(streamed + plain);
+    assert!(
+        (share - config.streaming_share).abs() < 0.1,
+        "{streamed} streamed and {plain} plain"
+    );
+    assert_eq!(
+        record.e2e_ms.len(),
+        record.delays_ms.len(),
+        "every answer completed"
+    );
+    let fastest = record.e2e_ms.iter().min().copied();
+    assert_eq!(
+        fastest,
+        Some(RTT_MS + median),
+        "an answer that never waited"
+    );
+    assert!(r.summary.p99_e2e_ms >= RTT_MS + median);
+    assert!(r.summary.p99_ttft_served_ms <= r.summary.p99_ttft_ms);
+}
+
+#[test]
+fn skywalker_holds_at_its_gateway_what_no_site_has_slots_for_and_never_sends_to_a_full_site() {
+    let config = SimConfig::standard(0.95, 120_000, 5);
+    let r = &run(&config, &[Policy::SkyWalker], 1)[0];
+    assert_eq!(r.completed + r.failed, r.arrived, "every request answered");
+    assert_eq!(
+        r.failed, 0,
+        "nothing refused: the gateway's queue holds the excess"
+    );
+    assert!(
+        r.summary.full_share.abs() < f64::EPSILON,
+        "one gateway sends only to a site with a free slot: {}",
+        r.summary.full_share
+    );
+    assert!(
+        r.summary.max_ms > 0,
+        "at 95% with bursts some requests waited, at the gateway: {:?}",
+        r.summary
     );
 }

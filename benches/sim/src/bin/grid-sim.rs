@@ -35,6 +35,10 @@ struct Args {
     /// Run the scenario with every site's flow control off (no `[flow_control]`).
     #[arg(long)]
     no_flow_control: bool,
+    /// Run the scenario with its operators gossiping their signals instead of polling
+    /// each other (`signal_transport = "gossip"`).
+    #[arg(long)]
+    gossip: bool,
     /// Only these policies, by their table names (default: every one).
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
@@ -60,6 +64,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.no_flow_control {
         scenario = scenario.without_flow_control();
+    }
+    if args.gossip {
+        scenario = scenario.with_gossip();
     }
     let loads = args.loads.unwrap_or_else(|| scenario.loads.clone());
     let seeds = args
@@ -115,6 +122,8 @@ fn main() -> anyhow::Result<()> {
     }
     println!();
     print!("{}", report::p99_by_seed(&runs));
+    println!();
+    print!("{}", report::ttft_by_seed(&runs));
     println!();
     print!("{}", report::failures_by_seed(&runs));
 

@@ -1,5 +1,5 @@
 //! The offered load: Poisson arrivals at a share of the sites' total capacity, with
-//! periodic bursts, each request carrying its own service time so every policy serves
+//! periodic bursts and a slow swing (a day's load compressed), each request carrying its own service time so every policy serves
 //! the very same requests.
 
 use crate::sim_rng::SimRng;
@@ -43,6 +43,33 @@ impl Bursts {
     }
 }
 
+/// A slow swing of the rate around its mean, as a day's load rises and falls: the rate
+/// is multiplied by `1 + swing x sin(2 pi t / period)`, so over whole periods the mean is
+/// unchanged.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ramp {
+    /// One whole swing, in ms.
+    pub period_ms: u64,
+    /// How far the rate moves above and below its mean, as a share of it (`0..1`).
+    pub swing: f64,
+}
+
+impl Ramp {
+    /// The rate multiplier at `t_ms`.
+    pub fn factor(&self, t_ms: u64) -> f64 {
+        if self.period_ms == 0 {
+            return 1.0;
+        }
+        let phase = (t_ms % self.period_ms) as f64 / self.period_ms as f64;
+        1.0 + self.swing * (std::f64::consts::TAU * phase).sin()
+    }
+
+    /// The largest multiplier.
+    pub fn peak(&self) -> f64 {
+        1.0 + self.swing.max(0.0)
+    }
+}
+
 /// The shape of the offered load.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadShape {
@@ -50,6 +77,8 @@ pub struct LoadShape {
     pub rate_per_s: f64,
     /// Bursts, if any.
     pub bursts: Option<Bursts>,
+    /// A slow swing, if any.
+    pub ramp: Option<Ramp>,
     /// Service-time distribution of the requests.
     pub service: ServiceTime,
     /// Share of streaming requests.
@@ -61,13 +90,14 @@ pub struct LoadShape {
 /// Every arrival of a run, in time order, fixed by `seed`.
 ///
 /// A non-homogeneous Poisson process by thinning: candidates at the peak rate, each kept
-/// with probability rate(t) / peak, so the base and burst rates are exact.
+/// with probability rate(t) / peak, so the base, burst and swing rates are exact.
 pub fn generate(shape: &LoadShape, seed: u64) -> Vec<Arrival> {
     let mut gaps = SimRng::fork(seed, 1);
     let mut keep = SimRng::fork(seed, 2);
     let mut sizes = SimRng::fork(seed, 3);
     let burst_factor = shape.bursts.map_or(1.0, |b| b.factor.max(1.0));
-    let peak = shape.rate_per_s * burst_factor;
+    let ramp_peak = shape.ramp.map_or(1.0, |r| r.peak());
+    let peak = shape.rate_per_s * burst_factor * ramp_peak;
     let mut out = Vec::with_capacity((peak * shape.duration_ms as f64 / 1_000.0) as usize + 16);
     if peak <= 0.0 {
         return out;
@@ -80,11 +110,12 @@ pub fn generate(shape: &LoadShape, seed: u64) -> Vec<Arrival> {
             break;
         }
         let at_ms = t as u64;
-        let rate = if shape.bursts.is_some_and(|b| b.active(at_ms)) {
-            peak
+        let burst = if shape.bursts.is_some_and(|b| b.active(at_ms)) {
+            burst_factor
         } else {
-            shape.rate_per_s
+            1.0
         };
+        let rate = shape.rate_per_s * burst * shape.ramp.map_or(1.0, |r| r.factor(at_ms));
         if keep.unit() * peak >= rate {
             continue;
         }
@@ -143,12 +174,15 @@ pub fn assign_priorities(arrivals: &mut [Arrival], priority: Priority, share: f6
 
 #[cfg(test)]
 mod tests {
+    use std::f64::consts::PI;
+
     use super::*;
 
     fn shape(bursts: Option<Bursts>) -> LoadShape {
         LoadShape {
             rate_per_s: 40.0,
             bursts,
+            ramp: None,
             service: ServiceTime::default(),
             streaming_share: 0.8,
             duration_ms: 200_000,
@@ -181,6 +215,47 @@ mod tests {
         let outside_rate = outside / 150.0;
         assert!((inside_rate - 80.0).abs() < 5.0, "{inside_rate}");
         assert!((outside_rate - 40.0).abs() < 2.5, "{outside_rate}");
+    }
+
+    #[test]
+    fn a_swing_raises_the_rate_in_its_first_half_lowers_it_in_its_second_and_keeps_the_mean() {
+        let ramp = Ramp {
+            period_ms: 100_000,
+            swing: 0.5,
+        };
+        let a = generate(
+            &LoadShape {
+                ramp: Some(ramp),
+                ..shape(None)
+            },
+            3,
+        );
+        let rate = a.len() as f64 / 200.0;
+        assert!((rate - 40.0).abs() < 1.5, "mean rate {rate}");
+        let high = a.iter().filter(|x| x.at_ms % 100_000 < 50_000).count() as f64 / 100.0;
+        let low = a.len() as f64 / 100.0 - high;
+        // The mean of 1 + 0.5 sin over a half period is 1 +/- 1/pi.
+        let (want_high, want_low) = (40.0 * (1.0 + 0.5 / PI * 2.0), 40.0 * (1.0 - 0.5 / PI * 2.0));
+        assert!((high - want_high).abs() < 2.5, "{high} against {want_high}");
+        assert!((low - want_low).abs() < 2.5, "{low} against {want_low}");
+        assert!((ramp.factor(25_000) - 1.5).abs() < 1e-9);
+        assert!((ramp.factor(75_000) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_a_swing_the_arrivals_are_the_same_draws() {
+        let none = generate(&shape(None), 4);
+        let flat = generate(
+            &LoadShape {
+                ramp: Some(Ramp {
+                    period_ms: 100_000,
+                    swing: 0.0,
+                }),
+                ..shape(None)
+            },
+            4,
+        );
+        assert_eq!(none, flat);
     }
 
     #[test]

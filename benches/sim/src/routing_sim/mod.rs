@@ -19,13 +19,17 @@
 //! Policies compared: ours (grid-score's table and pick), round-robin, capacity-weighted
 //! random, least-queue on the polled signals (a queue-only cross-site scorer), Prequal
 //! and power of two choices over peak-EWMA (both from the gateway's own probes and
-//! requests), and an oracle that sees every site's true state instantly and joins the
+//! requests), llm-d's queue and KV-cache scorers over the polled readings as a
+//! multi-cluster hub runs them, LiteLLM's least-busy router with its cooldowns (the gateway's own requests
+//! in flight, blind to capacity), and an oracle that sees every site's true state instantly and joins the
 //! shortest expected delay.
 //!
 //! Everything is a function of the configuration and its seed: the same inputs give the
 //! same figures, whichever thread runs them.
 
 pub mod arrivals;
+pub mod hub_scorer;
+pub mod least_busy;
 pub mod peak_ewma;
 pub mod policy;
 pub mod prequal;
@@ -34,13 +38,15 @@ pub mod run_loop;
 pub mod scenario;
 pub mod setup;
 pub mod signals;
+pub mod skywalker;
 pub mod stats;
 
 use policy::Policy;
 pub use run_loop::{PolicyResult, run_policy};
 pub use setup::{
     Blip, DEFAULT_DURATION_S, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl,
-    GatewaySpec, HighBand, MAX_WARMUP_DIVISOR, STANDARD_FLOW_CONTROL, SimConfig, SiteSpec,
+    GatewaySpec, HighBand, MAX_WARMUP_DIVISOR, RoundTrip, STANDARD_FLOW_CONTROL, SimConfig,
+    SiteSpec,
 };
 
 /// Runs every policy in `policies` over the same arrivals, on up to `threads` threads.

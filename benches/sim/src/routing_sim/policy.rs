@@ -2,10 +2,13 @@
 
 use grid_score::{Decision, SplitMix64};
 
+use super::hub_scorer::{self, SiteLoad};
+use super::least_busy::LeastBusy;
 use super::peak_ewma::PeakEwmaP2c;
 use super::prequal::{Prequal, ProbeReading};
 use super::setup::{FailFast, SimConfig};
 use super::signals::{FULL_STATUS, MODEL, SignalPath, UNAVAILABLE_STATUS};
+use super::skywalker::SkyWalker;
 use crate::sim_rng::SimRng;
 use crate::site_model::SiteModel;
 
@@ -28,6 +31,16 @@ pub enum Policy {
     /// Power of two choices over tower's peak-EWMA cost, from this gateway's own requests
     /// (see [`super::peak_ewma`]).
     P2cPeakEwma,
+    /// llm-d's endpoint-picker scorers (queue and KV-cache utilization) over the polled
+    /// site readings, as a multi-cluster hub runs them (see [`super::hub_scorer`]).
+    LlmDHub,
+    /// LiteLLM's router: the site with the fewest of this gateway's requests in flight,
+    /// with LiteLLM's default cooldowns (see [`super::least_busy`]).
+    LiteLlmLeastBusy,
+    /// SkyWalker (EuroSys 2026): the gateway's own requests in flight per site held
+    /// under the site's slots, the rest waiting at the gateway; local site first (see
+    /// [`super::skywalker`]).
+    SkyWalker,
     /// Sees every site's true state at the instant of arrival and joins the shortest
     /// expected queueing delay (ties by expected response time).
     Oracle,
@@ -35,13 +48,16 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 10] = [
         Self::Ours,
         Self::RoundRobin,
         Self::CapacityWeighted,
         Self::LeastQueue,
+        Self::LlmDHub,
         Self::Prequal,
         Self::P2cPeakEwma,
+        Self::LiteLlmLeastBusy,
+        Self::SkyWalker,
         Self::Oracle,
     ];
 
@@ -54,6 +70,9 @@ impl Policy {
             Self::LeastQueue => "least-queue",
             Self::Prequal => "prequal",
             Self::P2cPeakEwma => "p2c-peak-ewma",
+            Self::LlmDHub => "llm-d-hub",
+            Self::LiteLlmLeastBusy => "litellm-least-busy",
+            Self::SkyWalker => "skywalker",
             Self::Oracle => "oracle",
         }
     }
@@ -61,7 +80,7 @@ impl Policy {
     /// Whether it reads the polled signals (the others never do, so their worlds skip
     /// the signal path).
     pub fn reads_signals(self) -> bool {
-        matches!(self, Self::Ours | Self::LeastQueue)
+        matches!(self, Self::Ours | Self::LeastQueue | Self::LlmDHub)
     }
 }
 
@@ -92,6 +111,9 @@ pub enum Choice {
         /// 503 or 429.
         status: u16,
     },
+    /// The gateway holds it in its own queue until the policy has a site for it (only
+    /// SkyWalker holds).
+    Hold,
 }
 
 /// One gateway's routing state under one policy.
@@ -114,6 +136,8 @@ pub struct Router {
     fail_fast: Vec<FailFast>,
     peak: Option<PeakEwmaP2c>,
     prequal: Option<Prequal>,
+    least_busy: Option<LeastBusy>,
+    skywalker: Option<SkyWalker>,
 }
 
 impl Router {
@@ -141,6 +165,15 @@ impl Router {
                 .then(|| PeakEwmaP2c::new(&rtts, SimRng::fork(config.seed, stream + 1))),
             prequal: (policy == Policy::Prequal)
                 .then(|| Prequal::new(n, SimRng::fork(config.seed, stream + 2))),
+            least_busy: (policy == Policy::LiteLlmLeastBusy)
+                .then(|| LeastBusy::new(n, SimRng::fork(config.seed, stream + 3))),
+            skywalker: (policy == Policy::SkyWalker).then(|| {
+                let slots = config
+                    .sites
+                    .iter()
+                    .map(|s| u32::try_from(s.slots()).unwrap_or(u32::MAX));
+                SkyWalker::new(config.gateways[gateway].site, slots.collect())
+            }),
         }
     }
 
@@ -148,6 +181,29 @@ impl Router {
     pub fn sent(&mut self, site: usize) {
         if let Some(p) = &mut self.peak {
             p.sent(site);
+        }
+        if let Some(l) = &mut self.least_busy {
+            l.sent(site);
+        }
+        if let Some(w) = &mut self.skywalker {
+            w.sent(site);
+        }
+    }
+
+    /// Whether this gateway holds requests in its own queue ([`Choice::Hold`]).
+    pub fn holds(&self) -> bool {
+        self.skywalker.is_some()
+    }
+
+    /// A request of this gateway's to `site` ended at `at_ms`: `ok`, or a failure that a
+    /// router counts against its site (a 429, a 5xx, a failed exchange). LiteLLM's
+    /// router and SkyWalker listen.
+    pub fn ended(&mut self, at_ms: u64, site: usize, ok: bool) {
+        if let Some(l) = &mut self.least_busy {
+            l.ended(at_ms, site, ok);
+        }
+        if let Some(w) = &mut self.skywalker {
+            w.ended(site);
         }
     }
 
@@ -218,6 +274,7 @@ impl Router {
             }
             Policy::CapacityWeighted => (self.by_capacity(None), true),
             Policy::LeastQueue => self.least_queue(sites.len(), signals(), None),
+            Policy::LlmDHub => self.hub(sites.len(), signals(), None),
             Policy::Prequal => self
                 .prequal
                 .as_mut()
@@ -230,6 +287,29 @@ impl Router {
                     .choose(now, None),
                 true,
             ),
+            Policy::LiteLlmLeastBusy => match self
+                .least_busy
+                .as_mut()
+                .expect("a least-busy router has its counts")
+                .choose(now, None)
+            {
+                Some(site) => (site, true),
+                // Every deployment cooling down: LiteLLM answers that none is available.
+                None => {
+                    return Choice::Refuse {
+                        status: FULL_STATUS,
+                    };
+                }
+            },
+            Policy::SkyWalker => match self
+                .skywalker
+                .as_ref()
+                .expect("a SkyWalker router has its counts")
+                .choose(None)
+            {
+                Some(site) => (site, true),
+                None => return Choice::Hold,
+            },
             Policy::Oracle => (self.oracle(now, sites, None), true),
         };
         Choice::Site { site, placed }
@@ -260,6 +340,7 @@ impl Router {
             Policy::RoundRobin => (failed + 1) % n,
             Policy::CapacityWeighted => self.by_capacity(Some(failed)),
             Policy::LeastQueue => self.least_queue(n, signals(), Some(failed)).0,
+            Policy::LlmDHub => self.hub(n, signals(), Some(failed)).0,
             Policy::Prequal => {
                 self.prequal
                     .as_mut()
@@ -272,6 +353,20 @@ impl Router {
                 .as_mut()
                 .expect("a peak-EWMA router has its costs")
                 .choose(now, Some(failed)),
+            Policy::LiteLlmLeastBusy => {
+                return self
+                    .least_busy
+                    .as_mut()
+                    .expect("a least-busy router has its counts")
+                    .choose(now, Some(failed));
+            }
+            Policy::SkyWalker => {
+                return self
+                    .skywalker
+                    .as_ref()
+                    .expect("a SkyWalker router has its counts")
+                    .choose(Some(failed));
+            }
             Policy::Oracle => self.oracle(now, sites, Some(failed)),
         })
     }
@@ -320,6 +415,18 @@ impl Router {
         }
         let tied: Vec<usize> = eligible().filter(|&i| queue(i) == Some(best)).collect();
         (tied[self.rng.below(tied.len() as u64) as usize], true)
+    }
+
+    /// llm-d's scorers over the last readings, never `except`; by capacity (not placed)
+    /// while no site can be scored.
+    fn hub(&mut self, n: usize, signals: &SignalPath, except: Option<usize>) -> (usize, bool) {
+        let loads: Vec<Option<SiteLoad>> = (0..n)
+            .map(|i| signals.reading(i).and_then(SiteLoad::of))
+            .collect();
+        match hub_scorer::pick(&loads, except, &mut self.rng) {
+            Some(site) => (site, true),
+            None => (self.by_capacity(except), false),
+        }
     }
 
     /// The site with the shortest expected queueing delay at `now` (ties: the shortest

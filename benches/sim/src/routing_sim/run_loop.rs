@@ -26,16 +26,17 @@
 //! | failing fast | its episode's status (and Retry-After) | 503 and 429: yes; a 5xx else: no |
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::arrivals::Arrival;
 use super::policy::{Choice, Policy, Router};
 use super::prequal::ProbeReading;
 use super::setup::SimConfig;
 use super::signals::{
-    EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SignalCounts,
-    SignalFaults, SignalPath, UNAVAILABLE_STATUS,
+    EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SERVER_ERRORS,
+    SignalCounts, SignalFaults, SignalPath, SignalTransport, UNAVAILABLE_STATUS,
 };
+use super::skywalker::MAX_HELD;
 use super::stats::{RunRecord, Summary, bump};
 use crate::site_model::{
     BandConfig, FALLBACK_PRIORITY, FailReason, Priority, Refusal, RequestId, RequestSpec,
@@ -227,6 +228,9 @@ struct World<'a> {
     budgets: Vec<RetryBudget>,
     /// Requests each gateway has sent on so far (the count its budget reads).
     taken: Vec<u64>,
+    /// Arrivals each gateway holds in its own queue, oldest first (a policy that holds:
+    /// [`Choice::Hold`]).
+    held: Vec<VecDeque<Arrival>>,
     targets: Vec<usize>,
     seq: u64,
     /// What answers told their gateways, for the policies that read answers (ours):
@@ -287,64 +291,118 @@ impl World<'_> {
     }
 
     /// Routes arrival `a` at its gateway (with `view`, that gateway's signals, for the
-    /// policies that read them): the request and any probes set off across the WAN.
+    /// policies that read them): the request and any probes set off across the WAN, or
+    /// the request held at the gateway.
     fn route(&mut self, a: Arrival, view: Option<&SignalPath>) {
-        let config = self.config;
         let g = a.gateway;
-        let counted = a.at_ms >= config.warmup_ms;
         self.record.arrival(a.at_ms);
+        if self.routers[g].holds() {
+            self.hold(a);
+            return;
+        }
         let (site, placed) = match self.routers[g].choose(a.at_ms, &self.sites, view) {
             Choice::Site { site, placed } => (site, placed),
             Choice::Refuse { status } => {
-                if counted {
-                    self.record.refused_by_gateway += 1;
-                }
-                self.client_failure(None, a.at_ms, a.at_ms, Some(status), false);
+                self.refused_by_gateway(a, status);
                 return;
             }
+            Choice::Hold => unreachable!("only a router that holds answers Hold"),
         };
+        let t = self.dispatch(a, site, placed, a.at_ms, view);
+        self.send(t);
+    }
+
+    /// The gateway refuses arrival `a` itself with `status`.
+    fn refused_by_gateway(&mut self, a: Arrival, status: u16) {
+        if a.at_ms >= self.config.warmup_ms {
+            self.record.refused_by_gateway += 1;
+        }
+        self.client_failure(None, a.at_ms, a.at_ms, Some(status), false);
+    }
+
+    /// Arrival `a` joins its gateway's queue, behind any held before it (refused when the
+    /// queue is full), and the queue is pushed on as far as the policy has room.
+    fn hold(&mut self, a: Arrival) {
+        let g = a.gateway;
+        if self.held[g].len() >= MAX_HELD {
+            self.refused_by_gateway(a, FULL_STATUS);
+            return;
+        }
+        self.held[g].push_back(a);
+        self.dispatch_held(g, a.at_ms);
+    }
+
+    /// Gateway `g` pushes its held requests, oldest first, while its policy has a site
+    /// for them at `now`. They leave as events of their own (not delivered inline), so
+    /// a request ending inside the site's event loop can free room for them.
+    fn dispatch_held(&mut self, g: usize, now: u64) {
+        while let Some(&a) = self.held[g].front() {
+            let Choice::Site { site, placed } = self.routers[g].choose(now, &self.sites, None)
+            else {
+                return;
+            };
+            self.held[g].pop_front();
+            let t = self.dispatch(a, site, placed, now, None);
+            self.transits.push(Reverse(t));
+        }
+    }
+
+    /// Arrival `a` leaves its gateway for `site` at `now` (its arrival, or later when it
+    /// was held): counted, told, and any probes set off; the request's transit is
+    /// returned for the caller to send.
+    fn dispatch(
+        &mut self,
+        a: Arrival,
+        site: usize,
+        placed: bool,
+        now: u64,
+        view: Option<&SignalPath>,
+    ) -> Transit {
+        let config = self.config;
+        let g = a.gateway;
+        let counted = a.at_ms >= config.warmup_ms;
         let s = &self.sites[site];
         let full = s.running() + s.waiting() >= s.capacity();
-        self.record.route(a.at_ms, site, counted, full);
+        self.record.route(now, site, counted, full);
         if !placed && counted {
             self.record.unplaced += 1;
         }
         self.routers[g].sent(site);
-        self.tell(g, a.at_ms, site, Heard::Sent);
+        self.tell(g, now, site, Heard::Sent);
         self.taken[g] += 1;
         // As the gateway's timer does, each second.
-        self.budgets[g].sample(EPOCH_MS + a.at_ms, self.taken[g]);
+        self.budgets[g].sample(EPOCH_MS + now, self.taken[g]);
         self.routers[g].probe_targets(&mut self.targets);
         for &target in &self.targets {
             self.seq += 1;
             self.probes.push(Reverse(Probe {
-                at_ms: a.at_ms + config.rtt_ms(g, target) / 2,
+                at_ms: now + config.rtt_ms(g, target) / 2,
                 seq: self.seq,
                 site: target,
                 gateway: g,
-                sent_ms: a.at_ms,
+                sent_ms: now,
             }));
         }
         let retry = if self.policy == Policy::Ours {
             // Drawn from the view the request was routed by, as the gateway does.
-            RetryPlan::Snapshot(self.routers[g].retry_target(a.at_ms, &self.sites, view, site))
+            RetryPlan::Snapshot(self.routers[g].retry_target(now, &self.sites, view, site))
         } else {
             RetryPlan::OwnChoice
         };
         self.seq += 1;
-        self.send(Transit {
-            at_ms: a.at_ms + config.rtt_ms(g, site) / 2,
+        Transit {
+            at_ms: now + config.rtt_ms(g, site) / 2,
             seq: self.seq,
             site,
             gateway: g,
             client_ms: a.at_ms,
-            sent_ms: a.at_ms,
+            sent_ms: now,
             service_ms: a.service_ms,
             streaming: a.streaming,
             attempt: 1,
             retry,
             priority: a.priority,
-        });
+        }
     }
 
     /// Sets request `t` off to its site: there at once without a round trip.
@@ -472,7 +530,7 @@ impl World<'_> {
                         // Measured by when the gateway received it, as the routing
                         // counts are.
                         if f.client_ms >= warmup {
-                            self.record_delay(s, &f, at);
+                            self.record_delay(s, &f, at, first_token_at);
                         }
                         let seen = first_token_at + half;
                         // The flow-control wait is on the answer's header when the site
@@ -535,16 +593,31 @@ impl World<'_> {
         }
     }
 
-    /// Records the delay of request `f`, served at site `s` from `started_ms`: its wait
-    /// there, plus what refusals before cost it (arrival at the gateway to this attempt
-    /// leaving).
-    fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64) {
+    /// What request `f`, served at site `s` from `started_ms`, waited: its wait there,
+    /// plus what refusals before cost it (arrival at the gateway to this attempt leaving).
+    fn waited(f: &Flight, started_ms: u64) -> u64 {
         let refused_for = f.sent_ms - f.client_ms;
-        let waited = started_ms - f.arrived_ms + refused_for;
+        started_ms - f.arrived_ms + refused_for
+    }
+
+    /// Records the delay of request `f`, served at site `s` from `started_ms`, and its
+    /// time to first token, the site's first token made at `first_token_ms`.
+    fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64, first_token_ms: u64) {
+        let waited = Self::waited(f, started_ms);
         self.record.delays_ms.push(waited);
         self.record
-            .e2e_ms
-            .push(waited + self.config.rtt_ms(f.gateway, s));
+            .ttft_ms
+            .push(waited + self.config.rtt_ms(f.gateway, s) + (first_token_ms - started_ms));
+    }
+
+    /// Records the end-to-end time of request `f`, served at site `s` from `started_ms`
+    /// to `finished_ms`.
+    fn record_end_to_end(&mut self, s: usize, f: &Flight, started_ms: u64, finished_ms: u64) {
+        self.record.e2e_ms.push(
+            Self::waited(f, started_ms)
+                + self.config.rtt_ms(f.gateway, s)
+                + (finished_ms - started_ms),
+        );
     }
 
     /// Request `id` completed at site `s` at `at`: counted, its gateway hears the answer
@@ -556,13 +629,19 @@ impl World<'_> {
         };
         if let Some(started) = f.started_ms {
             self.latency[s].observe(at, at - started);
-            if !f.streaming && f.client_ms >= self.config.warmup_ms {
-                self.record_delay(s, &f, started);
+            if f.client_ms >= self.config.warmup_ms {
+                // A plain answer's first token reaches its client with its last.
+                if !f.streaming {
+                    self.record_delay(s, &f, started, at);
+                }
+                self.record_end_to_end(s, &f, started, at);
             }
         }
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
         let sample = (!f.streaming).then(|| seen - f.sent_ms);
         self.routers[f.gateway].observe(seen, s, sample, true);
+        self.routers[f.gateway].ended(seen, s, true);
+        self.dispatch_held(f.gateway, seen);
         self.tell(f.gateway, seen, s, Heard::Ended);
         // How long the answer held its slot, as the gateway can tell: a
         // stream from its first byte to its last; a plain answer from
@@ -608,6 +687,9 @@ impl World<'_> {
             .filter(|_| status == FULL_STATUS);
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        let failed = status == FULL_STATUS || SERVER_ERRORS.contains(&status);
+        self.routers[f.gateway].ended(seen, s, !failed);
+        self.dispatch_held(f.gateway, seen);
         self.tell(f.gateway, seen, s, Heard::Ended);
         let band = self.band_key(f.priority);
         self.tell(
@@ -636,6 +718,8 @@ impl World<'_> {
     fn cut(&mut self, s: usize, f: Flight, at_ms: u64) {
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
+        self.routers[f.gateway].ended(seen, s, false);
+        self.dispatch_held(f.gateway, seen);
         self.tell(f.gateway, seen, s, Heard::Failed);
         self.tell(f.gateway, seen, s, Heard::Ended);
         self.client_failure(Some(s), f.client_ms, seen, None, true);
@@ -849,7 +933,18 @@ impl<'a> World<'a> {
             config
                 .gateways
                 .iter()
-                .map(|g| SignalPath::new(&names, g.site).with_faults(faults.clone()))
+                .enumerate()
+                .map(|(gi, g)| {
+                    let path = SignalPath::new(&names, g.site).with_faults(faults.clone());
+                    match config.transport {
+                        SignalTransport::Poll => path,
+                        SignalTransport::Gossip => {
+                            let rtts: Vec<u64> =
+                                (0..names.len()).map(|s| config.rtt_ms(gi, s)).collect();
+                            path.gossiping(&rtts)
+                        }
+                    }
+                })
                 .collect()
         } else {
             Vec::new()
@@ -882,6 +977,7 @@ impl<'a> World<'a> {
                 .map(|_| RetryBudget::new())
                 .collect(),
             taken: vec![0; config.gateways.len()],
+            held: vec![VecDeque::new(); config.gateways.len()],
             targets: Vec::new(),
             seq: 0,
             heard: (policy == Policy::Ours).then(Vec::new),

@@ -10,16 +10,21 @@ use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::arrivals::Bursts;
+use super::arrivals::{Bursts, Ramp};
 use super::setup::{
     Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec, HighBand,
-    MAX_WARMUP_DIVISOR, SimConfig, SiteSpec,
+    MAX_WARMUP_DIVISOR, RoundTrip, SimConfig, SiteSpec,
 };
-use super::signals::{FULL_STATUS, SERVER_ERRORS};
+use super::signals::{FULL_STATUS, SERVER_ERRORS, SignalTransport};
 use crate::site_model::{
     FALLBACK_PRIORITY, MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT,
     MIN_DEGRADE_FACTOR, Priority, ServiceTime,
 };
+
+/// The widest swing of a `[ramp]`: the rate never stops altogether.
+pub const MAX_RAMP_SWING: f64 = 0.9;
+/// The shortest `[ramp]` period: a swing faster than the bursts is a burst.
+pub const MIN_RAMP_PERIOD_S: u64 = 60;
 
 /// The most sites a scenario may have: each is scraped through the real parser every
 /// second, once per gateway.
@@ -90,9 +95,15 @@ pub struct ScenarioFile {
     pub sites: Vec<SiteFile>,
     /// The gateways and their shares of the offered load.
     pub gateways: Vec<GatewayFile>,
+    /// Round trips of named pairs of sites.
+    #[serde(default)]
+    pub round_trips: Vec<RoundTripFile>,
     /// Bursts on top of the base rate.
     #[serde(default)]
     pub bursts: Option<BurstsFile>,
+    /// A slow swing of the rate.
+    #[serde(default)]
+    pub ramp: Option<RampFile>,
     /// Slow-downs.
     #[serde(default)]
     pub degrade: Vec<DegradeFile>,
@@ -111,6 +122,20 @@ pub struct ScenarioFile {
     /// Every site's EPP flow control (absent: off).
     #[serde(default)]
     pub flow_control: Option<FlowControlFile>,
+    /// How operators exchange their sites' signals (absent: poll).
+    #[serde(default)]
+    pub signal_transport: TransportFile,
+}
+
+/// `signal_transport`: `"poll"` or `"gossip"` ([`SignalTransport`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportFile {
+    /// Long polls of every peer.
+    #[default]
+    Poll,
+    /// Versions announced over SWIM, each newer batch pulled.
+    Gossip,
 }
 
 /// `[flow_control]`: a bounded band 0 at every site ([`FlowControl`]).
@@ -156,6 +181,17 @@ pub struct ServiceFile {
     pub output_tokens: u32,
 }
 
+impl From<ServiceFile> for ServiceTime {
+    fn from(s: ServiceFile) -> Self {
+        Self {
+            median_ms: s.median_ms,
+            sigma: s.sigma,
+            prefill_share: s.prefill_share,
+            output_tokens: s.output_tokens,
+        }
+    }
+}
+
 /// One site.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -179,6 +215,26 @@ pub struct GatewayFile {
     pub site: String,
     /// Its share of the offered load (shares are normalised to sum to 1).
     pub share: f64,
+}
+
+/// `[[round_trips]]`: the round trip between two named sites, either way ([`RoundTrip`]).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoundTripFile {
+    /// The two sites.
+    pub between: [String; 2],
+    /// Their round trip, in ms.
+    pub rtt_ms: u64,
+}
+
+/// `[ramp]`: a slow swing of the rate ([`Ramp`]) in seconds.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RampFile {
+    /// One whole swing, at least [`MIN_RAMP_PERIOD_S`].
+    pub period_s: u64,
+    /// How far the rate moves above and below its mean, `0..=MAX_RAMP_SWING`.
+    pub swing: f64,
 }
 
 /// Bursts ([`Bursts`]) in seconds.
@@ -304,6 +360,14 @@ impl Scenario {
         self
     }
 
+    /// The same scenario with its operators gossiping their signals instead of polling.
+    #[must_use]
+    pub fn with_gossip(mut self) -> Self {
+        self.template.transport = SignalTransport::Gossip;
+        self.description.push_str(" (signals gossiped)");
+        self
+    }
+
     /// The same scenario with every site's flow control off: what the endpoints cannot
     /// take waits in their own queues, and no answer carries a flow-control header.
     #[must_use]
@@ -333,18 +397,8 @@ impl Scenario {
         if f.local_rtt_ms > MAX_RTT_MS {
             return invalid("local_rtt_ms", format!("must be at most {MAX_RTT_MS}"));
         }
-        let s = f.service;
-        if !(s.median_ms.is_finite() && s.median_ms >= 1.0) {
-            return invalid("service.median_ms", "must be finite and at least 1");
-        }
-        if !(s.sigma.is_finite() && s.sigma >= 0.0) {
-            return invalid("service.sigma", "must be finite and not negative");
-        }
-        if !(0.0..=1.0).contains(&s.prefill_share) {
-            return invalid("service.prefill_share", "must be within 0..=1");
-        }
-        if s.output_tokens == 0 {
-            return invalid("service.output_tokens", "must be at least 1");
+        if let Some((field, reason)) = ServiceTime::from(f.service).problem() {
+            return invalid(field, reason);
         }
         if f.sites.is_empty() || f.sites.len() > MAX_SITES {
             return invalid("sites", format!("must list 1..={MAX_SITES} sites"));
@@ -400,6 +454,25 @@ impl Scenario {
                 share: g.share / total,
             });
         }
+        let round_trips = check_round_trips(&f.round_trips, &index)?;
+        let ramp = match f.ramp {
+            None => None,
+            Some(r) => {
+                if r.period_s < MIN_RAMP_PERIOD_S || r.period_s > MAX_DURATION_S {
+                    return invalid(
+                        "ramp.period_s",
+                        format!("must be {MIN_RAMP_PERIOD_S}..={MAX_DURATION_S}"),
+                    );
+                }
+                if !(r.swing.is_finite() && (0.0..=MAX_RAMP_SWING).contains(&r.swing)) {
+                    return invalid("ramp.swing", format!("must be within 0..={MAX_RAMP_SWING}"));
+                }
+                Some(Ramp {
+                    period_ms: r.period_s * 1_000,
+                    swing: r.swing,
+                })
+            }
+        };
         let bursts = match f.bursts {
             None => None,
             Some(b) => {
@@ -593,14 +666,11 @@ impl Scenario {
                 .collect(),
             gateways,
             local_rtt_ms: f.local_rtt_ms,
-            service: ServiceTime {
-                median_ms: s.median_ms,
-                sigma: s.sigma,
-                prefill_share: s.prefill_share,
-                output_tokens: s.output_tokens,
-            },
+            round_trips,
+            service: ServiceTime::from(f.service),
             load: f.loads[0],
             bursts,
+            ramp,
             streaming_share: f.streaming_share,
             duration_ms,
             warmup_ms: (f.warmup_s * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
@@ -610,6 +680,10 @@ impl Scenario {
             epp_silent,
             operator_frozen,
             flow_control,
+            transport: match f.signal_transport {
+                TransportFile::Poll => SignalTransport::Poll,
+                TransportFile::Gossip => SignalTransport::Gossip,
+            },
             seed: f.seeds[0],
         };
         Ok(Self {
@@ -620,6 +694,46 @@ impl Scenario {
             warmup_s: f.warmup_s,
         })
     }
+}
+
+/// The named pairs' round trips, each between two different known sites, at most
+/// [`MAX_RTT_MS`], no pair named twice.
+fn check_round_trips(
+    files: &[RoundTripFile],
+    index: &dyn Fn(&'static str, &str) -> Result<usize, ScenarioError>,
+) -> Result<Vec<RoundTrip>, ScenarioError> {
+    let mut out: Vec<RoundTrip> = Vec::with_capacity(files.len());
+    for r in files {
+        let [a, b] = &r.between;
+        let (ai, bi) = (
+            index("round_trips.between", a)?,
+            index("round_trips.between", b)?,
+        );
+        if ai == bi {
+            return invalid("round_trips.between", format!("`{a}` twice"));
+        }
+        if out
+            .iter()
+            .any(|x| (x.a, x.b) == (ai, bi) || (x.a, x.b) == (bi, ai))
+        {
+            return invalid(
+                "round_trips.between",
+                format!("`{a}` and `{b}` named twice"),
+            );
+        }
+        if r.rtt_ms > MAX_RTT_MS {
+            return invalid(
+                "round_trips.rtt_ms",
+                format!("{a}-{b}: must be at most {MAX_RTT_MS}"),
+            );
+        }
+        out.push(RoundTrip {
+            a: ai,
+            b: bi,
+            rtt_ms: r.rtt_ms,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -677,6 +791,60 @@ share = 1.0
              [flow_control.high]\npriority = {priority}\nshare = {share:?}\n\
              capacity_per_slot = {capacity_per_slot:?}\n"
         )
+    }
+
+    #[test]
+    fn a_named_pair_round_trip_replaces_the_serving_sites_own_for_a_gateway_at_either_end() {
+        let three = |pairs: &str| {
+            with(&format!(
+                "[[sites]]\nname = \"c\"\nendpoints = 1\nslots_per_endpoint = 8\nrtt_ms = 30\n{pairs}"
+            ))
+        };
+        let s = three("[[round_trips]]\nbetween = [\"c\", \"a\"]\nrtt_ms = 90\n").unwrap();
+        let c = s.config(0.5, 1);
+        // The gateway is at a: a to c is the pair's, a to b the site's own (0), a local.
+        assert_eq!(c.rtt_ms(0, 2), 90);
+        assert_eq!(c.rtt_ms(0, 1), 0);
+        assert_eq!(c.rtt_ms(0, 0), c.local_rtt_ms);
+        let at_limit =
+            format!("[[round_trips]]\nbetween = [\"a\", \"b\"]\nrtt_ms = {MAX_RTT_MS}\n");
+        assert!(three(&at_limit).is_ok());
+        let past = format!(
+            "[[round_trips]]\nbetween = [\"a\", \"b\"]\nrtt_ms = {}\n",
+            MAX_RTT_MS + 1
+        );
+        refused(three(&past), "round_trips.rtt_ms");
+        refused(
+            three("[[round_trips]]\nbetween = [\"a\", \"x\"]\nrtt_ms = 1\n"),
+            "round_trips.between",
+        );
+        refused(
+            three("[[round_trips]]\nbetween = [\"a\", \"a\"]\nrtt_ms = 1\n"),
+            "round_trips.between",
+        );
+        let twice = "[[round_trips]]\nbetween = [\"a\", \"b\"]\nrtt_ms = 1\n\
+                     [[round_trips]]\nbetween = [\"b\", \"a\"]\nrtt_ms = 2\n";
+        refused(three(twice), "round_trips.between");
+    }
+
+    #[test]
+    fn a_ramp_is_accepted_at_its_bounds_and_refused_one_past() {
+        let ramp = |period: u64, swing: f64| {
+            with(&format!("[ramp]\nperiod_s = {period}\nswing = {swing}\n"))
+        };
+        let s = ramp(MIN_RAMP_PERIOD_S, MAX_RAMP_SWING).unwrap();
+        assert_eq!(
+            s.config(0.5, 1).ramp,
+            Some(Ramp {
+                period_ms: MIN_RAMP_PERIOD_S * 1_000,
+                swing: MAX_RAMP_SWING
+            })
+        );
+        assert!(ramp(MAX_DURATION_S, 0.0).is_ok());
+        refused(ramp(MIN_RAMP_PERIOD_S - 1, 0.5), "ramp.period_s");
+        refused(ramp(MAX_DURATION_S + 1, 0.5), "ramp.period_s");
+        refused(ramp(600, MAX_RAMP_SWING + 0.01), "ramp.swing");
+        refused(ramp(600, -0.1), "ramp.swing");
     }
 
     #[test]

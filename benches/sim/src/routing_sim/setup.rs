@@ -2,7 +2,8 @@
 //! episodes that disturb it (degradations, blips, silent EPPs, frozen operators, sites
 //! failing fast), checked and defaulted here; [`super::scenario`] reads them from files.
 
-use super::arrivals::{Bursts, LoadShape};
+use super::arrivals::{Bursts, LoadShape, Ramp};
+use super::signals::SignalTransport;
 use super::stats::DegradeWindow;
 use crate::site_model::{Priority, ServiceTime};
 
@@ -15,7 +16,21 @@ pub struct SiteSpec {
     pub endpoints: usize,
     /// Slots per endpoint.
     pub slots_per_endpoint: usize,
-    /// WAN round trip (ms) between this site and a gateway at another site.
+    /// WAN round trip (ms) between this site and a gateway at another site, unless a
+    /// [`RoundTrip`] names the pair.
+    pub rtt_ms: u64,
+}
+
+/// The round trip between two sites, either way: a gateway at one reaching the other.
+/// It replaces the serving site's own `rtt_ms` for that pair, so a grid spread over
+/// regions has near and far pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundTrip {
+    /// One site (index into the sites).
+    pub a: usize,
+    /// The other.
+    pub b: usize,
+    /// The round trip, in ms.
     pub rtt_ms: u64,
 }
 
@@ -111,12 +126,16 @@ pub struct SimConfig {
     pub gateways: Vec<GatewaySpec>,
     /// Round trip (ms) between a gateway and the site it runs at.
     pub local_rtt_ms: u64,
+    /// Round trips of named pairs of sites, each replacing its serving site's `rtt_ms`.
+    pub round_trips: Vec<RoundTrip>,
     /// Service-time distribution of every request.
     pub service: ServiceTime,
     /// Mean offered load, bursts included, as a share of the sites' total capacity.
     pub load: f64,
     /// Bursts on top of the base rate.
     pub bursts: Option<Bursts>,
+    /// A slow swing of the rate (its mean over whole periods is the base rate).
+    pub ramp: Option<Ramp>,
     /// Share of streaming requests.
     pub streaming_share: f64,
     /// Arrivals stop at this time (ms); the run then drains.
@@ -139,6 +158,8 @@ pub struct SimConfig {
     pub operator_frozen: Vec<Episode>,
     /// The sites' EPP flow control; `None` (the standard scenario) is flow control off.
     pub flow_control: Option<FlowControl>,
+    /// How operators exchange their sites' signals.
+    pub transport: SignalTransport,
     /// Fixes the arrivals and every policy's random draws.
     pub seed: u64,
 }
@@ -229,6 +250,7 @@ impl SimConfig {
                 share: 1.0,
             }],
             local_rtt_ms: 0,
+            round_trips: Vec::new(),
             service: ServiceTime::default(),
             load,
             bursts: Some(Bursts {
@@ -237,6 +259,7 @@ impl SimConfig {
                 length_ms: 10_000,
                 factor: 1.5,
             }),
+            ramp: None,
             streaming_share: 0.8,
             duration_ms,
             warmup_ms: (DEFAULT_WARMUP_S * 1_000).min(duration_ms / MAX_WARMUP_DIVISOR),
@@ -251,6 +274,7 @@ impl SimConfig {
             epp_silent: Vec::new(),
             operator_frozen: Vec::new(),
             flow_control: Some(STANDARD_FLOW_CONTROL),
+            transport: SignalTransport::Poll,
             seed,
         }
     }
@@ -260,13 +284,17 @@ impl SimConfig {
         self.sites.iter().map(SiteSpec::slots).sum()
     }
 
-    /// Round trip (ms) between gateway `gateway` and site `site`.
+    /// Round trip (ms) between gateway `gateway` and site `site`: the local one at its
+    /// own site, a named pair's, or else the serving site's.
     pub fn rtt_ms(&self, gateway: usize, site: usize) -> u64 {
-        if self.gateways[gateway].site == site {
-            self.local_rtt_ms
-        } else {
-            self.sites[site].rtt_ms
+        let home = self.gateways[gateway].site;
+        if home == site {
+            return self.local_rtt_ms;
         }
+        self.round_trips
+            .iter()
+            .find(|r| (r.a, r.b) == (home, site) || (r.b, r.a) == (home, site))
+            .map_or(self.sites[site].rtt_ms, |r| r.rtt_ms)
     }
 
     /// Whether site `site` is the home site of some gateway.
@@ -280,7 +308,8 @@ impl SimConfig {
     }
 
     /// The load shape the arrivals follow: the base rate is set so that the long-run
-    /// mean, bursts included, is `load` of capacity.
+    /// mean, bursts included, is `load` of capacity (a swing keeps the mean over whole
+    /// periods).
     pub fn load_shape(&self) -> LoadShape {
         let burst_mean = self.bursts.map_or(1.0, |b| {
             1.0 + (b.factor.max(1.0) - 1.0) * b.length_ms as f64 / b.every_ms.max(1) as f64
@@ -288,6 +317,7 @@ impl SimConfig {
         LoadShape {
             rate_per_s: self.load * self.capacity_per_s() / burst_mean,
             bursts: self.bursts,
+            ramp: self.ramp,
             service: self.service,
             streaming_share: self.streaming_share,
             duration_ms: self.duration_ms,

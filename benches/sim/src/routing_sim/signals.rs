@@ -6,6 +6,8 @@
 //!                       (grid_signals::site::Site, as grid-operatord runs it)
 //! per peer, long poll:  peer Site --relay(Peer)--> body --handle(PeerBody)--> home Site
 //!                       (at least every 5 s; at once when the peer's readiness moves)
+//!   or, under gossip:   each batch a peer publishes is pulled whole by the home operator
+//!                       GOSSIP_SPREAD_MS plus a round trip after it was published
 //! gateway, long poll:   home Site --relay(Local)--> body --Refresher::ingest--> gateway store
 //!                       --Refresher::refresh--> RoutingView (grid_score::refresh, as
 //!                       grid-gatewayd runs it; at least every 1 s, at once when the
@@ -21,6 +23,13 @@
 //! poller's [`LongPoll`] schedule, each poll held as [`Wait::hold_ms`] says against the
 //! polled site's [`Site::readiness_generation`] and answered as soon as that moves, at
 //! the instant it moves (no round trip on the signal path).
+//!
+//! Under gossip ([`SignalTransport::Gossip`]) nothing is polled between operators: each
+//! site announces the version of every batch it publishes over SWIM and a member that
+//! hears of a newer one pulls it (`docs/operator.md`). The simulator does not run the
+//! membership protocol itself; it delivers each publication after [`GOSSIP_SPREAD_MS`],
+//! the median time the membership simulation (`grid-swim-scale`, 20 sites, 1% loss)
+//! takes to spread a version to every member, plus the round trip of the pull.
 //!
 //! Faults on the path ([`SignalFaults`]): an EPP gone silent fails its operator's scrapes
 //! (a timeout each), and the operator's own stale rule decides what it publishes; a
@@ -46,6 +55,21 @@ use crate::site_model::SiteModel;
 pub const LOCAL_CADENCE_MS: u64 = 1_000;
 /// The home operator's poll of each peer operator (ms): its long polls' interval.
 pub const PEER_CADENCE_MS: u64 = 5_000;
+/// Under gossip, how long a published batch's version takes to reach another member
+/// before it is pulled (ms): the membership simulation's median for 20 sites.
+pub const GOSSIP_SPREAD_MS: u64 = 500;
+
+/// How operators exchange their sites' signals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SignalTransport {
+    /// Long polls of every peer (`signalTransport: poll`).
+    #[default]
+    Poll,
+    /// Versions announced over SWIM, each newer batch pulled (`signalTransport: gossip`,
+    /// the operator's default).
+    Gossip,
+}
+
 /// Where in each second the gateway first polls its operator, after the scrapes, and its
 /// probe tick (ms).
 pub const GATEWAY_POLL_PHASE_MS: u64 = 500;
@@ -140,6 +164,8 @@ pub struct SignalCounts {
     pub batches: u64,
     /// Peer polls ingested by the home operator.
     pub peer_polls: u64,
+    /// Batches the home operator pulled on hearing of them (gossip).
+    pub gossip_pulls: u64,
     /// Gateway polls (each followed by a refresh).
     pub gateway_polls: u64,
     /// Lines any store refused.
@@ -178,6 +204,7 @@ impl SignalCounts {
         self.scrapes += other.scrapes;
         self.batches += other.batches;
         self.peer_polls += other.peer_polls;
+        self.gossip_pulls += other.gossip_pulls;
         self.gateway_polls += other.gateway_polls;
         self.dropped += other.dropped;
         self.refused_readings += other.refused_readings;
@@ -246,6 +273,12 @@ pub struct SignalPath {
     /// What answers said, in the order they reach the gateway: (virtual ms, site).
     heard: Vec<(u64, usize, Heard)>,
     faults: SignalFaults,
+    /// Under gossip, each peer's delay from publishing a batch to its pull; empty under
+    /// poll.
+    gossip_delay_ms: Vec<u64>,
+    /// Under gossip, publications on their way: (virtual ms of the pull, peer), in time
+    /// order.
+    announced: std::collections::VecDeque<(u64, usize)>,
 }
 
 /// What one answer told the gateway about its site, as the gateway's request path reads
@@ -301,6 +334,20 @@ impl SignalPath {
     #[must_use]
     pub fn with_faults(mut self, faults: SignalFaults) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// The same path under gossip, each peer's batch pulled `round_trip_ms[peer]` plus
+    /// [`GOSSIP_SPREAD_MS`] after it is published: no peer is polled.
+    #[must_use]
+    pub fn gossiping(mut self, round_trip_ms: &[u64]) -> Self {
+        for op in &mut self.operators {
+            op.poller = None;
+        }
+        self.gossip_delay_ms = round_trip_ms
+            .iter()
+            .map(|rtt| rtt + GOSSIP_SPREAD_MS)
+            .collect();
         self
     }
 
@@ -364,6 +411,8 @@ impl SignalPath {
         Self {
             heard: Vec::new(),
             faults: SignalFaults::default(),
+            gossip_delay_ms: Vec::new(),
+            announced: std::collections::VecDeque::new(),
             readings: vec![None; names.len()],
             operators,
             home,
@@ -377,8 +426,8 @@ impl SignalPath {
     }
 
     /// The first signal instant after `t_ms`: a scrape second, the gateway's probe tick
-    /// at [`GATEWAY_POLL_PHASE_MS`] into a second, or a poll of this path starting or
-    /// running out of its wait.
+    /// at [`GATEWAY_POLL_PHASE_MS`] into a second, a poll of this path starting or
+    /// running out of its wait, or a gossiped batch pulled.
     pub fn next_instant_after(&self, t_ms: u64) -> u64 {
         let second = t_ms / LOCAL_CADENCE_MS * LOCAL_CADENCE_MS;
         let tick = if t_ms < second + GATEWAY_POLL_PHASE_MS {
@@ -391,6 +440,12 @@ impl SignalPath {
             .filter_map(|op| op.poller.as_ref())
             .chain([&self.gateway])
             .filter_map(|p| p.next_after(t_ms))
+            .chain(
+                self.announced
+                    .iter()
+                    .map(|&(at, _)| at)
+                    .filter(|&at| at > t_ms),
+            )
             .fold(tick, u64::min)
     }
 
@@ -403,6 +458,7 @@ impl SignalPath {
         // Peers first: a poll whose wait runs out on a scrape second reads what the peer
         // scraped a second ago.
         self.poll_peers(t_ms, now);
+        self.pull_announced(t_ms, now);
         if t_ms.is_multiple_of(LOCAL_CADENCE_MS) {
             self.scrape_all(t_ms, now, sites);
             self.poll_peers(t_ms, now);
@@ -433,7 +489,54 @@ impl SignalPath {
                 },
             );
             drain(&mut op.site, &mut self.counts);
+            if let Some(&delay) = self.gossip_delay_ms.get(i).filter(|_| i != self.home) {
+                self.announced.push_back((t_ms + delay, i));
+            }
         }
+        self.announced
+            .make_contiguous()
+            .sort_by_key(|&(at, peer)| (at, peer));
+    }
+
+    /// Pulls every gossiped batch due by `t_ms` into the home operator (none while it is
+    /// frozen: it hears nothing).
+    fn pull_announced(&mut self, t_ms: u64, now: u64) {
+        while let Some(&(at, peer)) = self.announced.front() {
+            if at > t_ms {
+                return;
+            }
+            self.announced.pop_front();
+            if self.faults.frozen(self.home, t_ms) || self.faults.frozen(peer, t_ms) {
+                continue;
+            }
+            self.pull(peer, now);
+            self.counts.gossip_pulls += 1;
+        }
+    }
+
+    /// The home operator ingests peer `i`'s relay as of `now`: what a peer poll's answer
+    /// and a gossip pull both carry.
+    fn pull(&mut self, i: usize, now: u64) {
+        self.body.clear();
+        let peer = &self.operators[i].site;
+        peer.relay(
+            Audience::Peer,
+            now,
+            now,
+            RelayBudget::default(),
+            &mut self.body,
+        );
+        let name = peer.config().site.clone();
+        let home = &mut self.operators[self.home].site;
+        home.handle(
+            now,
+            SiteInput::PeerBody {
+                peer: &name,
+                body: &self.body,
+                date_ms: now,
+            },
+        );
+        drain(home, &mut self.counts);
     }
 
     /// Answers every peer poll due at `t_ms` (its wait ran out, or the peer's readiness
@@ -453,27 +556,8 @@ impl SignalPath {
                 continue;
             }
             poller.next(t_ms, Some(generation));
-            self.body.clear();
-            let peer = &self.operators[i].site;
-            peer.relay(
-                Audience::Peer,
-                now,
-                now,
-                RelayBudget::default(),
-                &mut self.body,
-            );
-            let name = peer.config().site.clone();
-            let home = &mut self.operators[self.home].site;
-            home.handle(
-                now,
-                SiteInput::PeerBody {
-                    peer: &name,
-                    body: &self.body,
-                    date_ms: now,
-                },
-            );
+            self.pull(i, now);
             self.counts.peer_polls += 1;
-            drain(home, &mut self.counts);
         }
     }
 

@@ -12,8 +12,13 @@ pub struct RunRecord {
     /// request served that arrived after the warm-up, in ms; for a retried request, plus
     /// what the refusal cost it (from its arrival at the gateway to the retry leaving).
     pub delays_ms: Vec<u64>,
-    /// The same delays plus the round trip between the gateway and the site (the request
-    /// travels half of it, the first bytes of the answer the other half), in ms.
+    /// Time to first token of the same requests, as their client sees it: the delay, the
+    /// round trip between the gateway and the site (the request travels half of it, the
+    /// first token the other half) and the site's prefill at its current speed; for a
+    /// plain answer, whose first token comes with its last, its whole service. In ms.
+    pub ttft_ms: Vec<u64>,
+    /// End to end of every answer completed (a stream cut midway is a failure, not a
+    /// time): the delay, the round trip and the whole service at the site's speed, in ms.
     pub e2e_ms: Vec<u64>,
     /// Requests after the warm-up answered to their client with a failure: refused and
     /// not retried (or refused again when retried, or refused by the gateway itself), or
@@ -286,7 +291,14 @@ pub struct Summary {
     pub p50_ms: u64,
     /// 99th percentile queueing delay (ms), likewise.
     pub p99_ms: u64,
-    /// 99th percentile of the queueing delay plus the round trip (ms), likewise.
+    /// 99th percentile time to first token (ms), likewise: what the routing targets read.
+    pub p99_ttft_ms: u64,
+    /// 99th percentile time to first token of the requests served (ms), refusals left
+    /// out: read beside [`Self::failed`], so a policy's refusals and its delays are judged
+    /// apart rather than one 1% cut deciding between them.
+    pub p99_ttft_served_ms: u64,
+    /// 99th percentile end to end of the answers completed (ms), a request never served
+    /// ranking after every time.
     pub p99_e2e_ms: u64,
     /// Requests after the warm-up that failed (see [`RunRecord::failed`]).
     pub failed: u64,
@@ -315,6 +327,8 @@ impl Summary {
     pub fn of(record: &RunRecord, window: DegradeWindow) -> Self {
         let mut delays = record.delays_ms.clone();
         delays.sort_unstable();
+        let mut ttft = record.ttft_ms.clone();
+        ttft.sort_unstable();
         let mut e2e = record.e2e_ms.clone();
         e2e.sort_unstable();
         let n = delays.len() as u64;
@@ -329,6 +343,8 @@ impl Summary {
             mean_ms,
             p50_ms: percentile_with_unserved(&delays, record.unserved, 50.0),
             p99_ms: percentile_with_unserved(&delays, record.unserved, 99.0),
+            p99_ttft_ms: percentile_with_unserved(&ttft, record.unserved, 99.0),
+            p99_ttft_served_ms: percentile(&ttft, 99.0),
             p99_e2e_ms: percentile_with_unserved(&e2e, record.unserved, 99.0),
             failed: record.failed,
             refused_room: record.refused_room,
