@@ -45,8 +45,8 @@ use policy::Policy;
 pub use run_loop::{PolicyResult, run_policy};
 pub use setup::{
     Blip, DEFAULT_DURATION_S, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl,
-    GatewaySpec, HighBand, MAX_WARMUP_DIVISOR, RoundTrip, STANDARD_FLOW_CONTROL, SimConfig,
-    SiteSpec,
+    GatewaySpec, HighBand, MAX_WARMUP_DIVISOR, RoundTrip, STANDARD_FLOW_CONTROL, SignalTransport,
+    SimConfig, SiteSpec,
 };
 
 /// Runs every policy in `policies` over the same arrivals, on up to `threads` threads.

@@ -31,10 +31,10 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use super::arrivals::Arrival;
 use super::policy::{Choice, Policy, Router};
 use super::prequal::ProbeReading;
-use super::setup::SimConfig;
+use super::setup::{SignalTransport, SimConfig};
 use super::signals::{
     EPOCH_MS, FULL_STATUS, GATEWAY_POLL_PHASE_MS, Heard, LOCAL_CADENCE_MS, SERVER_ERRORS,
-    SignalCounts, SignalFaults, SignalPath, SignalTransport, UNAVAILABLE_STATUS,
+    SignalCounts, SignalFaults, SignalPath, UNAVAILABLE_STATUS,
 };
 use super::skywalker::MAX_HELD;
 use super::stats::{RunRecord, Summary, bump};

@@ -13,9 +13,9 @@ use serde::Deserialize;
 use super::arrivals::{Bursts, Ramp};
 use super::setup::{
     Blip, DEFAULT_WARMUP_S, Degrade, Episode, FailFast, FlowControl, GatewaySpec, HighBand,
-    MAX_WARMUP_DIVISOR, RoundTrip, SimConfig, SiteSpec,
+    MAX_WARMUP_DIVISOR, RoundTrip, SignalTransport, SimConfig, SiteSpec,
 };
-use super::signals::{FULL_STATUS, SERVER_ERRORS, SignalTransport};
+use super::signals::{FULL_STATUS, SERVER_ERRORS};
 use crate::site_model::{
     FALLBACK_PRIORITY, MAX_DEGRADE_FACTOR, MAX_SITE_ENDPOINTS, MAX_SLOTS_PER_ENDPOINT,
     MIN_DEGRADE_FACTOR, Priority, ServiceTime,

@@ -3,9 +3,19 @@
 //! failing fast), checked and defaulted here; [`super::scenario`] reads them from files.
 
 use super::arrivals::{Bursts, LoadShape, Ramp};
-use super::signals::SignalTransport;
 use super::stats::DegradeWindow;
 use crate::site_model::{Priority, ServiceTime};
+
+/// How operators exchange their sites' signals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SignalTransport {
+    /// Long polls of every peer (`signalTransport: poll`).
+    #[default]
+    Poll,
+    /// Versions announced over SWIM, each newer batch pulled (`signalTransport: gossip`,
+    /// the operator's default).
+    Gossip,
+}
 
 /// One simulated site.
 #[derive(Clone, Debug, PartialEq, Eq)]

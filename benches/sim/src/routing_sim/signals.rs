@@ -24,7 +24,7 @@
 //! polled site's [`Site::readiness_generation`] and answered as soon as that moves, at
 //! the instant it moves (no round trip on the signal path).
 //!
-//! Under gossip ([`SignalTransport::Gossip`]) nothing is polled between operators: each
+//! Under gossip ([`SignalTransport::Gossip`](super::setup::SignalTransport::Gossip)) nothing is polled between operators: each
 //! site announces the version of every batch it publishes over SWIM and a member that
 //! hears of a newer one pulls it (`docs/operator.md`). The simulator does not run the
 //! membership protocol itself; it delivers each publication after [`GOSSIP_SPREAD_MS`],
@@ -58,17 +58,6 @@ pub const PEER_CADENCE_MS: u64 = 5_000;
 /// Under gossip, how long a published batch's version takes to reach another member
 /// before it is pulled (ms): the membership simulation's median for 20 sites.
 pub const GOSSIP_SPREAD_MS: u64 = 500;
-
-/// How operators exchange their sites' signals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SignalTransport {
-    /// Long polls of every peer (`signalTransport: poll`).
-    #[default]
-    Poll,
-    /// Versions announced over SWIM, each newer batch pulled (`signalTransport: gossip`,
-    /// the operator's default).
-    Gossip,
-}
 
 /// Where in each second the gateway first polls its operator, after the scrapes, and its
 /// probe tick (ms).
