@@ -594,7 +594,8 @@ impl World<'_> {
     }
 
     /// What request `f`, served at site `s` from `started_ms`, waited: its wait there,
-    /// plus what refusals before cost it (arrival at the gateway to this attempt leaving).
+    /// plus what it waited before this attempt left its gateway (a refusal's round trip,
+    /// or its time held in the gateway's queue).
     fn waited(f: &Flight, started_ms: u64) -> u64 {
         let refused_for = f.sent_ms - f.client_ms;
         started_ms - f.arrived_ms + refused_for

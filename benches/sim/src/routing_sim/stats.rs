@@ -9,8 +9,10 @@ pub type SecondCounts = Vec<u32>;
 #[derive(Clone, Debug, Default)]
 pub struct RunRecord {
     /// Queueing delay (slot start minus arrival at the site that served it) of every
-    /// request served that arrived after the warm-up, in ms; for a retried request, plus
-    /// what the refusal cost it (from its arrival at the gateway to the retry leaving).
+    /// request served that arrived after the warm-up, in ms, plus what it waited before
+    /// leaving its gateway: for a retried request what the refusal cost it, for one held
+    /// in its gateway's queue the hold (from its arrival at the gateway to the attempt
+    /// that was served leaving).
     pub delays_ms: Vec<u64>,
     /// Time to first token of the same requests, as their client sees it: the delay, the
     /// round trip between the gateway and the site (the request travels half of it, the
