@@ -4,13 +4,34 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use grid_kit::gateway_harness::fake_model::FakeModel;
 use grid_kit::gateway_harness::{get, http1_client, one, post, send, start_gateway};
 use http::StatusCode;
-use http_body_util::BodyExt as _;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 const STREAM: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// A streamed answer through `gw`, its first event read: its request holds its site's
+/// slot until the rest is.
+async fn first_event(
+    c: &Client<HttpConnector, Full<Bytes>>,
+    gw: &grid_kit::gateway_harness::Harness,
+) -> hyper::body::Incoming {
+    let streaming = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.request(post(&gw.url("/v1/chat/completions"), STREAM)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let mut body = streaming.into_body();
+    let _first = body.frame().await.unwrap().unwrap();
+    body
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_counted() {
@@ -25,15 +46,7 @@ async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_co
     .await;
     let c = http1_client();
     // A stream holds a's only slot until its last event.
-    let streaming = tokio::time::timeout(
-        Duration::from_secs(10),
-        c.request(post(&gw.url("/v1/chat/completions"), STREAM)),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let mut body = streaming.into_body();
-    let _first = body.frame().await.unwrap().unwrap();
+    let body = first_event(&c, &gw).await;
     let full = send(&c, post(&gw.url("/v1/chat/completions"), CHAT)).await;
     assert_eq!(full.status, StatusCode::BAD_GATEWAY, "nowhere else to go");
     let metrics = send(&c, get(&gw.url("/metrics"))).await;
@@ -79,15 +92,7 @@ async fn a_request_counts_as_outstanding_at_its_site_until_its_answer_ends_and_a
     let c = http1_client();
     assert_eq!(outstanding(&gw, "a"), 0);
     // A stream stays outstanding past its head, until its last event.
-    let streaming = tokio::time::timeout(
-        Duration::from_secs(10),
-        c.request(post(&gw.url("/v1/chat/completions"), STREAM)),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let mut body = streaming.into_body();
-    let _first = body.frame().await.unwrap().unwrap();
+    let body = first_event(&c, &gw).await;
     assert_eq!(outstanding(&gw, "a"), 1, "the stream is under way");
     body.collect().await.unwrap();
     // The answer's end reaches the gateway's side of the exchange a moment after the

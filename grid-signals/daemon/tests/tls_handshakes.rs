@@ -12,6 +12,22 @@ use tokio::net::{TcpListener, TcpStream};
 
 use grid_daemon::tls::{Fingerprint, Identity, Trust, client_config, peer_identity, server_config};
 
+/// The server configuration of a daemon presenting `cert`, issued by `ca`, under `trust`.
+fn server_presenting(cert: &SiteCert, ca: &Ca, trust: &Arc<Trust>) -> Arc<ServerConfig> {
+    server_config(&cert.material(ca), Arc::clone(trust)).unwrap()
+}
+
+/// The client configuration of a daemon presenting `cert`, issued by `ca`, under `trust`,
+/// expecting to reach `identity`.
+fn client_presenting(
+    cert: &SiteCert,
+    ca: &Ca,
+    trust: &Arc<Trust>,
+    identity: Identity,
+) -> Arc<ClientConfig> {
+    client_config(&cert.material(ca), Arc::clone(trust), identity).unwrap()
+}
+
 fn spiffe_trust(ca: &Ca) -> Arc<Trust> {
     let mut roots = RootCertStore::empty();
     roots.add(ca.cert()).unwrap();
@@ -69,18 +85,9 @@ async fn handshake(
 async fn spiffe_local_and_peer_are_identified_from_their_certificates() {
     let ca = Ca::new("ca");
     let trust = spiffe_trust(&ca);
-    let server = server_config(
-        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
-        trust.clone(),
-    )
-    .unwrap();
+    let server = server_presenting(&ca.site("grid.test", "a"), &ca, &trust);
     for (site, want) in [("a", Identity::Local), ("b", Identity::Peer("b".into()))] {
-        let client = client_config(
-            &SiteCert::material(&ca.site("grid.test", site), &ca),
-            trust.clone(),
-            Identity::Local,
-        )
-        .unwrap();
+        let client = client_presenting(&ca.site("grid.test", site), &ca, &trust, Identity::Local);
         let (srv, cli) = handshake(server.clone(), trust.clone(), client).await;
         assert_eq!(srv, Ok(Some(want)));
         assert_eq!(cli, Ok(()));
@@ -91,17 +98,8 @@ async fn spiffe_local_and_peer_are_identified_from_their_certificates() {
 async fn spiffe_a_certificate_of_another_domain_from_the_same_ca_is_classified_as_nobody() {
     let ca = Ca::new("ca");
     let trust = spiffe_trust(&ca);
-    let server = server_config(
-        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
-        trust.clone(),
-    )
-    .unwrap();
-    let client = client_config(
-        &SiteCert::material(&ca.site("other.test", "zz"), &ca),
-        trust.clone(),
-        Identity::Local,
-    )
-    .unwrap();
+    let server = server_presenting(&ca.site("grid.test", "a"), &ca, &trust);
+    let client = client_presenting(&ca.site("other.test", "zz"), &ca, &trust, Identity::Local);
     let (srv, _) = handshake(server, trust, client).await;
     assert_eq!(srv, Ok(None));
 }
@@ -111,23 +109,14 @@ async fn spiffe_untrusted_ca_and_expired_certificates_are_refused() {
     let ca = Ca::new("ca");
     let rogue = Ca::new("rogue");
     let trust = spiffe_trust(&ca);
-    let server = server_config(
-        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
-        trust.clone(),
-    )
-    .unwrap();
+    let server = server_presenting(&ca.site("grid.test", "a"), &ca, &trust);
     let expired = ca.mint(&Mint {
         spiffe: Some("spiffe://grid.test/site/b".into()),
         expired: true,
         cn: "b",
     });
     for cert in [rogue.site("grid.test", "b"), expired] {
-        let client = client_config(
-            &SiteCert::material(&cert, &ca),
-            trust.clone(),
-            Identity::Local,
-        )
-        .unwrap();
+        let client = client_presenting(&cert, &ca, &trust, Identity::Local);
         let (srv, cli) = handshake(server.clone(), trust.clone(), client).await;
         assert!(srv.is_err(), "server accepted: {srv:?}");
         assert!(cli.is_err());
@@ -139,25 +128,16 @@ async fn client_refuses_a_server_with_the_wrong_identity() {
     let ca = Ca::new("ca");
     let trust = spiffe_trust(&ca);
     // The server is trusted site "b", but the client expected to reach the local operator.
-    let server = server_config(
-        &SiteCert::material(&ca.site("grid.test", "b"), &ca),
-        trust.clone(),
-    )
-    .unwrap();
-    let client = client_config(
-        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
-        trust.clone(),
-        Identity::Local,
-    )
-    .unwrap();
+    let server = server_presenting(&ca.site("grid.test", "b"), &ca, &trust);
+    let client = client_presenting(&ca.site("grid.test", "a"), &ca, &trust, Identity::Local);
     let (_, cli) = handshake(server.clone(), trust.clone(), client).await;
     assert!(cli.is_err());
-    let client = client_config(
-        &SiteCert::material(&ca.site("grid.test", "a"), &ca),
-        trust.clone(),
+    let client = client_presenting(
+        &ca.site("grid.test", "a"),
+        &ca,
+        &trust,
         Identity::Peer("b".into()),
-    )
-    .unwrap();
+    );
     let (srv, cli) = handshake(server, trust, client).await;
     assert_eq!(cli, Ok(()));
     assert_eq!(srv, Ok(Some(Identity::Local)));
@@ -184,30 +164,20 @@ async fn pin_mode_accepts_pinned_and_refuses_unpinned_and_expired() {
         )
         .unwrap(),
     );
-    let server = server_config(&SiteCert::material(&own, &ca), trust.clone()).unwrap();
-    let ok = client_config(&SiteCert::material(&b, &ca), trust.clone(), Identity::Local).unwrap();
+    let server = server_presenting(&own, &ca, &trust);
+    let ok = client_presenting(&b, &ca, &trust, Identity::Local);
     let (srv, cli) = handshake(server.clone(), trust.clone(), ok).await;
     assert_eq!(srv, Ok(Some(Identity::Peer("b".into()))));
     assert_eq!(cli, Ok(()));
     // Same CA, same SPIFFE name, but not the pinned certificate.
-    let unpinned = client_config(
-        &SiteCert::material(&ca.site("grid.test", "b"), &ca),
-        trust.clone(),
-        Identity::Local,
-    )
-    .unwrap();
+    let unpinned = client_presenting(&ca.site("grid.test", "b"), &ca, &trust, Identity::Local);
     assert!(
         handshake(server.clone(), trust.clone(), unpinned)
             .await
             .0
             .is_err()
     );
-    let old = client_config(
-        &SiteCert::material(&expired, &ca),
-        trust.clone(),
-        Identity::Local,
-    )
-    .unwrap();
+    let old = client_presenting(&expired, &ca, &trust, Identity::Local);
     let (srv, _) = handshake(server, trust, old).await;
     assert!(srv.unwrap_err().to_lowercase().contains("expired"));
 }
@@ -219,8 +189,8 @@ async fn a_configuration_built_before_a_trust_replacement_verifies_under_the_new
     let b = ca.site("grid.test", "b");
     let c = ca.site("grid.test", "c");
     let trust = spiffe_trust(&ca);
-    let server = server_config(&SiteCert::material(&own, &ca), trust.clone()).unwrap();
-    let as_c = client_config(&SiteCert::material(&c, &ca), trust.clone(), Identity::Local).unwrap();
+    let server = server_presenting(&own, &ca, &trust);
+    let as_c = client_presenting(&c, &ca, &trust, Identity::Local);
     let (srv, _) = handshake(server.clone(), trust.clone(), as_c.clone()).await;
     assert_eq!(srv, Ok(Some(Identity::Peer("c".into()))));
     // The same running listener, now pinning only b: c is refused, b is b.
@@ -231,15 +201,14 @@ async fn a_configuration_built_before_a_trust_replacement_verifies_under_the_new
     )
     .unwrap();
     trust.replace(pinned).unwrap();
-    let fresh_c =
-        client_config(&SiteCert::material(&c, &ca), trust.clone(), Identity::Local).unwrap();
+    let fresh_c = client_presenting(&c, &ca, &trust, Identity::Local);
     let (srv, _) = handshake(server.clone(), trust.clone(), fresh_c).await;
     assert!(srv.is_err(), "{srv:?}");
     // A session resumed from before skips the chain check, not the classification:
     // it is nobody (403), never c.
     let (srv, _) = handshake(server.clone(), trust.clone(), as_c).await;
     assert!(matches!(srv, Ok(None) | Err(_)), "{srv:?}");
-    let as_b = client_config(&SiteCert::material(&b, &ca), trust.clone(), Identity::Local).unwrap();
+    let as_b = client_presenting(&b, &ca, &trust, Identity::Local);
     let (srv, cli) = handshake(server, trust, as_b).await;
     assert_eq!(srv, Ok(Some(Identity::Peer("b".into()))));
     assert_eq!(cli, Ok(()));
