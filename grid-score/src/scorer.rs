@@ -280,29 +280,25 @@ impl Scorer {
                     last_full: v.last_full,
                 });
             }
-            let (rho_now, life_ms, waiting) = live_load(now_ms, &v);
+            let signal = |rho_now, life_ms| Signal {
+                rho_now,
+                life_ms,
+                pace: v.pace,
+                turnover_ms: v.live.turnover_ms.unwrap_or(0.0),
+            };
             candidates.push(
                 match v.load {
                     Some((rho, worst)) => {
+                        let (rho_now, life_ms, waiting) = live_load(now_ms, &v);
                         Candidate::measured(key.clone(), v.capacity, rho, worst, waiting, v.full)
                             .with_reach(v.reach)
-                            .with_signal(Signal {
-                                rho_now,
-                                life_ms,
-                                pace: v.pace,
-                                turnover_ms: v.live.turnover_ms.unwrap_or(0.0),
-                            })
+                            .with_signal(signal(rho_now, life_ms))
                     }
                     None => match answered_load(&v) {
                         Some((rho, waiting)) => {
                             Candidate::measured(key.clone(), v.capacity, rho, rho, waiting, false)
                                 .with_reach(v.reach)
-                                .with_signal(Signal {
-                                    rho_now: rho,
-                                    life_ms: 0.0,
-                                    pace: v.pace,
-                                    turnover_ms: v.live.turnover_ms.unwrap_or(0.0),
-                                })
+                                .with_signal(signal(rho, 0.0))
                         }
                         None => Candidate::unmeasured(key.clone(), v.capacity).with_reach(v.reach),
                     },
