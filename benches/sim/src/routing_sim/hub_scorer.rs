@@ -70,12 +70,15 @@ pub fn pick(loads: &[Option<SiteLoad>], except: Option<usize>, rng: &mut SimRng)
         };
         QUEUE_WEIGHT * queue + KV_CACHE_WEIGHT * (1.0 - l.kv_utilization)
     };
-    let best = scored()
-        .map(|(_, l)| score(l))
+    let scores: Vec<(usize, f64)> = scored().map(|(i, l)| (i, score(l))).collect();
+    let best = scores
+        .iter()
+        .map(|&(_, sc)| sc)
         .fold(f64::NEG_INFINITY, f64::max);
-    let tied: Vec<usize> = scored()
-        .filter(|&(_, l)| score(l).total_cmp(&best).is_eq())
-        .map(|(i, _)| i)
+    let tied: Vec<usize> = scores
+        .iter()
+        .filter(|&&(_, sc)| sc.total_cmp(&best).is_eq())
+        .map(|&(i, _)| i)
         .collect();
     Some(tied[rng.below(tied.len() as u64) as usize])
 }

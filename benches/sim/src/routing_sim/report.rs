@@ -6,7 +6,7 @@ use std::path::Path as FsPath;
 use plotters::prelude::*;
 
 use super::policy::Policy;
-use super::stats::UNSERVED;
+use super::stats::{Summary, UNSERVED};
 use super::{PolicyResult, SimConfig};
 
 /// One load level's results.
@@ -221,6 +221,17 @@ pub const PEERS: [Policy; 5] = [
     Policy::SkyWalker,
 ];
 
+/// The policies ours is compared with, in the tables' column order: the oracle, then
+/// [`PEERS`].
+fn compared() -> impl Iterator<Item = Policy> {
+    std::iter::once(Policy::Oracle).chain(PEERS)
+}
+
+/// Ours' p99 time to first token of the requests served over `other`'s.
+fn served_ttft_ratio(ours: &Summary, other: &Summary) -> f64 {
+    ours.p99_ttft_served_ms as f64 / (other.p99_ttft_served_ms as f64).max(1.0)
+}
+
 /// The verdict against the routing targets at the load closest to 85%, read on the p99
 /// time to first token of the requests served, with each policy's failures beside it
 /// rather than folded into the percentile: ours at most [`ORACLE_BOUND`] times the
@@ -235,7 +246,7 @@ pub fn target_lines(all: &[LoadResults]) -> String {
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let against = |p: Policy, bound: f64, fail_no_more: bool| -> Option<String> {
         let other = &level.get(p)?.summary;
-        let r = ours.p99_ttft_served_ms as f64 / (other.p99_ttft_served_ms as f64).max(1.0);
+        let r = served_ttft_ratio(ours, other);
         let ok = r <= bound && (!fail_no_more || ours.failed <= other.failed);
         Some(format!(
             "{r:.2}x {} ({} ms, {} failed; target <= {bound}x{}: {})",
@@ -250,9 +261,11 @@ pub fn target_lines(all: &[LoadResults]) -> String {
             verdict(ok)
         ))
     };
-    let parts: Vec<String> = std::iter::once(against(Policy::Oracle, ORACLE_BOUND, false))
-        .chain(PEERS.into_iter().map(|p| against(p, 1.0, true)))
-        .flatten()
+    let parts: Vec<String> = compared()
+        .filter_map(|p| {
+            let peer = p != Policy::Oracle;
+            against(p, if peer { 1.0 } else { ORACLE_BOUND }, peer)
+        })
         .collect();
     let mut out = String::new();
     if !parts.is_empty() {
@@ -312,11 +325,12 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
         }
     }
     out.push('\n');
-    let _ = writeln!(
-        out,
-        "| seed | load | ours p99 | ours / oracle | ours / prequal | ours / p2c-peak-ewma | ours / llm-d-hub | ours / litellm-least-busy | ours / skywalker |"
-    );
-    let _ = writeln!(out, "|{}", " --- |".repeat(9));
+    let _ = write!(out, "| seed | load | ours p99 |");
+    for p in compared() {
+        let _ = write!(out, " ours / {} |", p.as_str());
+    }
+    out.push('\n');
+    let _ = writeln!(out, "|{}", " --- |".repeat(compared().count() + 3));
     for levels in runs {
         let Some(level) = ratio_level(levels) else {
             continue;
@@ -329,19 +343,17 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
             (Some(a), Some(b)) => format!("{:.2}x", a as f64 / (b as f64).max(1.0)),
             _ => "-".to_owned(),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "| {} | {:.0}% | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.0}% | {} |",
             level.config.seed,
             level.config.load * 100.0,
             p99(Policy::Ours).map_or_else(|| "-".to_owned(), |v| format!("{:.1} s", v / 1_000.0)),
-            ratio(Policy::Oracle),
-            ratio(Policy::Prequal),
-            ratio(Policy::P2cPeakEwma),
-            ratio(Policy::LlmDHub),
-            ratio(Policy::LiteLlmLeastBusy),
-            ratio(Policy::SkyWalker),
         );
+        for p in compared() {
+            let _ = write!(out, " {} |", ratio(p));
+        }
+        out.push('\n');
     }
     out
 }
@@ -351,7 +363,7 @@ pub fn p99_by_seed(runs: &[Vec<LoadResults>]) -> String {
 /// over the oracle and each of [`PEERS`], each with that policy's failures.
 pub fn ttft_by_seed(runs: &[Vec<LoadResults>]) -> String {
     let mut out = String::new();
-    let others: Vec<Policy> = std::iter::once(Policy::Oracle).chain(PEERS).collect();
+    let others: Vec<Policy> = compared().collect();
     let _ = write!(out, "| seed | load | ours p99 TTFT (failed) |");
     for p in &others {
         let _ = write!(out, " ours / {} (its failed) |", p.as_str());
@@ -376,7 +388,7 @@ pub fn ttft_by_seed(runs: &[Vec<LoadResults>]) -> String {
         for p in &others {
             match level.get(*p).map(|r| &r.summary) {
                 Some(o) => {
-                    let r = ours.p99_ttft_served_ms as f64 / (o.p99_ttft_served_ms as f64).max(1.0);
+                    let r = served_ttft_ratio(ours, o);
                     let _ = write!(out, " {r:.2}x ({}) |", o.failed);
                 }
                 None => out.push_str(" - |"),

@@ -347,6 +347,13 @@ impl World<'_> {
         }
     }
 
+    /// A request of gateway `g`'s to `site` ended at `at_ms` (`ok`, or a failure its
+    /// router counts): its router hears it, and what the gateway held may now leave.
+    fn ended(&mut self, g: usize, at_ms: u64, site: usize, ok: bool) {
+        self.routers[g].ended(at_ms, site, ok);
+        self.dispatch_held(g, at_ms);
+    }
+
     /// Arrival `a` leaves its gateway for `site` at `now` (its arrival, or later when it
     /// was held): counted, told, and any probes set off; the request's transit is
     /// returned for the caller to send.
@@ -641,8 +648,7 @@ impl World<'_> {
         let seen = at + self.config.rtt_ms(f.gateway, s) / 2;
         let sample = (!f.streaming).then(|| seen - f.sent_ms);
         self.routers[f.gateway].observe(seen, s, sample, true);
-        self.routers[f.gateway].ended(seen, s, true);
-        self.dispatch_held(f.gateway, seen);
+        self.ended(f.gateway, seen, s, true);
         self.tell(f.gateway, seen, s, Heard::Ended);
         // How long the answer held its slot, as the gateway can tell: a
         // stream from its first byte to its last; a plain answer from
@@ -689,8 +695,7 @@ impl World<'_> {
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
         let failed = status == FULL_STATUS || SERVER_ERRORS.contains(&status);
-        self.routers[f.gateway].ended(seen, s, !failed);
-        self.dispatch_held(f.gateway, seen);
+        self.ended(f.gateway, seen, s, !failed);
         self.tell(f.gateway, seen, s, Heard::Ended);
         let band = self.band_key(f.priority);
         self.tell(
@@ -719,8 +724,7 @@ impl World<'_> {
     fn cut(&mut self, s: usize, f: Flight, at_ms: u64) {
         let seen = at_ms + self.config.rtt_ms(f.gateway, s) / 2;
         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), true);
-        self.routers[f.gateway].ended(seen, s, false);
-        self.dispatch_held(f.gateway, seen);
+        self.ended(f.gateway, seen, s, false);
         self.tell(f.gateway, seen, s, Heard::Failed);
         self.tell(f.gateway, seen, s, Heard::Ended);
         self.client_failure(Some(s), f.client_ms, seen, None, true);
