@@ -124,18 +124,7 @@ pub struct ScenarioFile {
     pub flow_control: Option<FlowControlFile>,
     /// How operators exchange their sites' signals (absent: poll).
     #[serde(default)]
-    pub signal_transport: TransportFile,
-}
-
-/// `signal_transport`: `"poll"` or `"gossip"` ([`SignalTransport`]).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum TransportFile {
-    /// Long polls of every peer.
-    #[default]
-    Poll,
-    /// Versions announced over SWIM, each newer batch pulled.
-    Gossip,
+    pub signal_transport: SignalTransport,
 }
 
 /// `[flow_control]`: a bounded band 0 at every site ([`FlowControl`]).
@@ -680,10 +669,7 @@ impl Scenario {
             epp_silent,
             operator_frozen,
             flow_control,
-            transport: match f.signal_transport {
-                TransportFile::Poll => SignalTransport::Poll,
-                TransportFile::Gossip => SignalTransport::Gossip,
-            },
+            transport: f.signal_transport,
             seed: f.seeds[0],
         };
         Ok(Self {
@@ -712,10 +698,7 @@ fn check_round_trips(
         if ai == bi {
             return invalid("round_trips.between", format!("`{a}` twice"));
         }
-        if out
-            .iter()
-            .any(|x| (x.a, x.b) == (ai, bi) || (x.a, x.b) == (bi, ai))
-        {
+        if out.iter().any(|x| x.joins(ai, bi)) {
             return invalid(
                 "round_trips.between",
                 format!("`{a}` and `{b}` named twice"),
@@ -825,6 +808,26 @@ share = 1.0
         let twice = "[[round_trips]]\nbetween = [\"a\", \"b\"]\nrtt_ms = 1\n\
                      [[round_trips]]\nbetween = [\"b\", \"a\"]\nrtt_ms = 2\n";
         refused(three(twice), "round_trips.between");
+    }
+
+    #[test]
+    fn signal_transport_reads_poll_by_default_gossip_when_named_and_refuses_any_other() {
+        let base = include_str!("../../../scenarios/standard.toml");
+        let with_transport = |t: &str| Scenario::parse(&format!("signal_transport = {t}\n{base}"));
+        assert_eq!(
+            Scenario::parse(base).unwrap().config(0.5, 1).transport,
+            SignalTransport::Poll
+        );
+        for (named, want) in [
+            ("\"poll\"", SignalTransport::Poll),
+            ("\"gossip\"", SignalTransport::Gossip),
+        ] {
+            assert_eq!(
+                with_transport(named).unwrap().config(0.5, 1).transport,
+                want
+            );
+        }
+        assert!(with_transport("\"carrier\"").is_err());
     }
 
     #[test]

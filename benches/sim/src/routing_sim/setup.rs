@@ -6,8 +6,10 @@ use super::arrivals::{Bursts, LoadShape, Ramp};
 use super::stats::DegradeWindow;
 use crate::site_model::{Priority, ServiceTime};
 
-/// How operators exchange their sites' signals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How operators exchange their sites' signals (a scenario file's `signal_transport`,
+/// `"poll"` or `"gossip"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SignalTransport {
     /// Long polls of every peer (`signalTransport: poll`).
     #[default]
@@ -42,6 +44,13 @@ pub struct RoundTrip {
     pub b: usize,
     /// The round trip, in ms.
     pub rtt_ms: u64,
+}
+
+impl RoundTrip {
+    /// Whether it is the round trip between sites `x` and `y`, either way.
+    pub fn joins(&self, x: usize, y: usize) -> bool {
+        (self.a, self.b) == (x, y) || (self.a, self.b) == (y, x)
+    }
 }
 
 impl SiteSpec {
@@ -303,7 +312,7 @@ impl SimConfig {
         }
         self.round_trips
             .iter()
-            .find(|r| (r.a, r.b) == (home, site) || (r.b, r.a) == (home, site))
+            .find(|r| r.joins(home, site))
             .map_or(self.sites[site].rtt_ms, |r| r.rtt_ms)
     }
 
