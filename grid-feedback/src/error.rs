@@ -162,7 +162,6 @@ grid_signals::label_values! {
     label "reason";
     /// The closed set of reasons an ingest report is refused: the `reason` label of
     /// `grid_operator_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum RefusalReason {
         /// A version-1 header is absent (400).
         MissingHeader = "missing_header",

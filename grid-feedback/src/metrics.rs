@@ -16,7 +16,6 @@ grid_signals::label_values! {
     label "event";
     /// What happened while the operator tried to store feedback: the `event` label of
     /// `grid_gateway_feedback_events_total`, exactly this closed set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Event {
         /// One Kubernetes 409 resource-version race.
         Conflict = "conflict",
@@ -35,7 +34,6 @@ grid_signals::label_values! {
     label "reason";
     /// Why one delivery attempt failed: the `reason` label of
     /// `grid_signals_feedback_failures_total`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FailureReason {
         /// The exchange budget ([`crate::REPORT_BUDGET`]) expired.
         Timeout = "timeout",

@@ -4,21 +4,19 @@
 //! bootstrap `docs/examples/envoy-ext-proc.yaml` (`grid_kit::envoy`). The official `openai` Python client talks to
 //! Envoy only; grid chooses every site. Loopback only; every wait is bounded.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use grid_kit::envoy::Envoy;
+use grid_kit::front_end_checks::{self as checks, FrontEnd};
 use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
-use grid_kit::openai_client::{answered_by, openai_requests};
+use grid_kit::openai_client::openai_requests;
 use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
 const SERVICE_MS: f64 = 100.0;
 /// Start-up and first readings, generous for a loaded 2-core machine.
 const MEASURED_WITHIN: Duration = Duration::from_secs(15);
-/// How long a change at a site may take to reach routing: a scrape, a poll, the refresh.
-const SEEN_WITHIN: Duration = Duration::from_secs(10);
 
 /// Site `name`; with `flow_control`, a request no endpoint queue takes waits in the
 /// site's flow-control band (and a bounded band refuses past its capacity).
@@ -72,22 +70,6 @@ impl Stack {
         self.envoy.log()
     }
 
-    /// `count` requests through Envoy with the openai client, one after another.
-    async fn openai(&self, count: usize, stream: bool) -> Vec<serde_json::Value> {
-        openai_requests(format!("{}/v1", self.envoy_url), count, stream)
-            .await
-            .unwrap_or_else(|e| panic!("client failed: {e}\nenvoy: {}", self.envoy_log()))
-    }
-
-    /// Answers served by each site (`x-grid-site` of the 200s).
-    async fn shares(&self, count: usize) -> HashMap<String, u64> {
-        answered_by(&self.openai(count, false).await)
-    }
-
-    fn served(&self, site: &str) -> u64 {
-        self.grid.control(site).unwrap().stats().requests
-    }
-
     async fn stop(self) {
         drop(self.envoy);
         self.grid.shutdown().await;
@@ -98,49 +80,29 @@ fn free_port() -> u16 {
     grid_kit::ports::loopback_port()
 }
 
+impl FrontEnd for Stack {
+    fn grid(&self) -> &LocalGrid {
+        &self.grid
+    }
+
+    async fn openai(&self, count: usize, stream: bool) -> Vec<serde_json::Value> {
+        openai_requests(format!("{}/v1", self.envoy_url), count, stream)
+            .await
+            .unwrap_or_else(|e| panic!("client failed: {e}\nenvoy: {}", self.envoy_log()))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_and_streaming_requests_through_envoy_land_on_the_site_grid_chose() {
     let stack = Stack::start(None, false).await;
-    let before = (stack.served("a"), stack.served("b"));
-    let mut lines = stack.openai(12, false).await;
-    lines.extend(stack.openai(4, true).await);
-    let chosen = answered_by(&lines);
-    // Each site served exactly the requests grid named it for: Envoy sent every one
-    // where grid said.
-    assert_eq!(
-        (stack.served("a") - before.0, stack.served("b") - before.1),
-        (
-            chosen.get("a").copied().unwrap_or(0),
-            chosen.get("b").copied().unwrap_or(0)
-        ),
-        "{chosen:?}"
-    );
-    assert!(
-        chosen.len() == 2,
-        "both idle sites take traffic: {chosen:?}"
-    );
+    checks::requests_land_on_the_site_grid_chose(&stack).await;
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_site_loses_its_share_of_the_traffic_envoy_sends() {
     let stack = Stack::start(None, false).await;
-    let before = stack.shares(16).await;
-    assert!(
-        before.contains_key("a") && before.contains_key("b"),
-        "{before:?}"
-    );
-    // Site a backs up (10 s a request, filled three times over behind Envoy's back; a
-    // twentyfold slowdown drained while a loaded machine's client was still measuring): its
-    // EPP reports the queue, its operator relays it, grid routes around it.
-    let _held = stack
-        .grid
-        .back_up("a", SEEN_WITHIN)
-        .await
-        .expect("the gateway sees a's queue");
-    let after = stack.shares(20).await;
-    let on_b = after.get("b").copied().unwrap_or(0);
-    assert!(on_b >= 18, "traffic did not leave a: {after:?}");
+    checks::a_degraded_site_loses_its_share(&stack).await;
     stack.stop().await;
 }
 
@@ -178,35 +140,7 @@ async fn a_sites_full_band_read_from_its_answer_through_envoy_moves_traffic_off_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shed_request_through_envoy_is_answered_429_with_retry_after_and_an_openai_body() {
-    let stack = Stack::start(
-        Some(Shedding {
-            full_after_ms: 300,
-            room_after_ms: 3_000,
-            retry_after_s: 2,
-        }),
-        false,
-    )
-    .await;
-    // Both sites slow fiftyfold and hold three times their slots.
-    let mut held = Vec::new();
-    for s in ["a", "b"] {
-        stack.grid.control(s).unwrap().degrade(50.0).unwrap();
-        held.push(stack.grid.hold_requests(s, 12, Duration::from_secs(30)));
-    }
-    stack
-        .grid
-        .wait_until("shedding", SEEN_WITHIN, LocalGrid::shedding)
-        .await
-        .expect("the model sheds once every site is full");
-    let line = &stack.openai(1, false).await[0];
-    assert_eq!(line["status"], 429, "{line}");
-    assert_eq!(line["retry_after"], "2", "{line}");
-    assert_eq!(line["code"], "shedding", "{line}");
-    assert_eq!(line["type"], "rate_limit_error", "{line}");
-    assert!(
-        line["site"].is_null(),
-        "a shed answer names no site: {line}"
-    );
-    drop(held);
+    let stack = Stack::start(Some(checks::SHEDDING), false).await;
+    checks::a_shed_request_is_a_429_with_retry_after(&stack).await;
     stack.stop().await;
 }

@@ -9,39 +9,19 @@ use bytes::Bytes;
 use grid_kit::daemon_process::{Daemon, log_field};
 use grid_kit::gateway_harness::fake_model::{FakeModel, SSE_EVENTS};
 use grid_kit::gateway_harness::{http1_client, post};
-use grid_kit::pki::Ca;
+use grid_kit::operator_harness::{Grid, Site};
 use http_body_util::BodyExt as _;
 
-/// A gateway config file routing model `m` to `model_url`; its operator is a closed port.
-fn write_config(dir: &Path, model_url: &str) -> std::path::PathBuf {
-    write_config_with(dir, model_url, "")
+/// A gateway config file of site `a` routing model `m` to `model_url`; its operator is a
+/// closed port. The site (its certificates and directory) lives as long as the test.
+fn write_config(site: &Site, model_url: &str) -> std::path::PathBuf {
+    write_config_with(site, model_url, "")
 }
 
 /// [`write_config`] with `extra` TOML appended (more models).
-fn write_config_with(dir: &Path, model_url: &str, extra: &str) -> std::path::PathBuf {
-    let files = Ca::new("grid-ca").issue(dir, "gateway", &["gateway.a.grid"]);
-    let text = format!(
-        r#"site = "a"
-listen = "127.0.0.1:0"
-[operator]
-url = "https://127.0.0.1:9"
-identity = "operator.a.grid"
-[tls]
-cert = "{}"
-key = "{}"
-ca = "{}"
-[[models]]
-name = "m"
-[[models.candidates]]
-site = "a"
-provider = "p"
-baseUrl = "{model_url}"
-"#,
-        files.cert.display(),
-        files.key.display(),
-        files.ca.display()
-    ) + extra;
-    let path = dir.join("gateway.toml");
+fn write_config_with(site: &Site, model_url: &str, extra: &str) -> std::path::PathBuf {
+    let text = site.gateway_text(("127.0.0.1:0", 9, 1.0), ("m", "p", model_url)) + extra;
+    let path = site.dir.path().join("gateway.toml");
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -64,9 +44,9 @@ fn spawn_gateway(config: &Path) -> (Daemon, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_stream_in_flight_finish_and_exits_zero() {
-    let dir = tempfile::tempdir().unwrap();
+    let site = Grid::new().site("a");
     let model = FakeModel::start("a").await;
-    let config = write_config(dir.path(), &model.base_url());
+    let config = write_config(&site, &model.base_url());
     let (mut gw, addr) = spawn_gateway(&config);
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     let resp = tokio::time::timeout(
@@ -113,9 +93,9 @@ fn without_config_the_gateway_refuses_to_start_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
-    let dir = tempfile::tempdir().unwrap();
+    let site = Grid::new().site("a");
     let model = FakeModel::start("a").await;
-    let config = write_config(dir.path(), &model.base_url());
+    let config = write_config(&site, &model.base_url());
     let (mut gw, addr) = spawn_gateway(&config);
     let url = format!("http://{addr}/v1/chat/completions");
     let n = r#"{"model":"n","messages":[{"role":"user","content":"hi"}]}"#;
@@ -135,7 +115,7 @@ async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
         "[[models]]\nname = \"n\"\n[[models.candidates]]\nsite = \"a\"\nprovider = \"p\"\nbaseUrl = \"{}\"\n",
         model.base_url()
     );
-    write_config_with(dir.path(), &model.base_url(), &more);
+    write_config_with(&site, &model.base_url(), &more);
     gw.signal("HUP");
     gw.wait_for_line("models reloaded", Duration::from_secs(10));
     let start = tokio::time::Instant::now();
@@ -156,9 +136,9 @@ async fn sighup_reloads_the_models_and_a_bad_file_keeps_the_running_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_or_sighup_the_moment_the_gateway_serves_finds_its_handler() {
-    let dir = tempfile::tempdir().unwrap();
+    let site = Grid::new().site("a");
     let model = FakeModel::start("a").await;
-    let config = write_config(dir.path(), &model.base_url());
+    let config = write_config(&site, &model.base_url());
     // A few rounds: each signal is sent right as the serving line is read, inside the
     // window a handler installed after start would leave to the default action.
     for _ in 0..3 {

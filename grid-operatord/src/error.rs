@@ -34,22 +34,10 @@ pub enum Error {
         /// Why the value is refused.
         reason: String,
     },
-    /// TLS material (certificate, key, CA) is unusable.
-    #[error("TLS material {path}: {reason}")]
-    TlsMaterial {
-        /// The PEM file involved.
-        path: PathBuf,
-        /// Why it cannot be used.
-        reason: String,
-    },
-    /// rustls refused to build a configuration from otherwise readable material.
-    #[error("TLS setup ({context}): {source}")]
-    Tls {
-        /// Which configuration was being built.
-        context: &'static str,
-        /// What rustls said.
-        source: rustls::Error,
-    },
+    /// TLS material or a TLS configuration was refused, as the shared daemon crate
+    /// says it (the file, the mismatched pair or the configuration it was building).
+    #[error(transparent)]
+    Tls(grid_daemon::Error),
     /// A persisted state file exists but cannot be understood; the operator refuses to
     /// guess rather than reuse an epoch or forget feedback evidence.
     #[error("state file {path}: {reason}")]
@@ -129,12 +117,36 @@ impl From<grid_daemon::Error> for Error {
             grid_daemon::Error::ConfigField { field, reason } => {
                 Self::ConfigField { field, reason }
             }
-            grid_daemon::Error::TlsMaterial { path, reason } => Self::TlsMaterial { path, reason },
-            grid_daemon::Error::Tls { context, source } => Self::Tls { context, source },
-            other => Self::TlsMaterial {
-                path: PathBuf::new(),
-                reason: other.to_string(),
-            },
+            other => Self::Tls(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::Error;
+
+    #[test]
+    fn a_key_that_is_not_its_certificates_names_both_files_through_the_operators_error() {
+        let e = Error::from(grid_daemon::Error::KeyMismatch {
+            cert: PathBuf::from("/tls/site.crt"),
+            key: PathBuf::from("/tls/site.key"),
+        });
+        assert!(matches!(
+            e,
+            Error::Tls(grid_daemon::Error::KeyMismatch { .. })
+        ));
+        assert_eq!(
+            e.to_string(),
+            "the private key in /tls/site.key does not match the certificate in /tls/site.crt"
+        );
+    }
+
+    #[test]
+    fn a_refused_field_from_the_shared_crate_reads_as_the_operators_own_field_error() {
+        let e = Error::from(grid_daemon::Error::config_field("tls.ca", "is empty"));
+        assert_eq!(e.to_string(), "configuration field `tls.ca`: is empty");
     }
 }

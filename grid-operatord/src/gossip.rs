@@ -58,7 +58,6 @@ const _: () = assert!(
 grid_signals::label_values! {
     label "outcome";
     /// How one fetch ended: the closed `outcome` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FetchOutcome {
         /// Fetched and ingested (a batch) or read (a digest).
         Ok = "ok",
@@ -77,7 +76,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     label "kind";
     /// What was fetched: the closed `kind` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FetchKind {
         /// One batch.
         Batch = "batch",

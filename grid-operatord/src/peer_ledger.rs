@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 grid_signals::label_values! {
     /// Why a member is not polled: the closed `reason` label set of
     /// `grid_operator_peer_polls_skipped_total`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum SkipReason {
         /// A member no configured peer names (so with no configured URL to try) was
         /// declared down: it is polled again once it is live.

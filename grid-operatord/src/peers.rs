@@ -59,7 +59,6 @@ struct PollLabels {
 
 grid_signals::label_values! {
     /// Which address of a peer answered a poll: the closed `target` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum PollTarget {
         /// The host and signals port its membership identity advertises.
         Advertised = "advertised",

@@ -10,7 +10,6 @@ use prometheus_client::registry::Registry;
 grid_signals::label_values! {
     label "kind";
     /// What an answer carried: the closed `kind` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Served {
         /// `GET /v1/site/signals` for the local gateway: everything held.
         RelayLocal = "relay_local",

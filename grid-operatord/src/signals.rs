@@ -43,7 +43,6 @@ grid_signals::label_values! {
     label "reason";
     /// Why the signals listener refused a request (feedback refusals are counted by
     /// grid-feedback); the label of `grid_operator_signals_refused_total`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Refusal {
         /// A trusted certificate that is neither this site nor a configured peer (403).
         Forbidden = "forbidden",

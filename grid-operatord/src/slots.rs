@@ -38,7 +38,6 @@ pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
 grid_signals::label_values! {
     label "reason";
     /// Why a connection was shed; the label of `grid_operator_connections_shed_total`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ShedReason {
         /// Every slot was taken by a connection past its handshake.
         Full = "full",

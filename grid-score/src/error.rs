@@ -7,7 +7,6 @@ grid_signals::label_values! {
     /// Why a reading or candidate was refused; the label of the refusal counter.
     ///
     /// Closed on purpose: each reason is one metric label, so the label set stays bounded.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum RejectReason {
         /// A value was NaN or infinite; arithmetic on it would poison capacity and rho.
         NonFinite = "non_finite",

@@ -9,7 +9,6 @@ use crate::rho::{Pressure, instant_rho};
 
 grid_signals::label_values! {
     /// Why a candidate is out of selection until a newer reading says otherwise.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ExcludeReason {
         /// `grid_provider_ready` read 0.
         NotReady = "not_ready",

@@ -36,7 +36,6 @@ pub const SAMPLE_EVERY_MS: u64 = 1_000;
 
 grid_signals::label_values! {
     /// Why a request went to a second site (the `cause` of `grid_gateway_retries_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum RetryCause {
         /// Nothing reached the first site: a refused, unreachable or timed-out connect, a
         /// TLS refusal, or every slot of the site taken.

@@ -9,7 +9,6 @@ use crate::snapshot::{Candidate, Path, Plan, Pool, RouteSnapshot, RouteTable};
 
 grid_signals::label_values! {
     /// The kind of answer, without its data (a metric label).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Outcome {
         /// Routed to a site.
         Routed = "routed",

@@ -24,7 +24,6 @@ pub const MAX_TURNOVER_MS: f64 = 3_600_000.0;
 
 grid_signals::label_values! {
     /// Where a healthy candidate stands, derived from its score and latest sample.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum CandidateState {
         /// Measured, recent worst rho below 1.
         Room = "room",
@@ -380,7 +379,6 @@ impl Pool {
 
 grid_signals::label_values! {
     /// Which selection rule chose the site (a metric label).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Path {
         /// Two or more sites with headroom: one drawn with weight its headroom.
         Spread = "spread",

@@ -6,6 +6,9 @@
 //! (`BodyCap`); grid's label values are snake case (`body_cap`), so this small macro
 //! stands in where the derive cannot serve.
 //!
+//! Every set is `Clone, Copy, Debug, PartialEq, Eq, Hash` (what a family's key needs); the
+//! declaration adds only what it needs beyond that (an order, `#[non_exhaustive]`).
+//!
 //! A set declared with its label's name (`label "reason";`) is a whole label set of its
 //! own: `Family<Refusal, Counter>` needs no wrapper struct, and [`register_zeroed`]
 //! registers such a family with every value already exposed at 0, so a dashboard and an
@@ -60,7 +63,6 @@ where
 /// grid_signals::label_values! {
 ///     label "reason";
 ///     /// Why a request was refused.
-///     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 ///     pub enum Refusal {
 ///         /// Too large.
 ///         Oversized = "oversized",
@@ -117,6 +119,7 @@ macro_rules! label_values {
         }
     ) => {
         $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         $vis enum $name {
             $( $(#[$vmeta])* $variant, )+
         }
@@ -159,7 +162,6 @@ mod tests {
     crate::label_values! {
         label "reason";
         /// A test set.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         enum Reason {
             /// One.
             First = "first",
@@ -171,7 +173,6 @@ mod tests {
     crate::label_values! {
         label "kind";
         /// Another test set.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         enum Kind {
             /// A.
             Batch = "batch",

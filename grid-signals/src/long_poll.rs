@@ -188,7 +188,6 @@ crate::label_values! {
     label "reason";
     /// Why a server answered a long poll at once instead of holding it (the `reason`
     /// label of the operator's `grid_operator_long_polls_refused_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum HoldRefusal {
         /// Every held poll the caller may take is taken: [`MAX_HELD_POLLS`] in all, or
         /// all but the [`LOCAL_RESERVED_HELD_POLLS`] for a peer.

@@ -24,6 +24,7 @@ pub mod envoy;
 pub mod epp_server;
 mod error;
 pub mod fault_relay;
+pub mod front_end_checks;
 pub mod gateway_harness;
 pub mod instant_upstream;
 pub mod kube_cluster;

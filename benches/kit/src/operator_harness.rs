@@ -152,7 +152,9 @@ impl Site {
     /// A gateway configuration for this site in the file dialect: listening at `listen`,
     /// polling its operator on loopback at `operator_port` every `poll_s` seconds,
     /// presenting this site's certificate, with `model` served by one candidate,
-    /// `provider` of this site at `base_url`.
+    /// `provider` of this site at `base_url`. The TLS files, the trust and the candidate
+    /// are inline tables, as a generated file may write them; `[[models]]` entries
+    /// appended after it add models.
     pub fn gateway_text(
         &self,
         (listen, operator_port, poll_s): (&str, u16, f64),
@@ -162,23 +164,15 @@ impl Site {
         format!(
             r#"site = "{name}"
 listen = "{listen}"
+tls = {{ cert = "{cert}", key = "{key}", ca = "{ca}" }}
+trust = {{ mode = "spiffe", trustDomain = "{DOMAIN}" }}
 [operator]
 url = "https://127.0.0.1:{operator_port}"
 identity = "127.0.0.1"
 pollIntervalSeconds = {poll_s}
-[tls]
-cert = "{cert}"
-key = "{key}"
-ca = "{ca}"
-[trust]
-mode = "spiffe"
-trustDomain = "{DOMAIN}"
 [[models]]
 name = "{model}"
-[[models.candidates]]
-site = "{name}"
-provider = "{provider}"
-baseUrl = "{base_url}"
+candidates = [{{ site = "{name}", provider = "{provider}", baseUrl = "{base_url}" }}]
 "#,
             name = self.name,
             cert = d.join("site.crt").display(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body::{Body, Frame};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -127,25 +127,7 @@ impl Body for Ticking {
 }
 
 /// Either a fixed body or a ticking one.
-enum Answer {
-    Fixed(Option<Bytes>),
-    Ticking(Ticking),
-}
-
-impl Body for Answer {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            Self::Fixed(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Self::Ticking(t) => Pin::new(t).poll_frame(cx),
-        }
-    }
-}
+type Answer = Either<Full<Bytes>, Ticking>;
 
 struct Shared {
     model: String,
@@ -165,12 +147,12 @@ fn respond(status: StatusCode, content_type: &'static str, body: Answer) -> Resp
 }
 
 async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Answer> {
-    let empty = || Answer::Fixed(None);
+    let empty = || Either::Left(Full::new(Bytes::new()));
     match (request.method().clone(), request.uri().path()) {
         (Method::GET, "/metrics") => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            Answer::Fixed(Some(shared.metrics.clone())),
+            Either::Left(Full::new(shared.metrics.clone())),
         ),
         (Method::POST, "/v1/chat/completions") => {
             let Ok(body) = request.into_body().collect().await else {
@@ -187,16 +169,12 @@ async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Ans
                             )),
                             done: false,
                         };
-                        respond(
-                            StatusCode::OK,
-                            "text/event-stream",
-                            Answer::Ticking(ticking),
-                        )
+                        respond(StatusCode::OK, "text/event-stream", Either::Right(ticking))
                     } else {
                         respond(
                             StatusCode::OK,
                             "application/json",
-                            Answer::Fixed(Some(shared.full.clone())),
+                            Either::Left(Full::new(shared.full.clone())),
                         )
                     }
                 }

@@ -49,7 +49,6 @@ pub use grid_signals::wire::SIGNALS_PATH;
 grid_signals::label_values! {
     label "result";
     /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum PollResult {
         /// A body was read and ingested.
         Ok = "ok",
@@ -73,7 +72,6 @@ grid_signals::label_values! {
     label "result";
     /// How one probe of a site ejected for failing ended (the `result` of
     /// `grid_gateway_site_probes_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ProbeResult {
         /// The site answered the list of models (2xx): it is back in selection.
         Answered = "answered",

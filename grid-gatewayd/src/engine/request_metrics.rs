@@ -27,7 +27,6 @@ grid_signals::label_values! {
     label "reason";
     /// Why a request a site refused before any work was not sent elsewhere (the `reason`
     /// of `grid_gateway_retries_skipped_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub(crate) enum RetrySkipped {
         /// The retry budget was spent (`grid_score::retry::RETRY_BUDGET_RATIO`).
         Budget = "budget",
@@ -39,7 +38,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     /// Why an upstream attempt failed before any byte of its answer (the `reason` of
     /// `grid_gateway_upstream_failures_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub(crate) enum UpstreamFailure {
         /// Connecting (TCP or TLS, refused or timed out) failed: nothing was sent.
         Connect = "connect",
@@ -58,7 +56,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     /// Which bounded wait on a site ran out (the `phase` of
     /// `grid_gateway_upstream_timeouts_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub(crate) enum TimeoutPhase {
         /// TCP connect plus TLS handshake, `connectTimeoutSeconds`.
         Connect = "connect",

@@ -111,7 +111,6 @@ grid_signals::label_values! {
     /// Why grid ended a processing stream early (the `reason` of
     /// `grid_gateway_ext_proc_streams_failed_total`). Envoy applies its
     /// `failure_mode_allow` to the request (the shipped bootstrap: refused).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub(crate) enum StreamFailure {
         /// Envoy sent nothing for [`stream_idle_timeout`].
         IdleTimeout = "idle_timeout",

@@ -22,7 +22,6 @@ grid_signals::label_values! {
     label "operation";
     /// Which API operation failed: the closed set of
     /// `grid_operator_kube_failures_total{operation}`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Operation {
         /// A watch or list of the resources (the watcher backs off and retries).
         Watch = "watch",

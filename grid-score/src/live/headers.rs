@@ -39,7 +39,6 @@ const MAX_DIGITS: usize = 12;
 
 grid_signals::label_values! {
     /// Why one flow-control header value was not trusted (a metric label).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FlowHeaderReject {
         /// Not a plain decimal integer (empty, a sign other than a leading minus, a
         /// fraction, letters, or bytes outside ASCII).
@@ -79,7 +78,6 @@ impl DropReason {
 
 grid_signals::label_values! {
     /// Which flow-control header a value came from (a metric label).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum FlowHeader {
         /// [`HEADROOM_HEADER`] or [`HEADROOM_HEADER_PROVISIONAL`].
         Headroom = "headroom",

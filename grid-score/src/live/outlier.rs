@@ -67,7 +67,6 @@ pub fn max_ejected(candidates: usize) -> usize {
 
 grid_signals::label_values! {
     /// Why a candidate was ejected (the `reason` of `grid_gateway_score_ejections_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum EjectReason {
         /// [`CONSECUTIVE_FAILURES`] exchanges in a row failed.
         Consecutive = "consecutive",
@@ -78,7 +77,6 @@ grid_signals::label_values! {
 
 grid_signals::label_values! {
     /// What brought an ejected candidate back into selection.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Rejoin {
         /// A probe answered.
         Probe = "probe",

@@ -10,7 +10,6 @@ use grid_signals::labels::register_zeroed;
 grid_signals::label_values! {
     label "reason";
     /// Why a received datagram was refused: the closed `reason` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     #[non_exhaustive]
     pub enum Refusal {
         /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
@@ -53,7 +52,6 @@ impl From<crate::SealRefusal> for Refusal {
 grid_signals::label_values! {
     label "reason";
     /// Why a datagram this site meant to send was not: the closed `reason` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     #[non_exhaustive]
     pub enum Unsent {
         /// No session with the member yet, and its queue of
@@ -69,7 +67,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     label "state";
     /// A member's state: the closed `state` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum StateLabel {
         /// Answering probes.
         Alive = "alive",
@@ -83,7 +80,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     label "direction";
     /// Traffic direction: the closed `direction` label set.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Direction {
         /// Sent by this site.
         Sent = "sent",

@@ -5,7 +5,7 @@ crate::label_values! {
     ///
     /// Closed on purpose: each class is a metric label and part of a Ready-condition reason,
     /// so an unbounded set would grow both.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[derive(PartialOrd, Ord)]
     pub enum ScrapeFailure {
         /// The scrape's time budget ran out.
         Timeout = "timeout",

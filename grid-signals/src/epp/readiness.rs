@@ -153,7 +153,6 @@ crate::label_values! {
     /// [`ReadyReason`] as a metric label: the closed set an operator exports the current
     /// reason of each provider under (`grid_operator_provider_ready_reason{reason}`), one
     /// value per condition reason, a failed scrape's class included.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ReadyReasonLabel {
         /// [`ReadyReason::EndpointsReady`].
         EndpointsReady = "endpoints_ready",

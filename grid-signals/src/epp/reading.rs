@@ -88,7 +88,7 @@ impl SampleView for crate::exposition::OwnedSample {
 
 crate::label_values! {
     /// Why a recognized sample was not used. Each is counted, never fatal.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[derive(PartialOrd, Ord)]
     pub enum SampleRejection {
         /// The value is NaN or infinite.
         NonFiniteValue = "non_finite_value",

@@ -8,7 +8,6 @@ crate::label_values! {
     ///
     /// Callers count refused lines by [`SyntaxError::as_str`], so the set is closed and each
     /// reason is a stable metric label.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     #[non_exhaustive]
     pub enum SyntaxError {
         /// Expected a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).

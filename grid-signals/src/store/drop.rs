@@ -6,7 +6,7 @@ crate::label_values! {
     ///
     /// Closed, so the `reason` label of `grid_signals_ingest_dropped_total` has a bounded set
     /// of values and every refusal has a test.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[derive(PartialOrd, Ord)]
     pub enum DropReason {
         /// The line is not valid exposition text.
         Parse = "parse",

@@ -11,7 +11,6 @@ use grid_signals::labels::register_zeroed;
 grid_signals::label_values! {
     label "reason";
     /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Refusal {
         /// `maxConnections` were open: closed at accept.
         Limit = "limit",
@@ -23,7 +22,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     label "reason";
     /// Why the gateway closed a client connection (`grid_gateway_connections_closed_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Closed {
         /// No first request head within `clientHeaderTimeoutSeconds`.
         HeaderTimeout = "header_timeout",
@@ -39,7 +37,6 @@ grid_signals::label_values! {
 grid_signals::label_values! {
     label "reason";
     /// Why the gateway reset a client's HTTP/2 stream (`grid_gateway_streams_reset_total`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum StreamReset {
         /// The client took nothing of the stream's answer for `clientWriteTimeoutSeconds`.
         WriteTimeout = "write_timeout",

@@ -428,32 +428,24 @@ async fn exchange(
     drain: &watch::Receiver<bool>,
 ) -> std::io::Result<(Option<Reader>, bool)> {
     let guard = InFlight::start(activity);
-    let RequestHead {
-        method,
-        uri,
-        version,
-        headers,
-        framing,
-        keep_alive,
-        expects_continue,
-    } = head;
-    let is_head = method == Method::HEAD;
+    let is_head = head.method == Method::HEAD;
     // `own`: the read side while the connection holds it; `back`: where it comes back
     // from the body that holds it.
-    let (body, mut own, mut back) = if framing == Framing::Empty {
+    let (body, mut own, mut back) = if head.framing == Framing::Empty {
         (ClientBody::empty(), Some(reader), None)
     } else {
-        if expects_continue && reader.buf.is_empty() {
+        if head.expects_continue && reader.buf.is_empty() {
             // The head is judged before the body is asked for (`Api::admit`): a request
             // the API refuses by its head alone gets that answer instead of the 100, and
             // its unread body closes the connection after it.
-            let declared_len = match framing {
+            let declared_len = match head.framing {
                 Framing::Length(n) => n,
                 _ => 0,
             };
-            if let Some(refused) = api.refuse_by_head(&method, uri.path(), declared_len) {
+            if let Some(refused) = api.refuse_by_head(&head.method, head.uri.path(), declared_len) {
                 let kept =
-                    write_answer(refused, false, version, is_head, writer, Some(reader)).await?;
+                    write_answer(refused, false, head.version, is_head, writer, Some(reader))
+                        .await?;
                 drop(guard);
                 return Ok(kept);
             }
@@ -462,7 +454,7 @@ async fn exchange(
         let (tx, rx) = oneshot::channel();
         let reading = Reading {
             reader,
-            decoder: BodyDecoder::new(framing),
+            decoder: BodyDecoder::new(head.framing),
             back: tx,
         };
         let body = ClientBody {
@@ -470,12 +462,12 @@ async fn exchange(
         };
         (body, None, Some(rx))
     };
-    let mut whole = framing == Framing::Empty;
+    let mut whole = head.framing == Framing::Empty;
     let mut req = Request::new(body);
-    *req.method_mut() = method;
-    *req.uri_mut() = uri;
-    *req.version_mut() = version;
-    *req.headers_mut() = headers;
+    *req.method_mut() = head.method;
+    *req.uri_mut() = head.uri;
+    *req.version_mut() = head.version;
+    *req.headers_mut() = head.headers;
     // The handling (routing, the site's connection, its answer head: most of this
     // task's state) lives on the heap until the answer's head, so the connection's task
     // is sized by what an answer needs while it streams: one allocation per request
@@ -511,8 +503,8 @@ async fn exchange(
         whole = r.whole;
         own = Some(r.reader);
     }
-    let stays = keep_alive && whole && own.is_some() && !*drain.borrow();
-    let kept = write_answer(resp, stays, version, is_head, writer, own).await?;
+    let stays = head.keep_alive && whole && own.is_some() && !*drain.borrow();
+    let kept = write_answer(resp, stays, head.version, is_head, writer, own).await?;
     drop(guard);
     Ok(kept)
 }

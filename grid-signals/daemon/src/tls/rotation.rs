@@ -183,7 +183,6 @@ grid_signals::label_values! {
     label "result";
     /// What a certificate check that found new files did; the label of
     /// `<daemon>_certificate_reloads_total`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum ReloadResult {
         /// A new pair is presented.
         Rotated = "rotated",
