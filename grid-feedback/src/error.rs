@@ -164,39 +164,39 @@ grid_signals::label_values! {
     /// `grid_operator_feedback_refusals_total` and the `x-grid-ingest-refusal` response header.
     pub enum RefusalReason {
         /// A version-1 header is absent (400).
-        MissingHeader = "missing_header",
+        MissingHeader,
         /// A header appears more than once (400).
-        RepeatedHeader = "repeated_header",
+        RepeatedHeader,
         /// A header value is over its field's length limit (400).
-        OversizedHeader = "oversized_header",
+        OversizedHeader,
         /// A header value has the wrong syntax (400).
-        MalformedHeader = "malformed_header",
+        MalformedHeader,
         /// The version header names another version (400).
-        UnsupportedVersion = "unsupported_version",
+        UnsupportedVersion,
         /// An `x-grid-ingest-*` header version 1 does not define (400).
-        UnknownHeader = "unknown_header",
+        UnknownHeader,
         /// Clean claimed at the maximum sequence or counter (400).
-        TerminalClean = "terminal_clean",
+        TerminalClean,
         /// The request had a body (413).
-        NonemptyBody = "nonempty_body",
+        NonemptyBody,
         /// A peer's certificate, not the site's own (403).
-        Unauthorized = "unauthorized",
+        Unauthorized,
         /// An older sequence than the accepted one (409).
-        Replay = "replay",
+        Replay,
         /// The accepted sequence with different content (409).
-        ChangedDuplicate = "changed_duplicate",
+        ChangedDuplicate,
         /// A newer sequence with a smaller counter (409).
-        DecreasingCounter = "decreasing_counter",
+        DecreasingCounter,
         /// No persisted reporter slot is free (503).
-        Overflow = "overflow",
+        Overflow,
         /// The writer's queue is full (503).
-        Busy = "busy",
+        Busy,
         /// The ingest budget ran out (503).
-        Deadline = "deadline",
+        Deadline,
         /// Every write attempt lost a resource-version race (503).
-        ConflictExhausted = "conflict_exhausted",
+        ConflictExhausted,
         /// The write failed or was not verified (503).
-        WriteFailure = "write_failure",
+        WriteFailure,
     }
 }
 

@@ -18,15 +18,15 @@ grid_signals::label_values! {
     /// `grid_gateway_feedback_events_total`, exactly this closed set.
     pub enum Event {
         /// One Kubernetes 409 resource-version race.
-        Conflict = "conflict",
+        Conflict,
         /// All [`crate::MAX_WRITE_ATTEMPTS`] attempts lost a race.
-        ConflictExhausted = "conflict_exhausted",
+        ConflictExhausted,
         /// Persisted reporter capacity refused a new identity.
-        Overflow = "overflow",
+        Overflow,
         /// A caller other than the site's own certificate submitted feedback.
-        Unauthorized = "unauthorized",
+        Unauthorized,
         /// Any other write error, or a storage response that could not be verified.
-        WriteFailure = "write_failure",
+        WriteFailure,
     }
 }
 
@@ -36,13 +36,13 @@ grid_signals::label_values! {
     /// `grid_signals_feedback_failures_total`.
     pub enum FailureReason {
         /// The exchange budget ([`crate::REPORT_BUDGET`]) expired.
-        Timeout = "timeout",
+        Timeout,
         /// Connection, authentication or HTTP-level error.
-        Transport = "transport",
+        Transport,
         /// A response other than 204 (an older operator refusing the route lands here).
-        Status = "status",
+        Status,
         /// A 204 whose echo is missing, repeated or names another report.
-        Acknowledgment = "acknowledgment",
+        Acknowledgment,
     }
 }
 

@@ -60,16 +60,16 @@ grid_signals::label_values! {
     /// How one fetch ended: the closed `outcome` label set.
     pub enum FetchOutcome {
         /// Fetched and ingested (a batch) or read (a digest).
-        Ok = "ok",
+        Ok,
         /// The member answered but did not hold the batch any more, or the exchange failed.
-        Failed = "failed",
+        Failed,
         /// The answer had no usable `Date`.
-        NoDate = "no_date",
+        NoDate,
         /// A digest line that is not `site provider epoch sequence`.
-        Malformed = "malformed",
+        Malformed,
         /// Left to the digests: [`grid_membership::pulls::MAX_WANTED`] registers were
         /// waiting for a pull already, or the member it was wanted from was declared down.
-        Deferred = "deferred",
+        Deferred,
     }
 }
 
@@ -78,9 +78,9 @@ grid_signals::label_values! {
     /// What was fetched: the closed `kind` label set.
     pub enum FetchKind {
         /// One batch.
-        Batch = "batch",
+        Batch,
         /// A digest.
-        Digest = "digest",
+        Digest,
     }
 }
 

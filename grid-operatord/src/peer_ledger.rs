@@ -11,9 +11,9 @@ grid_signals::label_values! {
     pub enum SkipReason {
         /// A member no configured peer names (so with no configured URL to try) was
         /// declared down: it is polled again once it is live.
-        MemberDown = "member_down",
+        MemberDown,
         /// A live member this site cannot verify (no client for it could be built).
-        Unverifiable = "unverifiable",
+        Unverifiable,
     }
 }
 

@@ -61,9 +61,9 @@ grid_signals::label_values! {
     /// Which address of a peer answered a poll: the closed `target` label set.
     pub enum PollTarget {
         /// The host and signals port its membership identity advertises.
-        Advertised = "advertised",
+        Advertised,
         /// The URL its configuration gives.
-        Configured = "configured",
+        Configured,
     }
 }
 

@@ -12,13 +12,13 @@ grid_signals::label_values! {
     /// What an answer carried: the closed `kind` label set.
     pub enum Served {
         /// `GET /v1/site/signals` for the local gateway: everything held.
-        RelayLocal = "relay_local",
+        RelayLocal,
         /// `GET /v1/site/signals` for a peer that polls (this site's own providers).
-        RelayPeer = "relay_peer",
+        RelayPeer,
         /// One batch a gossiping peer pulled.
-        Batch = "batch",
+        Batch,
         /// A digest a gossiping peer read.
-        Digest = "digest",
+        Digest,
     }
 }
 

@@ -45,23 +45,23 @@ grid_signals::label_values! {
     /// grid-feedback); the label of `grid_operator_signals_refused_total`.
     pub enum Refusal {
         /// A trusted certificate that is neither this site nor a configured peer (403).
-        Forbidden = "forbidden",
+        Forbidden,
         /// A path the listener does not serve (404).
-        NotFound = "not_found",
+        NotFound,
         /// A method the path does not take (405).
-        Method = "method",
+        Method,
         /// A membership session whose caller is not a peer, or whose identity names
         /// another site than the caller's certificate (403).
-        SessionIdentity = "session_identity",
+        SessionIdentity,
         /// A membership session body that is not one valid identity (400).
-        SessionBody = "session_body",
+        SessionBody,
         /// A membership session while the membership driver's queue is full (503).
-        SessionBusy = "session_busy",
+        SessionBusy,
         /// A gossip batch pull whose query is not one site and one provider (400).
-        GossipQuery = "gossip_query",
+        GossipQuery,
         /// A membership session from a member declaring another signal transport mode
         /// than this site's (409; the answer says this site's).
-        SessionMode = "session_mode",
+        SessionMode,
     }
 }
 

@@ -40,19 +40,19 @@ grid_signals::label_values! {
     /// Why a connection was shed; the label of `grid_operator_connections_shed_total`.
     pub enum ShedReason {
         /// Every slot was taken by a connection past its handshake.
-        Full = "full",
+        Full,
         /// A peer (or unidentified caller) finished its handshake in a reserved slot while
         /// every general slot was taken.
-        PeerLimit = "peer_limit",
+        PeerLimit,
         /// Evicted while handshaking in a reserved slot to make room for a new connection.
-        Evicted = "evicted",
+        Evicted,
         /// The TLS handshake did not finish within [`HANDSHAKE_TIMEOUT`].
-        HandshakeTimeout = "handshake_timeout",
+        HandshakeTimeout,
         /// Request headers did not arrive within [`HEADER_READ_TIMEOUT`].
-        HeaderTimeout = "header_timeout",
+        HeaderTimeout,
         /// `accept` failed (out of descriptors, a reset before accept): counted, backed
         /// off, and the listener goes on.
-        AcceptError = "accept_error",
+        AcceptError,
     }
 }
 

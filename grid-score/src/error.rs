@@ -9,13 +9,13 @@ grid_signals::label_values! {
     /// Closed on purpose: each reason is one metric label, so the label set stays bounded.
     pub enum RejectReason {
         /// A value was NaN or infinite; arithmetic on it would poison capacity and rho.
-        NonFinite = "non_finite",
+        NonFinite,
         /// A count or fraction was below zero, which no EPP series can be.
-        Negative = "negative",
+        Negative,
         /// More serving units reported waiting work than units exist.
-        WaitingExceedsUnits = "waiting_exceeds_units",
+        WaitingExceedsUnits,
         /// The scorer already tracks [`crate::MAX_CANDIDATES`] site/provider pairs.
-        CandidateCap = "candidate_cap",
+        CandidateCap,
     }
 }
 

@@ -11,15 +11,15 @@ grid_signals::label_values! {
     /// Why a candidate is out of selection until a newer reading says otherwise.
     pub enum ExcludeReason {
         /// `grid_provider_ready` read 0.
-        NotReady = "not_ready",
+        NotReady,
         /// The EPP's ready-endpoint count read 0.
-        NoReadyEndpoints = "no_ready_endpoints",
+        NoReadyEndpoints,
         /// The per-unit series stopped while the ready-endpoint count kept stamping: the EPP
         /// lost its endpoints' metrics, so the averages it still stamps are frozen.
-        UnitSeriesStopped = "unit_series_stopped",
+        UnitSeriesStopped,
         /// Its exchanges failed (in a row, or most of the recent ones): ejected until a
         /// probe answers or its ejection runs out (`live::outlier`).
-        Ejected = "ejected",
+        Ejected,
     }
 }
 

@@ -39,13 +39,13 @@ grid_signals::label_values! {
     pub enum RetryCause {
         /// Nothing reached the first site: a refused, unreachable or timed-out connect, a
         /// TLS refusal, or every slot of the site taken.
-        Connect = "connect",
+        Connect,
         /// The first site answered 503: it cannot serve now.
-        Unavailable = "unavailable",
+        Unavailable,
         /// The first site answered 429: it is full.
-        Full = "full",
+        Full,
         /// The first site's connection was reset before any byte of an answer.
-        Reset = "reset",
+        Reset,
     }
 }
 

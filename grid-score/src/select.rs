@@ -11,13 +11,13 @@ grid_signals::label_values! {
     /// The kind of answer, without its data (a metric label).
     pub enum Outcome {
         /// Routed to a site.
-        Routed = "routed",
+        Routed,
         /// Shed: 429 with Retry-After.
-        Shed = "shed",
+        Shed,
         /// Every candidate excluded: 503 with Retry-After.
-        Unavailable = "unavailable",
+        Unavailable,
         /// The model is not configured: 404.
-        UnknownModel = "unknown_model",
+        UnknownModel,
     }
 }
 

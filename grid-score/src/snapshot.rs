@@ -26,13 +26,13 @@ grid_signals::label_values! {
     /// Where a healthy candidate stands, derived from its score and latest sample.
     pub enum CandidateState {
         /// Measured, recent worst rho below 1.
-        Room = "room",
+        Room,
         /// Measured, no room, but not saturated with work waiting.
-        NoRoom = "no_room",
+        NoRoom,
         /// Measured, saturated with work waiting at every unit or in flow control.
-        Full = "full",
+        Full,
         /// No fresh reading: scores [`UNMEASURED`].
-        Unmeasured = "unmeasured",
+        Unmeasured,
     }
 }
 
@@ -381,18 +381,18 @@ grid_signals::label_values! {
     /// Which selection rule chose the site (a metric label).
     pub enum Path {
         /// Two or more sites with headroom: one drawn with weight its headroom.
-        Spread = "spread",
+        Spread,
         /// Exactly one site with headroom, enough for what the grid is serving.
-        Lone = "lone",
+        Lone,
         /// Sites with headroom, but less of it than what the grid is serving: that share of
         /// the picks is drawn by headroom, the rest as [`Path::ByCapacity`] draws, in one
         /// draw over both weights.
-        Overflow = "overflow",
+        Overflow,
         /// No site with headroom but some measured: one drawn among the measured with weight
         /// pace x capacity over the square of one plus work waiting per unit of capacity.
-        ByCapacity = "by_capacity",
+        ByCapacity,
         /// Nothing measured: one drawn among the unmeasured by capacity.
-        Fallback = "fallback",
+        Fallback,
     }
 }
 

@@ -4,7 +4,9 @@
 //!
 //! prometheus-client's own `EncodeLabelValue` derive writes a variant's Rust name
 //! (`BodyCap`); grid's label values are snake case (`body_cap`), so this small macro
-//! stands in where the derive cannot serve.
+//! stands in where the derive cannot serve. The label value is the variant's name in
+//! snake case, worked out at compile time: a variant and its label cannot drift apart,
+//! and a reader finds `unknown_session` by its variant `UnknownSession`.
 //!
 //! Every set is `Clone, Copy, Debug, PartialEq, Eq, Hash` (what a family's key needs); the
 //! declaration adds only what it needs beyond that (an order, `#[non_exhaustive]`).
@@ -57,6 +59,58 @@ where
     family
 }
 
+/// How long `name` (an ASCII `CamelCase` identifier) is in snake case: one byte more for
+/// each capital after the first character.
+#[doc(hidden)]
+#[must_use]
+pub const fn snake_case_len(name: &str) -> usize {
+    let bytes = name.as_bytes();
+    let mut len = bytes.len();
+    let mut i = 1;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_uppercase() {
+            len += 1;
+        }
+        i += 1;
+    }
+    len
+}
+
+/// `name` (an ASCII `CamelCase` identifier) in snake case, as `N` bytes
+/// ([`snake_case_len`]): `UnknownSession` is `unknown_session`, `Http2` is `http2`.
+#[doc(hidden)]
+#[must_use]
+pub const fn snake_case<const N: usize>(name: &str) -> [u8; N] {
+    let bytes = name.as_bytes();
+    let mut out = [0u8; N];
+    let (mut i, mut j) = (0, 0);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out[j] = b'_';
+                j += 1;
+            }
+            out[j] = c.to_ascii_lowercase();
+        } else {
+            out[j] = c;
+        }
+        i += 1;
+        j += 1;
+    }
+    out
+}
+
+/// The bytes [`snake_case`] made, as the label's text (checked at compile time).
+#[doc(hidden)]
+#[must_use]
+pub const fn snake_case_str(bytes: &'static [u8]) -> &'static str {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(_) => panic!("a Rust identifier in snake case is ASCII"),
+    }
+}
+
 /// ```
 /// use prometheus_client::metrics::counter::Counter;
 ///
@@ -65,7 +119,7 @@ where
 ///     /// Why a request was refused.
 ///     pub enum Refusal {
 ///         /// Too large.
-///         Oversized = "oversized",
+///         Oversized,
 ///     }
 /// }
 /// let mut registry = prometheus_client::registry::Registry::default();
@@ -115,7 +169,7 @@ macro_rules! label_values {
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident = $label:literal ),+ $(,)?
+            $( $(#[$vmeta:meta])* $variant:ident ),+ $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -131,7 +185,14 @@ macro_rules! label_values {
             /// The metric label value.
             $vis const fn as_str(self) -> &'static str {
                 match self {
-                    $( Self::$variant => $label, )+
+                    $( Self::$variant => {
+                        const LABEL: &str = $crate::labels::snake_case_str(
+                            &$crate::labels::snake_case::<
+                                { $crate::labels::snake_case_len(stringify!($variant)) },
+                            >(stringify!($variant)),
+                        );
+                        LABEL
+                    } )+
                 }
             }
         }
@@ -164,9 +225,9 @@ mod tests {
         /// A test set.
         enum Reason {
             /// One.
-            First = "first",
+            First,
             /// Two.
-            SecondOne = "second_one",
+            SecondOne,
         }
     }
 
@@ -175,10 +236,43 @@ mod tests {
         /// Another test set.
         enum Kind {
             /// A.
-            Batch = "batch",
+            Batch,
             /// B.
-            Digest = "digest",
+            Digest,
         }
+    }
+
+    crate::label_values! {
+        /// Names of every form a label is written from.
+        enum Names {
+            /// One word.
+            Ok,
+            /// A digit inside a word.
+            Http2Stream,
+            /// A one-letter word between two others.
+            RejectedASite,
+            /// A long run of words.
+            VersionsFullAtTheLimit,
+        }
+    }
+
+    #[test]
+    fn a_label_value_is_its_variants_name_in_snake_case() {
+        let labels: Vec<&str> = Names::ALL.iter().map(|n| n.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "ok",
+                "http2_stream",
+                "rejected_a_site",
+                "versions_full_at_the_limit"
+            ]
+        );
+        assert_eq!(Reason::SecondOne.as_str(), "second_one");
+        assert_eq!(
+            super::snake_case_len("UnknownSession"),
+            "unknown_session".len()
+        );
     }
 
     /// What a label set was written as before the enum encoded itself.

@@ -191,9 +191,9 @@ crate::label_values! {
     pub enum HoldRefusal {
         /// Every held poll the caller may take is taken: [`MAX_HELD_POLLS`] in all, or
         /// all but the [`LOCAL_RESERVED_HELD_POLLS`] for a peer.
-        Full = "full",
+        Full,
         /// The peer holds [`MAX_HELD_POLLS_PER_PEER`] already.
-        PeerFull = "peer_full",
+        PeerFull,
     }
 }
 

@@ -51,15 +51,15 @@ grid_signals::label_values! {
     /// How one poll ended (the `result` label of `grid_gateway_polls_total`).
     pub enum PollResult {
         /// A body was read and ingested.
-        Ok = "ok",
+        Ok,
         /// The exchange exceeded `operator.pollTimeoutSeconds`.
-        Timeout = "timeout",
+        Timeout,
         /// Connection, TLS (including an untrusted operator certificate) or HTTP error.
-        Transport = "transport",
+        Transport,
         /// The operator answered with a status other than 200.
-        Status = "status",
+        Status,
         /// The body was larger than [`grid_signals::exposition::MAX_EXPOSITION_BYTES`].
-        BodyCap = "body_cap",
+        BodyCap,
     }
 }
 
@@ -74,11 +74,11 @@ grid_signals::label_values! {
     /// `grid_gateway_site_probes_total`).
     pub enum ProbeResult {
         /// The site answered the list of models (2xx): it is back in selection.
-        Answered = "answered",
+        Answered,
         /// It failed: refused, reset, any other status, or nothing within
         /// [`PROBE_TIMEOUT`]. A 404 (a server that does not list its models) fails too:
         /// such a site comes back when its ejection runs out.
-        Failed = "failed",
+        Failed,
     }
 }
 

@@ -29,9 +29,9 @@ grid_signals::label_values! {
     /// of `grid_gateway_retries_skipped_total`).
     pub(crate) enum RetrySkipped {
         /// The retry budget was spent (`grid_score::retry::RETRY_BUDGET_RATIO`).
-        Budget = "budget",
+        Budget,
         /// The model has no routable site but the one that refused it.
-        NoOtherSite = "no_other_site",
+        NoOtherSite,
     }
 }
 
@@ -40,16 +40,16 @@ grid_signals::label_values! {
     /// `grid_gateway_upstream_failures_total`).
     pub(crate) enum UpstreamFailure {
         /// Connecting (TCP or TLS, refused or timed out) failed: nothing was sent.
-        Connect = "connect",
+        Connect,
         /// The exchange broke, or its head did not come in time, after sending.
-        Request = "request",
+        Request,
         /// Sent, but the site's TCP left it unacknowledged for the connect bound
         /// (`TCP_USER_TIMEOUT`): a pooled connection into a partition. The request never
         /// arrived whole, so it is retried elsewhere as a failed connect is.
-        Unacknowledged = "unacknowledged",
+        Unacknowledged,
         /// Every slot of the site was taken for longer than the connect bound
         /// (`maxConnectionsPerSite`): nothing was sent.
-        SiteFull = "site_full",
+        SiteFull,
     }
 }
 
@@ -58,11 +58,11 @@ grid_signals::label_values! {
     /// `grid_gateway_upstream_timeouts_total`).
     pub(crate) enum TimeoutPhase {
         /// TCP connect plus TLS handshake, `connectTimeoutSeconds`.
-        Connect = "connect",
+        Connect,
         /// Sending until the answer's head, `upstreamHeadersTimeoutSeconds`.
-        Headers = "headers",
+        Headers,
         /// Silence between two frames of the answer body, `upstreamIdleTimeoutSeconds`.
-        Body = "body",
+        Body,
     }
 }
 

@@ -113,10 +113,10 @@ grid_signals::label_values! {
     /// `failure_mode_allow` to the request (the shipped bootstrap: refused).
     pub(crate) enum StreamFailure {
         /// Envoy sent nothing for [`stream_idle_timeout`].
-        IdleTimeout = "idle_timeout",
+        IdleTimeout,
         /// A message the stream's phase does not expect: response headers before a site
         /// was chosen, a body before headers (a processing mode grid was not built for).
-        OutOfOrder = "out_of_order",
+        OutOfOrder,
     }
 }
 

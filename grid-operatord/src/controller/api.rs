@@ -24,16 +24,16 @@ grid_signals::label_values! {
     /// `grid_operator_kube_failures_total{operation}`.
     pub enum Operation {
         /// A watch or list of the resources (the watcher backs off and retries).
-        Watch = "watch",
+        Watch,
         /// The resources changed into a configuration that does not validate; the
         /// operator keeps serving its last good configuration.
-        InvalidConfig = "invalid_config",
+        InvalidConfig,
         /// Reading the site's `ConfigMap` or the `GridNetwork` status.
-        StateRead = "state_read",
+        StateRead,
         /// Writing the site's `ConfigMap` (high-water mark, fences).
-        StateWrite = "state_write",
+        StateWrite,
         /// Writing an `InferenceProvider`'s Ready condition.
-        ReadyWrite = "ready_write",
+        ReadyWrite,
     }
 }
 

@@ -42,13 +42,13 @@ grid_signals::label_values! {
     pub enum FlowHeaderReject {
         /// Not a plain decimal integer (empty, a sign other than a leading minus, a
         /// fraction, letters, or bytes outside ASCII).
-        Malformed = "malformed",
+        Malformed,
         /// A leading minus: no band has negative room and no request waits negative time.
-        Negative = "negative",
+        Negative,
         /// The header (in either spelling) appeared more than once.
-        Duplicated = "duplicated",
+        Duplicated,
         /// Past [`MAX_HEADROOM_REQUESTS`] or [`MAX_QUEUE_DURATION_MS`].
-        Absurd = "absurd",
+        Absurd,
     }
 }
 
@@ -80,11 +80,11 @@ grid_signals::label_values! {
     /// Which flow-control header a value came from (a metric label).
     pub enum FlowHeader {
         /// [`HEADROOM_HEADER`] or [`HEADROOM_HEADER_PROVISIONAL`].
-        Headroom = "headroom",
+        Headroom,
         /// [`QUEUE_DURATION_HEADER`].
-        QueueDuration = "queue_duration",
+        QueueDuration,
         /// [`DROPPED_REASON_HEADER`].
-        DroppedReason = "dropped_reason",
+        DroppedReason,
     }
 }
 

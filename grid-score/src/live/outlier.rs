@@ -69,9 +69,9 @@ grid_signals::label_values! {
     /// Why a candidate was ejected (the `reason` of `grid_gateway_score_ejections_total`).
     pub enum EjectReason {
         /// [`CONSECUTIVE_FAILURES`] exchanges in a row failed.
-        Consecutive = "consecutive",
+        Consecutive,
         /// At least [`EJECT_FAILURE_RATIO`] of its recent exchanges failed.
-        Ratio = "ratio",
+        Ratio,
     }
 }
 
@@ -79,12 +79,12 @@ grid_signals::label_values! {
     /// What brought an ejected candidate back into selection.
     pub enum Rejoin {
         /// A probe answered.
-        Probe = "probe",
+        Probe,
         /// Its ejection ran out.
-        Expired = "expired",
+        Expired,
         /// A reading said it serves again after one said it was out while it was
         /// ejected: the readiness loss that explained its failures is over.
-        Ready = "ready",
+        Ready,
     }
 }
 

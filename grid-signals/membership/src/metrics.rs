@@ -13,28 +13,28 @@ grid_signals::label_values! {
     #[non_exhaustive]
     pub enum Refusal {
         /// Longer than [`crate::MAX_DATAGRAM_BYTES`].
-        Oversized = "oversized",
+        Oversized,
         /// Shorter than a seal, or of an unknown seal version.
-        Malformed = "malformed",
+        Malformed,
         /// Sealed under no session this site holds.
-        UnknownSession = "unknown_session",
+        UnknownSession,
         /// Its tag did not verify.
-        Forged = "forged",
+        Forged,
         /// Opened before, or older than the replay window.
-        Replayed = "replayed",
+        Replayed,
         /// Opened, but the SWIM message inside did not decode.
-        Undecodable = "undecodable",
+        Undecodable,
         /// Opened, but its sender's identity names another site than the session's, or
         /// is not a valid identity.
-        IdentityMismatch = "identity_mismatch",
+        IdentityMismatch,
         /// Decoded, but the protocol refused it (from ourselves, stale, malformed
         /// payload).
-        Protocol = "protocol",
+        Protocol,
         /// A batch version it carried was malformed.
-        Broadcast = "broadcast",
+        Broadcast,
         /// A batch version it carried named one register more than
         /// [`crate::overlay::MAX_VERSIONS`].
-        VersionsFull = "versions_full",
+        VersionsFull,
     }
 }
 
@@ -56,11 +56,11 @@ grid_signals::label_values! {
     pub enum Unsent {
         /// No session with the member yet, and its queue of
         /// [`crate::PENDING_PER_MEMBER`] was full.
-        PendingFull = "pending_full",
+        PendingFull,
         /// The session could not be agreed; what waited for it is dropped.
-        SessionFailed = "session_failed",
+        SessionFailed,
         /// The member's identity is not one this site would contact.
-        InvalidMember = "invalid_member",
+        InvalidMember,
     }
 }
 
@@ -69,11 +69,11 @@ grid_signals::label_values! {
     /// A member's state: the closed `state` label set.
     pub enum StateLabel {
         /// Answering probes.
-        Alive = "alive",
+        Alive,
         /// Suspected; still treated as alive until it refutes or times out.
-        Suspect = "suspect",
+        Suspect,
         /// Declared down.
-        Down = "down",
+        Down,
     }
 }
 
@@ -82,9 +82,9 @@ grid_signals::label_values! {
     /// Traffic direction: the closed `direction` label set.
     pub enum Direction {
         /// Sent by this site.
-        Sent = "sent",
+        Sent,
         /// Received and opened.
-        Received = "received",
+        Received,
     }
 }
 

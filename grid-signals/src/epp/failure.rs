@@ -8,22 +8,22 @@ crate::label_values! {
     #[derive(PartialOrd, Ord)]
     pub enum ScrapeFailure {
         /// The scrape's time budget ran out.
-        Timeout = "timeout",
+        Timeout,
         /// The EPP answered 401 or 403.
-        Unauthorized = "unauthorized",
+        Unauthorized,
         /// The TLS handshake or certificate check failed.
-        Tls = "tls",
+        Tls,
         /// The EPP's host name did not resolve.
-        Dns = "dns",
+        Dns,
         /// The TCP connection was refused or reset.
-        Connect = "connect",
+        Connect,
         /// The EPP answered with a non-2xx status other than 401/403.
-        Http = "http",
+        Http,
         /// The body reached [`crate::exposition::MAX_EXPOSITION_BYTES`]. Unlike every other
         /// class the endpoint answered, so this leaves readiness unknown instead of failing it.
-        BodyCap = "body_cap",
+        BodyCap,
         /// The body was not valid Prometheus text exposition.
-        Parse = "parse",
+        Parse,
     }
 }
 

@@ -155,39 +155,39 @@ crate::label_values! {
     /// value per condition reason, a failed scrape's class included.
     pub enum ReadyReasonLabel {
         /// [`ReadyReason::EndpointsReady`].
-        EndpointsReady = "endpoints_ready",
+        EndpointsReady,
         /// [`ReadyReason::EngineAnswering`].
-        EngineAnswering = "engine_answering",
+        EngineAnswering,
         /// [`ReadyReason::ZeroEndpointsUnconfirmed`].
-        ZeroEndpointsUnconfirmed = "zero_endpoints_unconfirmed",
+        ZeroEndpointsUnconfirmed,
         /// [`ReadyReason::NoReadyEndpoints`].
-        NoReadyEndpoints = "no_ready_endpoints",
+        NoReadyEndpoints,
         /// [`ReadyReason::RecoveryUnconfirmed`].
-        RecoveryUnconfirmed = "recovery_unconfirmed",
+        RecoveryUnconfirmed,
         /// [`ReadyReason::Unavailable`].
-        Unavailable = "unavailable",
+        Unavailable,
         /// [`ReadyReason::ScrapeFailed`] with [`ScrapeFailure::Timeout`].
-        ScrapeTimeout = "scrape_timeout",
+        ScrapeTimeout,
         /// ... with [`ScrapeFailure::Unauthorized`].
-        ScrapeUnauthorized = "scrape_unauthorized",
+        ScrapeUnauthorized,
         /// ... with [`ScrapeFailure::Tls`].
-        ScrapeTls = "scrape_tls",
+        ScrapeTls,
         /// ... with [`ScrapeFailure::Dns`].
-        ScrapeDns = "scrape_dns",
+        ScrapeDns,
         /// ... with [`ScrapeFailure::Connect`].
-        ScrapeConnect = "scrape_connect",
+        ScrapeConnect,
         /// ... with [`ScrapeFailure::Http`].
-        ScrapeHttp = "scrape_http",
+        ScrapeHttp,
         /// ... with [`ScrapeFailure::BodyCap`].
-        ScrapeBodyCap = "scrape_body_cap",
+        ScrapeBodyCap,
         /// ... with [`ScrapeFailure::Parse`].
-        ScrapeParse = "scrape_parse",
+        ScrapeParse,
         /// [`ReadyReason::NoRecentScrape`].
-        NoRecentScrape = "no_recent_scrape",
+        NoRecentScrape,
         /// [`ReadyReason::NoScrapeYet`].
-        NoScrapeYet = "no_scrape_yet",
+        NoScrapeYet,
         /// [`ReadyReason::NoReadySeries`].
-        NoReadySeries = "no_ready_series",
+        NoReadySeries,
     }
 }
 

@@ -91,24 +91,24 @@ crate::label_values! {
     #[derive(PartialOrd, Ord)]
     pub enum SampleRejection {
         /// The value is NaN or infinite.
-        NonFiniteValue = "non_finite_value",
+        NonFiniteValue,
         /// A count, gauge or counter below zero.
-        NegativeValue = "negative_value",
+        NegativeValue,
         /// A pool-scoped series without its pool label.
-        MissingPoolLabel = "missing_pool_label",
+        MissingPoolLabel,
         /// A per-endpoint series without its endpoint label(s).
-        MissingEndpointLabel = "missing_endpoint_label",
+        MissingEndpointLabel,
         /// A histogram bucket whose `le` is missing or not a number.
-        BadBucketBound = "bad_bucket_bound",
+        BadBucketBound,
         /// A pool past [`MAX_POOLS`].
-        TooManyPools = "too_many_pools",
+        TooManyPools,
         /// An endpoint past [`MAX_ENDPOINTS`].
-        TooManyEndpoints = "too_many_endpoints",
+        TooManyEndpoints,
         /// A bucket bound past [`MAX_HISTOGRAM_BUCKETS`].
-        TooManyBuckets = "too_many_buckets",
+        TooManyBuckets,
         /// The same name and label set a second time in one scrape; summing it again would
         /// double count (the first is kept).
-        DuplicateSeries = "duplicate_series",
+        DuplicateSeries,
     }
 }
 

@@ -11,33 +11,33 @@ crate::label_values! {
     #[non_exhaustive]
     pub enum SyntaxError {
         /// Expected a metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
-        MetricName = "metric_name",
+        MetricName,
         /// Expected `{` or a blank right after the metric name.
-        NameEnd = "name_end",
+        NameEnd,
         /// Expected a label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
-        LabelName = "label_name",
+        LabelName,
         /// Expected `=` after a label name.
-        LabelEquals = "label_equals",
+        LabelEquals,
         /// Expected a double-quoted label value with only `\\`, `\"` and `\n` escapes,
         /// closed on the same line.
-        LabelValue = "label_value",
+        LabelValue,
         /// Expected `,` or `}` after a label value.
-        LabelSeparator = "label_separator",
+        LabelSeparator,
         /// Expected a sample value (a float as Go prints it: `1`, `1.5e-07`, `NaN`, `+Inf`).
-        Value = "value",
+        Value,
         /// Expected an integer millisecond timestamp.
-        Timestamp = "timestamp",
+        Timestamp,
         /// Expected the end of the line.
-        LineEnd = "line_end",
+        LineEnd,
         /// The line is not valid UTF-8.
-        Utf8 = "utf8",
+        Utf8,
         /// Expected a metric type (`counter`, `gauge`, `histogram`, `summary`, `untyped`, or
         /// an `OpenMetrics` type) in a `# TYPE` line.
-        MetricType = "metric_type",
+        MetricType,
         /// A label name the sample already has: given twice, or `__name__`, which the metric
         /// name sets. Prometheus refuses such a series, so reading it would keep a sample
         /// whose labels mean two things.
-        DuplicateLabel = "duplicate_label",
+        DuplicateLabel,
     }
 }
 

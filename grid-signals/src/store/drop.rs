@@ -9,31 +9,31 @@ crate::label_values! {
     #[derive(PartialOrd, Ord)]
     pub enum DropReason {
         /// The line is not valid exposition text.
-        Parse = "parse",
+        Parse,
         /// The whole body was over [`crate::exposition::MAX_EXPOSITION_BYTES`].
-        BodyCap = "body_cap",
+        BodyCap,
         /// Stamped too far after the body's `Date` or implausibly long before it, or the
         /// publisher epoch is too far ahead of the receiver's clock.
-        Skew = "skew",
+        Skew,
         /// At or below the provider's fence and not an exact repeat of the held publication.
-        Delayed = "delayed",
+        Delayed,
         /// Its batch is not whole (wrong row count, a refused line, or interrupted).
-        Incomplete = "incomplete",
+        Incomplete,
         /// A peer sent a batch for a site other than its own verified identity, or, answering
         /// a gossip pull, a batch of a register it was not asked for.
-        SiteMismatch = "site_mismatch",
+        SiteMismatch,
         /// Over one of the store's caps or a wire size bound.
-        Cap = "cap",
+        Cap,
         /// A `grid_provider_config_generation` line that breaks the metadata rules.
-        Metadata = "metadata",
+        Metadata,
         /// A sample line outside any batch.
-        Unbatched = "unbatched",
+        Unbatched,
         /// A row inside a whole batch that breaks the row rules (no timestamp, NaN, bad name).
-        Malformed = "malformed",
+        Malformed,
         /// A pulled batch whose signature is missing, malformed or does not verify against
         /// a certificate the declared trust binds to its site (the whole batch), or a
         /// signature or chain comment line that breaks its rules or belongs to no batch.
-        Signature = "signature",
+        Signature,
     }
 }
 

@@ -13,9 +13,9 @@ grid_signals::label_values! {
     /// Why a client connection was not served (`grid_gateway_connections_refused_total`).
     pub enum Refusal {
         /// `maxConnections` were open: closed at accept.
-        Limit = "limit",
+        Limit,
         /// `accept` failed (out of descriptors, reset before accept).
-        AcceptError = "accept_error",
+        AcceptError,
     }
 }
 
@@ -24,13 +24,13 @@ grid_signals::label_values! {
     /// Why the gateway closed a client connection (`grid_gateway_connections_closed_total`).
     pub enum Closed {
         /// No first request head within `clientHeaderTimeoutSeconds`.
-        HeaderTimeout = "header_timeout",
+        HeaderTimeout,
         /// No request in flight for `clientIdleTimeoutSeconds`.
-        IdleTimeout = "idle_timeout",
+        IdleTimeout,
         /// An HTTP/1.1 client took nothing of its answer for `clientWriteTimeoutSeconds`.
-        WriteTimeout = "write_timeout",
+        WriteTimeout,
         /// An HTTP/2 client left a ping unanswered for [`HTTP2_KEEP_ALIVE_TIMEOUT`].
-        PingTimeout = "ping_timeout",
+        PingTimeout,
     }
 }
 
@@ -39,7 +39,7 @@ grid_signals::label_values! {
     /// Why the gateway reset a client's HTTP/2 stream (`grid_gateway_streams_reset_total`).
     pub enum StreamReset {
         /// The client took nothing of the stream's answer for `clientWriteTimeoutSeconds`.
-        WriteTimeout = "write_timeout",
+        WriteTimeout,
     }
 }
 

@@ -185,10 +185,10 @@ grid_signals::label_values! {
     /// `<daemon>_certificate_reloads_total`.
     pub enum ReloadResult {
         /// A new pair is presented.
-        Rotated = "rotated",
+        Rotated,
         /// The new files were refused (unreadable, mismatched key, not yet or no longer
         /// valid, a peer's pin); the old pair is still presented.
-        Refused = "refused",
+        Refused,
     }
 }
 
