@@ -314,78 +314,19 @@ schedulingProfiles:
     )
 }
 
-/// Envoy's bootstrap: one listener, ext-proc to the EPP with the modes llm-d's own
-/// manifests set, and the original-destination cluster the EPP's header picks from.
+/// Envoy's bootstrap in front of the EPP (`benches/kit/envoy/llm-d-epp.yaml`): one
+/// listener, ext-proc to the EPP with the modes llm-d's own manifests set, and the
+/// original-destination cluster the EPP's header picks from.
+const EPP_BOOTSTRAP: &str = include_str!("../envoy/llm-d-epp.yaml");
+
+/// [`EPP_BOOTSTRAP`] listening on `listen`, its admin on `admin`, its processor the EPP's
+/// gRPC at `epp_grpc`.
 fn envoy_config(listen: u16, admin: u16, epp_grpc: SocketAddr) -> String {
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
-static_resources:
-  listeners:
-  - name: llm
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listen}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: llm
-          route_config:
-            name: llm
-            virtual_hosts:
-            - name: llm
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: original_destination_cluster, timeout: 120s}}
-          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service:
-                envoy_grpc: {{cluster_name: ext_proc}}
-                timeout: 10s
-              processing_mode:
-                request_header_mode: SEND
-                response_header_mode: SEND
-                request_body_mode: FULL_DUPLEX_STREAMED
-                response_body_mode: FULL_DUPLEX_STREAMED
-                request_trailer_mode: SEND
-                response_trailer_mode: SEND
-              message_timeout: 120s
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-              suppress_envoy_headers: true
-  clusters:
-  - name: original_destination_cluster
-    type: ORIGINAL_DST
-    connect_timeout: 5s
-    lb_policy: CLUSTER_PROVIDED
-    circuit_breakers:
-      thresholds: [{{max_connections: 40000, max_pending_requests: 40000, max_requests: 40000}}]
-    original_dst_lb_config:
-      use_http_header: true
-      http_header_name: x-gateway-destination-endpoint
-  - name: ext_proc
-    type: STATIC
-    connect_timeout: 5s
-    circuit_breakers:
-      thresholds: [{{max_connections: 40000, max_pending_requests: 40000, max_requests: 40000}}]
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: ext_proc
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address: {{socket_address: {{address: {ip}, port_value: {port}}}}}
-"#,
-        ip = epp_grpc.ip(),
-        port = epp_grpc.port(),
-    )
+    EPP_BOOTSTRAP
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string())
+        .replace("{epp_ip}", &epp_grpc.ip().to_string())
+        .replace("{epp_port}", &epp_grpc.port().to_string())
 }
 
 /// Waits until `cond` holds, polling every 100 ms, at most `limit`.

@@ -23,6 +23,7 @@ use grid_operatord::state::{FileStateStore, StateStore};
 use grid_kit::clock::Stopwatch;
 use grid_kit::epp_server::{Behaviour, FakeEpp};
 use grid_kit::operator_harness::{Grid, ProviderSpec, Site, epp_body, signals_url};
+use grid_sim::swim_scale::Delays;
 
 /// A peer URL nothing answers at: membership supplies the real one.
 const NOWHERE: &str = "https://127.0.0.1:1/v1/site/signals";
@@ -45,18 +46,12 @@ pub struct Params {
 /// What a run measured; times in ms.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    /// Per (change, other site): time until that site's store held the new reading.
-    pub reach_p50: u64,
-    /// The 99th percentile.
-    pub reach_p99: u64,
-    /// (change, site) pairs never reached within the phase.
-    pub reach_missed: usize,
-    /// Per other site: time until its membership declared the dead site down.
-    pub detect_p50: u64,
-    /// The 99th percentile.
-    pub detect_p99: u64,
-    /// Sites that had not within the phase.
-    pub detect_missed: usize,
+    /// Per (change, other site): time until that site's store held the new reading;
+    /// missed, the (change, site) pairs never reached within the phase.
+    pub reach: Delays,
+    /// Per other site: time until its membership declared the dead site down; missed,
+    /// the sites that had not within the phase.
+    pub detect: Delays,
     /// Sealed membership datagram bytes each site sent per second in the spread phase.
     pub membership_bytes_per_site_s: f64,
     /// Signal body bytes each site served other sites per second in the same phase:
@@ -73,13 +68,6 @@ fn ready_endpoints(op: &Running, site: &str) -> Option<f64> {
         .next()
         .and_then(|s| s.latest())
         .map(|r| r.value)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
 async fn start(
@@ -174,19 +162,15 @@ pub async fn run(p: Params) -> Report {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Both modes include the origin's wait for its next scrape (up to 1 s).
-        for (i, a) in arrived.iter().enumerate() {
-            if i == j {
-                continue;
-            }
-            match a {
-                Some(ms) => reach.push(*ms),
-                None => report.reach_missed += 1,
-            }
-        }
+        reach.extend(
+            arrived
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != j)
+                .map(|(_, a)| *a),
+        );
     }
-    reach.sort_unstable();
-    report.reach_p50 = percentile(&reach, 0.5);
-    report.reach_p99 = percentile(&reach, 0.99);
+    report.reach = Delays::of(reach);
     let per_site_s = |bytes: u64| bytes as f64 / p.sites as f64 / phase.elapsed().as_secs_f64();
     report.membership_bytes_per_site_s = per_site_s(sent(&ops) - bytes0);
     report.signal_bytes_per_site_s = per_site_s(served(&ops) - served0);
@@ -204,10 +188,6 @@ pub async fn run(p: Params) -> Report {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut detect: Vec<u64> = detected.iter().flatten().copied().collect();
-    report.detect_missed = detected.iter().filter(|d| d.is_none()).count();
-    detect.sort_unstable();
-    report.detect_p50 = percentile(&detect, 0.5);
-    report.detect_p99 = percentile(&detect, 0.99);
+    report.detect = Delays::of(detected);
     report
 }

@@ -50,18 +50,12 @@ pub struct Report {
     pub sites: usize,
     /// From every site knowing only the seed to every site knowing every other.
     pub join_ms: Option<u64>,
-    /// Per (announcement, member): time until the member held the version.
-    pub spread_p50: u64,
-    /// The 99th percentile of the same.
-    pub spread_p99: u64,
-    /// Members that never held an announced version within the phase.
-    pub spread_missed: usize,
-    /// Per member: time from a site's death to the member declaring it down.
-    pub detect_p50: u64,
-    /// The 99th percentile of the same.
-    pub detect_p99: u64,
-    /// Members that had not declared it down when the phase ended.
-    pub detect_missed: usize,
+    /// Per (announcement, member): time until the member held the version; missed, the
+    /// members that never held it within the phase.
+    pub spread: Delays,
+    /// Per member: time from a site's death to the member declaring it down; missed,
+    /// the members that had not when the phase ended.
+    pub detect: Delays,
     /// Bytes each site sent per second in steady state (datagrams, pulls, digests).
     pub bytes_per_site_s: f64,
     /// Of which sealed membership datagrams.
@@ -472,12 +466,50 @@ impl World {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
+/// How long something took to reach each member, in ms, and how many it never reached:
+/// what the membership and gossip scale runs report for a spread and a detection alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delays {
+    /// The median of the members reached.
+    pub p50_ms: u64,
+    /// The 99th percentile (nearest rank) of the members reached.
+    pub p99_ms: u64,
+    /// Members never reached within the phase.
+    pub missed: usize,
+}
+
+impl Delays {
+    /// From each member's delay, `None` for one never reached.
+    pub fn of(delays: impl IntoIterator<Item = Option<u64>>) -> Self {
+        let mut missed = 0;
+        let mut reached: Vec<u64> = delays
+            .into_iter()
+            .filter_map(|d| {
+                missed += usize::from(d.is_none());
+                d
+            })
+            .collect();
+        reached.sort_unstable();
+        let at = |p: f64| {
+            let rank = ((reached.len().saturating_sub(1)) as f64 * p).round() as usize;
+            reached.get(rank).copied().unwrap_or(0)
+        };
+        Self {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            missed,
+        }
     }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
+
+    /// The table cell: `p50 / p99 s (missed)`, seconds with `decimals` places.
+    pub fn cell(&self, decimals: usize) -> String {
+        format!(
+            "{:.decimals$} / {:.decimals$} s ({})",
+            self.p50_ms as f64 / 1000.0,
+            self.p99_ms as f64 / 1000.0,
+            self.missed
+        )
+    }
 }
 
 /// Runs the phases in order: join, steady state, spread, death, partition and heal.
@@ -549,20 +581,16 @@ pub fn run(p: Params) -> Report {
                 }
             }
         }
-        for (i, a) in arrived.iter().enumerate() {
-            if i == origin {
-                continue;
-            }
-            match a {
-                Some(ms) => reach.push(*ms),
-                None => report.spread_missed += 1,
-            }
-        }
+        reach.extend(
+            arrived
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != origin)
+                .map(|(_, a)| *a),
+        );
         let _ = k;
     }
-    reach.sort_unstable();
-    report.spread_p50 = percentile(&reach, 0.5);
-    report.spread_p99 = percentile(&reach, 0.99);
+    report.spread = Delays::of(reach);
 
     // Death: one site stops answering.
     let victim = n - 1;
@@ -571,19 +599,12 @@ pub fn run(p: Params) -> Report {
     let died = w.now;
     let to = w.now + 30_000;
     w.step_to(to);
-    let mut detect: Vec<u64> = Vec::new();
-    for i in 0..n - 1 {
-        match w.downs[i]
+    report.detect = Delays::of((0..n - 1).map(|i| {
+        w.downs[i]
             .iter()
             .find(|(s, at)| *s == victim_site && *at >= died)
-        {
-            Some((_, at)) => detect.push(at - died),
-            None => report.detect_missed += 1,
-        }
-    }
-    detect.sort_unstable();
-    report.detect_p50 = percentile(&detect, 0.5);
-    report.detect_p99 = percentile(&detect, 0.99);
+            .map(|(_, at)| at - died)
+    }));
 
     // Partition into halves long enough for each side to declare the other down, then heal.
     w.side = Some((0..n).map(|i| i < n / 2).collect());
@@ -599,6 +620,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn delays_rank_the_members_reached_and_count_the_rest_as_missed() {
+        let d = Delays::of((1..=100).map(Some).chain([None, None]));
+        assert_eq!(
+            d,
+            Delays {
+                p50_ms: 51,
+                p99_ms: 99,
+                missed: 2
+            }
+        );
+        assert_eq!(d.cell(2), "0.05 / 0.10 s (2)");
+        assert_eq!(
+            Delays::of([None]),
+            Delays {
+                missed: 1,
+                ..Delays::default()
+            }
+        );
+    }
+
+    #[test]
     fn a_small_grid_joins_spreads_detects_and_heals_under_loss() {
         let r = run(Params {
             sites: 8,
@@ -609,8 +651,8 @@ mod tests {
             seed: 1,
         });
         assert!(r.join_ms.is_some(), "{r:?}");
-        assert_eq!(r.spread_missed, 0, "{r:?}");
-        assert_eq!(r.detect_missed, 0, "{r:?}");
+        assert_eq!(r.spread.missed, 0, "{r:?}");
+        assert_eq!(r.detect.missed, 0, "{r:?}");
         assert!(r.heal_ms.is_some(), "{r:?}");
         assert!(r.bytes_per_site_s > r.datagram_bytes_per_site_s, "{r:?}");
     }

@@ -93,16 +93,18 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The poll loop's metric handles, and why its last poll failed.
 #[derive(Clone, Debug, Default)]
 pub struct PollMetrics {
+    // The poll loop's own.
     polls: Family<PollResult, Counter>,
-    shedding: Family<ModelLabels, Gauge>,
-    routable: Family<ModelLabels, Gauge>,
-    without_signals: Family<ModelLabels, Gauge>,
     probes: Family<ProbeResult, Counter>,
-    /// 1 while the feedback reporter holds evidence the operator has not acknowledged.
-    feedback_pending: Gauge,
     /// What the last poll's failure said (`/readyz` and the log say it too); none once a
     /// poll succeeded. Read only by `/readyz`, never on the request path.
     last_failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// 1 while the feedback reporter holds evidence the operator has not acknowledged.
+    feedback_pending: Gauge,
+    // Per model, as of the last view published.
+    shedding: Family<ModelLabels, Gauge>,
+    routable: Family<ModelLabels, Gauge>,
+    without_signals: Family<ModelLabels, Gauge>,
 }
 
 impl PollMetrics {

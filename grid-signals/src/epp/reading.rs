@@ -222,7 +222,15 @@ impl PoolSelector {
     }
 }
 
-const POOL_GAUGES: usize = 5;
+/// The per-pool gauges, in the order a pool's array holds them (the slots below).
+const POOL_METRICS: [EppMetric; 5] = [
+    EppMetric::ReadyEndpoints,
+    EppMetric::AverageRunning,
+    EppMetric::AverageQueue,
+    EppMetric::AverageKvCache,
+    EppMetric::StdDevKvCache,
+];
+const POOL_GAUGES: usize = POOL_METRICS.len();
 const READY: usize = 0;
 const RUNNING: usize = 1;
 const QUEUE: usize = 2;
@@ -230,14 +238,7 @@ const KV: usize = 3;
 const KV_STD: usize = 4;
 
 fn gauge_slot(metric: EppMetric) -> Option<usize> {
-    match metric {
-        EppMetric::ReadyEndpoints => Some(READY),
-        EppMetric::AverageRunning => Some(RUNNING),
-        EppMetric::AverageQueue => Some(QUEUE),
-        EppMetric::AverageKvCache => Some(KV),
-        EppMetric::StdDevKvCache => Some(KV_STD),
-        _ => None,
-    }
+    POOL_METRICS.iter().position(|m| *m == metric)
 }
 
 /// Everything one spelling generation contributed, before generations are resolved.
@@ -448,20 +449,12 @@ fn resolve(
         rejected,
         ..ScrapeReading::default()
     };
-    let pool_metrics = [
-        EppMetric::ReadyEndpoints,
-        EppMetric::AverageRunning,
-        EppMetric::AverageQueue,
-        EppMetric::AverageKvCache,
-        EppMetric::StdDevKvCache,
-    ];
     // Per pool, each gauge from its own most current spelling.
     let mut pools: BTreeMap<&str, [Option<f64>; POOL_GAUGES]> = BTreeMap::new();
-    for metric in pool_metrics {
+    for (index, metric) in POOL_METRICS.into_iter().enumerate() {
         let Some(gen_data) = best(data, metric) else {
             continue;
         };
-        let index = gauge_slot(metric).unwrap_or(READY);
         for (name, gauges) in &gen_data.pool_gauges {
             if let Some(v) = gauges[index] {
                 pools.entry(name.as_str()).or_default()[index] = Some(v);

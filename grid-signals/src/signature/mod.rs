@@ -276,14 +276,8 @@ pub(crate) mod fake {
             (0..self.valid).any(|n| chain.leaf() == super::fake::chain(site, n).leaf())
         }
 
-        fn verifies(
-            &self,
-            chain: &SigningChain,
-            scheme: u16,
-            message: &[u8],
-            signature: &[u8],
-        ) -> bool {
-            scheme == SCHEME && signature == mac(chain.leaf(), message)
+        fn verifies(&self, chain: &SigningChain, scheme: u16, msg: &[u8], sig: &[u8]) -> bool {
+            scheme == SCHEME && sig == mac(chain.leaf(), msg)
         }
     }
 }

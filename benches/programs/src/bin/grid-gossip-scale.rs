@@ -41,14 +41,10 @@ async fn main() {
             })
             .await;
             println!(
-                "| {sites} | {} | {:.2} / {:.2} s ({}) | {:.1} / {:.1} s ({}) | {:.0} | {:.0} |",
+                "| {sites} | {} | {} | {} | {:.0} | {:.0} |",
                 mode.as_str(),
-                r.reach_p50 as f64 / 1000.0,
-                r.reach_p99 as f64 / 1000.0,
-                r.reach_missed,
-                r.detect_p50 as f64 / 1000.0,
-                r.detect_p99 as f64 / 1000.0,
-                r.detect_missed,
+                r.reach.cell(2),
+                r.detect.cell(1),
                 r.membership_bytes_per_site_s,
                 r.signal_bytes_per_site_s,
             );

@@ -64,14 +64,10 @@ fn main() {
             })
         });
         println!(
-            "| {sites} | gossip | {} | {:.2} / {:.2} s ({}) | {:.1} / {:.1} s ({}) | {:.0} ({:.0}) | {} |",
+            "| {sites} | gossip | {} | {} | {} | {:.0} ({:.0}) | {} |",
             ms(r.join_ms),
-            r.spread_p50 as f64 / 1000.0,
-            r.spread_p99 as f64 / 1000.0,
-            r.spread_missed,
-            r.detect_p50 as f64 / 1000.0,
-            r.detect_p99 as f64 / 1000.0,
-            r.detect_missed,
+            r.spread.cell(2),
+            r.detect.cell(1),
             r.bytes_per_site_s,
             r.datagram_bytes_per_site_s,
             ms(r.heal_ms),
