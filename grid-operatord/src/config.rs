@@ -442,17 +442,17 @@ impl Config {
     ///     metrics: "127.0.0.1:9090".parse().unwrap(),
     /// };
     /// let tls = TlsFiles { cert: "site.crt".into(), key: "site.key".into(), ca: None };
-    /// let config = Config::new("a", "prod", "/var/lib/grid", listen, tls, TrustMode::Pin)
+    /// let config = Config::new("a", "prod", listen, tls, TrustMode::Pin, "/var/lib/grid")
     ///     .with_provider(ProviderConfig::new("a", "llama", "http://127.0.0.1:9100/metrics".parse().unwrap()));
     /// config.validate().unwrap();
     /// ```
     pub fn new(
         site: impl Into<String>,
         network: impl Into<String>,
-        state_dir: impl Into<PathBuf>,
         listen: Listen,
         tls: TlsFiles,
         trust: TrustMode,
+        state_dir: impl Into<PathBuf>,
     ) -> Self {
         Self {
             site: site.into(),
@@ -517,10 +517,10 @@ impl Config {
         let mut config = Self::new(
             raw.site,
             network,
-            raw.state_dir,
             listen,
             tls,
             trust_of(&raw.trust)?,
+            raw.state_dir,
         );
         config.transport = transport_of(raw.signal_transport.as_ref())?;
         config.advertise_host = raw.listen.advertise;
@@ -970,7 +970,7 @@ staleMetricsSeconds = 10
         };
         let pin = Fingerprint::parse(PIN).unwrap();
         let url = || "https://b.example:9443/v1/site/signals".parse().unwrap();
-        let typed = Config::new("a", "prod", "/var/lib/grid", listen, tls, TrustMode::Pin)
+        let typed = Config::new("a", "prod", listen, tls, TrustMode::Pin, "/var/lib/grid")
             .with_peer(PeerConfig::new("b", url(), vec![pin]))
             .with_provider(ProviderConfig::new(
                 "a",

@@ -312,7 +312,7 @@ fn operator_config(
     let trust = TrustMode::Spiffe {
         trust_domain: TRUST_DOMAIN.to_owned(),
     };
-    let mut config = OperatorConfig::new(site, "local", state_dir, listen, tls, trust);
+    let mut config = OperatorConfig::new(site, "local", listen, tls, trust, state_dir);
     config.scrape_interval = Duration::from_millis(cadence.scrape_ms);
     config.peer_poll_interval = Duration::from_millis(cadence.peer_poll_ms);
     for (name, url) in peers {

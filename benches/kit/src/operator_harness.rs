@@ -245,7 +245,7 @@ peerPollSeconds = 0.5
         let trust = TrustMode::Spiffe {
             trust_domain: DOMAIN.to_owned(),
         };
-        let mut config = Config::new(&self.name, "test", self.state_dir(), listen, tls, trust);
+        let mut config = Config::new(&self.name, "test", listen, tls, trust, self.state_dir());
         config.scrape_interval = Duration::from_millis(200);
         config.peer_poll_interval = Duration::from_millis(500);
         for (name, url) in peers {

@@ -81,10 +81,10 @@ pub fn translate(deployment: &Deployment, resources: &Resources) -> Result<Confi
     let mut config = Config::new(
         deployment.site.clone(),
         network.name_any(),
-        deployment.state_label.clone(),
         deployment.listen,
         deployment.tls.clone(),
         trust,
+        deployment.state_label.clone(),
     );
     config.transport = match declared_mode(network) {
         "poll" => TransportMode::Poll,

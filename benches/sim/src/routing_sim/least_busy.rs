@@ -21,32 +21,45 @@ pub const COOLDOWN_MS: u64 = 5_000;
 /// deployment that must have failed (strictly more) for a failure to cool it down.
 pub const COOLDOWN_FAILURE_SHARE: f64 = 0.5;
 
-/// LiteLLM counts successes and failures per calendar minute.
-const MINUTE_MS: u64 = 60_000;
+/// Requests to one deployment that ended in one calendar minute: LiteLLM counts
+/// successes and failures per minute, starting afresh at each.
+#[derive(Clone, Copy, Debug, Default)]
+struct Minute {
+    index: u64,
+    successes: u32,
+    failures: u32,
+}
+
+impl Minute {
+    const MS: u64 = 60_000;
+
+    /// The minute holding `now`: this one, or a fresh one with nothing counted.
+    fn at(self, now: u64) -> Self {
+        let index = now / Self::MS;
+        if index == self.index {
+            self
+        } else {
+            Self {
+                index,
+                ..Self::default()
+            }
+        }
+    }
+
+    /// Whether a failure ending now calls for a cooldown: more than one request ended
+    /// this minute, and more than [`COOLDOWN_FAILURE_SHARE`] of them failed.
+    fn calls_for_cooldown(self) -> bool {
+        let ended = self.successes + self.failures;
+        ended > 1 && f64::from(self.failures) / f64::from(ended) > COOLDOWN_FAILURE_SHARE
+    }
+}
 
 /// One site as one gateway's LiteLLM router sees it.
 #[derive(Clone, Copy, Debug, Default)]
 struct Deployment {
     in_flight: u32,
-    /// The calendar minute `successes` and `failures` count.
-    minute: u64,
-    successes: u32,
-    failures: u32,
+    minute: Minute,
     cooling_until: u64,
-}
-
-impl Deployment {
-    fn this_minute(&mut self, now: u64) {
-        let minute = now / MINUTE_MS;
-        if minute != self.minute {
-            *self = Self {
-                minute,
-                successes: 0,
-                failures: 0,
-                ..*self
-            };
-        }
-    }
 }
 
 /// One gateway's least-busy router.
@@ -104,14 +117,13 @@ impl LeastBusy {
             return;
         };
         d.in_flight = d.in_flight.saturating_sub(1);
-        d.this_minute(now);
+        d.minute = d.minute.at(now);
         if ok {
-            d.successes += 1;
+            d.minute.successes += 1;
             return;
         }
-        d.failures += 1;
-        let ended = d.successes + d.failures;
-        if ended > 1 && f64::from(d.failures) / f64::from(ended) > COOLDOWN_FAILURE_SHARE {
+        d.minute.failures += 1;
+        if d.minute.calls_for_cooldown() {
             d.cooling_until = now + COOLDOWN_MS;
         }
     }
@@ -181,9 +193,9 @@ mod tests {
             r.ended(t, 0, true);
         }
         r.sent(0);
-        r.ended(MINUTE_MS, 0, false);
+        r.ended(Minute::MS, 0, false);
         r.sent(0);
-        r.ended(MINUTE_MS + 1, 0, false);
-        assert_eq!(r.choose(MINUTE_MS + 1, Some(1)), None, "2 of 2 this minute");
+        r.ended(Minute::MS + 1, 0, false);
+        assert_eq!(r.choose(Minute::MS + 1, Some(1)), None, "2 of 2 this minute");
     }
 }
