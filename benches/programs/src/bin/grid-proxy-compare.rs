@@ -201,38 +201,57 @@ async fn streams(args: &Args, pinning: Pinning) -> anyhow::Result<()> {
     for client in clients(args) {
         for &n in &args.stream_counts {
             let lineup = fresh().await?;
-            let mut direct = None;
-            for target in TARGETS {
-                if !wanted(target) {
-                    continue;
-                }
+            let proxies: Vec<&str> = TARGETS
+                .into_iter()
+                .filter(|t| *t != "direct" && wanted(t))
+                .collect();
+            if proxies.is_empty() {
+                let m = lineup.streams("direct", client, n, ticks).await?;
+                print_streams_row(client, n, "direct", &m, None);
+            }
+            // The direct path is measured again right before each proxy: the upstream has
+            // served every stream before it by then, and each proxy's added delay is over
+            // the direct path in that same state, whatever its place in the order.
+            for target in proxies {
+                let base = lineup.streams("direct", client, n, ticks).await?;
+                print_streams_row(client, n, "direct", &base, None);
                 let m = lineup.streams(target, client, n, ticks).await?;
-                let base: StreamsMeasured = *direct.get_or_insert(m);
-                println!(
-                    "| {} | {n} | {target} | {:.2} | {:.2} | {:.2} / {:.2} | {} | {} | {} | {} |",
-                    protocol(client),
-                    m.open_s,
-                    m.first_byte_p50_us / 1e3,
-                    m.delay_p50_us / 1e3,
-                    m.delay_p99_us / 1e3,
-                    if target == "direct" {
-                        "-".to_owned()
-                    } else {
-                        format!(
-                            "{:+.2} / {:+.2}",
-                            (m.delay_p50_us - base.delay_p50_us) / 1e3,
-                            (m.delay_p99_us - base.delay_p99_us) / 1e3
-                        )
-                    },
-                    or_dash(m.kib_per_stream, 1),
-                    or_dash(m.cpu_us_per_event, 1),
-                    m.failed,
-                );
+                print_streams_row(client, n, target, &m, Some(&base));
             }
         }
     }
     println!("\nload average at end {}", load_average());
     Ok(())
+}
+
+/// One row of the streams table: `added` over `base`, the direct path measured right
+/// before (none for the direct path's own row).
+fn print_streams_row(
+    client: Client,
+    n: usize,
+    target: &str,
+    m: &StreamsMeasured,
+    base: Option<&StreamsMeasured>,
+) {
+    println!(
+        "| {} | {n} | {target} | {:.2} | {:.2} | {:.2} / {:.2} | {} | {} | {} | {} |",
+        protocol(client),
+        m.open_s,
+        m.first_byte_p50_us / 1e3,
+        m.delay_p50_us / 1e3,
+        m.delay_p99_us / 1e3,
+        base.map_or_else(
+            || "-".to_owned(),
+            |b| format!(
+                "{:+.2} / {:+.2}",
+                (m.delay_p50_us - b.delay_p50_us) / 1e3,
+                (m.delay_p99_us - b.delay_p99_us) / 1e3
+            )
+        ),
+        or_dash(m.kib_per_stream, 1),
+        or_dash(m.cpu_us_per_event, 1),
+        m.failed,
+    );
 }
 
 #[tokio::main]

@@ -196,6 +196,10 @@ mod tests {
         r.ended(Minute::MS, 0, false);
         r.sent(0);
         r.ended(Minute::MS + 1, 0, false);
-        assert_eq!(r.choose(Minute::MS + 1, Some(1)), None, "2 of 2 this minute");
+        assert_eq!(
+            r.choose(Minute::MS + 1, Some(1)),
+            None,
+            "2 of 2 this minute"
+        );
     }
 }
