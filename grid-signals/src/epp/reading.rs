@@ -222,7 +222,8 @@ impl PoolSelector {
     }
 }
 
-/// The per-pool gauges, in the order a pool's array holds them (the slots below).
+/// The per-pool gauges, in the order a pool's array holds them; each slot below is
+/// taken from this list, so the two cannot disagree.
 const POOL_METRICS: [EppMetric; 5] = [
     EppMetric::ReadyEndpoints,
     EppMetric::AverageRunning,
@@ -231,14 +232,29 @@ const POOL_METRICS: [EppMetric; 5] = [
     EppMetric::StdDevKvCache,
 ];
 const POOL_GAUGES: usize = POOL_METRICS.len();
-const READY: usize = 0;
-const RUNNING: usize = 1;
-const QUEUE: usize = 2;
-const KV: usize = 3;
-const KV_STD: usize = 4;
+const READY: usize = pool_slot(EppMetric::ReadyEndpoints);
+const RUNNING: usize = pool_slot(EppMetric::AverageRunning);
+const QUEUE: usize = pool_slot(EppMetric::AverageQueue);
+const KV: usize = pool_slot(EppMetric::AverageKvCache);
+const KV_STD: usize = pool_slot(EppMetric::StdDevKvCache);
 
-fn gauge_slot(metric: EppMetric) -> Option<usize> {
-    POOL_METRICS.iter().position(|m| *m == metric)
+/// Where `metric` sits in a pool's gauges; evaluated at compile time for the slots.
+const fn pool_slot(metric: EppMetric) -> usize {
+    match gauge_slot(metric) {
+        Some(i) => i,
+        None => panic!("not a per-pool gauge"),
+    }
+}
+
+const fn gauge_slot(metric: EppMetric) -> Option<usize> {
+    let mut i = 0;
+    while i < POOL_METRICS.len() {
+        if POOL_METRICS[i] as u32 == metric as u32 {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Everything one spelling generation contributed, before generations are resolved.
