@@ -52,8 +52,89 @@ pub const MEMORY_AT: f64 = 0.8;
 pub const SETTLE: Duration = Duration::from_secs(2);
 /// First-byte probes per proxy on an idle machine, one at a time.
 pub const IDLE_PROBES: usize = 200;
+/// The most of a refused stream's answer body kept for the run's log.
+pub const REFUSAL_BYTES: usize = 4_096;
 /// How long the upstream process has to listen.
 pub const UPSTREAM_READY_LIMIT: Duration = Duration::from_secs(10);
+
+/// Why a stream failed: the first step it did not get past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamFailure {
+    /// The TCP connection was not made.
+    Connect,
+    /// The HTTP handshake (or, over HTTP/2, the connection's readiness) failed.
+    Handshake,
+    /// The request got no answer head (the connection or stream was closed or reset).
+    Request,
+    /// The answer's status was not a success.
+    Status,
+    /// The body broke off with an error.
+    Body,
+    /// The body ended cleanly with events missing.
+    Short,
+    /// The stream had not ended by its length plus [`END_GRACE`].
+    Unfinished,
+}
+
+impl StreamFailure {
+    /// Every reason, in the order a run's counts are printed.
+    pub const ALL: [Self; 7] = [
+        Self::Connect,
+        Self::Handshake,
+        Self::Request,
+        Self::Status,
+        Self::Body,
+        Self::Short,
+        Self::Unfinished,
+    ];
+
+    /// Its name in the table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Handshake => "handshake",
+            Self::Request => "request",
+            Self::Status => "status",
+            Self::Body => "body",
+            Self::Short => "short",
+            Self::Unfinished => "unfinished",
+        }
+    }
+}
+
+/// How many streams of a run failed, by reason (indexed as [`StreamFailure::ALL`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Failures([usize; StreamFailure::ALL.len()]);
+
+impl Failures {
+    fn count(&mut self, why: StreamFailure, n: usize) {
+        self.0[why as usize] += n;
+    }
+
+    /// Streams that failed for any reason.
+    pub fn total(&self) -> usize {
+        self.0.iter().sum()
+    }
+}
+
+impl std::fmt::Display for Failures {
+    /// The total, then each reason that occurred: `3395 (connect 3000, request 395)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.total())?;
+        let mut sep = " (";
+        for why in StreamFailure::ALL {
+            let n = self.0[why as usize];
+            if n > 0 {
+                write!(f, "{sep}{} {n}", why.as_str())?;
+                sep = ", ";
+            }
+        }
+        if sep == ", " {
+            write!(f, ")")?;
+        }
+        Ok(())
+    }
+}
 
 /// One run's figures. Delays and first bytes are in microseconds; `None` where the
 /// figure has no meaning (memory and CPU of the direct path).
@@ -61,8 +142,8 @@ pub const UPSTREAM_READY_LIMIT: Duration = Duration::from_secs(10);
 pub struct StreamsMeasured {
     /// Streams that opened and ended with a 200 and every event.
     pub streams_ok: usize,
-    /// Streams that failed, were refused or lost events.
-    pub failed: usize,
+    /// Streams that failed, were refused or lost events, by reason.
+    pub failed: Failures,
     /// From the first request until every stream had its first event, seconds.
     pub open_s: f64,
     /// First byte, p50.
@@ -149,15 +230,28 @@ struct Shared {
     steady: AtomicBool,
     /// Events read in the steady window.
     steady_events: AtomicU64,
+    /// The first unsuccessful answer's status and body, for the run's log.
+    first_refusal: std::sync::OnceLock<String>,
 }
 
 /// What one stream saw.
-#[derive(Default)]
 struct Seen {
-    ok: bool,
+    /// `None` for a stream that ended with a success and every event.
+    failure: Option<StreamFailure>,
     first_byte_ns: Option<u64>,
     /// Delays of the events read in the steady window, nanoseconds.
     delays_ns: Vec<u64>,
+}
+
+impl Seen {
+    /// A stream that failed before it read anything.
+    fn failed(why: StreamFailure) -> Self {
+        Self {
+            failure: Some(why),
+            first_byte_ns: None,
+            delays_ns: Vec::new(),
+        }
+    }
 }
 
 /// Reads one answer's body as it comes: the delay of each event, the first byte.
@@ -167,15 +261,26 @@ async fn read_events(
     events: u32,
     shared: &Shared,
 ) -> Seen {
-    let mut seen = Seen::default();
     if !answer.status().is_success() {
-        return seen;
+        let status = answer.status();
+        let body = http_body_util::Limited::new(answer.into_body(), REFUSAL_BYTES)
+            .collect()
+            .await
+            .map(http_body_util::Collected::to_bytes);
+        let said = body
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        let _ = shared.first_refusal.set(format!("{status} {said}"));
+        return Seen::failed(StreamFailure::Status);
     }
+    let mut seen = Seen::failed(StreamFailure::Short);
     let mut body = answer.into_body();
     let mut carry: Vec<u8> = Vec::new();
     let mut read = 0u32;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
+            seen.failure = Some(StreamFailure::Body);
             return seen;
         };
         let Ok(mut data) = frame.into_data() else {
@@ -201,7 +306,9 @@ async fn read_events(
         }
         carry.drain(..end + 2);
     }
-    seen.ok = read == events;
+    if read == events {
+        seen.failure = None;
+    }
     seen
 }
 
@@ -221,20 +328,20 @@ fn chat_request(url: &str, client: Client) -> Result<Request<Full<Bytes>>, Error
 /// One HTTP/1.1 stream on a connection of its own.
 async fn h1_stream(addr: String, url: String, events: u32, shared: Arc<Shared>) -> Seen {
     let Ok(tcp) = TcpStream::connect(&addr).await else {
-        return Seen::default();
+        return Seen::failed(StreamFailure::Connect);
     };
     let _ = tcp.set_nodelay(true);
     let Ok((mut send, conn)) = http1::handshake(TokioIo::new(tcp)).await else {
-        return Seen::default();
+        return Seen::failed(StreamFailure::Handshake);
     };
     tokio::spawn(conn);
     let Ok(request) = chat_request(&url, Client::Http1) else {
-        return Seen::default();
+        return Seen::failed(StreamFailure::Request);
     };
     let sent_at = wall_ns();
     match send.send_request(request).await {
         Ok(answer) => read_events(answer, sent_at, events, &shared).await,
-        Err(_) => Seen::default(),
+        Err(_) => Seen::failed(StreamFailure::Request),
     }
 }
 
@@ -246,15 +353,15 @@ async fn h2_stream(
     shared: Arc<Shared>,
 ) -> Seen {
     if send.ready().await.is_err() {
-        return Seen::default();
+        return Seen::failed(StreamFailure::Handshake);
     }
     let Ok(request) = chat_request(&url, Client::Http2) else {
-        return Seen::default();
+        return Seen::failed(StreamFailure::Request);
     };
     let sent_at = wall_ns();
     match send.send_request(request).await {
         Ok(answer) => read_events(answer, sent_at, events, &shared).await,
-        Err(_) => Seen::default(),
+        Err(_) => Seen::failed(StreamFailure::Request),
     }
 }
 
@@ -347,19 +454,21 @@ pub async fn run(
     shared.steady.store(false, Ordering::Relaxed);
     let mut delays = Vec::new();
     let mut first_bytes = Vec::new();
-    let (mut ok, mut failed_streams) = (0, 0);
+    let (mut ok, mut failed_streams) = (0, Failures::default());
     let deadline = tokio::time::Instant::now() + length + END_GRACE;
     while let Ok(Some(done)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-        let seen = done.unwrap_or_default();
-        if seen.ok {
-            ok += 1;
-        } else {
-            failed_streams += 1;
+        let seen = done.unwrap_or_else(|_| Seen::failed(StreamFailure::Unfinished));
+        match seen.failure {
+            None => ok += 1,
+            Some(why) => failed_streams.count(why, 1),
         }
         first_bytes.extend(seen.first_byte_ns);
         delays.extend(seen.delays_ns);
     }
-    failed_streams += tasks.len();
+    failed_streams.count(StreamFailure::Unfinished, tasks.len());
+    if let Some(refusal) = shared.first_refusal.get() {
+        eprintln!("{url}: the first unsuccessful answer: {refusal}");
+    }
     tasks.abort_all();
     delays.sort_unstable();
     first_bytes.sort_unstable();
@@ -475,5 +584,20 @@ impl Lineup {
             .target(target, client)
             .ok_or_else(|| failed(format!("no target {target}")))?;
         idle_first_byte_p50_us(&url, client).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_print_their_total_then_each_reason_that_occurred() {
+        let mut f = Failures::default();
+        assert_eq!(f.to_string(), "0");
+        f.count(StreamFailure::Status, 3_580);
+        f.count(StreamFailure::Connect, 2);
+        assert_eq!(f.total(), 3_582);
+        assert_eq!(f.to_string(), "3582 (connect 2, status 3580)");
     }
 }
