@@ -1,6 +1,9 @@
 //! An upstream that streams long answers the way a model server generates them: every
 //! streamed chat request gets one server-sent event at once and then one every
-//! `interval`, `events` in all, then `data: [DONE]`. Each event carries the wall-clock
+//! `interval`, `events` in all, then `data: [DONE]`. After the first event each answer's
+//! ticks are shifted by a phase of its own within one interval ([`phase`]), spread
+//! evenly over the answers, so the events of N answers leave at an even rate whatever
+//! instants the answers opened at. Each event carries the wall-clock
 //! instant it was handed to the socket (`"sent_ns"`, nanoseconds since the Unix epoch),
 //! so a client in another process on the same machine reads the delay each event took
 //! to reach it ([`sent_ns_in`]). It also serves an idle EPP `/metrics`, so a real
@@ -55,6 +58,21 @@ pub struct Ticks {
     pub events: u32,
     /// Each event's size on the wire (at least [`MIN_EVENT_BYTES`]).
     pub event_bytes: usize,
+}
+
+/// How far after one interval the second event of the `k`th streamed answer is sent
+/// (and every later one, at fixed intervals after it): `interval` times the fractional
+/// part of `k` over the golden ratio, a sequence that covers the interval evenly for any
+/// number of answers.
+///
+/// Without it each answer's events keep the phase of the instant it opened: a proxy that
+/// opened 9,000 answers in a burst had the upstream send, and the clients read, their
+/// events in bursts every interval for the whole run, so the tail of the delay per event
+/// measured how the streams happened to open, not what the proxy adds to an event.
+pub fn phase(k: u64, interval: Duration) -> Duration {
+    /// 1 / golden ratio.
+    const STEP: f64 = 0.618_033_988_749_894_9;
+    interval.mul_f64((k as f64 * STEP).fract())
 }
 
 /// One event sent now, padded to `bytes`.
@@ -134,6 +152,8 @@ struct Shared {
     metrics: Bytes,
     full: Bytes,
     ticks: Ticks,
+    /// Streamed answers begun so far (the next one's [`phase`] index).
+    streamed: std::sync::atomic::AtomicU64,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: Answer) -> Response<Answer> {
@@ -161,11 +181,15 @@ async fn answer(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Ans
             match openai::parse_request(&body.to_bytes()) {
                 Some(p) if p.model.as_deref() == Some(shared.model.as_str()) => {
                     if p.stream {
+                        let k = shared
+                            .streamed
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let interval = shared.ticks.interval;
                         let ticking = Ticking {
                             ticks: shared.ticks,
                             sent: 0,
                             next: Box::pin(tokio::time::sleep_until(
-                                Instant::now() + shared.ticks.interval,
+                                Instant::now() + interval + phase(k, interval),
                             )),
                             done: false,
                         };
@@ -220,6 +244,7 @@ impl TickingUpstream {
                 openai::full_response(openai::Api::Chat, 1, model, "ticking-ep-0").to_string(),
             ),
             ticks,
+            streamed: std::sync::atomic::AtomicU64::new(0),
         });
         let socket = if addr.is_ipv4() {
             tokio::net::TcpSocket::new_v4()?
@@ -306,6 +331,28 @@ mod tests {
         let line = String::from_utf8(out.stdout).unwrap();
         let backlog: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
         assert_eq!(backlog, UPSTREAM_BACKLOG.min(somaxconn), "{line}");
+    }
+
+    #[test]
+    fn the_phases_of_any_number_of_answers_cover_the_interval_evenly() {
+        let interval = Duration::from_millis(500);
+        for n in [10_u64, 1_000, 9_000] {
+            let mut bins = [0_u64; 10];
+            for k in 0..n {
+                let p = phase(k, interval);
+                assert!(p < interval, "{p:?}");
+                bins[(p.as_nanos() * 10 / interval.as_nanos()) as usize] += 1;
+            }
+            // Each tenth of the interval holds a tenth of the answers, give or take one
+            // and a hundredth of them.
+            for (i, &b) in bins.iter().enumerate() {
+                assert!(
+                    b.abs_diff(n / 10) <= 1 + n / 100,
+                    "n {n}, bin {i}: {bins:?}"
+                );
+            }
+        }
+        assert_eq!(phase(0, interval), Duration::ZERO);
     }
 
     #[test]

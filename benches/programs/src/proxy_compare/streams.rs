@@ -400,7 +400,8 @@ pub async fn run(
 ) -> Result<StreamsMeasured, Error> {
     let shared = Arc::new(Shared::default());
     let addr = host_port(url);
-    let length = ticks.interval * ticks.events.saturating_sub(1);
+    // The upstream shifts each stream's ticks by up to one interval (its phase).
+    let length = ticks.interval * ticks.events;
     let rss_before = proxy.map(rss_bytes);
     let clock = Stopwatch::start();
     let mut tasks = tokio::task::JoinSet::new();
