@@ -25,7 +25,8 @@
 //!
 //! ```text
 //! operator relay --Signals (SignalsService)--> Published (arc-swap)
-//! request: model --GridSelection::iter--> Published.load().pick --> Backend (ext: SiteOf)
+//! request: model --GridSelection::iter--> Published.load().pick --> Backend (ext: SiteOf, ChosenFor)
+//! sent: Backend's ChosenFor --in_flight--> the site's live slot, until the request ends
 //! health pass: Backend --GridHealth::check--> Published.load().table()
 //! ```
 
@@ -41,5 +42,5 @@ pub use backends::{SiteBackends, SiteOf, backend_of, peer_of};
 pub use error::Error;
 pub use health::GridHealth;
 pub use refusal::{MAX_REPLAYED_BODY_BYTES, body_limit, refusal};
-pub use selection::{GridIter, GridSelection};
+pub use selection::{ChosenFor, GridIter, GridSelection};
 pub use signals_service::SignalsService;

@@ -26,7 +26,9 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_load_balancing::{Backend, Backends, LoadBalancer};
 use pingora_proxy::{ProxyHttp, Session, http_proxy_service};
 
-use crate::{GridSelection, SignalsService, SiteBackends, SiteOf, body_limit, peer_of, refusal};
+use crate::{
+    ChosenFor, GridSelection, SignalsService, SiteBackends, SiteOf, body_limit, peer_of, refusal,
+};
 
 /// How often the sites are listed again (a model reload may add one).
 const REDISCOVER_EVERY: Duration = Duration::from_secs(10);
@@ -49,13 +51,21 @@ pub struct GridProxy {
     body_timeout: Duration,
 }
 
+/// One request's routing: the backend grid chose, and while the request is sent there,
+/// its count in flight at that site.
+#[derive(Default)]
+pub struct Chosen {
+    backend: Option<Backend>,
+    /// Dropped with the context when Pingora is done with the request, however it ended.
+    in_flight: Option<grid_score::live::InFlight>,
+}
+
 #[async_trait]
 impl ProxyHttp for GridProxy {
-    /// The backend grid chose for this request.
-    type CTX = Option<Backend>;
+    type CTX = Chosen;
 
     fn new_ctx(&self) -> Self::CTX {
-        None
+        Chosen::default()
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
@@ -96,19 +106,26 @@ impl ProxyHttp for GridProxy {
             Ok(model) => model,
             Err(refused) => return answer(session, &refused).await,
         };
-        *ctx = self.balancer.select(model.as_bytes(), MAX_TRIES);
+        ctx.backend = self.balancer.select(model.as_bytes(), MAX_TRIES);
         // Only a request grid gave no site asks why (the pick again, tens of nanoseconds).
-        let refused = ctx.is_none().then(|| refusal(&self.routes.load(), &model));
+        let refused = ctx
+            .backend
+            .is_none()
+            .then(|| refusal(&self.routes.load(), &model));
         match refused.flatten() {
             Some(refused) => answer_with(session, refused).await,
             None => Ok(false),
         }
     }
 
+    /// Called for every attempt: a new attempt ends the last one's count before its own.
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut Self::CTX) -> Result<Box<HttpPeer>> {
         let backend = ctx
+            .backend
             .as_ref()
             .ok_or_else(|| Error::explain(ConnectNoRoute, "no site"))?;
+        ctx.in_flight = None;
+        ctx.in_flight = backend.ext.get::<ChosenFor>().map(|c| c.0.in_flight());
         Ok(Box::new(peer_of(backend)))
     }
 
@@ -129,7 +146,7 @@ impl ProxyHttp for GridProxy {
         response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        if let Some(site) = ctx.as_ref().and_then(|b| b.ext.get::<SiteOf>()) {
+        if let Some(site) = ctx.backend.as_ref().and_then(|b| b.ext.get::<SiteOf>()) {
             response.insert_header(grid_gateway::headers::SITE_HEADER, &*site.site)?;
         }
         Ok(())

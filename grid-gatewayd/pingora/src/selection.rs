@@ -11,11 +11,20 @@ use std::sync::Arc;
 
 use grid_gateway::request_rng::ThreadRng;
 use grid_gateway::upstream::Published;
+use grid_score::live::LiveSlot;
 use grid_score::routing::Route;
 use pingora_load_balancing::Backend;
 use pingora_load_balancing::selection::{BackendIter, BackendSelection};
 
 use crate::SiteOf;
+
+/// In a backend [`GridSelection::iter`] yields: the live slot of the (model, site) it was
+/// chosen for. The proxy counts its request in flight there from when it is sent until
+/// the request is over ([`LiveSlot::in_flight`], held in the request's context), as
+/// grid's own gateway does: the picks between two polls then see the requests this
+/// proxy already sent, not only what the last poll read.
+#[derive(Clone, Debug)]
+pub struct ChosenFor(pub Arc<LiveSlot>);
 
 /// Backends chosen by grid: the key is the request's model.
 pub struct GridSelection {
@@ -58,11 +67,16 @@ impl BackendSelection for GridSelection {
         if let (Some(published), Ok(model)) = (&self.published, std::str::from_utf8(key)) {
             let view = published.load();
             let decision = view.pick(model, &mut ThreadRng);
+            let chosen = |u: &grid_score::catalog::Upstream| {
+                let mut backend = self.by_site.get(&u.site)?.clone();
+                backend.ext.insert(ChosenFor(u.live_shared()));
+                Some(backend)
+            };
             if let Route::To { upstream, .. } = view.route(model, &decision) {
-                order[0] = self.by_site.get(&upstream.site).cloned();
+                order[0] = chosen(upstream);
                 order[1] = view
                     .retry_target(model, &upstream.site, &mut ThreadRng)
-                    .and_then(|u| self.by_site.get(&u.site).cloned());
+                    .and_then(chosen);
             }
         }
         GridIter {

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use grid_pingora::{GridHealth, GridSelection, SiteBackends, SiteOf, backend_of, refusal};
+use grid_pingora::{
+    ChosenFor, GridHealth, GridSelection, SiteBackends, SiteOf, backend_of, refusal,
+};
 use grid_score::catalog::{CandidateSpec, Catalog, ModelSpec};
 use grid_score::refresh::Refresher;
 use pingora_load_balancing::Backend;
@@ -97,6 +99,53 @@ fn the_selection_yields_grids_pick_then_the_other_site_for_a_retry() {
     let second = site_of(iter.next().expect("a retry site")).to_owned();
     assert_ne!(first, second);
     assert!(iter.next().is_none(), "two tries at most");
+}
+
+#[test]
+fn a_chosen_backend_counts_a_request_sent_there_in_flight_at_its_site_until_it_ends() {
+    let routes = two_sites();
+    let backends = SiteBackends::new(routes.clone()).list().unwrap();
+    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    let mut iter = selection.iter(b"m");
+    let first = iter.next().expect("a pick").clone();
+    let retry = iter.next().expect("a retry site").clone();
+    let view = routes.load();
+    let slot_of = |b: &Backend| {
+        view.catalog()
+            .get("m")
+            .unwrap()
+            .upstreams
+            .iter()
+            .find(|u| *u.site == *site_of(b))
+            .unwrap()
+            .live_shared()
+    };
+    for backend in [&first, &retry] {
+        let chosen = backend
+            .ext
+            .get::<ChosenFor>()
+            .expect("a chosen backend's slot");
+        assert!(
+            Arc::ptr_eq(&chosen.0, &slot_of(backend)),
+            "{}",
+            site_of(backend)
+        );
+    }
+    let slot = slot_of(&first);
+    // As the proxy holds it: from the attempt's send until its context is dropped.
+    let in_flight = first.ext.get::<ChosenFor>().unwrap().0.in_flight();
+    assert_eq!(slot.drain().outstanding, 1);
+    assert_eq!(slot_of(&retry).drain().outstanding, 0);
+    drop(in_flight);
+    assert_eq!(slot.drain().outstanding, 0);
+    let listed = backends
+        .iter()
+        .find(|b| site_of(b) == site_of(&first))
+        .unwrap();
+    assert!(
+        listed.ext.get::<ChosenFor>().is_none(),
+        "the listed backend itself is left as discovery made it"
+    );
 }
 
 #[test]
