@@ -1,5 +1,7 @@
 //! A healthy start is quiet: the real gateway binary, polling a healthy operator, logs
 //! nothing at WARN or above (a newcomer must be able to read any warning as a problem).
+//! It runs without transparent huge pages (each one's first touch zeroes 2 MiB on the
+//! request path).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use grid_operatord::driver::{self, Options};
 use grid_operatord::state::{FileStateStore, StateStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_healthy_start_logs_no_warning() {
+async fn a_healthy_start_logs_no_warning_and_runs_without_transparent_huge_pages() {
     let grid = Grid::new();
     let a = grid.site("a");
     let epp = FakeEpp::start(Behaviour::Body(epp_body(2, 1.0))).await;
@@ -39,6 +41,13 @@ async fn a_healthy_start_logs_no_warning() {
         &["--config", path.to_str().unwrap()],
     );
     gw.wait_for_line("gateway serving", Duration::from_secs(20));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();
+    let thp = status.lines().find(|l| l.starts_with("THP_enabled:"));
+    assert_eq!(
+        thp.map(|l| l.split_whitespace().nth(1)),
+        Some(Some("0")),
+        "{status}"
+    );
     // Several polls' worth of a healthy gateway.
     tokio::time::sleep(Duration::from_secs(2)).await;
     gw.signal("TERM");
