@@ -57,48 +57,24 @@ pub const REFUSAL_BYTES: usize = 4_096;
 /// How long the upstream process has to listen.
 pub const UPSTREAM_READY_LIMIT: Duration = Duration::from_secs(10);
 
-/// Why a stream failed: the first step it did not get past.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamFailure {
-    /// The TCP connection was not made.
-    Connect,
-    /// The HTTP handshake (or, over HTTP/2, the connection's readiness) failed.
-    Handshake,
-    /// The request got no answer head (the connection or stream was closed or reset).
-    Request,
-    /// The answer's status was not a success.
-    Status,
-    /// The body broke off with an error.
-    Body,
-    /// The body ended cleanly with events missing.
-    Short,
-    /// The stream had not ended by its length plus [`END_GRACE`].
-    Unfinished,
-}
-
-impl StreamFailure {
-    /// Every reason, in the order a run's counts are printed.
-    pub const ALL: [Self; 7] = [
-        Self::Connect,
-        Self::Handshake,
-        Self::Request,
-        Self::Status,
-        Self::Body,
-        Self::Short,
-        Self::Unfinished,
-    ];
-
-    /// Its name in the table.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Connect => "connect",
-            Self::Handshake => "handshake",
-            Self::Request => "request",
-            Self::Status => "status",
-            Self::Body => "body",
-            Self::Short => "short",
-            Self::Unfinished => "unfinished",
-        }
+grid_signals::label_values! {
+    /// Why a stream failed: the first step it did not get past. Named in the table as
+    /// its snake-case label, listed in [`StreamFailure::ALL`]'s order.
+    pub enum StreamFailure {
+        /// The TCP connection was not made.
+        Connect,
+        /// The HTTP handshake (or, over HTTP/2, the connection's readiness) failed.
+        Handshake,
+        /// The request got no answer head (the connection or stream was closed or reset).
+        Request,
+        /// The answer's status was not a success.
+        Status,
+        /// The body broke off with an error.
+        Body,
+        /// The body ended cleanly with events missing.
+        Short,
+        /// The stream had not ended by its length plus [`END_GRACE`].
+        Unfinished,
     }
 }
 
