@@ -220,6 +220,9 @@ pub struct RunningOperator {
     pub started: watch::Receiver<Option<StartedDriver>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), grid_operatord::Error>>,
+    /// The error it ended with, kept for a failure message (its task is awaited only
+    /// when the grid stops).
+    failed: watch::Receiver<Option<String>>,
 }
 
 impl std::fmt::Debug for RunningOperator {
@@ -406,49 +409,21 @@ impl KubeGrid {
         let (kubeconfig, namespace) = (site.operator_kubeconfig.clone(), site.namespace.clone());
         let (tx, started) = watch::channel(None);
         let (stop, stopped) = oneshot::channel::<()>();
+        let (kept, failed) = watch::channel(None);
         // Spawned on the site's runtime: its connections are made in its namespace.
         let task = handle.spawn(async move {
-            let file = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|e| {
-                grid_operatord::Error::Kube {
-                    operation: "reading the kubeconfig",
-                    message: e.to_string(),
-                }
-            })?;
-            let config = kube::Config::from_custom_kubeconfig(
-                file,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| grid_operatord::Error::Kube {
-                operation: "reading the kubeconfig",
-                message: e.to_string(),
-            })?;
-            let client = api::client_from(config, &namespace)?;
-            let metrics = ControllerMetrics::new();
-            let source = Arc::new(
-                KubeConfigSource::start(client.clone(), &namespace, deployment, metrics.clone())
-                    .await?,
-            );
-            let setup = run::Setup {
-                client,
-                namespace,
-                source,
-                options: grid_operatord::driver::Options::default(),
-                metrics,
-                election: Some(Election {
-                    identity,
-                    timing: LEASE,
-                }),
-            };
-            run::run(setup, tx, async {
-                let _ = stopped.await;
-            })
-            .await
+            let ended =
+                run_operator(kubeconfig, namespace, deployment, identity, tx, stopped).await;
+            if let Err(e) = &ended {
+                kept.send_replace(Some(e.to_string()));
+            }
+            ended
         });
         site.operator = Some(RunningOperator {
             started,
             stop: Some(stop),
             task,
+            failed,
         });
         Ok(())
     }
@@ -586,10 +561,11 @@ impl KubeGrid {
                 .as_ref()
                 .and_then(|o| o.started.borrow().as_ref().map(|d| d.epoch));
             let finished = s.operator.as_ref().is_some_and(|o| o.task.is_finished());
+            let failed = s.operator.as_ref().and_then(|o| o.failed.borrow().clone());
             let ready = self.ready_lines(i).await;
             let _ = write!(
                 out,
-                "\n  site {}: operator epoch {started:?} (ended: {finished}); gateway routes {routed:?}; operator's readiness {ready:?}",
+                "\n  site {}: operator epoch {started:?} (ended: {finished}, failed: {failed:?}); gateway routes {routed:?}; operator's readiness {ready:?}",
                 s.name
             );
         }
@@ -816,6 +792,51 @@ impl KubeGrid {
             drop(site.keeper.take());
         }
     }
+}
+
+/// Site operator's whole life in-process: its kubeconfig read, its resources followed,
+/// then [`run::run`] until `stopped` resolves.
+async fn run_operator(
+    kubeconfig: PathBuf,
+    namespace: String,
+    deployment: Deployment,
+    identity: String,
+    tx: run::Started,
+    stopped: oneshot::Receiver<()>,
+) -> Result<(), grid_operatord::Error> {
+    let file = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|e| {
+        grid_operatord::Error::Kube {
+            operation: "reading the kubeconfig",
+            message: e.to_string(),
+        }
+    })?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| grid_operatord::Error::Kube {
+                operation: "reading the kubeconfig",
+                message: e.to_string(),
+            })?;
+    let client = api::client_from(config, &namespace)?;
+    let metrics = ControllerMetrics::new();
+    let source = Arc::new(
+        KubeConfigSource::start(client.clone(), &namespace, deployment, metrics.clone()).await?,
+    );
+    let setup = run::Setup {
+        client,
+        namespace,
+        source,
+        options: grid_operatord::driver::Options::default(),
+        metrics,
+        election: Some(Election {
+            identity,
+            timing: LEASE,
+        }),
+    };
+    run::run(setup, tx, async {
+        let _ = stopped.await;
+    })
+    .await
 }
 
 /// One site's persisted state: its name, its publisher-epoch mark, and its fences as
