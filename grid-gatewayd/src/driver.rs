@@ -107,8 +107,9 @@ impl Running {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         if let Some((_, mut task)) = self.ext_proc {
-            // Envoy holds its processor connection open; its streams end with their
-            // requests, which the API's drain bound also bounds.
+            // Envoy holds its processor connection open. A stream past its answer's head
+            // ends at once on the stop; one waiting for a head ends with it, which the
+            // API's drain bound also bounds.
             if tokio::time::timeout(DRAIN_TIMEOUT, &mut task)
                 .await
                 .is_err()
@@ -152,8 +153,9 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         addr: config.listen,
         source,
     })?;
+    let (stop, mut stopped) = watch::channel(false);
     let ext_proc_listener =
-        bind_ext_proc(&config, &signals, request_metrics.clone(), ext_proc_metrics).await?;
+        bind_ext_proc(&config, &signals, &request_metrics, ext_proc_metrics, &stop).await?;
     let retry_budget = Arc::new(grid_score::retry::RetryBudget::new());
     let sampler = sample_retry_budget(Arc::clone(&retry_budget), request_metrics.clone());
     let api = Api::new(Inner {
@@ -176,12 +178,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         site: config.site.as_str().into(),
         retry_budget: Arc::clone(&retry_budget),
     });
-    let (stop, mut stopped) = watch::channel(false);
     let ext_proc = ext_proc_listener.map(|(bound, listener, processor)| {
-        let mut stopped = stop.subscribe();
-        let task = tokio::spawn(serve_ext_proc(listener, processor, async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }));
+        let task = tokio::spawn(serve_ext_proc(listener, processor));
         tracing::info!(%bound, "Envoy external processor serving");
         (bound, task)
     });
@@ -343,8 +341,9 @@ impl FollowCatalog {
 async fn bind_ext_proc(
     config: &Config,
     signals: &Signals,
-    metrics: RequestMetrics,
+    metrics: &RequestMetrics,
     ext_proc: ExtProcMetrics,
+    stop: &watch::Sender<bool>,
 ) -> Result<Option<(SocketAddr, TcpListener, ExtProc)>, Error> {
     let Some(addr) = config.ext_proc_listen else {
         return Ok(None);
@@ -358,20 +357,26 @@ async fn bind_ext_proc(
     let processor = ExtProc::new(ext_proc::Shared {
         routes: Arc::clone(signals.published()),
         live_refresh: Arc::clone(signals.live_refresh()),
-        metrics,
+        metrics: metrics.clone(),
         score: signals.score_metrics().clone(),
         ext_proc,
         body_limit: config.body_limit_bytes,
         idle: ext_proc::stream_idle_timeout(Duration::from_millis(
             config.upstream_headers_timeout_ms,
         )),
+        stopping: stop.subscribe(),
     });
     Ok(Some((bound, listener, processor)))
 }
 
-/// Serves Envoy's external processing API on `listener` until `stop`: HTTP/2 pings bound
-/// a silent Envoy as the API listener's do, each stream bounds its own silence.
-async fn serve_ext_proc(listener: TcpListener, processor: ExtProc, stop: impl Future<Output = ()>) {
+/// Serves Envoy's external processing API on `listener` until the gateway stops: HTTP/2
+/// pings bound a silent Envoy as the API listener's do, each stream bounds its own
+/// silence.
+async fn serve_ext_proc(listener: TcpListener, processor: ExtProc) {
+    let mut stopping = processor.stopping();
+    let stop = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEP_ALIVE_INTERVAL))

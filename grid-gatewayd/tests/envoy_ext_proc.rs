@@ -36,9 +36,17 @@ struct Stack {
 
 impl Stack {
     async fn start(shedding: Option<Shedding>, flow_control: bool) -> Self {
+        Self::start_with(
+            vec![site("a", flow_control), site("b", flow_control)],
+            shedding,
+        )
+        .await
+    }
+
+    async fn start_with(sites: Vec<SiteSpec>, shedding: Option<Shedding>) -> Self {
         let spec = GridSpec {
             model: MODEL.to_owned(),
-            sites: vec![site("a", flow_control), site("b", flow_control)],
+            sites,
             cadence: Cadence::FAST,
             shedding,
         };
@@ -142,5 +150,83 @@ async fn a_sites_full_band_read_from_its_answer_through_envoy_moves_traffic_off_
 async fn a_shed_request_through_envoy_is_answered_429_with_retry_after_and_an_openai_body() {
     let stack = Stack::start(Some(checks::SHEDDING), false).await;
     checks::a_shed_request_is_a_429_with_retry_after(&stack).await;
+    stack.stop().await;
+}
+
+/// How long a streamed answer of the slow sites takes; its first token comes a fifth of
+/// the way in, its words spread over the rest.
+const LONG_ANSWER_MS: f64 = 3_000.0;
+/// How long after its client read the answer's end Envoy may take to end the processing
+/// stream (it does at the exchange's end: generous for a loaded machine).
+const ENDED_WITHIN: Duration = Duration::from_secs(5);
+
+/// The gateway's own requests in flight at `site`, as its routing reads them.
+fn in_flight_at(stack: &Stack, site: &str) -> u32 {
+    let view = stack.grid.published().load();
+    view.catalog()
+        .get(MODEL)
+        .expect("the model is routed")
+        .upstreams
+        .iter()
+        .find(|u| &*u.site == site)
+        .expect("the site is a candidate")
+        .live()
+        .outstanding()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_envoy_counts_in_flight_at_the_chosen_site_until_its_streamed_answer_ends()
+ {
+    use http_body_util::BodyExt as _;
+    let slow =
+        |name: &str| SiteSpec::simulated(SiteConfig::new(name, 2, 2), MODEL, LONG_ANSWER_MS, 7);
+    let stack = Stack::start_with(vec![slow("a"), slow("b")], None).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let request = http::Request::post(format!("{}/v1/chat/completions", stack.envoy_url))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            br#"{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .unwrap();
+    let mut answer = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .expect("a head in time")
+        .unwrap_or_else(|e| panic!("{e}\nenvoy: {}", stack.envoy_log()));
+    assert_eq!(answer.status(), 200, "envoy: {}", stack.envoy_log());
+    let site = answer.headers()["x-grid-site"].to_str().unwrap().to_owned();
+    let other = if site == "a" { "b" } else { "a" };
+    let first = tokio::time::timeout(Duration::from_secs(10), answer.body_mut().frame())
+        .await
+        .expect("a first event in time")
+        .expect("an event")
+        .unwrap();
+    assert!(first.is_data());
+    // The head and the first event are through, the rest of the answer streams on: the
+    // request is still the gateway's own in flight there, and nowhere else.
+    assert_eq!(
+        (in_flight_at(&stack, &site), in_flight_at(&stack, other)),
+        (1, 0),
+        "at {site} after its answer's head"
+    );
+    let rest = tokio::time::timeout(Duration::from_secs(10), answer.into_body().collect())
+        .await
+        .expect("the answer's end in time")
+        .unwrap()
+        .to_bytes();
+    assert!(
+        rest.windows(6).any(|w| w == b"[DONE]"),
+        "the whole stream: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    let ended = grid_kit::llmd::wait_until("its count to end", ENDED_WITHIN, || async {
+        in_flight_at(&stack, &site) == 0
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "still {} in flight at {site} {ENDED_WITHIN:?} after the answer ended",
+        in_flight_at(&stack, &site)
+    );
     stack.stop().await;
 }

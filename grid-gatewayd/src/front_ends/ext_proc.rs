@@ -31,16 +31,23 @@
 //!    site's `x-llm-d-flow-*` headers and sets the grid's headroom and `x-grid-site`. A
 //!    plain answer's time to its head is its slot time, as in the proxy.
 //!
-//! After the response headers grid ends the stream: nothing else of the exchange is
-//! grid's business, and the answer's body never crosses the processor.
+//! From its answer to the body until the exchange is over, the request counts as one of
+//! the gateway's own in flight at the chosen site (the live slot's guard, as the proxy and
+//! the Pingora embedding hold it), so a refresh reads the site's queue with this
+//! gateway's requests sent since the reading. After the response headers grid sends
+//! nothing more and the answer's body never crosses the processor, but grid keeps the
+//! stream open: Envoy ends it when the HTTP exchange ends (the answer's last byte, a
+//! reset, the client gone), and that is the request's end.
 //!
 //! # Bounds
 //!
 //! Every wait on Envoy is bounded: a stream silent for longer than
 //! [`stream_idle_timeout`] (the gateway's `upstreamHeadersTimeoutSeconds`, the longest
 //! legitimate silence, the site's time to its answer head, plus [`STREAM_IDLE_MARGIN`])
-//! is ended with `DEADLINE_EXCEEDED` and counted; an HTTP/2 connection that stops
-//! answering pings is dropped after [`crate::engine::client::limits::HTTP2_KEEP_ALIVE_INTERVAL`] plus
+//! is ended with `DEADLINE_EXCEEDED` and counted; a stream still open [`LONGEST_ANSWER`]
+//! after its answer's head is ended (`OK`) and counted, its request no longer counted in
+//! flight, and one past its head ends at once when the gateway stops; an HTTP/2
+//! connection that stops answering pings is dropped after [`crate::engine::client::limits::HTTP2_KEEP_ALIVE_INTERVAL`] plus
 //! [`crate::engine::client::limits::HTTP2_KEEP_ALIVE_TIMEOUT`]; one gRPC message is at most
 //! [`max_message_bytes`] (the body limit plus [`MESSAGE_OVERHEAD_BYTES`]).
 
@@ -95,6 +102,11 @@ pub const STREAM_IDLE_MARGIN: Duration = Duration::from_secs(10);
 /// attributes, framing. The body itself is at most `bodyLimitBytes` (413 past it).
 pub const MESSAGE_OVERHEAD_BYTES: usize = 64 << 10;
 
+/// How long after its answer's head a request stays counted in flight at its site while
+/// Envoy keeps its stream open: longer than any completion streams (an hour), so only a
+/// stream Envoy never ends, which would hold the site's count up for good, is cut by it.
+pub const LONGEST_ANSWER: Duration = Duration::from_secs(3600);
+
 /// The longest silence on one processing stream before grid ends it.
 pub fn stream_idle_timeout(upstream_headers: Duration) -> Duration {
     upstream_headers + STREAM_IDLE_MARGIN
@@ -117,6 +129,8 @@ grid_signals::label_values! {
         /// A message the stream's phase does not expect: response headers before a site
         /// was chosen, a body before headers (a processing mode grid was not built for).
         OutOfOrder,
+        /// Envoy kept the stream open [`LONGEST_ANSWER`] past its answer's head.
+        LongestAnswer,
     }
 }
 
@@ -156,6 +170,9 @@ pub(crate) struct Shared {
     pub(crate) body_limit: usize,
     /// [`stream_idle_timeout`].
     pub(crate) idle: Duration,
+    /// Turns `true` when the gateway stops: a stream past its answer's head has nothing
+    /// left to do but count, and ends then rather than holding the drain up.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The external processor: one per gateway, cloned per stream.
@@ -184,6 +201,13 @@ enum Phase {
         upstream: Upstream,
         band: live::BandKey,
         sent: Instant,
+        in_flight: live::InFlight,
+    },
+    /// The answer's head is through: the request stays counted at its site until Envoy
+    /// ends the stream, or `until`.
+    Answering {
+        _in_flight: live::InFlight,
+        until: tokio::time::Instant,
     },
     /// Nothing more to do: the stream ends.
     Done,
@@ -200,6 +224,11 @@ impl ExtProc {
         }
     }
 
+    /// Turns `true` when the gateway stops.
+    pub(crate) fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stopping.clone()
+    }
+
     /// The tonic service, its message size bounded by [`max_message_bytes`].
     pub(crate) fn service(self) -> ExternalProcessorServer<Self> {
         let limit = max_message_bytes(self.inner.body_limit);
@@ -207,7 +236,8 @@ impl ExtProc {
     }
 
     /// One request's stream: each message answered in turn, every wait for the next one
-    /// bounded by the idle timeout; ends after the answer's head, or an immediate answer.
+    /// bounded by the idle timeout before the answer's head and by [`LONGEST_ANSWER`]
+    /// after it; ends when Envoy ends it, after an immediate answer, or at a bound.
     pub(crate) fn exchange<S>(self, inbound: S) -> impl Stream<Item = Reply> + Send + 'static
     where
         S: Stream<Item = Result<ProcessingRequest, Status>> + Unpin + Send + 'static,
@@ -219,18 +249,45 @@ impl ExtProc {
                     return None;
                 }
                 let idle = me.inner.idle;
-                let message = match tokio::time::timeout(idle, inbound.next()).await {
-                    Err(_) => {
-                        me.failed(StreamFailure::IdleTimeout);
-                        tracing::debug!(?idle, "an Envoy processing stream went silent");
-                        let status = Status::deadline_exceeded(format!(
-                            "no processing message within {idle:?}"
-                        ));
-                        return Some((Err(status), (me, inbound, Phase::Done)));
+                let waited = match &phase {
+                    // Envoy sends nothing more until the exchange is over.
+                    Phase::Answering { until, .. } => {
+                        let mut stopping = me.inner.stopping.clone();
+                        tokio::select! {
+                            waited = tokio::time::timeout_at(*until, inbound.next()) => {
+                                match waited {
+                                    Err(_) => {
+                                        me.failed(StreamFailure::LongestAnswer);
+                                        tracing::debug!(
+                                            limit = ?LONGEST_ANSWER,
+                                            "an Envoy processing stream outlived the longest answer"
+                                        );
+                                        return None;
+                                    }
+                                    Ok(waited) => waited,
+                                }
+                            }
+                            // A gateway whose stop sender is gone never stops this way.
+                            Ok(_) = stopping.wait_for(|s| *s) => return None,
+                        }
                     }
-                    // Envoy closed or reset the stream (the request ended, a client left).
-                    Ok(None | Some(Err(_))) => return None,
-                    Ok(Some(Ok(m))) => m,
+                    _ => match tokio::time::timeout(idle, inbound.next()).await {
+                        Err(_) => {
+                            me.failed(StreamFailure::IdleTimeout);
+                            tracing::debug!(?idle, "an Envoy processing stream went silent");
+                            let status = Status::deadline_exceeded(format!(
+                                "no processing message within {idle:?}"
+                            ));
+                            return Some((Err(status), (me, inbound, Phase::Done)));
+                        }
+                        Ok(waited) => waited,
+                    },
+                };
+                let message = match waited {
+                    // Envoy closed or reset the stream (the exchange is over, a client
+                    // left): the request's in-flight guard, if any, goes with the phase.
+                    None | Some(Err(_)) => return None,
+                    Some(Ok(m)) => m,
                 };
                 let (reply, next) = me.step(phase, message);
                 let next = if reply.is_err() { Phase::Done } else { next };
@@ -256,11 +313,15 @@ impl ExtProc {
                     upstream,
                     band,
                     sent,
+                    in_flight,
                 },
                 Some(In::ResponseHeaders(h)),
             ) => (
                 Ok(self.response_headers(&upstream, band, sent, &h)),
-                Phase::Done,
+                Phase::Answering {
+                    _in_flight: in_flight,
+                    until: tokio::time::Instant::now() + LONGEST_ANSWER,
+                },
             ),
             // Parts a wider processing mode sends that grid has no use for: let them pass.
             (phase, Some(In::ResponseBody(_))) => (
@@ -415,6 +476,7 @@ impl ExtProc {
             upstream: upstream.clone(),
             band,
             sent: grid_gateway::clock::monotonic(),
+            in_flight: upstream.in_flight(),
         };
         (
             Ok(reply(processing_response::Response::RequestBody(
@@ -609,6 +671,11 @@ mod tests {
     /// A processor routing model `m` to its one site `a`, at `127.0.0.1:8001` under the
     /// prefix `/v2` (unmeasured, so routed by the fallback path).
     fn processor() -> ExtProc {
+        processor_stopping(tokio::sync::watch::channel(false).1)
+    }
+
+    /// [`processor`], ending its answered streams when `stopping` turns `true`.
+    fn processor_stopping(stopping: tokio::sync::watch::Receiver<bool>) -> ExtProc {
         let catalog = Arc::new(Catalog::new(&[ModelSpec {
             name: "m".into(),
             candidates: vec![CandidateSpec {
@@ -636,6 +703,7 @@ mod tests {
             ext_proc: ExtProcMetrics::default(),
             body_limit: LIMIT,
             idle: IDLE,
+            stopping,
         })
     }
 
@@ -792,8 +860,8 @@ mod tests {
             ]),
         );
         assert!(
-            matches!(phase, Phase::Done),
-            "the stream ends after the head"
+            matches!(phase, Phase::Answering { .. }),
+            "the stream stays open after the head"
         );
         let m = common(&reply).header_mutation.as_ref().unwrap();
         // Every other flow header of the site is removed; the headroom is overwritten with
@@ -816,6 +884,7 @@ mod tests {
         let room = evidence.room().expect("a room signal");
         assert_eq!(room.headroom, Some(0));
         assert_eq!((evidence.answers, evidence.failures), (1, 0));
+        drop(phase);
 
         // A 5xx is a serving failure, counted as the proxy counts it.
         let (_, phase) = p.step(Phase::Headers, post("/v1/chat/completions", &[]));
@@ -964,5 +1033,121 @@ mod tests {
             Duration::from_secs(60) + STREAM_IDLE_MARGIN
         );
         drop(tx);
+    }
+
+    /// Sends a request for `m` through `p`'s exchange up to its answer's head; the
+    /// stream's sender (Envoy's side), the exchange, and the chosen site's upstream.
+    async fn answered(
+        p: &ExtProc,
+    ) -> (
+        futures::channel::mpsc::UnboundedSender<Result<ProcessingRequest, Status>>,
+        Pin<Box<dyn Stream<Item = Reply> + Send>>,
+        Upstream,
+    ) {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut out: Pin<Box<dyn Stream<Item = Reply> + Send>> = Box::pin(p.clone().exchange(rx));
+        let view = p.inner.routes.load();
+        let upstream = view.catalog().get("m").unwrap().upstreams[0].clone();
+        for m in [
+            post("/v1/chat/completions", &[]),
+            body(br#"{"model":"m"}"#),
+            answer_head(&[(":status", "200")]),
+        ] {
+            tx.unbounded_send(Ok(m)).unwrap();
+            assert!(out.next().await.unwrap().is_ok());
+        }
+        (tx, out, upstream)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_counts_in_flight_at_its_site_from_its_routing_until_envoy_ends_the_stream() {
+        let p = processor();
+        let view = p.inner.routes.load();
+        let slot = view.catalog().get("m").unwrap().upstreams[0].live_shared();
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut out = Box::pin(p.clone().exchange(rx));
+        tx.unbounded_send(Ok(post("/v1/chat/completions", &[])))
+            .unwrap();
+        assert!(out.next().await.unwrap().is_ok());
+        assert_eq!(slot.drain().outstanding, 0, "not before a site is chosen");
+        tx.unbounded_send(Ok(body(br#"{"model":"m"}"#))).unwrap();
+        assert!(out.next().await.unwrap().is_ok());
+        assert_eq!(slot.drain().outstanding, 1, "from its routing");
+        tx.unbounded_send(Ok(answer_head(&[(":status", "200")])))
+            .unwrap();
+        assert!(out.next().await.unwrap().is_ok());
+        // The answer streams on; Envoy sends nothing while it does.
+        assert!(
+            tokio::time::timeout(IDLE * 2, out.next()).await.is_err(),
+            "open past the idle bound once the head is through"
+        );
+        assert_eq!(slot.drain().outstanding, 1, "through its answer");
+        drop(tx);
+        assert!(out.next().await.is_none(), "Envoy ended it: so does grid");
+        assert_eq!(slot.drain().outstanding, 0, "ended with the exchange");
+
+        // Envoy resetting the stream ends the count as well.
+        let (tx, mut out, upstream) = answered(&p).await;
+        assert_eq!(upstream.live().drain().outstanding, 1);
+        tx.unbounded_send(Err(Status::cancelled("reset"))).unwrap();
+        assert!(out.next().await.is_none());
+        assert_eq!(upstream.live().drain().outstanding, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_envoy_keeps_open_past_the_longest_answer_is_ended_and_counted_not_a_moment_before()
+     {
+        let p = processor();
+        let (tx, mut out, upstream) = answered(&p).await;
+        let head_at = tokio::time::Instant::now();
+        assert!(
+            tokio::time::timeout(
+                LONGEST_ANSWER
+                    .checked_sub(Duration::from_millis(1))
+                    .unwrap(),
+                out.next()
+            )
+            .await
+            .is_err(),
+            "still open just before the bound"
+        );
+        assert_eq!(upstream.live().drain().outstanding, 1);
+        assert!(out.next().await.is_none(), "ended at the bound");
+        assert_eq!(head_at.elapsed(), LONGEST_ANSWER);
+        assert_eq!(upstream.live().drain().outstanding, 0);
+        assert_eq!(
+            p.inner
+                .ext_proc
+                .failed
+                .get_or_create(&StreamFailure::LongestAnswer)
+                .get(),
+            1
+        );
+        drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_past_its_answers_head_ends_when_the_gateway_stops_and_one_before_it_does_not()
+    {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let p = processor_stopping(stopping);
+        let (_answered_tx, mut answered, upstream) = answered(&p).await;
+        let (routed_tx, rx) = futures::channel::mpsc::unbounded();
+        let mut routed = Box::pin(p.clone().exchange(rx));
+        for m in [post("/v1/chat/completions", &[]), body(br#"{"model":"m"}"#)] {
+            routed_tx.unbounded_send(Ok(m)).unwrap();
+            assert!(routed.next().await.unwrap().is_ok());
+        }
+        assert_eq!(upstream.live().drain().outstanding, 2);
+        stop.send_replace(true);
+        assert!(answered.next().await.is_none(), "ended on the stop");
+        assert_eq!(upstream.live().drain().outstanding, 1);
+        // One still waiting for its answer's head is answered when it comes.
+        routed_tx
+            .unbounded_send(Ok(answer_head(&[(":status", "200")])))
+            .unwrap();
+        assert!(routed.next().await.unwrap().is_ok());
+        assert!(routed.next().await.is_none(), "and then ends");
+        assert_eq!(upstream.live().drain().outstanding, 0);
     }
 }

@@ -300,10 +300,10 @@ impl LiveSlot {
         }
     }
 
-    /// Sent and not yet ended. The end is read first: a request both sent and ended
-    /// between the two reads counts as outstanding for this drain, never as less than
-    /// none.
-    fn outstanding(&self) -> u32 {
+    /// The gateway's requests sent here and not yet ended, read without draining
+    /// anything. The end is read first: a request both sent and ended between the two
+    /// reads counts as outstanding, never as less than none.
+    pub fn outstanding(&self) -> u32 {
         let ended = self.ended.load(Ordering::Acquire);
         let sent = self.sent.load(Ordering::Acquire);
         u32::try_from(sent.saturating_sub(ended)).unwrap_or(u32::MAX)
