@@ -17,6 +17,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::Api;
 use prometheus_client::registry::Registry;
@@ -27,6 +28,20 @@ use super::state_store::KubeStateStore;
 use crate::Error;
 use crate::config::{Config, ConfigSource};
 use crate::driver::{self, Options, Running};
+
+/// How long a driver start keeps being tried again while a Kubernetes API call it makes
+/// first fails (the state `ConfigMap` read, the epoch mark written above it): an API
+/// server just started or briefly overloaded, or a `RoleBinding` not yet in force, is
+/// waited out in-process rather than ending the pod into a crash-loop backoff. No attempt
+/// starts past it; the last one's error ends the operator.
+pub const START_RETRY_WITHIN: Duration = Duration::from_secs(60);
+
+/// The pause before the second start attempt; each next pause doubles, up to
+/// [`START_RETRY_PAUSE_MAX`].
+pub const START_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// The longest pause between two start attempts.
+pub const START_RETRY_PAUSE_MAX: Duration = Duration::from_secs(8);
 
 /// What a caller learns about each driver start (tests follow restarts with it).
 pub type Started = tokio::sync::watch::Sender<Option<StartedDriver>>;
@@ -126,27 +141,8 @@ pub async fn run(
     let mut restarts = 0u64;
     loop {
         let config = source.load()?;
-        let mut registry = Registry::default();
-        metrics.register(&mut registry);
-        let state = Arc::new(
-            KubeStateStore::new(
-                client.clone(),
-                namespace,
-                &config.site,
-                &config.network,
-                metrics.clone(),
-            )
-            .with_clock(options.clock.clone()),
-        );
-        let dyn_source: Arc<dyn ConfigSource> = source.clone();
-        let mut running = driver::start_with(
-            config.clone(),
-            Some(dyn_source),
-            state,
-            options.clone(),
-            registry,
-        )
-        .await?;
+        let mut running =
+            start_driver(&client, namespace, &config, &source, &options, &metrics).await?;
         let ready = tokio::spawn(super::ready::run(
             Api::namespaced(client.clone(), namespace),
             running.verdicts.clone(),
@@ -196,6 +192,66 @@ pub async fn run(
             super::lease::release(&client, namespace, &site, &e.identity).await;
         }
         return result.and(stopped);
+    }
+}
+
+/// Starts the driver on `config`, its state in `namespace`'s site `ConfigMap`; a start
+/// failing on an API call is tried again ([`retrying_api_failures`]).
+async fn start_driver(
+    client: &kube::Client,
+    namespace: &str,
+    config: &Config,
+    source: &Arc<KubeConfigSource>,
+    options: &Options,
+    metrics: &ControllerMetrics,
+) -> Result<Running, Error> {
+    let state = Arc::new(
+        KubeStateStore::new(
+            client.clone(),
+            namespace,
+            &config.site,
+            &config.network,
+            metrics.clone(),
+        )
+        .with_clock(options.clock.clone()),
+    );
+    let source: Arc<dyn ConfigSource> = source.clone();
+    retrying_api_failures(|| {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        driver::start_with(
+            config.clone(),
+            Some(source.clone()),
+            state.clone(),
+            options.clone(),
+            registry,
+        )
+    })
+    .await
+}
+
+/// Runs `attempt` until it succeeds, fails other than on a Kubernetes API call, or the
+/// next attempt would start past [`START_RETRY_WITHIN`]; pauses between attempts from
+/// [`START_RETRY_PAUSE`], doubling to [`START_RETRY_PAUSE_MAX`]. Each failed call is
+/// counted where it was made (`grid_operator_kube_failures_total`).
+async fn retrying_api_failures<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let began = tokio::time::Instant::now();
+    let mut pause = START_RETRY_PAUSE;
+    loop {
+        match attempt().await {
+            Err(e @ (Error::Kube { .. } | Error::KubeConflict { .. }))
+                if began.elapsed() + pause <= START_RETRY_WITHIN =>
+            {
+                tracing::warn!(error = %e, retry_in = ?pause, "the operator could not start: a Kubernetes API call failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(START_RETRY_PAUSE_MAX);
+            }
+            done => return done,
+        }
     }
 }
 
@@ -378,5 +434,82 @@ async fn changed(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_failure() -> Error {
+        Error::Kube {
+            operation: "reading the state ConfigMap",
+            message: "503".into(),
+        }
+    }
+
+    /// Runs [`retrying_api_failures`] over `answers` in turn (the last one repeated); the
+    /// outcome, how many attempts were made, and when each began.
+    async fn attempts(
+        answers: Vec<fn() -> Result<u32, Error>>,
+    ) -> (Result<u32, Error>, Vec<Duration>) {
+        let began = tokio::time::Instant::now();
+        let mut at = Vec::new();
+        let outcome = retrying_api_failures(|| {
+            at.push(began.elapsed());
+            let answer = answers[(at.len() - 1).min(answers.len() - 1)];
+            async move { answer() }
+        })
+        .await;
+        (outcome, at)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_failing_on_api_calls_is_tried_again_with_doubling_pauses_until_it_succeeds() {
+        let (outcome, at) = attempts(vec![
+            || Err(api_failure()),
+            || {
+                Err(Error::KubeConflict {
+                    operation: "writing the epoch mark",
+                })
+            },
+            || Ok(7),
+        ])
+        .await;
+        assert_eq!(outcome.unwrap(), 7);
+        assert_eq!(
+            at,
+            [Duration::ZERO, START_RETRY_PAUSE, START_RETRY_PAUSE * 3]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_start_attempt_begins_past_the_retry_bound_and_the_last_error_ends_the_start() {
+        let (outcome, at) = attempts(vec![|| Err(api_failure())]).await;
+        assert!(matches!(outcome, Err(Error::Kube { .. })), "{outcome:?}");
+        let last = *at.last().unwrap();
+        assert!(last <= START_RETRY_WITHIN, "{at:?}");
+        let pauses: Vec<Duration> = at
+            .windows(2)
+            .map(|w| w[1].checked_sub(w[0]).unwrap())
+            .collect();
+        assert_eq!(pauses[0], START_RETRY_PAUSE);
+        assert!(pauses.iter().all(|p| *p <= START_RETRY_PAUSE_MAX));
+        assert_eq!(*pauses.last().unwrap(), START_RETRY_PAUSE_MAX, "{pauses:?}");
+        // The next pause would have begun an attempt past the bound.
+        assert!(last + START_RETRY_PAUSE_MAX > START_RETRY_WITHIN, "{at:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_failing_other_than_on_an_api_call_ends_at_once() {
+        let (outcome, at) = attempts(vec![|| {
+            Err(Error::Bind {
+                addr: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+                source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+            })
+        }])
+        .await;
+        assert!(matches!(outcome, Err(Error::Bind { .. })), "{outcome:?}");
+        assert_eq!(at, [Duration::ZERO]);
     }
 }
