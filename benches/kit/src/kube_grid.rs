@@ -568,6 +568,13 @@ impl KubeGrid {
                 "\n  site {}: operator epoch {started:?} (ended: {finished}, failed: {failed:?}); gateway routes {routed:?}; operator's readiness {ready:?}",
                 s.name
             );
+            if finished {
+                let _ = write!(
+                    out,
+                    "\n    its namespace's sockets on the operator's ports: {:?}",
+                    sockets_on(&self.lan.sites[i].name, &[METRICS_PORT, SIGNALS_PORT])
+                );
+            }
         }
         out
     }
@@ -837,6 +844,22 @@ async fn run_operator(
         let _ = stopped.await;
     })
     .await
+}
+
+/// The sockets of namespace `ns` bound to any of `ports` (`ss`), every state: what held
+/// a port an operator could not bind.
+fn sockets_on(ns: &str, ports: &[u16]) -> Vec<String> {
+    let listed = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-tuanpe"])
+        .output();
+    let Ok(listed) = listed else {
+        return vec!["ss could not run".into()];
+    };
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|l| ports.iter().any(|p| l.contains(&format!(":{p} "))))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// One site's persisted state: its name, its publisher-epoch mark, and its fences as
