@@ -12,6 +12,52 @@ use crate::Error;
 /// OS to choose one.
 pub const PORT_PAIR_ATTEMPTS: usize = 16;
 
+/// A listener bound once for the whole process and handed, as a copy of its descriptor,
+/// to each server that serves it in turn: a standby's probes, then each driver start.
+/// Closing a listening socket and binding its port again fails (`EADDRINUSE`) while any
+/// other copy of the descriptor is open, and any process forked in between holds one
+/// until it execs; held, the port never closes, and a connection that arrives between two
+/// servers waits in the backlog for the next.
+#[derive(Debug)]
+pub struct HeldListener {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl HeldListener {
+    /// Binds `addr` (port 0: the OS chooses).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Bind`] when the address cannot be bound.
+    pub async fn bind(addr: SocketAddr) -> Result<Self, Error> {
+        let (tcp, bound) = bind(addr).await?;
+        let listener = tcp
+            .into_std()
+            .map_err(|source| Error::Bind { addr, source })?;
+        Ok(Self {
+            listener,
+            addr: bound,
+        })
+    }
+
+    /// The address it is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A copy for one server, registered with the current runtime; dropping it leaves
+    /// the socket listening.
+    pub(crate) fn share(&self) -> Result<(TcpListener, SocketAddr), Error> {
+        let bind_err = |source| Error::Bind {
+            addr: self.addr,
+            source,
+        };
+        let copy = self.listener.try_clone().map_err(bind_err)?;
+        Ok((TcpListener::from_std(copy).map_err(bind_err)?, self.addr))
+    }
+}
+
 /// Binds `addr`, returning the listener and the address it really has (port 0 chosen).
 pub(crate) async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     let bind_err = |source| Error::Bind { addr, source };

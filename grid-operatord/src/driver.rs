@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
 use crate::Error;
-pub use crate::bind::PORT_PAIR_ATTEMPTS;
+pub use crate::bind::{HeldListener, PORT_PAIR_ATTEMPTS};
 use crate::bind::{bind, bind_signals};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigSource, PeerConfig, TransportMode};
@@ -190,11 +190,12 @@ pub async fn start(
     state: Arc<dyn StateStore>,
     options: Options,
 ) -> Result<Running, Error> {
-    start_with(config, source, state, options, Registry::default()).await
+    start_with(config, source, state, options, Registry::default(), None).await
 }
 
 /// [`start`] with a registry already holding the caller's own series (the controller
-/// mode's), which `/metrics` then serves beside the operator's.
+/// mode's), which `/metrics` then serves beside the operator's, on `metrics` when given
+/// (a listener the caller holds across starts, bound at `config.listen.metrics`).
 ///
 /// The steps run in the order correctness needs: the site's identity and sockets first
 /// (a bad certificate or a taken port fails before anything is persisted), then the
@@ -206,9 +207,10 @@ pub async fn start_with(
     state: Arc<dyn StateStore>,
     options: Options,
     mut registry: Registry,
+    metrics: Option<&HeldListener>,
 ) -> Result<Running, Error> {
     let identity = SiteIdentity::load(&config)?;
-    let sockets = Sockets::bind(&config).await?;
+    let sockets = Sockets::bind(&config, metrics).await?;
     let clock = options.clock.clone();
     let restored = restore(&config, &state, &identity, &clock, &mut registry).await?;
     let Restored {
@@ -416,9 +418,14 @@ struct TcpListeners {
 }
 
 impl Sockets {
-    async fn bind(config: &Config) -> Result<Self, Error> {
+    /// Binds what `config` lists; `/metrics` is served on `metrics` instead when it is
+    /// given (already bound at `config.listen.metrics`).
+    async fn bind(config: &Config, metrics: Option<&HeldListener>) -> Result<Self, Error> {
         let (signals_tcp, gossip_udp, signals_addr) = bind_signals(config.listen.signals).await?;
-        let (metrics_tcp, metrics_addr) = bind(config.listen.metrics).await?;
+        let (metrics_tcp, metrics_addr) = match metrics {
+            Some(held) => held.share()?,
+            None => bind(config.listen.metrics).await?,
+        };
         Ok(Self {
             listeners: TcpListeners {
                 signals: signals_tcp,

@@ -603,6 +603,45 @@ async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_
     );
 }
 
+/// The inode of the socket listening on loopback port `port` (`ss`), if any.
+fn listening_inode(port: u16) -> Option<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-Hltne", &format!("sport = :{port}")])
+        .output()
+        .expect("ss runs");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ino:").map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_taking_over_serves_its_metrics_on_the_very_socket_its_probes_listened_on() {
+    // Closed and bound again, the port could not be bound while another copy of the
+    // descriptor was open (any process forked in between holds one until it execs), and
+    // the replica taking over ended instead.
+    let (k8s, _epp, _grid, site) = seeded().await;
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
+    one.driver(0).await;
+    let port = grid_kit::ports::loopback_port();
+    let mut deployment = site.deployment();
+    deployment.listen.metrics = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut two = Controller::start_full(&k8s, deployment, Some(election("two")), options()).await;
+    let mut standby = None;
+    eventually("the standby's probes listen", 10, || {
+        standby = listening_inode(port);
+        std::future::ready(standby.is_some())
+    })
+    .await;
+    assert!(two.started.borrow().is_none(), "a standby still");
+    one.done.abort();
+    let second = two.driver(0).await;
+    assert_eq!(second.metrics_addr.port(), port);
+    assert_eq!(listening_inode(port), standby, "one socket throughout");
+    let page = get_metrics(second.metrics_addr).await;
+    assert!(page.contains("grid_operator_kube_failures_total"), "{page}");
+    two.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_cannot_renew_for_a_whole_lease_duration_stops_publishing() {
     let (k8s, _epp, _grid, site) = seeded().await;

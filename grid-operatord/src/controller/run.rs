@@ -27,7 +27,7 @@ use super::source::KubeConfigSource;
 use super::state_store::KubeStateStore;
 use crate::Error;
 use crate::config::{Config, ConfigSource};
-use crate::driver::{self, Options, Running};
+use crate::driver::{self, HeldListener, Options, Running};
 
 /// How long a driver start keeps being tried again while a Kubernetes API call it makes
 /// first fails (the state `ConfigMap` read, the epoch mark written above it): an API
@@ -123,6 +123,8 @@ pub async fn run(
     let namespace = namespace.as_str();
     let mut stop = std::pin::pin!(stop);
     let site = source.deployment().site.clone();
+    // Bound once: the standby's probes and then every driver start serve it in turn.
+    let metrics_listener = HeldListener::bind(source.deployment().listen.metrics).await?;
     // A standby waits here, before it persists an epoch or publishes anything.
     let Some(mut held) = elect(
         &client,
@@ -130,7 +132,7 @@ pub async fn run(
         &site,
         election.as_ref(),
         &options,
-        &source,
+        &metrics_listener,
         &metrics,
         &mut stop,
     )
@@ -141,8 +143,16 @@ pub async fn run(
     let mut restarts = 0u64;
     loop {
         let config = source.load()?;
-        let mut running =
-            start_driver(&client, namespace, &config, &source, &options, &metrics).await?;
+        let mut running = start_driver(
+            &client,
+            namespace,
+            &config,
+            &source,
+            &options,
+            &metrics,
+            &metrics_listener,
+        )
+        .await?;
         let ready = tokio::spawn(super::ready::run(
             Api::namespaced(client.clone(), namespace),
             running.verdicts.clone(),
@@ -195,8 +205,9 @@ pub async fn run(
     }
 }
 
-/// Starts the driver on `config`, its state in `namespace`'s site `ConfigMap`; a start
-/// failing on an API call is tried again ([`retrying_api_failures`]).
+/// Starts the driver on `config`, its state in `namespace`'s site `ConfigMap`, serving
+/// `/metrics` on `metrics_listener`; a start failing on an API call is tried again
+/// ([`retrying_api_failures`]).
 async fn start_driver(
     client: &kube::Client,
     namespace: &str,
@@ -204,6 +215,7 @@ async fn start_driver(
     source: &Arc<KubeConfigSource>,
     options: &Options,
     metrics: &ControllerMetrics,
+    metrics_listener: &HeldListener,
 ) -> Result<Running, Error> {
     let state = Arc::new(
         KubeStateStore::new(
@@ -225,6 +237,7 @@ async fn start_driver(
             state.clone(),
             options.clone(),
             registry,
+            Some(metrics_listener),
         )
     })
     .await
@@ -268,7 +281,7 @@ async fn elect(
     site: &str,
     election: Option<&Election>,
     options: &Options,
-    source: &KubeConfigSource,
+    metrics_listener: &HeldListener,
     metrics: &ControllerMetrics,
     stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Result<Option<Tenure>, Error> {
@@ -286,8 +299,7 @@ async fn elect(
         )
         .await;
     };
-    let metrics_addr = source.deployment().listen.metrics;
-    if !as_standby(metrics_addr, metrics, acquired, stop).await? {
+    if !as_standby(metrics_listener, metrics, acquired, stop).await? {
         return Ok(None);
     }
     Ok(Some(Box::pin(super::lease::hold(
@@ -301,16 +313,16 @@ async fn elect(
 }
 
 /// Waits as a standby until `acquired` resolves (`true`: this replica holds the Lease)
-/// or `stop` does (`false`). Meanwhile its probes answer on the metrics listener at
-/// `metrics_addr`, alive and not ready; the listener is closed before this returns, so
-/// the driver can bind the same address.
+/// or `stop` does (`false`). Meanwhile its probes answer on `metrics_listener`, alive and
+/// not ready; their server has stopped when this returns, and the listener stays bound
+/// for the driver.
 async fn as_standby(
-    metrics_addr: std::net::SocketAddr,
+    metrics_listener: &HeldListener,
     metrics: &ControllerMetrics,
     acquired: impl Future<Output = ()>,
     stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
 ) -> Result<bool, Error> {
-    let probes = standby_probes(metrics_addr, metrics).await?;
+    let probes = standby_probes(metrics_listener, metrics)?;
     let held = tokio::select! {
         () = acquired => true,
         () = stop => false,
@@ -320,13 +332,13 @@ async fn as_standby(
     Ok(held)
 }
 
-/// A standby's metrics listener on `addr`, answering the probes (alive, not ready) and
+/// A standby's server on `metrics_listener`, answering the probes (alive, not ready) and
 /// the controller's series until the task is aborted.
-async fn standby_probes(
-    addr: std::net::SocketAddr,
+fn standby_probes(
+    metrics_listener: &HeldListener,
     metrics: &ControllerMetrics,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let (listener, bound) = crate::bind::bind(addr).await?;
+    let (listener, bound) = metrics_listener.share()?;
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     tracing::info!(metrics = %bound, "a standby: waiting for the site's Lease; /readyz answers 503 until it is held");
