@@ -418,8 +418,8 @@ impl Driver {
                 }
                 () = timer => self.membership.handle_timeout(clock::monotonic_ms()),
                 _ = seed_tick.tick() => self.contact_seeds(),
-                _ = announce_tick.tick(), if self.gossip.is_some() => self.announce_own(),
-                () = own_readiness_moved(&mut own_readiness) => self.announce_own(),
+                _ = announce_tick.tick(), if self.gossip.is_some() => self.announce_own(false),
+                () = own_readiness_moved(&mut own_readiness) => self.announce_own(true),
                 _ = digest_tick.tick(), if self.gossip.is_some() => self.ask_digest(),
                 Some(done) = next_fetched(&mut self.gossip) => {
                     if let Some(g) = &mut self.gossip {
@@ -431,13 +431,21 @@ impl Driver {
         }
     }
 
-    fn announce_own(&mut self) {
+    /// Announces every own batch newer than the last announced. A readiness change
+    /// (`urgent`) pushes them to the members at once ([`Membership::announce_now`]), so a
+    /// site leaving or rejoining selection reaches the others within its scrape and a
+    /// hop; the periodic tick leaves them to the gossip rounds.
+    fn announce_own(&mut self, urgent: bool) {
         let Some(g) = &mut self.gossip else {
             return;
         };
         let now = clock::monotonic_ms();
         for version in g.own_news() {
-            self.membership.announce(now, &version);
+            if urgent {
+                self.membership.announce_now(now, &version);
+            } else {
+                self.membership.announce(now, &version);
+            }
         }
     }
 

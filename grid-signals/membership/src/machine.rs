@@ -49,6 +49,10 @@ pub fn transmissions(members: usize) -> u8 {
     scaled.max(MIN_TRANSMISSIONS)
 }
 
+/// Members foca asks to probe a silent one indirectly, and sends each gossip or broadcast
+/// message to, drawn at random (its `num_indirect_probes`).
+const FANOUT: usize = 3;
+
 /// Members believed down that are sent an announce each round. A member believed down
 /// costs what a live one does, one datagram a round, while it is remembered; with halves
 /// of 300 sites apart, announcing to eight a round healed in 5.1 s, to 64 in 3.5 s, to
@@ -102,7 +106,7 @@ impl Timing {
         foca::Config {
             probe_period: self.probe_period,
             probe_rtt: self.probe_rtt,
-            num_indirect_probes: NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN),
+            num_indirect_probes: NonZeroUsize::new(FANOUT).unwrap_or(NonZeroUsize::MIN),
             max_transmissions: NonZeroU8::new(MIN_TRANSMISSIONS).unwrap_or(NonZeroU8::MIN),
             suspect_to_down_after: self.suspect_to_down,
             remove_down_after: Some(Duration::from_secs(15 * 60)),
@@ -407,6 +411,28 @@ impl<R: Rng> Membership<R> {
         let mut wire = Vec::with_capacity(64);
         version.encode(&mut wire);
         let added = self.foca.add_broadcast(&wire).unwrap_or(false);
+        self.drain(now_ms);
+        added
+    }
+
+    /// [`Membership::announce`], then pushed at once rather than left to ride the next
+    /// rounds: one broadcast per three live members (foca draws the three of each), so
+    /// most members hold the version one hop after it is given and the rest from them at
+    /// their next gossip round. Each datagram spends one of the version's
+    /// [`transmissions`], which bound the pushes: foca sends nothing once they are spent.
+    /// For what must spread within a scrape (a readiness change); a load change rides the
+    /// rounds. `false`, and nothing is pushed, when the version is not newer than one
+    /// already given.
+    pub fn announce_now(&mut self, now_ms: u64, version: &Version) -> bool {
+        let mut wire = Vec::with_capacity(64);
+        version.encode(&mut wire);
+        let added = self.foca.add_broadcast(&wire).unwrap_or(false);
+        if added {
+            for _ in 0..self.foca.num_members().div_ceil(FANOUT) {
+                let result = self.foca.broadcast(&mut self.runtime);
+                ignore_operational(&result);
+            }
+        }
         self.drain(now_ms);
         added
     }

@@ -346,6 +346,85 @@ fn a_version_announced_by_one_member_is_heard_once_by_every_other_within_two_rou
     }
 }
 
+/// Who heard a version, besides its origin.
+fn heard_by(net: &Net) -> Vec<String> {
+    let mut who: Vec<String> = net
+        .heard
+        .iter()
+        .filter(|(_, h)| !h.is_empty())
+        .map(|(s, _)| s.clone())
+        .collect();
+    who.sort();
+    who
+}
+
+/// `n` members that all know each other, with rounds so long that nothing rides one
+/// within the hops a test measures; what each heard so far forgotten.
+fn fully_joined_slow(n: usize) -> (Net, Vec<String>) {
+    let names: Vec<String> = (0..n).map(|i| format!("s{i:02}")).collect();
+    let sites: Vec<&str> = names.iter().map(String::as_str).collect();
+    let slow = Timing {
+        gossip: std::time::Duration::from_secs(30),
+        probe_period: std::time::Duration::from_secs(30),
+        announce: std::time::Duration::from_secs(30),
+        ..Timing::default()
+    };
+    let mut net = Net::new(&sites, &slow);
+    for s in &sites[1..] {
+        for t in &sites {
+            if s != t {
+                net.connect(s, t);
+            }
+        }
+    }
+    net.run(1_000);
+    net.heard.clear();
+    assert_eq!(net.nodes[sites[0]].live_count(), n - 1, "every member known");
+    (net, names)
+}
+
+#[test]
+fn a_version_announced_now_is_held_by_most_members_one_hop_later_not_at_the_next_round() {
+    let (mut net, sites) = fully_joined_slow(10);
+    let a = sites[0].as_str();
+    let hop = 2 * net.delay_ms;
+    // Given to the rounds, a version waits for one.
+    assert!(net.announce(a, &version(a, 1)));
+    net.run(hop);
+    assert_eq!(heard_by(&net), Vec::<String>::new(), "nothing before a round");
+    // Given now, it is pushed at once to three members per push, one push per three live
+    // members: most of the nine hold it a hop later.
+    assert!(net.announce_now(a, &version(a, 2)));
+    net.run(hop);
+    let first_hop = heard_by(&net);
+    assert!(first_hop.len() >= 5, "{first_hop:?}");
+    assert!(
+        !net.announce_now(a, &version(a, 2)),
+        "the same version is not pushed again"
+    );
+}
+
+#[test]
+fn a_version_announced_now_is_pushed_in_as_many_datagrams_as_its_transmissions_and_no_more() {
+    let (mut net, sites) = fully_joined_slow(30);
+    let a = sites[0].as_str();
+    let sent_by = |net: &Net, site: &str| net.sent.iter().filter(|(_, from, _)| from == site).count();
+    let before = sent_by(&net, a);
+    // One push per three live members would be ten pushes of three: the version's
+    // transmissions stop them first.
+    assert!(net.announce_now(a, &version(a, 1)));
+    assert_eq!(
+        sent_by(&net, a) - before,
+        usize::from(grid_membership::transmissions(29))
+    );
+    // With fewer members than transmissions, one datagram per push and member drawn.
+    let (mut net, sites) = fully_joined_slow(7);
+    let a = sites[0].as_str();
+    let before = sent_by(&net, a);
+    assert!(net.announce_now(a, &version(a, 1)));
+    assert_eq!(sent_by(&net, a) - before, 6);
+}
+
 #[test]
 fn a_malformed_version_inside_an_authentic_message_is_refused_and_counted() {
     use grid_membership::{Membership, MembershipMetrics, Output, Sessions, SplitMix64};

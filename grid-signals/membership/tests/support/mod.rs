@@ -145,6 +145,14 @@ impl Net {
         added
     }
 
+    /// [`Net::announce`] through [`Membership::announce_now`].
+    pub(crate) fn announce_now(&mut self, site: &str, version: &grid_membership::Version) -> bool {
+        let now = self.now;
+        let added = self.nodes.get_mut(site).unwrap().announce_now(now, version);
+        self.pump();
+        added
+    }
+
     /// Delivers an arbitrary datagram to `to` now.
     pub(crate) fn inject(&mut self, to: &str, mut datagram: Vec<u8>) {
         let now = self.now;
