@@ -7,7 +7,8 @@
 //! per peer, long poll:  peer Site --relay(Peer)--> body --handle(PeerBody)--> home Site
 //!                       (at least every 5 s; at once when the peer's readiness moves)
 //!   or, under gossip:   each batch a peer publishes is pulled whole by the home operator
-//!                       GOSSIP_SPREAD_MS plus a round trip after it was published
+//!                       GOSSIP_SPREAD_MS plus a round trip after it was published;
+//!                       one whose readiness moved is pushed: a one-way hop and the pull
 //! gateway, long poll:   home Site --relay(Local)--> body --Refresher::ingest--> gateway store
 //!                       --Refresher::refresh--> RoutingView (grid_score::refresh, as
 //!                       grid-gatewayd runs it; at least every 1 s, at once when the
@@ -29,7 +30,11 @@
 //! hears of a newer one pulls it (`docs/operator.md`). The simulator does not run the
 //! membership protocol itself; it delivers each publication after [`GOSSIP_SPREAD_MS`],
 //! the median time the membership simulation (`grid-swim-scale`, 20 sites, 1% loss)
-//! takes to spread a version to every member, plus the round trip of the pull.
+//! takes to spread a version to every member, plus the round trip of the pull. A
+//! publication whose readiness moved is pushed to the members at once
+//! (`grid_membership::Membership::announce_now`) and arrives a one-way hop plus the pull's
+//! round trip after it: what most members see (a member the push missed hears it at its
+//! next gossip round, which the model leaves out).
 //!
 //! Faults on the path ([`SignalFaults`]): an EPP gone silent fails its operator's scrapes
 //! (a timeout each), and the operator's own stale rule decides what it publishes; a
@@ -268,6 +273,10 @@ pub struct SignalPath {
     /// Under gossip, publications on their way: (virtual ms of the pull, peer), in time
     /// order.
     announced: std::collections::VecDeque<(u64, usize)>,
+    /// Under gossip, each peer's delay from publishing a readiness change to its pull.
+    gossip_push_ms: Vec<u64>,
+    /// Under gossip, each operator's readiness generation as last announced.
+    announced_generation: Vec<u64>,
 }
 
 /// What one answer told the gateway about its site, as the gateway's request path reads
@@ -337,6 +346,8 @@ impl SignalPath {
             .iter()
             .map(|rtt| rtt + GOSSIP_SPREAD_MS)
             .collect();
+        self.gossip_push_ms = round_trip_ms.iter().map(|rtt| rtt / 2 + rtt).collect();
+        self.announced_generation = vec![0; round_trip_ms.len()];
         self
     }
 
@@ -402,6 +413,8 @@ impl SignalPath {
             faults: SignalFaults::default(),
             gossip_delay_ms: Vec::new(),
             announced: std::collections::VecDeque::new(),
+            gossip_push_ms: Vec::new(),
+            announced_generation: Vec::new(),
             readings: vec![None; names.len()],
             operators,
             home,
@@ -479,6 +492,10 @@ impl SignalPath {
             );
             drain(&mut op.site, &mut self.counts);
             if let Some(&delay) = self.gossip_delay_ms.get(i).filter(|_| i != self.home) {
+                let generation = op.site.readiness_generation(Audience::Peer);
+                let moved = generation != self.announced_generation[i];
+                self.announced_generation[i] = generation;
+                let delay = if moved { self.gossip_push_ms[i] } else { delay };
                 self.announced.push_back((t_ms + delay, i));
             }
         }
