@@ -1,6 +1,6 @@
 //! Real operators at 3 to 20 sites on loopback, in either mode: how long a site's
-//! zero-endpoint reading takes to reach every other site's relay (what its gateway
-//! reads), how long a dead site takes to be declared down everywhere, and the membership
+//! zero-endpoint reading, and its return to ready endpoints, take to reach every other
+//! site's relay (what its gateway reads), how long a dead site takes to be declared down everywhere, and the membership
 //! bytes each site sends. The figures of the scale table in `docs/benchmarks.md` that a
 //! simulation cannot give; `grid_sim::swim_scale` gives the 100 and 1,000 site ones.
 //!
@@ -46,9 +46,13 @@ pub struct Params {
 /// What a run measured; times in ms.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    /// Per (change, other site): time until that site's store held the new reading;
-    /// missed, the (change, site) pairs never reached within the phase.
+    /// Per (change to zero ready endpoints, other site): time until that site's store
+    /// held the zero, which takes the site out of selection; missed, the (change, site)
+    /// pairs never reached within the phase.
     pub reach: Delays,
+    /// The same for the changes back to ready endpoints (a count other than the last
+    /// ready one): the site selectable again.
+    pub rejoin: Delays,
     /// Per other site: time until its membership declared the dead site down; missed,
     /// the sites that had not within the phase.
     pub detect: Delays,
@@ -140,13 +144,14 @@ pub async fn run(p: Params) -> Report {
             .sum()
     };
     let (bytes0, served0, phase) = (sent(&ops), served(&ops), Stopwatch::start());
-    let mut reach = Vec::new();
+    let (mut reach, mut rejoin) = (Vec::new(), Vec::new());
     for k in 0..p.changes {
         // A change lands at a random offset from the pollers' and the scrapes' timers
         // (each change would otherwise start right after the poll that completed the last).
         let offset = (k as u64 * 2_654_435_761 + 12_345) % 5_000;
         tokio::time::sleep(Duration::from_millis(offset)).await;
-        let j = k % p.sites;
+        // Each site in turn reads zero, then back to three: out of selection and in again.
+        let j = (k / 2) % p.sites;
         let value = if k % 2 == 0 { 0.0 } else { 3.0 };
         let running = if value == 0.0 { 0.0 } else { 1.0 };
         epps[j].set(Behaviour::Body(epp_body(value as u32, running)));
@@ -162,7 +167,12 @@ pub async fn run(p: Params) -> Report {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Both modes include the origin's wait for its next scrape (up to 1 s).
-        reach.extend(
+        let delays = if value == 0.0 {
+            &mut reach
+        } else {
+            &mut rejoin
+        };
+        delays.extend(
             arrived
                 .iter()
                 .enumerate()
@@ -171,6 +181,7 @@ pub async fn run(p: Params) -> Report {
         );
     }
     report.reach = Delays::of(reach);
+    report.rejoin = Delays::of(rejoin);
     let per_site_s = |bytes: u64| bytes as f64 / p.sites as f64 / phase.elapsed().as_secs_f64();
     report.membership_bytes_per_site_s = per_site_s(sent(&ops) - bytes0);
     report.signal_bytes_per_site_s = per_site_s(served(&ops) - served0);

@@ -28,9 +28,9 @@ async fn main() {
         a.loss
     );
     println!(
-        "| sites | mode | zero-endpoint reading reaches another site p50 / p99 (missed) | dead site down everywhere p50 / p99 (missed) | membership bytes per site per s | signal bytes per site per s |"
+        "| sites | mode | zero-endpoint reading reaches another site p50 / p99 (missed) | back to ready endpoints p50 / p99 (missed) | dead site down everywhere p50 / p99 (missed) | membership bytes per site per s | signal bytes per site per s |"
     );
-    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for &sites in &a.sites {
         for mode in [TransportMode::Gossip, TransportMode::Poll] {
             let r = run(Params {
@@ -41,9 +41,10 @@ async fn main() {
             })
             .await;
             println!(
-                "| {sites} | {} | {} | {} | {:.0} | {:.0} |",
+                "| {sites} | {} | {} | {} | {} | {:.0} | {:.0} |",
                 mode.as_str(),
                 r.reach.cell(2),
+                r.rejoin.cell(2),
                 r.detect.cell(1),
                 r.membership_bytes_per_site_s,
                 r.signal_bytes_per_site_s,
