@@ -408,9 +408,7 @@ impl<R: Rng> Membership<R> {
     /// Disseminates a version of one of this site's own batches; `false` when it is not
     /// newer than one already given for its register (nothing is sent then).
     pub fn announce(&mut self, now_ms: u64, version: &Version) -> bool {
-        let mut wire = Vec::with_capacity(64);
-        version.encode(&mut wire);
-        let added = self.foca.add_broadcast(&wire).unwrap_or(false);
+        let added = self.add_version(version);
         self.drain(now_ms);
         added
     }
@@ -424,9 +422,7 @@ impl<R: Rng> Membership<R> {
     /// rounds. `false`, and nothing is pushed, when the version is not newer than one
     /// already given.
     pub fn announce_now(&mut self, now_ms: u64, version: &Version) -> bool {
-        let mut wire = Vec::with_capacity(64);
-        version.encode(&mut wire);
-        let added = self.foca.add_broadcast(&wire).unwrap_or(false);
+        let added = self.add_version(version);
         if added {
             for _ in 0..self.foca.num_members().div_ceil(FANOUT) {
                 let result = self.foca.broadcast(&mut self.runtime);
@@ -435,6 +431,14 @@ impl<R: Rng> Membership<R> {
         }
         self.drain(now_ms);
         added
+    }
+
+    /// Hands `version` to foca's broadcasts; `false` when it is not newer than the one
+    /// held for its register.
+    fn add_version(&mut self, version: &Version) -> bool {
+        let mut wire = Vec::with_capacity(64);
+        version.encode(&mut wire);
+        self.foca.add_broadcast(&wire).unwrap_or(false)
     }
 
     /// Leaves the cluster: members learn it at once instead of after a suspicion.

@@ -379,7 +379,11 @@ fn fully_joined_slow(n: usize) -> (Net, Vec<String>) {
     }
     net.run(1_000);
     net.heard.clear();
-    assert_eq!(net.nodes[sites[0]].live_count(), n - 1, "every member known");
+    assert_eq!(
+        net.nodes[sites[0]].live_count(),
+        n - 1,
+        "every member known"
+    );
     (net, names)
 }
 
@@ -391,7 +395,11 @@ fn a_version_announced_now_is_held_by_most_members_one_hop_later_not_at_the_next
     // Given to the rounds, a version waits for one.
     assert!(net.announce(a, &version(a, 1)));
     net.run(hop);
-    assert_eq!(heard_by(&net), Vec::<String>::new(), "nothing before a round");
+    assert_eq!(
+        heard_by(&net),
+        Vec::<String>::new(),
+        "nothing before a round"
+    );
     // Given now, it is pushed at once to three members per push, one push per three live
     // members: most of the nine hold it a hop later.
     assert!(net.announce_now(a, &version(a, 2)));
@@ -408,7 +416,8 @@ fn a_version_announced_now_is_held_by_most_members_one_hop_later_not_at_the_next
 fn a_version_announced_now_is_pushed_in_as_many_datagrams_as_its_transmissions_and_no_more() {
     let (mut net, sites) = fully_joined_slow(30);
     let a = sites[0].as_str();
-    let sent_by = |net: &Net, site: &str| net.sent.iter().filter(|(_, from, _)| from == site).count();
+    let sent_by =
+        |net: &Net, site: &str| net.sent.iter().filter(|(_, from, _)| from == site).count();
     let before = sent_by(&net, a);
     // One push per three live members would be ten pushes of three: the version's
     // transmissions stop them first.
