@@ -44,6 +44,15 @@ impl Stack {
     }
 
     async fn start_with(sites: Vec<SiteSpec>, shedding: Option<Shedding>) -> Self {
+        Self::start_changed(sites, shedding, |b| b).await
+    }
+
+    /// [`Stack::start_with`], the shipped bootstrap changed by `change` first.
+    async fn start_changed(
+        sites: Vec<SiteSpec>,
+        shedding: Option<Shedding>,
+        change: impl FnOnce(String) -> String,
+    ) -> Self {
         let spec = GridSpec {
             model: MODEL.to_owned(),
             sites,
@@ -61,7 +70,7 @@ impl Stack {
         let ext_proc = grid.ext_proc_addr().expect("the processor serves");
         let listen = free_port();
         let envoy = Envoy::start(
-            &grid_kit::envoy::ext_proc_bootstrap(listen, ext_proc),
+            &change(grid_kit::envoy::ext_proc_bootstrap(listen, ext_proc)),
             grid.dir(),
             listen,
         )
@@ -174,13 +183,15 @@ fn in_flight_at(stack: &Stack, site: &str) -> u32 {
         .outstanding()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_through_envoy_counts_in_flight_at_the_chosen_site_until_its_streamed_answer_ends()
- {
+/// A site whose streamed answers take [`LONG_ANSWER_MS`].
+fn slow(name: &str) -> SiteSpec {
+    SiteSpec::simulated(SiteConfig::new(name, 2, 2), MODEL, LONG_ANSWER_MS, 7)
+}
+
+/// A streamed chat request through `stack`'s Envoy, read up to its head and, for a 200,
+/// its first event.
+async fn streamed(stack: &Stack) -> http::Response<hyper::body::Incoming> {
     use http_body_util::BodyExt as _;
-    let slow =
-        |name: &str| SiteSpec::simulated(SiteConfig::new(name, 2, 2), MODEL, LONG_ANSWER_MS, 7);
-    let stack = Stack::start_with(vec![slow("a"), slow("b")], None).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<bytes::Bytes>>();
     let request = http::Request::post(format!("{}/v1/chat/completions", stack.envoy_url))
@@ -193,15 +204,26 @@ async fn a_request_through_envoy_counts_in_flight_at_the_chosen_site_until_its_s
         .await
         .expect("a head in time")
         .unwrap_or_else(|e| panic!("{e}\nenvoy: {}", stack.envoy_log()));
+    if answer.status() == 200 {
+        let first = tokio::time::timeout(Duration::from_secs(10), answer.body_mut().frame())
+            .await
+            .expect("a first event in time")
+            .expect("an event")
+            .unwrap();
+        assert!(first.is_data());
+    }
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_envoy_counts_in_flight_at_the_chosen_site_until_its_streamed_answer_ends()
+ {
+    use http_body_util::BodyExt as _;
+    let stack = Stack::start_with(vec![slow("a"), slow("b")], None).await;
+    let answer = streamed(&stack).await;
     assert_eq!(answer.status(), 200, "envoy: {}", stack.envoy_log());
     let site = answer.headers()["x-grid-site"].to_str().unwrap().to_owned();
     let other = if site == "a" { "b" } else { "a" };
-    let first = tokio::time::timeout(Duration::from_secs(10), answer.body_mut().frame())
-        .await
-        .expect("a first event in time")
-        .expect("an event")
-        .unwrap();
-    assert!(first.is_data());
     // The head and the first event are through, the rest of the answer streams on: the
     // request is still the gateway's own in flight there, and nowhere else.
     assert_eq!(
@@ -228,5 +250,47 @@ async fn a_request_through_envoy_counts_in_flight_at_the_chosen_site_until_its_s
         "still {} in flight at {site} {ENDED_WITHIN:?} after the answer ended",
         in_flight_at(&stack, &site)
     );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_streamed_answer_holds_a_processing_stream_so_the_processor_clusters_limit_bounds_requests_at_once()
+ {
+    use http_body_util::BodyExt as _;
+    // The shipped bootstrap with the processor cluster's limit at 2 (shipped: 100,000;
+    // Envoy's own default, 1,024, would bound an LLM gateway's streams).
+    let stack = Stack::start_changed(vec![slow("a"), slow("b")], None, |b| {
+        let (sites, processor) = b.split_once("  - name: grid_ext_proc").unwrap();
+        let processor = processor.replacen("max_requests: 100000", "max_requests: 2", 1);
+        format!("{sites}  - name: grid_ext_proc{processor}")
+    })
+    .await;
+    let held = [streamed(&stack).await, streamed(&stack).await];
+    assert!(
+        held.iter().all(|a| a.status() == 200),
+        "envoy: {}",
+        stack.envoy_log()
+    );
+    // Both answers are past their heads and still streaming: their processing streams
+    // are open, and a third request finds none to open.
+    let refused = streamed(&stack).await;
+    assert_ne!(refused.status(), 200, "envoy: {}", stack.envoy_log());
+    assert!(
+        refused.headers().get("x-grid-site").is_none(),
+        "no site was chosen"
+    );
+    for answer in held {
+        let _ = answer.into_body().collect().await;
+    }
+    // Their exchanges over, their streams are closed and the next request goes through.
+    let mut through = false;
+    for _ in 0..20 {
+        if streamed(&stack).await.status() == 200 {
+            through = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(through, "envoy: {}", stack.envoy_log());
     stack.stop().await;
 }
