@@ -603,6 +603,40 @@ async fn a_standby_replica_never_publishes_and_takes_over_within_the_lease_when_
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_failing_on_the_api_is_tried_again_while_its_replica_keeps_the_lease() {
+    let (k8s, _epp, _grid, site) = seeded().await;
+    // The state ConfigMap answers 503 four times: starts at 0, 0.5, 1.5 and 3.5 s fail,
+    // the one at 7.5 s goes through, seven lease durations after the Lease was taken.
+    k8s.inject(Fault {
+        target: Target::Path("configmaps/grid-site-a".into()),
+        times: 4,
+        action: Action::ServerError(503),
+    });
+    let mut one = Controller::start_with(&k8s, &site, Some(election("one"))).await;
+    eventually("one holds the Lease", 10, || async {
+        lease_holder(&k8s).await.as_deref() == Some("one")
+    })
+    .await;
+    let two = Controller::start_with(&k8s, &site, Some(election("two"))).await;
+    one.driver(0).await;
+    assert_eq!(
+        lease_holder(&k8s).await.as_deref(),
+        Some("one"),
+        "renewed throughout the retries"
+    );
+    assert!(
+        two.started.borrow().is_none(),
+        "the standby never took over"
+    );
+    assert!(
+        one.metrics.failures(api::Operation::StateRead) >= 4,
+        "each failed start counted"
+    );
+    two.stop().await.unwrap();
+    one.stop().await.unwrap();
+}
+
 /// The inode of the socket listening on loopback port `port` (`ss`), if any.
 fn listening_inode(port: u16) -> Option<String> {
     let out = std::process::Command::new("ss")

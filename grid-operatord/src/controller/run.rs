@@ -143,7 +143,9 @@ pub async fn run(
     let mut restarts = 0u64;
     loop {
         let config = source.load()?;
-        let mut running = start_driver(
+        // The Lease keeps being renewed while the driver starts (a start failing on the
+        // API is tried again for longer than a lease lasts), and a stop is heard.
+        let starting = start_driver(
             &client,
             namespace,
             &config,
@@ -151,8 +153,17 @@ pub async fn run(
             &options,
             &metrics,
             &metrics_listener,
-        )
-        .await?;
+        );
+        let mut running = tokio::select! {
+            started = starting => started?,
+            e = &mut held => return Err(e),
+            () = &mut stop => {
+                if let Some(e) = &election {
+                    super::lease::release(&client, namespace, &site, &e.identity).await;
+                }
+                return Ok(());
+            }
+        };
         let ready = tokio::spawn(super::ready::run(
             Api::namespaced(client.clone(), namespace),
             running.verdicts.clone(),
