@@ -38,6 +38,18 @@ fn published(candidates: Vec<CandidateSpec>) -> grid_gateway::upstream::Publishe
     Arc::new(arc_swap::ArcSwap::from_pointee(view))
 }
 
+/// [`two_sites`], its backends as discovery lists them, and grid's selection over them.
+fn two_sites_selected() -> (
+    grid_gateway::upstream::Published,
+    BTreeSet<Backend>,
+    Arc<GridSelection>,
+) {
+    let routes = two_sites();
+    let backends = SiteBackends::new(routes.clone()).list().unwrap();
+    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    (routes, backends, selection)
+}
+
 fn two_sites() -> grid_gateway::upstream::Published {
     published(vec![
         candidate("a", "http", "127.0.0.1:8001"),
@@ -91,9 +103,7 @@ fn an_authority_that_does_not_resolve_is_an_error_naming_the_site() {
 
 #[test]
 fn the_selection_yields_grids_pick_then_the_other_site_for_a_retry() {
-    let routes = two_sites();
-    let backends = SiteBackends::new(routes.clone()).list().unwrap();
-    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    let (_, _, selection) = two_sites_selected();
     let mut iter = selection.iter(b"m");
     let first = site_of(iter.next().expect("a pick")).to_owned();
     let second = site_of(iter.next().expect("a retry site")).to_owned();
@@ -103,9 +113,7 @@ fn the_selection_yields_grids_pick_then_the_other_site_for_a_retry() {
 
 #[test]
 fn a_chosen_backend_counts_a_request_sent_there_in_flight_at_its_site_until_it_ends() {
-    let routes = two_sites();
-    let backends = SiteBackends::new(routes.clone()).list().unwrap();
-    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    let (routes, backends, selection) = two_sites_selected();
     let mut iter = selection.iter(b"m");
     let first = iter.next().expect("a pick").clone();
     let retry = iter.next().expect("a retry site").clone();
@@ -150,9 +158,7 @@ fn a_chosen_backend_counts_a_request_sent_there_in_flight_at_its_site_until_it_e
 
 #[test]
 fn the_selection_yields_nothing_for_a_model_grid_does_not_serve_or_without_a_view() {
-    let routes = two_sites();
-    let backends = SiteBackends::new(routes.clone()).list().unwrap();
-    let selection = Arc::new(GridSelection::build_with_config(&backends, &routes));
+    let (routes, backends, selection) = two_sites_selected();
     assert!(selection.iter(b"other").next().is_none());
     assert!(selection.iter(&[0xff, 0xfe]).next().is_none(), "not UTF-8");
     let viewless = Arc::new(GridSelection::build(&backends));
