@@ -849,8 +849,8 @@ async fn run_operator(
 /// The sockets of namespace `ns` bound to any of `ports` (`ss`), every state: what held
 /// a port an operator could not bind.
 fn sockets_on(ns: &str, ports: &[u16]) -> Vec<String> {
-    let listed = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "ss", "-tuanpe"])
+    let listed = crate::kube_cluster::command_in(Some(ns), Path::new("ss"))
+        .arg("-tuanpe")
         .output();
     let Ok(listed) = listed else {
         return vec!["ss could not run".into()];

@@ -217,7 +217,7 @@ fn sweep_stale(root: &Path) {
 }
 
 /// `program` to run, inside `netns` when one is given.
-fn command_in(netns: Option<&str>, program: &Path) -> Command {
+pub(crate) fn command_in(netns: Option<&str>, program: &Path) -> Command {
     match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
