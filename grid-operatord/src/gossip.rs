@@ -2,7 +2,8 @@
 //!
 //! Each site announces the version of every batch it publishes (SWIM carries it, see
 //! `grid_membership::overlay`); a member that hears of a version newer than what it
-//! holds pulls the batch whole from the member it heard it from, over the signals
+//! holds pulls the batch whole from the member it heard it from (and once more from the
+//! version's own site when that member was a relay still behind), over the signals
 //! listener's mutual TLS (`GET /v1/site/membership/batch`, one request per member for
 //! every register wanted from it: `grid_membership::pulls`), and ingests it through the
 //! same store and admission rules as a polled body: epoch and sequence fences, the
@@ -338,11 +339,16 @@ impl Gossip {
         self.done.1.recv().await
     }
 
-    /// Acts on a finished fetch.
-    pub(crate) fn finished(&mut self, fetched: Fetched) {
+    /// Acts on a finished fetch; `member_of` finds a live member by site (a pull asked
+    /// of a relay that was behind is asked again of the version's own site).
+    pub(crate) fn finished(
+        &mut self,
+        fetched: Fetched,
+        member_of: impl Fn(&str) -> Option<Member>,
+    ) {
         match fetched {
             Fetched::Pulled(versions) => {
-                for (from, version) in self.pulls.finished(&versions) {
+                for (from, version) in self.pulls.finished(&versions, member_of) {
                     self.heard(from, version);
                 }
             }

@@ -423,7 +423,8 @@ impl Driver {
                 _ = digest_tick.tick(), if self.gossip.is_some() => self.ask_digest(),
                 Some(done) = next_fetched(&mut self.gossip) => {
                     if let Some(g) = &mut self.gossip {
-                        g.finished(done);
+                        let live = &self.membership;
+                        g.finished(done, |site| live.live().find(|m| m.site == site).cloned());
                     }
                 }
             }

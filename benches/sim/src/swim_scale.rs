@@ -9,7 +9,8 @@
 //!
 //! - how long a joining grid takes to converge from one seed;
 //! - how long a batch version takes to be held by every member (announce, then a pull from
-//!   whoever told of it, or a digest round for a member that missed it);
+//!   whoever told of it, answered with what that member holds when the request reaches
+//!   it, or a digest round for a member that missed it);
 //! - how long a dead site takes to be declared down everywhere;
 //! - bytes per site per second (sealed datagrams, pulls and digests);
 //! - rounds to converge after a healed partition.
@@ -69,11 +70,19 @@ enum Event {
         to: usize,
         data: Vec<u8>,
     },
-    /// A pull `to` started ended: with the batches, or (`ok` false) failed.
+    /// A pull `to` asked of `from` reached it: it answers with the batches it holds now,
+    /// which may be older than those asked for (a relay still pulling them).
+    PullArrived {
+        to: usize,
+        from: usize,
+        versions: Vec<Version>,
+    },
+    /// A pull `to` started ended: with the sequences served, one per version asked for
+    /// (none when it failed).
     Pulled {
         to: usize,
         versions: Vec<Version>,
-        ok: bool,
+        served: Vec<u64>,
     },
     Digest {
         to: usize,
@@ -299,26 +308,72 @@ impl World {
     fn start_pulls(&mut self, i: usize) {
         while let Some(pull) = self.pulls[i].poll_pull() {
             let Some(&j) = self.index.get(&pull.from.site) else {
-                self.pulls[i].finished(&pull.versions);
+                self.pulls[i].finished(&pull.versions, |_| None);
                 continue;
             };
-            let ok = self.linked(i, j);
-            let at = if ok {
+            if self.linked(i, j) {
                 self.fetch_bytes[j] += self.p.batch_bytes * pull.versions.len() as u64;
                 self.fetch_bytes[i] += FETCH_OVERHEAD_BYTES;
-                self.now + self.delay() + self.delay()
+                let at = self.now + self.delay();
+                self.push(
+                    at,
+                    Event::PullArrived {
+                        to: i,
+                        from: j,
+                        versions: pull.versions,
+                    },
+                );
             } else {
-                self.now + PULL_TIMEOUT_MS
-            };
-            self.push(
-                at,
-                Event::Pulled {
-                    to: i,
-                    versions: pull.versions,
-                    ok,
-                },
-            );
+                let at = self.now + PULL_TIMEOUT_MS;
+                self.push(
+                    at,
+                    Event::Pulled {
+                        to: i,
+                        versions: pull.versions,
+                        served: Vec::new(),
+                    },
+                );
+            }
         }
+    }
+
+    /// A pull `to` asked of `from` reaches it: `from` answers with what it holds now.
+    fn pull_arrived(&mut self, to: usize, from: usize, versions: Vec<Version>) {
+        let served = versions
+            .iter()
+            .map(|v| {
+                let held = self.held[from].get(&v.site).copied().unwrap_or(0);
+                held.min(v.sequence)
+            })
+            .collect();
+        let at = self.now + self.delay();
+        self.push(
+            at,
+            Event::Pulled {
+                to,
+                versions,
+                served,
+            },
+        );
+    }
+
+    /// A pull `to` started ends with `served` (empty when it failed): the store takes
+    /// what came, and the rule decides what is pulled next.
+    fn pulled(&mut self, to: usize, versions: &[Version], served: &[u64]) {
+        if !self.dead[to] {
+            for (version, sequence) in versions.iter().zip(served) {
+                let held = self.held[to].entry(version.site.clone()).or_insert(0);
+                *held = (*held).max(*sequence);
+            }
+        }
+        let nodes = &self.nodes;
+        let live = |site: &str| nodes[to].live().find(|m| m.site == site).cloned();
+        for (from, next) in self.pulls[to].finished(versions, live) {
+            if let Some(&j) = self.index.get(&from.site) {
+                self.hear(to, j, next);
+            }
+        }
+        self.start_pulls(to);
     }
 
     fn step_to(&mut self, end: u64) {
@@ -350,20 +405,14 @@ impl World {
                             self.drain(to);
                         }
                     }
-                    Event::Pulled { to, versions, ok } => {
-                        if ok && !self.dead[to] {
-                            for version in &versions {
-                                let held = self.held[to].entry(version.site.clone()).or_insert(0);
-                                *held = (*held).max(version.sequence);
-                            }
-                        }
-                        for (from, next) in self.pulls[to].finished(&versions) {
-                            if let Some(&j) = self.index.get(&from.site) {
-                                self.hear(to, j, next);
-                            }
-                        }
-                        self.start_pulls(to);
+                    Event::PullArrived { to, from, versions } => {
+                        self.pull_arrived(to, from, versions);
                     }
+                    Event::Pulled {
+                        to,
+                        versions,
+                        served,
+                    } => self.pulled(to, &versions, &served),
                     Event::Digest { to, from } => {
                         let theirs: Vec<(String, u64)> = self.held[from]
                             .iter()
@@ -655,5 +704,25 @@ mod tests {
         assert_eq!(r.detect.missed, 0, "{r:?}");
         assert!(r.heal_ms.is_some(), "{r:?}");
         assert!(r.bytes_per_site_s > r.datagram_bytes_per_site_s, "{r:?}");
+    }
+
+    /// Most members hear a version from a relay, which passes it on before its own pull
+    /// has brought the batch; one asked that early answers with its older batch. Waiting
+    /// for the next digest round put this tail at 1.3 to 2.1 s; a pull from the version's
+    /// own site once the relay's answer came back behind keeps it under a second.
+    #[test]
+    fn a_version_heard_from_relays_still_pulling_it_reaches_every_member_within_a_second() {
+        for seed in 1..=3 {
+            let r = run(Params {
+                sites: 10,
+                loss_per_mille: 10,
+                delay_ms: (20, 80),
+                batch_bytes: 800,
+                announcements: 40,
+                seed,
+            });
+            assert_eq!(r.spread.missed, 0, "{r:?}");
+            assert!(r.spread.p99_ms < 1_000, "seed {seed}: {:?}", r.spread);
+        }
     }
 }

@@ -12,8 +12,16 @@
 //!
 //! A register is pulled once at a time: a newer version heard while its pull is in
 //! flight is kept (the newest only) and handed back when the pull ends, to be weighed
-//! against the store again. Whether a pull succeeded does not matter here: a failed one
-//! leaves the store behind, so the register is wanted the next time it is heard.
+//! against the store again.
+//!
+//! A version is usually heard from a relay, which passes the announcement on as soon as
+//! it hears it, before its own pull of the batch has ended; asked that early, the relay
+//! answers with the batch it held before. So a pull asked of anyone but the version's own
+//! site hands the version back when it ends, as held by its own site, to be weighed
+//! against the store once more: a relay that had the batch costs nothing more, one that
+//! was behind (or failed) is followed at once by one pull from the site itself instead of
+//! a wait for the next announcement or digest round. A pull asked of the site itself is
+//! not repeated: the digests bring what it did not.
 //!
 //! ```
 //! use grid_membership::pulls::{Heard, Pulls};
@@ -27,7 +35,8 @@
 //! assert_eq!(pulls.heard(b.clone(), v("qwen"), None), Heard::Wanted);
 //! let pull = pulls.poll_pull().unwrap();
 //! assert_eq!((pull.from.site.as_str(), pull.versions.len()), ("b", 2));
-//! assert!(pulls.finished(&pull.versions).is_empty());
+//! // Asked of the versions' own site: nothing to hand back.
+//! assert!(pulls.finished(&pull.versions, |_| Some(b.clone())).is_empty());
 //! ```
 
 use std::collections::{HashMap, VecDeque};
@@ -72,6 +81,15 @@ pub struct Pull {
 
 type Register = (String, String);
 
+/// A register being pulled.
+#[derive(Debug)]
+struct InFlight {
+    /// The site of the member asked.
+    asked: String,
+    /// The newest version heard meanwhile, if any.
+    next: Option<(Member, Version)>,
+}
+
 fn register(v: &Version) -> Register {
     (v.site.clone(), v.provider.clone())
 }
@@ -84,8 +102,8 @@ fn newer(v: &Version, than: &Version) -> bool {
 #[derive(Debug)]
 pub struct Pulls {
     site: String,
-    /// Registers being pulled, each with the newest version heard meanwhile, if any.
-    in_flight: HashMap<Register, Option<(Member, Version)>>,
+    /// Registers being pulled.
+    in_flight: HashMap<Register, InFlight>,
     /// Registers wanted, with whom from.
     wanted: HashMap<Register, (Member, Version)>,
     /// Each member's wanted registers, oldest first.
@@ -116,7 +134,7 @@ impl Pulls {
             return Heard::Held;
         }
         let key = register(&version);
-        if let Some(next) = self.in_flight.get_mut(&key) {
+        if let Some(InFlight { next, .. }) = self.in_flight.get_mut(&key) {
             if next.as_ref().is_none_or(|(_, v)| newer(&version, v)) {
                 *next = Some((from, version));
             }
@@ -182,7 +200,9 @@ impl Pulls {
                 continue;
             };
             for v in &versions {
-                self.in_flight.insert(register(v), None);
+                let asked = from.site.clone();
+                self.in_flight
+                    .insert(register(v), InFlight { asked, next: None });
             }
             self.requests += 1;
             return Some(Pull { from, versions });
@@ -190,13 +210,28 @@ impl Pulls {
         None
     }
 
-    /// A request [`Pulls::poll_pull`] handed out ended, whatever it brought; the versions
-    /// heard meanwhile, to hand to [`Pulls::heard`] again with what the store holds now.
-    pub fn finished(&mut self, versions: &[Version]) -> Vec<(Member, Version)> {
+    /// A request [`Pulls::poll_pull`] handed out ended, whatever it brought. What to hand
+    /// to [`Pulls::heard`] again with what the store holds now: for each register, the
+    /// newest version heard meanwhile, or else, when a relay was asked, the version asked
+    /// for as held by its own site (`member_of` finds a live member by site; a site not
+    /// live is left to the digests).
+    pub fn finished(
+        &mut self,
+        versions: &[Version],
+        member_of: impl Fn(&str) -> Option<Member>,
+    ) -> Vec<(Member, Version)> {
         self.requests = self.requests.saturating_sub(1);
         versions
             .iter()
-            .filter_map(|v| self.in_flight.remove(&register(v)).flatten())
+            .filter_map(|v| {
+                let InFlight { asked, next } = self.in_flight.remove(&register(v))?;
+                next.or_else(|| {
+                    (asked != v.site)
+                        .then(|| member_of(&v.site))
+                        .flatten()
+                        .map(|site| (site, v.clone()))
+                })
+            })
             .collect()
     }
 
@@ -236,6 +271,48 @@ mod tests {
             epoch: 1,
             sequence,
         }
+    }
+
+    /// Finds every site as a live member.
+    fn live() -> impl Fn(&str) -> Option<Member> {
+        |site| Some(Member::loopback(site))
+    }
+
+    #[test]
+    fn a_pull_asked_of_a_relay_hands_its_version_back_as_held_by_its_own_site() {
+        let mut p = Pulls::new("a");
+        let v = version("b", "m", 2);
+        assert_eq!(
+            p.heard(Member::loopback("c"), v.clone(), Some((1, 1))),
+            Heard::Wanted
+        );
+        let pull = p.poll_pull().unwrap();
+        assert_eq!(pull.from.site, "c");
+        let again = p.finished(&pull.versions, live());
+        assert_eq!(again, [(Member::loopback("b"), v.clone())]);
+        // The relay had the batch: the store holds the version, nothing more is pulled.
+        assert_eq!(
+            p.heard(again[0].0.clone(), v.clone(), Some((1, 2))),
+            Heard::Held
+        );
+        // The relay was behind: one pull from the site itself.
+        assert_eq!(
+            p.heard(again[0].0.clone(), v.clone(), Some((1, 1))),
+            Heard::Wanted
+        );
+        let from_site = p.poll_pull().unwrap();
+        assert_eq!(from_site.from.site, "b");
+        // Asked of the site itself, the pull is not repeated, whatever it brought.
+        assert!(p.finished(&from_site.versions, live()).is_empty());
+        assert_eq!((p.in_flight(), p.wanted()), (0, 0));
+    }
+
+    #[test]
+    fn a_pull_asked_of_a_relay_hands_back_nothing_when_its_site_is_not_live() {
+        let mut p = Pulls::new("a");
+        p.heard(Member::loopback("c"), version("b", "m", 2), None);
+        let pull = p.poll_pull().unwrap();
+        assert!(p.finished(&pull.versions, |_| None).is_empty());
     }
 
     #[test]
@@ -279,11 +356,11 @@ mod tests {
             Heard::Queued
         );
         assert_eq!(p.poll_pull(), None);
-        let next = p.finished(&pull.versions);
+        let next = p.finished(&pull.versions, live());
         assert_eq!(next.len(), 1);
         assert_eq!((next[0].0.site.as_str(), next[0].1.sequence), ("c", 3));
         assert_eq!(p.in_flight(), 0);
-        assert!(p.finished(&pull.versions).is_empty());
+        assert!(p.finished(&pull.versions, live()).is_empty());
     }
 
     #[test]
@@ -386,7 +463,7 @@ mod tests {
         }
         assert_eq!(started.len(), MAX_PULLS_IN_FLIGHT);
         assert_eq!(p.wanted(), 1);
-        p.finished(&started[0].versions);
+        p.finished(&started[0].versions, live());
         assert_eq!(
             p.poll_pull().map(|p| p.from.site),
             Some(format!("s{MAX_PULLS_IN_FLIGHT}"))
