@@ -167,6 +167,7 @@ fn every_scenario_file_under_benches_scenarios_parses() {
             "mixed-priority.toml",
             "multi-gateway.toml",
             "regions-diurnal.toml",
+            "slow-large.toml",
             "standard.toml"
         ]
     );
@@ -231,6 +232,25 @@ fn a_scenario_with_an_unknown_field_is_refused_with_the_field_name() {
     let bad = text.replace("site = \"s16\"", "site = \"s99\"");
     let err = Scenario::parse(&bad).unwrap_err().to_string();
     assert!(err.contains("degrade.site") && err.contains("s99"), "{err}");
+}
+
+/// A large site at half speed near saturation: a band that fills like a fast site's holds
+/// its queue twice as long, which the time to first token shows against the oracle's.
+#[test]
+fn a_large_site_at_half_speed_near_saturation_keeps_ours_within_a_quarter_of_the_oracle() {
+    let config = scenario("slow-large.toml")
+        .with_duration_s(180)
+        .config(0.85, 42);
+    let results = run(&config, &[Policy::Ours, Policy::Oracle], 2);
+    let (ours, oracle) = (&results[0], &results[1]);
+    assert_eq!((ours.failed, oracle.failed), (0, 0));
+    let ratio = ours.summary.p99_ttft_served_ms as f64 / oracle.summary.p99_ttft_served_ms as f64;
+    assert!(
+        ratio <= 1.25,
+        "ours {} ms, oracle {} ms",
+        ours.summary.p99_ttft_served_ms,
+        oracle.summary.p99_ttft_served_ms
+    );
 }
 
 #[test]
