@@ -242,8 +242,13 @@ impl Scorer {
         let shedding_on = self.config.shedding.enabled;
         let mut saturation = Vec::with_capacity(if shedding_on { keys.len() } else { 0 });
         let ejected = self.ejected_of(keys);
-        for key in keys {
-            let v = self.view(now_ms, key);
+        let views: Vec<LearnerView> = keys.iter().map(|k| self.view(now_ms, k)).collect();
+        // Whether any candidate of the model is measured by a fresh polled reading: only
+        // then do answers without band room measure the others (see `answered_load`).
+        let polled = views
+            .iter()
+            .any(|v| v.load.is_some() && v.excluded.is_none());
+        for (key, v) in keys.iter().zip(views) {
             let evidence = CandidateEvidence {
                 shown_capacity: Some(v.shown_capacity),
                 load_stamp_ms: v.load_stamp,
@@ -294,7 +299,7 @@ impl Scorer {
                             .with_reach(v.reach)
                             .with_signal(signal(rho_now, life_ms))
                     }
-                    None => match answered_load(&v) {
+                    None => match answered_load(now_ms, &v, polled) {
                         Some((rho, waiting)) => {
                             Candidate::measured(key.clone(), v.capacity, rho, rho, waiting, false)
                                 .with_reach(v.reach)
@@ -364,8 +369,23 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 /// taken and that many waiting; bands with room and no queue as every slot taken and none
 /// waiting (its free slots are not known), so the site is offered what its slots turn
 /// over, no more; a band that said "full" weighs it down through its live factor.
-fn answered_load(v: &LearnerView) -> Option<(f64, f64)> {
-    v.live.headroom?;
+///
+/// An answer without band room (no flow control) shows the site serving but not what it
+/// holds. While another candidate of the model is measured by a fresh polled reading
+/// (`polled`), an answer within the same window reads as a band with room and no queue,
+/// so a site whose own signals stopped keeps its turnover's share beside the measured
+/// ones instead of only their overflow; its answers' timing weighs it down through the
+/// live factor. With no polled reading at all the model is routed without signals, by
+/// capacity over every candidate: answers alone would herd it onto whichever sites
+/// answered first, since without band room nothing says when they fill.
+fn answered_load(now_ms: u64, v: &LearnerView, polled: bool) -> Option<(f64, f64)> {
+    if v.live.headroom.is_none() {
+        return v
+            .live
+            .answered_ms
+            .filter(|&at| polled && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS)
+            .map(|_| (1.0, 0.0));
+    }
     let queue = v.live.queue.map_or(0.0, |(q, _)| q.max(0.0));
     Some((1.0 + queue / v.reach, queue))
 }
@@ -630,6 +650,75 @@ mod tests {
         let _more = slot.in_flight();
         fresh.feed_live(&board, 5_100);
         assert!((rho(&mut fresh, 5_100) - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_site_whose_polled_reading_aged_out_and_whose_answers_carry_no_band_room_is_measured_while_it_answers()
+     {
+        use crate::live::{LIVE_ROOM_FRESH_MS, LiveBoard};
+        let mut s = Scorer::new(ScoreConfig::default());
+        let fresh = ScoreConfig::default().fresh_for_ms;
+        let r = routes(&["polled", "answering"]);
+        for site in ["polled", "answering"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("polled"), key("answering")]);
+        let slot = board.slot(&key("answering")).unwrap();
+        // Past the freshness window only "polled" is read again; "answering" answers,
+        // without flow control's headers.
+        let now = 1_000 + fresh + 100;
+        s.observe(&key("polled"), &reading(now, 4.0)).unwrap();
+        slot.record_answer();
+        s.feed_live(&board, now);
+        let c = at(&s.refresh(now, &r), "answering").clone();
+        assert_ne!(c.state(), CandidateState::Unmeasured, "{c:?}");
+        assert!(
+            (c.signal().rho_now - 1.0).abs() < 1e-9 && c.waiting() == 0.0,
+            "every slot taken, none waiting: {c:?}"
+        );
+        // A failure is no sign of serving.
+        let later = now + LIVE_ROOM_FRESH_MS + 1;
+        s.observe(&key("polled"), &reading(later, 4.0)).unwrap();
+        slot.record_failure();
+        s.feed_live(&board, later);
+        assert_eq!(
+            at(&s.refresh(later, &r), "answering").state(),
+            CandidateState::Unmeasured
+        );
+        // At the window's edge an answer still measures it; one past it, nothing does.
+        let answered = later + 10;
+        slot.record_answer();
+        s.feed_live(&board, answered);
+        let edge = answered + LIVE_ROOM_FRESH_MS;
+        s.observe(&key("polled"), &reading(edge, 4.0)).unwrap();
+        assert_ne!(
+            at(&s.refresh(edge, &r), "answering").state(),
+            CandidateState::Unmeasured
+        );
+        s.observe(&key("polled"), &reading(edge + 1, 4.0)).unwrap();
+        assert_eq!(
+            at(&s.refresh(edge + 1, &r), "answering").state(),
+            CandidateState::Unmeasured
+        );
+    }
+
+    #[test]
+    fn with_no_polled_reading_in_the_model_answers_without_band_room_measure_no_site() {
+        use crate::live::LiveBoard;
+        let mut s = Scorer::new(ScoreConfig::default());
+        let fresh = ScoreConfig::default().fresh_for_ms;
+        let r = routes(&["answering", "silent"]);
+        for site in ["answering", "silent"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key("answering"), key("silent")]);
+        board.slot(&key("answering")).unwrap().record_answer();
+        let now = 1_000 + fresh + 100;
+        s.feed_live(&board, now);
+        let table = s.refresh(now, &r);
+        // Nothing says when the answering site fills: it would take everything.
+        assert_eq!(at(&table, "answering").state(), CandidateState::Unmeasured);
+        assert_eq!(table.get("m").unwrap().path(), Some(Path::Fallback));
     }
 
     #[test]

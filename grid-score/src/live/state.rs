@@ -57,6 +57,9 @@ pub(crate) struct LiveState {
     outlier: Outlier,
     /// This gateway's own requests at the site over time.
     outstanding: Outstanding,
+    /// When the newest answer that was not a failure was drained, if any was: a site
+    /// serving, whatever its polled readings say.
+    answered_at: Option<u64>,
 }
 
 /// What the snapshot reads of it at one instant.
@@ -82,6 +85,8 @@ pub(crate) struct LiveView {
     pub(crate) full_until_ms: Option<u64>,
     /// Until when it is ejected for failing, while it is.
     pub(crate) ejected_until_ms: Option<u64>,
+    /// When its newest answer that was not a failure was seen, if any was.
+    pub(crate) answered_ms: Option<u64>,
 }
 
 impl LiveState {
@@ -104,6 +109,9 @@ impl LiveState {
             decayed
         };
         self.failures_at = now_ms.max(self.failures_at);
+        if e.answers > 0 {
+            self.answered_at = Some(now_ms.max(self.answered_at.unwrap_or(0)));
+        }
         self.turnover.observe(e, now_ms);
         self.full_until = self.full_until.max(e.full_until_ms);
         self.outstanding.observe(now_ms, e.outstanding);
@@ -214,6 +222,7 @@ impl LiveState {
             room: self.room,
             full_until_ms: (now_ms < self.full_until).then_some(self.full_until),
             ejected_until_ms: self.outlier.ejected_until(),
+            answered_ms: self.answered_at,
         }
     }
 }
