@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use grid_kit::envoy::Envoy;
 use grid_kit::front_end_checks::{self as checks, FrontEnd};
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec, TransportMode};
 use grid_kit::openai_client::openai_requests;
 use grid_sim::site_model::SiteConfig;
 
@@ -57,6 +57,7 @@ impl Stack {
             model: MODEL.to_owned(),
             sites,
             cadence: Cadence::FAST,
+            transport: TransportMode::Poll,
             shedding,
         };
         let grid = LocalGrid::start_with_gateway(&spec, |c| {

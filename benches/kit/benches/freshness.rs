@@ -6,6 +6,10 @@
 //! as soon as the polled operator's readiness changes (`grid_signals::long_poll`), so a
 //! transition waits for the site's next scrape, local or remote, not for a poll.
 //!
+//! It runs twice: the operators on peer long polls, then on gossip (the operators' default
+//! transport), where the remote site's readiness change is pushed to the members at once
+//! and its batch pulled.
+//!
 //! Light traffic runs through the gateway meanwhile, as at a real site (its engine
 //! answers keep `grid_provider_ready` at 1 through a short outage, so exclusion and rejoin
 //! follow the ready-endpoint count). Each cycle starts at a different offset from the
@@ -23,7 +27,9 @@ use std::time::Duration;
 
 use grid_kit::clock::Stopwatch;
 use grid_kit::latency::Latencies;
-use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
+use grid_kit::local_grid::{
+    Backend, Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec, TransportMode,
+};
 use grid_kit::sim_site::SimSiteConfig;
 use grid_kit::traffic::{Rate, Tally, generate};
 use grid_sim::site_model::{ServiceTime, SiteConfig};
@@ -93,55 +99,66 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(async {
-        let spec = GridSpec {
-            model: MODEL.to_owned(),
-            sites: vec![site("a"), site("b")],
-            cadence: Cadence::DEFAULT,
-            shedding: None,
-        };
-        let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
-            .await
-            .expect("grid starts, both sites measured");
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let traffic = tokio::spawn(generate(
-            grid.chat_url().parse().unwrap(),
-            MODEL.to_owned(),
-            Arc::new(Rate::new(TRAFFIC_RPS)),
-            Arc::new(parking_lot::Mutex::new(Tally::new(
-                grid.site_names().map(str::to_owned).collect(),
-            ))),
-            Stopwatch::start(),
-            7,
-            stopped,
-        ));
-        let c = Cadence::DEFAULT;
+    // Under both transports, one after the other: peer long polls, then gossip (the
+    // operators' default), whose pushed readiness and pulled batch answer the gateway's
+    // long poll the same way.
+    for transport in [TransportMode::Poll, TransportMode::Gossip] {
+        runtime.block_on(measure(transport));
+    }
+}
+
+async fn measure(transport: TransportMode) {
+    let spec = GridSpec {
+        model: MODEL.to_owned(),
+        sites: vec![site("a"), site("b")],
+        cadence: Cadence::DEFAULT,
+        transport,
+        shedding: None,
+    };
+    let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
+        .await
+        .expect("grid starts, both sites measured");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let traffic = tokio::spawn(generate(
+        grid.chat_url().parse().unwrap(),
+        MODEL.to_owned(),
+        Arc::new(Rate::new(TRAFFIC_RPS)),
+        Arc::new(parking_lot::Mutex::new(Tally::new(
+            grid.site_names().map(str::to_owned).collect(),
+        ))),
+        Stopwatch::start(),
+        7,
+        stopped,
+    ));
+    let c = Cadence::DEFAULT;
+    println!(
+        "signal freshness under {} at the default cadences (scrape {} ms, gateway poll {} ms, peer poll {} ms), {TRAFFIC_RPS} req/s through the gateway",
+        transport.as_str(),
+        c.scrape_ms,
+        c.gateway_poll_ms,
+        c.peer_poll_ms
+    );
+    let (mut le, mut lr) = cycles(&grid, "a", LOCAL_CYCLES).await;
+    let (mut re, mut rr) = cycles(&grid, "b", REMOTE_CYCLES).await;
+    println!(
+        "{:<22} {:>8} {:>8} {:>8} {:>8}",
+        "", "min", "median", "max", "design"
+    );
+    for (label, l, design) in [
+        ("local exclude", &mut le, "~1 s"),
+        ("local rejoin", &mut lr, "~1 s"),
+        ("remote exclude", &mut re, "~1 s"),
+        ("remote rejoin", &mut rr, "~1 s"),
+    ] {
         println!(
-            "signal freshness at the default cadences (scrape {} ms, gateway poll {} ms, peer poll {} ms), {TRAFFIC_RPS} req/s through the gateway",
-            c.scrape_ms, c.gateway_poll_ms, c.peer_poll_ms
+            "{label:<22} {:>8} {:>8} {:>8} {:>8}",
+            seconds(l.quantile(0.0)),
+            seconds(l.p50()),
+            seconds(l.quantile(1.0)),
+            design
         );
-        let (mut le, mut lr) = cycles(&grid, "a", LOCAL_CYCLES).await;
-        let (mut re, mut rr) = cycles(&grid, "b", REMOTE_CYCLES).await;
-        println!(
-            "{:<22} {:>8} {:>8} {:>8} {:>8}",
-            "", "min", "median", "max", "design"
-        );
-        for (label, l, design) in [
-            ("local exclude", &mut le, "~1 s"),
-            ("local rejoin", &mut lr, "~1 s"),
-            ("remote exclude", &mut re, "~1 s"),
-            ("remote rejoin", &mut rr, "~1 s"),
-        ] {
-            println!(
-                "{label:<22} {:>8} {:>8} {:>8} {:>8}",
-                seconds(l.quantile(0.0)),
-                seconds(l.p50()),
-                seconds(l.quantile(1.0)),
-                design
-            );
-        }
-        let _ = stop.send(true);
-        let _ = traffic.await;
-        grid.shutdown().await;
-    });
+    }
+    let _ = stop.send(true);
+    let _ = traffic.await;
+    grid.shutdown().await;
 }

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use grid_kit::instant_upstream::InstantUpstream;
 use grid_kit::latency::Latencies;
 use grid_kit::load::{LoadClient, LoopResult, Protocol, chat_body, closed_loop};
-use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec};
+use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec, TransportMode};
 use grid_kit::sim_site::SimSiteConfig;
 use grid_sim::site_model::{ServiceTime, SiteConfig};
 use http::Uri;
@@ -110,6 +110,7 @@ async fn table(title: &str, backend: Backend, direct_base: Option<String>) -> bo
             backend,
         }],
         cadence: Cadence::DEFAULT,
+        transport: TransportMode::Poll,
         shedding: None,
     };
     let grid = LocalGrid::start_measured(&spec, Duration::from_secs(15))

@@ -39,6 +39,7 @@ use grid_gateway::config::{
     TlsFiles as GatewayTls,
 };
 use grid_operatord::clock::Clock;
+pub use grid_operatord::config::TransportMode;
 use grid_operatord::config::{
     Config as OperatorConfig, DEFAULT_METRICS_PATH, Listen, PeerConfig, ProviderConfig,
     TlsFiles as OperatorTls, TrustMode,
@@ -148,6 +149,9 @@ pub struct GridSpec {
     pub sites: Vec<SiteSpec>,
     /// The daemons' cadences.
     pub cadence: Cadence,
+    /// How the operators carry signals between sites: polls (the peer polls a remote
+    /// site's relays can delay) or gossip (membership datagrams, which no relay carries).
+    pub transport: TransportMode,
     /// Shedding, when on.
     pub shedding: Option<Shedding>,
 }
@@ -331,6 +335,16 @@ fn operator_config(
     );
     provider.timeout = Duration::from_millis(cadence.scrape_ms.clamp(500, 1_000));
     let config = config.with_provider(provider);
+    config.validate()?;
+    Ok(config)
+}
+
+/// `config` carrying signals by `transport`; under gossip its peers are its seeds.
+fn with_transport(
+    mut config: OperatorConfig,
+    transport: TransportMode,
+) -> Result<OperatorConfig, Error> {
+    config.transport = transport;
     config.validate()?;
     Ok(config)
 }
@@ -607,14 +621,17 @@ async fn start_remote(
         }
         _ => (None, signals_url(local_addr)),
     };
-    let config = operator_config(
-        place.name,
-        place.files,
-        &place.state,
-        SocketAddr::from((site_ip(ns), 0)),
-        spec.cadence,
-        &[(local_name, local_url)],
-        place.backend_url,
+    let config = with_transport(
+        operator_config(
+            place.name,
+            place.files,
+            &place.state,
+            SocketAddr::from((site_ip(ns), 0)),
+            spec.cadence,
+            &[(local_name, local_url)],
+            place.backend_url,
+        )?,
+        spec.transport,
     )?;
     let clock = Clock::system();
     let operator_runtime = ns.map(Netns::single_threaded).transpose()?;
@@ -722,14 +739,17 @@ impl LocalGrid {
             relays.push(remote.link);
         }
         let state = dir.path().join(format!("{local_name}-state"));
-        let config = operator_config(
-            local_name,
-            &files[0],
-            &state,
-            local_addr,
-            spec.cadence,
-            &peer_urls,
-            &backends[0].1,
+        let config = with_transport(
+            operator_config(
+                local_name,
+                &files[0],
+                &state,
+                local_addr,
+                spec.cadence,
+                &peer_urls,
+                &backends[0].1,
+            )?,
+            spec.transport,
         )?;
         let clock = Clock::system();
         let (op, config) = start_operator(config, &state, &clock).await?;
@@ -1192,6 +1212,7 @@ mod tests {
                 },
             ],
             cadence: Cadence::FAST,
+            transport: TransportMode::Poll,
             shedding: Some(Shedding {
                 full_after_ms: 300,
                 room_after_ms: 2_000,

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteSpec, TransportMode};
 use grid_sim::site_model::SiteConfig;
 
 fn docs() -> PathBuf {
@@ -164,6 +164,7 @@ async fn every_series_the_dashboard_and_the_alerts_name_is_exported_by_a_running
             SiteSpec::simulated(SiteConfig::new("b", 1, 2), "llama", 50.0, 4),
         ],
         cadence: Cadence::FAST,
+        transport: TransportMode::Poll,
         shedding: None,
     };
     let grid = LocalGrid::start_measured(&spec, Duration::from_secs(20))

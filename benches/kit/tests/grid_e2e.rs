@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use grid_kit::load::{LoadClient, Protocol, chat_body};
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec};
+use grid_kit::local_grid::{
+    Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec, TransportMode,
+};
 use grid_score::CandidateState;
 use grid_signals::epp::HYSTERESIS_SCRAPES;
 use grid_sim::site_model::SiteConfig;
@@ -56,6 +58,7 @@ async fn grid(shedding: Option<Shedding>) -> LocalGrid {
         model: MODEL.to_owned(),
         sites: vec![site("a", 2, 2), site("b", 2, 2)],
         cadence: Cadence::FAST,
+        transport: TransportMode::Poll,
         shedding,
     };
     LocalGrid::start_measured(&spec, MEASURED_WITHIN)

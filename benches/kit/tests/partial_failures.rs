@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use grid_kit::load::{LoadClient, Protocol, chat_body};
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteSpec, TransportMode};
 use grid_kit::sim_site::{AnswerFault, EppFault};
 use grid_sim::site_model::SiteConfig;
 use http::StatusCode;
@@ -52,6 +52,7 @@ async fn grid(sites: Vec<SiteSpec>) -> LocalGrid {
         model: MODEL.to_owned(),
         sites,
         cadence: Cadence::FAST,
+        transport: TransportMode::Poll,
         shedding: None,
     };
     LocalGrid::start_measured(&spec, MEASURED_WITHIN)

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use grid_kit::front_end_checks::{self as checks, FrontEnd};
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, Shedding, SiteSpec, TransportMode};
 use grid_kit::openai_client::openai_requests;
 use grid_kit::pingora_proxy::PingoraProxy;
 use grid_sim::site_model::SiteConfig;
@@ -37,6 +37,7 @@ impl Stack {
             model: MODEL.to_owned(),
             sites: vec![site("a"), site("b")],
             cadence: Cadence::FAST,
+            transport: TransportMode::Poll,
             shedding,
         };
         let grid = LocalGrid::start_measured(&spec, MEASURED_WITHIN)

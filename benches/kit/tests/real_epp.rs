@@ -479,7 +479,7 @@ async fn load_put_on_the_simulators_shows_in_the_operators_in_flight_estimate() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_streams_answers_and_sends_traffic_away_from_the_site_whose_simulators_are_loaded()
  {
-    use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec};
+    use grid_kit::local_grid::{Backend, Cadence, GridSpec, LocalGrid, SiteSpec, TransportMode};
     let mut sites = Vec::new();
     for pool in ["a", "b"] {
         let mut spec = LlmdSpec::new(pool, 2);
@@ -501,6 +501,7 @@ async fn the_gateway_streams_answers_and_sends_traffic_away_from_the_site_whose_
             })
             .collect(),
         cadence: Cadence::FAST,
+        transport: TransportMode::Poll,
         shedding: None,
     };
     let grid = LocalGrid::start(&spec).await.unwrap();

@@ -4,11 +4,12 @@
 //! operator `b` with a bounded long poll that `b` answers as soon as its readiness
 //! changes, and the gateway polls operator `a` the same way, so `b` leaving selection
 //! (its EPP reading zero ready endpoints) and rejoining it wait for `b`'s next scrape,
-//! not for the next peer poll.
+//! not for the next peer poll. The same under gossip, the operators' default transport:
+//! `b` pushes the batch's version to the members at once and `a` pulls it.
 
 use std::time::Duration;
 
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec};
+use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec, TransportMode};
 use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
@@ -25,10 +26,24 @@ fn site(name: &str) -> SiteSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_poll() {
+    assert_within_bound(&cycles(TransportMode::Poll).await);
+}
+
+/// Under gossip, the operators' default transport, `b`'s readiness change is pushed to
+/// the members at once and `a` pulls the batch, which answers its gateway's long poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gossip_a_remote_site_leaves_and_rejoins_selection_within_a_scrape_too() {
+    assert_within_bound(&cycles(TransportMode::Gossip).await);
+}
+
+/// Drops and restores `b`'s endpoints [`CYCLES`] times; how long each exclusion and each
+/// rejoin took to reach the gateway's view.
+async fn cycles(transport: TransportMode) -> Vec<(Duration, Duration)> {
     let spec = GridSpec {
         model: MODEL.to_owned(),
         sites: vec![site("a"), site("b")],
         cadence: Cadence::DEFAULT,
+        transport,
         shedding: None,
     };
     let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
@@ -57,14 +72,40 @@ async fn a_remote_site_leaves_and_rejoins_selection_within_a_scrape_not_a_peer_p
             .await
             .expect("b rejoins selection");
         println!(
-            "cycle {}: excluded after {:.2} s, selectable again after {:.2} s",
+            "{}, cycle {}: excluded after {:.2} s, selectable again after {:.2} s",
+            transport.as_str(),
             i + 1,
             left.as_secs_f64(),
             back.as_secs_f64()
         );
         times.push((left, back));
     }
+    // The transport is the one asked for: batches pulled under gossip, none under poll.
+    let metrics = grid.operator_metrics_addr("a").expect("a's operator runs");
+    let (_, text) = grid_kit::llmd::get(&format!("http://{metrics}/metrics"), None)
+        .await
+        .expect("a's operator serves /metrics");
+    let pulled = text
+        .lines()
+        .find(|l| {
+            l.starts_with("grid_operator_gossip_fetches_total{")
+                && l.contains("kind=\"batch\"")
+                && l.contains("outcome=\"ok\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert_eq!(
+        pulled > 0.0,
+        transport == TransportMode::Gossip,
+        "{} batches pulled under {}",
+        pulled,
+        transport.as_str()
+    );
     grid.shutdown().await;
+    times
+}
+
+fn assert_within_bound(times: &[(Duration, Duration)]) {
     for (i, (left, back)) in times.iter().enumerate() {
         assert!(
             *left <= BOUND && *back <= BOUND,

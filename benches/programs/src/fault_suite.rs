@@ -27,7 +27,7 @@ use grid_kit::Error;
 use grid_kit::clock::Stopwatch;
 use grid_kit::load::{LoadClient, Protocol, chat_body};
 use grid_kit::local_grid::{
-    Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, routing_of,
+    Cadence, GridSpec, Links, LocalGrid, SiteLink, SiteRouting, SiteSpec, TransportMode, routing_of,
 };
 use grid_kit::sim_site::{EppFault, SimSiteControl};
 
@@ -246,6 +246,7 @@ pub fn spec() -> GridSpec {
         model: MODEL.to_owned(),
         sites: SITES.iter().map(|s| site(s)).collect(),
         cadence: Cadence::FAST,
+        transport: TransportMode::Poll,
         shedding: None,
     }
 }

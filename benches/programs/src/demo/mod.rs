@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use grid_kit::Error;
 use grid_kit::clock::Stopwatch;
 use grid_kit::local_grid::{
-    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec,
+    Backend, Cadence, GridSpec, LocalGrid, Shedding, SiteRouting, SiteSpec, TransportMode,
 };
 use grid_kit::sim_site::{CapacityReaderMode, SimSiteConfig};
 use grid_sim::fake_epp::EppIdentity;
@@ -194,6 +194,7 @@ pub fn grid_spec(cadence: Cadence, seed: u64) -> GridSpec {
         model: MODEL.to_owned(),
         sites,
         cadence,
+        transport: TransportMode::Poll,
         shedding: Some(SHEDDING),
     }
 }
