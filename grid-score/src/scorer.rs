@@ -430,6 +430,17 @@ mod tests {
         Routes::new().with("m", sites.iter().map(|s| key(s)).collect())
     }
 
+    /// A scorer that read both `sites` once, at 1,000 ms; model m's routes over them; a
+    /// live board for them.
+    fn both_read_once(sites: [&str; 2]) -> (Scorer, Routes, LiveBoard) {
+        let mut s = Scorer::new(ScoreConfig::default());
+        for site in sites {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let board = LiveBoard::new(&[key(sites[0]), key(sites[1])]);
+        (s, routes(&sites), board)
+    }
+
     #[test]
     fn a_candidate_never_read_scores_unmeasured_and_sorts_last() {
         let mut s = Scorer::new(ScoreConfig::default());
@@ -655,14 +666,9 @@ mod tests {
     #[test]
     fn a_site_whose_polled_reading_aged_out_and_whose_answers_carry_no_band_room_is_measured_while_it_answers()
      {
-        use crate::live::{LIVE_ROOM_FRESH_MS, LiveBoard};
-        let mut s = Scorer::new(ScoreConfig::default());
+        use crate::live::LIVE_ROOM_FRESH_MS;
+        let (mut s, r, board) = both_read_once(["polled", "answering"]);
         let fresh = ScoreConfig::default().fresh_for_ms;
-        let r = routes(&["polled", "answering"]);
-        for site in ["polled", "answering"] {
-            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
-        }
-        let board = LiveBoard::new(&[key("polled"), key("answering")]);
         let slot = board.slot(&key("answering")).unwrap();
         // Past the freshness window only "polled" is read again; "answering" answers,
         // without flow control's headers.
@@ -704,14 +710,8 @@ mod tests {
 
     #[test]
     fn with_no_polled_reading_in_the_model_answers_without_band_room_measure_no_site() {
-        use crate::live::LiveBoard;
-        let mut s = Scorer::new(ScoreConfig::default());
+        let (mut s, r, board) = both_read_once(["answering", "silent"]);
         let fresh = ScoreConfig::default().fresh_for_ms;
-        let r = routes(&["answering", "silent"]);
-        for site in ["answering", "silent"] {
-            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
-        }
-        let board = LiveBoard::new(&[key("answering"), key("silent")]);
         board.slot(&key("answering")).unwrap().record_answer();
         let now = 1_000 + fresh + 100;
         s.feed_live(&board, now);
@@ -723,14 +723,9 @@ mod tests {
 
     #[test]
     fn a_site_whose_polled_reading_aged_out_is_measured_by_its_answers_band_room_while_fresh() {
-        use crate::live::{FlowObservation, LIVE_ROOM_FRESH_MS, LiveBoard};
-        let mut s = Scorer::new(ScoreConfig::default());
+        use crate::live::{FlowObservation, LIVE_ROOM_FRESH_MS};
+        let (mut s, r, board) = both_read_once(["polled", "answering"]);
         let fresh = ScoreConfig::default().fresh_for_ms;
-        let r = routes(&["polled", "answering"]);
-        for site in ["polled", "answering"] {
-            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
-        }
-        let board = LiveBoard::new(&[key("polled"), key("answering")]);
         let slot = board.slot(&key("answering")).unwrap();
         let room = |h| FlowObservation {
             headroom: Some(h),

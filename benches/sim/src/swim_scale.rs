@@ -689,16 +689,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_small_grid_joins_spreads_detects_and_heals_under_loss() {
-        let r = run(Params {
-            sites: 8,
+    /// A grid of `sites` under 1% loss and 20-80 ms one way.
+    fn lossy(sites: usize, announcements: usize, seed: u64) -> Params {
+        Params {
+            sites,
             loss_per_mille: 10,
             delay_ms: (20, 80),
             batch_bytes: 800,
-            announcements: 5,
-            seed: 1,
-        });
+            announcements,
+            seed,
+        }
+    }
+
+    #[test]
+    fn a_small_grid_joins_spreads_detects_and_heals_under_loss() {
+        let r = run(lossy(8, 5, 1));
         assert!(r.join_ms.is_some(), "{r:?}");
         assert_eq!(r.spread.missed, 0, "{r:?}");
         assert_eq!(r.detect.missed, 0, "{r:?}");
@@ -713,14 +718,7 @@ mod tests {
     #[test]
     fn a_version_heard_from_relays_still_pulling_it_reaches_every_member_within_a_second() {
         for seed in 1..=3 {
-            let r = run(Params {
-                sites: 10,
-                loss_per_mille: 10,
-                delay_ms: (20, 80),
-                batch_bytes: 800,
-                announcements: 40,
-                seed,
-            });
+            let r = run(lossy(10, 40, seed));
             assert_eq!(r.spread.missed, 0, "{r:?}");
             assert!(r.spread.p99_ms < 1_000, "seed {seed}: {:?}", r.spread);
         }
