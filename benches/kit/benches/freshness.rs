@@ -108,13 +108,7 @@ fn main() {
 }
 
 async fn measure(transport: TransportMode) {
-    let spec = GridSpec {
-        model: MODEL.to_owned(),
-        sites: vec![site("a"), site("b")],
-        cadence: Cadence::DEFAULT,
-        transport,
-        shedding: None,
-    };
+    let spec = GridSpec::at_default_cadences(MODEL, vec![site("a"), site("b")], transport);
     let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
         .await
         .expect("grid starts, both sites measured");

@@ -156,6 +156,24 @@ pub struct GridSpec {
     pub shedding: Option<Shedding>,
 }
 
+impl GridSpec {
+    /// `sites` serving `model` at the daemons' default cadences, signals carried by
+    /// `transport`, without shedding.
+    pub fn at_default_cadences(
+        model: &str,
+        sites: Vec<SiteSpec>,
+        transport: TransportMode,
+    ) -> Self {
+        Self {
+            model: model.to_owned(),
+            sites,
+            cadence: Cadence::DEFAULT,
+            transport,
+            shedding: None,
+        }
+    }
+}
+
 /// The WAN between `site[0]` and every remote site: what [`LocalGrid::start_with_links`]
 /// puts in each remote site's two relays at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

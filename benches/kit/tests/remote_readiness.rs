@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use grid_kit::local_grid::{Cadence, GridSpec, LocalGrid, SiteRouting, SiteSpec, TransportMode};
+use grid_kit::local_grid::{GridSpec, LocalGrid, SiteRouting, SiteSpec, TransportMode};
 use grid_sim::site_model::SiteConfig;
 
 const MODEL: &str = "llama";
@@ -39,13 +39,7 @@ async fn under_gossip_a_remote_site_leaves_and_rejoins_selection_within_a_scrape
 /// Drops and restores `b`'s endpoints [`CYCLES`] times; how long each exclusion and each
 /// rejoin took to reach the gateway's view.
 async fn cycles(transport: TransportMode) -> Vec<(Duration, Duration)> {
-    let spec = GridSpec {
-        model: MODEL.to_owned(),
-        sites: vec![site("a"), site("b")],
-        cadence: Cadence::DEFAULT,
-        transport,
-        shedding: None,
-    };
+    let spec = GridSpec::at_default_cadences(MODEL, vec![site("a"), site("b")], transport);
     let grid = LocalGrid::start_measured(&spec, Duration::from_secs(30))
         .await
         .expect("grid starts, both sites measured");
