@@ -40,6 +40,10 @@ pub(crate) struct Learner {
     pressure: Pressure,
     last_stamp: Option<u64>,
     last_load_stamp: Option<u64>,
+    /// The gateway's own requests at the site when the newest loaded sample was taken
+    /// (`None` when its stamp was older than the kept counts): what the change since is
+    /// measured against once the sample is older than them.
+    own_at_load: Option<u32>,
     /// Unsmoothed rho of the newest loaded sample: what the site held at its stamp, which
     /// headroom reads (the smoothed rho lags a 5 s-apart remote reading by a whole poll).
     instant: f64,
@@ -89,8 +93,8 @@ pub(crate) struct LearnerView {
     pub(crate) hard_bound: Option<f64>,
     pub(crate) live: crate::live::LiveView,
     /// How many more of this gateway's own requests are at the site now than when the
-    /// newest loaded sample was taken; `None` without one, or when it is older than the
-    /// gateway's kept samples.
+    /// newest loaded sample was taken; `None` without one, or when its stamp was older
+    /// than the gateway's kept counts when it arrived.
     pub(crate) own_change: Option<f64>,
 }
 
@@ -176,6 +180,7 @@ impl Learner {
                 self.pace.update(self.waiting / capacity, gap);
             }
             self.last_load_stamp = Some(stamp);
+            self.own_at_load = self.live.own_at(stamp);
             self.instant = instant;
             self.pressure.push(instant, stamp)
         });
@@ -278,7 +283,11 @@ impl Learner {
             live: self.live.view(now_ms),
             own_change: self
                 .last_load_stamp
-                .and_then(|stamp| self.live.own_change_since(stamp)),
+                .and_then(|stamp| self.live.own_change_since(stamp))
+                .or_else(|| {
+                    self.own_at_load
+                        .map(|then| f64::from(self.live.own_now()) - f64::from(then))
+                }),
         }
     }
 }

@@ -372,19 +372,29 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 ///
 /// An answer without band room (no flow control) shows the site serving but not what it
 /// holds. While another candidate of the model is measured by a fresh polled reading
-/// (`polled`), an answer within the same window reads as a band with room and no queue,
-/// so a site whose own signals stopped keeps its turnover's share beside the measured
-/// ones instead of only their overflow; its answers' timing weighs it down through the
-/// live factor. With no polled reading at all the model is routed without signals, by
-/// capacity over every candidate: answers alone would herd it onto whichever sites
-/// answered first, since without band room nothing says when they fill.
+/// (`polled`), an answer within the same window measures the site by its last polled
+/// reading however old, moved by what this gateway sent there and saw end since (other
+/// gateways' requests stay as that reading showed them), or, with no reading ever, as a
+/// band with room and no queue; its answers' timing weighs it down through the live
+/// factor. So a site whose own signals stopped keeps its share beside the measured ones
+/// instead of only their overflow. With no polled reading at all the model is routed
+/// without signals, by capacity over every candidate: answers alone would herd it onto
+/// whichever sites answered first, since without band room nothing says when they fill.
 fn answered_load(now_ms: u64, v: &LearnerView, polled: bool) -> Option<(f64, f64)> {
     if v.live.headroom.is_none() {
-        return v
-            .live
-            .answered_ms
-            .filter(|&at| polled && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS)
-            .map(|_| (1.0, 0.0));
+        let answering = v.live.answered_ms.is_some_and(|at| {
+            polled && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS
+        });
+        if !answering {
+            return None;
+        }
+        return Some(match (v.load_stamp, v.own_change) {
+            (Some(_), Some(change)) => {
+                let rho = (v.instant + change / v.reach.max(crate::CAPACITY_FLOOR)).max(0.0);
+                (rho, (rho - 1.0).max(0.0) * v.reach)
+            }
+            _ => (1.0, 0.0),
+        });
     }
     let queue = v.live.queue.map_or(0.0, |(q, _)| q.max(0.0));
     Some((1.0 + queue / v.reach, queue))
@@ -671,7 +681,8 @@ mod tests {
         let fresh = ScoreConfig::default().fresh_for_ms;
         let slot = board.slot(&key("answering")).unwrap();
         // Past the freshness window only "polled" is read again; "answering" answers,
-        // without flow control's headers.
+        // without flow control's headers, and no count of the gateway's own requests was
+        // kept at its reading: every slot taken, none waiting.
         let now = 1_000 + fresh + 100;
         s.observe(&key("polled"), &reading(now, 4.0)).unwrap();
         slot.record_answer();
@@ -705,6 +716,40 @@ mod tests {
         assert_eq!(
             at(&s.refresh(edge + 1, &r), "answering").state(),
             CandidateState::Unmeasured
+        );
+    }
+
+    #[test]
+    fn a_site_measured_by_its_answers_reads_its_last_polled_load_moved_by_the_gateways_own_requests_since()
+     {
+        let mut s = Scorer::new(ScoreConfig::default());
+        let fresh = ScoreConfig::default().fresh_for_ms;
+        let r = routes(&["polled", "answering"]);
+        let board = LiveBoard::new(&[key("polled"), key("answering")]);
+        // A count kept before the readings: none of the gateway's requests out.
+        s.feed_live(&board, 900);
+        for site in ["polled", "answering"] {
+            s.observe(&key(site), &reading(1_000, 4.0)).unwrap();
+        }
+        let slot = board.slot(&key("answering")).unwrap();
+        // Long past the freshness window, and past the counts the gateway keeps.
+        let now = 1_000 + 4 * fresh;
+        for i in 1..=crate::live::OUTSTANDING_SAMPLES as u64 {
+            s.feed_live(&board, 1_000 + i * crate::live::OUTSTANDING_SPACING_MS);
+        }
+        s.observe(&key("polled"), &reading(now, 4.0)).unwrap();
+        slot.record_answer();
+        s.feed_live(&board, now);
+        let before = at(&s.refresh(now, &r), "answering").clone();
+        assert_ne!(before.state(), CandidateState::Unmeasured, "{before:?}");
+        let _sent: Vec<_> = (0..3).map(|_| slot.in_flight()).collect();
+        slot.record_answer();
+        s.feed_live(&board, now + 100);
+        let after = at(&s.refresh(now + 100, &r), "answering").clone();
+        let moved = after.signal().rho_now - before.signal().rho_now;
+        assert!(
+            (moved - 3.0 / after.reach()).abs() < 1e-9,
+            "three more of its own requests there: {before:?} -> {after:?}"
         );
     }
 

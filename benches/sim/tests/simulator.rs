@@ -163,6 +163,7 @@ fn every_scenario_file_under_benches_scenarios_parses() {
             "fail-fast.toml",
             "five-sites-long.toml",
             "flapping-remote.toml",
+            "frozen-remote-multi.toml",
             "frozen-remote.toml",
             "mixed-priority.toml",
             "multi-gateway.toml",
@@ -251,6 +252,32 @@ fn a_large_site_at_half_speed_near_saturation_keeps_ours_within_a_quarter_of_the
         ours.summary.p99_ttft_served_ms,
         oracle.summary.p99_ttft_served_ms
     );
+}
+
+/// Four gateways, the largest site's operator frozen, no flow control: each gateway reads
+/// the frozen site as its last polled load moved by its own requests there, so together
+/// they neither starve it (it took half its share while unmeasured: 1.5-1.6x the
+/// oracle) nor each offer it its whole turnover (1.3-1.5x).
+#[test]
+fn with_a_large_sites_operator_frozen_and_no_flow_control_every_gateway_keeps_ours_near_the_oracle()
+{
+    for gossip in [false, true] {
+        let mut frozen = scenario("frozen-remote-multi.toml")
+            .with_duration_s(400)
+            .without_flow_control();
+        if gossip {
+            frozen = frozen.with_gossip();
+        }
+        let results = run(&frozen.config(0.85, 42), &[Policy::Ours, Policy::Oracle], 2);
+        let (ours, oracle) = (&results[0].summary, &results[1].summary);
+        let ratio = ours.p99_ttft_served_ms as f64 / oracle.p99_ttft_served_ms as f64;
+        assert!(
+            ratio <= 1.3,
+            "gossip {gossip}: ours {} ms, oracle {} ms",
+            ours.p99_ttft_served_ms,
+            oracle.p99_ttft_served_ms
+        );
+    }
 }
 
 #[test]

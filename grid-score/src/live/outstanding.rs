@@ -66,6 +66,21 @@ impl Outstanding {
 
     /// How many more of the gateway's requests are outstanding now than at `stamp_ms`
     /// (fewer: negative); `None` when no kept sample is that old.
+    /// What was outstanding at `stamp_ms`: the newest kept sample at or before it;
+    /// `None` when none is that old.
+    pub(crate) fn at(&self, stamp_ms: u64) -> Option<u32> {
+        self.ring[..self.len]
+            .iter()
+            .filter(|(at, _)| *at <= stamp_ms)
+            .max_by_key(|(at, _)| *at)
+            .map(|(_, n)| *n)
+    }
+
+    /// What is outstanding now (the newest count, however recent).
+    pub(crate) fn now(&self) -> u32 {
+        self.now
+    }
+
     pub(crate) fn change_since(&self, stamp_ms: u64) -> Option<f64> {
         let then = self.ring[..self.len]
             .iter()
@@ -93,6 +108,19 @@ mod tests {
         assert_eq!(o.change_since(2_500), Some(-3.0));
         assert_eq!(o.change_since(3_000), Some(0.0));
         assert_eq!(o.change_since(999), None, "older than every sample");
+    }
+
+    #[test]
+    fn the_count_at_a_stamp_is_the_newest_sample_at_or_before_it_and_now_the_newest_count() {
+        let mut o = Outstanding::default();
+        o.observe(1_000, 4);
+        o.observe(2_000, 10);
+        o.observe(2_100, 12);
+        assert_eq!(
+            (o.at(1_999), o.at(2_000), o.at(999)),
+            (Some(4), Some(10), None)
+        );
+        assert_eq!(o.now(), 12, "kept or not, the newest count is now's");
     }
 
     #[test]

@@ -177,6 +177,17 @@ impl LiveState {
         self.outstanding.change_since(stamp_ms)
     }
 
+    /// How many of this gateway's own requests were at the site at `stamp_ms`; `None`
+    /// when that is older than what is kept.
+    pub(crate) fn own_at(&self, stamp_ms: u64) -> Option<u32> {
+        self.outstanding.at(stamp_ms)
+    }
+
+    /// How many of this gateway's own requests are at the site now.
+    pub(crate) fn own_now(&self) -> u32 {
+        self.outstanding.now()
+    }
+
     /// The state as the snapshot reads it at `now_ms`.
     pub(crate) fn view(&self, now_ms: u64) -> LiveView {
         let failures = self.failures_now(now_ms);
