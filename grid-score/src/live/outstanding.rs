@@ -64,8 +64,6 @@ impl Outstanding {
             .then(|| self.ring[(self.next + OUTSTANDING_SAMPLES - 1) % OUTSTANDING_SAMPLES])
     }
 
-    /// How many more of the gateway's requests are outstanding now than at `stamp_ms`
-    /// (fewer: negative); `None` when no kept sample is that old.
     /// What was outstanding at `stamp_ms`: the newest kept sample at or before it;
     /// `None` when none is that old.
     pub(crate) fn at(&self, stamp_ms: u64) -> Option<u32> {
@@ -81,12 +79,10 @@ impl Outstanding {
         self.now
     }
 
+    /// How many more of the gateway's requests are outstanding now than at `stamp_ms`
+    /// (fewer: negative); `None` when no kept sample is that old.
     pub(crate) fn change_since(&self, stamp_ms: u64) -> Option<f64> {
-        let then = self.ring[..self.len]
-            .iter()
-            .filter(|(at, _)| *at <= stamp_ms)
-            .max_by_key(|(at, _)| *at)?;
-        Some(f64::from(self.now) - f64::from(then.1))
+        Some(f64::from(self.now) - f64::from(self.at(stamp_ms)?))
     }
 }
 
