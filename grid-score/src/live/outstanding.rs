@@ -13,6 +13,9 @@
 //! refresh:      drain -> outstanding now, kept every OUTSTANDING_SPACING_MS
 //!               change since stamp = outstanding now - outstanding at the newest sample
 //!                                    taken at or before the stamp
+//! ingest:       the learner keeps the count at each loaded reading's stamp, so the
+//!               change is known past the kept samples (a site measured by its answers
+//!               long after its last reading)
 //! ```
 
 /// Least time between two kept samples of what is outstanding: a refresh can run many
@@ -20,8 +23,8 @@
 pub const OUTSTANDING_SPACING_MS: u64 = 250;
 
 /// Samples kept: with [`OUTSTANDING_SPACING_MS`] they reach back 16 s, past the 15 s a
-/// polled reading counts (`ScoreConfig::fresh_for_ms`'s default); a reading older than
-/// the oldest sample is not corrected.
+/// polled reading counts (`ScoreConfig::fresh_for_ms`'s default); a reading whose stamp
+/// is older than the oldest sample when it arrives is not corrected.
 pub const OUTSTANDING_SAMPLES: usize = 64;
 
 /// The gateway's own requests outstanding at one site, sampled over time.
