@@ -9,6 +9,8 @@
 //!   site, it is ejected and probed, and it is back in its share once it serves again.
 //! - A remote operator gone while the local site is full: the remote site, without a
 //!   signal, takes the overflow.
+//! - A remote operator gone while its site keeps serving the gateway's requests, no flow
+//!   control: the site stays measured by its answers and keeps serving.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -387,6 +389,30 @@ async fn a_remote_site_without_signals_takes_the_overflow_of_a_full_local_site()
         to_b * 2 > seen.len(),
         "the remote site took the overflow: {counts:?}"
     );
+    assert_eq!(failures(&seen), 0, "{counts:?}");
+    grid.shutdown().await;
+}
+
+/// Past the gateway's freshness window (15 s) with no signal of `b`, its answers (no
+/// flow-control headers here) keep it measured: its last polled reading moved by the
+/// gateway's own requests there. Unmeasured, it would take only what the local site,
+/// with room, leaves over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_site_whose_operator_is_gone_stays_measured_by_its_answers_and_keeps_serving() {
+    let mut grid = grid(vec![site("a", 2, 4), site("b", 2, 4)]).await;
+    let traffic = Traffic::start(&grid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gone = traffic.started.elapsed();
+    assert!(grid.stop_operator("b"));
+    // Its last reading ages out 15 s after it was taken; ten seconds more to watch.
+    tokio::time::sleep(Duration::from_secs(26)).await;
+    let routing = grid.routing("b");
+    let seen = traffic.since(gone + Duration::from_secs(16)).await;
+    let _ = traffic.stop().await;
+    let counts = tally(&seen);
+    println!("after b's operator went: {counts:?}, b {routing:?}");
+    assert!(routing.measured(), "b measured by its answers: {routing:?}");
+    assert!(counts.get("b").is_some_and(|n| *n > 0), "{counts:?}");
     assert_eq!(failures(&seen), 0, "{counts:?}");
     grid.shutdown().await;
 }
