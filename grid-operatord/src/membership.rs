@@ -424,7 +424,7 @@ impl Driver {
                 Some(done) = next_fetched(&mut self.gossip) => {
                     if let Some(g) = &mut self.gossip {
                         let live = &self.membership;
-                        g.finished(done, |site| live.live().find(|m| m.site == site).cloned());
+                        g.finished(done, |site| live.live_member(site).cloned());
                     }
                 }
             }

@@ -367,7 +367,7 @@ impl World {
             }
         }
         let nodes = &self.nodes;
-        let live = |site: &str| nodes[to].live().find(|m| m.site == site).cloned();
+        let live = |site: &str| nodes[to].live_member(site).cloned();
         for (from, next) in self.pulls[to].finished(versions, live) {
             if let Some(&j) = self.index.get(&from.site) {
                 self.hear(to, j, next);
@@ -434,7 +434,7 @@ impl World {
             if self.next_seed <= now {
                 self.next_seed += SEED_INTERVAL_MS;
                 for i in 1..self.nodes.len() {
-                    if !self.dead[i] && !self.nodes[i].live().any(|m| m.site == "s0") {
+                    if !self.dead[i] && self.nodes[i].live_member("s0").is_none() {
                         self.connect(i, 0);
                         self.drain(i);
                         self.drain(0);

@@ -299,6 +299,11 @@ impl<R: Rng> Membership<R> {
         self.foca.iter_members().map(foca::Member::id)
     }
 
+    /// The live member of `site`, if [`Membership::live`] yields one.
+    pub fn live_member(&self, site: &str) -> Option<&Member> {
+        self.live().find(|m| m.site == site)
+    }
+
     /// How many members [`Membership::live`] yields, without walking them.
     pub fn live_count(&self) -> usize {
         self.foca.num_members()

@@ -485,7 +485,7 @@ fn a_malformed_version_inside_an_authentic_message_is_refused_and_counted() {
     let mut corrupted = 0;
     let mut announced = false;
     for now in 0..3_000u64 {
-        if !announced && a.live().any(|m| m.site == "b") {
+        if !announced && a.live_member("b").is_some() {
             announced = b.announce(now, &version("b", 1));
         }
         for node in [&mut a, &mut b] {
