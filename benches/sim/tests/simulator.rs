@@ -395,6 +395,41 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
     );
 }
 
+/// Without flow control a remote site back from losing its endpoints takes the new
+/// requests while the sites that covered for it drain their backlog: the reading that
+/// says it serves again clears what failed around the outage, which had weighed it down
+/// to a sixteenth of its share for seconds (a third of the requests in the two seconds
+/// after, where the oracle sends it all).
+#[test]
+fn a_remote_site_back_from_a_flap_without_flow_control_takes_most_requests_at_once() {
+    let config = scenario("flapping-remote.toml")
+        .with_duration_s(200)
+        .without_flow_control()
+        .config(0.85, 42);
+    let results = run(&config, &[Policy::Ours], 1);
+    let per_second = &results[0].record.per_second;
+    let s64 = config
+        .sites
+        .iter()
+        .position(|s| s.name == "s64")
+        .expect("the flapping site");
+    for blip in config.blips.iter().filter(|b| b.until_ms < 200_000) {
+        // The second after the one it came back in: the long poll has told the gateway.
+        let first = (blip.until_ms / 1_000 + 1) as usize;
+        let (mine, all) = per_second[first..first + 2]
+            .iter()
+            .fold((0u32, 0u32), |(m, a), s| {
+                (m + s[s64], a + s.iter().sum::<u32>())
+            });
+        let share = f64::from(mine) / f64::from(all);
+        assert!(
+            share >= 0.7,
+            "back at {} ms: {mine} of {all} requests in the next two seconds",
+            blip.until_ms
+        );
+    }
+}
+
 #[test]
 fn time_to_first_token_is_the_wait_the_round_trip_and_the_prefill_and_end_to_end_the_whole_service()
 {

@@ -60,6 +60,8 @@ pub(crate) struct LiveState {
     /// When the newest answer that was not a failure was drained, if any was: a site
     /// serving, whatever its polled readings say.
     answered_at: Option<u64>,
+    /// The newest reading with a verdict said the site could not serve.
+    read_out: bool,
 }
 
 /// What the snapshot reads of it at one instant.
@@ -157,7 +159,18 @@ impl LiveState {
     }
 
     /// A reading's verdict on the site (see [`Outlier::readiness`]).
+    ///
+    /// A verdict that brings the site back from "cannot serve" clears its serving
+    /// failures: what failed around the outage (streams cut as its endpoints went, its
+    /// refusals while it had none) was the outage the readings showed, and that is over.
+    /// Kept, they weighed the returned site down to a sixteenth of its share while the
+    /// failures decayed, so the sites that had covered for it stayed queued and it stood
+    /// idle. A site that still fails once back collects failures afresh.
     pub(crate) fn readiness(&mut self, out: bool) {
+        if self.read_out && !out {
+            self.failures = 0.0;
+        }
+        self.read_out = out;
         self.outlier.readiness(out);
     }
 
@@ -286,6 +299,44 @@ mod tests {
         s.observe(&room(T + 5, Some(0), true), T + 5);
         s.observe(&room(T, Some(20), false), T + 6);
         assert_eq!(s.view(T + 6).headroom, Some(0));
+    }
+
+    #[test]
+    fn a_reading_that_brings_a_site_back_from_an_outage_clears_its_failures() {
+        let failing = LiveEvidence {
+            failures: 12,
+            ..LiveEvidence::default()
+        };
+        let mut s = LiveState::default();
+        s.observe(&failing, T);
+        s.readiness(true);
+        assert!(s.view(T + 1).factor < 0.1, "weighed down while out");
+        s.readiness(true);
+        assert!(s.view(T + 2).factor < 0.1, "still out");
+        s.readiness(false);
+        let back = s.view(T + 3);
+        assert_eq!((back.failures, back.factor), (0.0, 1.0), "{back:?}");
+        s.observe(&failing, T + 4);
+        assert!(
+            s.view(T + 4).factor < 0.1,
+            "failing once back counts afresh"
+        );
+    }
+
+    #[test]
+    fn readings_that_say_a_site_serves_throughout_leave_its_failures_alone() {
+        let failing = LiveEvidence {
+            failures: 12,
+            ..LiveEvidence::default()
+        };
+        let mut s = LiveState::default();
+        s.readiness(false);
+        s.observe(&failing, T);
+        s.readiness(false);
+        assert!(
+            (s.view(T).failures - 12.0).abs() < 1e-12,
+            "no outage ended: its failures are its own"
+        );
     }
 
     #[test]
