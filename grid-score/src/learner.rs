@@ -96,6 +96,10 @@ pub(crate) struct LearnerView {
     /// newest loaded sample was taken; `None` without one, or when its stamp was older
     /// than the gateway's kept counts when it arrived.
     pub(crate) own_change: Option<f64>,
+    /// How many more of this gateway's own requests are at the site now than at the
+    /// stamp of the live queue its answers showed (`live.queue`); `None` without one or
+    /// past the kept counts.
+    pub(crate) own_change_live: Option<f64>,
 }
 
 /// What one reading says about whether the site can serve.
@@ -263,6 +267,10 @@ impl Learner {
         let excluded = self
             .excluded
             .filter(|(_, at)| now_ms.saturating_sub(*at) <= fresh_for_ms);
+        let live = self.live.view(now_ms);
+        let own_change_live = live
+            .queue
+            .and_then(|(_, at)| self.live.own_change_since(at));
         LearnerView {
             capacity: self.bounds.capacity(now_ms),
             shown_capacity: self.bounds.shown(now_ms),
@@ -280,7 +288,8 @@ impl Learner {
             excluded_at: excluded.map(|(_, at)| at),
             soft_bound: self.bounds.soft(now_ms),
             hard_bound: self.bounds.hard(now_ms),
-            live: self.live.view(now_ms),
+            live,
+            own_change_live,
             own_change: self
                 .last_load_stamp
                 .and_then(|stamp| self.live.own_change_since(stamp))

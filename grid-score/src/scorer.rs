@@ -339,8 +339,9 @@ impl Scorer {
 ///
 /// A queue in the band means every slot is taken and that many wait (rho above 1 by the
 /// queue per unit of capacity); an empty band says nothing of free slots, so it only caps
-/// an older reading's queue at full. A live reading stands until the next answer, a
-/// fraction of a second later, so it is spread over [`crate::MIN_SPREAD_MS`]. The third
+/// an older reading's queue at full. Either is moved by what this gateway sent there and
+/// saw end since the answer, as a polled reading is since its stamp. A live reading is
+/// corrected at every refresh, so it is spread over [`crate::MIN_SPREAD_MS`]. The third
 /// value is the work waiting the by-capacity weights read, from the same source.
 fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
     let fresh = v.live.queue.filter(|&(_, at)| {
@@ -356,11 +357,24 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
     } else {
         v.interval_ms
     };
-    match fresh {
-        Some((queue, _)) if queue > 0.0 => (1.0 + queue / v.reach, 0.0, queue),
-        Some(_) => (polled.min(1.0), life, 0.0),
-        None => (polled, life, v.waiting),
-    }
+    let Some((queue, _)) = fresh else {
+        return (polled, life, v.waiting);
+    };
+    let reach = v.reach.max(crate::CAPACITY_FLOOR);
+    // What this gateway sent there and saw end since the answer: the band showed none
+    // of it. A slow site's answers, or a band's that few requests name, come seconds
+    // apart, and reading the newest as it stood hid a queue of this gateway's own
+    // making (a site three times slower read 0 waiting for 3 s while 17 more of ours
+    // went there).
+    let since = v.own_change_live.unwrap_or(0.0) / reach;
+    let (at_answer, stands) = if queue > 0.0 {
+        (1.0 + queue / reach, 0.0)
+    } else {
+        // The polled reading moved to the answer, capped at full.
+        ((polled - since).min(1.0), life)
+    };
+    let rho = (at_answer + since).max(0.0);
+    (rho, stands, ((rho - 1.0) * reach).max(0.0))
 }
 
 /// The load of a candidate with no fresh polled reading, read off its answers alone:
@@ -368,7 +382,8 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 /// [`crate::live::LIVE_ROOM_FRESH_MS`] old. A queue in its bands reads as every slot
 /// taken and that many waiting; bands with room and no queue as every slot taken and none
 /// waiting (its free slots are not known), so the site is offered what its slots turn
-/// over, no more; a band that said "full" weighs it down through its live factor.
+/// over, no more; either moved by what this gateway sent there and saw end since the
+/// answer; a band that said "full" weighs it down through its live factor.
 ///
 /// An answer without band room (no flow control) shows the site serving but not what it
 /// holds. While another candidate of the model is measured by a fresh polled reading
@@ -397,7 +412,9 @@ fn answered_load(now_ms: u64, v: &LearnerView, polled: bool) -> Option<(f64, f64
         });
     }
     let queue = v.live.queue.map_or(0.0, |(q, _)| q.max(0.0));
-    Some((1.0 + queue / v.reach, queue))
+    let reach = v.reach.max(crate::CAPACITY_FLOOR);
+    let rho = (1.0 + (queue + v.own_change_live.unwrap_or(0.0)) / reach).max(0.0);
+    Some((rho, ((rho - 1.0) * reach).max(0.0)))
 }
 
 #[cfg(test)]
@@ -635,6 +652,56 @@ mod tests {
     }
 
     #[test]
+    fn an_answers_band_room_is_moved_by_what_this_gateway_sent_and_saw_end_there_since() {
+        use crate::live::{BandKey, FlowObservation, LiveBoard};
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a"]);
+        let board = LiveBoard::new(&[key("a")]);
+        let slot = board.slot(&key("a")).unwrap();
+        let room = |h| FlowObservation {
+            headroom: Some(h),
+            ..FlowObservation::default()
+        };
+        let read = |s: &mut Scorer, now| {
+            let c = at(&s.refresh(now, &r), "a").clone();
+            (c.signal().rho_now, c.waiting())
+        };
+        // (Bounds fade with a 5-minute half-life: a few parts in ten thousand here.)
+        s.feed_live(&board, 900);
+        // Polled at 1 s holding 8 of its 16 slots (soft bound 8, reach 16); an answer at
+        // 1.1 s shows its band empty (64).
+        s.observe(&key("a"), &reading(1_000, 8.0)).unwrap();
+        slot.record_room(1_100, BandKey::DEFAULT, &room(64));
+        s.feed_live(&board, 1_100);
+        let (rho, waiting) = read(&mut s, 1_100);
+        assert!(
+            (rho - 0.5).abs() < 1e-3 && waiting == 0.0,
+            "{rho} {waiting}"
+        );
+        // Twelve of ours sent since, no answer yet: eight fill the slots, four wait.
+        let mut sent: Vec<_> = (0..12).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_300);
+        let (rho, waiting) = read(&mut s, 1_300);
+        assert!(
+            (rho - 1.25).abs() < 1e-3 && (waiting - 4.0).abs() < 1e-2,
+            "the band's emptiness at 1.1 s hides none of them: {rho} {waiting}"
+        );
+        // An answer at 1.4 s shows the four waiting: counted once, not again as sent.
+        slot.record_room(1_400, BandKey::DEFAULT, &room(60));
+        s.feed_live(&board, 1_400);
+        let (rho, waiting) = read(&mut s, 1_400);
+        assert!((rho - 1.25).abs() < 1e-3, "{rho} {waiting}");
+        // Two of ours ended since: two of the waiting took their slots.
+        sent.truncate(10);
+        s.feed_live(&board, 1_500);
+        let (rho, waiting) = read(&mut s, 1_500);
+        assert!(
+            (rho - 1.125).abs() < 1e-3 && (waiting - 2.0).abs() < 1e-2,
+            "{rho} {waiting}"
+        );
+    }
+
+    #[test]
     fn a_polled_readings_load_moves_by_what_this_gateway_sent_and_saw_end_there_since_its_stamp() {
         use crate::live::LiveBoard;
         let mut s = Scorer::new(ScoreConfig::default());
@@ -805,6 +872,12 @@ mod tests {
         s.feed_live(&board, now + 100);
         let c = at(&s.refresh(now + 100, &r), "answering").clone();
         assert!(c.signal().rho_now > 1.0 && c.waiting() > 0.0, "{c:?}");
+        // Ours sent there after that answer wait behind its queue too.
+        let queued = c.waiting();
+        let _sent: Vec<_> = (0..4).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, now + 200);
+        let c = at(&s.refresh(now + 200, &r), "answering").clone();
+        assert!((c.waiting() - queued - 4.0).abs() < 1e-6, "{c:?}");
         // Once its newest room is past the live window, nothing measures it.
         let later = now + 100 + LIVE_ROOM_FRESH_MS + 1;
         s.observe(&key("polled"), &reading(later, 4.0)).unwrap();
