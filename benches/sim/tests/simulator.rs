@@ -398,7 +398,7 @@ fn a_site_back_from_a_six_second_blip_regains_its_capacity_share_within_ten_seco
 /// Without flow control a remote site back from losing its endpoints takes the new
 /// requests while the sites that covered for it drain their backlog: the reading that
 /// says it serves again clears what failed around the outage, which had weighed it down
-/// to a sixteenth of its share for seconds (a third of the requests in the two seconds
+/// to a seventeenth of its share for seconds (a third of the requests in the two seconds
 /// after, where the oracle sends it all).
 #[test]
 fn a_remote_site_back_from_a_flap_without_flow_control_takes_most_requests_at_once() {

@@ -163,7 +163,7 @@ impl LiveState {
     /// A verdict that brings the site back from "cannot serve" clears its serving
     /// failures: what failed around the outage (streams cut as its endpoints went, its
     /// refusals while it had none) was the outage the readings showed, and that is over.
-    /// Kept, they weighed the returned site down to a sixteenth of its share while the
+    /// Kept, they weighed the returned site down to a seventeenth of its share while the
     /// failures decayed, so the sites that had covered for it stayed queued and it stood
     /// idle. A site that still fails once back collects failures afresh.
     pub(crate) fn readiness(&mut self, out: bool) {
