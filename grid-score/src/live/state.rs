@@ -301,12 +301,17 @@ mod tests {
         assert_eq!(s.view(T + 6).headroom, Some(0));
     }
 
-    #[test]
-    fn a_reading_that_brings_a_site_back_from_an_outage_clears_its_failures() {
-        let failing = LiveEvidence {
+    /// Evidence of twelve serving failures.
+    fn twelve_failures() -> LiveEvidence {
+        LiveEvidence {
             failures: 12,
             ..LiveEvidence::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_reading_that_brings_a_site_back_from_an_outage_clears_its_failures() {
+        let failing = twelve_failures();
         let mut s = LiveState::default();
         s.observe(&failing, T);
         s.readiness(true);
@@ -325,10 +330,7 @@ mod tests {
 
     #[test]
     fn readings_that_say_a_site_serves_throughout_leave_its_failures_alone() {
-        let failing = LiveEvidence {
-            failures: 12,
-            ..LiveEvidence::default()
-        };
+        let failing = twelve_failures();
         let mut s = LiveState::default();
         s.readiness(false);
         s.observe(&failing, T);
