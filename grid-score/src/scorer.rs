@@ -358,7 +358,7 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         v.interval_ms
     };
     let Some((queue, _)) = fresh else {
-        return (polled, life, v.waiting);
+        return (polled, life, polled_waiting(v, polled));
     };
     let reach = v.reach.max(crate::CAPACITY_FLOOR);
     // What this gateway sent there and saw end since the answer: the band showed none
@@ -375,6 +375,21 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
     };
     let rho = (at_answer + since).max(0.0);
     (rho, stands, ((rho - 1.0) * reach).max(0.0))
+}
+
+/// The work waiting at a candidate read by its polled reading, moved like its load
+/// (`polled`, the reading's rho moved by this gateway's own requests since): a site that
+/// was queueing keeps the reading's queue plus what this gateway sent and saw end there
+/// since; one that was not queues what the moved load holds past its reach. Read as the
+/// reading stood, a site the gateway had been filling since its last reading (a remote
+/// one, seconds old) still read that reading's empty queue, and the by-capacity weights,
+/// which even out the queues, sent it more.
+fn polled_waiting(v: &LearnerView, polled: f64) -> f64 {
+    if v.waiting > 0.0 {
+        (v.waiting + v.own_change.unwrap_or(0.0)).max(0.0)
+    } else {
+        ((polled - 1.0) * v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
+    }
 }
 
 /// The load of a candidate with no fresh polled reading, read off its answers alone:
@@ -722,6 +737,12 @@ mod tests {
             "{}",
             rho(&mut s, 1_300)
         );
+        // Four more: past its reach they wait, though the reading showed no queue.
+        let more: Vec<_> = (0..4).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_400);
+        let c = at(&s.refresh(1_400, &r), "a").clone();
+        assert!((c.waiting() - 4.0).abs() < 1e-2, "{c:?}");
+        drop(more);
         // Four of them ended.
         let _kept = sent.split_off(4);
         drop(sent);
@@ -738,6 +759,32 @@ mod tests {
         let _more = slot.in_flight();
         fresh.feed_live(&board, 5_100);
         assert!((rho(&mut fresh, 5_100) - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_queueing_sites_polled_queue_grows_by_what_this_gateway_sent_there_since() {
+        use crate::live::LiveBoard;
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a"]);
+        let board = LiveBoard::new(&[key("a")]);
+        let slot = board.slot(&key("a")).unwrap();
+        s.feed_live(&board, 900);
+        let queueing = Reading {
+            queue_depth: Some(3.0),
+            ..reading(1_000, 8.0)
+        };
+        s.observe(&key("a"), &queueing).unwrap();
+        let waiting = |s: &mut Scorer, now| at(&s.refresh(now, &r), "a").waiting();
+        assert!((waiting(&mut s, 1_000) - 3.0).abs() < 1e-9);
+        let mut sent: Vec<_> = (0..2).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_300);
+        assert!(
+            (waiting(&mut s, 1_300) - 5.0).abs() < 1e-9,
+            "behind the three"
+        );
+        sent.clear();
+        s.feed_live(&board, 1_600);
+        assert!((waiting(&mut s, 1_600) - 3.0).abs() < 1e-9);
     }
 
     #[test]
