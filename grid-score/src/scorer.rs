@@ -379,14 +379,18 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
 
 /// The work waiting at a candidate read by its polled reading, moved like its load
 /// (`polled`, the reading's rho moved by this gateway's own requests since): a site that
-/// was queueing keeps the reading's queue plus what this gateway sent and saw end there
-/// since; one that was not queues what the moved load holds past its reach. Read as the
-/// reading stood, a site the gateway had been filling since its last reading (a remote
-/// one, seconds old) still read that reading's empty queue, and the by-capacity weights,
-/// which even out the queues, sent it more.
+/// was queueing keeps the reading's queue plus what this gateway sent there since, net
+/// of what it saw end; one that was not queues what the moved load holds past its
+/// reach. Read as the reading stood, a site the gateway had been filling since its last
+/// reading (a remote one, seconds old) still read that reading's empty queue, and the
+/// by-capacity weights, which even out the queues, sent it more. A queueing site's
+/// queue is never read shorter than the reading showed: the slots the gateway's ended
+/// requests freed went to that queue, and whether others filled it again only the next
+/// reading says (read shorter, a site kept backed up by others drew the gateway's
+/// requests back between its readings).
 fn polled_waiting(v: &LearnerView, polled: f64) -> f64 {
     if v.waiting > 0.0 {
-        (v.waiting + v.own_change.unwrap_or(0.0)).max(0.0)
+        v.waiting + v.own_change.unwrap_or(0.0).max(0.0)
     } else {
         ((polled - 1.0) * v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
     }
@@ -785,6 +789,21 @@ mod tests {
         sent.clear();
         s.feed_live(&board, 1_600);
         assert!((waiting(&mut s, 1_600) - 3.0).abs() < 1e-9);
+        // Two of ours there at the next reading, both ended since: their slots went to
+        // its queue, which reads no shorter than that reading showed.
+        let mut sent: Vec<_> = (0..2).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 2_000);
+        s.observe(
+            &key("a"),
+            &Reading {
+                queue_depth: Some(3.0),
+                ..reading(2_000, 8.0)
+            },
+        )
+        .unwrap();
+        sent.clear();
+        s.feed_live(&board, 2_300);
+        assert!((waiting(&mut s, 2_300) - 3.0).abs() < 1e-9);
     }
 
     #[test]
