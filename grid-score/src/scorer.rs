@@ -348,9 +348,7 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         v.load_stamp.is_none_or(|polled| at > polled)
             && now_ms.saturating_sub(at) <= crate::live::LIVE_ROOM_FRESH_MS
     });
-    // The polled reading's load, moved by what this gateway sent and saw end there since.
-    let polled =
-        (v.instant + v.own_change.unwrap_or(0.0) / v.reach.max(crate::CAPACITY_FLOOR)).max(0.0);
+    let polled = moved_load(v);
     // Corrected at every refresh, the reading stands only until the next one.
     let life = if v.own_change.is_some() {
         0.0
@@ -374,7 +372,18 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         ((polled - since).min(1.0), life)
     };
     let rho = (at_answer + since).max(0.0);
-    (rho, stands, ((rho - 1.0) * reach).max(0.0))
+    (rho, stands, waiting_past_reach(v, rho))
+}
+
+/// The polled reading's load, moved by what this gateway sent and saw end there since
+/// its stamp (as it stood where that is not known), never below 0.
+fn moved_load(v: &LearnerView) -> f64 {
+    (v.instant + v.own_change.unwrap_or(0.0) / v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
+}
+
+/// The work waiting at a candidate read at `rho`: what it holds past its reach.
+fn waiting_past_reach(v: &LearnerView, rho: f64) -> f64 {
+    ((rho - 1.0) * v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
 }
 
 /// The work waiting at a candidate read by its polled reading, moved like its load
@@ -392,7 +401,7 @@ fn polled_waiting(v: &LearnerView, polled: f64) -> f64 {
     if v.waiting > 0.0 {
         v.waiting + v.own_change.unwrap_or(0.0).max(0.0)
     } else {
-        ((polled - 1.0) * v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
+        waiting_past_reach(v, polled)
     }
 }
 
@@ -423,9 +432,9 @@ fn answered_load(now_ms: u64, v: &LearnerView, polled: bool) -> Option<(f64, f64
             return None;
         }
         return Some(match (v.load_stamp, v.own_change) {
-            (Some(_), Some(change)) => {
-                let rho = (v.instant + change / v.reach.max(crate::CAPACITY_FLOOR)).max(0.0);
-                (rho, (rho - 1.0).max(0.0) * v.reach)
+            (Some(_), Some(_)) => {
+                let rho = moved_load(v);
+                (rho, waiting_past_reach(v, rho))
             }
             _ => (1.0, 0.0),
         });
@@ -433,7 +442,7 @@ fn answered_load(now_ms: u64, v: &LearnerView, polled: bool) -> Option<(f64, f64
     let queue = v.live.queue.map_or(0.0, |(q, _)| q.max(0.0));
     let reach = v.reach.max(crate::CAPACITY_FLOOR);
     let rho = (1.0 + (queue + v.own_change_live.unwrap_or(0.0)) / reach).max(0.0);
-    Some((rho, ((rho - 1.0) * reach).max(0.0)))
+    Some((rho, waiting_past_reach(v, rho)))
 }
 
 #[cfg(test)]
