@@ -496,6 +496,15 @@ mod tests {
         (s, routes(&sites), board)
     }
 
+    /// A scorer for model m over the one site "a", with its live board, and the
+    /// gateway's own requests there counted (none) at 900 ms, before any reading.
+    fn one_site_counted_from_900() -> (Scorer, Routes, LiveBoard) {
+        let mut s = Scorer::new(ScoreConfig::default());
+        let board = LiveBoard::new(&[key("a")]);
+        s.feed_live(&board, 900);
+        (s, routes(&["a"]), board)
+    }
+
     #[test]
     fn a_candidate_never_read_scores_unmeasured_and_sorts_last() {
         let mut s = Scorer::new(ScoreConfig::default());
@@ -681,10 +690,8 @@ mod tests {
 
     #[test]
     fn an_answers_band_room_is_moved_by_what_this_gateway_sent_and_saw_end_there_since() {
-        use crate::live::{BandKey, FlowObservation, LiveBoard};
-        let mut s = Scorer::new(ScoreConfig::default());
-        let r = routes(&["a"]);
-        let board = LiveBoard::new(&[key("a")]);
+        use crate::live::{BandKey, FlowObservation};
+        let (mut s, r, board) = one_site_counted_from_900();
         let slot = board.slot(&key("a")).unwrap();
         let room = |h| FlowObservation {
             headroom: Some(h),
@@ -695,7 +702,6 @@ mod tests {
             (c.signal().rho_now, c.waiting())
         };
         // (Bounds fade with a 5-minute half-life: a few parts in ten thousand here.)
-        s.feed_live(&board, 900);
         // Polled at 1 s holding 8 of its 16 slots (soft bound 8, reach 16); an answer at
         // 1.1 s shows its band empty (64).
         s.observe(&key("a"), &reading(1_000, 8.0)).unwrap();
@@ -731,14 +737,10 @@ mod tests {
 
     #[test]
     fn a_polled_readings_load_moves_by_what_this_gateway_sent_and_saw_end_there_since_its_stamp() {
-        use crate::live::LiveBoard;
-        let mut s = Scorer::new(ScoreConfig::default());
-        let r = routes(&["a"]);
-        let board = LiveBoard::new(&[key("a")]);
+        // A drain before the reading: nothing of ours outstanding then.
+        let (mut s, r, board) = one_site_counted_from_900();
         let slot = board.slot(&key("a")).unwrap();
         let rho = |s: &mut Scorer, now| at(&s.refresh(now, &r), "a").signal().rho_now;
-        // A drain before the reading: nothing of ours outstanding then.
-        s.feed_live(&board, 900);
         // Polled at 1 s holding 8 of its 16 slots (soft bound 8, reach 16).
         s.observe(&key("a"), &reading(1_000, 8.0)).unwrap();
         assert!((rho(&mut s, 1_000) - 0.5).abs() < 1e-3);
@@ -776,12 +778,8 @@ mod tests {
 
     #[test]
     fn a_queueing_sites_polled_queue_grows_by_what_this_gateway_sent_there_since() {
-        use crate::live::LiveBoard;
-        let mut s = Scorer::new(ScoreConfig::default());
-        let r = routes(&["a"]);
-        let board = LiveBoard::new(&[key("a")]);
+        let (mut s, r, board) = one_site_counted_from_900();
         let slot = board.slot(&key("a")).unwrap();
-        s.feed_live(&board, 900);
         let queueing = Reading {
             queue_depth: Some(3.0),
             ..reading(1_000, 8.0)
