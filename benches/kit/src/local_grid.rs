@@ -249,6 +249,17 @@ struct RunningSite {
     netns: Option<Netns>,
 }
 
+/// How long one request takes at a site [`LocalGrid::back_up`] backed up.
+pub const BACKED_UP_SERVICE: Duration = Duration::from_secs(4);
+/// How many times over [`LocalGrid::back_up`] fills a site's slots: its backlog takes this
+/// many turns of [`BACKED_UP_SERVICE`] to clear (20 s), and a request queued behind all of
+/// it one turn more, inside the openai client's
+/// [`REQUEST_TIMEOUT`](crate::openai_client::REQUEST_TIMEOUT), so a check that allows a
+/// few requests onto the backed-up site sees them answered rather than timed out.
+pub const BACKLOG_TURNS: u32 = 5;
+/// The bound on each request [`LocalGrid::back_up`] holds: past the backlog's clearing.
+pub const BACKLOG_HELD_FOR: Duration = Duration::from_secs(40);
+
 /// Where a site stands in the gateway's current routing view.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SiteRouting {
@@ -818,9 +829,11 @@ impl LocalGrid {
         })
     }
 
-    /// Slows simulated `site` a hundredfold and fills it three times over behind every
-    /// proxy's back (12 requests held, each for up to 30 s): a backlog that outlasts a
-    /// measurement however slow the machine. Returns once the gateway sees `site` without
+    /// Slows simulated `site` to [`BACKED_UP_SERVICE`] a request and fills its slots
+    /// [`BACKLOG_TURNS`] times over behind every proxy's back (held requests, each bounded
+    /// by [`BACKLOG_HELD_FOR`]): a backlog that outlasts a measurement and a check's
+    /// requests however slow the machine, yet one a request grid still sends there clears
+    /// within the openai client's wait. Returns once the gateway sees `site` without
     /// room, within `within`; dropping the returned set ends the held requests.
     ///
     /// # Errors
@@ -836,10 +849,10 @@ impl LocalGrid {
         site: &str,
         within: Duration,
     ) -> Result<tokio::task::JoinSet<()>, Error> {
-        self.control(site)
-            .expect("a simulated site of the grid")
-            .degrade(100.0)?;
-        let held = self.hold_requests(site, 12, Duration::from_secs(30));
+        let control = self.control(site).expect("a simulated site of the grid");
+        let (slots, service) = control.slots_and_service();
+        control.degrade(BACKED_UP_SERVICE.as_secs_f64() / service.as_secs_f64())?;
+        let held = self.hold_requests(site, slots * BACKLOG_TURNS as usize, BACKLOG_HELD_FOR);
         self.wait_without_room(site, within).await?;
         Ok(held)
     }
@@ -1191,6 +1204,13 @@ mod tests {
             key: "/t/a.key".into(),
             ca: "/t/ca.crt".into(),
         }
+    }
+
+    #[test]
+    fn a_request_queued_behind_a_whole_backlog_is_answered_within_the_clients_wait() {
+        let cleared_behind_it = BACKED_UP_SERVICE * (BACKLOG_TURNS + 1);
+        assert!(cleared_behind_it < crate::openai_client::REQUEST_TIMEOUT);
+        assert!(BACKED_UP_SERVICE * BACKLOG_TURNS < BACKLOG_HELD_FOR);
     }
 
     #[test]

@@ -13,6 +13,10 @@ use std::time::Duration;
 /// One run of the client, imports included, on a loaded 2-core machine.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// How long [`openai_requests`]' client waits for one answer (the `openai` client's
+/// `timeout`): past it the request fails and so does the run.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -60,7 +64,8 @@ pub async fn run_client(
 /// `count` chat completions for model `llama` to `base_url` (ending in `/v1`), one after
 /// another, plain or streamed: one JSON object per request (`status`, `site` from
 /// `x-grid-site`, `headroom`, `content`; for a refusal `retry_after`, `code`, `type`).
-/// `Err` carries what the client printed on stderr when it failed.
+/// `Err` carries what the client printed on stderr when it failed, a request unanswered
+/// within [`REQUEST_TIMEOUT`] among it.
 pub async fn openai_requests(
     base_url: String,
     count: usize,
@@ -70,7 +75,12 @@ pub async fn openai_requests(
     let mode = if stream { "stream" } else { "plain" };
     let out = run_client(
         script,
-        vec![base_url, count.to_string(), mode.to_owned()],
+        vec![
+            base_url,
+            count.to_string(),
+            mode.to_owned(),
+            REQUEST_TIMEOUT.as_secs_f64().to_string(),
+        ],
         Vec::new(),
         CLIENT_TIMEOUT,
     )

@@ -2,7 +2,8 @@
 one JSON line per request: its status, the site that served it (`x-grid-site`), its
 Retry-After, its content (the streamed chunks joined) and the error code of a refusal.
 
-Arguments: base URL, how many requests, `plain` or `stream`. Retries are off: a 429 or 503
+Arguments: base URL, how many requests, `plain` or `stream`, and the seconds the client
+waits for each answer. Retries are off: a 429 or 503
 must reach the caller as it was answered."""
 import json
 import sys
@@ -10,8 +11,8 @@ import sys
 import openai
 from openai import OpenAI
 
-base_url, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-client = OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=30)
+base_url, count, mode, timeout = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+client = OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=timeout)
 messages = [{"role": "user", "content": "hi"}]
 
 for _ in range(count):

@@ -400,6 +400,14 @@ impl std::fmt::Debug for SimSiteControl {
 }
 
 impl SimSiteControl {
+    /// The site's slots (endpoints times slots per endpoint) and its median service time.
+    pub fn slots_and_service(&self) -> (usize, Duration) {
+        self.shared.with_model(|m| {
+            let median_ms = m.config().service.median_ms;
+            (m.capacity(), Duration::from_secs_f64(median_ms / 1_000.0))
+        })
+    }
+
     /// Every request that starts from now on takes `factor` times its service time.
     pub fn degrade(&self, factor: f64) -> Result<(), Error> {
         self.shared.with_model(|m| m.set_degrade(factor))?;
