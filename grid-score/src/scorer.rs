@@ -356,7 +356,7 @@ fn live_load(now_ms: u64, v: &LearnerView) -> (f64, f64, f64) {
         v.interval_ms
     };
     let Some((queue, _)) = fresh else {
-        return (polled, life, v.waiting);
+        return (polled, life, polled_waiting(v, polled));
     };
     let reach = v.reach.max(crate::CAPACITY_FLOOR);
     // What this gateway sent there and saw end since the answer: the band showed none
@@ -384,6 +384,25 @@ fn moved_load(v: &LearnerView) -> f64 {
 /// The work waiting at a candidate read at `rho`: what it holds past its reach.
 fn waiting_past_reach(v: &LearnerView, rho: f64) -> f64 {
     ((rho - 1.0) * v.reach.max(crate::CAPACITY_FLOOR)).max(0.0)
+}
+
+/// The work waiting at a candidate read by its polled reading, moved like its load
+/// (`polled`, the reading's rho moved by this gateway's own requests since): a site that
+/// was queueing keeps the reading's queue plus what this gateway sent there since, net
+/// of what it saw end; one that was not queues what the moved load holds past its
+/// reach. Read as the reading stood, a site the gateway had been filling since its last
+/// reading (a remote one, seconds old) still read that reading's empty queue, and the
+/// by-capacity weights, which even out the queues, sent it more. A queueing site's
+/// queue is never read shorter than the reading showed: the slots the gateway's ended
+/// requests freed went to that queue, and whether others filled it again only the next
+/// reading says (read shorter, a site kept backed up by others drew the gateway's
+/// requests back between its readings).
+fn polled_waiting(v: &LearnerView, polled: f64) -> f64 {
+    if v.waiting > 0.0 {
+        v.waiting + v.own_change.unwrap_or(0.0).max(0.0)
+    } else {
+        waiting_past_reach(v, polled)
+    }
 }
 
 /// The load of a candidate with no fresh polled reading, read off its answers alone:
@@ -733,6 +752,12 @@ mod tests {
             "{}",
             rho(&mut s, 1_300)
         );
+        // Four more: past its reach they wait, though the reading showed no queue.
+        let more: Vec<_> = (0..4).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_400);
+        let c = at(&s.refresh(1_400, &r), "a").clone();
+        assert!((c.waiting() - 4.0).abs() < 1e-2, "{c:?}");
+        drop(more);
         // Four of them ended.
         let _kept = sent.split_off(4);
         drop(sent);
@@ -749,6 +774,43 @@ mod tests {
         let _more = slot.in_flight();
         fresh.feed_live(&board, 5_100);
         assert!((rho(&mut fresh, 5_100) - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_queueing_sites_polled_queue_grows_by_what_this_gateway_sent_there_since() {
+        let (mut s, r, board) = one_site_counted_from_900();
+        let slot = board.slot(&key("a")).unwrap();
+        let queueing = Reading {
+            queue_depth: Some(3.0),
+            ..reading(1_000, 8.0)
+        };
+        s.observe(&key("a"), &queueing).unwrap();
+        let waiting = |s: &mut Scorer, now| at(&s.refresh(now, &r), "a").waiting();
+        assert!((waiting(&mut s, 1_000) - 3.0).abs() < 1e-9);
+        let mut sent: Vec<_> = (0..2).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 1_300);
+        assert!(
+            (waiting(&mut s, 1_300) - 5.0).abs() < 1e-9,
+            "behind the three"
+        );
+        sent.clear();
+        s.feed_live(&board, 1_600);
+        assert!((waiting(&mut s, 1_600) - 3.0).abs() < 1e-9);
+        // Two of ours there at the next reading, both ended since: their slots went to
+        // its queue, which reads no shorter than that reading showed.
+        let mut sent: Vec<_> = (0..2).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, 2_000);
+        s.observe(
+            &key("a"),
+            &Reading {
+                queue_depth: Some(3.0),
+                ..reading(2_000, 8.0)
+            },
+        )
+        .unwrap();
+        sent.clear();
+        s.feed_live(&board, 2_300);
+        assert!((waiting(&mut s, 2_300) - 3.0).abs() < 1e-9);
     }
 
     #[test]
