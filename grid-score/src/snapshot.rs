@@ -656,6 +656,12 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
         })
         .sum();
     let by_capacity = |c: &Candidate| by_capacity_weight(c, default_turnover_ms);
+    let fastest_ms = fastest_turnover(candidates, &with_headroom);
+    let drawn = |c: &Candidate| c.headroom * speed(c, fastest_ms);
+    let drawn_room: f64 = with_headroom
+        .iter()
+        .map(|&i| drawn(&candidates[i as usize]))
+        .sum();
     match with_headroom.as_slice() {
         // Every measured site is full: a site without a signal (a frozen remote operator,
         // an EPP gone silent) is tried too, by its capacity as if it held nothing waiting,
@@ -673,12 +679,38 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
                 .map(|&i| by_capacity(&candidates[i as usize]))
                 .sum();
             Plan::Overflow(Pool::new(measured, candidates, |c| {
-                spread * c.headroom / room
+                spread * drawn(c) / drawn_room.max(f64::MIN_POSITIVE)
                     + (1.0 - spread) * by_capacity(c) / capacity_total.max(f64::MIN_POSITIVE)
             }))
         }
         [only] => Plan::Lone(*only),
-        _ => Plan::Spread(Pool::new(with_headroom, candidates, |c| c.headroom)),
+        _ => Plan::Spread(Pool::new(with_headroom, candidates, drawn)),
+    }
+}
+
+/// The shortest turnover the answers of the sites with headroom have shown (ms), or
+/// infinity when none has shown one.
+fn fastest_turnover(candidates: &[Candidate], with_headroom: &[u32]) -> f64 {
+    with_headroom
+        .iter()
+        .map(|&i| candidates[i as usize].signal.turnover_ms)
+        .filter(|&t| t >= 1.0)
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// How fast a site with headroom serves against the fastest of them, in `(0, 1]`: that
+/// fastest turnover over its own, 1 where its answers have not shown one. A site is drawn
+/// by its headroom times this. Headroom counts how many requests a site can take, not
+/// how soon it answers them: a free slot at a site three times slower serves a request
+/// three times slower, so while every site has free slots (light load) a draw by
+/// headroom alone kept a slowed site's slots full of requests the faster sites would
+/// have served at once. Whether the room covers what the grid serves is still counted
+/// in requests, unscaled.
+fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
+    if c.signal.turnover_ms >= 1.0 && fastest_ms.is_finite() {
+        (fastest_ms / c.signal.turnover_ms).min(1.0)
+    } else {
+        1.0
     }
 }
 
@@ -815,6 +847,45 @@ mod tests {
             Some(Path::Fallback)
         );
         assert_eq!(path(vec![]), None);
+    }
+
+    #[test]
+    fn among_sites_with_free_slots_a_slower_one_is_drawn_less_by_how_much_slower() {
+        let site = |name: &str, turnover_ms: f64| {
+            cand(name, 16.0, 0.25).with_signal(Signal {
+                rho_now: 0.25,
+                life_ms: 1_000.0,
+                pace: 1.0,
+                turnover_ms,
+            })
+        };
+        let weights = |cs: Vec<Candidate>| {
+            let s = RouteSnapshot::new("m", cs, vec![], REFUSE);
+            let Plan::Spread(pool) = &s.plan else {
+                panic!("both have room: {:?}", s.path())
+            };
+            let drawn =
+                |i: usize| pool.cumulative[i] - if i == 0 { 0.0 } else { pool.cumulative[i - 1] };
+            let by_site: std::collections::HashMap<String, (f64, f64)> = pool
+                .members
+                .iter()
+                .enumerate()
+                .map(|(at, &c)| {
+                    let c = &s.candidates()[c as usize];
+                    (c.key.site.to_string(), (drawn(at), c.headroom()))
+                })
+                .collect();
+            by_site
+        };
+        // The same slots and load, one site's answers three times slower: its headroom
+        // (turnover plus free slots) is drawn at a third.
+        let w = weights(vec![site("fast", 2_000.0), site("slow", 6_000.0)]);
+        let (fast, slow) = (w["fast"], w["slow"]);
+        assert!((fast.0 - fast.1).abs() < 1e-9, "{w:?}");
+        assert!((slow.0 - slow.1 / 3.0).abs() < 1e-9, "{w:?}");
+        // A site whose answers have shown no turnover yet is drawn by its headroom.
+        let w = weights(vec![site("fast", 2_000.0), site("new", 0.0)]);
+        assert!((w["new"].0 - w["new"].1).abs() < 1e-9, "{w:?}");
     }
 
     #[test]
