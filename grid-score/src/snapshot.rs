@@ -698,17 +698,24 @@ fn fastest_turnover(candidates: &[Candidate], with_headroom: &[u32]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// How fast a site with headroom serves against the fastest of them, in `(0, 1]`: that
-/// fastest turnover over its own, 1 where its answers have not shown one. A site is drawn
-/// by its headroom times this. Headroom counts how many requests a site can take, not
-/// how soon it answers them: a free slot at a site three times slower serves a request
-/// three times slower, so while every site has free slots (light load) a draw by
-/// headroom alone kept a slowed site's slots full of requests the faster sites would
-/// have served at once. Whether the room covers what the grid serves is still counted
-/// in requests, unscaled.
+/// How much slower than the fastest site with headroom a site may turn over and still
+/// count as fast as it ([`speed`]): each learned turnover is a smoothed mean of a site's
+/// own recent answers, and with heavy-tailed request durations those of equally fast
+/// sites differ by about this much; read as speed, that noise took shares from sites at
+/// random.
+pub const SPEED_MARGIN: f64 = 1.5;
+
+/// How fast a site with headroom serves against the fastest of them, in `(0, 1]`:
+/// [`SPEED_MARGIN`] times that fastest turnover over its own, at most 1, and 1 where its
+/// answers have not shown one. A site is drawn by its headroom times this. Headroom
+/// counts how many requests a site can take, not how soon it answers them: a free slot
+/// at a site three times slower serves a request three times slower, so while every site
+/// has free slots (light load) a draw by headroom alone kept a slowed site's slots full
+/// of requests the faster sites would have served at once. Whether the room covers what
+/// the grid serves is still counted in requests, unscaled.
 fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
     if c.signal.turnover_ms >= 1.0 && fastest_ms.is_finite() {
-        (fastest_ms / c.signal.turnover_ms).min(1.0)
+        (SPEED_MARGIN * fastest_ms / c.signal.turnover_ms).min(1.0)
     } else {
         1.0
     }
@@ -850,7 +857,7 @@ mod tests {
     }
 
     #[test]
-    fn among_sites_with_free_slots_a_slower_one_is_drawn_less_by_how_much_slower() {
+    fn among_sites_with_free_slots_one_slower_than_the_margin_is_drawn_less_by_how_much_slower() {
         let site = |name: &str, turnover_ms: f64| {
             cand(name, 16.0, 0.25).with_signal(Signal {
                 rho_now: 0.25,
@@ -878,11 +885,17 @@ mod tests {
             by_site
         };
         // The same slots and load, one site's answers three times slower: its headroom
-        // (turnover plus free slots) is drawn at a third.
+        // (turnover plus free slots) is drawn at the margin over three.
         let w = weights(vec![site("fast", 2_000.0), site("slow", 6_000.0)]);
         let (fast, slow) = (w["fast"], w["slow"]);
         assert!((fast.0 - fast.1).abs() < 1e-9, "{w:?}");
-        assert!((slow.0 - slow.1 / 3.0).abs() < 1e-9, "{w:?}");
+        assert!((slow.0 - slow.1 * SPEED_MARGIN / 3.0).abs() < 1e-9, "{w:?}");
+        // Within the margin a site counts as fast as the fastest; just past it, slower.
+        let at_margin = 2_000.0 * SPEED_MARGIN;
+        let w = weights(vec![site("fast", 2_000.0), site("at", at_margin)]);
+        assert!((w["at"].0 - w["at"].1).abs() < 1e-9, "{w:?}");
+        let w = weights(vec![site("fast", 2_000.0), site("past", at_margin + 1.0)]);
+        assert!(w["past"].0 < w["past"].1, "{w:?}");
         // A site whose answers have shown no turnover yet is drawn by its headroom.
         let w = weights(vec![site("fast", 2_000.0), site("new", 0.0)]);
         assert!((w["new"].0 - w["new"].1).abs() < 1e-9, "{w:?}");
