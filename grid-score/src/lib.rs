@@ -146,5 +146,5 @@ pub use select::{Decision, Outcome};
 pub use shed::{ShedState, SiteSaturation};
 pub use snapshot::{
     Candidate, CandidateEvidence, CandidateState, Excluded, LIVE_FACTOR_FLOOR, MAX_TURNOVER_MS,
-    Path, Refusals, RouteSnapshot, RouteTable, Signal, UNMEASURED,
+    Path, Refusals, RouteSnapshot, RouteTable, SPEED_MARGIN, Signal, UNMEASURED,
 };
