@@ -699,7 +699,7 @@ fn fastest_turnover(candidates: &[Candidate], with_headroom: &[u32]) -> f64 {
 }
 
 /// How much slower than the fastest site with headroom a site may turn over and still
-/// count as fast as it ([`speed`]): each learned turnover is a smoothed mean of a site's
+/// be drawn as fast as it (`docs/routing.md`, "Selection"): each learned turnover is a smoothed mean of a site's
 /// own recent answers, and with heavy-tailed request durations those of equally fast
 /// sites differ by about this much; read as speed, that noise took shares from sites at
 /// random.
