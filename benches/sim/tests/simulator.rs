@@ -208,6 +208,30 @@ fn the_mixed_priority_file_runs_a_higher_band_beside_band_0() {
     assert_eq!(s.without_flow_control().config(0.85, 42).flow_control, None);
 }
 
+/// Each band's tail is read apart: at a site whose flow control serves the higher band
+/// first, a request of that band waits less than one of band 0 behind it.
+#[test]
+fn with_two_bands_each_has_its_own_tail_and_the_higher_one_waits_less() {
+    let config = scenario("mixed-priority.toml")
+        .with_duration_s(180)
+        .config(0.85, 42);
+    let results = run(&config, &[Policy::Ours], 1);
+    let (band0, high) = results[0]
+        .summary
+        .p99_ttft_by_band
+        .expect("two bands, two tails");
+    assert!(high < band0, "band 0 {band0} ms, the higher band {high} ms");
+    let one_band = scenario("standard.toml")
+        .with_duration_s(60)
+        .config(0.85, 42);
+    assert_eq!(
+        run(&one_band, &[Policy::Ours], 1)[0]
+            .summary
+            .p99_ttft_by_band,
+        None
+    );
+}
+
 #[test]
 fn the_standard_file_is_the_standard_scenario() {
     let s = scenario("standard.toml");

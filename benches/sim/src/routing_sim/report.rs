@@ -406,7 +406,7 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
         .map(|l| l.config.sites.clone())
         .unwrap_or_default();
     let mut out = String::from(
-        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_ttft_ms,p99_ttft_served_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,refused_room,refused_by_gateway,retries,retries_skipped_budget,retries_skipped_no_site,retry_share,degraded_share_before,degraded_share_during,degraded_share_after,leave_s,halve_s",
+        "seed,load,policy,requests,mean_ms,p50_ms,p99_ms,p99_ttft_ms,p99_ttft_served_ms,p99_e2e_ms,max_ms,to_full_share,unplaced,failed,refused_room,refused_by_gateway,retries,retries_skipped_budget,retries_skipped_no_site,retry_share,degraded_share_before,degraded_share_during,degraded_share_after,leave_s,halve_s,p99_ttft_served_band0_ms,p99_ttft_served_high_ms",
     );
     for s in &sites {
         let _ = write!(out, ",share_{}", s.name);
@@ -448,6 +448,10 @@ pub fn summary_csv(all: &[LoadResults]) -> String {
                     .halve_s
                     .map_or_else(String::new, |v| v.to_string()),
             );
+            let (band0, high) = s
+                .p99_ttft_by_band
+                .map_or_else(Default::default, |(b, h)| (b.to_string(), h.to_string()));
+            let _ = write!(out, ",{band0},{high}");
             for share in &s.site_shares {
                 let _ = write!(out, ",{share:.4}");
             }

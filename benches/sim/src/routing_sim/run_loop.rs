@@ -613,9 +613,11 @@ impl World<'_> {
     fn record_delay(&mut self, s: usize, f: &Flight, started_ms: u64, first_token_ms: u64) {
         let waited = Self::waited(f, started_ms);
         self.record.delays_ms.push(waited);
-        self.record
-            .ttft_ms
-            .push(waited + self.config.rtt_ms(f.gateway, s) + (first_token_ms - started_ms));
+        let ttft = waited + self.config.rtt_ms(f.gateway, s) + (first_token_ms - started_ms);
+        self.record.ttft_ms.push(ttft);
+        if f.priority != 0 {
+            self.record.ttft_high_ms.push(ttft);
+        }
     }
 
     /// Records the end-to-end time of request `f`, served at site `s` from `started_ms`

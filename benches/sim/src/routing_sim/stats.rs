@@ -19,6 +19,9 @@ pub struct RunRecord {
     /// first token the other half) and the site's prefill at its current speed; for a
     /// plain answer, whose first token comes with its last, its whole service. In ms.
     pub ttft_ms: Vec<u64>,
+    /// Of those, the times to first token of the requests that asked for a band above
+    /// band 0 (a run with a second band); empty in a run with one band.
+    pub ttft_high_ms: Vec<u64>,
     /// End to end of every answer completed (a stream cut midway is a failure, not a
     /// time): the delay, the round trip and the whole service at the site's speed, in ms.
     pub e2e_ms: Vec<u64>,
@@ -299,6 +302,12 @@ pub struct Summary {
     /// out: read beside [`Self::failed`], so a policy's refusals and its delays are judged
     /// apart rather than one 1% cut deciding between them.
     pub p99_ttft_served_ms: u64,
+    /// In a run with a band above band 0: the 99th percentile time to first token of the
+    /// requests served in band 0 and in that band (ms), apart, since a site's flow
+    /// control serves the higher band first and a policy that holds requests at its
+    /// gateway first in, first out does not: one tail over both bands says nothing of
+    /// which band waited.
+    pub p99_ttft_by_band: Option<(u64, u64)>,
     /// 99th percentile end to end of the answers completed (ms), a request never served
     /// ranking after every time.
     pub p99_e2e_ms: u64,
@@ -347,6 +356,7 @@ impl Summary {
             p99_ms: percentile_with_unserved(&delays, record.unserved, 99.0),
             p99_ttft_ms: percentile_with_unserved(&ttft, record.unserved, 99.0),
             p99_ttft_served_ms: percentile(&ttft, 99.0),
+            p99_ttft_by_band: by_band(&ttft, &record.ttft_high_ms),
             p99_e2e_ms: percentile_with_unserved(&e2e, record.unserved, 99.0),
             failed: record.failed,
             refused_room: record.refused_room,
@@ -374,9 +384,42 @@ impl Summary {
     }
 }
 
+/// The served 99th percentiles of band 0 and of the band above it, out of `all` (sorted)
+/// and `high` (the higher band's, a sub-multiset of `all`); `None` when `high` is empty.
+fn by_band(all: &[u64], high: &[u64]) -> Option<(u64, u64)> {
+    if high.is_empty() {
+        return None;
+    }
+    let mut high = high.to_vec();
+    high.sort_unstable();
+    let mut band0 = Vec::with_capacity(all.len().saturating_sub(high.len()));
+    let mut rest = high.iter().peekable();
+    for &t in all {
+        if rest.peek() == Some(&&t) {
+            rest.next();
+        } else {
+            band0.push(t);
+        }
+    }
+    Some((percentile(&band0, 99.0), percentile(&high, 99.0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tail_of_each_band_is_read_apart_and_a_run_with_one_band_has_none() {
+        // Band 0 took 1..=100 ms, the higher band 1_000..=1_009: together the higher
+        // band's tail is the whole run's, apart each band shows its own.
+        let high: Vec<u64> = (1_000..1_010).rev().collect();
+        let mut all: Vec<u64> = (1..=100).chain(high.iter().copied()).collect();
+        all.sort_unstable();
+        let (band0, above) = by_band(&all, &high).unwrap();
+        assert_eq!(band0, percentile(&(1..=100).collect::<Vec<_>>(), 99.0));
+        assert_eq!(above, percentile(&(1_000..1_010).collect::<Vec<_>>(), 99.0));
+        assert_eq!(by_band(&all, &[]), None);
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {
