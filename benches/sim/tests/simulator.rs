@@ -5,6 +5,7 @@
 use grid_sim::routing_sim::policy::Policy;
 use grid_sim::routing_sim::scenario::Scenario;
 use grid_sim::routing_sim::signals::{LOCAL_CADENCE_MS, PEER_CADENCE_MS};
+use grid_sim::routing_sim::stats::Summary;
 use grid_sim::routing_sim::{SimConfig, run};
 
 const DURATION_MS: u64 = 20_000;
@@ -129,6 +130,12 @@ fn the_same_seed_gives_the_same_figures_on_any_number_of_threads() {
     );
 }
 
+/// Ours alone on scenario file `name` cut to `duration_s`, at `load`, seed 42: its summary.
+fn ours_on(name: &str, duration_s: u64, load: f64) -> Summary {
+    let config = scenario(name).with_duration_s(duration_s).config(load, 42);
+    run(&config, &[Policy::Ours], 1).remove(0).summary
+}
+
 fn scenario(name: &str) -> Scenario {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios")
@@ -212,24 +219,11 @@ fn the_mixed_priority_file_runs_a_higher_band_beside_band_0() {
 /// first, a request of that band waits less than one of band 0 behind it.
 #[test]
 fn with_two_bands_each_has_its_own_tail_and_the_higher_one_waits_less() {
-    let config = scenario("mixed-priority.toml")
-        .with_duration_s(180)
-        .config(0.85, 42);
-    let results = run(&config, &[Policy::Ours], 1);
-    let (band0, high) = results[0]
-        .summary
+    let (band0, high) = ours_on("mixed-priority.toml", 180, 0.85)
         .p99_ttft_by_band
         .expect("two bands, two tails");
     assert!(high < band0, "band 0 {band0} ms, the higher band {high} ms");
-    let one_band = scenario("standard.toml")
-        .with_duration_s(60)
-        .config(0.85, 42);
-    assert_eq!(
-        run(&one_band, &[Policy::Ours], 1)[0]
-            .summary
-            .p99_ttft_by_band,
-        None
-    );
+    assert_eq!(ours_on("standard.toml", 60, 0.85).p99_ttft_by_band, None);
 }
 
 #[test]
@@ -286,11 +280,7 @@ fn a_large_site_at_half_speed_near_saturation_keeps_ours_within_a_quarter_of_the
 /// 1%.
 #[test]
 fn at_light_load_a_site_twenty_times_slower_takes_under_one_percent_of_the_requests() {
-    let config = scenario("slowed-light.toml")
-        .with_duration_s(400)
-        .config(0.3, 42);
-    let results = run(&config, &[Policy::Ours], 1);
-    let during = results[0].summary.degrade.share_during;
+    let during = ours_on("slowed-light.toml", 400, 0.3).degrade.share_during;
     assert!(
         during < 0.01,
         "the slowed site's share while slowed: {during}"
