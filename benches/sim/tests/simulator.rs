@@ -130,9 +130,12 @@ fn the_same_seed_gives_the_same_figures_on_any_number_of_threads() {
     );
 }
 
-/// Ours alone on scenario file `name` cut to `duration_s`, at `load`, seed 42: its summary.
+/// Ours alone on scenario file `name` cut to `duration_s`, at `load`, on the file's first
+/// seed: its summary.
 fn ours_on(name: &str, duration_s: u64, load: f64) -> Summary {
-    let config = scenario(name).with_duration_s(duration_s).config(load, 42);
+    let file = scenario(name);
+    let seed = *file.seeds.first().expect("a scenario file names its seeds");
+    let config = file.with_duration_s(duration_s).config(load, seed);
     run(&config, &[Policy::Ours], 1).remove(0).summary
 }
 
