@@ -75,6 +75,34 @@ pub fn chat_body(model: &str, stream: bool) -> Bytes {
     )
 }
 
+/// Keeps `n` requests with `body` open at `uri`, each sent again as soon as it ends, until
+/// `kept_for` has passed, the set is dropped, or one fails (unreachable, timed out, or an
+/// error status: a server that refuses at once would otherwise be asked as fast as it
+/// answers). A closed loop of `n` clients: the load stays while it lasts, where requests
+/// sent once drain.
+pub fn keep_sending(
+    client: &LoadClient,
+    uri: &Uri,
+    body: &Bytes,
+    n: usize,
+    kept_for: Duration,
+) -> tokio::task::JoinSet<()> {
+    let until = tokio::time::Instant::now() + kept_for;
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (c, uri, body) = (client.clone(), uri.clone(), body.clone());
+        set.spawn(async move {
+            while tokio::time::Instant::now() < until {
+                match c.post_json(&uri, body.clone()).await {
+                    Ok(answer) if answer.status.is_success() => {}
+                    _ => break,
+                }
+            }
+        });
+    }
+    set
+}
+
 impl LoadClient {
     /// A client speaking `protocol`; every request (answer included) is bounded by
     /// `timeout`.

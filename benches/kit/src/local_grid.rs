@@ -251,14 +251,22 @@ struct RunningSite {
 
 /// How long one request takes at a site [`LocalGrid::back_up`] backed up.
 pub const BACKED_UP_SERVICE: Duration = Duration::from_secs(4);
-/// How many times over [`LocalGrid::back_up`] fills a site's slots: its backlog takes this
-/// many turns of [`BACKED_UP_SERVICE`] to clear (20 s), and a request queued behind all of
-/// it one turn more, inside the openai client's
+/// How many times over [`LocalGrid::back_up`] keeps a site's slots filled: a request
+/// queued behind the whole backlog waits this many turns of [`BACKED_UP_SERVICE`] (20 s)
+/// and is served in one more, inside the openai client's
 /// [`REQUEST_TIMEOUT`](crate::openai_client::REQUEST_TIMEOUT), so a check that allows a
 /// few requests onto the backed-up site sees them answered rather than timed out.
 pub const BACKLOG_TURNS: u32 = 5;
-/// The bound on each request [`LocalGrid::back_up`] holds: past the backlog's clearing.
+/// The bound on each request [`LocalGrid::back_up`] holds: past a wait behind the whole
+/// backlog and its own turn.
 pub const BACKLOG_HELD_FOR: Duration = Duration::from_secs(40);
+/// How long [`LocalGrid::back_up`] keeps the backlog up at most (each held request sent
+/// again as it ends): past a front end's first sight of the queue
+/// ([`SEEN_WITHIN`](crate::front_end_checks::SEEN_WITHIN)) and a whole run of the openai
+/// client ([`CLIENT_TIMEOUT`](crate::openai_client::CLIENT_TIMEOUT)). A backlog sent once
+/// drains in its turns: a check whose requests outlast it (one drawn onto the site waits
+/// behind all of it) measured a slow site with an empty queue instead.
+pub const BACKLOG_KEPT_FOR: Duration = Duration::from_secs(120);
 
 /// Where a site stands in the gateway's current routing view.
 #[derive(Clone, Debug, PartialEq)]
@@ -829,12 +837,13 @@ impl LocalGrid {
         })
     }
 
-    /// Slows simulated `site` to [`BACKED_UP_SERVICE`] a request and fills its slots
-    /// [`BACKLOG_TURNS`] times over behind every proxy's back (held requests, each bounded
-    /// by [`BACKLOG_HELD_FOR`]): a backlog that outlasts a measurement and a check's
-    /// requests however slow the machine, yet one a request grid still sends there clears
-    /// within the openai client's wait. Returns once the gateway sees `site` without
-    /// room, within `within`; dropping the returned set ends the held requests.
+    /// Slows simulated `site` to [`BACKED_UP_SERVICE`] a request and keeps its slots filled
+    /// [`BACKLOG_TURNS`] times over behind every proxy's back ([`LocalGrid::keep_requests`]:
+    /// each held request bounded by [`BACKLOG_HELD_FOR`] and sent again as it ends, for
+    /// [`BACKLOG_KEPT_FOR`]): a backlog that outlasts a check's requests however slow the
+    /// machine, yet one a request grid still sends there gets through within the openai
+    /// client's wait. Returns once the gateway sees `site` without room, within `within`;
+    /// dropping the returned set ends the held requests.
     ///
     /// # Errors
     ///
@@ -852,9 +861,47 @@ impl LocalGrid {
         let control = self.control(site).expect("a simulated site of the grid");
         let (slots, service) = control.slots_and_service();
         control.degrade(BACKED_UP_SERVICE.as_secs_f64() / service.as_secs_f64())?;
-        let held = self.hold_requests(site, slots * BACKLOG_TURNS as usize, BACKLOG_HELD_FOR);
+        let held = self.keep_requests(
+            site,
+            slots * BACKLOG_TURNS as usize,
+            BACKLOG_HELD_FOR,
+            BACKLOG_KEPT_FOR,
+        );
         self.wait_without_room(site, within).await?;
         Ok(held)
+    }
+
+    /// Keeps `n` requests for the grid's model open at `site`, bypassing every proxy, each
+    /// bounded by `bound` ([`crate::load::keep_sending`]) for `kept_for`: load the grid
+    /// learns of only through the site's signals, which unlike
+    /// [`LocalGrid::hold_requests`]' does not drain.
+    ///
+    /// # Panics
+    ///
+    /// When `site` is not in the grid.
+    pub fn keep_requests(
+        &self,
+        site: &str,
+        n: usize,
+        bound: Duration,
+        kept_for: Duration,
+    ) -> tokio::task::JoinSet<()> {
+        crate::load::keep_sending(
+            &crate::load::LoadClient::new(crate::load::Protocol::Http1, bound),
+            &self.completions_uri(site),
+            &crate::load::chat_body(&self.model, false),
+            n,
+            kept_for,
+        )
+    }
+
+    fn completions_uri(&self, site: &str) -> http::Uri {
+        format!(
+            "{}/v1/chat/completions",
+            self.base_url(site).expect("a site of the grid")
+        )
+        .parse()
+        .expect("a site's base URL")
     }
 
     /// Sends `n` requests for the grid's model straight to `site`, bypassing every proxy,
@@ -865,12 +912,7 @@ impl LocalGrid {
     ///
     /// When `site` is not in the grid.
     pub fn hold_requests(&self, site: &str, n: usize, bound: Duration) -> tokio::task::JoinSet<()> {
-        let uri: http::Uri = format!(
-            "{}/v1/chat/completions",
-            self.base_url(site).expect("a site of the grid")
-        )
-        .parse()
-        .expect("a site's base URL");
+        let uri = self.completions_uri(site);
         let client = crate::load::LoadClient::new(crate::load::Protocol::Http1, bound);
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..n {
@@ -1210,7 +1252,15 @@ mod tests {
     fn a_request_queued_behind_a_whole_backlog_is_answered_within_the_clients_wait() {
         let cleared_behind_it = BACKED_UP_SERVICE * (BACKLOG_TURNS + 1);
         assert!(cleared_behind_it < crate::openai_client::REQUEST_TIMEOUT);
-        assert!(BACKED_UP_SERVICE * BACKLOG_TURNS < BACKLOG_HELD_FOR);
+        assert!(cleared_behind_it < BACKLOG_HELD_FOR);
+    }
+
+    #[test]
+    fn the_backlog_is_kept_up_past_a_front_ends_first_sight_of_it_and_a_whole_client_run() {
+        assert!(
+            crate::front_end_checks::SEEN_WITHIN + crate::openai_client::CLIENT_TIMEOUT
+                < BACKLOG_KEPT_FOR
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use grid_kit::load::{LoadClient, Protocol, chat_body, keep_sending};
 use grid_kit::sim_site::{
     CapacityReaderMode, MAX_REQUEST_BODY_BYTES, Rejection, SimSite, SimSiteConfig, SimSiteControl,
 };
@@ -775,5 +776,45 @@ async fn the_headroom_is_read_when_the_answer_is_built_not_at_admission() {
     for task in held {
         assert_eq!(answer(task).await.status, StatusCode::OK);
     }
+    site.stop().await;
+}
+
+#[tokio::test]
+async fn requests_kept_at_a_site_are_sent_again_as_they_end_until_their_time_is_up() {
+    let site = SimSite::start(config(1, 2)).await.unwrap();
+    let control = site.control();
+    let uri: http::Uri = format!("http://{}/v1/chat/completions", site.addr())
+        .parse()
+        .unwrap();
+    let client = LoadClient::new(Protocol::Http1, BOUND);
+    let body = chat_body("llama", false);
+    // Two requests kept for a second on two 300 ms slots: four turns each when every
+    // resend is prompt (the last sent at 900 ms), none sent past the second; sent once they
+    // would be two.
+    let mut kept = keep_sending(&client, &uri, &body, 2, Duration::from_millis(1_000));
+    timeout(BOUND, async { while kept.join_next().await.is_some() {} })
+        .await
+        .expect("the kept requests end once their time is up");
+    let end = control.stats();
+    assert!(
+        (4..=8).contains(&end.requests),
+        "each sent again as it ended, at most four turns: {end:?}"
+    );
+    assert_eq!((end.running, end.waiting), (0, 0));
+    sleep(Duration::from_millis(SERVICE_MS)).await;
+    assert_eq!(
+        control.stats().requests,
+        end.requests,
+        "nothing is sent once they end"
+    );
+
+    // A site that refuses ends them at once rather than being asked as fast as it answers.
+    control.drop_all_endpoints();
+    let mut refused = keep_sending(&client, &uri, &body, 2, Duration::from_secs(60));
+    timeout(BOUND, async {
+        while refused.join_next().await.is_some() {}
+    })
+    .await
+    .expect("a refusal ends a kept request");
     site.stop().await;
 }
