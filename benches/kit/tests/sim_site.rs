@@ -791,7 +791,7 @@ async fn requests_kept_at_a_site_are_sent_again_as_they_end_until_their_time_is_
     // Two requests kept for a second on two 300 ms slots: four turns each when every
     // resend is prompt (the last sent at 900 ms), none sent past the second; sent once they
     // would be two.
-    let mut kept = keep_sending(&client, &uri, &body, 2, Duration::from_millis(1_000));
+    let mut kept = keep_sending(&client, &uri, &body, 2, Duration::from_secs(1));
     timeout(BOUND, async { while kept.join_next().await.is_some() {} })
         .await
         .expect("the kept requests end once their time is up");
