@@ -309,6 +309,7 @@ impl Scorer {
                     },
                 }
                 .with_live(v.live.factor, v.live.headroom)
+                .with_failures(v.live.failures)
                 .with_evidence(evidence),
             );
         }

@@ -75,6 +75,42 @@ impl Pool {
         let pos = self.cumulative.partition_point(|&c| c <= r).min(last);
         self.members[pos] as usize
     }
+
+    /// As [`Pool::draw`] with the members at `failed_site` left out; `None` when no other
+    /// member has weight.
+    fn draw_elsewhere<R: Rng + ?Sized>(
+        &self,
+        candidates: &[Candidate],
+        failed_site: &str,
+        rng: &mut R,
+    ) -> Option<usize> {
+        let weight = |pos: usize| {
+            let below = if pos == 0 {
+                0.0
+            } else {
+                self.cumulative[pos - 1]
+            };
+            let at = self.members[pos] as usize;
+            (&**candidates[at].site() != failed_site).then(|| self.cumulative[pos] - below)
+        };
+        let usable = |pos: usize| weight(pos).filter(|w| w.is_finite() && *w > 0.0);
+        let total: f64 = (0..self.members.len()).filter_map(usable).sum();
+        if !(total.is_finite() && total > 0.0) {
+            return None;
+        }
+        let mut r = rng.next_f64() * total;
+        let mut last = None;
+        for pos in 0..self.members.len() {
+            let Some(w) = usable(pos) else { continue };
+            if r < w {
+                return Some(self.members[pos] as usize);
+            }
+            r -= w;
+            last = Some(self.members[pos] as usize);
+        }
+        // Rounding left the draw past the last weight.
+        last
+    }
 }
 
 impl RouteSnapshot {
@@ -103,9 +139,15 @@ impl RouteSnapshot {
 
 impl RouteSnapshot {
     /// Where a request goes once when its first site, `failed_site`, refused it: a
-    /// candidate elsewhere that has headroom, drawn by its reach; with none, one whose
-    /// answers do not say it is full, drawn by reach; else any elsewhere, by reach. `None`
-    /// when no candidate is elsewhere. Allocates nothing.
+    /// candidate elsewhere that has headroom, drawn by its reach; with none, one drawn as a
+    /// first pick would be, by the plan's weights with `failed_site` left out; else one
+    /// whose answers do not say it is full, drawn by reach; else any elsewhere, by reach.
+    /// `None` when no candidate is elsewhere. Allocates nothing.
+    ///
+    /// With no headroom elsewhere every other site is queueing, and the plan's weights
+    /// (the by-capacity rule) say how fast each drains its queue. Drawn by reach instead,
+    /// the refusals of the fast sites, which are drawn most and so refuse most, were
+    /// retried onto a slow site by its slots and kept its queue, the longest in time, full.
     ///
     /// Refusals come in bursts (a site losing its endpoints refuses everything it held at
     /// once) and the view does not move between them, so the one site ranked first would
@@ -117,6 +159,10 @@ impl RouteSnapshot {
         let elsewhere = |c: &Candidate| &**c.site() != failed_site;
         draw_weighted(candidates, rng, |c| {
             (elsewhere(c) && c.headroom() > 0.0).then(|| c.reach())
+        })
+        .or_else(|| {
+            self.pool()
+                .and_then(|pool| pool.draw_elsewhere(candidates, failed_site, rng))
         })
         .or_else(|| {
             draw_weighted(candidates, rng, |c| {
@@ -169,7 +215,7 @@ mod tests {
     use super::*;
     use crate::SplitMix64;
     use crate::reading::CandidateKey;
-    use crate::snapshot::{Candidate, Refusals, Signal};
+    use crate::snapshot::{Candidate, LIVE_FACTOR_FLOOR, Refusals, Signal};
 
     const REFUSE: Refusals = Refusals {
         shed_retry_after_ms: None,
@@ -311,6 +357,86 @@ mod tests {
         let want = 4.955 / (4.955 + 0.2222);
         assert!((got["large"] - want).abs() < 0.02, "{got:?}");
         assert!(got["small"] > 0.0, "still spread, not herded");
+    }
+
+    #[test]
+    fn a_site_read_full_is_weighted_by_its_queue_and_failures_and_its_answers_floor_only_a_site_not_read_full()
+     {
+        // No site has headroom; both hold the same slots and queue. `refusing`'s answers
+        // said it is full (live factor 0).
+        let site = |name: &str, read_full: bool| {
+            Candidate::measured(
+                CandidateKey::new(name, "p"),
+                32.0,
+                3.0,
+                3.0,
+                64.0,
+                read_full,
+            )
+            .with_signal(Signal {
+                rho_now: 3.0,
+                life_ms: 1_000.0,
+                pace: 1.0,
+                turnover_ms: 0.0,
+            })
+        };
+        let snapshot = |read_full: bool, failures: f64| {
+            let s = RouteSnapshot::new(
+                "m",
+                vec![
+                    site("quiet", read_full),
+                    site("refusing", read_full)
+                        .with_live(0.0, Some(0))
+                        .with_failures(failures),
+                ],
+                vec![],
+                REFUSE,
+            );
+            assert_eq!(s.path(), Some(Path::ByCapacity));
+            shares(&s, 20_000, 5)["refusing"]
+        };
+        // Read full, its queue is counted: its "full" says nothing more.
+        let got = snapshot(true, 0.0);
+        assert!((got - 0.5).abs() < 0.02, "{got}");
+        // Its serving failures still weigh: 1 / (1 + 3) against 1.
+        let got = snapshot(true, 3.0);
+        assert!((got - 0.2).abs() < 0.02, "{got}");
+        // Not read full, only its answers say so: floored.
+        let floor = LIVE_FACTOR_FLOOR / (1.0 + LIVE_FACTOR_FLOOR);
+        let got = snapshot(false, 0.0);
+        assert!((got - floor).abs() < 0.01, "{got}");
+    }
+
+    #[test]
+    fn a_refusal_with_no_headroom_elsewhere_is_retried_by_the_weights_of_a_first_pick() {
+        // No site has headroom. By its slots `large` would take 64 of 72 retries (0.889);
+        // by the by-capacity weights, which count how fast each drains its queue, 0.957
+        // (weights 8 (8/48)^2 = 0.2222 and 64 (64/230)^2 = 4.955).
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                cand("refused", 64.0, 3.6, 166.0),
+                cand("small", 8.0, 6.0, 40.0),
+                cand("large", 64.0, 3.6, 166.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::ByCapacity));
+        let mut rng = SplitMix64::new(9);
+        let draws = 20_000;
+        let mut large = 0;
+        for _ in 0..draws {
+            let at = s
+                .pick_elsewhere("refused", &mut rng)
+                .expect("two sites elsewhere");
+            let site = s.candidates()[at].site().to_string();
+            assert_ne!(site, "refused");
+            large += u32::from(site == "large");
+        }
+        let got = f64::from(large) / f64::from(draws);
+        let want = 4.955 / (4.955 + 0.2222);
+        assert!((got - want).abs() < 0.01, "{got}");
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub struct Candidate {
     signal: Signal,
     headroom: f64,
     live_factor: f64,
+    serving_factor: f64,
     live_headroom: Option<u64>,
     evidence: CandidateEvidence,
 }
@@ -135,6 +136,7 @@ impl Candidate {
             },
             headroom: 0.0,
             live_factor: 1.0,
+            serving_factor: 1.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -216,6 +218,19 @@ impl Candidate {
         self.live_factor
     }
 
+    /// Sets what its serving failures leave of its weight (`failures` as
+    /// [`crate::live`] scores them, decaying): `1 / (1 + failures)`, the part of the live
+    /// factor that is not about room. NaN or negative reads no failures.
+    #[must_use]
+    pub fn with_failures(mut self, failures: f64) -> Self {
+        self.serving_factor = if failures.is_nan() {
+            1.0
+        } else {
+            1.0 / (1.0 + failures.max(0.0))
+        };
+        self
+    }
+
     /// A candidate with no fresh reading: rho and score are [`UNMEASURED`].
     pub fn unmeasured(key: CandidateKey, capacity: f64) -> Self {
         let capacity = if capacity.is_nan() {
@@ -239,6 +254,7 @@ impl Candidate {
             },
             headroom: 0.0,
             live_factor: 1.0,
+            serving_factor: 1.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -602,6 +618,17 @@ impl RouteSnapshot {
         &self.excluded
     }
 
+    /// The weighted draw a pick makes, when it makes one.
+    pub(crate) fn pool(&self) -> Option<&Pool> {
+        match &self.plan {
+            Plan::Spread(pool)
+            | Plan::Overflow(pool)
+            | Plan::ByCapacity(pool)
+            | Plan::Fallback(pool) => Some(pool),
+            Plan::Unavailable { .. } | Plan::Shed { .. } | Plan::Lone(_) => None,
+        }
+    }
+
     /// The path a pick will take.
     pub fn path(&self) -> Option<Path> {
         use Path;
@@ -729,11 +756,21 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// so the backlog evens out towards equal waits (the square, against plain inverse
 /// proportion, lowered the simulator's p99 at 95% load by 10-35% on every seed tried and
 /// left 85% unchanged). A site whose answers said "full" keeps at least
-/// [`LIVE_FACTOR_FLOOR`] of it.
+/// [`LIVE_FACTOR_FLOOR`] of it, unless its reading already shows it full (work waiting at
+/// every unit or in flow control): the weight has counted that queue, so only its serving
+/// failures weigh on it. Every site is out of headroom here and the fast ones refuse
+/// most often, being drawn most; floored for it, they handed their share to the site
+/// drawn least, a slow one, whose full queue takes longest to drain (two slowed sites at
+/// 124% of what they served: its band 37 s deep at the median).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
     let reach = c.reach * default_turnover_ms / c.effective_turnover(default_turnover_ms);
     let share = reach / (reach + c.waiting);
-    c.live_factor.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
+    let live = if c.state == CandidateState::Full {
+        c.serving_factor
+    } else {
+        c.live_factor
+    };
+    live.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
 }
 
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
