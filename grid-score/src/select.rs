@@ -224,13 +224,18 @@ mod tests {
 
     /// A measured candidate whose newest sample read `rho` (a remote one: 5 s apart).
     fn cand(site: &str, capacity: f64, rho: f64, waiting: f64) -> Candidate {
+        read(site, capacity, rho, waiting, false)
+    }
+
+    /// As [`cand`], its sample saturated with work waiting (`full`) or not.
+    fn read(site: &str, capacity: f64, rho: f64, waiting: f64, full: bool) -> Candidate {
         Candidate::measured(
             CandidateKey::new(site, "p"),
             capacity,
             rho,
             rho,
             waiting,
-            false,
+            full,
         )
         .with_signal(Signal {
             rho_now: rho,
@@ -364,28 +369,12 @@ mod tests {
      {
         // No site has headroom; both hold the same slots and queue. `refusing`'s answers
         // said it is full (live factor 0).
-        let site = |name: &str, read_full: bool| {
-            Candidate::measured(
-                CandidateKey::new(name, "p"),
-                32.0,
-                3.0,
-                3.0,
-                64.0,
-                read_full,
-            )
-            .with_signal(Signal {
-                rho_now: 3.0,
-                life_ms: 1_000.0,
-                pace: 1.0,
-                turnover_ms: 0.0,
-            })
-        };
         let snapshot = |read_full: bool, failures: f64| {
             let s = RouteSnapshot::new(
                 "m",
                 vec![
-                    site("quiet", read_full),
-                    site("refusing", read_full)
+                    read("quiet", 32.0, 4.0, 96.0, read_full),
+                    read("refusing", 32.0, 4.0, 96.0, read_full)
                         .with_live(0.0, Some(0))
                         .with_failures(failures),
                 ],
