@@ -93,23 +93,7 @@ impl Pool {
             let at = self.members[pos] as usize;
             (&**candidates[at].site() != failed_site).then(|| self.cumulative[pos] - below)
         };
-        let usable = |pos: usize| weight(pos).filter(|w| w.is_finite() && *w > 0.0);
-        let total: f64 = (0..self.members.len()).filter_map(usable).sum();
-        if !(total.is_finite() && total > 0.0) {
-            return None;
-        }
-        let mut r = rng.next_f64() * total;
-        let mut last = None;
-        for pos in 0..self.members.len() {
-            let Some(w) = usable(pos) else { continue };
-            if r < w {
-                return Some(self.members[pos] as usize);
-            }
-            r -= w;
-            last = Some(self.members[pos] as usize);
-        }
-        // Rounding left the draw past the last weight.
-        last
+        draw_indexed(self.members.len(), rng, weight).map(|pos| self.members[pos] as usize)
     }
 }
 
@@ -181,15 +165,25 @@ fn draw_weighted<R: Rng + ?Sized>(
     rng: &mut R,
     weight: impl Fn(&Candidate) -> Option<f64>,
 ) -> Option<usize> {
-    let usable = |c: &Candidate| weight(c).filter(|w| w.is_finite() && *w > 0.0);
-    let total: f64 = candidates.iter().filter_map(usable).sum();
+    draw_indexed(candidates.len(), rng, |i| weight(&candidates[i]))
+}
+
+/// One of `0..n` drawn with probability its weight over the total, as [`draw_weighted`]
+/// draws a candidate.
+fn draw_indexed<R: Rng + ?Sized>(
+    n: usize,
+    rng: &mut R,
+    weight: impl Fn(usize) -> Option<f64>,
+) -> Option<usize> {
+    let usable = |i: usize| weight(i).filter(|w| w.is_finite() && *w > 0.0);
+    let total: f64 = (0..n).filter_map(usable).sum();
     if !(total.is_finite() && total > 0.0) {
         return None;
     }
     let mut r = rng.next_f64() * total;
     let mut last = None;
-    for (i, c) in candidates.iter().enumerate() {
-        let Some(w) = usable(c) else { continue };
+    for i in 0..n {
+        let Some(w) = usable(i) else { continue };
         if r < w {
             return Some(i);
         }
