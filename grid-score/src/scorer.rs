@@ -310,6 +310,7 @@ impl Scorer {
                 }
                 .with_live(v.live.factor, v.live.headroom)
                 .with_failures(v.live.failures)
+                .with_shown(v.shown_capacity)
                 .with_evidence(evidence),
             );
         }

@@ -5,7 +5,7 @@
 //! search.
 
 use crate::Rng;
-use crate::snapshot::{Candidate, Path, Plan, Pool, RouteSnapshot, RouteTable};
+use crate::snapshot::{Candidate, CandidateState, Path, Plan, Pool, RouteSnapshot, RouteTable};
 
 grid_signals::label_values! {
     /// The kind of answer, without its data (a metric label).
@@ -76,12 +76,13 @@ impl Pool {
         self.members[pos] as usize
     }
 
-    /// As [`Pool::draw`] with the members at `failed_site` left out; `None` when no other
-    /// member has weight.
+    /// As [`Pool::draw`] with the members at `failed_site` left out, and those whose queue
+    /// takes `drains_within_ms` or longer to drain; `None` when no other member has weight.
     fn draw_elsewhere<R: Rng + ?Sized>(
         &self,
         candidates: &[Candidate],
         failed_site: &str,
+        drains_within_ms: f64,
         rng: &mut R,
     ) -> Option<usize> {
         let weight = |pos: usize| {
@@ -90,8 +91,9 @@ impl Pool {
             } else {
                 self.cumulative[pos - 1]
             };
-            let at = self.members[pos] as usize;
-            (&**candidates[at].site() != failed_site).then(|| self.cumulative[pos] - below)
+            let c = &candidates[self.members[pos] as usize];
+            (&**c.site() != failed_site && c.drain_ms() < drains_within_ms)
+                .then(|| self.cumulative[pos] - below)
         };
         draw_indexed(self.members.len(), rng, weight).map(|pos| self.members[pos] as usize)
     }
@@ -124,14 +126,22 @@ impl RouteSnapshot {
 impl RouteSnapshot {
     /// Where a request goes once when its first site, `failed_site`, refused it: a
     /// candidate elsewhere that has headroom, drawn by its reach; with none, one drawn as a
-    /// first pick would be, by the plan's weights with `failed_site` left out; else one
-    /// whose answers do not say it is full, drawn by reach; else any elsewhere, by reach.
-    /// `None` when no candidate is elsewhere. Allocates nothing.
+    /// first pick would be, by the plan's weights with `failed_site` left out. When the
+    /// refusing site's reading shows it full, that draw keeps only the sites whose queue
+    /// drains sooner than its full band, and with none the request goes to the one whose
+    /// queue drains soonest. Otherwise, with nothing drawn, one whose answers do not say
+    /// it is full, drawn by reach; else any elsewhere, by reach. `None` when no candidate
+    /// is elsewhere. Allocates nothing.
     ///
     /// With no headroom elsewhere every other site is queueing, and the plan's weights
     /// (the by-capacity rule) say how fast each drains its queue. Drawn by reach instead,
     /// the refusals of the fast sites, which are drawn most and so refuse most, were
     /// retried onto a slow site by its slots and kept its queue, the longest in time, full.
+    /// A band is full in requests, not in time: a site at half speed whose band holds as
+    /// many requests per slot as a fast one's holds them twice as long, so a refusal sent
+    /// there by weight alone waited longer than in the band that refused it (two slowed
+    /// sites at 124% of what they served: a p99 twice the oracle's, which retries only to
+    /// the shortest wait).
     ///
     /// Refusals come in bursts (a site losing its endpoints refuses everything it held at
     /// once) and the view does not move between them, so the one site ranked first would
@@ -141,19 +151,38 @@ impl RouteSnapshot {
     pub fn pick_elsewhere<R: Rng + ?Sized>(&self, failed_site: &str, rng: &mut R) -> Option<usize> {
         let candidates = self.candidates();
         let elsewhere = |c: &Candidate| &**c.site() != failed_site;
-        draw_weighted(candidates, rng, |c| {
+        if let Some(i) = draw_weighted(candidates, rng, |c| {
             (elsewhere(c) && c.headroom() > 0.0).then(|| c.reach())
-        })
-        .or_else(|| {
+        }) {
+            return Some(i);
+        }
+        let full_band_ms = candidates
+            .iter()
+            .filter(|c| !elsewhere(c) && c.state() == CandidateState::Full)
+            .map(Candidate::drain_ms)
+            .reduce(f64::max);
+        let drawn = |within_ms, rng: &mut R| {
             self.pool()
-                .and_then(|pool| pool.draw_elsewhere(candidates, failed_site, rng))
-        })
-        .or_else(|| {
-            draw_weighted(candidates, rng, |c| {
-                elsewhere(c).then(|| c.reach() * c.live_factor())
+                .and_then(|pool| pool.draw_elsewhere(candidates, failed_site, within_ms, rng))
+        };
+        if let Some(full_band_ms) = full_band_ms {
+            return drawn(full_band_ms, rng).or_else(|| {
+                (0..candidates.len())
+                    .filter(|&i| elsewhere(&candidates[i]))
+                    .min_by(|&a, &b| {
+                        candidates[a]
+                            .drain_ms()
+                            .total_cmp(&candidates[b].drain_ms())
+                    })
+            });
+        }
+        drawn(f64::INFINITY, rng)
+            .or_else(|| {
+                draw_weighted(candidates, rng, |c| {
+                    elsewhere(c).then(|| c.reach() * c.live_factor())
+                })
             })
-        })
-        .or_else(|| draw_weighted(candidates, rng, |c| elsewhere(c).then(|| c.reach())))
+            .or_else(|| draw_weighted(candidates, rng, |c| elsewhere(c).then(|| c.reach())))
     }
 }
 
@@ -423,6 +452,101 @@ mod tests {
     }
 
     #[test]
+    fn a_site_read_full_drains_its_queue_with_what_it_has_shown_it_holds_not_its_faded_reach() {
+        // Both hold 32 slots busy and 128 waiting; `kept_full` has shown no calm moment
+        // for minutes, so its reach faded to 8 while it holds 32 in service at its limit.
+        let snapshot = |full: bool, shown: f64| {
+            RouteSnapshot::new(
+                "m",
+                vec![
+                    read("kept_full", 8.0, 20.0, 128.0, full).with_shown(shown),
+                    read("fresh", 32.0, 5.0, 128.0, full).with_shown(32.0),
+                ],
+                vec![],
+                REFUSE,
+            )
+        };
+        let s = snapshot(true, 32.0);
+        assert_eq!(s.path(), Some(Path::ByCapacity));
+        let shares = s.plan_shares();
+        assert!((shares[0] - 0.5).abs() < 1e-9, "{shares:?}");
+        let kept_full = s.candidates().iter().find(|c| &**c.site() == "kept_full");
+        // 128 waiting on 32 slots turning over every 2 s.
+        assert!(
+            (kept_full.map(Candidate::drain_ms) == Some(8_000.0)),
+            "{kept_full:?}"
+        );
+        // A reading that does not show it full says nothing of a limit: its reach stands.
+        assert_eq!(
+            snapshot(false, 32.0).plan_shares(),
+            snapshot(false, 0.0).plan_shares()
+        );
+    }
+
+    #[test]
+    fn a_refusal_at_a_site_read_full_goes_only_where_a_queue_drains_sooner_than_its_band() {
+        let slower = |c: Candidate, turnover_ms: f64| {
+            let signal = Signal {
+                turnover_ms,
+                ..c.signal()
+            };
+            c.with_signal(signal)
+        };
+        let retried = |s: &RouteSnapshot, failed: &str| {
+            let mut rng = SplitMix64::new(3);
+            let mut got = std::collections::HashMap::new();
+            for _ in 0..2_000 {
+                let at = s.pick_elsewhere(failed, &mut rng).expect("sites elsewhere");
+                *got.entry(s.candidates()[at].site().to_string())
+                    .or_insert(0) += 1;
+            }
+            got
+        };
+        // `refused` drains its full band in 8 s (128 on 32 slots at 2 s), `fast` in 6 s
+        // (48 on 16), `slow` in 16 s (256 on 64 slots at 4 s). Drawn by the by-capacity
+        // weights alone `slow` would take 28% of the retries (0.395 against 1).
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                read("refused", 32.0, 5.0, 128.0, true),
+                read("fast", 16.0, 4.0, 48.0, true),
+                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::ByCapacity));
+        assert_eq!(retried(&s, "refused").get("slow"), None);
+        // None drains sooner: the one that drains soonest, `slow` (16 s) before
+        // `slowest` (32 on 8 slots at 8 s: 32 s).
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                read("refused", 32.0, 5.0, 128.0, true),
+                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+                slower(read("slowest", 8.0, 5.0, 32.0, true), 8_000.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(retried(&s, "refused").get("slow"), Some(&2_000));
+        // A site whose reading shows no queue refused anyway (its 429 is the only sign):
+        // its band's depth is not known, and the weights alone draw.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                read("refused", 32.0, 0.5, 0.0, false).with_live(0.0, Some(0)),
+                read("fast", 16.0, 4.0, 48.0, true),
+                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        let got = retried(&s, "refused");
+        assert!(got.get("slow").is_some_and(|&n| n > 200), "{got:?}");
+    }
+
+    #[test]
     fn fallback_spreads_over_the_unmeasured_by_capacity() {
         let only_unmeasured = RouteSnapshot::new(
             "m",
@@ -554,7 +678,7 @@ mod tests {
             pace: 1.0,
             turnover_ms: 0.0,
         });
-        assert_eq!(drained.state(), crate::CandidateState::NoRoom);
+        assert_eq!(drained.state(), CandidateState::NoRoom);
         let s = RouteSnapshot::new("m", vec![drained, calm], vec![], REFUSE);
         assert_eq!(
             &**s.candidates()[1].site(),

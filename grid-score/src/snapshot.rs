@@ -50,6 +50,8 @@ pub struct Candidate {
     headroom: f64,
     live_factor: f64,
     serving_factor: f64,
+    shown: f64,
+    drain_ms: f64,
     live_headroom: Option<u64>,
     evidence: CandidateEvidence,
 }
@@ -137,6 +139,8 @@ impl Candidate {
             headroom: 0.0,
             live_factor: 1.0,
             serving_factor: 1.0,
+            shown: 0.0,
+            drain_ms: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -231,6 +235,39 @@ impl Candidate {
         self
     }
 
+    /// Sets what it has shown it holds, calm or at a limit (the capacity the gateway
+    /// reports, [`CandidateEvidence::shown_capacity`]): while its reading shows it full,
+    /// the slots that drain its queue ([`Candidate::drain_ms`]) when that is more than
+    /// its reach. Non-finite or negative values are ignored.
+    #[must_use]
+    pub fn with_shown(mut self, shown: f64) -> Self {
+        if shown.is_finite() && shown >= 0.0 {
+            self.shown = shown;
+        }
+        self
+    }
+
+    /// The slots that drain its queue: its reach, or, while its reading shows it full,
+    /// what it has shown it holds when that is more. Reach counts calm holds only, and a
+    /// site kept queued shows no calm moment, so its reach fades by half every
+    /// [`crate::BOUND_HALF_LIFE_MS`] while it serves as many as before: read at its
+    /// reach, a fast site kept full for minutes was drawn as if it drained a fifth of
+    /// its slots, and the queue went to a slower one.
+    fn draining_slots(&self) -> f64 {
+        if self.state == CandidateState::Full {
+            self.reach.max(self.shown)
+        } else {
+            self.reach
+        }
+    }
+
+    /// How long its queue takes to drain, in ms: the work waiting over the slots that
+    /// drain it, at its turnover. Zero when unmeasured (read as holding nothing waiting);
+    /// set when the snapshot is built.
+    pub fn drain_ms(&self) -> f64 {
+        self.drain_ms
+    }
+
     /// A candidate with no fresh reading: rho and score are [`UNMEASURED`].
     pub fn unmeasured(key: CandidateKey, capacity: f64) -> Self {
         let capacity = if capacity.is_nan() {
@@ -255,6 +292,8 @@ impl Candidate {
             headroom: 0.0,
             live_factor: 1.0,
             serving_factor: 1.0,
+            shown: 0.0,
+            drain_ms: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -525,6 +564,8 @@ impl RouteSnapshot {
                         c.signal.life_ms,
                         c.effective_turnover(turnover_ms as f64),
                     );
+                c.drain_ms = c.waiting * c.effective_turnover(turnover_ms as f64)
+                    / c.draining_slots().max(crate::CAPACITY_FLOOR);
             }
         }
         let grid_headroom = candidates
@@ -749,7 +790,7 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 }
 
 /// The weight of a measured site when no site's headroom covers the picks: capacity as
-/// the slots it turns over in the configured turnover (a site whose answers hold slots
+/// the slots that drain its queue turned over in the configured turnover (a site whose answers hold slots
 /// three times longer drains its queue three times slower; measured on five sites, the
 /// largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x with it),
 /// times pace, over the square of one plus the work waiting per unit of that capacity,
@@ -763,8 +804,10 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// drawn least, a slow one, whose full queue takes longest to drain (two slowed sites at
 /// 124% of what they served: its band 37 s deep at the median).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
-    let reach = c.reach * default_turnover_ms / c.effective_turnover(default_turnover_ms);
-    let share = reach / (reach + c.waiting);
+    let reach =
+        c.draining_slots() * default_turnover_ms / c.effective_turnover(default_turnover_ms);
+    // The waiting work per unit of that capacity is its drain time in configured turnovers.
+    let share = 1.0 / (1.0 + c.drain_ms / default_turnover_ms);
     let live = if c.state == CandidateState::Full {
         c.serving_factor
     } else {
