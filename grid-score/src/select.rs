@@ -472,10 +472,7 @@ mod tests {
         assert!((shares[0] - 0.5).abs() < 1e-9, "{shares:?}");
         let kept_full = s.candidates().iter().find(|c| &**c.site() == "kept_full");
         // 128 waiting on 32 slots turning over every 2 s.
-        assert!(
-            (kept_full.map(Candidate::drain_ms) == Some(8_000.0)),
-            "{kept_full:?}"
-        );
+        assert_eq!(kept_full.map(Candidate::drain_ms), Some(8_000.0));
         // A reading that does not show it full says nothing of a limit: its reach stands.
         assert_eq!(
             snapshot(false, 32.0).plan_shares(),

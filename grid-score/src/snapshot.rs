@@ -251,8 +251,8 @@ impl Candidate {
     /// what it has shown it holds when that is more. Reach counts calm holds only, and a
     /// site kept queued shows no calm moment, so its reach fades by half every
     /// [`crate::BOUND_HALF_LIFE_MS`] while it serves as many as before: read at its
-    /// reach, a fast site kept full for minutes was drawn as if it drained a fifth of
-    /// its slots, and the queue went to a slower one.
+    /// reach, a fast site kept full for minutes was drawn as if it drained a quarter
+    /// of its slots, and the queue went to a slower one.
     fn draining_slots(&self) -> f64 {
         if self.state == CandidateState::Full {
             self.reach.max(self.shown)

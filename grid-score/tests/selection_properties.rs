@@ -218,3 +218,63 @@ fn the_spread_distribution_sums_to_one_and_gives_a_drowned_site_nothing() {
         "a queue that outweighs turnover gets nothing"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A refused request goes elsewhere whenever a site is elsewhere, never back to the
+    /// site that refused it; and when that site's reading shows it full and some site
+    /// elsewhere drains its queue sooner than its full band, it goes to one that does.
+    #[test]
+    fn a_retry_never_returns_to_the_refusing_site_and_never_to_a_longer_wait_than_its_full_band(
+        sites in proptest::collection::vec(
+            (
+                1.0..64.0f64,
+                0.0..6.0f64,
+                0.0..256.0f64,
+                any::<bool>(),
+                prop_oneof![Just(0.0), 500.0..8_000.0f64],
+                0.0..128.0f64,
+                any::<bool>(),
+            ),
+            1..7,
+        ),
+        failed in 0usize..7,
+        seed in any::<u64>(),
+    ) {
+        let candidates = sites.iter().enumerate().map(|(i, (cap, rho, waiting, full, turnover, shown, measured))| {
+            // Two candidates share each site, as two providers of one site do.
+            let key = CandidateKey::new(format!("s{}", i / 2), format!("p{i}"));
+            if *measured {
+                Candidate::measured(key, *cap, *rho, *rho, *waiting, *full)
+                    .with_signal(Signal { rho_now: *rho, life_ms: 1_000.0, pace: 1.0, turnover_ms: *turnover })
+                    .with_shown(*shown)
+            } else {
+                Candidate::unmeasured(key, *cap)
+            }
+        }).collect();
+        let snap = RouteSnapshot::new("m", candidates, vec![], REFUSE);
+        let failed_site = format!("s{}", failed.min(sites.len() - 1) / 2);
+        let elsewhere: Vec<&Candidate> =
+            snap.candidates().iter().filter(|c| **c.site() != *failed_site).collect();
+        let band_ms = snap
+            .candidates()
+            .iter()
+            .filter(|c| **c.site() == *failed_site && c.state() == CandidateState::Full)
+            .map(Candidate::drain_ms)
+            .reduce(f64::max);
+        let sooner_exists = band_ms.is_some_and(|b| elsewhere.iter().any(|c| c.drain_ms() < b));
+        let headroom_elsewhere = elsewhere.iter().any(|c| c.headroom() > 0.0);
+        let mut rng = SplitMix64::new(seed);
+        for _ in 0..32 {
+            let got = snap.pick_elsewhere(&failed_site, &mut rng);
+            prop_assert_eq!(got.is_some(), !elsewhere.is_empty());
+            let Some(at) = got else { continue };
+            let c = &snap.candidates()[at];
+            prop_assert!(**c.site() != *failed_site);
+            if sooner_exists && !headroom_elsewhere {
+                prop_assert!(c.drain_ms() < band_ms.unwrap_or(f64::INFINITY), "{c:?}");
+            }
+        }
+    }
+}
