@@ -556,16 +556,17 @@ impl RouteSnapshot {
                 // window, as the poll design's Failure Behavior section says, instead of snapping back on the first quiet
                 // sample (measured neutral on the simulator's p99: docs/routing-quality.md,
                 // "The drained-burst penalty").
+                let turnover = c.effective_turnover(turnover_ms as f64);
                 c.headroom = c.live_factor
                     * crate::headroom::headroom(
                         c.reach,
                         c.signal.rho_now.max(c.score),
                         c.signal.pace,
                         c.signal.life_ms,
-                        c.effective_turnover(turnover_ms as f64),
+                        turnover,
                     );
-                c.drain_ms = c.waiting * c.effective_turnover(turnover_ms as f64)
-                    / c.draining_slots().max(crate::CAPACITY_FLOOR);
+                // Both bounds are at least the capacity, itself at least the floor.
+                c.drain_ms = c.waiting * turnover / c.draining_slots();
             }
         }
         let grid_headroom = candidates
@@ -790,9 +791,10 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 }
 
 /// The weight of a measured site when no site's headroom covers the picks: capacity as
-/// the slots that drain its queue turned over in the configured turnover (a site whose answers hold slots
-/// three times longer drains its queue three times slower; measured on five sites, the
-/// largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x with it),
+/// the slots that drain its queue turned over in the configured turnover (a site whose
+/// answers hold slots three times longer drains its queue three times slower; measured on
+/// five sites, the largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x
+/// with it),
 /// times pace, over the square of one plus the work waiting per unit of that capacity,
 /// so the backlog evens out towards equal waits (the square, against plain inverse
 /// proportion, lowered the simulator's p99 at 95% load by 10-35% on every seed tried and
@@ -804,7 +806,7 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// drawn least, a slow one, whose full queue takes longest to drain (two slowed sites at
 /// 124% of what they served: its band 37 s deep at the median).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
-    let reach =
+    let slots =
         c.draining_slots() * default_turnover_ms / c.effective_turnover(default_turnover_ms);
     // The waiting work per unit of that capacity is its drain time in configured turnovers.
     let share = 1.0 / (1.0 + c.drain_ms / default_turnover_ms);
@@ -813,7 +815,7 @@ fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
     } else {
         c.live_factor
     };
-    live.max(LIVE_FACTOR_FLOOR) * c.signal.pace * reach * share * share
+    live.max(LIVE_FACTOR_FLOOR) * c.signal.pace * slots * share * share
 }
 
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
