@@ -100,6 +100,8 @@ pub(crate) struct LearnerView {
     /// stamp of the live queue its answers showed (`live.queue`); `None` without one or
     /// past the kept counts.
     pub(crate) own_change_live: Option<f64>,
+    /// How many of this gateway's own requests are at the site now.
+    pub(crate) own_now: f64,
 }
 
 /// What one reading says about whether the site can serve.
@@ -288,6 +290,7 @@ impl Learner {
             excluded_at: excluded.map(|(_, at)| at),
             soft_bound: self.bounds.soft(now_ms),
             hard_bound: self.bounds.hard(now_ms),
+            own_now: f64::from(self.live.own_now()),
             live,
             own_change_live,
             own_change: self

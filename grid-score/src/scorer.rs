@@ -311,6 +311,7 @@ impl Scorer {
                 .with_live(v.live.factor, v.live.headroom)
                 .with_failures(v.live.failures)
                 .with_shown(v.shown_capacity)
+                .with_own(v.own_now)
                 .with_evidence(evidence),
             );
         }
@@ -906,6 +907,25 @@ mod tests {
         // Nothing says when the answering site fills: it would take everything.
         assert_eq!(at(&table, "answering").state(), CandidateState::Unmeasured);
         assert_eq!(table.get("m").unwrap().path(), Some(Path::Fallback));
+    }
+
+    #[test]
+    fn a_pick_without_signals_reads_how_many_of_the_gateways_own_requests_each_site_holds() {
+        let (mut s, r, board) = both_read_once(["held", "idle"]);
+        let now = 1_000 + ScoreConfig::default().fresh_for_ms + 100;
+        let slot = board.slot(&key("held")).unwrap();
+        let mut sent: Vec<_> = (0..20).map(|_| slot.in_flight()).collect();
+        s.feed_live(&board, now);
+        let table = s.refresh(now, &r);
+        assert_eq!(table.get("m").unwrap().path(), Some(Path::Fallback));
+        assert_eq!(
+            (at(&table, "held").own(), at(&table, "idle").own()),
+            (20.0, 0.0)
+        );
+        sent.truncate(5);
+        s.feed_live(&board, now + 100);
+        let table = s.refresh(now + 100, &r);
+        assert_eq!(at(&table, "held").own(), 5.0, "fifteen of them ended");
     }
 
     #[test]

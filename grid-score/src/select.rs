@@ -560,6 +560,36 @@ mod tests {
     }
 
     #[test]
+    fn without_signals_a_site_holding_more_of_the_gateways_requests_than_its_capacity_is_drawn_less()
+     {
+        let unmeasured = |site: &str, own: f64| {
+            Candidate::unmeasured(CandidateKey::new(site, "p"), 8.0).with_own(own)
+        };
+        // Sixteen of ours on eight slots: eight waiting, one per unit, so 8 / (1 + 1)^2
+        // against 8 beside it.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![unmeasured("queued", 16.0), unmeasured("free", 4.0)],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::Fallback));
+        let got = shares(&s, 20_000, 5);
+        assert!((got["queued"] - 0.2).abs() < 0.02, "{got:?}");
+        // Within its capacity a site's share is its capacity's, however many of ours it
+        // holds: the weights stand until the next refresh, and drawing for free slots
+        // herds.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![unmeasured("busy", 8.0), unmeasured("idle", 0.0)],
+            vec![],
+            REFUSE,
+        );
+        let got = shares(&s, 20_000, 5);
+        assert!((got["busy"] - 0.5).abs() < 0.02, "{got:?}");
+    }
+
+    #[test]
     fn an_unmeasured_site_is_tried_by_capacity_once_every_measured_site_is_full() {
         // A full site with 80 waiting on 10 slots beside one without a signal: the
         // unknown site is tried (as if it held nothing waiting) rather than piling more on

@@ -52,6 +52,7 @@ pub struct Candidate {
     serving_factor: f64,
     shown: f64,
     drain_ms: f64,
+    own: f64,
     live_headroom: Option<u64>,
     evidence: CandidateEvidence,
 }
@@ -141,6 +142,7 @@ impl Candidate {
             serving_factor: 1.0,
             shown: 0.0,
             drain_ms: 0.0,
+            own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -247,6 +249,22 @@ impl Candidate {
         self
     }
 
+    /// Sets how many of this gateway's own requests are at the site now (sent there and
+    /// not ended). Only a pick without signals reads it ([`Path::Fallback`]): there
+    /// nothing else says what the site holds. Non-finite or negative values are ignored.
+    #[must_use]
+    pub fn with_own(mut self, own: f64) -> Self {
+        if own.is_finite() && own >= 0.0 {
+            self.own = own;
+        }
+        self
+    }
+
+    /// How many of this gateway's own requests are at the site now.
+    pub fn own(&self) -> f64 {
+        self.own
+    }
+
     /// The slots that drain its queue: its reach, or, while its reading shows it full,
     /// what it has shown it holds when that is more. Reach counts calm holds only, and a
     /// site kept queued shows no calm moment, so its reach fades by half every
@@ -294,6 +312,7 @@ impl Candidate {
             serving_factor: 1.0,
             shown: 0.0,
             drain_ms: 0.0,
+            own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
         }
@@ -446,7 +465,8 @@ grid_signals::label_values! {
         /// No site with headroom but some measured: one drawn among the measured with weight
         /// pace x capacity over the square of one plus work waiting per unit of capacity.
         ByCapacity,
-        /// Nothing measured: one drawn among the unmeasured by capacity.
+        /// Nothing measured: one drawn among the unmeasured by capacity, less for a site
+        /// holding more of this gateway's own requests than that.
         Fallback,
     }
 }
@@ -705,7 +725,7 @@ fn plan(candidates: &[Candidate], refusals: Refusals, default_turnover_ms: f64) 
         // Loss of signal is least preferred, and load is spread by capacity rather than
         // herded onto one unmeasured site.
         let all = members(candidates, |_| true);
-        return Plan::Fallback(Pool::new(all, candidates, |c| c.reach));
+        return Plan::Fallback(Pool::new(all, candidates, fallback_weight));
     }
     let with_headroom = members(candidates, |c| c.headroom > 0.0);
     let room: f64 = with_headroom
@@ -816,6 +836,20 @@ fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
         c.live_factor
     };
     live.max(LIVE_FACTOR_FLOOR) * c.signal.pace * slots * share * share
+}
+
+/// The weight of a site when nothing is measured: its capacity, over the square of one
+/// plus this gateway's own requests there past that capacity per unit of it (the queue
+/// the gateway knows it made), as the by-capacity weights read a measured queue. Drawn
+/// by capacity alone, a site whose learned size ran a little over its share of the load
+/// kept that share while its queue grew for as long as the signals stayed away (with
+/// every EPP silent for 90 s, the smallest site's waits reached 7 s while the others
+/// had free slots). Free slots are not drawn for: the weights stand until the next
+/// refresh, and drawing by the gateway's own count of free slots herded a second's
+/// picks onto the site that read most free.
+fn fallback_weight(c: &Candidate) -> f64 {
+    let past = (c.own - c.reach).max(0.0) / c.reach;
+    c.reach / ((1.0 + past) * (1.0 + past))
 }
 
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
