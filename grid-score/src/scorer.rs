@@ -414,7 +414,8 @@ fn polled_waiting(v: &LearnerView, polled: f64) -> f64 {
 /// taken and that many waiting; bands with room and no queue as every slot taken and none
 /// waiting (its free slots are not known), so the site is offered what its slots turn
 /// over, no more; either moved by what this gateway sent there and saw end since the
-/// answer; a band that said "full" weighs it down through its live factor.
+/// answer; a band that said "full" counts its whole size waiting and weighs it down
+/// through its live factor.
 ///
 /// An answer without band room (no flow control) shows the site serving but not what it
 /// holds. While another candidate of the model is measured by a fresh polled reading

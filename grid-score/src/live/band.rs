@@ -153,11 +153,22 @@ impl BandState {
     }
 
     /// What the band held at its newest room signal: the largest headroom less the
-    /// newest; `None` when that signal said "full" or carried no headroom.
+    /// newest, or, when that signal said "full", the whole of the largest headroom (the
+    /// band is as long as it has shown it can be); `None` when it carried no headroom and
+    /// did not say "full", or said "full" before the band ever showed its size.
+    ///
+    /// A full band is the longest queue a band holds, not an unknown one: left out of
+    /// the site's sum, a full default band beside a priority band with a few waiting
+    /// read as those few, newer than the polled reading and standing in for it, so a
+    /// site refusing every default-band request read as draining soonest and took the
+    /// other sites' refusals (past saturation with two bands, the retries of a whole
+    /// second went to the smallest site and were refused again while larger sites had
+    /// room).
     pub(crate) fn queue(&self) -> Option<f64> {
         match self.room.headroom {
-            Some(h) if !self.room.saturated => Some(self.max.saturating_sub(h) as f64),
-            _ => None,
+            _ if self.room.saturated => (self.max > 0).then_some(self.max as f64),
+            Some(h) => Some(self.max.saturating_sub(h) as f64),
+            None => None,
         }
     }
 
@@ -191,6 +202,32 @@ mod tests {
         assert_ne!(a, BandKey::DEFAULT);
         assert_ne!(a, BandKey::named(Some(b"sheddable")));
         assert!(BandKey::from_raw(a.raw()) == Some(a) && BandKey::from_raw(0).is_none());
+    }
+
+    #[test]
+    fn a_band_that_said_full_holds_its_whole_size_and_one_never_sized_says_nothing() {
+        let mut b = BandState::new(BandKey::DEFAULT, room(T, 32));
+        b.observe(room(T + 1, 0));
+        assert_eq!(b.queue(), Some(32.0), "zero headroom");
+        b.observe(LiveRoom {
+            stamp_ms: T + 2,
+            headroom: None,
+            saturated: true,
+        });
+        assert_eq!(
+            b.queue(),
+            Some(32.0),
+            "dropped as rejected-saturated, no headroom"
+        );
+        let never_sized = BandState::new(
+            BandKey::DEFAULT,
+            LiveRoom {
+                stamp_ms: T,
+                headroom: None,
+                saturated: true,
+            },
+        );
+        assert_eq!(never_sized.queue(), None);
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! full    = 1 - 2^(-age / LIVE_ROOM_HALF_LIFE_MS) after its newest answer (of any band)
 //!           said "full" (zero headroom, or dropped as rejected-saturated), else 1
 //! serving = 1 / (1 + failures), failures decaying with FAILURE_HALF_LIFE_MS
-//! queue   = the sum over its bands with a fresh answer that was not "full" of the
-//!           band's largest headroom (its size as far as it showed) less the band's own
-//!           newest headroom, stamped with the oldest of those answers
+//! queue   = the sum over its bands with a fresh answer of the band's largest headroom
+//!           (its size as far as it showed) less the band's own newest headroom, the
+//!           whole of it for a band whose answer said "full", stamped with the oldest of
+//!           those answers
 //! ```
 //!
 //! The factor only ever lowers a site's share: a fresh "full" takes it out of the spread
@@ -76,9 +77,9 @@ pub(crate) struct LiveView {
     pub(crate) failures: f64,
     /// How long the site's answers have been holding a slot lately (ms), once any ended.
     pub(crate) turnover_ms: Option<f64>,
-    /// What its bands held at their fresh room signals that were not "full" (requests
-    /// waiting: each band's largest headroom less its own newest one, summed) and the
-    /// oldest of those signals' stamps.
+    /// What its bands held at their fresh room signals (requests waiting: each band's
+    /// largest headroom less its own newest one, all of it for a band that said "full",
+    /// summed) and the oldest of those signals' stamps.
     pub(crate) queue: Option<(f64, u64)>,
     /// The newest room signal its answers carried, however old (its stamp says what it
     /// is worth): what the routing evidence shows.
@@ -386,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_sums_each_fresh_bands_own_and_a_full_band_adds_none() {
+    fn the_queue_sums_each_fresh_bands_own_and_a_full_band_adds_its_whole_size() {
         let critical = BandKey::named(Some(b"critical"));
         let mut s = LiveState::default();
         s.observe(&band_room(BandKey::DEFAULT, T, Some(64), false), T);
@@ -398,12 +399,17 @@ mod tests {
         let v = s.view(T + 3);
         assert_eq!(
             v.queue,
-            Some((4.0, T + 2)),
-            "the full band is read by its factor"
+            Some((20.0, T + 2)),
+            "four waiting in the default band, the full band's sixteen in the other"
         );
         assert_eq!(v.headroom, Some(60));
         assert!(v.factor < 1e-12, "the newest answer said full");
-        let stale = T + 3 + LIVE_ROOM_FRESH_MS;
-        assert_eq!(s.view(stale).queue, None, "no fresh band: no live queue");
+        let only_full = T + 3 + LIVE_ROOM_FRESH_MS;
+        assert_eq!(s.view(only_full).queue, Some((16.0, T + 3)));
+        assert_eq!(
+            s.view(only_full + 1).queue,
+            None,
+            "no fresh band: no live queue"
+        );
     }
 }
