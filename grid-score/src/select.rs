@@ -420,6 +420,37 @@ mod tests {
     }
 
     #[test]
+    fn a_site_read_full_is_weighted_by_its_queue_in_time_not_its_pace() {
+        // No site has headroom; both hold the same slots and queue. `paced`'s pace backed
+        // off to an eighth (it kept more than two waiting per slot).
+        let snapshot = |read_full: bool| {
+            let paced = read("paced", 32.0, 4.0, 96.0, read_full);
+            let signal = Signal {
+                pace: 0.125,
+                ..paced.signal()
+            };
+            let s = RouteSnapshot::new(
+                "m",
+                vec![
+                    read("steady", 32.0, 4.0, 96.0, read_full),
+                    paced.with_signal(signal),
+                ],
+                vec![],
+                REFUSE,
+            );
+            assert_eq!(s.path(), Some(Path::ByCapacity));
+            shares(&s, 20_000, 5)["paced"]
+        };
+        // Read full, its queue's drain time is in the weight: the pace would count it
+        // again.
+        let got = snapshot(true);
+        assert!((got - 0.5).abs() < 0.02, "{got}");
+        // Not read full, the pace stands: 0.125 against 1.
+        let got = snapshot(false);
+        assert!((got - 0.125 / 1.125).abs() < 0.02, "{got}");
+    }
+
+    #[test]
     fn a_refusal_with_no_headroom_elsewhere_is_retried_by_the_weights_of_a_first_pick() {
         // No site has headroom. By its slots `large` would take 64 of 72 retries (0.889);
         // by the by-capacity weights, which count how fast each drains its queue, 0.957
