@@ -463,7 +463,8 @@ grid_signals::label_values! {
         /// draw over both weights.
         Overflow,
         /// No site with headroom but some measured: one drawn among the measured with weight
-        /// pace x capacity over the square of one plus work waiting per unit of capacity.
+        /// pace (1 for a site read full) x capacity over the square of one plus work
+        /// waiting per unit of capacity.
         ByCapacity,
         /// Nothing measured: one drawn among the unmeasured by capacity, less for a site
         /// holding more of this gateway's own requests than that.
@@ -829,8 +830,8 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// the same queue again, in requests rather than time, so past saturation every fast
 /// site, its band four per slot, was paced down to an eighth while a site three times
 /// slower, fewer per slot waiting longer, kept its whole pace and a share that grew its
-/// queue to three times the others' in time (the simulator at 95% load, seeds 1-10: the
-/// standard sites' p99 1.11x the oracle's with pace read here, 1.04x without).
+/// queue to three times the others' in time (the simulator's standard sites at 95% load,
+/// over ten runs: a p99 1.11x the oracle's with pace read here, 1.04x without).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
     let slots =
         c.draining_slots() * default_turnover_ms / c.effective_turnover(default_turnover_ms);
