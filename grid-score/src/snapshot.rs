@@ -816,10 +816,8 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// answers hold slots three times longer drains its queue three times slower; measured on
 /// five sites, the largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x
 /// with it),
-/// times pace, over the square of one plus the work waiting per unit of that capacity,
-/// so the backlog evens out towards equal waits (the square, against plain inverse
-/// proportion, lowered the simulator's p99 at 95% load by 10-35% on every seed tried and
-/// left 85% unchanged). A site whose answers said "full" keeps at least
+/// times pace, [`evened`] by the work waiting per unit of that capacity. A site whose
+/// answers said "full" keeps at least
 /// [`LIVE_FACTOR_FLOOR`] of it, unless its reading already shows it full (work waiting at
 /// every unit or in flow control): the weight has counted that queue, so only its serving
 /// failures weigh on it. Every site is out of headroom here and the fast ones refuse
@@ -835,19 +833,18 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
     let slots =
         c.draining_slots() * default_turnover_ms / c.effective_turnover(default_turnover_ms);
-    // The waiting work per unit of that capacity is its drain time in configured turnovers.
-    let share = 1.0 / (1.0 + c.drain_ms / default_turnover_ms);
     let (live, pace) = if c.state == CandidateState::Full {
         (c.serving_factor, 1.0)
     } else {
         (c.live_factor, c.signal.pace)
     };
-    live.max(LIVE_FACTOR_FLOOR) * pace * slots * share * share
+    // The waiting work per unit of that capacity is its drain time in configured turnovers.
+    live.max(LIVE_FACTOR_FLOOR) * pace * evened(slots, c.drain_ms / default_turnover_ms)
 }
 
-/// The weight of a site when nothing is measured: its capacity, over the square of one
-/// plus this gateway's own requests there past that capacity per unit of it (the queue
-/// the gateway knows it made), as the by-capacity weights read a measured queue. Drawn
+/// The weight of a site when nothing is measured: its capacity, [`evened`] by this
+/// gateway's own requests there past that capacity per unit of it (the queue the gateway
+/// knows it made), as the by-capacity weights read a measured queue. Drawn
 /// by capacity alone, a site whose learned size ran a little over its share of the load
 /// kept that share while its queue grew for as long as the signals stayed away (with
 /// every EPP silent for 90 s, the smallest site's waits reached 7 s while the others
@@ -855,8 +852,16 @@ fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
 /// refresh, and drawing by the gateway's own count of free slots herded a second's
 /// picks onto the site that read most free.
 fn fallback_weight(c: &Candidate) -> f64 {
-    let past = (c.own - c.reach).max(0.0) / c.reach;
-    c.reach / ((1.0 + past) * (1.0 + past))
+    evened(c.reach, (c.own - c.reach).max(0.0) / c.reach)
+}
+
+/// `slots` over the square of one plus the work waiting per slot: the weight a queue
+/// leaves a site when no site has room, so a backlog evens out towards equal waits (the
+/// square, against plain inverse proportion, lowered the simulator's p99 at 95% load by
+/// 10-35% on every seed tried and left 85% unchanged).
+fn evened(slots: f64, waiting_per_slot: f64) -> f64 {
+    let share = 1.0 / (1.0 + waiting_per_slot);
+    slots * share * share
 }
 
 /// Every model's snapshot from one refresh: what the daemon swaps in atomically.
