@@ -259,6 +259,7 @@ impl Refresher {
         }
         let mut table = self.scorer.refresh(now_ms, &self.routes);
         self.attach_recent(now_ms, &mut table);
+        self.attach_requests(&mut table);
         if let Some(m) = &self.metrics {
             m.resolve(&mut table);
             m.publish(&table);
@@ -282,6 +283,17 @@ impl Refresher {
         }
         self.models = Some(models);
         (RoutingView::new(Arc::clone(&self.catalog), table), events)
+    }
+
+    /// Gives each candidate the live slot the request path counts its requests in, so a
+    /// pick reads them as they stand ([`crate::snapshot::Candidate::requests_now`]).
+    fn attach_requests(&self, table: &mut crate::snapshot::RouteTable) {
+        let board = self.catalog.live();
+        for m in self.catalog.models() {
+            if let Some(snapshot) = table.get_mut(&m.name) {
+                snapshot.count_requests_in(|key| board.slot(key).cloned());
+            }
+        }
     }
 
     /// Gives each snapshot its candidates' counts over the evidence window.
@@ -627,6 +639,45 @@ mod tests {
         assert_eq!((base[0].picks, span), (0, EVIDENCE_WINDOW_MS));
         let (base, span) = w.observe(t0 + EVIDENCE_WINDOW_MS + EVIDENCE_SAMPLE_MS, counts(3));
         assert_eq!((base[0].picks, span), (1, EVIDENCE_WINDOW_MS));
+    }
+
+    #[test]
+    fn a_published_view_reads_the_requests_each_site_holds_at_the_pick_not_at_its_refresh() {
+        let mut r = refresher_of(&["a", "b"]);
+        let view = r.refresh(1_000_000).view;
+        let snapshot = view.table().get("m").unwrap();
+        let share_of_a = || {
+            let mut rng = crate::SplitMix64::new(21);
+            let n = 20_000;
+            let a = (0..n)
+                .filter(|_| match snapshot.pick(&mut rng) {
+                    crate::Decision::Route { candidate, .. } => &**candidate.site() == "a",
+                    other => panic!("routes: {other:?}"),
+                })
+                .count();
+            a as f64 / f64::from(n)
+        };
+        let even = share_of_a();
+        assert!((even - 0.5).abs() < 0.02, "{even}");
+        // Sent after the view was built: the same view reads them at the next pick, and
+        // "a" is sent only when both draws fall on it.
+        let a = &r.catalog().get("m").unwrap().upstreams[0];
+        assert_eq!(&*a.site, "a");
+        let held: Vec<_> = (0..6).map(|_| a.in_flight()).collect();
+        let requests: Vec<_> = snapshot
+            .candidates()
+            .iter()
+            .map(|c| (c.site().to_string(), c.requests_now()))
+            .collect();
+        assert!(requests.contains(&("a".into(), Some(6))), "{requests:?}");
+        assert!(requests.contains(&("b".into(), Some(0))), "{requests:?}");
+        let held_at_a = share_of_a();
+        assert!((held_at_a - 0.25).abs() < 0.02, "{held_at_a}");
+        drop(held);
+        assert!(
+            (share_of_a() - even).abs() < 1e-12,
+            "ended, the picks are as before"
+        );
     }
 
     #[test]

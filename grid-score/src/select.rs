@@ -1,8 +1,9 @@
 //! The request path: one pick over a pre-built snapshot.
 //!
-//! Loads nothing, locks nothing, allocates nothing: the snapshot already holds the path
-//! and its cumulative weights, so a pick is at most one uniform draw and one binary
-//! search.
+//! Locks nothing, allocates nothing, reads no store: the snapshot already holds the path
+//! and its cumulative weights, so a pick is at most two uniform draws, two binary
+//! searches and, of the two candidates drawn, how many of this gateway's requests each
+//! holds (two atomic loads each, from the live slot the request path counts them in).
 
 use crate::Rng;
 use crate::snapshot::{Candidate, CandidateState, Path, Plan, Pool, RouteSnapshot, RouteTable};
@@ -68,15 +69,53 @@ impl Decision<'_> {
 }
 
 impl Pool {
-    /// One member drawn with probability its weight over the total; a candidate index.
-    fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
+    /// One member drawn with probability its weight over the total: its position in the
+    /// pool.
+    fn draw_position<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
         let last = self.members.len() - 1;
         let r = rng.next_f64() * self.cumulative[last];
-        let pos = self.cumulative.partition_point(|&c| c <= r).min(last);
-        self.members[pos] as usize
+        self.cumulative.partition_point(|&c| c <= r).min(last)
     }
 
-    /// As [`Pool::draw`] with the members at `failed_site` left out, and those whose queue
+    /// The weight of the member at `pos`.
+    fn weight_at(&self, pos: usize) -> f64 {
+        let below = pos.checked_sub(1).map_or(0.0, |p| self.cumulative[p]);
+        self.cumulative[pos] - below
+    }
+
+    /// Two members drawn as [`Pool::draw_position`] draws one, and of the two the one holding
+    /// fewer of this gateway's requests at this instant for its weight: the lower of
+    /// (requests + 1) / weight, the first drawn on a tie; the first drawn when either
+    /// does not count its requests ([`Candidate::requests_now`]). A candidate index.
+    ///
+    /// The weights stand from one refresh to the next, a second or more, while requests
+    /// arrive and end at every pick: drawn once, a run of picks lands on one site by
+    /// chance while its requests there last long, and the queue that forms there is the
+    /// tail. Of two drawn, the one holding less for its share is the one whose requests
+    /// end sooner or that chance has sent fewer since, so a site's in-flight count
+    /// follows its weight (at equal service, its share of the picks is the weight's)
+    /// and a site whose requests run long is drawn less before any refresh says so.
+    fn draw_two<R: Rng + ?Sized>(&self, candidates: &[Candidate], rng: &mut R) -> usize {
+        let first = self.draw_position(rng);
+        let second = self.draw_position(rng);
+        let (a, b) = (self.members[first] as usize, self.members[second] as usize);
+        if a == b {
+            return a;
+        }
+        match (candidates[a].requests_now(), candidates[b].requests_now()) {
+            // Cross-multiplied: no division by a weight, which is positive for a member
+            // that can be drawn but need not be for one the draw skipped.
+            (Some(held_a), Some(held_b))
+                if (f64::from(held_b) + 1.0) * self.weight_at(first)
+                    < (f64::from(held_a) + 1.0) * self.weight_at(second) =>
+            {
+                b
+            }
+            _ => a,
+        }
+    }
+
+    /// A member drawn as [`Pool::draw_position`] draws one (a candidate index), with the members at `failed_site` left out, and those whose queue
     /// takes `drains_within_ms` or longer to drain; `None` when no other member has weight.
     fn draw_elsewhere<R: Rng + ?Sized>(
         &self,
@@ -86,21 +125,19 @@ impl Pool {
         rng: &mut R,
     ) -> Option<usize> {
         let weight = |pos: usize| {
-            let below = if pos == 0 {
-                0.0
-            } else {
-                self.cumulative[pos - 1]
-            };
             let c = &candidates[self.members[pos] as usize];
             (&**c.site() != failed_site && c.drain_ms() < drains_within_ms)
-                .then(|| self.cumulative[pos] - below)
+                .then(|| self.weight_at(pos))
         };
         draw_indexed(self.members.len(), rng, weight).map(|pos| self.members[pos] as usize)
     }
 }
 
 impl RouteSnapshot {
-    /// Picks a site for one request. Never allocates, locks or reads the store.
+    /// Picks a site for one request: on a drawn path, two drawn by weight and the one
+    /// holding fewer of this gateway's requests for its weight ([`Pool::draw_two`]).
+    /// Never allocates, locks or reads the store; reads two atomic counts of each of the
+    /// two candidates' live slots.
     pub fn pick<R: Rng + ?Sized>(&self, rng: &mut R) -> Decision<'_> {
         let route = |index: usize, path| Decision::Route {
             candidate: &self.candidates()[index],
@@ -115,10 +152,12 @@ impl RouteSnapshot {
                 retry_after_ms: *retry_after_ms,
             },
             Plan::Lone(i) => route(*i as usize, Path::Lone),
-            Plan::Spread(pool) => route(pool.draw(rng), Path::Spread),
-            Plan::Overflow(pool) => route(pool.draw(rng), Path::Overflow),
-            Plan::ByCapacity(pool) => route(pool.draw(rng), Path::ByCapacity),
-            Plan::Fallback(pool) => route(pool.draw(rng), Path::Fallback),
+            Plan::Spread(pool) => route(pool.draw_two(self.candidates(), rng), Path::Spread),
+            Plan::Overflow(pool) => route(pool.draw_two(self.candidates(), rng), Path::Overflow),
+            Plan::ByCapacity(pool) => {
+                route(pool.draw_two(self.candidates(), rng), Path::ByCapacity)
+            }
+            Plan::Fallback(pool) => route(pool.draw_two(self.candidates(), rng), Path::Fallback),
         }
     }
 }
@@ -675,6 +714,96 @@ mod tests {
                 retry_after_ms: 1_000
             }
         );
+    }
+
+    /// A live slot holding `n` of this gateway's requests (sent, not ended).
+    fn holding(n: u32) -> std::sync::Arc<crate::live::LiveSlot> {
+        let slot = std::sync::Arc::new(crate::live::LiveSlot::default());
+        for _ in 0..n {
+            slot.record_sent();
+        }
+        slot
+    }
+
+    #[test]
+    fn of_two_sites_drawn_the_one_holding_fewer_of_the_gateways_requests_is_sent() {
+        // Two equal sites: drawn alone, each would take half. The one holding six of the
+        // gateway's requests loses to the one holding none unless both draws fall on it:
+        // a quarter of the picks, on every drawn path.
+        let pair = |busy: Candidate, idle: Candidate| {
+            RouteSnapshot::new(
+                "m",
+                vec![
+                    busy.with_requests(holding(6)),
+                    idle.with_requests(holding(0)),
+                ],
+                vec![],
+                REFUSE,
+            )
+        };
+        for (s, path) in [
+            (
+                pair(cand("busy", 16.0, 0.2, 0.0), cand("idle", 16.0, 0.2, 0.0)),
+                Path::Spread,
+            ),
+            (
+                pair(cand("busy", 16.0, 6.0, 80.0), cand("idle", 16.0, 6.0, 80.0)),
+                Path::ByCapacity,
+            ),
+            (
+                pair(
+                    Candidate::unmeasured(CandidateKey::new("busy", "p"), 16.0),
+                    Candidate::unmeasured(CandidateKey::new("idle", "p"), 16.0),
+                ),
+                Path::Fallback,
+            ),
+        ] {
+            assert_eq!(s.path(), Some(path));
+            let busy = shares(&s, 20_000, 5)["busy"];
+            assert!((busy - 0.25).abs() < 0.02, "{path:?}: {busy}");
+        }
+    }
+
+    #[test]
+    fn requests_are_weighed_against_each_sites_weight_not_counted_alone() {
+        // "big" has three times "small"'s headroom and holds four requests to its one:
+        // (4 + 1) / 3 is less than (1 + 1) / 1, so big wins whenever drawn, and small is
+        // sent only when both draws fall on it: (1/4)^2. Counted alone, small (1 < 4)
+        // would win whenever drawn: 1 - (3/4)^2.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                cand("big", 48.0, 0.2, 0.0).with_requests(holding(4)),
+                cand("small", 16.0, 0.2, 0.0).with_requests(holding(1)),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::Spread));
+        let weight = s.candidates()[1].headroom()
+            / s.candidates().iter().map(Candidate::headroom).sum::<f64>();
+        assert!((weight - 0.25).abs() < 1e-9, "{weight}");
+        let small = shares(&s, 20_000, 9)["small"];
+        assert!((small - 0.0625).abs() < 0.01, "{small}");
+    }
+
+    #[test]
+    fn a_candidate_not_counting_its_requests_is_drawn_by_weight_alone() {
+        // Built outside a refresher, "b" counts its requests nowhere: the first draw
+        // stands whatever "a" holds, and the shares are the weights.
+        let s = RouteSnapshot::new(
+            "m",
+            vec![
+                cand("a", 16.0, 0.2, 0.0).with_requests(holding(50)),
+                cand("b", 16.0, 0.2, 0.0),
+            ],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.candidates()[0].requests_now(), Some(50));
+        assert_eq!(s.candidates()[1].requests_now(), None);
+        let a = shares(&s, 20_000, 13)["a"];
+        assert!((a - 0.5).abs() < 0.02, "{a}");
     }
 
     #[test]

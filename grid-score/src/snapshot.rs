@@ -2,14 +2,15 @@
 //!
 //! Everything a pick needs is decided here, off the request path: which candidates are
 //! healthy, their order, each one's headroom, which selection path applies and the
-//! cumulative weights it draws from. [`crate::select`] only draws one random number.
+//! cumulative weights it draws from. [`crate::select`] only draws from them, and reads
+//! how many of this gateway's requests the drawn candidates hold at that instant.
 
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 
 use crate::learner::ExcludeReason;
-use crate::live::LiveRoom;
+use crate::live::{LiveRoom, LiveSlot};
 use crate::reading::CandidateKey;
 use crate::tally::TallyCounts;
 
@@ -55,6 +56,22 @@ pub struct Candidate {
     own: f64,
     live_headroom: Option<u64>,
     evidence: CandidateEvidence,
+    requests: Requests,
+}
+
+/// Where a pick reads how many of this gateway's requests a candidate holds at the
+/// instant of the pick: the live slot its requests are counted in (two atomic loads, no
+/// lock). A candidate built outside a refresher has none, and is drawn by weight alone.
+///
+/// Not part of what a candidate says: two candidates equal in every figure are equal
+/// whatever slot they count in.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Requests(Option<Arc<LiveSlot>>);
+
+impl PartialEq for Requests {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// What the refresh knew of a candidate beyond what selection reads: the routing
@@ -145,6 +162,7 @@ impl Candidate {
             own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
+            requests: Requests::default(),
         }
     }
 
@@ -260,9 +278,24 @@ impl Candidate {
         self
     }
 
-    /// How many of this gateway's own requests are at the site now.
+    /// How many of this gateway's own requests were at the site when the snapshot was
+    /// built.
     pub fn own(&self) -> f64 {
         self.own
+    }
+
+    /// Counts this gateway's requests at the site in `slot` (its catalog entry's live
+    /// slot), so that a pick reads them as they stand then ([`Candidate::requests_now`]).
+    #[must_use]
+    pub fn with_requests(mut self, slot: Arc<LiveSlot>) -> Self {
+        self.requests = Requests(Some(slot));
+        self
+    }
+
+    /// How many of this gateway's requests are at the site at this instant (sent and
+    /// not ended), when it counts them in a live slot ([`Candidate::with_requests`]).
+    pub fn requests_now(&self) -> Option<u32> {
+        self.requests.0.as_ref().map(|slot| slot.outstanding())
     }
 
     /// The slots that drain its queue: its reach, or, while its reading shows it full,
@@ -315,6 +348,7 @@ impl Candidate {
             own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
+            requests: Requests::default(),
         }
     }
 
@@ -682,6 +716,19 @@ impl RouteSnapshot {
     }
 
     /// The weighted draw a pick makes, when it makes one.
+    /// Gives each candidate the live slot its requests are counted in, where `slot_of`
+    /// has one ([`Candidate::with_requests`]).
+    pub(crate) fn count_requests_in(
+        &mut self,
+        slot_of: impl Fn(&CandidateKey) -> Option<Arc<LiveSlot>>,
+    ) {
+        for c in &mut self.candidates {
+            if let Some(slot) = slot_of(c.key()) {
+                c.requests = Requests(Some(slot));
+            }
+        }
+    }
+
     pub(crate) fn pool(&self) -> Option<&Pool> {
         match &self.plan {
             Plan::Spread(pool)

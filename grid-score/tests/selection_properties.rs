@@ -1,12 +1,14 @@
 //! Properties of selection across learner, refresh and pick.
 
 use grid_score::fuzzing;
+use grid_score::live::LiveSlot;
 use grid_score::{
     Candidate, CandidateKey, CandidateState, Decision, ExcludeReason, Observed, Path, Reading,
     Refusals, RouteSnapshot, Routes, ScoreConfig, Scorer, Signal, SplitMix64, UNMEASURED,
     UnitQueues,
 };
 use proptest::prelude::*;
+use std::sync::Arc;
 
 const REFUSE: Refusals = Refusals {
     shed_retry_after_ms: None,
@@ -188,6 +190,58 @@ proptest! {
         }
         // 99.99th percentile of chi-square with at most 7 degrees of freedom is 29.9.
         prop_assert!(chi2 < 30.0, "chi2 {chi2}: {expected:?} vs {counts:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Of two drawn, the one holding fewer of the gateway's requests for its weight goes:
+    /// the site strictly lowest in (requests + 1) / weight is sent whenever either draw
+    /// falls on it (1 - (1 - w)^2 of the picks), the one strictly highest only when both
+    /// do (w^2), and no pick leaves the sites with headroom.
+    #[test]
+    fn of_two_drawn_the_site_holding_least_for_its_weight_goes_and_the_most_only_when_drawn_twice(
+        sites in proptest::collection::vec((1.0..64.0f64, 0.0..0.9f64, 0u32..40), 2..8),
+        seed in any::<u64>(),
+    ) {
+        let candidates = sites.iter().enumerate().map(|(i, (c, r, held))| {
+            let slot = Arc::new(LiveSlot::default());
+            for _ in 0..*held {
+                slot.record_sent();
+            }
+            Candidate::measured(CandidateKey::new(format!("s{i}"), "p"), *c, *r, *r, 0.0, false)
+                .with_requests(slot)
+        }).collect();
+        let snap = RouteSnapshot::new("m", candidates, vec![], REFUSE);
+        prop_assume!(snap.path() == Some(Path::Spread));
+        let weights = spread_distribution(&snap);
+        let per_weight: Vec<f64> = snap.candidates().iter().zip(&weights).map(|(c, w)| {
+            (f64::from(c.requests_now().unwrap()) + 1.0) / w
+        }).collect();
+        let n = 20_000u32;
+        let mut counts = vec![0u32; weights.len()];
+        let mut rng = SplitMix64::new(seed);
+        for _ in 0..n {
+            let Decision::Route { index, .. } = snap.pick(&mut rng) else { panic!("routes") };
+            prop_assert!(weights[index] > 0.0, "a site without headroom was picked");
+            counts[index] += 1;
+        }
+        let share = |i: usize| f64::from(counts[i]) / f64::from(n);
+        // Five standard deviations of a share over n picks is at most 0.018.
+        let strict = |i: usize, lower: bool| per_weight.iter().enumerate().all(|(j, v)| {
+            j == i || weights[j] == 0.0 || if lower { *v > per_weight[i] * 1.000_001 } else { *v < per_weight[i] / 1.000_001 }
+        });
+        for i in (0..weights.len()).filter(|&i| weights[i] > 0.0) {
+            let w = weights[i];
+            if strict(i, true) {
+                let want = 1.0 - (1.0 - w).powi(2);
+                prop_assert!((share(i) - want).abs() < 0.018, "least s{i}: {} vs {want}", share(i));
+            }
+            if strict(i, false) {
+                prop_assert!((share(i) - w * w).abs() < 0.018, "most s{i}: {} vs {}", share(i), w * w);
+            }
+        }
     }
 }
 

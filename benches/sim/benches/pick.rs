@@ -1,7 +1,8 @@
 //! Request-path and control-step cost of `grid-score`.
 //!
-//! - `pick/16_candidates`: one pick over a 16-candidate snapshot (target: at most 100 ns
-//!   median), with the allocations per pick counted by an instrumented allocator (target 0);
+//! - `pick/16_candidates`: one pick over a 16-candidate snapshot whose candidates count
+//!   the gateway's requests, as a refresher's do (target: at most 100 ns median), with the
+//!   allocations per pick counted by an instrumented allocator (target 0);
 //! - `pick/16_candidates_with_model_lookup`: the same through the route table's model map;
 //! - `pick/16_candidates_with_long_model_lookup`: the same with a 32-byte model name;
 //! - `refresh/10000_candidates`: a refresh that orders 10,000 candidates (target: 5 ms);
@@ -13,8 +14,12 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::Criterion;
+use std::sync::Arc;
+
+use grid_score::live::LiveSlot;
 use grid_score::{
-    CandidateKey, Path, Reading, RouteTable, Routes, ScoreConfig, Scorer, SplitMix64, UnitQueues,
+    CandidateKey, Path, Reading, Refusals, RouteSnapshot, RouteTable, Routes, ScoreConfig, Scorer,
+    SplitMix64, UnitQueues,
 };
 use grid_sim::clock;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -144,6 +149,35 @@ impl NaiveStore {
     }
 }
 
+/// `table`'s snapshot of `model` as a gateway's refresher publishes it: each candidate
+/// counting the gateway's requests in a live slot (a few held at each), which a pick
+/// reads for the two candidates it draws.
+fn counting(table: &RouteTable, model: &str) -> RouteTable {
+    let scored = table.get(model).expect("configured");
+    let candidates = scored
+        .candidates()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let slot = Arc::new(LiveSlot::default());
+            for _ in 0..i % 5 {
+                slot.record_sent();
+            }
+            c.clone().with_requests(slot)
+        })
+        .collect();
+    let refusals = Refusals {
+        shed_retry_after_ms: None,
+        unavailable_retry_after_ms: 5_000,
+    };
+    RouteTable::from_snapshots([RouteSnapshot::new(
+        model,
+        candidates,
+        scored.excluded().to_vec(),
+        refusals,
+    )])
+}
+
 fn allocations_per_pick(table: &RouteTable, rng: &mut SplitMix64) -> f64 {
     const PICKS: u32 = 100_000;
     let region = Region::new(GLOBAL);
@@ -158,9 +192,10 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
 
     let (mut scorer16, routes16) = scored(16);
-    let table16 = scorer16.refresh(NOW, &routes16);
+    let table16 = counting(&scorer16.refresh(NOW, &routes16), "model");
     let snapshot = table16.get("model").expect("configured");
     assert_eq!(snapshot.candidates().len(), 16);
+    assert!(snapshot.candidates().iter().all(|c| c.requests_now().is_some()));
     assert_eq!(
         snapshot.path(),
         Some(Path::Spread),
@@ -174,7 +209,7 @@ fn main() {
         b.iter(|| black_box(table16.pick(black_box("model"), &mut rng)).outcome());
     });
     let (mut scorer_long, routes_long) = scored_as(16, LONG_MODEL);
-    let table_long = scorer_long.refresh(NOW, &routes_long);
+    let table_long = counting(&scorer_long.refresh(NOW, &routes_long), LONG_MODEL);
     c.bench_function("pick/16_candidates_with_long_model_lookup", |b| {
         b.iter(|| black_box(table_long.pick(black_box(LONG_MODEL), &mut rng)).outcome());
     });
