@@ -83,9 +83,9 @@ impl Pool {
         self.cumulative[pos] - below
     }
 
-    /// Two members drawn as [`Pool::draw_position`] draws one, and of the two the one holding
-    /// fewer of this gateway's requests at this instant for its weight: the lower of
-    /// (requests + 1) / weight, the first drawn on a tie; the first drawn when either
+    /// Two members drawn as [`Pool::draw_position`] draws one, and of the two the one
+    /// holding fewer of this gateway's requests at this instant for its weight: the lower
+    /// of (requests + 1) / weight, the first drawn on a tie; the first drawn when either
     /// does not count its requests ([`Candidate::requests_now`]). A candidate index.
     ///
     /// The weights stand from one refresh to the next, a second or more, while requests
@@ -103,8 +103,7 @@ impl Pool {
             return a;
         }
         match (candidates[a].requests_now(), candidates[b].requests_now()) {
-            // Cross-multiplied: no division by a weight, which is positive for a member
-            // that can be drawn but need not be for one the draw skipped.
+            // Cross-multiplied: no division, whatever the weights.
             (Some(held_a), Some(held_b))
                 if (f64::from(held_b) + 1.0) * self.weight_at(first)
                     < (f64::from(held_a) + 1.0) * self.weight_at(second) =>
@@ -115,8 +114,9 @@ impl Pool {
         }
     }
 
-    /// A member drawn as [`Pool::draw_position`] draws one (a candidate index), with the members at `failed_site` left out, and those whose queue
-    /// takes `drains_within_ms` or longer to drain; `None` when no other member has weight.
+    /// A member drawn as [`Pool::draw_position`] draws one (a candidate index), with the
+    /// members at `failed_site` left out, and those whose queue takes `drains_within_ms`
+    /// or longer to drain; `None` when no other member has weight.
     fn draw_elsewhere<R: Rng + ?Sized>(
         &self,
         candidates: &[Candidate],

@@ -65,12 +65,21 @@ pub struct Candidate {
 ///
 /// Not part of what a candidate says: two candidates equal in every figure are equal
 /// whatever slot they count in.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Requests(Option<Arc<LiveSlot>>);
 
 impl PartialEq for Requests {
     fn eq(&self, _: &Self) -> bool {
         true
+    }
+}
+
+/// The count as it stands, not the slot's every field.
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Requests")
+            .field(&self.0.as_ref().map(|slot| slot.outstanding()))
+            .finish()
     }
 }
 

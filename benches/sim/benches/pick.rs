@@ -195,7 +195,12 @@ fn main() {
     let table16 = counting(&scorer16.refresh(NOW, &routes16), "model");
     let snapshot = table16.get("model").expect("configured");
     assert_eq!(snapshot.candidates().len(), 16);
-    assert!(snapshot.candidates().iter().all(|c| c.requests_now().is_some()));
+    assert!(
+        snapshot
+            .candidates()
+            .iter()
+            .all(|c| c.requests_now().is_some())
+    );
     assert_eq!(
         snapshot.path(),
         Some(Path::Spread),
