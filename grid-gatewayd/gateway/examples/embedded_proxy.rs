@@ -121,13 +121,22 @@ async fn handle(proxy: Proxy, req: Request<Incoming>) -> Result<Response<Body>, 
     parts.headers.remove(header::HOST);
     grid_gateway::headers::sanitize_request(&mut parts.headers);
     let site = grid_gateway::headers::site_value(&upstream.site);
+    // Counted at its site from here until the answer's body is dropped (its end, or the
+    // client gone): every pick reads how many requests each site it draws holds.
+    let in_flight = upstream.in_flight();
     match proxy
         .client
         .request(Request::from_parts(parts, Full::new(body)))
         .await
     {
         Ok(resp) => {
-            let mut resp = resp.map(http_body_util::BodyExt::boxed);
+            let mut resp = resp.map(|body| {
+                body.map_frame(move |frame| {
+                    let _counted = &in_flight;
+                    frame
+                })
+                .boxed()
+            });
             if let Some(site) = site {
                 resp.headers_mut()
                     .insert(grid_gateway::headers::SITE_HEADER, site);
