@@ -135,9 +135,10 @@ impl Pool {
 
 impl RouteSnapshot {
     /// Picks a site for one request: on a drawn path, two drawn by weight and the one
-    /// holding fewer of this gateway's requests for its weight ([`Pool::draw_two`]).
-    /// Never allocates, locks or reads the store; reads two atomic counts of each of the
-    /// two candidates' live slots.
+    /// holding fewer of this gateway's requests for its weight, as
+    /// [`Candidate::requests_now`] reads them (`docs/routing.md`, "Selection"). Never
+    /// allocates, locks or reads the store; reads two atomic counts of each of the two
+    /// candidates' live slots.
     pub fn pick<R: Rng + ?Sized>(&self, rng: &mut R) -> Decision<'_> {
         let route = |index: usize, path| Decision::Route {
             candidate: &self.candidates()[index],
