@@ -724,7 +724,6 @@ impl RouteSnapshot {
         &self.excluded
     }
 
-    /// The weighted draw a pick makes, when it makes one.
     /// Gives each candidate the live slot its requests are counted in, where `slot_of`
     /// has one ([`Candidate::with_requests`]).
     pub(crate) fn count_requests_in(
@@ -738,6 +737,7 @@ impl RouteSnapshot {
         }
     }
 
+    /// The weighted draw a pick makes, when it makes one.
     pub(crate) fn pool(&self) -> Option<&Pool> {
         match &self.plan {
             Plan::Spread(pool)

@@ -12,10 +12,9 @@
 use std::alloc::System;
 use std::collections::HashMap;
 use std::hint::black_box;
-
-use criterion::Criterion;
 use std::sync::Arc;
 
+use criterion::Criterion;
 use grid_score::live::LiveSlot;
 use grid_score::{
     CandidateKey, Path, Reading, Refusals, RouteSnapshot, RouteTable, Routes, ScoreConfig, Scorer,
