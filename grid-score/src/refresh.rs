@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, Upstream};
 use crate::config::ScoreConfig;
 use crate::error::Error;
 use crate::from_store;
-use crate::live::{EjectReason, OutlierChange, Rejoin};
+use crate::live::{EjectReason, LiveSlot, OutlierChange, Rejoin};
 use crate::metrics::ScoreMetrics;
 use crate::reading::CandidateKey;
 use crate::routing::RoutingView;
@@ -287,11 +287,14 @@ impl Refresher {
 
     /// Gives each candidate the live slot the request path counts its requests in, so a
     /// pick reads them as they stand ([`crate::snapshot::Candidate::requests_now`]).
+    /// The board is indexed once per refresh: looked up by scanning it, every candidate of
+    /// every model would read every slot.
     fn attach_requests(&self, table: &mut crate::snapshot::RouteTable) {
-        let board = self.catalog.live();
+        let slots: std::collections::HashMap<&CandidateKey, &Arc<LiveSlot>, crate::FastBuild> =
+            self.catalog.live().iter().collect();
         for m in self.catalog.models() {
             if let Some(snapshot) = table.get_mut(&m.name) {
-                snapshot.count_requests_in(|key| board.slot(key).cloned());
+                snapshot.count_requests_in(|key| slots.get(key).map(|slot| Arc::clone(slot)));
             }
         }
     }
@@ -454,7 +457,7 @@ mod tests {
         )
     }
 
-    fn slot<'r>(r: &'r Refresher, site: &str) -> &'r crate::live::LiveSlot {
+    fn slot<'r>(r: &'r Refresher, site: &str) -> &'r LiveSlot {
         r.catalog()
             .live()
             .slot(&CandidateKey::new(site, "p"))
