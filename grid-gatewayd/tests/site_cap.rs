@@ -122,3 +122,47 @@ async fn a_request_counts_as_outstanding_at_its_site_until_its_answer_ends_and_a
     );
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_one_of_its_sites_slots_counts_as_outstanding_there_until_its_wait_fails()
+ {
+    let up = FakeModel::start("a").await;
+    let gw = start_gateway(
+        |c| {
+            c.max_connections_per_site = 1;
+            // The slot wait: long enough to read the count while the request waits.
+            c.connect_timeout_ms = 3_000;
+        },
+        &[("m", one("a", up.base_url()))],
+    )
+    .await;
+    let c = http1_client();
+    // A stream stalled after its first event holds a's only slot.
+    up.set_behaviour(grid_kit::gateway_harness::fake_model::Behaviour::StallStream);
+    let body = first_event(&c, &gw).await;
+    assert_eq!(outstanding(&gw, "a"), 1, "the stream is under way");
+    let waiting = {
+        let c = c.clone();
+        let req = post(&gw.url("/v1/chat/completions"), CHAT);
+        tokio::spawn(async move { send(&c, req).await })
+    };
+    // Bound to a, it counts there while it waits for the slot: the picks that follow
+    // weigh a by it.
+    let sent = tokio::time::Instant::now();
+    while outstanding(&gw, "a") != 2 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the waiting request is never counted at its site"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let failed = waiting.await.unwrap();
+    assert_eq!(failed.status, StatusCode::BAD_GATEWAY, "nowhere else to go");
+    assert_eq!(
+        outstanding(&gw, "a"),
+        1,
+        "its wait failed, and it is counted out; the stream still holds the slot"
+    );
+    drop(body);
+    gw.shutdown().await;
+}

@@ -461,7 +461,10 @@ impl Api {
         band: live::BandKey,
     ) -> Result<Response<ResponseBody>, Failed> {
         let waits = self.inner.waits;
-        let slot = self.site_slot(upstream, share).await?;
+        // Counted at its site before any wait for a slot (a tuple's parts run in order):
+        // the picks that follow weigh the site by the requests bound to it; dropped with a
+        // failed wait, else kept with the answer below.
+        let (counted, slot) = (upstream.in_flight(), self.site_slot(upstream, share).await?);
         // A site in the clear goes over its own pool, driven from this task; TLS sites
         // over the hyper-util client.
         let pool = slot.pool.as_ref().filter(|_| upstream.scheme() == "http");
@@ -512,9 +515,9 @@ impl Api {
                 }
             }
         };
-        // Counted in flight from before the exchange starts until the answer ends or the
-        // exchange fails: the guard is in what the answer holds, dropped with it.
-        let site_slot = Slot::held(slot.permit, slot.share, Some(upstream.in_flight()));
+        // Counted in flight until the answer ends or the exchange fails: the guard is in
+        // what the answer holds, dropped with it.
+        let site_slot = Slot::held(slot.permit, slot.share, Some(counted));
         let site_header = slot.header;
         match exchange.await {
             Ok(resp) => {
