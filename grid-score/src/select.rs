@@ -552,6 +552,41 @@ mod tests {
     }
 
     #[test]
+    fn sites_read_full_that_turn_over_faster_than_the_prior_drain_at_their_own_pace() {
+        // Both read full, 32 slots and 128 waiting each; `fast` turns over in 500 ms,
+        // `slow` in 1,000 ms, both under the 2 s prior. `fast` drains its queue in 2 s,
+        // `slow` in 4 s: by-capacity weights 32 x 4 / (1 + 1)^2 = 32 and
+        // 32 x 2 / (1 + 2)^2 = 7.11. Read no faster than the prior, both drained in 8 s
+        // and split the picks evenly.
+        let turning_over = |site: &str, turnover_ms: f64| {
+            let c = read(site, 32.0, 5.0, 128.0, true);
+            let signal = Signal {
+                turnover_ms,
+                ..c.signal()
+            };
+            c.with_signal(signal)
+        };
+        let s = RouteSnapshot::new(
+            "m",
+            vec![turning_over("fast", 500.0), turning_over("slow", 1_000.0)],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::ByCapacity));
+        let drain = |site: &str| {
+            s.candidates()
+                .iter()
+                .find(|c| &**c.site() == site)
+                .map(Candidate::drain_ms)
+        };
+        assert_eq!(drain("fast"), Some(2_000.0));
+        assert_eq!(drain("slow"), Some(4_000.0));
+        let want = 32.0 / (32.0 + 64.0 / 9.0);
+        let got = shares(&s, 20_000, 11)["fast"];
+        assert!((got - want).abs() < 0.02, "{got} against {want}");
+    }
+
+    #[test]
     fn a_refusal_at_a_site_read_full_goes_only_where_a_queue_drains_sooner_than_its_band() {
         let slower = |c: Candidate, turnover_ms: f64| {
             let signal = Signal {

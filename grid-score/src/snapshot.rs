@@ -230,13 +230,13 @@ impl Candidate {
         }
     }
 
-    /// The turnover selection reads (headroom, what the grid serves, the by-capacity
-    /// weights): its own, except that a site reading a queue is
-    /// never read as turning over faster than the configured prior. A queue that fast
-    /// turnover would drain at once says either that the turnover learned from older
-    /// answers is stale (the site slowed and none of its slowed answers has ended yet) or
-    /// that others keep it full; either way trusting it sent a site three times over its
-    /// slots 60% of the traffic beside an idle one.
+    /// The turnover room is read with (headroom, what the grid serves): its own, except
+    /// that a site reading a queue is never read as turning over faster than the
+    /// configured prior. A queue that fast turnover would drain at once says either that
+    /// the turnover learned from older answers is stale (the site slowed and none of its
+    /// slowed answers has ended yet) or that others keep it full; either way trusting it
+    /// as room sent a site three times over its slots 60% of the traffic beside an idle
+    /// one. How fast a queue drains reads the site's own ([`Candidate::drain_ms`]).
     fn effective_turnover(&self, prior: f64) -> f64 {
         let own = self.turnover_or(prior);
         if self.signal.rho_now > 1.0 {
@@ -322,7 +322,7 @@ impl Candidate {
     }
 
     /// How long its queue takes to drain, in ms: the work waiting over the slots that
-    /// drain it, at its turnover. Zero when unmeasured (read as holding nothing waiting);
+    /// drain it, at its own learned turnover (the prior until its answers show one). Zero when unmeasured (read as holding nothing waiting);
     /// set when the snapshot is built.
     pub fn drain_ms(&self) -> f64 {
         self.drain_ms
@@ -629,8 +629,11 @@ impl RouteSnapshot {
                         c.signal.life_ms,
                         turnover,
                     );
-                // Both bounds are at least the capacity, itself at least the floor.
-                c.drain_ms = c.waiting * turnover / c.draining_slots();
+                // At the site's own turnover, not read as slow as the prior as room is:
+                // past saturation every site queues, and every site faster than the prior
+                // would drain alike. Both bounds are at least the capacity, itself at least
+                // the floor.
+                c.drain_ms = c.waiting * c.turnover_or(turnover_ms as f64) / c.draining_slots();
             }
         }
         let grid_headroom = candidates
@@ -868,10 +871,10 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 }
 
 /// The weight of a measured site when no site's headroom covers the picks: capacity as
-/// the slots that drain its queue turned over in the configured turnover (a site whose
-/// answers hold slots three times longer drains its queue three times slower; measured on
-/// five sites, the largest slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x
-/// with it),
+/// the slots that drain its queue turned over in the configured turnover, at its own
+/// turnover as [`Candidate::drain_ms`] reads it (a site whose answers hold slots three
+/// times longer drains its queue three times slower; measured on five sites, the largest
+/// slowed twofold: p99 at 85% 1.7x the oracle's without this, 1.2x with it),
 /// times pace, [`evened`] by the work waiting per unit of that capacity. A site whose
 /// answers said "full" keeps at least
 /// [`LIVE_FACTOR_FLOOR`] of it, unless its reading already shows it full (work waiting at
@@ -887,8 +890,7 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// queue to three times the others' in time (the simulator's standard sites at 95% load,
 /// over ten runs: a p99 1.11x the oracle's with pace read here, 1.04x without).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64) -> f64 {
-    let slots =
-        c.draining_slots() * default_turnover_ms / c.effective_turnover(default_turnover_ms);
+    let slots = c.draining_slots() * default_turnover_ms / c.turnover_or(default_turnover_ms);
     let (live, pace) = if c.state == CandidateState::Full {
         (c.serving_factor, 1.0)
     } else {
