@@ -62,10 +62,6 @@ impl Stack {
         };
         let grid = LocalGrid::start_with_gateway(&spec, |c| {
             c.ext_proc_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-            // The turnover a deployment of these sites would configure. At the 2 s
-            // default a site that has not answered yet reads twenty times slower than one
-            // that has, and takes about a twentieth of the picks until it answers once.
-            c.routing.turnover_ms = Some(SERVICE_MS as u64);
         })
         .await
         .expect("grid starts");

@@ -552,6 +552,35 @@ mod tests {
     }
 
     #[test]
+    fn a_site_whose_answers_have_not_shown_a_turnover_is_read_at_the_others_not_the_prior() {
+        // Both idle with 8 slots. `answered` has shown a 100 ms turnover, `new` none yet.
+        // Read at the 2 s prior, `new` would be offered 4 requests a second of its slots'
+        // turnover against 80 and drawn about a twentieth of the time.
+        let answered = {
+            let c = cand("answered", 8.0, 0.0, 0.0);
+            let signal = Signal {
+                turnover_ms: 100.0,
+                ..c.signal()
+            };
+            c.with_signal(signal)
+        };
+        let s = RouteSnapshot::new(
+            "m",
+            vec![answered, cand("new", 8.0, 0.0, 0.0)],
+            vec![],
+            REFUSE,
+        );
+        assert_eq!(s.path(), Some(Path::Spread));
+        let new = s
+            .candidates()
+            .iter()
+            .position(|c| &**c.site() == "new")
+            .expect("a candidate");
+        let shares = s.plan_shares();
+        assert!((shares[new] - 0.5).abs() < 1e-9, "{shares:?}");
+    }
+
+    #[test]
     fn sites_read_full_that_turn_over_faster_than_the_prior_drain_at_their_own_pace() {
         // Both read full, 32 slots and 128 waiting each; `fast` turns over in 500 ms,
         // `slow` in 1,000 ms, both under the 2 s prior. `fast` drains its queue in 2 s,

@@ -262,8 +262,9 @@ pub struct Availability {
 #[derive(Clone, Debug, Default)]
 pub struct RoutingKnobs {
     /// How long a request typically holds a slot, ms (`turnoverSeconds`): what a site's
-    /// headroom reads until its answers have shown its own turnover (grid-score learns it
-    /// per site from answer timing; `docs/routing.md`, "Turnover"). Unset: grid-score's
+    /// headroom reads until the sites' answers have shown their own turnover (grid-score
+    /// learns it per site from answer timing, and reads a site without its own at the
+    /// median of the others'; `docs/routing.md`, "Turnover"). Unset: grid-score's
     /// default.
     pub turnover_ms: Option<u64>,
 }

@@ -1,8 +1,8 @@
 //! How long a site's requests hold a slot, learned from the answers the gateway proxies:
 //! no one setting fits every site and workload, and a setting longer than the requests
 //! really hold their slots leaves a reading's free slots and queue barely moving the
-//! shares (`ScoreConfig::turnover_ms` is only the prior until a site's answers show its
-//! own).
+//! shares (`ScoreConfig::turnover_ms` is only the prior until the sites' answers show
+//! their own; a site whose answers have not is read at the median of the others').
 //!
 //! ```text
 //! held   = geometric mean of first byte to last byte of streamed answers (fast: ~10 answers)
