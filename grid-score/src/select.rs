@@ -308,6 +308,15 @@ mod tests {
         })
     }
 
+    /// `c` with a learned turnover of `turnover_ms`.
+    fn turning_over(c: Candidate, turnover_ms: f64) -> Candidate {
+        let signal = Signal {
+            turnover_ms,
+            ..c.signal()
+        };
+        c.with_signal(signal)
+    }
+
     fn picked_site(d: Decision<'_>) -> String {
         match d {
             Decision::Route { candidate, .. } => candidate.site().to_string(),
@@ -556,14 +565,7 @@ mod tests {
         // Both idle with 8 slots. `answered` has shown a 100 ms turnover, `new` none yet.
         // Read at the 2 s prior, `new` would be offered 4 requests a second of its slots'
         // turnover against 80 and drawn about a twentieth of the time.
-        let answered = {
-            let c = cand("answered", 8.0, 0.0, 0.0);
-            let signal = Signal {
-                turnover_ms: 100.0,
-                ..c.signal()
-            };
-            c.with_signal(signal)
-        };
+        let answered = turning_over(cand("answered", 8.0, 0.0, 0.0), 100.0);
         let s = RouteSnapshot::new(
             "m",
             vec![answered, cand("new", 8.0, 0.0, 0.0)],
@@ -587,17 +589,12 @@ mod tests {
         // `slow` in 4 s: by-capacity weights 32 x 4 / (1 + 1)^2 = 32 and
         // 32 x 2 / (1 + 2)^2 = 7.11. Read no faster than the prior, both drained in 8 s
         // and split the picks evenly.
-        let turning_over = |site: &str, turnover_ms: f64| {
-            let c = read(site, 32.0, 5.0, 128.0, true);
-            let signal = Signal {
-                turnover_ms,
-                ..c.signal()
-            };
-            c.with_signal(signal)
+        let full = |site: &str, turnover_ms: f64| {
+            turning_over(read(site, 32.0, 5.0, 128.0, true), turnover_ms)
         };
         let s = RouteSnapshot::new(
             "m",
-            vec![turning_over("fast", 500.0), turning_over("slow", 1_000.0)],
+            vec![full("fast", 500.0), full("slow", 1_000.0)],
             vec![],
             REFUSE,
         );
@@ -617,13 +614,6 @@ mod tests {
 
     #[test]
     fn a_refusal_at_a_site_read_full_goes_only_where_a_queue_drains_sooner_than_its_band() {
-        let slower = |c: Candidate, turnover_ms: f64| {
-            let signal = Signal {
-                turnover_ms,
-                ..c.signal()
-            };
-            c.with_signal(signal)
-        };
         let retried = |s: &RouteSnapshot, failed: &str| {
             let mut rng = SplitMix64::new(3);
             let mut got = std::collections::HashMap::new();
@@ -642,7 +632,7 @@ mod tests {
             vec![
                 read("refused", 32.0, 5.0, 128.0, true),
                 read("fast", 16.0, 4.0, 48.0, true),
-                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+                turning_over(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
             ],
             vec![],
             REFUSE,
@@ -655,8 +645,8 @@ mod tests {
             "m",
             vec![
                 read("refused", 32.0, 5.0, 128.0, true),
-                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
-                slower(read("slowest", 8.0, 5.0, 32.0, true), 8_000.0),
+                turning_over(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+                turning_over(read("slowest", 8.0, 5.0, 32.0, true), 8_000.0),
             ],
             vec![],
             REFUSE,
@@ -669,7 +659,7 @@ mod tests {
             vec![
                 read("refused", 32.0, 0.5, 0.0, false).with_live(0.0, Some(0)),
                 read("fast", 16.0, 4.0, 48.0, true),
-                slower(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
+                turning_over(read("slow", 64.0, 5.0, 256.0, true), 4_000.0),
             ],
             vec![],
             REFUSE,
