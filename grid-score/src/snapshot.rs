@@ -325,8 +325,8 @@ impl Candidate {
 
     /// How long its queue takes to drain, in ms: the work waiting over the slots that
     /// drain it, at its own learned turnover (until its answers show one, the median of
-    /// the model's other sites'). Zero when unmeasured (read as
-    /// holding nothing waiting); set when the snapshot is built.
+    /// the model's other sites'). Zero when unmeasured (read as holding nothing
+    /// waiting); set when the snapshot is built.
     pub fn drain_ms(&self) -> f64 {
         self.drain_ms
     }
@@ -634,8 +634,8 @@ impl RouteSnapshot {
                         c.signal.life_ms,
                         turnover,
                     );
-                // At the site's own turnover, not read as slow as the prior as room is:
-                // past saturation every site queues, and every site faster than the prior
+                // At the site's own turnover, not clamped to the prior as room is: past
+                // saturation every site queues, and every site faster than the prior
                 // would drain alike. Both bounds are at least the capacity, itself at least
                 // the floor.
                 c.drain_ms = c.waiting * c.turnover_or(unlearned) / c.draining_slots();
