@@ -221,14 +221,16 @@ impl Candidate {
         self
     }
 
+    /// Its learned turnover (ms); `None` where its answers have not shown one (a
+    /// signal's turnover under a millisecond is "not shown").
+    fn learned_turnover(&self) -> Option<f64> {
+        (self.signal.turnover_ms >= 1.0).then_some(self.signal.turnover_ms)
+    }
+
     /// Its learned turnover (ms), or `default` where its answers have not shown one
     /// ([`unlearned_turnover`]).
     fn turnover_or(&self, default: f64) -> f64 {
-        if self.signal.turnover_ms >= 1.0 {
-            self.signal.turnover_ms
-        } else {
-            default
-        }
+        self.learned_turnover().unwrap_or(default)
     }
 
     /// The turnover room is read with (headroom, what the grid serves): its own, except
@@ -786,8 +788,7 @@ fn members(candidates: &[Candidate], keep: impl Fn(&Candidate) -> bool) -> Vec<u
 fn unlearned_turnover(candidates: &[Candidate], prior: f64) -> f64 {
     let mut learned: Vec<f64> = candidates
         .iter()
-        .map(|c| c.signal.turnover_ms)
-        .filter(|&t| t >= 1.0 && t.is_finite())
+        .filter_map(Candidate::learned_turnover)
         .collect();
     if learned.is_empty() {
         return prior;
@@ -872,8 +873,7 @@ fn plan(
 fn fastest_turnover(candidates: &[Candidate], with_headroom: &[u32]) -> f64 {
     with_headroom
         .iter()
-        .map(|&i| candidates[i as usize].signal.turnover_ms)
-        .filter(|&t| t >= 1.0)
+        .filter_map(|&i| candidates[i as usize].learned_turnover())
         .fold(f64::INFINITY, f64::min)
 }
 
@@ -893,10 +893,9 @@ pub const SPEED_MARGIN: f64 = 1.5;
 /// of requests the faster sites would have served at once. Whether the room covers what
 /// the grid serves is still counted in requests, unscaled.
 fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
-    if c.signal.turnover_ms >= 1.0 && fastest_ms.is_finite() {
-        (SPEED_MARGIN * fastest_ms / c.signal.turnover_ms).min(1.0)
-    } else {
-        1.0
+    match c.learned_turnover() {
+        Some(own) if fastest_ms.is_finite() => (SPEED_MARGIN * fastest_ms / own).min(1.0),
+        _ => 1.0,
     }
 }
 
