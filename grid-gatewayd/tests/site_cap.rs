@@ -63,7 +63,8 @@ async fn a_request_past_a_sites_cap_fails_over_after_the_connect_bound_and_is_co
 }
 
 /// This gateway's requests outstanding at candidate (m, `site`), as its routing reads
-/// them (the live slot's count of requests sent and not yet ended).
+/// them (the live slot's count of requests sent and not yet ended), read without draining
+/// the slot's evidence, which the gateway's own refresh takes.
 fn outstanding(gw: &grid_kit::gateway_harness::Harness, site: &str) -> u32 {
     gw.gateway
         .as_ref()
@@ -73,7 +74,7 @@ fn outstanding(gw: &grid_kit::gateway_harness::Harness, site: &str) -> u32 {
         .catalog()
         .get("m")
         .and_then(|m| m.upstreams.iter().find(|u| &*u.site == site))
-        .map(|u| u.live().drain().outstanding)
+        .map(|u| u.live().outstanding())
         .unwrap()
 }
 
