@@ -312,6 +312,11 @@ impl Scorer {
                 .with_failures(v.live.failures)
                 .with_shown(v.shown_capacity)
                 .with_own(v.own_now)
+                .with_quiet(
+                    v.live
+                        .answered_ms
+                        .map_or(f64::INFINITY, |at| now_ms.saturating_sub(at) as f64),
+                )
                 .with_evidence(evidence),
             );
         }
@@ -1047,6 +1052,43 @@ mod tests {
         );
         assert!(a.headroom() == 0.0, "{}", a.headroom());
         assert_eq!(snap.path(), Some(Path::Lone));
+    }
+
+    #[test]
+    fn a_queued_site_read_draining_at_its_own_turnover_is_read_at_the_prior_once_its_answers_stop()
+    {
+        use crate::live::LiveBoard;
+        // a learned a 160 ms turnover and holds three times its 4 slots. Answering, its
+        // queue drains at 160 ms a request per slot; with no answer for 3 s, at the 2 s
+        // prior (the turnover is older than its silence).
+        let mut s = Scorer::new(ScoreConfig::default());
+        let r = routes(&["a"]);
+        let saturated = Reading {
+            units: Some(UnitQueues {
+                units: 2,
+                waiting: 2,
+            }),
+            queue_depth: Some(8.0),
+            ..reading(1_000, 12.0)
+        };
+        s.observe(&key("a"), &saturated).unwrap();
+        let board = LiveBoard::new(&[key("a")]);
+        for _ in 0..50 {
+            let slot = board.slot(&key("a")).unwrap();
+            slot.record_answer();
+            slot.record_served(160);
+        }
+        s.feed_live(&board, 1_000);
+        let answering = at(&s.refresh(1_000, &r), "a").clone();
+        s.feed_live(&board, 4_000);
+        let silent = at(&s.refresh(4_000, &r), "a").clone();
+        assert!(answering.waiting() > 0.0, "{answering:?}");
+        assert!(
+            (silent.waiting() - answering.waiting()).abs() < 1e-9,
+            "the same queue: {silent:?}"
+        );
+        let ratio = silent.drain_ms() / answering.drain_ms();
+        assert!((ratio - 2_000.0 / 160.0).abs() < 0.1, "{ratio}");
     }
 
     #[test]

@@ -613,6 +613,41 @@ mod tests {
     }
 
     #[test]
+    fn a_site_read_full_that_has_stopped_answering_is_not_drawn_at_its_old_turnover() {
+        // `slowed` turned over in 200 ms until it slowed twentyfold; it holds 20 on 4
+        // slots and no answer has ended for 3 s. `busy` turns over in 200 ms and holds 5
+        // on its 4 slots: its room falls short of what the grid serves, so about half the
+        // picks go by capacity. Read at
+        // 200 ms, `slowed` drained its queue in 0.8 s and drew a third of those picks;
+        // silent for longer than the prior, it is read at the prior and drains in 8 s.
+        let sites = |quiet_ms: f64| {
+            RouteSnapshot::new(
+                "m",
+                vec![
+                    turning_over(read("slowed", 4.0, 5.0, 16.0, true), 200.0).with_quiet(quiet_ms),
+                    turning_over(cand("busy", 4.0, 1.25, 1.0), 200.0),
+                ],
+                vec![],
+                REFUSE,
+            )
+        };
+        let share = |s: &RouteSnapshot| shares(s, 20_000, 5).get("slowed").copied().unwrap_or(0.0);
+        let silent = sites(3_000.0);
+        assert_eq!(silent.path(), Some(Path::Overflow));
+        let slowed = |s: &RouteSnapshot| {
+            s.candidates()
+                .iter()
+                .find(|c| &**c.site() == "slowed")
+                .map(Candidate::drain_ms)
+        };
+        assert_eq!(slowed(&silent), Some(8_000.0));
+        let answering = sites(0.0);
+        assert_eq!(slowed(&answering), Some(800.0), "answering: its own pace");
+        assert!(share(&silent) < 0.03, "{}", share(&silent));
+        assert!(share(&answering) > 0.1, "{}", share(&answering));
+    }
+
+    #[test]
     fn a_refusal_at_a_site_read_full_goes_only_where_a_queue_drains_sooner_than_its_band() {
         let retried = |s: &RouteSnapshot, failed: &str| {
             let mut rng = SplitMix64::new(3);

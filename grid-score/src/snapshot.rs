@@ -53,6 +53,7 @@ pub struct Candidate {
     serving_factor: f64,
     shown: f64,
     drain_ms: f64,
+    quiet_ms: f64,
     own: f64,
     live_headroom: Option<u64>,
     evidence: CandidateEvidence,
@@ -168,6 +169,7 @@ impl Candidate {
             serving_factor: 1.0,
             shown: 0.0,
             drain_ms: 0.0,
+            quiet_ms: 0.0,
             own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
@@ -239,8 +241,9 @@ impl Candidate {
     /// the turnover learned from older answers is stale (the site slowed and none of its
     /// slowed answers has ended yet) or that others keep it full; either way trusting it
     /// as room sent a site three times over its slots 60% of the traffic beside an idle
-    /// one. How fast a queue drains reads the site's own ([`Candidate::drain_ms`]).
-    /// `unlearned` stands for its own until its answers show one.
+    /// one. How fast a queue drains reads the site's own while it answers
+    /// ([`Candidate::draining_turnover`]). `unlearned` stands for its own until its
+    /// answers show one.
     fn effective_turnover(&self, unlearned: f64, prior: f64) -> f64 {
         let own = self.turnover_or(unlearned);
         if self.signal.rho_now > 1.0 {
@@ -248,6 +251,35 @@ impl Candidate {
         } else {
             own
         }
+    }
+
+    /// The turnover its queue is read draining at ([`Candidate::drain_ms`], the
+    /// by-capacity weights): its own, except that a site reading a queue that has not
+    /// answered for longer than that is read as turning over no faster than the time
+    /// since it last did, up to the configured prior. A learned turnover speaks for the
+    /// site only while its answers keep showing it: one that slowed after it was learned
+    /// shows nothing until its slowed requests end, and read at the old figure a site
+    /// slowed twentyfold with its queue three times its slots was drawn as draining in a
+    /// fifth of a second, and took a quarter of the picks beside a free site. A site
+    /// draining at its own pace answers within about one of its turnovers.
+    fn draining_turnover(&self, unlearned: f64, prior: f64) -> f64 {
+        let own = self.turnover_or(unlearned);
+        if self.signal.rho_now > 1.0 {
+            own.max(self.quiet_ms.min(prior))
+        } else {
+            own
+        }
+    }
+
+    /// Sets how long it has been, at the refresh, since its newest answer that was not a
+    /// failure (ms; infinity when it has given none). A candidate built without it is
+    /// read as answering. NaN or negative values are ignored.
+    #[must_use]
+    pub fn with_quiet(mut self, quiet_ms: f64) -> Self {
+        if quiet_ms >= 0.0 {
+            self.quiet_ms = quiet_ms;
+        }
+        self
     }
 
     /// The factor the candidate's responses put on its selection weight, in `[0, 1]`.
@@ -327,8 +359,9 @@ impl Candidate {
 
     /// How long its queue takes to drain, in ms: the work waiting over the slots that
     /// drain it, at its own learned turnover (until its answers show one, the median of
-    /// the model's other sites'). Zero when unmeasured (read as holding nothing
-    /// waiting); set when the snapshot is built.
+    /// the model's other sites'), or slower while it has not answered for longer than
+    /// that. Zero when unmeasured (read as holding nothing waiting); set when the
+    /// snapshot is built.
     pub fn drain_ms(&self) -> f64 {
         self.drain_ms
     }
@@ -359,6 +392,7 @@ impl Candidate {
             serving_factor: 1.0,
             shown: 0.0,
             drain_ms: 0.0,
+            quiet_ms: 0.0,
             own: 0.0,
             live_headroom: None,
             evidence: CandidateEvidence::default(),
@@ -636,11 +670,11 @@ impl RouteSnapshot {
                         c.signal.life_ms,
                         turnover,
                     );
-                // At the site's own turnover, not clamped to the prior as room is: past
-                // saturation every site queues, and every site faster than the prior
-                // would drain alike. Both bounds are at least the capacity, itself at least
-                // the floor.
-                c.drain_ms = c.waiting * c.turnover_or(unlearned) / c.draining_slots();
+                // At the site's own turnover while it answers, not clamped to the prior as
+                // room is: past saturation every site queues, and every site faster than
+                // the prior would drain alike. Both bounds are at least the capacity,
+                // itself at least the floor.
+                c.drain_ms = c.waiting * c.draining_turnover(unlearned, prior) / c.draining_slots();
             }
         }
         let grid_headroom = candidates
@@ -919,7 +953,8 @@ fn speed(c: &Candidate, fastest_ms: f64) -> f64 {
 /// queue to three times the others' in time (the simulator's standard sites at 95% load,
 /// over ten runs: a p99 1.11x the oracle's with pace read here, 1.04x without).
 fn by_capacity_weight(c: &Candidate, default_turnover_ms: f64, unlearned_ms: f64) -> f64 {
-    let slots = c.draining_slots() * default_turnover_ms / c.turnover_or(unlearned_ms);
+    let slots = c.draining_slots() * default_turnover_ms
+        / c.draining_turnover(unlearned_ms, default_turnover_ms);
     let (live, pace) = if c.state == CandidateState::Full {
         (c.serving_factor, 1.0)
     } else {

@@ -152,6 +152,7 @@ async fn traffic_shifts_away_from_a_site_that_saturates() {
         .expect("the gateway sees a's queue");
     println!("a seen saturated after {took:?}");
     let after = through_gateway(&grid, 30, 3).await;
+    println!("after a saturated: {after:?}");
     let to_b = after.get("b").copied().unwrap_or(0);
     assert!(to_b >= 27, "traffic did not shift to b: {after:?}");
     grid.shutdown().await;
