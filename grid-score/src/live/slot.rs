@@ -34,6 +34,12 @@ pub struct LiveEvidence {
     /// Sum of the natural logarithms of those durations (ms), in units of
     /// 2^-[`LOG_FIXED_BITS`].
     pub served_log: u64,
+    /// Plain answers since the last drain whose flow-control wait was not stated (a site
+    /// without flow control; see [`LiveSlot::record_unstated`]).
+    pub unstated: u32,
+    /// Sum of the logarithms of their time from sending to their head (ms), fixed point
+    /// as `served_log`.
+    pub unstated_log: u64,
     /// Streamed answers whose first byte came since the last drain.
     pub first_bytes: u32,
     /// Sum of the logarithms of their time to first byte less their flow-control wait
@@ -82,6 +88,14 @@ impl LiveEvidence {
     }
 }
 
+/// Counts one duration of `ms` into `count` and its natural logarithm, fixed point
+/// ([`LOG_FIXED_BITS`]), into `log_sum`.
+fn add_log_ms(count: &AtomicU32, log_sum: &AtomicU64, ms: u64) {
+    let log = (ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
+    log_sum.fetch_add(log as u64, Ordering::Relaxed);
+    count.fetch_add(1, Ordering::Relaxed);
+}
+
 /// One band's cell of a slot: the band's raw key (0: empty) and its newest room signal,
 /// packed (0: none yet).
 #[derive(Debug, Default)]
@@ -98,6 +112,8 @@ pub struct LiveSlot {
     answers: AtomicU32,
     served: AtomicU32,
     served_log: AtomicU64,
+    unstated: AtomicU32,
+    unstated_log: AtomicU64,
     first_bytes: AtomicU32,
     first_byte_log: AtomicU64,
     streak: AtomicU32,
@@ -256,17 +272,20 @@ impl LiveSlot {
     /// can see the count without its duration or the other way round: one sample off in
     /// a mean over many, accepted for a lock-free request path.
     pub fn record_served(&self, held_ms: u64) {
-        let log = (held_ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
-        self.served_log.fetch_add(log as u64, Ordering::Relaxed);
-        self.served.fetch_add(1, Ordering::Relaxed);
+        add_log_ms(&self.served, &self.served_log, held_ms);
+    }
+
+    /// Request path: a plain answer's head came `ms` after the request went out, and the
+    /// site stated no flow-control wait (it runs no flow control): the time it held its
+    /// slot plus however long it waited for one, which only the site knew.
+    pub fn record_unstated(&self, ms: u64) {
+        add_log_ms(&self.unstated, &self.unstated_log, ms);
     }
 
     /// Request path: a streamed answer's first byte came `ms` after the request went out,
     /// flow-control wait excluded.
     pub fn record_first_byte(&self, ms: u64) {
-        let log = (ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
-        self.first_byte_log.fetch_add(log as u64, Ordering::Relaxed);
-        self.first_bytes.fetch_add(1, Ordering::Relaxed);
+        add_log_ms(&self.first_bytes, &self.first_byte_log, ms);
     }
 
     /// Refresh: each band's newest room signal, and the counts since the last drain
@@ -291,6 +310,8 @@ impl LiveSlot {
             answers: self.answers.swap(0, Ordering::Relaxed),
             served: self.served.swap(0, Ordering::Relaxed),
             served_log: self.served_log.swap(0, Ordering::Relaxed),
+            unstated: self.unstated.swap(0, Ordering::Relaxed),
+            unstated_log: self.unstated_log.swap(0, Ordering::Relaxed),
             first_bytes: self.first_bytes.swap(0, Ordering::Relaxed),
             first_byte_log: self.first_byte_log.swap(0, Ordering::Relaxed),
             streak: self.streak.load(Ordering::Relaxed),

@@ -655,16 +655,23 @@ impl World<'_> {
         // How long the answer held its slot, as the gateway can tell: a
         // stream from its first byte to its last; a plain answer from
         // sending to its head less the flow-control wait its header
-        // states (only when the site runs flow control).
-        let held = match (f.streaming, f.first_token_ms, f.started_ms) {
-            (true, Some(first), _) => Some(at - first),
+        // states, or, from a site without flow control, that time whole.
+        let heard = match (f.streaming, f.first_token_ms, f.started_ms) {
+            (true, Some(first), _) => Some(Heard::Served {
+                held_ms: at - first,
+            }),
             (false, _, Some(started)) if self.config.flow_control.is_some() => {
-                Some((seen - f.sent_ms).saturating_sub(started - f.arrived_ms))
+                Some(Heard::Served {
+                    held_ms: (seen - f.sent_ms).saturating_sub(started - f.arrived_ms),
+                })
             }
+            (false, _, Some(_)) => Some(Heard::Unstated {
+                ms: seen - f.sent_ms,
+            }),
             _ => None,
         };
-        if let Some(held_ms) = held {
-            self.tell(f.gateway, seen, s, Heard::Served { held_ms });
+        if let Some(heard) = heard {
+            self.tell(f.gateway, seen, s, heard);
         }
         if !f.streaming {
             // A plain answer's head is built when it is done.

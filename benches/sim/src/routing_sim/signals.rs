@@ -312,10 +312,17 @@ pub enum Heard {
     Sent,
     /// An exchange the gateway sent is over: its answer's end, a refusal, a failure.
     Ended,
-    /// A streamed answer ended, `held_ms` after its first byte.
+    /// An answer ended, `held_ms` after it took its slot as the gateway can tell (a
+    /// stream from its first byte; a plain answer from sending, less its stated wait).
     Served {
-        /// First byte to last, ms.
+        /// How long it held its slot, ms.
         held_ms: u64,
+    },
+    /// A plain answer from a site without flow control came `ms` after it was sent: its
+    /// slot and its wait for one together.
+    Unstated {
+        /// Sending to head, ms.
+        ms: u64,
     },
 }
 
@@ -663,6 +670,10 @@ impl SignalPath {
                 }
                 Heard::Served { held_ms } => {
                     slot.record_served(held_ms);
+                    false
+                }
+                Heard::Unstated { ms } => {
+                    slot.record_unstated(ms);
                     false
                 }
                 Heard::FirstByte { ms } => {

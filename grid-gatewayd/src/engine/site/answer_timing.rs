@@ -28,12 +28,21 @@ pub(crate) struct AnswerHead {
 
 impl AnswerHead {
     /// Records what the head alone tells: a plain answer's head comes when it is done, so
-    /// its time since sending, less the stated wait, is how long it held its slot.
+    /// its time since sending, less the stated wait, is how long it held its slot; with no
+    /// wait stated, that time is the slot and the wait for it together (`grid_score::live`,
+    /// "turnover", says when it counts).
     pub(crate) fn record(&self, slot: &LiveSlot) {
-        if !self.streaming
-            && let Some(held) = less_wait(millis(self.head - self.sent), self.queue_ms)
-        {
-            slot.record_served(held);
+        if self.streaming {
+            return;
+        }
+        let elapsed = millis(self.head - self.sent);
+        match self.queue_ms {
+            None => slot.record_unstated(elapsed),
+            Some(_) => {
+                if let Some(held) = less_wait(elapsed, self.queue_ms) {
+                    slot.record_served(held);
+                }
+            }
         }
     }
 }
@@ -199,7 +208,8 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_answer_holds_its_slot_from_sending_to_its_head_less_the_wait() {
+    fn a_plain_answer_holds_its_slot_from_sending_to_its_head_less_the_wait_or_is_kept_apart_without_one()
+     {
         let slot = LiveSlot::new();
         head(false, Some(200), Duration::from_millis(1_200)).record(&slot);
         let e = slot.drain();
@@ -207,11 +217,14 @@ mod tests {
         let held = log_ms(e.served_log, 1);
         assert!((990.0..1_100.0).contains(&held), "{held}");
         head(false, None, Duration::from_millis(1_200)).record(&slot);
+        let e = slot.drain();
         assert_eq!(
-            slot.drain().served,
-            0,
-            "without the wait header it says nothing"
+            (e.served, e.unstated),
+            (0, 1),
+            "without the wait header it is not a held time, but kept apart"
         );
+        let took = log_ms(e.unstated_log, 1);
+        assert!((1_190.0..1_300.0).contains(&took), "{took}");
         head(false, Some(1_500), Duration::from_millis(1_200)).record(&slot);
         assert_eq!(
             slot.drain().served,
