@@ -186,6 +186,7 @@ fn every_scenario_file_under_benches_scenarios_parses() {
             "flapping-remote.toml",
             "frozen-remote-multi.toml",
             "frozen-remote.toml",
+            "heavy-tail.toml",
             "mixed-priority.toml",
             "multi-gateway.toml",
             "overloaded-slow.toml",
