@@ -1019,6 +1019,19 @@ mod tests {
         );
     }
 
+    /// A reading at 1 s of a site holding 12 on its 4 slots (two units, two waiting at
+    /// each, 8 in its queue).
+    fn three_times_its_four_slots() -> Reading {
+        Reading {
+            units: Some(UnitQueues {
+                units: 2,
+                waiting: 2,
+            }),
+            queue_depth: Some(8.0),
+            ..reading(1_000, 12.0)
+        }
+    }
+
     #[test]
     fn a_queued_site_is_never_read_as_turning_over_faster_than_the_prior() {
         use crate::live::LiveBoard;
@@ -1027,15 +1040,7 @@ mod tests {
         // drain in a third of a second and it out-draws b; at the 2 s prior it has none.
         let mut s = Scorer::new(ScoreConfig::default());
         let r = routes(&["a", "b"]);
-        let saturated = Reading {
-            units: Some(UnitQueues {
-                units: 2,
-                waiting: 2,
-            }),
-            queue_depth: Some(8.0),
-            ..reading(1_000, 12.0)
-        };
-        s.observe(&key("a"), &saturated).unwrap();
+        s.observe(&key("a"), &three_times_its_four_slots()).unwrap();
         s.observe(&key("b"), &reading(1_000, 0.5)).unwrap();
         let board = LiveBoard::new(&[key("a"), key("b")]);
         for _ in 0..50 {
@@ -1063,15 +1068,7 @@ mod tests {
         // prior (the turnover is older than its silence).
         let mut s = Scorer::new(ScoreConfig::default());
         let r = routes(&["a"]);
-        let saturated = Reading {
-            units: Some(UnitQueues {
-                units: 2,
-                waiting: 2,
-            }),
-            queue_depth: Some(8.0),
-            ..reading(1_000, 12.0)
-        };
-        s.observe(&key("a"), &saturated).unwrap();
+        s.observe(&key("a"), &three_times_its_four_slots()).unwrap();
         let board = LiveBoard::new(&[key("a")]);
         for _ in 0..50 {
             let slot = board.slot(&key("a")).unwrap();
