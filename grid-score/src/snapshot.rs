@@ -259,8 +259,8 @@ impl Candidate {
     /// since it last did, up to the configured prior. A learned turnover speaks for the
     /// site only while its answers keep showing it: one that slowed after it was learned
     /// shows nothing until its slowed requests end, and read at the old figure a site
-    /// slowed twentyfold with its queue three times its slots was drawn as draining in a
-    /// fifth of a second, and took a quarter of the picks beside a free site. A site
+    /// slowed twentyfold and holding three times its slots was drawn as draining its
+    /// queue in 0.4 s, and took a quarter of the picks beside one with room. A site
     /// draining at its own pace answers within about one of its turnovers.
     fn draining_turnover(&self, unlearned: f64, prior: f64) -> f64 {
         let own = self.turnover_or(unlearned);
