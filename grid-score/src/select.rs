@@ -617,9 +617,9 @@ mod tests {
         // `slowed` turned over in 200 ms until it slowed twentyfold; it holds 20 on 4
         // slots and no answer has ended for 3 s. `busy` turns over in 200 ms and holds 5
         // on its 4 slots: its room falls short of what the grid serves, so about half the
-        // picks go by capacity. Read at
-        // 200 ms, `slowed` drained its queue in 0.8 s and drew a third of those picks;
-        // silent for longer than the prior, it is read at the prior and drains in 8 s.
+        // picks go by capacity. Read at 200 ms, `slowed` drained its queue in 0.8 s and
+        // drew a third of those picks; silent for longer than the prior, it is read at the
+        // prior and drains in 8 s.
         let sites = |quiet_ms: f64| {
             RouteSnapshot::new(
                 "m",

@@ -245,9 +245,16 @@ impl Candidate {
     /// ([`Candidate::draining_turnover`]). `unlearned` stands for its own until its
     /// answers show one.
     fn effective_turnover(&self, unlearned: f64, prior: f64) -> f64 {
+        self.turnover_queued_at_least(unlearned, prior)
+    }
+
+    /// Its own turnover (`unlearned` until its answers show one), and, while its reading
+    /// shows a queue, no less than `floor`: the one place the two readings of a queued
+    /// site's turnover differ only in their floor.
+    fn turnover_queued_at_least(&self, unlearned: f64, floor: f64) -> f64 {
         let own = self.turnover_or(unlearned);
         if self.signal.rho_now > 1.0 {
-            own.max(prior)
+            own.max(floor)
         } else {
             own
         }
@@ -263,12 +270,7 @@ impl Candidate {
     /// queue in 0.4 s, and took a quarter of the picks beside one with room. A site
     /// draining at its own pace answers within about one of its turnovers.
     fn draining_turnover(&self, unlearned: f64, prior: f64) -> f64 {
-        let own = self.turnover_or(unlearned);
-        if self.signal.rho_now > 1.0 {
-            own.max(self.quiet_ms.min(prior))
-        } else {
-            own
-        }
+        self.turnover_queued_at_least(unlearned, self.quiet_ms.min(prior))
     }
 
     /// Sets how long it has been, at the refresh, since its newest answer that was not a

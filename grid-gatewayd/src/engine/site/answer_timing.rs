@@ -36,13 +36,10 @@ impl AnswerHead {
             return;
         }
         let elapsed = millis(self.head - self.sent);
-        match self.queue_ms {
-            None => slot.record_unstated(elapsed),
-            Some(_) => {
-                if let Some(held) = less_wait(elapsed, self.queue_ms) {
-                    slot.record_served(held);
-                }
-            }
+        if self.queue_ms.is_none() {
+            slot.record_unstated(elapsed);
+        } else if let Some(held) = less_wait(elapsed, self.queue_ms) {
+            slot.record_served(held);
         }
     }
 }
