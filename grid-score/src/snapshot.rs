@@ -268,7 +268,12 @@ impl Candidate {
     /// shows nothing until its slowed requests end, and read at the old figure a site
     /// slowed twentyfold and holding three times its slots was drawn as draining its
     /// queue in 0.4 s, and took a quarter of the picks beside one with room. A site
-    /// draining at its own pace answers within about one of its turnovers.
+    /// draining at its own pace for this gateway alone answers it within about one of its
+    /// turnovers. Only this gateway's answers count, so one with few requests or none at
+    /// a small site the other gateways keep queued reads it silent and stops drawing it
+    /// while it stays queued; it is full meanwhile, and drawn again once it has room.
+    /// Silence read only while this gateway waits on the site knows nothing at a site
+    /// slowed and filled behind an idle gateway, and drew it for its first requests.
     fn draining_turnover(&self, unlearned: f64, prior: f64) -> f64 {
         self.turnover_queued_at_least(unlearned, self.quiet_ms.min(prior))
     }
