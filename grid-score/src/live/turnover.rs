@@ -67,9 +67,13 @@ fn log_mean(sum: u64, count: u32) -> Option<f64> {
     (count > 0).then(|| sum as f64 / f64::from(1u32 << LOG_FIXED_BITS) / f64::from(count))
 }
 
-fn per_sample(prev: Option<f64>, mean: f64, weight: f64, samples: u32) -> f64 {
-    let keep = (1.0 - weight).powf(f64::from(samples));
-    prev.map_or(mean, |p| p * keep + mean * (1.0 - keep))
+/// Folds `count` samples whose fixed-point logarithms sum to `sum` into the mean `fast`,
+/// each weighing `weight`; their own mean, when there were any.
+fn fold_per_sample(fast: &mut Option<f64>, sum: u64, count: u32, weight: f64) -> Option<f64> {
+    let mean = log_mean(sum, count)?;
+    let keep = (1.0 - weight).powf(f64::from(count));
+    *fast = Some(fast.map_or(mean, |p| p * keep + mean * (1.0 - keep)));
+    Some(mean)
 }
 
 impl Turnover {
@@ -81,30 +85,26 @@ impl Turnover {
         let slow = |prev: Option<f64>, mean: f64| {
             Some(prev.map_or(mean, |p| p * keep + mean * (1.0 - keep)))
         };
-        if let Some(mean) = log_mean(e.served_log, e.served) {
-            self.held_fast = Some(per_sample(
-                self.held_fast,
-                mean,
-                TURNOVER_SMOOTHING,
-                e.served,
-            ));
+        if let Some(mean) = fold_per_sample(
+            &mut self.held_fast,
+            e.served_log,
+            e.served,
+            TURNOVER_SMOOTHING,
+        ) {
             self.held_slow = slow(self.held_slow, mean);
         }
-        if let Some(mean) = log_mean(e.unstated_log, e.unstated) {
-            self.unstated = Some(per_sample(
-                self.unstated,
-                mean,
-                TURNOVER_SMOOTHING,
-                e.unstated,
-            ));
-        }
-        if let Some(mean) = log_mean(e.first_byte_log, e.first_bytes) {
-            self.first_fast = Some(per_sample(
-                self.first_fast,
-                mean,
-                FIRST_BYTE_SMOOTHING,
-                e.first_bytes,
-            ));
+        fold_per_sample(
+            &mut self.unstated,
+            e.unstated_log,
+            e.unstated,
+            TURNOVER_SMOOTHING,
+        );
+        if let Some(mean) = fold_per_sample(
+            &mut self.first_fast,
+            e.first_byte_log,
+            e.first_bytes,
+            FIRST_BYTE_SMOOTHING,
+        ) {
             self.first_slow = slow(self.first_slow, mean);
         }
     }
