@@ -49,9 +49,12 @@ pub use outlier::{
 };
 pub use outstanding::{OUTSTANDING_SAMPLES, OUTSTANDING_SPACING_MS};
 pub use slot::{
-    DEFAULT_FULL_HOLD_MS, InFlight, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot,
+    DEFAULT_FULL_HOLD_MS, Durations, InFlight, LOG_FIXED_BITS, LiveBoard, LiveEvidence, LiveSlot,
     MAX_FULL_HOLD_MS,
 };
 pub use state::{FAILURE_HALF_LIFE_MS, LIVE_ROOM_HALF_LIFE_MS, MAX_FAILURE_SCORE};
 pub(crate) use state::{LiveState, LiveView};
-pub use turnover::{FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, TURNOVER_SMOOTHING};
+pub use turnover::{
+    FIRST_BYTE_PRECISION, FIRST_BYTE_SMOOTHING, SPEED_BASELINE_MS, SPREAD_MIN_DEGREES,
+    TURNOVER_PRECISION, TURNOVER_SMOOTHING,
+};

@@ -28,23 +28,16 @@ pub struct LiveEvidence {
     pub failures: u32,
     /// Answers that were not failures since the last drain.
     pub answers: u32,
-    /// Answers that ended since the last drain with how long they held their slot known
+    /// How long the answers that ended since the last drain held their slot, where known
     /// (see [`LiveSlot::record_served`]).
-    pub served: u32,
-    /// Sum of the natural logarithms of those durations (ms), in units of
-    /// 2^-[`LOG_FIXED_BITS`].
-    pub served_log: u64,
-    /// Plain answers since the last drain whose flow-control wait was not stated (a site
-    /// without flow control; see [`LiveSlot::record_unstated`]).
-    pub unstated: u32,
-    /// Sum of the logarithms of their time from sending to their head (ms), fixed point
-    /// as `served_log`.
-    pub unstated_log: u64,
-    /// Streamed answers whose first byte came since the last drain.
-    pub first_bytes: u32,
-    /// Sum of the logarithms of their time to first byte less their flow-control wait
-    /// (ms), fixed point as `served_log`.
-    pub first_byte_log: u64,
+    pub served: Durations,
+    /// How long plain answers whose flow-control wait was not stated (a site without flow
+    /// control; see [`LiveSlot::record_unstated`]) took from sending to their head, since
+    /// the last drain.
+    pub unstated: Durations,
+    /// The time to first byte less the flow-control wait of streamed answers whose first
+    /// byte came since the last drain.
+    pub first_bytes: Durations,
     /// Exchanges failed in a row, as of the drain (not cleared: an answer ends it).
     pub streak: u32,
     /// Probes of the site (while it was ejected) answered since the last drain.
@@ -88,12 +81,75 @@ impl LiveEvidence {
     }
 }
 
-/// Counts one duration of `ms` into `count` and its natural logarithm, fixed point
-/// ([`LOG_FIXED_BITS`]), into `log_sum`.
-fn add_log_ms(count: &AtomicU32, log_sum: &AtomicU64, ms: u64) {
-    let log = (ms.max(1) as f64).ln() * f64::from(1u32 << LOG_FIXED_BITS);
-    log_sum.fetch_add(log as u64, Ordering::Relaxed);
-    count.fetch_add(1, Ordering::Relaxed);
+/// Durations summed as their natural logarithms (of ms, under a millisecond read as
+/// one), fixed point in units of 2^-[`LOG_FIXED_BITS`]: their geometric mean and the
+/// spread about it, without keeping each one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Durations {
+    /// How many.
+    pub count: u32,
+    /// Sum of their logarithms.
+    pub log_sum: u64,
+    /// Sum of the squares of their logarithms.
+    pub log_sq_sum: u64,
+}
+
+impl Durations {
+    /// The mean of their logarithms; `None` when there are none.
+    pub fn log_mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.log_sum as f64 / LOG_UNIT / f64::from(self.count))
+    }
+
+    /// Their geometric mean (ms); `None` when there are none.
+    pub fn geometric_mean_ms(&self) -> Option<f64> {
+        self.log_mean().map(f64::exp)
+    }
+
+    /// The squared deviations of their logarithms from those logarithms' own mean,
+    /// summed: with `count - 1` degrees of freedom, what they say of the spread of the
+    /// durations they came from. Zero for fewer than two.
+    pub fn log_squared_deviations(&self) -> f64 {
+        match self.log_mean() {
+            Some(mean) if self.count > 1 => {
+                (self.log_sq_sum as f64 / LOG_UNIT - f64::from(self.count) * mean * mean).max(0.0)
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// One in fixed point ([`LOG_FIXED_BITS`]).
+const LOG_UNIT: f64 = (1u64 << LOG_FIXED_BITS) as f64;
+
+/// [`Durations`] as a slot counts them: three atomic adds per duration.
+#[derive(Debug, Default)]
+struct DurationCells {
+    count: AtomicU32,
+    log_sum: AtomicU64,
+    log_sq_sum: AtomicU64,
+}
+
+impl DurationCells {
+    /// Counts one duration of `ms`. The adds are not one atomic step, so a drain racing
+    /// them can see the count without its logarithms or the other way round: one sample
+    /// off in a mean over many, accepted for a lock-free request path.
+    fn add(&self, ms: u64) {
+        let log = (ms.max(1) as f64).ln();
+        self.log_sum
+            .fetch_add((log * LOG_UNIT) as u64, Ordering::Relaxed);
+        self.log_sq_sum
+            .fetch_add((log * log * LOG_UNIT) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What was counted since the last drain (reset).
+    fn drain(&self) -> Durations {
+        Durations {
+            count: self.count.swap(0, Ordering::Relaxed),
+            log_sum: self.log_sum.swap(0, Ordering::Relaxed),
+            log_sq_sum: self.log_sq_sum.swap(0, Ordering::Relaxed),
+        }
+    }
 }
 
 /// One band's cell of a slot: the band's raw key (0: empty) and its newest room signal,
@@ -110,12 +166,9 @@ pub struct LiveSlot {
     bands: [BandCell; MAX_BANDS_TRACKED],
     failures: AtomicU32,
     answers: AtomicU32,
-    served: AtomicU32,
-    served_log: AtomicU64,
-    unstated: AtomicU32,
-    unstated_log: AtomicU64,
-    first_bytes: AtomicU32,
-    first_byte_log: AtomicU64,
+    served: DurationCells,
+    unstated: DurationCells,
+    first_bytes: DurationCells,
     streak: AtomicU32,
     probes_answered: AtomicU32,
     full_until: AtomicU64,
@@ -268,24 +321,22 @@ impl LiveSlot {
 
     /// Request path: an answer held its slot `held_ms` (a streamed answer from its first
     /// byte to its last; a plain one from sending to its head less the flow-control wait
-    /// its header stated). The two adds are not one atomic step, so a drain racing them
-    /// can see the count without its duration or the other way round: one sample off in
-    /// a mean over many, accepted for a lock-free request path.
+    /// its header stated).
     pub fn record_served(&self, held_ms: u64) {
-        add_log_ms(&self.served, &self.served_log, held_ms);
+        self.served.add(held_ms);
     }
 
     /// Request path: a plain answer's head came `ms` after the request went out, and the
     /// site stated no flow-control wait (it runs no flow control): the time it held its
     /// slot plus however long it waited for one, which only the site knew.
     pub fn record_unstated(&self, ms: u64) {
-        add_log_ms(&self.unstated, &self.unstated_log, ms);
+        self.unstated.add(ms);
     }
 
     /// Request path: a streamed answer's first byte came `ms` after the request went out,
     /// flow-control wait excluded.
     pub fn record_first_byte(&self, ms: u64) {
-        add_log_ms(&self.first_bytes, &self.first_byte_log, ms);
+        self.first_bytes.add(ms);
     }
 
     /// Refresh: each band's newest room signal, and the counts since the last drain
@@ -308,12 +359,9 @@ impl LiveSlot {
             bands,
             failures: self.failures.swap(0, Ordering::Relaxed),
             answers: self.answers.swap(0, Ordering::Relaxed),
-            served: self.served.swap(0, Ordering::Relaxed),
-            served_log: self.served_log.swap(0, Ordering::Relaxed),
-            unstated: self.unstated.swap(0, Ordering::Relaxed),
-            unstated_log: self.unstated_log.swap(0, Ordering::Relaxed),
-            first_bytes: self.first_bytes.swap(0, Ordering::Relaxed),
-            first_byte_log: self.first_byte_log.swap(0, Ordering::Relaxed),
+            served: self.served.drain(),
+            unstated: self.unstated.drain(),
+            first_bytes: self.first_bytes.drain(),
             streak: self.streak.load(Ordering::Relaxed),
             probes_answered: self.probes_answered.swap(0, Ordering::Relaxed),
             full_until_ms: self.full_until.load(Ordering::Relaxed),
@@ -453,6 +501,35 @@ mod tests {
             e.room(),
             "the room stays; its age decides its worth"
         );
+    }
+
+    #[test]
+    fn durations_drain_their_geometric_mean_and_the_spread_about_it() {
+        let slot = LiveSlot::new();
+        assert_eq!(slot.drain().served.geometric_mean_ms(), None);
+        slot.record_served(1_000);
+        let one = slot.drain().served;
+        assert!((one.geometric_mean_ms().unwrap() - 1_000.0).abs() < 0.1);
+        assert!(
+            one.log_squared_deviations().abs() < f64::EPSILON,
+            "one sample shows no spread"
+        );
+        // ln 7,389 - ln 1,000 = 2: each lies 1 from their mean.
+        slot.record_served(1_000);
+        slot.record_served(7_389);
+        let two = slot.drain().served;
+        assert_eq!(two.count, 2);
+        assert!((two.geometric_mean_ms().unwrap() - 2_718.3).abs() < 1.0);
+        assert!((two.log_squared_deviations() - 2.0).abs() < 1e-3);
+        for _ in 0..100 {
+            slot.record_first_byte(250);
+        }
+        let same = slot.drain().first_bytes;
+        assert!(
+            same.log_squared_deviations() < 1e-3,
+            "equal samples do not spread"
+        );
+        assert_eq!(slot.drain().first_bytes, Durations::default(), "drained");
     }
 
     #[test]

@@ -21,6 +21,16 @@
 //! Geometric means, since request durations are heavy-tailed: one answer a hundred times
 //! longer than the rest moves an arithmetic mean by ten times what it moves this one.
 //!
+//! How many answers a fast mean spans is set by how widely they spread: the fewer it
+//! spans, the sooner it follows a change and the more it wanders with the luck of which
+//! answers ended. Each mean is kept to a standard error ([`TURNOVER_PRECISION`],
+//! [`FIRST_BYTE_PRECISION`]) by the spread its own answers have shown over the last
+//! minute, and never spans fewer answers than its smoothing weight says. Spanning about
+//! ten answers where they spread as a lognormal of sigma 1.3 (the mean 2.3 times the
+//! median) read one site's turnover anywhere in a sevenfold range from one second to the
+//! next, and the by-capacity shares swung with it: past saturation, a slowed site's
+//! queue took in a burst of picks it then needed twice the others' time to drain.
+//!
 //! Only first bytes with the flow-control wait taken out count (the answer carried
 //! `x-llm-d-flow-queue-duration-ms`): without it the time includes queueing, and a queue
 //! read as a slowdown feeds back on itself (the site's turnover grows with its queue, not
@@ -40,13 +50,29 @@
 //! turnover = unstated, until any held time is known
 //! ```
 
-use super::slot::{LOG_FIXED_BITS, LiveEvidence};
+use super::slot::{Durations, LiveEvidence};
 
-/// Weight of one served answer in the fast held-time mean: about the last ten answers.
+/// Weight of one served answer in the fast held-time mean at most: about the last ten
+/// answers.
 pub const TURNOVER_SMOOTHING: f64 = 0.1;
 
-/// Weight of one first byte in the fast time-to-first-byte mean: about the last five.
+/// Weight of one first byte in the fast time-to-first-byte mean at most: about the last
+/// five.
 pub const FIRST_BYTE_SMOOTHING: f64 = 0.2;
+
+/// The standard error, in natural logarithm, the fast held-time mean is kept within once
+/// its answers have shown their spread (about 14%): where they spread wider than its
+/// smoothing weight allows for, each weighs less.
+pub const TURNOVER_PRECISION: f64 = 0.14;
+
+/// The standard error the fast time-to-first-byte mean is kept within, as
+/// [`TURNOVER_PRECISION`] (about 20%).
+pub const FIRST_BYTE_PRECISION: f64 = 0.2;
+
+/// Degrees of freedom (answers beyond the first of each drain, decaying with
+/// [`SPEED_BASELINE_MS`]) a spread needs before it sets a weight: fewer read the
+/// smoothing weight as it is.
+pub const SPREAD_MIN_DEGREES: f64 = 20.0;
 
 /// Time constant of the slow means (ms): long against a slowdown's first seconds, short
 /// against how long one lasts, so a lasting change becomes the new normal in minutes.
@@ -57,21 +83,61 @@ pub const SPEED_BASELINE_MS: u64 = 60_000;
 pub(crate) struct Turnover {
     held_fast: Option<f64>,
     held_slow: Option<f64>,
+    held_spread: Spread,
     first_fast: Option<f64>,
     first_slow: Option<f64>,
+    first_spread: Spread,
     unstated: Option<f64>,
+    unstated_spread: Spread,
     slow_at: u64,
 }
 
-fn log_mean(sum: u64, count: u32) -> Option<f64> {
-    (count > 0).then(|| sum as f64 / f64::from(1u32 << LOG_FIXED_BITS) / f64::from(count))
+/// How widely one kind of duration spreads: the squared deviations of each drain's
+/// logarithms from that drain's own mean, and their degrees of freedom, both decaying
+/// with [`SPEED_BASELINE_MS`]. Deviations within a drain, not from a running mean, so a
+/// change of pace is not read as spread (it would slow the very means that follow it).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Spread {
+    squared_deviations: f64,
+    degrees: f64,
 }
 
-/// Folds `count` samples whose fixed-point logarithms sum to `sum` into the mean `fast`,
-/// each weighing `weight`; their own mean, when there were any.
-fn fold_per_sample(fast: &mut Option<f64>, sum: u64, count: u32, weight: f64) -> Option<f64> {
-    let mean = log_mean(sum, count)?;
-    let keep = (1.0 - weight).powf(f64::from(count));
+impl Spread {
+    fn observe(&mut self, d: &Durations, keep: f64) {
+        self.squared_deviations = self.squared_deviations * keep + d.log_squared_deviations();
+        self.degrees = self.degrees * keep + f64::from(d.count.saturating_sub(1));
+    }
+
+    /// The weight of one sample in a fast mean kept within `precision` (standard error,
+    /// natural log), at most `weight`. A mean folding each sample with weight `w` varies
+    /// `w / (2 - w)` times as much as one sample; held to `precision^2 / variance` that
+    /// is `w = 2r / (1 + r)`.
+    fn weight(&self, weight: f64, precision: f64) -> f64 {
+        if self.degrees < SPREAD_MIN_DEGREES {
+            return weight;
+        }
+        let variance = self.squared_deviations / self.degrees;
+        let r = precision * precision / variance;
+        if r.is_finite() {
+            (2.0 * r / (1.0 + r)).min(weight)
+        } else {
+            weight
+        }
+    }
+}
+
+/// Folds `samples` into the mean `fast`, each weighing `weight` or less as `spread` (which
+/// takes them in, decaying by `keep`) says; their own mean, when there were any.
+fn fold_per_sample(
+    fast: &mut Option<f64>,
+    spread: &mut Spread,
+    samples: &Durations,
+    keep: f64,
+    (weight, precision): (f64, f64),
+) -> Option<f64> {
+    spread.observe(samples, keep);
+    let mean = samples.log_mean()?;
+    let keep = (1.0 - spread.weight(weight, precision)).powf(f64::from(samples.count));
     *fast = Some(fast.map_or(mean, |p| p * keep + mean * (1.0 - keep)));
     Some(mean)
 }
@@ -85,25 +151,29 @@ impl Turnover {
         let slow = |prev: Option<f64>, mean: f64| {
             Some(prev.map_or(mean, |p| p * keep + mean * (1.0 - keep)))
         };
+        let held = (TURNOVER_SMOOTHING, TURNOVER_PRECISION);
         if let Some(mean) = fold_per_sample(
             &mut self.held_fast,
-            e.served_log,
-            e.served,
-            TURNOVER_SMOOTHING,
+            &mut self.held_spread,
+            &e.served,
+            keep,
+            held,
         ) {
             self.held_slow = slow(self.held_slow, mean);
         }
         fold_per_sample(
             &mut self.unstated,
-            e.unstated_log,
-            e.unstated,
-            TURNOVER_SMOOTHING,
+            &mut self.unstated_spread,
+            &e.unstated,
+            keep,
+            held,
         );
         if let Some(mean) = fold_per_sample(
             &mut self.first_fast,
-            e.first_byte_log,
-            e.first_bytes,
-            FIRST_BYTE_SMOOTHING,
+            &mut self.first_spread,
+            &e.first_bytes,
+            keep,
+            (FIRST_BYTE_SMOOTHING, FIRST_BYTE_PRECISION),
         ) {
             self.first_slow = slow(self.first_slow, mean);
         }
@@ -197,6 +267,107 @@ mod tests {
         }
         let slowed = t.estimate().unwrap();
         assert!((5_000.0..6_200.0).contains(&slowed), "{slowed}");
+    }
+
+    /// Durations spread as a lognormal of `sigma` about `median_ms`, the same on every
+    /// run (a fixed linear congruential generator and Box-Muller).
+    fn lognormal(seed: u64, sigma: f64, median_ms: f64, n: usize) -> Vec<u64> {
+        let mut state = seed;
+        let mut uniform = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        (0..n)
+            .map(|_| {
+                let z =
+                    (-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos();
+                (median_ms * (sigma * z).exp()) as u64
+            })
+            .collect()
+    }
+
+    /// The estimates read once a second for five minutes, the first minute left out, of
+    /// ten answers a second spread by `sigma`: the standard deviation of their logarithms.
+    fn wander(sigma: f64) -> f64 {
+        let mut t = Turnover::default();
+        let mut logs = Vec::new();
+        for second in 0..300u64 {
+            let held = lognormal(second + 1, sigma, 2_000.0, 10);
+            let first = lognormal(second + 1_000, sigma, 200.0, 10);
+            t.observe(&evidence(&held, &first), T + second * 1_000);
+            if second >= 60 {
+                logs.push(t.estimate().unwrap().ln());
+            }
+        }
+        let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+        (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / logs.len() as f64).sqrt()
+    }
+
+    #[test]
+    fn answers_that_spread_wide_are_averaged_over_as_many_as_the_precision_needs() {
+        // At the smoothing weights alone, ten answers a second of sigma 1.3 read the
+        // turnover with a standard deviation of about 0.25 (a factor of 1.3 either way);
+        // kept to the precision, about half that.
+        let wide = wander(1.3);
+        assert!(wide < 0.2, "{wide}");
+        // Answers spread as the weights allow for are read as before.
+        let narrow = wander(0.5);
+        assert!(narrow < 0.2, "{narrow}");
+    }
+
+    #[test]
+    fn a_change_of_pace_is_not_read_as_spread() {
+        // Every drain's answers alike, first at 1 s, then at 3 s: no spread within a
+        // drain, so each answer keeps the full smoothing weight and the held time moves
+        // to 3 s as fast as it always has.
+        let mut t = Turnover::default();
+        let mut now = T;
+        for _ in 0..60 {
+            now += 1_000;
+            t.observe(&evidence(&[1_000; 10], &[]), now);
+        }
+        now += 1_000;
+        t.observe(&evidence(&[3_000; 10], &[]), now);
+        let moved = t.estimate().unwrap().ln() - 1_000f64.ln();
+        let expected = 3f64.ln() * (1.0 - (1.0 - TURNOVER_SMOOTHING).powi(10));
+        assert!(
+            (moved - expected).abs() < 1e-6,
+            "{moved} against {expected}"
+        );
+    }
+
+    #[test]
+    fn a_spread_weighs_answers_down_only_once_enough_have_shown_it() {
+        let mut spread = Spread::default();
+        assert!(
+            (spread.weight(0.1, 0.14) - 0.1).abs() < f64::EPSILON,
+            "nothing shown yet"
+        );
+        // Drains of two answers whose logarithms lie 1.3 apart: one degree of freedom
+        // each, a variance of 0.845.
+        let pair = {
+            let slot = crate::live::LiveSlot::new();
+            slot.record_served(1_000);
+            slot.record_served((1_000.0 * 1.3f64.exp()) as u64);
+            slot.drain().served
+        };
+        assert_eq!(pair.count, 2);
+        for _ in 0..(SPREAD_MIN_DEGREES as usize - 1) {
+            spread.observe(&pair, 1.0);
+        }
+        assert!(
+            (spread.weight(0.1, 0.14) - 0.1).abs() < f64::EPSILON,
+            "one degree short"
+        );
+        spread.observe(&pair, 1.0);
+        let r = 0.14 * 0.14 / 0.845;
+        assert!((spread.weight(0.1, 0.14) - 2.0 * r / (1.0 + r)).abs() < 1e-4);
+        assert!(
+            spread.weight(0.01, 0.14) <= 0.01,
+            "never above the smoothing weight"
+        );
     }
 
     #[test]

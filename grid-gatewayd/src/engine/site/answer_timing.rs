@@ -146,10 +146,6 @@ mod tests {
         }
     }
 
-    fn log_ms(sum: u64, count: u32) -> f64 {
-        (sum as f64 / f64::from(1u32 << grid_score::live::LOG_FIXED_BITS) / f64::from(count)).exp()
-    }
-
     #[tokio::test]
     async fn a_stream_records_its_first_byte_less_the_wait_and_its_time_from_first_to_last() {
         let slot = Arc::new(LiveSlot::new());
@@ -181,13 +177,13 @@ mod tests {
             "the body passes unchanged"
         );
         let e = slot.drain();
-        assert_eq!((e.first_bytes, e.served), (1, 1));
-        let first = log_ms(e.first_byte_log, 1);
+        assert_eq!((e.first_bytes.count, e.served.count), (1, 1));
+        let first = e.first_bytes.geometric_mean_ms().unwrap();
         assert!(
             (190.0..1_000.0).contains(&first),
             "300 ms less the 100 ms wait: {first}"
         );
-        let held = log_ms(e.served_log, 1);
+        let held = e.served.geometric_mean_ms().unwrap();
         assert!(
             (55.0..1_000.0).contains(&held),
             "first to last byte: {held}"
@@ -201,7 +197,11 @@ mod tests {
         let timed = TimedBody::new(body, slot.clone(), head(true, None, Duration::ZERO));
         timed.collect().await.unwrap();
         let e = slot.drain();
-        assert_eq!((e.first_bytes, e.served), (0, 1), "the end still counts");
+        assert_eq!(
+            (e.first_bytes.count, e.served.count),
+            (0, 1),
+            "the end still counts"
+        );
     }
 
     #[test]
@@ -210,21 +210,21 @@ mod tests {
         let slot = LiveSlot::new();
         head(false, Some(200), Duration::from_millis(1_200)).record(&slot);
         let e = slot.drain();
-        assert_eq!(e.served, 1);
-        let held = log_ms(e.served_log, 1);
+        assert_eq!(e.served.count, 1);
+        let held = e.served.geometric_mean_ms().unwrap();
         assert!((990.0..1_100.0).contains(&held), "{held}");
         head(false, None, Duration::from_millis(1_200)).record(&slot);
         let e = slot.drain();
         assert_eq!(
-            (e.served, e.unstated),
+            (e.served.count, e.unstated.count),
             (0, 1),
             "without the wait header it is not a held time, but kept apart"
         );
-        let took = log_ms(e.unstated_log, 1);
+        let took = e.unstated.geometric_mean_ms().unwrap();
         assert!((1_190.0..1_300.0).contains(&took), "{took}");
         head(false, Some(1_500), Duration::from_millis(1_200)).record(&slot);
         assert_eq!(
-            slot.drain().served,
+            slot.drain().served.count,
             0,
             "a stated wait longer than the exchange cannot be true: nothing learned"
         );
