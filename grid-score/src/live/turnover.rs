@@ -109,9 +109,9 @@ impl Spread {
     }
 
     /// The weight of one sample in a fast mean kept within `precision` (standard error,
-    /// natural log), at most `weight`. A mean folding each sample with weight `w` varies
-    /// `w / (2 - w)` times as much as one sample; held to `precision^2 / variance` that
-    /// is `w = 2r / (1 + r)`.
+    /// natural log), at most `weight`. A mean folding each sample with weight `w` has
+    /// `w / (2 - w)` times the variance of one sample; with `r = precision^2 / variance`,
+    /// `w / (2 - w) = r` gives `w = 2r / (1 + r)`.
     fn weight(&self, weight: f64, precision: f64) -> f64 {
         if self.degrees < SPREAD_MIN_DEGREES {
             return weight;
