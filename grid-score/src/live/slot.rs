@@ -29,14 +29,14 @@ pub struct LiveEvidence {
     /// Answers that were not failures since the last drain.
     pub answers: u32,
     /// How long the answers that ended since the last drain held their slot, where known
-    /// (see [`LiveSlot::record_served`]).
+    /// (see [`LiveSlot::record_served`] and [`LiveSlot::record_plain_answer`]).
     pub served: Durations,
     /// How long plain answers whose flow-control wait was not stated (a site without flow
-    /// control; see [`LiveSlot::record_unstated`]) took from sending to their head, since
-    /// the last drain.
+    /// control; see [`LiveSlot::record_plain_answer`]) took from sending to their head,
+    /// since the last drain.
     pub unstated: Durations,
     /// The time to first byte less the flow-control wait of streamed answers whose first
-    /// byte came since the last drain.
+    /// byte came since the last drain (see [`LiveSlot::record_first_byte`]).
     pub first_bytes: Durations,
     /// Exchanges failed in a row, as of the drain (not cleared: an answer ends it).
     pub streak: u32,
@@ -116,6 +116,12 @@ impl Durations {
             _ => 0.0,
         }
     }
+}
+
+/// `elapsed_ms` less the stated `wait_ms`; `None` when the wait is not shorter than the
+/// whole exchange (the header cannot be true, so the time says nothing).
+fn less_wait(elapsed_ms: u64, wait_ms: u64) -> Option<u64> {
+    elapsed_ms.checked_sub(wait_ms).filter(|&held| held > 0)
 }
 
 /// One in fixed point ([`LOG_FIXED_BITS`]).
@@ -319,24 +325,39 @@ impl LiveSlot {
         }
     }
 
-    /// Request path: an answer held its slot `held_ms` (a streamed answer from its first
-    /// byte to its last; a plain one from sending to its head less the flow-control wait
-    /// its header stated).
+    /// Request path: a streamed answer held its slot `held_ms`, from its first byte to its
+    /// last.
     pub fn record_served(&self, held_ms: u64) {
         self.served.add(held_ms);
     }
 
-    /// Request path: a plain answer's head came `ms` after the request went out, and the
-    /// site stated no flow-control wait (it runs no flow control): the time it held its
-    /// slot plus however long it waited for one, which only the site knew.
-    pub fn record_unstated(&self, ms: u64) {
-        self.unstated.add(ms);
+    /// Request path: a plain answer's head came `elapsed_ms` after the request went out.
+    /// Its head comes when it is done, so with the flow-control wait its header stated
+    /// (`stated_wait_ms`) taken out, the time is how long it held its slot; with none
+    /// stated (the site runs no flow control) it is the slot and the wait for one
+    /// together, which only the site knew, and is kept apart (`grid_score::live`,
+    /// "turnover", says when it counts). A stated wait not shorter than the whole
+    /// exchange cannot be true: nothing is learned.
+    pub fn record_plain_answer(&self, elapsed_ms: u64, stated_wait_ms: Option<u64>) {
+        match stated_wait_ms {
+            None => self.unstated.add(elapsed_ms),
+            Some(wait) => {
+                if let Some(held) = less_wait(elapsed_ms, wait) {
+                    self.served.add(held);
+                }
+            }
+        }
     }
 
-    /// Request path: a streamed answer's first byte came `ms` after the request went out,
-    /// flow-control wait excluded.
-    pub fn record_first_byte(&self, ms: u64) {
-        self.first_bytes.add(ms);
+    /// Request path: a streamed answer's first byte came `elapsed_ms` after the request
+    /// went out. Only with the flow-control wait its header stated (`stated_wait_ms`)
+    /// taken out is that time the site's speed and not its queue (a queue read as a
+    /// slowdown feeds back on itself): without one, or with one not shorter than the
+    /// whole time, nothing is learned.
+    pub fn record_first_byte(&self, elapsed_ms: u64, stated_wait_ms: Option<u64>) {
+        if let Some(ms) = stated_wait_ms.and_then(|wait| less_wait(elapsed_ms, wait)) {
+            self.first_bytes.add(ms);
+        }
     }
 
     /// Refresh: each band's newest room signal, and the counts since the last drain
@@ -522,7 +543,7 @@ mod tests {
         assert!((two.geometric_mean_ms().unwrap() - 2_718.3).abs() < 1.0);
         assert!((two.log_squared_deviations() - 2.0).abs() < 1e-3);
         for _ in 0..100 {
-            slot.record_first_byte(250);
+            slot.record_first_byte(250, Some(0));
         }
         let same = slot.drain().first_bytes;
         assert!(
@@ -530,6 +551,43 @@ mod tests {
             "equal samples do not spread"
         );
         assert_eq!(slot.drain().first_bytes, Durations::default(), "drained");
+    }
+
+    #[test]
+    fn a_plain_answer_is_a_held_time_with_its_wait_stated_kept_apart_without_and_nothing_past_the_exchange()
+     {
+        let slot = LiveSlot::new();
+        slot.record_plain_answer(1_200, Some(200));
+        let e = slot.drain();
+        assert_eq!((e.served.count, e.unstated.count), (1, 0));
+        assert!((e.served.geometric_mean_ms().unwrap() - 1_000.0).abs() < 0.1);
+        slot.record_plain_answer(1_200, None);
+        let e = slot.drain();
+        assert_eq!((e.served.count, e.unstated.count), (0, 1));
+        assert!((e.unstated.geometric_mean_ms().unwrap() - 1_200.0).abs() < 0.1);
+        slot.record_plain_answer(1_200, Some(1_200));
+        slot.record_plain_answer(1_200, Some(1_500));
+        assert_eq!(
+            slot.drain(),
+            LiveEvidence::default(),
+            "a wait as long as the exchange"
+        );
+    }
+
+    #[test]
+    fn a_first_byte_is_a_speed_only_with_its_wait_stated_and_shorter_than_it() {
+        let slot = LiveSlot::new();
+        slot.record_first_byte(300, Some(100));
+        let e = slot.drain();
+        assert_eq!(e.first_bytes.count, 1);
+        assert!((e.first_bytes.geometric_mean_ms().unwrap() - 200.0).abs() < 0.1);
+        slot.record_first_byte(300, None);
+        slot.record_first_byte(300, Some(300));
+        assert_eq!(
+            slot.drain(),
+            LiveEvidence::default(),
+            "no wait, or one past the time"
+        );
     }
 
     #[test]

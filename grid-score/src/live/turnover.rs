@@ -206,7 +206,7 @@ mod tests {
             slot.record_served(h);
         }
         for &f in first {
-            slot.record_first_byte(f);
+            slot.record_first_byte(f, Some(0));
         }
         slot.drain()
     }
@@ -223,7 +223,7 @@ mod tests {
     {
         let slot = crate::live::LiveSlot::new();
         for _ in 0..10 {
-            slot.record_unstated(3_000);
+            slot.record_plain_answer(3_000, None);
         }
         let mut t = Turnover::default();
         t.observe(&slot.drain(), T);
@@ -234,7 +234,7 @@ mod tests {
             "a held time, however few, speaks for the site"
         );
         for _ in 0..10 {
-            slot.record_unstated(9_000);
+            slot.record_plain_answer(9_000, None);
         }
         t.observe(&slot.drain(), T + 2_000);
         assert!((t.estimate().unwrap() - 2_000.0).abs() < 1.0);

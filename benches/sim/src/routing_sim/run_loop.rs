@@ -542,17 +542,20 @@ impl World<'_> {
                         let seen = first_token_at + half;
                         // The flow-control wait is on the answer's header when the site
                         // runs flow control; otherwise it is inside the time.
-                        if self.config.flow_control.is_some() {
-                            let queued = at - arrived_at;
-                            self.tell(
-                                f.gateway,
-                                seen,
-                                s,
-                                Heard::FirstByte {
-                                    ms: (seen - f.sent_ms).saturating_sub(queued),
-                                },
-                            );
-                        }
+                        let queued = at - arrived_at;
+                        self.tell(
+                            f.gateway,
+                            seen,
+                            s,
+                            Heard::FirstByte {
+                                elapsed_ms: seen - f.sent_ms,
+                                stated_wait_ms: self
+                                    .config
+                                    .flow_control
+                                    .is_some()
+                                    .then_some(queued),
+                            },
+                        );
                         self.routers[f.gateway].observe(seen, s, Some(seen - f.sent_ms), false);
                         // A streamed answer's head goes out when it takes a slot.
                         let flow = flow_now(&self.sites[s], f.priority);
@@ -652,21 +655,20 @@ impl World<'_> {
         self.routers[f.gateway].observe(seen, s, sample, true);
         self.ended(f.gateway, seen, s, true);
         self.tell(f.gateway, seen, s, Heard::Ended);
-        // How long the answer held its slot, as the gateway can tell: a
-        // stream from its first byte to its last; a plain answer from
-        // sending to its head less the flow-control wait its header
-        // states, or, from a site without flow control, that time whole.
+        // What the gateway can time of the answer: a stream from its first byte to its
+        // last; a plain answer from sending to its head, with the flow-control wait its
+        // header states when the site runs flow control.
         let heard = match (f.streaming, f.first_token_ms, f.started_ms) {
             (true, Some(first), _) => Some(Heard::Served {
                 held_ms: at - first,
             }),
-            (false, _, Some(started)) if self.config.flow_control.is_some() => {
-                Some(Heard::Served {
-                    held_ms: (seen - f.sent_ms).saturating_sub(started - f.arrived_ms),
-                })
-            }
-            (false, _, Some(_)) => Some(Heard::Unstated {
-                ms: seen - f.sent_ms,
+            (false, _, Some(started)) => Some(Heard::Plain {
+                elapsed_ms: seen - f.sent_ms,
+                stated_wait_ms: self
+                    .config
+                    .flow_control
+                    .is_some()
+                    .then_some(started - f.arrived_ms),
             }),
             _ => None,
         };

@@ -302,27 +302,30 @@ pub enum Heard {
         /// Whether it answered.
         answered: bool,
     },
-    /// A streamed answer's first byte, `ms` after it went out (flow-control wait
-    /// excluded).
+    /// A streamed answer's first byte came `elapsed_ms` after it went out, with the
+    /// flow-control wait its header stated, if any (`LiveSlot::record_first_byte`).
     FirstByte {
-        /// Time to first byte, ms.
-        ms: u64,
+        /// Sending to first byte, ms.
+        elapsed_ms: u64,
+        /// The stated flow-control wait, ms.
+        stated_wait_ms: Option<u64>,
     },
     /// The gateway sent a request to the site.
     Sent,
     /// An exchange the gateway sent is over: its answer's end, a refusal, a failure.
     Ended,
-    /// An answer ended, `held_ms` after it took its slot as the gateway can tell (a
-    /// stream from its first byte; a plain answer from sending, less its stated wait).
+    /// A streamed answer ended, `held_ms` after its first byte.
     Served {
         /// How long it held its slot, ms.
         held_ms: u64,
     },
-    /// A plain answer from a site without flow control came `ms` after it was sent: its
-    /// slot and its wait for one together.
-    Unstated {
+    /// A plain answer's head came `elapsed_ms` after it was sent, with the flow-control
+    /// wait it stated, if any (`LiveSlot::record_plain_answer`).
+    Plain {
         /// Sending to head, ms.
-        ms: u64,
+        elapsed_ms: u64,
+        /// The stated flow-control wait, ms.
+        stated_wait_ms: Option<u64>,
     },
 }
 
@@ -672,12 +675,18 @@ impl SignalPath {
                     slot.record_served(held_ms);
                     false
                 }
-                Heard::Unstated { ms } => {
-                    slot.record_unstated(ms);
+                Heard::Plain {
+                    elapsed_ms,
+                    stated_wait_ms,
+                } => {
+                    slot.record_plain_answer(elapsed_ms, stated_wait_ms);
                     false
                 }
-                Heard::FirstByte { ms } => {
-                    slot.record_first_byte(ms);
+                Heard::FirstByte {
+                    elapsed_ms,
+                    stated_wait_ms,
+                } => {
+                    slot.record_first_byte(elapsed_ms, stated_wait_ms);
                     false
                 }
                 Heard::Sent => {

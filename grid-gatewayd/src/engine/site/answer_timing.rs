@@ -1,7 +1,8 @@
 //! How long each answer held its site's slot, read off the proxied body and left in the
 //! site's live slot, from which grid-score learns the site's turnover (see
-//! `grid_score::live`). Two clock reads per answer (its first data frame, its end) and two
-//! atomic adds; nothing per frame beyond a branch.
+//! `grid_score::live`). Two clock reads per answer (its first data frame, its end) and
+//! three atomic adds per time recorded; nothing per frame beyond a branch. What each time
+//! means (a wait stated or not) is `LiveSlot`'s rule, the one the simulator calls too.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,27 +28,13 @@ pub(crate) struct AnswerHead {
 }
 
 impl AnswerHead {
-    /// Records what the head alone tells: a plain answer's head comes when it is done, so
-    /// its time since sending, less the stated wait, is how long it held its slot; with no
-    /// wait stated, that time is the slot and the wait for it together (`grid_score::live`,
-    /// "turnover", says when it counts).
+    /// Records what the head alone tells: a plain answer's head comes when it is done
+    /// (`LiveSlot::record_plain_answer`).
     pub(crate) fn record(&self, slot: &LiveSlot) {
-        if self.streaming {
-            return;
-        }
-        let elapsed = millis(self.head - self.sent);
-        if self.queue_ms.is_none() {
-            slot.record_unstated(elapsed);
-        } else if let Some(held) = less_wait(elapsed, self.queue_ms) {
-            slot.record_served(held);
+        if !self.streaming {
+            slot.record_plain_answer(millis(self.head - self.sent), self.queue_ms);
         }
     }
-}
-
-/// `elapsed` less the stated wait; `None` without a stated wait, or when the wait is not
-/// shorter than the whole exchange (the header cannot be true, so the time says nothing).
-fn less_wait(elapsed: u64, queue_ms: Option<u64>) -> Option<u64> {
-    queue_ms.and_then(|q| elapsed.checked_sub(q).filter(|&held| held > 0))
 }
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -105,11 +92,8 @@ where
             Some(Ok(f)) if f.is_data() && this.first.is_none() && this.head.streaming => {
                 let now = grid_gateway::clock::monotonic();
                 this.first = Some(now);
-                // Only with the wait taken out is the time to first byte the site's speed
-                // and not its queue (grid_score::live, "turnover").
-                if let Some(first) = less_wait(millis(now - this.head.sent), this.head.queue_ms) {
-                    this.slot.record_first_byte(first);
-                }
+                this.slot
+                    .record_first_byte(millis(now - this.head.sent), this.head.queue_ms);
             }
             _ => {}
         }
