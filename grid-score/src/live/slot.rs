@@ -138,7 +138,7 @@ struct DurationCells {
 impl DurationCells {
     /// Counts one duration of `ms`. The adds are not one atomic step, so a drain racing
     /// them can see the count without its logarithms or the other way round: one sample
-    /// off in a mean over many, accepted for a lock-free request path.
+    /// off in a mean (and a spread) over many, accepted for a lock-free request path.
     fn add(&self, ms: u64) {
         let log = (ms.max(1) as f64).ln();
         self.log_sum
