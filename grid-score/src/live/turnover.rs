@@ -81,15 +81,17 @@ pub const SPEED_BASELINE_MS: u64 = 60_000;
 /// Learned turnover of one candidate; logarithms of milliseconds throughout.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Turnover {
-    held_fast: Option<f64>,
+    held_fast: FastMean,
     held_slow: Option<f64>,
-    held_spread: Spread,
-    first_fast: Option<f64>,
+    first_fast: FastMean,
     first_slow: Option<f64>,
-    first_spread: Spread,
-    unstated: Option<f64>,
-    unstated_spread: Spread,
+    unstated: FastMean,
     slow_at: u64,
+}
+
+/// `prev` moved towards `mean`, keeping `keep` of itself; `mean` when there is none yet.
+fn blend(prev: Option<f64>, mean: f64, keep: f64) -> f64 {
+    prev.map_or(mean, |p| p * keep + mean * (1.0 - keep))
 }
 
 /// How widely one kind of duration spreads: the squared deviations of each drain's
@@ -126,20 +128,29 @@ impl Spread {
     }
 }
 
-/// Folds `samples` into the mean `fast`, each weighing `weight` or less as `spread` (which
-/// takes them in, decaying by `keep`) says; their own mean, when there were any.
-fn fold_per_sample(
-    fast: &mut Option<f64>,
-    spread: &mut Spread,
-    samples: &Durations,
-    keep: f64,
-    (weight, precision): (f64, f64),
-) -> Option<f64> {
-    spread.observe(samples, keep);
-    let mean = samples.log_mean()?;
-    let keep = (1.0 - spread.weight(weight, precision)).powf(f64::from(samples.count));
-    *fast = Some(fast.map_or(mean, |p| p * keep + mean * (1.0 - keep)));
-    Some(mean)
+/// A fast mean of logarithms, each sample folded in with a weight its spread sets.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct FastMean {
+    log: Option<f64>,
+    spread: Spread,
+}
+
+impl FastMean {
+    /// Folds `samples` in, each weighing `weight` or less as the spread (which takes them
+    /// in, decaying by `keep`) says; their own mean, when there were any.
+    fn fold(
+        &mut self,
+        samples: &Durations,
+        keep: f64,
+        (weight, precision): (f64, f64),
+    ) -> Option<f64> {
+        self.spread.observe(samples, keep);
+        let mean = samples.log_mean()?;
+        let per_sample =
+            (1.0 - self.spread.weight(weight, precision)).powf(f64::from(samples.count));
+        self.log = Some(blend(self.log, mean, per_sample));
+        Some(mean)
+    }
 }
 
 impl Turnover {
@@ -148,44 +159,24 @@ impl Turnover {
         let elapsed = now_ms.saturating_sub(self.slow_at) as f64;
         let keep = (-elapsed / SPEED_BASELINE_MS as f64).exp();
         self.slow_at = self.slow_at.max(now_ms);
-        let slow = |prev: Option<f64>, mean: f64| {
-            Some(prev.map_or(mean, |p| p * keep + mean * (1.0 - keep)))
-        };
         let held = (TURNOVER_SMOOTHING, TURNOVER_PRECISION);
-        if let Some(mean) = fold_per_sample(
-            &mut self.held_fast,
-            &mut self.held_spread,
-            &e.served,
-            keep,
-            held,
-        ) {
-            self.held_slow = slow(self.held_slow, mean);
+        if let Some(mean) = self.held_fast.fold(&e.served, keep, held) {
+            self.held_slow = Some(blend(self.held_slow, mean, keep));
         }
-        fold_per_sample(
-            &mut self.unstated,
-            &mut self.unstated_spread,
-            &e.unstated,
-            keep,
-            held,
-        );
-        if let Some(mean) = fold_per_sample(
-            &mut self.first_fast,
-            &mut self.first_spread,
-            &e.first_bytes,
-            keep,
-            (FIRST_BYTE_SMOOTHING, FIRST_BYTE_PRECISION),
-        ) {
-            self.first_slow = slow(self.first_slow, mean);
+        self.unstated.fold(&e.unstated, keep, held);
+        let first = (FIRST_BYTE_SMOOTHING, FIRST_BYTE_PRECISION);
+        if let Some(mean) = self.first_fast.fold(&e.first_bytes, keep, first) {
+            self.first_slow = Some(blend(self.first_slow, mean, keep));
         }
     }
 
     /// The turnover to expect now (ms), once any answer has shown how long it held its
     /// slot, or, until one has, how long plain answers without a stated wait took.
     pub(crate) fn estimate(&self) -> Option<f64> {
-        let Some(fast) = self.held_fast else {
-            return self.unstated.map(f64::exp).filter(|ms| ms.is_finite());
+        let Some(fast) = self.held_fast.log else {
+            return self.unstated.log.map(f64::exp).filter(|ms| ms.is_finite());
         };
-        let indexed = match (self.held_slow, self.first_fast, self.first_slow) {
+        let indexed = match (self.held_slow, self.first_fast.log, self.first_slow) {
             (Some(held), Some(now), Some(usual)) => held + now - usual,
             _ => fast,
         };
